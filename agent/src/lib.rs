@@ -1,0 +1,1 @@
+//! The agent: registration, heartbeat, benchmark catalog and runners, raw-output upload.

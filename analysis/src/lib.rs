@@ -1,0 +1,1 @@
+//! Analyses: alltoallv communication patterns and statistics, LinkTest health checks.

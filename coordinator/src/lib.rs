@@ -1,0 +1,1 @@
+//! The coordinator: gRPC services, scheduler, durable state, leasing, commit, Flight.

@@ -1,0 +1,712 @@
+//! Benchmark catalog definitions: what an agent may run, with which typed
+//! parameters, and how the argument vector is built.
+//!
+//! An agent executes only benchmarks defined in its own catalog file; the
+//! coordinator receives the definitions at registration and validates client
+//! parameters against them before a run exists. Both sides use
+//! [`BenchmarkDef::validate_params`], so a value the coordinator accepted is one
+//! the agent accepts. Values become separate arguments of an `execve` argument
+//! vector ([`BenchmarkDef::argv`]); nothing is ever passed through a shell.
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Largest number of parameters a request may carry.
+pub const MAX_PARAMS: usize = 64;
+/// Largest accepted parameter value, in bytes.
+pub const MAX_VALUE_LEN: usize = 1024;
+
+/// The type of a benchmark parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ParamType {
+    /// A signed 64-bit integer.
+    Int,
+    /// A finite floating-point number.
+    Float,
+    /// `true` or `false` (also accepts 1/0, yes/no, on/off).
+    Bool,
+    /// A byte count: an integer with an optional suffix k, m, g, t (powers of 1024),
+    /// `KiB`/`MiB`/... or `KB`/`MB`/... (powers of 1000). Substituted as plain bytes.
+    Size,
+    /// One of `choices`.
+    Choice,
+    /// A string of safe characters (`[A-Za-z0-9._,:=+@/-]`, not starting with `-`).
+    String,
+}
+
+/// One typed parameter of a benchmark.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParamDef {
+    /// Parameter name (`[a-z0-9_]`, used as `{name}` in the command).
+    pub name: String,
+    /// Its type.
+    #[serde(rename = "type")]
+    pub ty: ParamType,
+    /// Default value (as a user would type it); none means the parameter is required
+    /// unless `optional` is set.
+    #[serde(default)]
+    pub default: Option<String>,
+    /// The parameter may be absent (its `{name}` must then only appear in `when` items).
+    #[serde(default)]
+    pub optional: bool,
+    /// Inclusive lower bound (int, float, size).
+    #[serde(default)]
+    pub min: Option<f64>,
+    /// Inclusive upper bound (int, float, size).
+    #[serde(default)]
+    pub max: Option<f64>,
+    /// Allowed values (choice).
+    #[serde(default)]
+    pub choices: Vec<String>,
+    /// What it means.
+    #[serde(default)]
+    pub description: String,
+}
+
+/// One element of a command template.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ArgTemplate {
+    /// An argument with `{name}` placeholders.
+    Arg(String),
+    /// Arguments included only when parameter `when` is true (bool) or present.
+    When {
+        /// The parameter that switches these arguments on.
+        when: String,
+        /// The arguments (with placeholders).
+        args: Vec<String>,
+    },
+}
+
+/// A file a benchmark leaves in its output directory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputDef {
+    /// File name in the output directory (a plain name), or a glob with `*` in the
+    /// name part (e.g. `counts.rank*_call*.md`).
+    pub file: String,
+    /// Format / ingest kind of the file (`linktest`, `ior`, `counts`, `log`, ...).
+    pub format: String,
+    /// The task fails if no file matches.
+    #[serde(default)]
+    pub required: bool,
+}
+
+/// Launchers a benchmark supports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LauncherKind {
+    /// Direct exec on every selected agent (one task per agent).
+    Local,
+    /// Open MPI `mpirun` from the first selected agent with the host list of all.
+    Mpirun,
+    /// Slurm `srun`.
+    Srun,
+}
+
+impl LauncherKind {
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LauncherKind::Local => "local",
+            LauncherKind::Mpirun => "mpirun",
+            LauncherKind::Srun => "srun",
+        }
+    }
+    /// Parses a lower-case name.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "local" => Some(Self::Local),
+            "mpirun" => Some(Self::Mpirun),
+            "srun" => Some(Self::Srun),
+            _ => None,
+        }
+    }
+}
+
+fn default_launchers() -> Vec<LauncherKind> {
+    vec![LauncherKind::Local]
+}
+fn default_timeout() -> u64 {
+    3600
+}
+
+/// A benchmark of an agent's catalog.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BenchmarkDef {
+    /// Catalog name (`[a-z0-9_-]`), what specs refer to.
+    pub name: String,
+    /// Kind (io, linktest, netprobe, counts, traced, noop, ...): what the run is about.
+    pub kind: String,
+    /// One line for `benchlake` listings.
+    #[serde(default)]
+    pub description: String,
+    /// The argument vector template; the first element is the program.
+    pub command: Vec<ArgTemplate>,
+    /// Typed parameters.
+    #[serde(default, rename = "param")]
+    pub params: Vec<ParamDef>,
+    /// Declared output files.
+    #[serde(default, rename = "output")]
+    pub outputs: Vec<OutputDef>,
+    /// Default timeout in seconds (a spec may ask for less, never more than `max_timeout_s`).
+    #[serde(default = "default_timeout")]
+    pub timeout_s: u64,
+    /// Upper bound of a spec's timeout (0 = `timeout_s`).
+    #[serde(default)]
+    pub max_timeout_s: u64,
+    /// Launchers this benchmark supports; the first is the default.
+    #[serde(default = "default_launchers")]
+    pub launchers: Vec<LauncherKind>,
+    /// Environment variables set for the process (values may hold placeholders).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// What the coordinator knows of a benchmark (sent by agents at registration):
+/// everything but the command, enough to validate a spec.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchmarkInfo {
+    /// Catalog name.
+    pub name: String,
+    /// Kind.
+    pub kind: String,
+    /// One line.
+    #[serde(default)]
+    pub description: String,
+    /// Typed parameters.
+    #[serde(default)]
+    pub params: Vec<ParamDef>,
+    /// Declared outputs.
+    #[serde(default)]
+    pub outputs: Vec<OutputDef>,
+    /// Default timeout (s).
+    pub timeout_s: u64,
+    /// Timeout cap (0 = `timeout_s`).
+    #[serde(default)]
+    pub max_timeout_s: u64,
+    /// Supported launchers, default first.
+    pub launchers: Vec<LauncherKind>,
+}
+
+/// A catalog file: `[[benchmark]]` tables.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Catalog {
+    /// The benchmarks.
+    #[serde(default, rename = "benchmark")]
+    pub benchmarks: Vec<BenchmarkDef>,
+}
+
+/// Built-in placeholders filled by the agent, not by clients.
+pub const BUILTINS: &[&str] = &[
+    "out_dir",
+    "rank",
+    "num_tasks",
+    "hosts",
+    "run_id",
+    "task_id",
+    "np",
+    "agent",
+];
+
+fn is_ident(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+/// Characters allowed in a `string` parameter value.
+fn safe_string(v: &str) -> bool {
+    !v.is_empty()
+        && !v.starts_with('-')
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._,:=+@/-".contains(&b))
+        && !v.split('/').any(|c| c == "..")
+}
+
+/// Parses a size with an optional unit suffix into bytes.
+pub fn parse_size(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (num, unit) = v.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let mul: u64 = match unit.trim() {
+        "" | "b" | "B" => 1,
+        "k" | "K" | "KiB" | "kib" => 1 << 10,
+        "m" | "M" | "MiB" | "mib" => 1 << 20,
+        "g" | "G" | "GiB" | "gib" => 1 << 30,
+        "t" | "T" | "TiB" | "tib" => 1 << 40,
+        "KB" | "kB" | "kb" => 1_000,
+        "MB" | "mb" => 1_000_000,
+        "GB" | "gb" => 1_000_000_000,
+        "TB" | "tb" => 1_000_000_000_000,
+        _ => return None,
+    };
+    n.checked_mul(mul)
+}
+
+fn parse_bool(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Some(true),
+        "false" | "0" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+impl ParamDef {
+    /// Checks `value` and returns its canonical form (sizes in bytes, bools as
+    /// `true`/`false`). `field` names the parameter in errors (e.g. `spec.params.size`).
+    pub fn canonical(&self, value: &str, field: &str) -> std::result::Result<String, String> {
+        if value.len() > MAX_VALUE_LEN {
+            return Err(format!("{field}: value longer than {MAX_VALUE_LEN} bytes"));
+        }
+        let bounds = |x: f64| -> std::result::Result<(), String> {
+            if let Some(min) = self.min
+                && x < min
+            {
+                return Err(format!("{field}: {value} is below the minimum {min}"));
+            }
+            if let Some(max) = self.max
+                && x > max
+            {
+                return Err(format!("{field}: {value} is above the maximum {max}"));
+            }
+            Ok(())
+        };
+        match self.ty {
+            ParamType::Int => {
+                let x: i64 = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("{field}: '{value}' is not an integer"))?;
+                bounds(x as f64)?;
+                Ok(x.to_string())
+            }
+            ParamType::Float => {
+                let x: f64 = value
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|x: &f64| x.is_finite())
+                    .ok_or_else(|| format!("{field}: '{value}' is not a number"))?;
+                bounds(x)?;
+                Ok(x.to_string())
+            }
+            ParamType::Bool => parse_bool(value)
+                .map(|b| b.to_string())
+                .ok_or_else(|| format!("{field}: '{value}' is not a boolean (true/false)")),
+            ParamType::Size => {
+                let x = parse_size(value).ok_or_else(|| {
+                    format!("{field}: '{value}' is not a size (e.g. 4096, 64k, 1MiB, 2GB)")
+                })?;
+                bounds(x as f64)?;
+                Ok(x.to_string())
+            }
+            ParamType::Choice => {
+                if self.choices.iter().any(|c| c == value) {
+                    Ok(value.to_string())
+                } else {
+                    Err(format!(
+                        "{field}: '{value}' is not one of {}",
+                        self.choices.join(", ")
+                    ))
+                }
+            }
+            ParamType::String => {
+                if safe_string(value) {
+                    Ok(value.to_string())
+                } else {
+                    Err(format!(
+                        "{field}: '{value}' may only hold [A-Za-z0-9._,:=+@/-], must not start with '-' or contain '..'"
+                    ))
+                }
+            }
+        }
+    }
+}
+
+/// Every `{name}` placeholder in a template string (`{{` and `}}` are literal braces).
+pub fn placeholders(s: &str) -> std::result::Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut chars = s.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '{' if chars.peek().map(|x| x.1) == Some('{') => {
+                chars.next();
+            }
+            '}' if chars.peek().map(|x| x.1) == Some('}') => {
+                chars.next();
+            }
+            '{' => {
+                let rest = &s[i + 1..];
+                let end = rest
+                    .find('}')
+                    .ok_or_else(|| format!("unclosed '{{' in '{s}'"))?;
+                out.push(rest[..end].to_string());
+                for _ in 0..=end {
+                    chars.next();
+                }
+            }
+            '}' => return Err(format!("unmatched '}}' in '{s}'")),
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Replaces placeholders in `s` with `values`.
+pub fn substitute(
+    s: &str,
+    values: &BTreeMap<String, String>,
+) -> std::result::Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '{' if chars.peek().map(|x| x.1) == Some('{') => {
+                chars.next();
+                out.push('{');
+            }
+            '}' if chars.peek().map(|x| x.1) == Some('}') => {
+                chars.next();
+                out.push('}');
+            }
+            '{' => {
+                let rest = &s[i + 1..];
+                let end = rest
+                    .find('}')
+                    .ok_or_else(|| format!("unclosed '{{' in '{s}'"))?;
+                let name = &rest[..end];
+                let v = values
+                    .get(name)
+                    .ok_or_else(|| format!("no value for '{{{name}}}'"))?;
+                out.push_str(v);
+                for _ in 0..=end {
+                    chars.next();
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+impl BenchmarkDef {
+    /// Checks the definition itself (names, placeholders, defaults, bounds).
+    pub fn check(&self) -> Result<()> {
+        let bad = |m: String| Error::invalid("catalog", format!("benchmark '{}': {m}", self.name));
+        if !is_ident(&self.name) {
+            return Err(bad("name must be 1-64 characters of [a-z0-9_-]".into()));
+        }
+        if !is_ident(&self.kind) {
+            return Err(bad("kind must be 1-64 characters of [a-z0-9_-]".into()));
+        }
+        if self.command.is_empty() || !matches!(self.command.first(), Some(ArgTemplate::Arg(_))) {
+            return Err(bad("command must start with the program".into()));
+        }
+        if self.launchers.is_empty() {
+            return Err(bad("launchers must not be empty".into()));
+        }
+        let mut names = std::collections::HashSet::new();
+        for p in &self.params {
+            if !is_ident(&p.name) || BUILTINS.contains(&p.name.as_str()) {
+                return Err(bad(format!(
+                    "parameter name '{}' is invalid or reserved",
+                    p.name
+                )));
+            }
+            if !names.insert(p.name.as_str()) {
+                return Err(bad(format!("parameter '{}' twice", p.name)));
+            }
+            if p.ty == ParamType::Choice && p.choices.is_empty() {
+                return Err(bad(format!("choice parameter '{}' has no choices", p.name)));
+            }
+            if let Some(d) = &p.default {
+                p.canonical(d, &format!("default of {}", p.name))
+                    .map_err(bad)?;
+            }
+        }
+        let known = |n: &str| names.contains(n) || BUILTINS.contains(&n);
+        let check_str = |s: &str| -> Result<()> {
+            for ph in placeholders(s).map_err(bad)? {
+                if !known(&ph) {
+                    return Err(bad(format!("unknown placeholder '{{{ph}}}'")));
+                }
+            }
+            Ok(())
+        };
+        for a in &self.command {
+            match a {
+                ArgTemplate::Arg(s) => check_str(s)?,
+                ArgTemplate::When { when, args } => {
+                    if !names.contains(when.as_str()) {
+                        return Err(bad(format!("'when' names unknown parameter '{when}'")));
+                    }
+                    for s in args {
+                        check_str(s)?;
+                    }
+                }
+            }
+        }
+        for v in self.env.values() {
+            check_str(v)?;
+        }
+        for o in &self.outputs {
+            let plain = o.file.replace('*', "x");
+            crate::layout::validate_name("output file", &plain).map_err(|e| bad(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// The argument vector for validated `params` plus the built-in values.
+    pub fn argv(
+        &self,
+        params: &BTreeMap<String, String>,
+        builtins: &BTreeMap<String, String>,
+    ) -> std::result::Result<Vec<String>, String> {
+        let mut values = builtins.clone();
+        values.extend(params.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mut argv = Vec::new();
+        for a in &self.command {
+            match a {
+                ArgTemplate::Arg(s) => argv.push(substitute(s, &values)?),
+                ArgTemplate::When { when, args } => {
+                    let on = match params.get(when) {
+                        Some(v) => v != "false",
+                        None => false,
+                    };
+                    if on {
+                        for s in args {
+                            argv.push(substitute(s, &values)?);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(argv)
+    }
+
+    /// The coordinator's view of this benchmark.
+    pub fn info(&self) -> BenchmarkInfo {
+        BenchmarkInfo {
+            name: self.name.clone(),
+            kind: self.kind.clone(),
+            description: self.description.clone(),
+            params: self.params.clone(),
+            outputs: self.outputs.clone(),
+            timeout_s: self.timeout_s,
+            max_timeout_s: self.max_timeout_s,
+            launchers: self.launchers.clone(),
+        }
+    }
+
+    /// See [`BenchmarkInfo::effective_timeout`].
+    pub fn effective_timeout(&self, requested: u64) -> std::result::Result<u64, String> {
+        self.info().effective_timeout(requested)
+    }
+
+    /// See [`BenchmarkInfo::validate_params`].
+    pub fn validate_params(
+        &self,
+        params: &BTreeMap<String, String>,
+        prefix: &str,
+    ) -> std::result::Result<BTreeMap<String, String>, String> {
+        validate_params(&self.name, &self.params, params, prefix)
+    }
+}
+
+impl BenchmarkInfo {
+    /// Validates client parameters: unknown names, types and bounds; fills defaults.
+    /// Returns the canonical values. Errors name the field as `{prefix}.{param}`.
+    pub fn validate_params(
+        &self,
+        params: &BTreeMap<String, String>,
+        prefix: &str,
+    ) -> std::result::Result<BTreeMap<String, String>, String> {
+        validate_params(&self.name, &self.params, params, prefix)
+    }
+
+    /// The effective timeout for a requested one (0 = default), capped by the catalog.
+    pub fn effective_timeout(&self, requested: u64) -> std::result::Result<u64, String> {
+        let cap = if self.max_timeout_s == 0 {
+            self.timeout_s
+        } else {
+            self.max_timeout_s
+        };
+        match requested {
+            0 => Ok(self.timeout_s),
+            t if t <= cap => Ok(t),
+            t => Err(format!(
+                "spec.timeout_s: {t} is above this benchmark's maximum {cap}"
+            )),
+        }
+    }
+}
+
+/// Validates client parameters against `defs`: unknown names, types and bounds;
+/// fills defaults. Returns the canonical values. Errors name the field as
+/// `{prefix}.{param}`.
+pub fn validate_params(
+    bench: &str,
+    defs: &[ParamDef],
+    params: &BTreeMap<String, String>,
+    prefix: &str,
+) -> std::result::Result<BTreeMap<String, String>, String> {
+    if params.len() > MAX_PARAMS {
+        return Err(format!("{prefix}: more than {MAX_PARAMS} parameters"));
+    }
+    for k in params.keys() {
+        if !defs.iter().any(|p| &p.name == k) {
+            let known: Vec<_> = defs.iter().map(|p| p.name.as_str()).collect();
+            return Err(format!(
+                "{prefix}.{k}: unknown parameter of benchmark '{}' (known: {})",
+                bench,
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            ));
+        }
+    }
+    let mut out = BTreeMap::new();
+    for p in defs {
+        let field = format!("{prefix}.{}", p.name);
+        match params.get(&p.name).or(p.default.as_ref()) {
+            Some(v) => {
+                out.insert(p.name.clone(), p.canonical(v, &field)?);
+            }
+            None if p.optional => {}
+            None => return Err(format!("{field}: required parameter is missing")),
+        }
+    }
+    Ok(out)
+}
+
+impl Catalog {
+    /// Parses and checks a catalog TOML text.
+    pub fn from_toml(text: &str) -> Result<Self> {
+        let c: Catalog =
+            toml::from_str(text).map_err(|e| Error::invalid("catalog", e.to_string()))?;
+        let mut names = std::collections::HashSet::new();
+        for b in &c.benchmarks {
+            b.check()?;
+            if !names.insert(b.name.as_str()) {
+                return Err(Error::invalid(
+                    "catalog",
+                    format!("benchmark '{}' twice", b.name),
+                ));
+            }
+        }
+        Ok(c)
+    }
+
+    /// A benchmark by name.
+    pub fn get(&self, name: &str) -> Option<&BenchmarkDef> {
+        self.benchmarks.iter().find(|b| b.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CAT: &str = r#"
+[[benchmark]]
+name = "sleep"
+kind = "noop"
+command = ["sleep", "{seconds}", { when = "verbose", args = ["-v", "--tag={tag}"] }]
+timeout_s = 10
+[[benchmark.param]]
+name = "seconds"
+type = "float"
+default = "0.5"
+min = 0
+max = 60
+[[benchmark.param]]
+name = "verbose"
+type = "bool"
+default = "false"
+[[benchmark.param]]
+name = "tag"
+type = "string"
+default = "x"
+[[benchmark.param]]
+name = "size"
+type = "size"
+default = "1MiB"
+max = 1073741824
+"#;
+
+    fn p(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn params_are_typed_bounded_and_substituted() {
+        let c = Catalog::from_toml(CAT).unwrap();
+        let b = c.get("sleep").unwrap();
+        let v = b
+            .validate_params(&p(&[("seconds", "2")]), "spec.params")
+            .unwrap();
+        assert_eq!(v["size"], "1048576");
+        assert_eq!(b.argv(&v, &BTreeMap::new()).unwrap(), ["sleep", "2"]);
+        let v = b
+            .validate_params(&p(&[("verbose", "yes"), ("tag", "a.b")]), "spec.params")
+            .unwrap();
+        assert_eq!(
+            b.argv(&v, &BTreeMap::new()).unwrap(),
+            ["sleep", "0.5", "-v", "--tag=a.b"]
+        );
+        let e = b
+            .validate_params(&p(&[("seconds", "61")]), "spec.params")
+            .unwrap_err();
+        assert!(
+            e.contains("spec.params.seconds") && e.contains("maximum 60"),
+            "{e}"
+        );
+        let e = b
+            .validate_params(&p(&[("nope", "1")]), "spec.params")
+            .unwrap_err();
+        assert!(e.contains("unknown parameter"), "{e}");
+        for bad in ["-rf", "a;b", "$(x)", "../etc", "a b"] {
+            assert!(
+                b.validate_params(&p(&[("tag", bad)]), "p").is_err(),
+                "{bad}"
+            );
+        }
+        assert!(b.validate_params(&p(&[("size", "2GiB")]), "p").is_err());
+        assert_eq!(b.effective_timeout(0).unwrap(), 10);
+        assert!(b.effective_timeout(11).is_err());
+    }
+
+    #[test]
+    fn bad_catalogs_are_refused() {
+        for bad in [
+            CAT.replace("{seconds}", "{secs}"),
+            CAT.replace("name = \"sleep\"", "name = \"Sle ep\""),
+            CAT.replace("when = \"verbose\"", "when = \"loud\""),
+            CAT.replace("default = \"0.5\"", "default = \"99\""),
+        ] {
+            assert!(Catalog::from_toml(&bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("64k"), Some(65536));
+        assert_eq!(parse_size("2GB"), Some(2_000_000_000));
+        assert_eq!(parse_size("1x"), None);
+        assert_eq!(parse_size("99999999999999999999T"), None);
+    }
+}

@@ -1,0 +1,180 @@
+//! The table catalog: the Arrow schema of every lake table. Column names are a
+//! public contract (users' SQL depends on them); docs/tables.md is generated from
+//! here by `benchlake tables docs`.
+//!
+//! Each domain owns one submodule; [`all`] lists every table.
+use std::sync::{Arc, OnceLock};
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+
+pub mod counts;
+pub mod io;
+pub mod linktest;
+pub mod replay;
+pub mod system;
+
+/// One table of the lake.
+#[derive(Debug, Clone)]
+pub struct TableDef {
+    /// Table name (directory under `tables/`).
+    pub name: &'static str,
+    /// One line saying what a row is.
+    pub doc: &'static str,
+    /// The Arrow schema (without the `date` partition column).
+    pub schema: SchemaRef,
+    /// Per-column descriptions, same order as the schema.
+    pub column_docs: Vec<&'static str>,
+}
+
+/// A column: name, type, nullable, description.
+pub type Col = (&'static str, DataType, bool, &'static str);
+
+/// Builds a [`TableDef`] from columns.
+pub fn table(name: &'static str, doc: &'static str, cols: Vec<Col>) -> TableDef {
+    let fields: Vec<Field> = cols
+        .iter()
+        .map(|(n, t, null, _)| Field::new(*n, t.clone(), *null))
+        .collect();
+    TableDef {
+        name,
+        doc,
+        schema: Arc::new(Schema::new(fields)),
+        column_docs: cols.iter().map(|c| c.3).collect(),
+    }
+}
+
+/// `utf8`
+pub fn utf8() -> DataType {
+    DataType::Utf8
+}
+/// `timestamp[us, UTC]`
+pub fn ts() -> DataType {
+    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+}
+/// `list<item>` with nullable items.
+pub fn list(item: DataType) -> DataType {
+    DataType::List(Arc::new(Field::new("item", item, true)))
+}
+
+/// The `run_id` column every table carries.
+pub fn run_id() -> Col {
+    ("run_id", utf8(), false, "run that produced the row")
+}
+/// The `source` column every input-derived table carries.
+pub fn source() -> Col {
+    (
+        "source",
+        utf8(),
+        false,
+        "raw object key or input file name the row was read from",
+    )
+}
+
+/// Every table, in documentation order.
+pub fn all() -> &'static [TableDef] {
+    static ALL: OnceLock<Vec<TableDef>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        let mut v = Vec::new();
+        v.extend(system::tables());
+        v.extend(linktest::tables());
+        v.extend(io::tables());
+        v.extend(counts::tables());
+        v.extend(replay::tables());
+        v
+    })
+}
+
+/// The definition of one table.
+pub fn get(name: &str) -> Option<&'static TableDef> {
+    all().iter().find(|t| t.name == name)
+}
+
+/// The schema of one table, or an error naming it.
+pub fn schema(name: &str) -> crate::Result<SchemaRef> {
+    get(name)
+        .map(|t| t.schema.clone())
+        .ok_or_else(|| crate::Error::UnknownTable(name.to_string()))
+}
+
+/// Renders docs/tables.md from the catalog.
+pub fn markdown() -> String {
+    let mut s = String::from(
+        "# Tables\n\nGenerated from the catalog (`core/src/catalog`) by `benchlake tables docs`; \
+         column names are a public contract.\n\nEvery table is stored as Parquet under \
+         `tables/{table}/date=YYYY-MM-DD/run_id={run_id}/part-{job_id}.parquet`; `date` \
+         (the run's UTC day) and `run_id` also come from the partition path when read with \
+         `hive_partitioning=true`. Times are seconds (`f64`) unless a name says otherwise; \
+         sizes are bytes.\n",
+    );
+    for t in all() {
+        s.push_str(&format!(
+            "\n## `{}`\n\n{}\n\n| column | type | null | meaning |\n|---|---|---|---|\n",
+            t.name, t.doc
+        ));
+        for (f, d) in t.schema.fields().iter().zip(&t.column_docs) {
+            s.push_str(&format!(
+                "| `{}` | {} | {} | {} |\n",
+                f.name(),
+                type_name(f.data_type()),
+                if f.is_nullable() { "yes" } else { "no" },
+                d
+            ));
+        }
+    }
+    s
+}
+
+/// Short, user-facing type name.
+pub fn type_name(t: &DataType) -> String {
+    match t {
+        DataType::Utf8 => "utf8".into(),
+        DataType::Int32 => "i32".into(),
+        DataType::Int64 => "i64".into(),
+        DataType::UInt32 => "u32".into(),
+        DataType::UInt64 => "u64".into(),
+        DataType::Float64 => "f64".into(),
+        DataType::Boolean => "bool".into(),
+        DataType::Timestamp(_, _) => "timestamp (µs, UTC)".into(),
+        DataType::List(f) => format!("list<{}>", type_name(f.data_type())),
+        other => format!("{other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_table_has_run_id_and_unique_names() {
+        let mut names = std::collections::HashSet::new();
+        for t in all() {
+            assert!(names.insert(t.name), "duplicate table {}", t.name);
+            assert_eq!(t.schema.field(0).name(), "run_id", "{}", t.name);
+            assert_eq!(t.schema.fields().len(), t.column_docs.len());
+            let mut cols = std::collections::HashSet::new();
+            for f in t.schema.fields() {
+                assert!(cols.insert(f.name()), "{}.{} twice", t.name, f.name());
+            }
+        }
+        // The DESIGN.md §4 contract.
+        let linktest = schema("linktest_timings").unwrap();
+        let names: Vec<_> = linktest
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "run_id",
+                "source",
+                "permutation",
+                "from_rank",
+                "to_rank",
+                "step",
+                "time_s"
+            ]
+        );
+        assert!(schema("nope").is_err());
+    }
+}

@@ -1,0 +1,101 @@
+//! Tables written by the backbone: `runs`, `raw_files`, `checks`.
+use arrow::datatypes::DataType::*;
+
+use super::*;
+
+/// The backbone's tables.
+pub fn tables() -> Vec<TableDef> {
+    vec![
+        table(
+            "runs",
+            "One row per finished run (written when the run reaches a final state).",
+            vec![
+                run_id(),
+                ("source", utf8(), false, "always `coordinator`"),
+                (
+                    "schedule_id",
+                    utf8(),
+                    true,
+                    "schedule that fired the run (null when on demand)",
+                ),
+                ("benchmark", utf8(), false, "catalog benchmark name"),
+                (
+                    "kind",
+                    utf8(),
+                    false,
+                    "benchmark kind (io, linktest, netprobe, counts, replay, noop, ...)",
+                ),
+                ("status", utf8(), false, "SUCCEEDED, FAILED or CANCELLED"),
+                ("params", utf8(), false, "parameters as JSON"),
+                ("submitted_at", ts(), false, "when the run was created"),
+                ("started_at", ts(), true, "when the first task started"),
+                (
+                    "finished_at",
+                    ts(),
+                    true,
+                    "when the run reached its final state",
+                ),
+                ("agents", list(utf8()), false, "agents that ran its tasks"),
+                ("error", utf8(), true, "why it failed, if it did"),
+            ],
+        ),
+        table(
+            "raw_files",
+            "One row per raw output object uploaded by an agent.",
+            vec![
+                run_id(),
+                (
+                    "source",
+                    utf8(),
+                    false,
+                    "the raw object key (same as `key`)",
+                ),
+                ("task_id", utf8(), false, "task that produced the file"),
+                ("agent", utf8(), false, "agent that ran the task"),
+                (
+                    "key",
+                    utf8(),
+                    false,
+                    "object key raw/{run_id}/{task_id}/{file}",
+                ),
+                ("bytes", UInt64, false, "object size"),
+                (
+                    "sha256",
+                    utf8(),
+                    false,
+                    "SHA-256 of the object, lower-case hex",
+                ),
+                (
+                    "format",
+                    utf8(),
+                    false,
+                    "declared output format (ingest kind)",
+                ),
+            ],
+        ),
+        table(
+            "checks",
+            "Health verdicts: one row per check of a run against its reference.",
+            vec![
+                run_id(),
+                source(),
+                (
+                    "check",
+                    utf8(),
+                    false,
+                    "check name, e.g. `io.write_bw_mib_s`, `linktest.max_time_s`",
+                ),
+                ("status", utf8(), false, "PASS, FAIL or ERROR"),
+                ("value", Float64, true, "measured figure"),
+                (
+                    "reference",
+                    Float64,
+                    true,
+                    "bound or rolling median it was compared with",
+                ),
+                ("unit", utf8(), false, "unit of value and reference"),
+                ("message", utf8(), false, "human-readable verdict"),
+            ],
+        ),
+    ]
+}

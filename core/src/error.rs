@@ -1,0 +1,59 @@
+//! Errors of the core crate.
+use std::path::PathBuf;
+
+/// Result alias of the core crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Errors raised by core: lake I/O, Parquet encoding, invalid names.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("object store: {0}")]
+    ObjectStore(#[from] object_store::Error),
+    #[error("parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("unknown table '{0}'")]
+    UnknownTable(String),
+    #[error("invalid {field}: {message}")]
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+    #[error("batch for table '{table}' does not match the catalog schema: {message}")]
+    SchemaMismatch { table: String, message: String },
+    #[error("object store configuration: {0}")]
+    Config(String),
+}
+
+impl Error {
+    /// Whether retrying the same operation may succeed (transient store/network errors).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::ObjectStore(e) => !matches!(
+                e,
+                object_store::Error::NotFound { .. }
+                    | object_store::Error::InvalidPath { .. }
+                    | object_store::Error::NotSupported { .. }
+                    | object_store::Error::PermissionDenied { .. }
+                    | object_store::Error::Unauthenticated { .. }
+            ),
+            Error::Io { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// Shorthand for an [`Error::Invalid`].
+    pub fn invalid(field: &'static str, message: impl Into<String>) -> Self {
+        Error::Invalid {
+            field,
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! Identifiers: runs, tasks, jobs and schedules are ULIDs (sortable by creation time).
+use crate::error::{Error, Result};
+
+/// A new ULID string (26 chars, Crockford base32, time-ordered).
+pub fn new_id() -> String {
+    ulid::Ulid::new().to_string()
+}
+
+/// A new ULID for the given time in milliseconds since the epoch (for deterministic tests).
+pub fn new_id_at(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    ulid::Ulid::from_datetime(t).to_string()
+}
+
+/// Checks that `id` is a ULID, so it can be used in object keys safely.
+pub fn validate_id(field: &'static str, id: &str) -> Result<()> {
+    ulid::Ulid::from_string(id)
+        .map(|_| ())
+        .map_err(|e| Error::invalid(field, format!("'{id}' is not a valid id ({e})")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn ids_validate_and_reject_paths() {
+        let id = new_id();
+        assert_eq!(id.len(), 26);
+        validate_id("run_id", &id).unwrap();
+        assert!(validate_id("run_id", "../../etc/passwd").is_err());
+        assert!(new_id_at(1_000) < new_id_at(2_000));
+    }
+}

@@ -1,0 +1,17 @@
+//! benchlake core: the pieces every service and format shares.
+//!
+//! - [`ids`]: run/task/job ids (ULIDs) and their validation;
+//! - [`clock`]: the `Clock` trait, so cron, leases and retries can be tested on a paused clock;
+//! - [`layout`]: object-store keys (`raw/`, `tables/`, `_staging/`), built only here;
+//! - [`catalog`]: the Arrow schema of every lake table (a public contract, see docs/tables.md);
+//! - [`lake`]: Parquet encoding, the object store handle and offline lake writing;
+//! - [`error`]: the crate's error type.
+pub mod bench;
+pub mod catalog;
+pub mod clock;
+pub mod error;
+pub mod ids;
+pub mod lake;
+pub mod layout;
+
+pub use error::{Error, Result};

@@ -1,0 +1,85 @@
+//! The error type of every reader: what went wrong, in which file, where.
+use std::path::PathBuf;
+
+/// Result alias of the formats crate.
+pub type Result<T, E = FormatError> = std::result::Result<T, E>;
+
+/// Where in a file an error was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Position {
+    /// Byte offset in a binary file.
+    Offset(u64),
+    /// 1-based line and column in a text file.
+    LineCol(u64, u64),
+    /// Not tied to a position (e.g. a missing file in a set).
+    None,
+}
+
+impl std::fmt::Display for Position {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Position::Offset(o) => write!(f, "byte offset {o}"),
+            Position::LineCol(l, c) => write!(f, "line {l}, column {c}"),
+            Position::None => Ok(()),
+        }
+    }
+}
+
+/// Errors of the readers.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    /// The input is malformed.
+    #[error("{}: {}{}{}", file.display(), field, if matches!(pos, Position::None) { String::new() } else { format!(" at {pos}") }, if message.is_empty() { String::new() } else { format!(": {message}") })]
+    Malformed {
+        file: PathBuf,
+        field: String,
+        pos: Position,
+        message: String,
+    },
+    /// The input could not be read.
+    #[error("{}: {source}", file.display())]
+    Io {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An unknown ingest kind was requested.
+    #[error("unknown ingest kind '{0}' (known: {1})")]
+    UnknownKind(String, String),
+    /// Building Arrow arrays failed (a bug or a schema mismatch).
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+    /// A core error (catalog, lake).
+    #[error(transparent)]
+    Core(#[from] benchlake_core::Error),
+}
+
+impl FormatError {
+    /// A malformed-input error.
+    pub fn malformed(
+        file: impl Into<PathBuf>,
+        field: impl Into<String>,
+        pos: Position,
+        message: impl Into<String>,
+    ) -> Self {
+        FormatError::Malformed {
+            file: file.into(),
+            field: field.into(),
+            pos,
+            message: message.into(),
+        }
+    }
+
+    /// An I/O error on `file`.
+    pub fn io(file: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        FormatError::Io {
+            file: file.into(),
+            source,
+        }
+    }
+
+    /// Retrying cannot fix malformed input; I/O may be transient.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, FormatError::Io { .. })
+    }
+}

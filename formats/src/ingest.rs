@@ -1,0 +1,53 @@
+//! The ingest registry: maps an ingest kind (`linktest`, `counts`, `ior`, ...) to
+//! the reader that turns its input files into catalog tables.
+use std::path::PathBuf;
+
+use benchlake_core::lake::TableOutput;
+
+use crate::error::{FormatError, Result};
+
+/// One input file and the `source` value its rows carry.
+#[derive(Debug, Clone)]
+pub struct InputFile {
+    /// Where the file is on local disk.
+    pub path: PathBuf,
+    /// The `source` column (raw object key, or the file name given by the user).
+    pub source: String,
+}
+
+impl InputFile {
+    /// An input whose source is its path as given.
+    pub fn from_path(path: impl Into<PathBuf>) -> Self {
+        let path = path.into();
+        let source = path.display().to_string();
+        Self { path, source }
+    }
+}
+
+/// What every ingest needs besides the files.
+#[derive(Debug, Clone)]
+pub struct IngestContext {
+    /// The run the rows belong to (`run_id` column).
+    pub run_id: String,
+}
+
+type IngestFn = fn(&[InputFile], &IngestContext) -> Result<Vec<TableOutput>>;
+
+/// Registered kinds: (name, what it reads, reader).
+const KINDS: &[(&str, &str, IngestFn)] = &[];
+
+/// The names and descriptions of the known ingest kinds.
+pub fn kinds() -> Vec<(&'static str, &'static str)> {
+    KINDS.iter().map(|(n, d, _)| (*n, *d)).collect()
+}
+
+/// Reads `inputs` as `kind` and returns the tables they yield.
+pub fn ingest(kind: &str, inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutput>> {
+    match KINDS.iter().find(|(n, _, _)| *n == kind) {
+        Some((_, _, f)) => f(inputs, ctx),
+        None => Err(FormatError::UnknownKind(
+            kind.to_string(),
+            KINDS.iter().map(|k| k.0).collect::<Vec<_>>().join(", "),
+        )),
+    }
+}

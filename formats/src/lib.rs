@@ -1,0 +1,12 @@
+//! Readers of the raw formats benchlake ingests. Every reader yields Arrow
+//! `RecordBatch`es of catalog tables (see `benchlake_core::catalog`) and never
+//! panics on bad input: errors name the file, the field and the byte offset (or
+//! line and column for text formats).
+//!
+//! [`ingest`] is the one entry point used by the CLI (`benchlake ingest KIND`) and
+//! by the worker's ingest executor; each format registers its kind there.
+pub mod error;
+pub mod ingest;
+
+pub use error::{FormatError, Result};
+pub use ingest::{IngestContext, InputFile, ingest, kinds};

@@ -1,0 +1,15 @@
+//! The benchlake gRPC protocol, package `benchlake.v1`: generated messages,
+//! clients and servers, plus the descriptor set for server reflection.
+#![allow(clippy::large_enum_variant, clippy::doc_lazy_continuation)]
+
+/// Generated code of `benchlake.v1`.
+pub mod v1 {
+    tonic::include_proto!("benchlake.v1");
+}
+
+/// Encoded `FileDescriptorSet` of every benchlake proto (for tonic-reflection).
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/benchlake_descriptor.bin"));
+
+/// The protocol version this build speaks.
+pub const PROTOCOL_VERSION: v1::ProtocolVersion = v1::ProtocolVersion::ProtocolVersion1;

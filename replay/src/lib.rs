@@ -1,0 +1,1 @@
+//! Discrete-event replay engine with the Bandela and Dimemas network models.

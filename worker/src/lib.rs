@@ -1,0 +1,1 @@
+//! The worker: job leasing, executors (ingest, analyze, replay), Parquet staging.
