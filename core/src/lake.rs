@@ -192,6 +192,31 @@ impl Lake {
         Ok(())
     }
 
+    /// Starts a streaming upload of `key`: the object appears only when the writer
+    /// is finished (multipart on S3; a temp file renamed into place locally).
+    pub async fn writer(&self, key: &str) -> Result<object_store::WriteMultipart> {
+        let up = self.store.put_multipart(&self.path(key)).await?;
+        Ok(object_store::WriteMultipart::new(up))
+    }
+
+    /// Streams an object into a local file (for executors that need a path).
+    pub async fn download(&self, key: &str, dest: &Path) -> Result<u64> {
+        use tokio::io::AsyncWriteExt;
+        let mut stream = self.store.get(&self.path(key)).await?.into_stream();
+        let io = |source| Error::Io {
+            path: dest.to_path_buf(),
+            source,
+        };
+        let mut f = tokio::fs::File::create(dest).await.map_err(io)?;
+        let mut n = 0u64;
+        while let Some(chunk) = stream.try_next().await? {
+            n += chunk.len() as u64;
+            f.write_all(&chunk).await.map_err(io)?;
+        }
+        f.flush().await.map_err(io)?;
+        Ok(n)
+    }
+
     /// Reads a whole object.
     pub async fn get(&self, key: &str) -> Result<Bytes> {
         Ok(self.store.get(&self.path(key)).await?.bytes().await?)

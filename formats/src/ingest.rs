@@ -34,7 +34,11 @@ pub struct IngestContext {
 type IngestFn = fn(&[InputFile], &IngestContext) -> Result<Vec<TableOutput>>;
 
 /// Registered kinds: (name, what it reads, reader).
-const KINDS: &[(&str, &str, IngestFn)] = &[];
+const KINDS: &[(&str, &str, IngestFn)] = &[(
+    "hostinfo",
+    "node facts JSON written by `benchlake probe host` → node_facts",
+    crate::hostinfo::ingest,
+)];
 
 /// The names and descriptions of the known ingest kinds.
 pub fn kinds() -> Vec<(&'static str, &'static str)> {
