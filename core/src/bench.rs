@@ -213,6 +213,7 @@ pub const BUILTINS: &[&str] = &[
     "task_id",
     "np",
     "agent",
+    "self_exe",
 ];
 
 fn is_ident(s: &str) -> bool {

@@ -76,6 +76,8 @@ pub struct Lake {
     store: Arc<dyn ObjectStore>,
     root: String,
     prefix: Option<ObjPath>,
+    /// The directory of a local lake (object_store leaves empty directories behind).
+    local: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for Lake {
@@ -100,6 +102,7 @@ impl Lake {
             store: Arc::new(store),
             root: abs.display().to_string(),
             prefix: None,
+            local: Some(abs),
         })
     }
 
@@ -109,6 +112,7 @@ impl Lake {
             store,
             root: root.into(),
             prefix: None,
+            local: None,
         }
     }
 
@@ -146,6 +150,7 @@ impl Lake {
                 store: Arc::new(store),
                 root: url.to_string(),
                 prefix: (!prefix.is_empty()).then(|| ObjPath::from(prefix)),
+                local: None,
             })
         } else {
             let dir = url.strip_prefix("file://").unwrap_or(url);
@@ -257,10 +262,24 @@ impl Lake {
         Ok(out)
     }
 
-    /// Deletes every object under a prefix.
+    /// Deletes every object under a prefix (and, in a local lake, the emptied
+    /// directories up to the top-level one).
     pub async fn delete_prefix(&self, prefix: &str) -> Result<()> {
         for (k, _) in self.list(prefix).await? {
             self.delete(&k).await?;
+        }
+        if let Some(root) = &self.local {
+            let mut dir = root.join(prefix.trim_end_matches('/'));
+            // remove_dir only removes empty directories: concurrent jobs' staging survives.
+            while dir.starts_with(root) && dir != *root {
+                if std::fs::remove_dir(&dir).is_err() {
+                    break;
+                }
+                match dir.parent() {
+                    Some(p) => dir = p.to_path_buf(),
+                    None => break,
+                }
+            }
         }
         Ok(())
     }
