@@ -94,7 +94,10 @@ fn main() -> std::process::ExitCode {
     match res {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            match e.downcast_ref::<tonic::Status>() {
+                Some(s) => eprintln!("error: {:?}: {}", s.code(), s.message()),
+                None => eprintln!("error: {e:#}"),
+            }
             std::process::ExitCode::FAILURE
         }
     }

@@ -228,4 +228,4 @@ def duck_count(lake, table, run_id=None):
     q = f"SELECT count(*) FROM read_parquet('{lake}/tables/{table}/**/*.parquet', hive_partitioning=true)"
     if run_id:
         q += f" WHERE run_id = '{run_id}'"
-    return duckdb.sql(q).fetchone()[0]
+    return duckdb.sql(q).fetchall()[0][0]
