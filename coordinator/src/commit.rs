@@ -136,17 +136,17 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
         j.lease_id = None;
         j.lease_expires_ms = None;
         tx.update_job(&j)?;
-        if let Some(run) = tx.get_run(&j.run_id)? {
-            if !run.state.is_final() {
-                for f in &result.follow_ups {
-                    tx.insert_job(&logic::new_job(
-                        &run,
-                        &f.kind,
-                        f.spec.to_string(),
-                        &cfg,
-                        now,
-                    ))?;
-                }
+        if let Some(run) = tx.get_run(&j.run_id)?
+            && !run.state.is_final()
+        {
+            for f in &result.follow_ups {
+                tx.insert_job(&logic::new_job(
+                    &run,
+                    &f.kind,
+                    f.spec.to_string(),
+                    &cfg,
+                    now,
+                ))?;
             }
         }
         logic::advance_run(tx, &cfg, &j.run_id, now)?;

@@ -16,6 +16,7 @@ use pb::worker_service_server::{WorkerService, WorkerServiceServer};
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::Coordinator;
 use crate::auth::{interceptor, require};
 use crate::config::Role;
 use crate::error::{CoordError, Result};
@@ -23,7 +24,6 @@ use crate::logic::{self, Origin};
 use crate::model::*;
 use crate::scheduler::{self, CronSpec};
 use crate::store::{RunFilter, Tx};
-use crate::{Coordinator, WorkerSeen};
 
 type Shared = Arc<Coordinator>;
 
@@ -1018,8 +1018,7 @@ impl AgentService for Svc {
         let mut claimed = first.sha256.clone();
         let mut chunk = Some(first);
         let res: std::result::Result<(), Status> = async {
-            loop {
-                let Some(c) = chunk.take() else { break };
+            while let Some(c) = chunk.take() {
                 size += c.data.len() as u64;
                 if size > max {
                     return Err(Status::resource_exhausted(format!(
@@ -1166,9 +1165,7 @@ impl Coordinator {
 
     pub(crate) fn worker_seen(&self, name: &str, now: i64, delta: i32) {
         let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
-        let e = w
-            .entry(name.to_string())
-            .or_insert_with(WorkerSeen::default);
+        let e = w.entry(name.to_string()).or_default();
         e.last_seen_ms = now;
         e.leased_jobs = (e.leased_jobs as i64 + delta as i64).max(0) as u32;
     }

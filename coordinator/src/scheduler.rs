@@ -121,8 +121,7 @@ pub fn fire_due(tx: &mut dyn Tx, cfg: &CoordinatorConfig, now: i64) -> Result<Ve
             CatchUp::None => due
                 .iter()
                 .copied()
-                .filter(|t| now - t <= ON_TIME_GRACE_MS)
-                .next_back()
+                .rfind(|t| now - t <= ON_TIME_GRACE_MS)
                 .into_iter()
                 .collect(),
             CatchUp::Latest => due.last().copied().into_iter().collect(),
