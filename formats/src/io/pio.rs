@@ -171,6 +171,9 @@ pub struct PioVerification {
     /// Bytes that differed from the expected pattern, over all reads.
     pub errors: u64,
     pub first_error: Option<PioCorruption>,
+    /// Other problems found by the checks (e.g. a file size differing from the layout).
+    #[serde(default)]
+    pub messages: Vec<String>,
 }
 
 /// Where the first corrupted byte was found.
