@@ -34,13 +34,27 @@ fn pio(file: &Path, size: &str, cache: &str) -> (f64, f64) {
     let cfg = resolve(&parse_cli(&args).expect("args"), |_| None).expect("config");
     let r = benchlake_pio::run_single(&cfg).expect("pio run");
     assert_eq!(r.verification.status, "PASS");
-    let bw = |op: &str| r.phases.iter().find(|p| p.operation == op).map(|p| p.bw_mib_s).unwrap_or(f64::NAN);
+    let bw = |op: &str| {
+        r.phases
+            .iter()
+            .find(|p| p.operation == op)
+            .map(|p| p.bw_mib_s)
+            .unwrap_or(f64::NAN)
+    };
     (bw("write"), bw("read"))
 }
 
 fn fio_json(args: &[String]) -> serde_json::Value {
-    let out = Command::new("fio").args(args).arg("--output-format=json").output().expect("run fio (apt-get install -y fio)");
-    assert!(out.status.success(), "fio failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("fio")
+        .args(args)
+        .arg("--output-format=json")
+        .output()
+        .expect("run fio (apt-get install -y fio)");
+    assert!(
+        out.status.success(),
+        "fio failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("fio json")
 }
 
@@ -63,7 +77,10 @@ fn fio(file: &Path, size: &str, direct_read: bool) -> (f64, f64) {
     w.extend(["--end_fsync=1".to_string(), "--direct=0".into()]);
     let wj = fio_json(&w);
     let mut r = common("read");
-    r.extend([format!("--direct={}", u8::from(direct_read)), "--invalidate=1".into()]);
+    r.extend([
+        format!("--direct={}", u8::from(direct_read)),
+        "--invalidate=1".into(),
+    ]);
     let rj = fio_json(&r);
     (fio_bw(&wj, "write"), fio_bw(&rj, "read"))
 }
@@ -71,14 +88,20 @@ fn fio(file: &Path, size: &str, direct_read: bool) -> (f64, f64) {
 fn main() {
     let dir = std::env::var("PIO_BENCH_DIR").unwrap_or_else(|_| "/tmp/pio-bench".into());
     let size = std::env::var("PIO_BENCH_SIZE").unwrap_or_else(|_| "1g".into());
-    let rounds: usize = std::env::var("PIO_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5).max(5);
+    let rounds: usize = std::env::var("PIO_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5)
+        .max(5);
     let direct = std::env::var("PIO_BENCH_DIRECT").is_ok_and(|v| v == "1");
     std::fs::create_dir_all(&dir).expect("bench dir");
     let pf = Path::new(&dir).join("pio.dat");
     let ff = Path::new(&dir).join("fio.dat");
     let (mut pw, mut pr, mut fw, mut fr) = (vec![], vec![], vec![], vec![]);
     let (mut pdr, mut fdr) = (vec![], vec![]);
-    println!("pio vs fio: {size} sequential, 1 MiB transfers, write+fsync then cold read, {rounds} rounds in {dir}");
+    println!(
+        "pio vs fio: {size} sequential, 1 MiB transfers, write+fsync then cold read, {rounds} rounds in {dir}"
+    );
     println!("round  pio_write  fio_write   pio_read   fio_read   (MiB/s)");
     for k in 0..rounds {
         let _ = std::fs::remove_file(&pf);
@@ -92,7 +115,10 @@ fn main() {
             (pio(&pf, &size, "fadvise"), f)
         };
         let _ = std::fs::remove_file(&ff);
-        println!("{k:>5} {:>10.1} {:>10.1} {:>10.1} {:>10.1}", p.0, f.0, p.1, f.1);
+        println!(
+            "{k:>5} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+            p.0, f.0, p.1, f.1
+        );
         pw.push(p.0);
         pr.push(p.1);
         fw.push(f.0);
@@ -107,12 +133,26 @@ fn main() {
         }
     }
     let _ = std::fs::remove_file(&pf);
-    let (mpw, mfw, mpr, mfr) = (median(&mut pw), median(&mut fw), median(&mut pr), median(&mut fr));
-    println!("median write+fsync: pio {mpw:.1} MiB/s, fio {mfw:.1} MiB/s, ratio {:.3}", mpw / mfw);
-    println!("median cold read:   pio {mpr:.1} MiB/s, fio {mfr:.1} MiB/s, ratio {:.3}", mpr / mfr);
+    let (mpw, mfw, mpr, mfr) = (
+        median(&mut pw),
+        median(&mut fw),
+        median(&mut pr),
+        median(&mut fr),
+    );
+    println!(
+        "median write+fsync: pio {mpw:.1} MiB/s, fio {mfw:.1} MiB/s, ratio {:.3}",
+        mpw / mfw
+    );
+    println!(
+        "median cold read:   pio {mpr:.1} MiB/s, fio {mfr:.1} MiB/s, ratio {:.3}",
+        mpr / mfr
+    );
     if direct {
         let (a, b) = (median(&mut pdr), median(&mut fdr));
-        println!("median O_DIRECT read: pio {a:.1} MiB/s, fio {b:.1} MiB/s, ratio {:.3}", a / b);
+        println!(
+            "median O_DIRECT read: pio {a:.1} MiB/s, fio {b:.1} MiB/s, ratio {:.3}",
+            a / b
+        );
     }
     println!("target: ratio ≥ 0.90 (pio figures include open, close and verification)");
 }

@@ -36,7 +36,10 @@ impl Peer {
         s.set_read_timeout(Some(timeout)).map_err(comm)?;
         s.set_nodelay(true).map_err(comm)?;
         let w = s.try_clone().map_err(comm)?;
-        Ok(Peer { r: BufReader::new(s), w })
+        Ok(Peer {
+            r: BufReader::new(s),
+            w,
+        })
     }
     fn send(&mut self, line: &str) -> Result<()> {
         let mut b = Vec::with_capacity(line.len() + 1);
@@ -115,7 +118,13 @@ pub fn rendezvous_path(filename: &Path, job: &str) -> PathBuf {
     };
     let safe: String = job
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     dir.join(format!(".pio-rendezvous-{safe}"))
 }
@@ -168,12 +177,24 @@ impl Comm {
         }
     }
 
-    fn root(size: u32, job: &str, file: &Path, advertise: &str, timeout: Duration, me: String) -> Result<Comm> {
-        let bind = if advertise == "127.0.0.1" || advertise == "localhost" { "127.0.0.1:0" } else { "0.0.0.0:0" };
+    fn root(
+        size: u32,
+        job: &str,
+        file: &Path,
+        advertise: &str,
+        timeout: Duration,
+        me: String,
+    ) -> Result<Comm> {
+        let bind = if advertise == "127.0.0.1" || advertise == "localhost" {
+            "127.0.0.1:0"
+        } else {
+            "0.0.0.0:0"
+        };
         let l = TcpListener::bind(bind).map_err(comm)?;
         let port = l.local_addr().map_err(comm)?.port();
         let tmp = file.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&tmp, format!("{advertise}:{port}\n")).map_err(|e| PioError::io("write", &tmp, e))?;
+        std::fs::write(&tmp, format!("{advertise}:{port}\n"))
+            .map_err(|e| PioError::io("write", &tmp, e))?;
         std::fs::rename(&tmp, file).map_err(|e| PioError::io("rename", file, e))?;
         let deadline = Instant::now() + timeout;
         l.set_nonblocking(true).map_err(comm)?;
@@ -187,9 +208,11 @@ impl Comm {
                     let Ok(hello) = p.recv() else { continue };
                     let f: Vec<&str> = hello.split(' ').collect();
                     let ok = match f.as_slice() {
-                        ["HELLO", j, r, n, h] if *j == job && n.parse() == Ok(size) => {
-                            r.parse::<u32>().ok().filter(|r| *r >= 1 && *r < size).map(|r| (r, h.to_string()))
-                        }
+                        ["HELLO", j, r, n, h] if *j == job && n.parse() == Ok(size) => r
+                            .parse::<u32>()
+                            .ok()
+                            .filter(|r| *r >= 1 && *r < size)
+                            .map(|r| (r, h.to_string())),
                         _ => None,
                     };
                     match ok {
@@ -232,15 +255,31 @@ impl Comm {
         for p in &mut peers {
             p.send(&format!("WELCOME {list}"))?;
         }
-        Ok(Comm { rank: 0, size, hosts, role: Role::Root(peers) })
+        Ok(Comm {
+            rank: 0,
+            size,
+            hosts,
+            role: Role::Root(peers),
+        })
     }
 
-    fn member(rank: u32, size: u32, job: &str, file: &Path, timeout: Duration, me: String) -> Result<Comm> {
+    fn member(
+        rank: u32,
+        size: u32,
+        job: &str,
+        file: &Path,
+        timeout: Duration,
+        me: String,
+    ) -> Result<Comm> {
         let deadline = Instant::now() + timeout;
         let host = me.replace(' ', "_");
         loop {
             if Instant::now() > deadline {
-                return Err(PioError::Comm(format!("no rendezvous at {} within {}s", file.display(), timeout.as_secs())));
+                return Err(PioError::Comm(format!(
+                    "no rendezvous at {} within {}s",
+                    file.display(),
+                    timeout.as_secs()
+                )));
             }
             let addr = match std::fs::read_to_string(file) {
                 Ok(a) if a.ends_with('\n') => a.trim().to_string(),
@@ -262,11 +301,17 @@ impl Comm {
             p.send(&format!("HELLO {job} {rank} {size} {host}"))?;
             let Ok(reply) = p.recv() else { continue };
             if let Some(list) = reply.strip_prefix("WELCOME ") {
-                let hosts: Vec<String> = serde_json::from_str(list).map_err(|e| PioError::Comm(e.to_string()))?;
+                let hosts: Vec<String> =
+                    serde_json::from_str(list).map_err(|e| PioError::Comm(e.to_string()))?;
                 if hosts.len() != size as usize {
                     return Err(PioError::Comm("host list of the wrong size".into()));
                 }
-                return Ok(Comm { rank, size, hosts, role: Role::Member(p) });
+                return Ok(Comm {
+                    rank,
+                    size,
+                    hosts,
+                    role: Role::Member(p),
+                });
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -280,13 +325,19 @@ impl Comm {
             Role::Member(p) => {
                 match &status {
                     Ok(()) => p.send("BARRIER ok")?,
-                    Err(m) => p.send(&format!("BARRIER err rank {}: {}", self.rank, m.replace('\n', " ")))?,
+                    Err(m) => p.send(&format!(
+                        "BARRIER err rank {}: {}",
+                        self.rank,
+                        m.replace('\n', " ")
+                    ))?,
                 }
                 let r = p.recv()?;
                 if r == "GO" {
                     status.map_err(PioError::Aborted)
                 } else {
-                    Err(PioError::Aborted(r.strip_prefix("ABORT ").unwrap_or(&r).to_string()))
+                    Err(PioError::Aborted(
+                        r.strip_prefix("ABORT ").unwrap_or(&r).to_string(),
+                    ))
                 }
             }
             Role::Root(peers) => {
@@ -295,7 +346,9 @@ impl Comm {
                     match p.recv() {
                         Ok(l) if l == "BARRIER ok" => {}
                         Ok(l) => {
-                            err.get_or_insert(l.strip_prefix("BARRIER err ").unwrap_or(&l).to_string());
+                            err.get_or_insert(
+                                l.strip_prefix("BARRIER err ").unwrap_or(&l).to_string(),
+                            );
                         }
                         Err(e) => {
                             err.get_or_insert(e.to_string());
@@ -345,26 +398,44 @@ mod tests {
     fn four_threads_meet_barrier_and_gather() {
         let dir = tempfile::tempdir().unwrap();
         let file = rendezvous_path(&dir.path().join("t"), "job/1");
-        assert!(file.file_name().unwrap().to_str().unwrap().ends_with("job_1"));
+        assert!(
+            file.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .ends_with("job_1")
+        );
         let hs: Vec<_> = (0..4u32)
             .map(|r| {
                 let f = file.clone();
                 std::thread::spawn(move || {
-                    let mut c = Comm::connect(r, 4, "job/1", &f, "127.0.0.1", Duration::from_secs(20)).unwrap();
+                    let mut c =
+                        Comm::connect(r, 4, "job/1", &f, "127.0.0.1", Duration::from_secs(20))
+                            .unwrap();
                     c.barrier(Ok(())).unwrap();
                     let g = c.gather(format!("r{}", c.rank())).unwrap();
                     // A failing rank aborts everyone.
-                    let b = c.barrier(if r == 2 { Err("disk full".into()) } else { Ok(()) });
+                    let b = c.barrier(if r == 2 {
+                        Err("disk full".into())
+                    } else {
+                        Ok(())
+                    });
                     (g, b.map_err(|e| e.to_string()), c.hosts().len())
                 })
             })
             .collect();
         let res: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
-        assert_eq!(res[0].0.as_deref(), Some(&["r0", "r1", "r2", "r3"].map(String::from)[..]));
+        assert_eq!(
+            res[0].0.as_deref(),
+            Some(&["r0", "r1", "r2", "r3"].map(String::from)[..])
+        );
         assert!(res[1].0.is_none());
         for (_, b, n) in &res {
             assert_eq!(*n, 4);
-            assert!(b.as_ref().unwrap_err().contains("rank 2: disk full"), "{b:?}");
+            assert!(
+                b.as_ref().unwrap_err().contains("rank 2: disk full"),
+                "{b:?}"
+            );
         }
         assert!(!file.exists(), "rendezvous file removed");
     }

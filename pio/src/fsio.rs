@@ -38,7 +38,9 @@ impl AlignedBuf {
     /// The first `n` usable bytes.
     pub fn get_mut(&mut self, n: usize) -> &mut [u8] {
         let n = n.min(self.len);
-        self.raw.get_mut(self.start..self.start + n).unwrap_or_default()
+        self.raw
+            .get_mut(self.start..self.start + n)
+            .unwrap_or_default()
     }
 }
 
@@ -98,12 +100,17 @@ pub fn direct_supported(path: &Path, tag: &str) -> bool {
 /// posix_fadvise DONTNEED): any user may do it, and it affects only this file.
 pub fn evict(path: &Path) -> Result<()> {
     let f = File::open(path).map_err(|e| PioError::io("open for evict", path, e))?;
-    f.sync_data().map_err(|e| PioError::io("fdatasync", path, e))?;
+    f.sync_data()
+        .map_err(|e| PioError::io("fdatasync", path, e))?;
     // SAFETY: the descriptor belongs to `f`, which is alive for the call;
     // posix_fadvise only reads its arguments.
     let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     if rc != 0 {
-        return Err(PioError::io("posix_fadvise", path, std::io::Error::from_raw_os_error(rc)));
+        return Err(PioError::io(
+            "posix_fadvise",
+            path,
+            std::io::Error::from_raw_os_error(rc),
+        ));
     }
     Ok(())
 }
@@ -125,7 +132,11 @@ pub fn preallocate(path: &Path, len: u64) -> Result<()> {
     // SAFETY: the descriptor belongs to `f`, alive for the call.
     let rc = unsafe { libc::posix_fallocate(f.as_raw_fd(), 0, len) };
     if rc != 0 {
-        return Err(PioError::io("posix_fallocate", path, std::io::Error::from_raw_os_error(rc)));
+        return Err(PioError::io(
+            "posix_fallocate",
+            path,
+            std::io::Error::from_raw_os_error(rc),
+        ));
     }
     f.sync_all().map_err(|e| PioError::io("fsync", path, e))?;
     close(f, path)
@@ -140,9 +151,11 @@ pub fn corrupt(path: &Path, offset: u64) -> Result<()> {
         .open(path)
         .map_err(|e| PioError::io("open for corruption", path, e))?;
     let mut b = [0u8; 1];
-    f.read_exact_at(&mut b, offset).map_err(|e| PioError::io("read", path, e))?;
+    f.read_exact_at(&mut b, offset)
+        .map_err(|e| PioError::io("read", path, e))?;
     b[0] ^= 0xFF;
-    f.write_all_at(&b, offset).map_err(|e| PioError::io("write", path, e))?;
+    f.write_all_at(&b, offset)
+        .map_err(|e| PioError::io("write", path, e))?;
     f.sync_all().map_err(|e| PioError::io("fsync", path, e))?;
     close(f, path)
 }

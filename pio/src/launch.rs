@@ -39,7 +39,11 @@ pub const CHILD_SIZE: &str = "PIO_CHILD_SIZE";
 pub const CHILD_JOB: &str = "PIO_CHILD_JOB";
 
 /// Decides how this process runs, from the environment and `np`.
-pub fn detect(np: u32, job_id: Option<&str>, env: impl Fn(&str) -> Option<String>) -> Result<Launch> {
+pub fn detect(
+    np: u32,
+    job_id: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Launch> {
     let num = |k: &str| env(k).and_then(|v| v.trim().parse::<u32>().ok());
     if let (Some(rank), Some(size)) = (num(CHILD_RANK), num(CHILD_SIZE)) {
         let job = env(CHILD_JOB).unwrap_or_else(|| "fork".into());
@@ -50,10 +54,15 @@ pub fn detect(np: u32, job_id: Option<&str>, env: impl Fn(&str) -> Option<String
             .map(String::from)
             .or_else(|| env("PMIX_NAMESPACE"))
             .or_else(|| env("OMPI_MCA_ess_base_jobid"))
-            .or_else(|| env("SLURM_JOB_ID").map(|j| format!("{j}.{}", env("SLURM_STEP_ID").unwrap_or_default())))
+            .or_else(|| {
+                env("SLURM_JOB_ID")
+                    .map(|j| format!("{j}.{}", env("SLURM_STEP_ID").unwrap_or_default()))
+            })
             .unwrap_or_else(|| "default".into())
     };
-    let mpi_rank = num("OMPI_COMM_WORLD_RANK").or_else(|| num("PMIX_RANK")).or_else(|| num("PMI_RANK"));
+    let mpi_rank = num("OMPI_COMM_WORLD_RANK")
+        .or_else(|| num("PMIX_RANK"))
+        .or_else(|| num("PMI_RANK"));
     let mpi_size = num("OMPI_COMM_WORLD_SIZE").or_else(|| num("PMI_SIZE"));
     if let (Some(rank), Some(size)) = (mpi_rank, mpi_size) {
         return rank_of(rank, size, launcher_job(), "mpirun");
@@ -63,14 +72,23 @@ pub fn detect(np: u32, job_id: Option<&str>, env: impl Fn(&str) -> Option<String
             return rank_of(rank, size, launcher_job(), "slurm");
         }
     }
-    Ok(if np > 1 { Launch::Fork { np } } else { Launch::Single })
+    Ok(if np > 1 {
+        Launch::Fork { np }
+    } else {
+        Launch::Single
+    })
 }
 
 fn rank_of(rank: u32, size: u32, job: String, launcher: &str) -> Result<Launch> {
     if size == 0 || rank >= size {
         return Err(PioError::Launch(format!("rank {rank} of size {size}")));
     }
-    Ok(Launch::Rank { rank, size, job, launcher: launcher.into() })
+    Ok(Launch::Rank {
+        rank,
+        size,
+        job,
+        launcher: launcher.into(),
+    })
 }
 
 /// Forks `np` copies of `exe args…` as ranks of one job and waits for them.
@@ -147,14 +165,60 @@ mod tests {
     fn detects_launchers() {
         assert_eq!(detect(0, None, env(&[])).unwrap(), Launch::Single);
         assert_eq!(detect(4, None, env(&[])).unwrap(), Launch::Fork { np: 4 });
-        let l = detect(4, None, env(&[("OMPI_COMM_WORLD_RANK", "2"), ("OMPI_COMM_WORLD_SIZE", "8"), ("PMIX_NAMESPACE", "ns1")])).unwrap();
-        assert_eq!(l, Launch::Rank { rank: 2, size: 8, job: "ns1".into(), launcher: "mpirun".into() });
-        let l = detect(0, Some("j"), env(&[("PMIX_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "2")])).unwrap();
+        let l = detect(
+            4,
+            None,
+            env(&[
+                ("OMPI_COMM_WORLD_RANK", "2"),
+                ("OMPI_COMM_WORLD_SIZE", "8"),
+                ("PMIX_NAMESPACE", "ns1"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            l,
+            Launch::Rank {
+                rank: 2,
+                size: 8,
+                job: "ns1".into(),
+                launcher: "mpirun".into()
+            }
+        );
+        let l = detect(
+            0,
+            Some("j"),
+            env(&[("PMIX_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "2")]),
+        )
+        .unwrap();
         assert!(matches!(l, Launch::Rank { rank: 1, size: 2, ref job, .. } if job == "j"));
-        let l = detect(0, None, env(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "3"), ("SLURM_JOB_ID", "77"), ("SLURM_STEP_ID", "0")])).unwrap();
-        assert!(matches!(l, Launch::Rank { size: 3, ref job, ref launcher, .. } if job == "77.0" && launcher == "slurm"));
-        let l = detect(9, None, env(&[(CHILD_RANK, "3"), (CHILD_SIZE, "4"), (CHILD_JOB, "f1")])).unwrap();
+        let l = detect(
+            0,
+            None,
+            env(&[
+                ("SLURM_PROCID", "0"),
+                ("SLURM_NTASKS", "3"),
+                ("SLURM_JOB_ID", "77"),
+                ("SLURM_STEP_ID", "0"),
+            ]),
+        )
+        .unwrap();
+        assert!(
+            matches!(l, Launch::Rank { size: 3, ref job, ref launcher, .. } if job == "77.0" && launcher == "slurm")
+        );
+        let l = detect(
+            9,
+            None,
+            env(&[(CHILD_RANK, "3"), (CHILD_SIZE, "4"), (CHILD_JOB, "f1")]),
+        )
+        .unwrap();
         assert!(matches!(l, Launch::Rank { rank: 3, ref launcher, .. } if launcher == "fork"));
-        assert!(detect(0, None, env(&[("OMPI_COMM_WORLD_RANK", "4"), ("OMPI_COMM_WORLD_SIZE", "4")])).is_err());
+        assert!(
+            detect(
+                0,
+                None,
+                env(&[("OMPI_COMM_WORLD_RANK", "4"), ("OMPI_COMM_WORLD_SIZE", "4")])
+            )
+            .is_err()
+        );
     }
 }

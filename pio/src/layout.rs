@@ -58,7 +58,11 @@ impl Layout {
     pub fn new(cfg: &Config, clients: u32) -> Layout {
         let clients = u64::from(clients.max(1));
         let per_file = if cfg.file_per_proc { 1 } else { clients };
-        let padding = if cfg.pattern == Pattern::Segmented { 0 } else { cfg.padding };
+        let padding = if cfg.pattern == Pattern::Segmented {
+            0
+        } else {
+            cfg.padding
+        };
         Layout {
             pattern: cfg.pattern,
             per_file,
@@ -67,10 +71,16 @@ impl Layout {
             filename: cfg.filename.clone(),
             block: cfg.block_size,
             transfer: cfg.transfer_size,
-            min_transfer: if cfg.pattern.random_sizes() { cfg.min_transfer_size } else { cfg.transfer_size },
+            min_transfer: if cfg.pattern.random_sizes() {
+                cfg.min_transfer_size
+            } else {
+                cfg.transfer_size
+            },
             segments: cfg.segments,
             header: cfg.header_bytes,
-            stride: per_file.saturating_mul(cfg.block_size).saturating_add(padding),
+            stride: per_file
+                .saturating_mul(cfg.block_size)
+                .saturating_add(padding),
             seed: cfg.seed,
         }
     }
@@ -109,7 +119,8 @@ impl Layout {
     fn size(&self, s: u64, c: u64, j: u64) -> u64 {
         if self.pattern.random_sizes() {
             let span = self.transfer - self.min_transfer + 1;
-            let h = splitmix(self.seed ^ splitmix(s ^ splitmix(c ^ splitmix(j.wrapping_add(0x5EED)))));
+            let h =
+                splitmix(self.seed ^ splitmix(s ^ splitmix(c ^ splitmix(j.wrapping_add(0x5EED)))));
             self.min_transfer + h % span
         } else {
             self.transfer
@@ -119,7 +130,9 @@ impl Layout {
     /// Length of client c's block in segment s.
     pub fn block_len(&self, s: u64, c: u64) -> u64 {
         if self.pattern.random_sizes() {
-            (0..self.transfers_per_block()).map(|j| self.size(s, c, j)).sum()
+            (0..self.transfers_per_block())
+                .map(|j| self.size(s, c, j))
+                .sum()
         } else {
             self.block
         }
@@ -166,7 +179,11 @@ impl Layout {
     /// Expected size of a file after the write phase: the end of its last byte.
     /// Padding after the last segment is not written, so it is not part of it.
     pub fn file_size(&self, c: u32) -> u64 {
-        let owners: Vec<u32> = if self.file_per_proc { vec![c] } else { (0..self.clients as u32).collect() };
+        let owners: Vec<u32> = if self.file_per_proc {
+            vec![c]
+        } else {
+            (0..self.clients as u32).collect()
+        };
         let mut end = 0u64;
         for o in owners {
             let _ = self.for_each_transfer::<()>(o, |t| {
@@ -230,18 +247,38 @@ mod tests {
     #[test]
     fn strided_repeats_segment_with_padding_and_header() {
         let l = Layout::new(
-            &cfg(&["--pattern=strided", "--block_size=8", "--transfer_size=4", "--segments=3", "--padding=3", "--header_bytes=5"]),
+            &cfg(&[
+                "--pattern=strided",
+                "--block_size=8",
+                "--transfer_size=4",
+                "--segments=3",
+                "--padding=3",
+                "--header_bytes=5",
+            ]),
             2,
         );
         assert_eq!(l.stride(), 19);
-        assert_eq!(all(&l, 1), [(13, 4), (17, 4), (32, 4), (36, 4), (51, 4), (55, 4)]);
+        assert_eq!(
+            all(&l, 1),
+            [(13, 4), (17, 4), (32, 4), (36, 4), (51, 4), (55, 4)]
+        );
         assert_eq!(l.file_size(0), 59);
         assert_eq!(l.bytes_of(1), 24);
     }
 
     #[test]
     fn file_per_proc_has_one_client_per_file() {
-        let l = Layout::new(&cfg(&["--pattern=strided", "--block_size=8", "--transfer_size=8", "--segments=2", "--file_per_proc=1", "--filename=/x/f"]), 4);
+        let l = Layout::new(
+            &cfg(&[
+                "--pattern=strided",
+                "--block_size=8",
+                "--transfer_size=8",
+                "--segments=2",
+                "--file_per_proc=1",
+                "--filename=/x/f",
+            ]),
+            4,
+        );
         assert_eq!(all(&l, 3), [(0, 8), (8, 8)]);
         assert_eq!(l.file_of(3), PathBuf::from("/x/f.00000003"));
         assert_eq!(l.files().len(), 4);
@@ -250,7 +287,14 @@ mod tests {
     #[test]
     fn random_sizes_are_bounded_packed_and_disjoint() {
         let l = Layout::new(
-            &cfg(&["--pattern=general", "--block_size=64k", "--transfer_size=4k", "--min_transfer_size=100", "--segments=3", "--header_bytes=7"]),
+            &cfg(&[
+                "--pattern=general",
+                "--block_size=64k",
+                "--transfer_size=4k",
+                "--min_transfer_size=100",
+                "--segments=3",
+                "--header_bytes=7",
+            ]),
             4,
         );
         let mut spans: Vec<(u64, u64)> = (0..4).flat_map(|c| all(&l, c)).collect();
@@ -266,7 +310,10 @@ mod tests {
         let c0 = all(&l, 0);
         let c1 = all(&l, 1);
         assert_eq!(c1[0].0, c0[15].0 + c0[15].1);
-        assert_eq!(all(&l, 2)[16].0, 7 + l.stride() + l.block_len(1, 0) + l.block_len(1, 1));
+        assert_eq!(
+            all(&l, 2)[16].0,
+            7 + l.stride() + l.block_len(1, 0) + l.block_len(1, 1)
+        );
         assert!(!l.aligned(4096));
     }
 }

@@ -38,12 +38,29 @@ pub fn run_single(cfg: &Config) -> Result<PioResult> {
 
 /// Runs this process as `rank` of `size` (the others run the same call), meeting
 /// through the rendezvous file next to `cfg.filename`. Rank 0 returns the result.
-pub fn run(cfg: &Config, rank: u32, size: u32, job: &str, launcher: &str) -> Result<Option<PioResult>> {
+pub fn run(
+    cfg: &Config,
+    rank: u32,
+    size: u32,
+    job: &str,
+    launcher: &str,
+) -> Result<Option<PioResult>> {
     let advertise = cfg.rendezvous_host.clone().unwrap_or_else(|| {
-        if launcher == "fork" { "127.0.0.1".into() } else { comm::hostname() }
+        if launcher == "fork" {
+            "127.0.0.1".into()
+        } else {
+            comm::hostname()
+        }
     });
     let file = comm::rendezvous_path(&cfg.filename, job);
-    let mut c = comm::Comm::connect(rank, size, job, &file, &advertise, Duration::from_secs(cfg.timeout_s))?;
+    let mut c = comm::Comm::connect(
+        rank,
+        size,
+        job,
+        &file,
+        &advertise,
+        Duration::from_secs(cfg.timeout_s),
+    )?;
     run::run_rank(cfg, &mut c, launcher)
 }
 
@@ -65,7 +82,11 @@ pub fn summary_text(r: &PioResult) -> String {
         r.pio_version,
         r.num_tasks,
         r.pattern,
-        if r.file_per_proc { "file per process" } else { "shared file" },
+        if r.file_per_proc {
+            "file per process"
+        } else {
+            "shared file"
+        },
         r.iterations,
         r.cache_mode,
         r.reorder_shift
@@ -74,7 +95,14 @@ pub fn summary_text(r: &PioResult) -> String {
     for p in &r.phases {
         s.push_str(&format!(
             "{:<6} {:>5} {:>10.2} {:>9.1} {:>9.6} {:>9.6} {:>9.6} {:>9.6}\n",
-            p.operation, p.iteration, p.bw_mib_s, p.iops, p.open_time_s, p.xfer_time_s, p.close_time_s, p.total_time_s
+            p.operation,
+            p.iteration,
+            p.bw_mib_s,
+            p.iops,
+            p.open_time_s,
+            p.xfer_time_s,
+            p.close_time_s,
+            p.total_time_s
         ));
     }
     for m in &r.summary {
@@ -83,7 +111,10 @@ pub fn summary_text(r: &PioResult) -> String {
             m.operation, m.bw_mib_s.max, m.bw_mib_s.min, m.bw_mib_s.mean, m.bw_mib_s.stddev
         ));
     }
-    s.push_str(&format!("verification: {} ({} bad bytes)\n", r.verification.status, r.verification.errors));
+    s.push_str(&format!(
+        "verification: {} ({} bad bytes)\n",
+        r.verification.status, r.verification.errors
+    ));
     s
 }
 
@@ -113,15 +144,28 @@ fn main_inner(args: Vec<String>) -> Result<u8> {
             // Re-run this very command line (e.g. `benchlake pio ARGS`) as N ranks.
             let exe = std::env::current_exe().map_err(|e| PioError::Launch(e.to_string()))?;
             let argv: Vec<String> = std::env::args().skip(1).collect();
-            let child_args = if argv.ends_with(&args) { argv } else { args.clone() };
+            let child_args = if argv.ends_with(&args) {
+                argv
+            } else {
+                args.clone()
+            };
             let code = launch::fork_and_wait(np, &exe, &child_args, Duration::from_secs(5))?;
             return Ok(u8::try_from(code).unwrap_or(1));
         }
         launch::Launch::Single => Some(run_single(&cfg)?),
-        launch::Launch::Rank { rank, size, job, launcher } => run(&cfg, rank, size, &job, &launcher)?,
+        launch::Launch::Rank {
+            rank,
+            size,
+            job,
+            launcher,
+        } => run(&cfg, rank, size, &job, &launcher)?,
     };
     let Some(r) = result else { return Ok(0) };
     write_result(&r, &cfg.output)?;
     print!("{}", summary_text(&r));
-    Ok(if r.verification.status == "FAIL" { EXIT_VERIFY_FAILED } else { 0 })
+    Ok(if r.verification.status == "FAIL" {
+        EXIT_VERIFY_FAILED
+    } else {
+        0
+    })
 }

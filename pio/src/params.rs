@@ -88,31 +88,123 @@ pub struct Config {
 
 /// One parameter: name, default (as text, empty = unset), help.
 pub const PARAMS: &[(&str, &str, &str)] = &[
-    ("filename", "pio.testfile", "test file (file-per-process appends .%08d per rank)"),
-    ("pattern", "segmented", "segmented | strided | random | general"),
-    ("file_per_proc", "0", "1 = one file per process instead of a shared file"),
-    ("block_size", "1m", "bytes per client per segment (k/m/g suffixes = 2^10/2^20/2^30)"),
-    ("transfer_size", "256k", "bytes per I/O call (upper bound for random/general)"),
-    ("min_transfer_size", "", "lower bound of random transfer sizes (default transfer_size/2)"),
-    ("segments", "1", "segments (strided/random/general repeat the segment)"),
-    ("padding", "0", "bytes of padding after each segment (stride = clients·block_size + padding)"),
-    ("header_bytes", "", "bytes skipped at the start of the file (default 0; general: 1)"),
-    ("iterations", "1", "write+read repetitions, each on a new file"),
-    ("fsync", "1", "1 = fsync before the write phase's stop time (sustained write)"),
-    ("collective", "0", "accepted and recorded; POSIX I/O has no collective calls"),
-    ("read_cache", "auto", "auto | direct | fadvise | drop_caches | none"),
-    ("reorder", "1", "1 = client c reads the data of client c+shift (like IOR -C)"),
-    ("reorder_shift", "", "shift for reorder (default: processes per node when several nodes, else 1)"),
-    ("verify", "1", "1 = check every byte read against the pattern"),
-    ("seed", "20020521", "seed of the data pattern and random sizes"),
+    (
+        "filename",
+        "pio.testfile",
+        "test file (file-per-process appends .%08d per rank)",
+    ),
+    (
+        "pattern",
+        "segmented",
+        "segmented | strided | random | general",
+    ),
+    (
+        "file_per_proc",
+        "0",
+        "1 = one file per process instead of a shared file",
+    ),
+    (
+        "block_size",
+        "1m",
+        "bytes per client per segment (k/m/g suffixes = 2^10/2^20/2^30)",
+    ),
+    (
+        "transfer_size",
+        "256k",
+        "bytes per I/O call (upper bound for random/general)",
+    ),
+    (
+        "min_transfer_size",
+        "",
+        "lower bound of random transfer sizes (default transfer_size/2)",
+    ),
+    (
+        "segments",
+        "1",
+        "segments (strided/random/general repeat the segment)",
+    ),
+    (
+        "padding",
+        "0",
+        "bytes of padding after each segment (stride = clients·block_size + padding)",
+    ),
+    (
+        "header_bytes",
+        "",
+        "bytes skipped at the start of the file (default 0; general: 1)",
+    ),
+    (
+        "iterations",
+        "1",
+        "write+read repetitions, each on a new file",
+    ),
+    (
+        "fsync",
+        "1",
+        "1 = fsync before the write phase's stop time (sustained write)",
+    ),
+    (
+        "collective",
+        "0",
+        "accepted and recorded; POSIX I/O has no collective calls",
+    ),
+    (
+        "read_cache",
+        "auto",
+        "auto | direct | fadvise | drop_caches | none",
+    ),
+    (
+        "reorder",
+        "1",
+        "1 = client c reads the data of client c+shift (like IOR -C)",
+    ),
+    (
+        "reorder_shift",
+        "",
+        "shift for reorder (default: processes per node when several nodes, else 1)",
+    ),
+    (
+        "verify",
+        "1",
+        "1 = check every byte read against the pattern",
+    ),
+    (
+        "seed",
+        "20020521",
+        "seed of the data pattern and random sizes",
+    ),
     ("keep_file", "0", "1 = keep the test files after the run"),
-    ("preallocate", "0", "1 = write into preallocated space instead of a new file"),
-    ("np", "0", "processes to fork locally (0 = from mpirun/srun environment, or 1)"),
+    (
+        "preallocate",
+        "0",
+        "1 = write into preallocated space instead of a new file",
+    ),
+    (
+        "np",
+        "0",
+        "processes to fork locally (0 = from mpirun/srun environment, or 1)",
+    ),
     ("output", "pio-result.json", "result file written by rank 0"),
-    ("timeout_s", "600", "give up waiting for other processes after this many seconds"),
-    ("rendezvous_host", "", "address rank 0 publishes (default: 127.0.0.1 for local runs, else hostname)"),
-    ("job_id", "", "rendezvous key (default: from the launcher's environment)"),
-    ("inject_corruption", "", "testing aid: flip the byte at this offset of the first file after writing"),
+    (
+        "timeout_s",
+        "600",
+        "give up waiting for other processes after this many seconds",
+    ),
+    (
+        "rendezvous_host",
+        "",
+        "address rank 0 publishes (default: 127.0.0.1 for local runs, else hostname)",
+    ),
+    (
+        "job_id",
+        "",
+        "rendezvous key (default: from the launcher's environment)",
+    ),
+    (
+        "inject_corruption",
+        "",
+        "testing aid: flip the byte at this offset of the first file after writing",
+    ),
 ];
 
 /// Parses a size: bytes, or with a k/m/g/t suffix (powers of 2^10).
@@ -207,7 +299,12 @@ pub fn resolve(
         "strided" => Pattern::Strided,
         "random" => Pattern::Random,
         "general" => Pattern::General,
-        other => return Err(PioError::param("pattern", format!("unknown pattern '{other}'"))),
+        other => {
+            return Err(PioError::param(
+                "pattern",
+                format!("unknown pattern '{other}'"),
+            ));
+        }
     };
     let read_cache = match get("read_cache").trim() {
         "auto" => ReadCache::Auto,
@@ -215,7 +312,12 @@ pub fn resolve(
         "fadvise" => ReadCache::Fadvise,
         "drop_caches" => ReadCache::DropCaches,
         "none" => ReadCache::None,
-        other => return Err(PioError::param("read_cache", format!("unknown mode '{other}'"))),
+        other => {
+            return Err(PioError::param(
+                "read_cache",
+                format!("unknown mode '{other}'"),
+            ));
+        }
     };
     let transfer_size = parse_size("transfer_size", &get("transfer_size"))?;
     let min_transfer_size = match opt("min_transfer_size") {
@@ -272,7 +374,10 @@ pub fn resolve(
         provenance: prov.clone(),
     };
     // Record the derived defaults as the values actually used.
-    for (name, v) in [("min_transfer_size", min_transfer_size), ("header_bytes", header_bytes)] {
+    for (name, v) in [
+        ("min_transfer_size", min_transfer_size),
+        ("header_bytes", header_bytes),
+    ] {
         if let Some(p) = cfg.provenance.get_mut(name).filter(|p| p.1 == "default") {
             p.0 = v.to_string();
         }
@@ -346,7 +451,14 @@ pub fn usage() -> String {
          run under mpirun/srun (one process per rank) or with --np N to fork N local processes\n\nparameters:\n",
     );
     for (n, d, h) in PARAMS {
-        s.push_str(&format!("  --{n:<20} {h}{}\n", if d.is_empty() { String::new() } else { format!(" [default {d}]") }));
+        s.push_str(&format!(
+            "  --{n:<20} {h}{}\n",
+            if d.is_empty() {
+                String::new()
+            } else {
+                format!(" [default {d}]")
+            }
+        ));
     }
     s
 }
@@ -367,15 +479,25 @@ mod tests {
             "PIO_HEADER_BYTES" => Some("12".to_string()),
             _ => None,
         };
-        let c = resolve(&cli(&["--block_size=2m", "--pattern", "strided", "--segments", "3"]), env).unwrap();
+        let c = resolve(
+            &cli(&["--block_size=2m", "--pattern", "strided", "--segments", "3"]),
+            env,
+        )
+        .unwrap();
         assert_eq!(c.block_size, 2 << 20);
         assert_eq!(c.transfer_size, 1 << 20);
         assert_eq!(c.header_bytes, 12);
         assert_eq!(c.segments, 3);
         assert_eq!(c.pattern, Pattern::Strided);
-        assert_eq!(c.provenance["block_size"], ("2m".to_string(), "cli".to_string()));
+        assert_eq!(
+            c.provenance["block_size"],
+            ("2m".to_string(), "cli".to_string())
+        );
         assert_eq!(c.provenance["transfer_size"].1, "env");
-        assert_eq!(c.provenance["iterations"], ("1".to_string(), "default".to_string()));
+        assert_eq!(
+            c.provenance["iterations"],
+            ("1".to_string(), "default".to_string())
+        );
     }
 
     #[test]

@@ -144,7 +144,16 @@ pub fn run_rank(cfg: &Config, comm: &mut Comm, launcher: &str) -> Result<Option<
         };
         comm.barrier(between.and(evicted))?;
 
-        let r = read_phase(cfg, &layout, me, writer_of_my_read, it, &read_file, mode == "o_direct", &mut buf);
+        let r = read_phase(
+            cfg,
+            &layout,
+            me,
+            writer_of_my_read,
+            it,
+            &read_file,
+            mode == "o_direct",
+            &mut buf,
+        );
         let (r, st) = split(r);
         comm.barrier(st)?;
         records.extend(r);
@@ -164,9 +173,20 @@ pub fn run_rank(cfg: &Config, comm: &mut Comm, launcher: &str) -> Result<Option<
     };
     let mut reports = Vec::new();
     for l in lines {
-        reports.push(serde_json::from_str::<Report>(&l).map_err(|e| PioError::Comm(format!("bad report: {e}")))?);
+        reports.push(
+            serde_json::from_str::<Report>(&l)
+                .map_err(|e| PioError::Comm(format!("bad report: {e}")))?,
+        );
     }
-    Ok(Some(assemble(cfg, &layout, comm.hosts(), launcher, shift, started_at, reports)))
+    Ok(Some(assemble(
+        cfg,
+        &layout,
+        comm.hosts(),
+        launcher,
+        shift,
+        started_at,
+        reports,
+    )))
 }
 
 fn split(r: Result<Record>) -> (Option<Record>, std::result::Result<(), String>) {
@@ -176,7 +196,14 @@ fn split(r: Result<Record>) -> (Option<Record>, std::result::Result<(), String>)
     }
 }
 
-fn write_phase(cfg: &Config, layout: &Layout, me: u32, it: u32, path: &Path, buf: &mut AlignedBuf) -> Result<Record> {
+fn write_phase(
+    cfg: &Config,
+    layout: &Layout,
+    me: u32,
+    it: u32,
+    path: &Path,
+    buf: &mut AlignedBuf,
+) -> Result<Record> {
     let key = data::key(cfg.seed, me, it);
     let (mut bytes, mut transfers) = (0u64, 0u64);
     let open_start = fsio::now();
@@ -186,7 +213,8 @@ fn write_phase(cfg: &Config, layout: &Layout, me: u32, it: u32, path: &Path, buf
     layout.for_each_transfer(me, |t| {
         let b = buf.get_mut(t.len as usize);
         data::fill(b, key, t.offset);
-        f.write_all_at(b, t.offset).map_err(|e| PioError::io("write", path, e))?;
+        f.write_all_at(b, t.offset)
+            .map_err(|e| PioError::io("write", path, e))?;
         bytes += t.len;
         transfers += 1;
         Ok::<(), PioError>(())
@@ -237,7 +265,8 @@ fn read_phase(
     let xfer_start = fsio::now();
     layout.for_each_transfer(writer, |t| {
         let b = buf.get_mut(t.len as usize);
-        f.read_exact_at(b, t.offset).map_err(|e| PioError::io("read", path, e))?;
+        f.read_exact_at(b, t.offset)
+            .map_err(|e| PioError::io("read", path, e))?;
         if cfg.verify {
             if let Some(m) = data::verify(b, key, t.offset) {
                 errors += m.count;
@@ -279,10 +308,18 @@ fn read_phase(
     })
 }
 
-fn span(tasks: &[PioTaskTimes], start: impl Fn(&PioTaskTimes) -> f64, stop: impl Fn(&PioTaskTimes) -> f64) -> f64 {
+fn span(
+    tasks: &[PioTaskTimes],
+    start: impl Fn(&PioTaskTimes) -> f64,
+    stop: impl Fn(&PioTaskTimes) -> f64,
+) -> f64 {
     let s = tasks.iter().map(&start).fold(f64::INFINITY, f64::min);
     let e = tasks.iter().map(&stop).fold(f64::NEG_INFINITY, f64::max);
-    if s.is_finite() && e.is_finite() { (e - s).max(0.0) } else { 0.0 }
+    if s.is_finite() && e.is_finite() {
+        (e - s).max(0.0)
+    } else {
+        0.0
+    }
 }
 
 /// Aggregates the per-process records of one phase (the consortium's timing
@@ -305,8 +342,16 @@ pub fn phase_of(iteration: u32, operation: &str, tasks: Vec<PioTaskTimes>) -> Pi
         open_time_s: span(&tasks, |t| t.open_start, |t| t.open_stop),
         xfer_time_s: span(&tasks, |t| t.xfer_start, |t| t.xfer_stop),
         close_time_s: span(&tasks, |t| t.close_start, |t| t.close_stop),
-        bw_mib_s: if total > 0.0 { bytes as f64 / MIB / total } else { 0.0 },
-        iops: if total > 0.0 { transfers as f64 / total } else { 0.0 },
+        bw_mib_s: if total > 0.0 {
+            bytes as f64 / MIB / total
+        } else {
+            0.0
+        },
+        iops: if total > 0.0 {
+            transfers as f64 / total
+        } else {
+            0.0
+        },
         verify_errors,
         tasks,
     }
@@ -315,9 +360,18 @@ pub fn phase_of(iteration: u32, operation: &str, tasks: Vec<PioTaskTimes>) -> Pi
 /// Statistics of one operation over the phases.
 pub fn summary_of(operation: &str, phases: &[PioPhase]) -> Option<PioSummary> {
     let ps: Vec<&PioPhase> = phases.iter().filter(|p| p.operation == operation).collect();
-    let zero = Stats { n: 0, min: 0.0, mean: 0.0, max: 0.0, stddev: 0.0 };
+    let zero = Stats {
+        n: 0,
+        min: 0.0,
+        mean: 0.0,
+        max: 0.0,
+        stddev: 0.0,
+    };
     let f = |g: &dyn Fn(&PioPhase) -> f64| Stats::of(&ps.iter().map(|p| g(p)).collect::<Vec<_>>());
-    let task_times: Vec<f64> = ps.iter().flat_map(|p| p.tasks.iter().map(|t| t.close_stop - t.open_start)).collect();
+    let task_times: Vec<f64> = ps
+        .iter()
+        .flat_map(|p| p.tasks.iter().map(|t| t.close_stop - t.open_start))
+        .collect();
     let task_bw: Vec<f64> = ps
         .iter()
         .flat_map(|p| p.tasks.iter())
@@ -352,7 +406,11 @@ fn assemble(
         for op in ["write", "read"] {
             let mut tasks = Vec::new();
             for r in &reports {
-                for rec in r.records.iter().filter(|x| x.iteration == it && x.operation == op) {
+                for rec in r
+                    .records
+                    .iter()
+                    .filter(|x| x.iteration == it && x.operation == op)
+                {
                     tasks.push(rec.times.clone());
                     if first_error.is_none() {
                         first_error = rec.first_error.clone();
@@ -364,9 +422,15 @@ fn assemble(
             }
         }
     }
-    let summary = ["write", "read"].iter().filter_map(|op| summary_of(op, &phases)).collect();
+    let summary = ["write", "read"]
+        .iter()
+        .filter_map(|op| summary_of(op, &phases))
+        .collect();
     let errors: u64 = phases.iter().filter_map(|p| p.verify_errors).sum();
-    let messages: Vec<String> = reports.iter().flat_map(|r| r.messages.iter().cloned()).collect();
+    let messages: Vec<String> = reports
+        .iter()
+        .flat_map(|r| r.messages.iter().cloned())
+        .collect();
     let mut modes: Vec<&str> = reports.iter().map(|r| r.cache_mode.as_str()).collect();
     modes.sort_unstable();
     modes.dedup();
@@ -391,7 +455,11 @@ fn assemble(
         launcher: launcher.into(),
         block_size: cfg.block_size,
         transfer_size: cfg.transfer_size,
-        min_transfer_size: if cfg.pattern.random_sizes() { cfg.min_transfer_size } else { cfg.transfer_size },
+        min_transfer_size: if cfg.pattern.random_sizes() {
+            cfg.min_transfer_size
+        } else {
+            cfg.transfer_size
+        },
         segments: cfg.segments,
         stride: layout.stride(),
         header_bytes: cfg.header_bytes,
@@ -434,16 +502,27 @@ mod tests {
 
     #[test]
     fn aggregate_is_latest_stop_minus_earliest_start() {
-        let p = phase_of(0, "write", vec![t(0, 10.0, 11.0, 1 << 20), t(1, 10.5, 12.0, 1 << 20)]);
+        let p = phase_of(
+            0,
+            "write",
+            vec![t(0, 10.0, 11.0, 1 << 20), t(1, 10.5, 12.0, 1 << 20)],
+        );
         assert_eq!(p.total_time_s, 2.0);
         assert_eq!(p.bw_mib_s, 1.0);
         assert!((p.open_time_s - 0.6).abs() < 1e-12);
         assert!((p.close_time_s - 1.1).abs() < 1e-12);
         assert_eq!(p.iops, 4.0);
         assert_eq!(p.verify_errors, Some(0));
-        let p2 = phase_of(1, "write", vec![t(0, 20.0, 24.0, 1 << 20), t(1, 20.0, 20.5, 1 << 20)]);
+        let p2 = phase_of(
+            1,
+            "write",
+            vec![t(0, 20.0, 24.0, 1 << 20), t(1, 20.0, 20.5, 1 << 20)],
+        );
         let s = summary_of("write", &[p, p2]).unwrap();
-        assert_eq!((s.bw_mib_s.max, s.bw_mib_s.min, s.bw_mib_s.mean), (1.0, 0.5, 0.75));
+        assert_eq!(
+            (s.bw_mib_s.max, s.bw_mib_s.min, s.bw_mib_s.mean),
+            (1.0, 0.5, 0.75)
+        );
         assert_eq!(s.bw_mib_s.stddev, 0.25); // population deviation
         assert_eq!(s.task_time_s.n, 4);
         assert_eq!(s.task_time_s.max, 4.0);
