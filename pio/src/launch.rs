@@ -67,10 +67,10 @@ pub fn detect(
     if let (Some(rank), Some(size)) = (mpi_rank, mpi_size) {
         return rank_of(rank, size, launcher_job(), "mpirun");
     }
-    if let (Some(rank), Some(size)) = (num("SLURM_PROCID"), num("SLURM_NTASKS")) {
-        if size > 1 {
-            return rank_of(rank, size, launcher_job(), "slurm");
-        }
+    if let (Some(rank), Some(size)) = (num("SLURM_PROCID"), num("SLURM_NTASKS"))
+        && size > 1
+    {
+        return rank_of(rank, size, launcher_job(), "slurm");
     }
     Ok(if np > 1 {
         Launch::Fork { np }
@@ -127,13 +127,13 @@ pub fn fork_and_wait(np: u32, exe: &Path, args: &[String], grace: Duration) -> R
     let mut failed_at: Option<std::time::Instant> = None;
     loop {
         for (r, c) in &mut children {
-            if let Some(slot) = codes.get_mut(*r as usize).filter(|s| s.is_none()) {
-                if let Ok(Some(st)) = c.try_wait() {
-                    let code = st.code().unwrap_or(1);
-                    *slot = Some(code);
-                    if code != 0 && failed_at.is_none() {
-                        failed_at = Some(std::time::Instant::now());
-                    }
+            if let Some(slot) = codes.get_mut(*r as usize).filter(|s| s.is_none())
+                && let Ok(Some(st)) = c.try_wait()
+            {
+                let code = st.code().unwrap_or(1);
+                *slot = Some(code);
+                if code != 0 && failed_at.is_none() {
+                    failed_at = Some(std::time::Instant::now());
                 }
             }
         }

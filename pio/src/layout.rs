@@ -199,10 +199,10 @@ impl Layout {
         if self.pattern.random_sizes() && self.min_transfer != self.transfer {
             return false;
         }
-        self.header % align == 0
-            && self.transfer % align == 0
-            && self.block % align == 0
-            && self.stride % align == 0
+        self.header.is_multiple_of(align)
+            && self.transfer.is_multiple_of(align)
+            && self.block.is_multiple_of(align)
+            && self.stride.is_multiple_of(align)
     }
 
     /// Number of clients.

@@ -401,7 +401,7 @@ impl Config {
         if self.iterations == 0 {
             return Err(PioError::param("iterations", "must be positive"));
         }
-        if self.block_size % self.transfer_size != 0 {
+        if !self.block_size.is_multiple_of(self.transfer_size) {
             return Err(PioError::param(
                 "block_size",
                 format!(

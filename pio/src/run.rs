@@ -132,10 +132,10 @@ pub fn run_rank(cfg: &Config, comm: &mut Comm, launcher: &str) -> Result<Option<
                 Err(e) => between = Err(format!("stat {}: {e}", my_file.display())),
             }
         }
-        if let (Some(off), 0) = (cfg.inject_corruption, me) {
-            if let Err(e) = fsio::corrupt(&layout.file_of(0), off) {
-                between = Err(e.to_string());
-            }
+        if let (Some(off), 0) = (cfg.inject_corruption, me)
+            && let Err(e) = fsio::corrupt(&layout.file_of(0), off)
+        {
+            between = Err(e.to_string());
         }
         let evicted = match mode {
             "fadvise_dontneed" => fsio::evict(&read_file).map_err(|e| e.to_string()),
@@ -267,8 +267,10 @@ fn read_phase(
         let b = buf.get_mut(t.len as usize);
         f.read_exact_at(b, t.offset)
             .map_err(|e| PioError::io("read", path, e))?;
-        if cfg.verify {
-            if let Some(m) = data::verify(b, key, t.offset) {
+        if cfg.verify
+            && let Some(m) = data::verify(b, key, t.offset)
+        {
+            {
                 errors += m.count;
                 first.get_or_insert(PioCorruption {
                     iteration: it,

@@ -100,16 +100,11 @@ fn check_timing(r: &PioResult) {
 
 /// Offsets of client c's transfers computed by hand from the consortium's
 /// definitions (fixed-size patterns only).
-fn expected_offsets(
-    n: u64,
-    c: u64,
-    b: u64,
-    t: u64,
-    segs: u64,
-    pad: u64,
-    header: u64,
-    fpp: bool,
-) -> Vec<u64> {
+/// Block, transfer, segments, padding, header of a fixed-size pattern.
+type Fixed = (u64, u64, u64, u64, u64);
+
+fn expected_offsets(n: u64, c: u64, fixed: Fixed, fpp: bool) -> Vec<u64> {
+    let (b, t, segs, pad, header) = fixed;
     let (n, slot) = if fpp { (1, 0) } else { (n, c) };
     let stride = n * b + pad;
     let mut v = Vec::new();
@@ -165,7 +160,7 @@ fn check_bytes(layout: &Layout, np: u32, iteration: u32) {
 #[test]
 fn every_pattern_with_1_2_and_4_processes() {
     // (pattern args, fixed-size layout parameters B, T, segments, padding, header)
-    let cases: [(&[&str], Option<(u64, u64, u64, u64, u64)>); 4] = [
+    let cases: [(&[&str], Option<Fixed>); 4] = [
         (
             &[
                 "--pattern=segmented",
@@ -246,7 +241,7 @@ fn every_pattern_with_1_2_and_4_processes() {
                         assert_eq!(p.verify_errors, Some(0));
                     }
                 }
-                if let Some((b, t, segs, pad, header)) = fixed {
+                if let Some(fx @ (b, _, segs, _, _)) = *fixed {
                     for c in 0..np {
                         let mut got = Vec::new();
                         layout
@@ -257,16 +252,7 @@ fn every_pattern_with_1_2_and_4_processes() {
                             .unwrap();
                         assert_eq!(
                             got,
-                            expected_offsets(
-                                u64::from(np),
-                                u64::from(c),
-                                *b,
-                                *t,
-                                *segs,
-                                *pad,
-                                *header,
-                                fpp
-                            ),
+                            expected_offsets(u64::from(np), u64::from(c), fx, fpp),
                             "{what}"
                         );
                         assert_eq!(per_client[c as usize], b * segs, "{what}");

@@ -71,15 +71,15 @@ pub fn parse_text(path: &Path, text: &str) -> Result<MdtestText> {
             }
             continue;
         }
-        if let Some((n, rest)) = t.split_once(" tasks, ") {
-            if let Ok(n) = n.trim().parse::<i64>() {
-                let items = rest
-                    .split_whitespace()
-                    .next()
-                    .and_then(|x| x.parse::<i64>().ok());
-                ctx = Some((n, items));
-                continue;
-            }
+        if let Some((n, rest)) = t.split_once(" tasks, ")
+            && let Ok(n) = n.trim().parse::<i64>()
+        {
+            let items = rest
+                .split_whitespace()
+                .next()
+                .and_then(|x| x.parse::<i64>().ok());
+            ctx = Some((n, items));
+            continue;
         }
         let Some(rest) = t.strip_prefix("SUMMARY ") else {
             continue;
@@ -303,7 +303,7 @@ pub fn parse_rank_csv(path: &Path, text: &str) -> Result<MdtestRankCsv> {
         // mdtest writes fewer pairs on rank lines (no tree phases); more than the
         // header announces is malformed.
         let pairs = f.len().saturating_sub(2);
-        if pairs % 2 != 0 || pairs / 2 > operations.len() {
+        if !pairs.is_multiple_of(2) || pairs / 2 > operations.len() {
             return Err(FormatError::malformed(
                 path,
                 "row",
