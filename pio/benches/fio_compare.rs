@@ -74,7 +74,9 @@ fn fio(file: &Path, size: &str, direct_read: bool) -> (f64, f64) {
         ]
     };
     let mut w = common("write");
-    w.extend(["--end_fsync=1".to_string(), "--direct=0".into()]);
+    // No preallocation: pio writes a fresh file too (fio lays files out with
+    // fallocate by default, outside its timing).
+    w.extend(["--end_fsync=1".to_string(), "--direct=0".into(), "--fallocate=none".into()]);
     let wj = fio_json(&w);
     let mut r = common("read");
     r.extend([
