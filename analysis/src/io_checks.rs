@@ -154,8 +154,9 @@ pub fn figures(batches: &[RecordBatch]) -> Result<BTreeMap<String, f64>, IoCheck
     for b in batches {
         let op = col::<StringArray>(b, "operation")?;
         let bwc = col::<Float64Array>(b, "bw_mib_s")?;
-        let open = col::<Float64Array>(b, "open_time_s")?;
-        let ve = col::<Int64Array>(b, "verify_errors")?;
+        // Optional columns: batches written before they existed lack them.
+        let open = col::<Float64Array>(b, "open_time_s").ok();
+        let ve = col::<Int64Array>(b, "verify_errors").ok();
         for i in 0..b.num_rows() {
             let key = match op.value(i) {
                 "write" => "write",
@@ -163,11 +164,11 @@ pub fn figures(batches: &[RecordBatch]) -> Result<BTreeMap<String, f64>, IoCheck
                 _ => continue,
             };
             bw.entry(key).or_default().push(bwc.value(i));
-            if !open.is_null(i) {
-                open_max = Some(open_max.map_or(open.value(i), |m: f64| m.max(open.value(i))));
+            if let Some(o) = open.filter(|o| !o.is_null(i)) {
+                open_max = Some(open_max.map_or(o.value(i), |m: f64| m.max(o.value(i))));
             }
-            if !ve.is_null(i) {
-                verify = Some(verify.unwrap_or(0.0) + ve.value(i) as f64);
+            if let Some(v) = ve.filter(|v| !v.is_null(i)) {
+                verify = Some(verify.unwrap_or(0.0) + v.value(i) as f64);
             }
         }
     }

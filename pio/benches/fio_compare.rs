@@ -6,7 +6,10 @@
 //!
 //! `cargo bench -p benchlake-pio --bench fio_compare`
 //! Environment: PIO_BENCH_DIR (default /tmp/pio-bench), PIO_BENCH_SIZE (1g),
-//! PIO_BENCH_ROUNDS (5), PIO_BENCH_DIRECT=1 to add an O_DIRECT read pair.
+//! PIO_BENCH_ROUNDS (5), PIO_BENCH_DIRECT=1 to add an O_DIRECT read pair,
+//! PIO_BENCH_SETTLE_S (3): `sync` and a pause before each tool's run, so the
+//! previous writer's flush (here: a virtual disk with host-side caching) does
+//! not land on whoever runs second.
 use std::path::Path;
 use std::process::Command;
 
@@ -21,7 +24,14 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+fn settle() {
+    let s: u64 = std::env::var("PIO_BENCH_SETTLE_S").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let _ = Command::new("sync").status();
+    std::thread::sleep(std::time::Duration::from_secs(s));
+}
+
 fn pio(file: &Path, size: &str, cache: &str) -> (f64, f64) {
+    settle();
     let args: Vec<String> = [
         format!("--filename={}", file.display()),
         format!("--block_size={size}"),
@@ -63,6 +73,7 @@ fn fio_bw(v: &serde_json::Value, op: &str) -> f64 {
 }
 
 fn fio(file: &Path, size: &str, direct_read: bool) -> (f64, f64) {
+    settle();
     let common = |rw: &str| -> Vec<String> {
         vec![
             "--name=bench".into(),

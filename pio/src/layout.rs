@@ -316,4 +316,45 @@ mod tests {
         );
         assert!(!l.aligned(4096));
     }
+
+    proptest::proptest! {
+        /// For any pattern, client count and sizes: transfers never overlap,
+        /// sizes stay in bounds, and the file size is the end of the last byte.
+        #[test]
+        fn layouts_are_disjoint_and_bounded(
+            pat in 0usize..4, n in 1u32..6, t in 1u64..64, k in 1u64..5, segs in 1u64..4,
+            pad in 0u64..50, header in 0u64..20, min_frac in 1u64..=4, fpp in proptest::bool::ANY,
+        ) {
+            let pattern = ["segmented", "strided", "random", "general"][pat];
+            let segs = if pat == 0 { 1 } else { segs };
+            let pad = if pat == 0 { 0 } else { pad };
+            let min_t = (t * min_frac / 4).max(1);
+            let args = [
+                format!("--pattern={pattern}"), format!("--transfer_size={t}"), format!("--block_size={}", t * k),
+                format!("--segments={segs}"), format!("--padding={pad}"), format!("--header_bytes={header}"),
+                format!("--min_transfer_size={min_t}"), format!("--file_per_proc={}", u8::from(fpp)),
+            ];
+            let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+            let l = Layout::new(&cfg(&a), n);
+            let mut per_file: std::collections::HashMap<PathBuf, Vec<(u64, u64)>> = Default::default();
+            for c in 0..n {
+                let v = all(&l, c);
+                proptest::prop_assert_eq!(v.len() as u64, k * segs);
+                for (o, len) in &v {
+                    proptest::prop_assert!(*len >= if pat >= 2 { min_t } else { t } && *len <= t);
+                    proptest::prop_assert!(*o >= header);
+                }
+                per_file.entry(l.file_of(c)).or_default().extend(v);
+            }
+            for c in 0..n {
+                let spans = per_file.get_mut(&l.file_of(c)).unwrap();
+                spans.sort();
+                for w in spans.windows(2) {
+                    proptest::prop_assert!(w[0].0 + w[0].1 <= w[1].0);
+                }
+                let end = spans.iter().map(|(o, len)| o + len).max().unwrap();
+                proptest::prop_assert_eq!(l.file_size(c), end);
+            }
+        }
+    }
 }
