@@ -25,7 +25,10 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn settle() {
-    let s: u64 = std::env::var("PIO_BENCH_SETTLE_S").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let s: u64 = std::env::var("PIO_BENCH_SETTLE_S")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
     let _ = Command::new("sync").status();
     std::thread::sleep(std::time::Duration::from_secs(s));
 }
@@ -87,7 +90,11 @@ fn fio(file: &Path, size: &str, direct_read: bool) -> (f64, f64) {
     let mut w = common("write");
     // No preallocation: pio writes a fresh file too (fio lays files out with
     // fallocate by default, outside its timing).
-    w.extend(["--end_fsync=1".to_string(), "--direct=0".into(), "--fallocate=none".into()]);
+    w.extend([
+        "--end_fsync=1".to_string(),
+        "--direct=0".into(),
+        "--fallocate=none".into(),
+    ]);
     let wj = fio_json(&w);
     let mut r = common("read");
     r.extend([

@@ -340,8 +340,9 @@ mod tests {
             for c in 0..n {
                 let v = all(&l, c);
                 proptest::prop_assert_eq!(v.len() as u64, k * segs);
+                let lo = if pat >= 2 { min_t } else { t };
                 for (o, len) in &v {
-                    proptest::prop_assert!(*len >= if pat >= 2 { min_t } else { t } && *len <= t);
+                    proptest::prop_assert!(*len >= lo && *len <= t);
                     proptest::prop_assert!(*o >= header);
                 }
                 per_file.entry(l.file_of(c)).or_default().extend(v);

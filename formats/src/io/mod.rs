@@ -62,11 +62,17 @@ pub fn ingest_ior(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<Table
             ));
         }
     }
-    Ok(vec![
+    non_empty(vec![
         io_results(&ctx.run_id, &results)?,
         io_task_times(&ctx.run_id, &tasks)?,
         io_summary(&ctx.run_id, &summary)?,
     ])
+}
+
+/// Drops tables without rows (e.g. `io_task_times` when no per-rank CSV was
+/// given), so no empty Parquet objects are written.
+fn non_empty(tables: Vec<TableOutput>) -> Result<Vec<TableOutput>> {
+    Ok(tables.into_iter().filter(|t| t.rows() > 0).collect())
 }
 
 /// Rows of one IOR JSON summary.
@@ -178,7 +184,7 @@ pub fn ingest_mdtest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<Ta
             }
         }
     }
-    Ok(vec![
+    non_empty(vec![
         mdtest_results(&ctx.run_id, &results)?,
         mdtest_summary(&ctx.run_id, &summary)?,
     ])
@@ -267,7 +273,7 @@ pub fn ingest_pio(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<Table
         let r = pio::parse(&input.path, &bytes)?;
         pio_rows(&r, &input.source, &mut results, &mut tasks, &mut summary);
     }
-    Ok(vec![
+    non_empty(vec![
         io_results(&ctx.run_id, &results)?,
         io_task_times(&ctx.run_id, &tasks)?,
         io_summary(&ctx.run_id, &summary)?,
