@@ -8,6 +8,7 @@
 //!
 //! Files are recognised by content, not name, so raw object keys of any shape
 //! work; a file that is none of the accepted kinds is an error naming it.
+pub mod command;
 pub mod ior;
 pub mod mdtest;
 pub mod pio;
