@@ -25,6 +25,14 @@ pub struct Transfer {
     pub len: u64,
 }
 
+/// A client's precomputed block starts (see [`Layout::plan`]).
+#[derive(Debug, Clone)]
+pub struct Plan {
+    client: u64,
+    slot: u64,
+    starts: Option<Vec<u64>>,
+}
+
 /// The layout of a run.
 #[derive(Debug, Clone)]
 pub struct Layout {
@@ -138,23 +146,44 @@ impl Layout {
         }
     }
 
-    /// Calls `f` with each transfer of client `c`, in order.
-    pub fn for_each_transfer<E>(
-        &self,
-        c: u32,
-        mut f: impl FnMut(Transfer) -> Result<(), E>,
-    ) -> Result<(), E> {
+    /// Where client `c`'s block starts in each segment. Closed form for the
+    /// fixed-size patterns; for random sizes the blocks of the clients before
+    /// `c` are summed once here, so callers can do it before timing starts.
+    pub fn plan(&self, c: u32) -> Plan {
         let c = u64::from(c);
         let slot = if self.file_per_proc { 0 } else { c };
+        let starts = self.pattern.random_sizes().then(|| {
+            (0..self.segments)
+                .map(|s| {
+                    let seg_start = self.header.saturating_add(s.saturating_mul(self.stride));
+                    // Blocks of the clients before this one, packed; in file-per-
+                    // process there are none (the file holds one client).
+                    let before: u64 = (0..slot).map(|k| self.block_len(s, k)).sum();
+                    seg_start.saturating_add(before)
+                })
+                .collect()
+        });
+        Plan {
+            client: c,
+            slot,
+            starts,
+        }
+    }
+
+    /// Calls `f` with each transfer of a planned client, in order.
+    pub fn for_each_planned<E>(
+        &self,
+        plan: &Plan,
+        mut f: impl FnMut(Transfer) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let c = plan.client;
         for s in 0..self.segments {
-            let seg_start = self.header.saturating_add(s.saturating_mul(self.stride));
-            let block_start = if self.pattern.random_sizes() {
-                // Blocks of the clients before this one, packed; in file-per-
-                // process there are none (the file holds one client).
-                let before: u64 = (0..slot).map(|k| self.block_len(s, k)).sum();
-                seg_start.saturating_add(before)
-            } else {
-                seg_start.saturating_add(slot.saturating_mul(self.block))
+            let block_start = match &plan.starts {
+                Some(v) => v.get(s as usize).copied().unwrap_or(u64::MAX),
+                None => self
+                    .header
+                    .saturating_add(s.saturating_mul(self.stride))
+                    .saturating_add(plan.slot.saturating_mul(self.block)),
             };
             let mut off = block_start;
             for j in 0..self.transfers_per_block() {
@@ -164,6 +193,15 @@ impl Layout {
             }
         }
         Ok(())
+    }
+
+    /// Calls `f` with each transfer of client `c`, in order.
+    pub fn for_each_transfer<E>(
+        &self,
+        c: u32,
+        f: impl FnMut(Transfer) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.for_each_planned(&self.plan(c), f)
     }
 
     /// Bytes client `c` moves in one phase.
@@ -176,22 +214,18 @@ impl Layout {
         n
     }
 
-    /// Expected size of a file after the write phase: the end of its last byte.
-    /// Padding after the last segment is not written, so it is not part of it.
+    /// Expected size of a file after the write phase: the end of its last byte,
+    /// i.e. the end of the last client's block in the last segment (blocks are
+    /// contiguous or packed). Padding after the last segment is not written.
     pub fn file_size(&self, c: u32) -> u64 {
-        let owners: Vec<u32> = if self.file_per_proc {
-            vec![c]
+        let last = self.segments.saturating_sub(1);
+        let seg_start = self.header.saturating_add(last.saturating_mul(self.stride));
+        let blocks: u64 = if self.file_per_proc {
+            self.block_len(last, u64::from(c))
         } else {
-            (0..self.clients as u32).collect()
+            (0..self.clients).map(|k| self.block_len(last, k)).sum()
         };
-        let mut end = 0u64;
-        for o in owners {
-            let _ = self.for_each_transfer::<()>(o, |t| {
-                end = end.max(t.offset.saturating_add(t.len));
-                Ok(())
-            });
-        }
-        end
+        seg_start.saturating_add(blocks)
     }
 
     /// Whether every offset and length is a multiple of `align` (O_DIRECT).

@@ -19,7 +19,7 @@ use crate::comm::Comm;
 use crate::data;
 use crate::error::{PioError, Result};
 use crate::fsio::{self, AlignedBuf, DIRECT_ALIGN};
-use crate::layout::Layout;
+use crate::layout::{Layout, Plan};
 use crate::params::{Config, ReadCache};
 
 /// One phase of one process.
@@ -96,6 +96,9 @@ pub fn run_rank(cfg: &Config, comm: &mut Comm, launcher: &str) -> Result<Option<
         ReadCache::None => "none",
     };
     let mut buf = AlignedBuf::new(usize::try_from(cfg.transfer_size).unwrap_or(usize::MAX));
+    // Block positions are computed here, before any timed interval.
+    let write_plan = layout.plan(me);
+    let read_plan = layout.plan(writer_of_my_read);
     let mut records = Vec::new();
     let mut messages = Vec::new();
 
@@ -112,7 +115,7 @@ pub fn run_rank(cfg: &Config, comm: &mut Comm, launcher: &str) -> Result<Option<
             Ok(())
         };
         comm.barrier(prep)?;
-        let w = write_phase(cfg, &layout, me, it, &my_file, &mut buf);
+        let w = write_phase(cfg, &layout, &write_plan, me, it, &my_file, &mut buf);
         let (w, st) = split(w);
         comm.barrier(st)?;
         records.extend(w);
@@ -147,6 +150,7 @@ pub fn run_rank(cfg: &Config, comm: &mut Comm, launcher: &str) -> Result<Option<
         let r = read_phase(
             cfg,
             &layout,
+            &read_plan,
             me,
             writer_of_my_read,
             it,
@@ -199,6 +203,7 @@ fn split(r: Result<Record>) -> (Option<Record>, std::result::Result<(), String>)
 fn write_phase(
     cfg: &Config,
     layout: &Layout,
+    plan: &Plan,
     me: u32,
     it: u32,
     path: &Path,
@@ -210,7 +215,7 @@ fn write_phase(
     let f = fsio::open_write(path)?;
     let open_stop = fsio::now();
     let xfer_start = fsio::now();
-    layout.for_each_transfer(me, |t| {
+    layout.for_each_planned(plan, |t| {
         let b = buf.get_mut(t.len as usize);
         data::fill(b, key, t.offset);
         f.write_all_at(b, t.offset)
@@ -249,6 +254,7 @@ fn write_phase(
 fn read_phase(
     cfg: &Config,
     layout: &Layout,
+    plan: &Plan,
     me: u32,
     writer: u32,
     it: u32,
@@ -263,7 +269,7 @@ fn read_phase(
     let f = fsio::open_read(path, direct).map_err(|e| PioError::io("open for read", path, e))?;
     let open_stop = fsio::now();
     let xfer_start = fsio::now();
-    layout.for_each_transfer(writer, |t| {
+    layout.for_each_planned(plan, |t| {
         let b = buf.get_mut(t.len as usize);
         f.read_exact_at(b, t.offset)
             .map_err(|e| PioError::io("read", path, e))?;
