@@ -401,3 +401,35 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn mdtest_rate_and_time_tables_with_rank_statistics() {
+    let txt = "-- started at 11/22/2026 10:47:39 --\n\n\
+mdtest-4.1.0+dev was launched with 2 total task(s) on 1 node(s)\n\
+2 tasks, 200 files\n\n\
+SUMMARY rate (in ops/sec): (of 2 iterations)\n\
+   Operation     per Rank: Max            Min           Mean      per Iteration: Max            Min           Mean        Std Dev\n\
+   ---------               ---            ---           ----                     ---            ---           ----        -------\n\
+   File creation        1500.000       1000.000       1250.000         2900.000       1900.000       2400.000        707.107\n\
+   Tree creation          50.000         40.000         45.000           50.000         40.000         45.000          7.071\n\n\
+SUMMARY time (in ms/op): (of 2 iterations)\n\
+   Operation                     Max            Min           Mean        Std Dev\n\
+   ---------                     ---            ---           ----        -------\n\
+   File creation               0.105          0.069          0.087          0.025\n\
+-- finished at 11/22/2026 10:47:53 --\n";
+    let t = mdtest::parse_text(Path::new("m.txt"), txt).unwrap();
+    assert_eq!(t.summaries.len(), 2);
+    let r = &t.summaries[0];
+    assert_eq!(
+        (r.statistic.as_str(), r.num_tasks, r.items, r.iterations),
+        ("rate", 2, Some(200), 2)
+    );
+    assert_eq!(r.lines[0].operation, "File creation");
+    assert_eq!((r.lines[0].max, r.lines[0].stddev), (2900.0, 707.107));
+    assert_eq!(r.lines[1].mean, 45.0);
+    let tm = &t.summaries[1];
+    assert_eq!(
+        (tm.statistic.as_str(), tm.lines.len(), tm.lines[0].min),
+        ("time", 1, 0.069)
+    );
+}

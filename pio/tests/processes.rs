@@ -358,3 +358,28 @@ fn ranks_started_like_mpirun_meet_through_the_rendezvous_file() {
     assert!(!dir.path().join("m.dat").exists());
     check_timing(&r);
 }
+
+#[test]
+fn a_rank_that_cannot_start_fails_the_whole_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no/such/dir/t.dat");
+    let t0 = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_pio"))
+        .args([
+            "--np=2".to_string(),
+            format!("--filename={}", missing.display()),
+            format!("--output={}", dir.path().join("r.json").display()),
+            "--timeout_s=120".into(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no/such/dir"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The parent kills the waiting rank soon after rank 0 failed, not after the timeout.
+    assert!(t0.elapsed().as_secs() < 60);
+    assert!(!dir.path().join("r.json").exists());
+}
