@@ -187,8 +187,8 @@ pub const PARAMS: &[(&str, &str, &str)] = &[
     ("output", "pio-result.json", "result file written by rank 0"),
     (
         "timeout_s",
-        "600",
-        "give up waiting for other processes after this many seconds",
+        "3600",
+        "bound of every wait for other processes (must exceed the longest phase)",
     ),
     (
         "rendezvous_host",
