@@ -91,10 +91,13 @@ pub fn summary_text(r: &PioResult) -> String {
         r.cache_mode,
         r.reorder_shift
     );
-    s.push_str("access  iter  bw(MiB/s)      IOPS   open(s)  wr/rd(s)  close(s)  total(s)\n");
+    s.push_str(
+        "access  iter  bw(MiB/s)      IOPS   open(s)  wr/rd(s)  close(s)  total(s)  proc min/max(s)\n",
+    );
     for p in &r.phases {
+        let (lo, hi) = p.task_time_s.map_or((0.0, 0.0), |t| (t.min, t.max));
         s.push_str(&format!(
-            "{:<6} {:>5} {:>10.2} {:>9.1} {:>9.6} {:>9.6} {:>9.6} {:>9.6}\n",
+            "{:<6} {:>5} {:>10.2} {:>9.1} {:>9.6} {:>9.6} {:>9.6} {:>9.6}  {lo:.6}/{hi:.6}\n",
             p.operation,
             p.iteration,
             p.bw_mib_s,

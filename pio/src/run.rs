@@ -361,6 +361,12 @@ pub fn phase_of(iteration: u32, operation: &str, tasks: Vec<PioTaskTimes>) -> Pi
             0.0
         },
         verify_errors,
+        task_time_s: Stats::of(
+            &tasks
+                .iter()
+                .map(|t| t.close_stop - t.open_start)
+                .collect::<Vec<_>>(),
+        ),
         tasks,
     }
 }
@@ -521,6 +527,12 @@ mod tests {
         assert!((p.close_time_s - 1.1).abs() < 1e-12);
         assert_eq!(p.iops, 4.0);
         assert_eq!(p.verify_errors, Some(0));
+        let between = p.task_time_s.unwrap();
+        assert_eq!(
+            (between.n, between.min, between.max, between.mean),
+            (2, 1.0, 1.5, 1.25)
+        );
+        assert_eq!(between.stddev, 0.25);
         let p2 = phase_of(
             1,
             "write",

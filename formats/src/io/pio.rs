@@ -96,6 +96,10 @@ pub struct PioPhase {
     pub iops: f64,
     /// Bytes that failed verification (reads only; None when not verified).
     pub verify_errors: Option<u64>,
+    /// Open-start-to-close-stop time of each process in this phase:
+    /// min/mean/max/deviation between processes (Ross 6.6).
+    #[serde(default)]
+    pub task_time_s: Option<Stats>,
     pub tasks: Vec<PioTaskTimes>,
 }
 
