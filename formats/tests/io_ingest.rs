@@ -2,7 +2,7 @@
 use std::path::{Path, PathBuf};
 
 use arrow::array::{Array, BooleanArray, Float64Array, Int32Array, Int64Array, StringArray};
-use benchlake_formats::io::{ior, mdtest, pio, text};
+use benchlake_formats::io::{ior, ior_text, mdtest, pio, text};
 use benchlake_formats::{FormatError, IngestContext, InputFile, ingest};
 use proptest::prelude::*;
 
@@ -356,9 +356,18 @@ fn malformed_csv_and_text_name_line_and_column() {
     // Unknown input for the ior kind.
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("human.txt");
-    std::fs::write(&f, "IOR-4.1.0+dev: MPI Coordinated Test of Parallel I/O\n").unwrap();
+    std::fs::write(&f, "hello\n").unwrap();
     let e = ingest("ior", &[InputFile::from_path(&f)], &ctx()).unwrap_err();
     assert!(e.to_string().contains("human.txt"), "{e}");
+    // An IOR banner without any test is malformed, not empty.
+    std::fs::write(&f, "IOR-4.1.0+dev: MPI Coordinated Test of Parallel I/O\n").unwrap();
+    let e = ingest("ior", &[InputFile::from_path(&f)], &ctx()).unwrap_err();
+    assert!(e.to_string().contains("no test"), "{e}");
+    // A broken Results number points at its line and column.
+    let good = std::fs::read_to_string(data("segmented_posix_shared_np4", "human.txt")).unwrap();
+    let bad = good.replacen("16190 ", "1x190 ", 1);
+    let e = ior_text::parse(Path::new("h.txt"), &bad).unwrap_err();
+    assert_eq!(malformed_pos(e).1, Position::LineCol(34, 22));
     // Invalid UTF-8 is reported as a position too.
     std::fs::write(&f, b"rank,items\n\xff\n").unwrap();
     let e = ingest("mdtest", &[InputFile::from_path(&f)], &ctx()).unwrap_err();
@@ -382,12 +391,14 @@ proptest! {
         let _ = ior::parse_rank_csv(p, &s);
         let _ = mdtest::parse_text(p, &s);
         let _ = mdtest::parse_rank_csv(p, &s);
+        let _ = ior_text::parse(p, &s);
     }
 
     #[test]
     fn readers_never_panic_on_mutated_real_files(pos in 0usize..6000, byte in any::<u8>(), cut in 0usize..6000) {
         let p = Path::new("fuzz");
         for f in [data("segmented_posix_shared_np4", "summary.json"), data("mdtest_files_dirs_np4", "human.txt"),
+                  data("random_posix_shared_np4", "human.txt"),
                   data("mdtest_files_dirs_np4", "rank_details.csv"), data("strided_posix_shared_np4", "rank_details.csv")] {
             let mut b = std::fs::read(&f).unwrap();
             let at = pos % b.len().max(1);
@@ -398,6 +409,7 @@ proptest! {
             let _ = ior::parse_rank_csv(p, &s);
             let _ = mdtest::parse_text(p, &s);
             let _ = mdtest::parse_rank_csv(p, &s);
+            let _ = ior_text::parse(p, &s);
         }
     }
 }
@@ -432,4 +444,128 @@ SUMMARY time (in ms/op): (of 2 iterations)\n\
         (tm.statistic.as_str(), tm.lines.len(), tm.lines[0].min),
         ("time", 1, 0.069)
     );
+}
+
+#[test]
+fn ior_human_output_values() {
+    let p = data("segmented_posix_shared_np4", "human.txt");
+    let t = ior_text::parse(&p, &std::fs::read_to_string(&p).unwrap()).unwrap();
+    assert_eq!(t.version, "4.1.0+dev");
+    assert!(
+        t.command_line
+            .ends_with("-o scratch/iorwork/segmented_posix_shared_np4/testfile")
+    );
+    assert!(!t.fsync());
+    let test = &t.tests[0];
+    assert_eq!(test.options["tasks"], "4");
+    assert_eq!(test.options["aggregate filesize"], "16 MiB");
+    assert_eq!(test.results.len(), 6);
+    let r = &test.results[0];
+    assert_eq!(
+        (r.access.as_str(), r.bw_mib, r.iops, r.latency),
+        ("write", 3835.0, 16190.0, 0.000127)
+    );
+    assert_eq!((r.block_kib, r.xfer_kib), (4096.0, 256.0));
+    assert_eq!(
+        (r.open, r.wr_rd, r.close, r.total, r.iteration),
+        (0.001578, 0.003953, 0.002281, 0.004172, 0)
+    );
+    let last = &test.results[5];
+    assert_eq!(
+        (
+            last.access.as_str(),
+            last.bw_mib,
+            last.total,
+            last.iteration
+        ),
+        ("read", 9216.0, 0.001736, 2)
+    );
+    let w = &t.summary[0];
+    assert_eq!(
+        (w.bw_max_mib, w.bw_min_mib, w.bw_mean_mib, w.bw_std_mib),
+        (4520.94, 3835.01, 4143.44, 284.26)
+    );
+    assert_eq!(
+        (w.ops_max, w.ops_sd, w.mean_time),
+        (18083.77, 1137.03, 0.00388)
+    );
+    assert_eq!(
+        (w.test_id, w.num_tasks, w.tasks_per_node, w.repetitions),
+        (0, 4, 4, 3)
+    );
+    assert_eq!(
+        (
+            w.segment_count,
+            w.block_size,
+            w.transfer_size,
+            w.aggregate_mib
+        ),
+        (1, 4194304, 262144, 16.0)
+    );
+    assert_eq!((w.api.as_str(), w.file_per_proc), ("POSIX", false));
+    assert_eq!(t.summary[1].bw_mean_mib, 8941.86);
+}
+
+/// Every IOR human output parses, and its summary agrees with its Results
+/// lines (whose bandwidth is printed to the MiB/s).
+#[test]
+fn ior_human_output_every_case_is_consistent() {
+    let expect = [
+        ("segmented_posix_shared_np4", "segmented", false, false),
+        ("strided_posix_shared_np4", "strided", false, false),
+        ("random_posix_shared_np4", "random_offset", false, false),
+        ("fpp_posix_np4", "segmented", true, false),
+        ("mpiio_collective_shared_np4", "strided", false, true),
+    ];
+    for (case, pattern, fpp, coll) in expect {
+        let p = data(case, "human.txt");
+        let t = ior_text::parse(&p, &std::fs::read_to_string(&p).unwrap()).unwrap();
+        assert_eq!(t.tests[0].results.len(), 6, "{case}");
+        for s in &t.summary {
+            let bws: Vec<f64> = t.tests[0]
+                .results
+                .iter()
+                .filter(|r| r.access == s.operation)
+                .map(|r| r.bw_mib)
+                .collect();
+            let st = pio::Stats::of(&bws).unwrap();
+            assert!(
+                (st.max - s.bw_max_mib).abs() <= 1.0,
+                "{case} {} max",
+                s.operation
+            );
+            assert!(
+                (st.mean - s.bw_mean_mib).abs() <= 1.0,
+                "{case} {} mean",
+                s.operation
+            );
+        }
+        let out = ingest("ior", &[InputFile::from_path(&p)], &ctx()).unwrap();
+        assert_eq!(out[0].table, "io_results");
+        assert_eq!(out[0].rows(), 6);
+        assert_eq!(
+            col::<StringArray>(&out[0], "pattern").value(0),
+            pattern,
+            "{case}"
+        );
+        assert_eq!(
+            col::<BooleanArray>(&out[0], "file_per_proc").value(0),
+            fpp,
+            "{case}"
+        );
+        assert_eq!(
+            col::<BooleanArray>(&out[0], "collective").value(0),
+            coll,
+            "{case}"
+        );
+        assert_eq!(col::<Int64Array>(&out[0], "iteration").value(5), 2);
+        assert_eq!(out[1].table, "io_summary");
+        let j = ior_json(case);
+        // Human and JSON are separate runs of the same parameters: same bytes.
+        assert_eq!(
+            col::<Int64Array>(&out[0], "bytes").value(0) as f64,
+            j.summary[0].xsize_mib * 1048576.0,
+            "{case}"
+        );
+    }
 }

@@ -1,4 +1,4 @@
-//! IOR per-rank CSV, mdtest text and mdtest per-rank CSV: never panic.
+//! IOR per-rank CSV and human output, mdtest text and per-rank CSV: never panic.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
@@ -8,4 +8,5 @@ fuzz_target!(|data: &[u8]| {
     let _ = benchlake_formats::io::ior::parse_rank_csv(p, s);
     let _ = benchlake_formats::io::mdtest::parse_text(p, s);
     let _ = benchlake_formats::io::mdtest::parse_rank_csv(p, s);
+    let _ = benchlake_formats::io::ior_text::parse(p, s);
 });

@@ -1,6 +1,6 @@
 //! I/O benchmark readers and their ingest kinds:
-//! - `ior`: IOR JSON summaries (`*.json`) → `io_results`, `io_summary`; IOR
-//!   per-rank CSVs (`access,rank,…` header) → `io_task_times`;
+//! - `ior`: IOR JSON summaries and IOR human-readable outputs → `io_results`,
+//!   `io_summary`; IOR per-rank CSVs (`access,rank,…` header) → `io_task_times`;
 //! - `mdtest`: mdtest text output → `mdtest_summary`; mdtest per-rank CSVs
 //!   (`rank,items,…` header) → `mdtest_results`;
 //! - `pio`: pio result files (`benchlake-pio/1`) → `io_results`,
@@ -10,6 +10,7 @@
 //! work; a file that is none of the accepted kinds is an error naming it.
 pub mod command;
 pub mod ior;
+pub mod ior_text;
 pub mod mdtest;
 pub mod pio;
 pub mod rows;
@@ -38,6 +39,9 @@ pub fn ingest_ior(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<Table
         if looks_like_json(s) {
             let j = ior::parse_json(&input.path, &bytes)?;
             ior_rows(&j, &input.source, &mut results, &mut summary);
+        } else if first_line(s).starts_with("IOR-") {
+            let t = ior_text::parse(&input.path, s)?;
+            ior_text_rows(&t, &input.source, &mut results, &mut summary);
         } else if first_line(s).starts_with("access,rank") {
             for r in ior::parse_rank_csv(&input.path, s)? {
                 tasks.push(IoTaskRow {
@@ -59,7 +63,7 @@ pub fn ingest_ior(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<Table
                 &input.path,
                 "ior input",
                 Position::LineCol(1, 1),
-                "neither an IOR JSON summary nor an IOR per-rank CSV",
+                "not an IOR JSON summary, human-readable output or per-rank CSV",
             ));
         }
     }
@@ -119,6 +123,99 @@ pub fn ior_rows(
         }
     }
     for s in &j.summary {
+        summary.push(IoSummaryRow {
+            source: source.to_string(),
+            tool: "ior".into(),
+            test_id: s.test_id,
+            operation: s.operation.clone(),
+            api: s.api.clone(),
+            num_tasks: s.num_tasks,
+            iterations: s.repetitions,
+            bytes: s
+                .block_size
+                .saturating_mul(s.segment_count)
+                .saturating_mul(s.num_tasks),
+            bw_max_mib_s: s.bw_max_mib,
+            bw_min_mib_s: s.bw_min_mib,
+            bw_mean_mib_s: s.bw_mean_mib,
+            bw_std_mib_s: s.bw_std_mib,
+            ops_max: Some(s.ops_max),
+            ops_min: Some(s.ops_min),
+            ops_mean: Some(s.ops_mean),
+            ops_std: Some(s.ops_sd),
+            mean_time_s: s.mean_time,
+        });
+    }
+}
+
+/// Rows of one IOR human-readable output. The test's sizes come from its
+/// `Summary of all tests` line (bytes); fsync from the command line (`-e`),
+/// which the setup block does not print.
+pub fn ior_text_rows(
+    t: &ior_text::IorText,
+    source: &str,
+    results: &mut Vec<IoResultRow>,
+    summary: &mut Vec<IoSummaryRow>,
+) {
+    for test in &t.tests {
+        let sm = t.summary.iter().find(|s| s.test_id == test.test_id);
+        let opt = |k: &str| test.options.get(k).map(String::as_str).unwrap_or("");
+        let num = |k: &str| opt(k).parse::<i64>().ok();
+        let segments = sm
+            .map(|s| s.segment_count)
+            .or_else(|| num("segments"))
+            .unwrap_or(1);
+        let num_tasks = sm
+            .map(|s| s.num_tasks)
+            .or_else(|| num("tasks"))
+            .unwrap_or(0);
+        let random = opt("ordering in a file") == "random";
+        let pattern = match (random, segments > 1) {
+            (true, false) => "random_offset",
+            (true, true) => "random_offset_strided",
+            (false, false) => "segmented",
+            (false, true) => "strided",
+        };
+        for r in &test.results {
+            // Without a summary line, sizes come from the Results columns (KiB).
+            let block = sm
+                .map(|s| s.block_size)
+                .unwrap_or((r.block_kib * 1024.0).round() as i64);
+            let xfer = sm
+                .map(|s| s.transfer_size)
+                .unwrap_or((r.xfer_kib * 1024.0).round() as i64);
+            results.push(IoResultRow {
+                source: source.to_string(),
+                tool: "ior".into(),
+                api: sm
+                    .map(|s| s.api.clone())
+                    .unwrap_or_else(|| opt("api").to_string()),
+                pattern: pattern.into(),
+                file_per_proc: sm
+                    .map(|s| s.file_per_proc)
+                    .unwrap_or(opt("access") == "file-per-process"),
+                num_tasks,
+                block_size: block,
+                transfer_size: xfer,
+                segments,
+                iteration: r.iteration,
+                operation: r.access.clone(),
+                bytes: block.saturating_mul(segments).saturating_mul(num_tasks),
+                bw_mib_s: r.bw_mib,
+                iops: Some(r.iops),
+                open_time_s: Some(r.open),
+                xfer_time_s: Some(r.wr_rd),
+                close_time_s: Some(r.close),
+                total_time_s: r.total,
+                fsync: t.fsync(),
+                collective: opt("type") == "collective",
+                test_id: Some(test.test_id),
+                verify_errors: None,
+                cache_mode: None,
+            });
+        }
+    }
+    for s in &t.summary {
         summary.push(IoSummaryRow {
             source: source.to_string(),
             tool: "ior".into(),
