@@ -383,3 +383,39 @@ fn a_rank_that_cannot_start_fails_the_whole_run() {
     assert!(t0.elapsed().as_secs() < 60);
     assert!(!dir.path().join("r.json").exists());
 }
+
+#[test]
+fn two_fake_nodes_read_each_others_data() {
+    // Four ranks, two per "node": the reorder shift becomes 2 (IOR -C -Q 1 with
+    // block placement), so every client reads data written on the other node.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("nodes.json");
+    let kids: Vec<_> = (0..4)
+        .map(|r| {
+            Command::new(env!("CARGO_BIN_EXE_pio"))
+                .args([
+                    format!("--filename={}", dir.path().join("n.dat").display()),
+                    format!("--output={}", out.display()),
+                    "--rendezvous_host=127.0.0.1".into(),
+                    "--pattern=strided".into(),
+                    "--segments=2".into(),
+                    "--block_size=16k".into(),
+                    "--transfer_size=4k".into(),
+                ])
+                .env("OMPI_COMM_WORLD_RANK", r.to_string())
+                .env("OMPI_COMM_WORLD_SIZE", "4")
+                .env("PMIX_NAMESPACE", "nodes-ns")
+                .env("PIO_HOSTNAME", if r < 2 { "node-a" } else { "node-b" })
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut k in kids {
+        assert!(k.wait().unwrap().success());
+    }
+    let r = parse(&out, &std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(r.hosts, ["node-a", "node-a", "node-b", "node-b"]);
+    assert_eq!(r.reorder_shift, 2);
+    assert_eq!(r.verification.status, "PASS");
+    check_timing(&r);
+}
