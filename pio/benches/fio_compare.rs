@@ -102,6 +102,9 @@ fn fio(file: &Path, size: &str, direct_read: bool) -> (f64, f64) {
         "--invalidate=1".into(),
     ]);
     let rj = fio_json(&r);
+    // Like pio (keep_file=0), remove the file right after reading it, so the
+    // next tool never runs beside the other's 1 GiB of cached pages.
+    let _ = std::fs::remove_file(file);
     (fio_bw(&wj, "write"), fio_bw(&rj, "read"))
 }
 
@@ -146,7 +149,6 @@ fn main() {
         if direct {
             let p = pio(&pf, &size, "direct");
             let f = fio(&ff, &size, true);
-            let _ = std::fs::remove_file(&ff);
             println!("      direct read: pio {:.1} fio {:.1}", p.1, f.1);
             pdr.push(p.1);
             fdr.push(f.1);
