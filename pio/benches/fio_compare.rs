@@ -137,7 +137,6 @@ fn main() {
             let f = fio(&ff, &size, false);
             (pio(&pf, &size, "fadvise"), f)
         };
-        let _ = std::fs::remove_file(&ff);
         println!(
             "{k:>5} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
             p.0, f.0, p.1, f.1
