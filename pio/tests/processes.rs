@@ -419,3 +419,72 @@ fn two_fake_nodes_read_each_others_data() {
     assert_eq!(r.verification.status, "PASS");
     check_timing(&r);
 }
+
+#[test]
+fn options_preallocate_cached_write_fadvise_and_no_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, r, args) = run_pio(
+        dir.path(),
+        2,
+        &[
+            "--preallocate=1",
+            "--fsync=0",
+            "--read_cache=fadvise",
+            "--block_size=64k",
+            "--transfer_size=16k",
+        ],
+    );
+    assert_eq!(code, 0);
+    assert!(!r.fsync);
+    assert_eq!(r.cache_mode, "fadvise_dontneed");
+    assert_eq!(r.verification.status, "PASS");
+    let layout = layout_of(&args, 2);
+    assert_eq!(
+        std::fs::metadata(layout.file_of(0)).unwrap().len(),
+        layout.file_size(0)
+    );
+    check_bytes(&layout, 2, 0);
+    let p = |n: &str| {
+        r.params
+            .iter()
+            .find(|p| p.name == n)
+            .map(|p| (p.value.clone(), p.source.clone()))
+            .unwrap()
+    };
+    assert_eq!(p("preallocate"), ("1".to_string(), "cli".to_string()));
+    assert_eq!(p("seed"), ("20020521".to_string(), "default".to_string()));
+
+    let dir = tempfile::tempdir().unwrap();
+    let (code, r, _) = run_pio(dir.path(), 1, &["--verify=0", "--read_cache=none"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        (r.verification.status.as_str(), r.cache_mode.as_str()),
+        ("SKIPPED", "none")
+    );
+    assert!(r.phases.iter().all(|p| p.verify_errors.is_none()));
+}
+
+#[test]
+fn help_and_bad_parameters() {
+    let help = Command::new(env!("CARGO_BIN_EXE_pio"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        text.contains("--header_bytes") && text.contains("PIO_NAME"),
+        "{text}"
+    );
+    for bad in [["--nope=1"], ["--pattern=zigzag"], ["--block_size=3k"]] {
+        let o = Command::new(env!("CARGO_BIN_EXE_pio"))
+            .args(bad)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{bad:?}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).starts_with("pio: parameter"),
+            "{bad:?}"
+        );
+    }
+}
