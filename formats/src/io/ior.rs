@@ -48,21 +48,32 @@ pub struct IorTest {
 }
 
 /// The `Parameters` block (the integers this reader needs; others are ignored).
+/// Sizes and the API are required; flags absent in other IOR versions read as 0.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct IorParameters {
     pub api: String,
+    #[serde(default)]
     pub test_file_name: String,
+    #[serde(default)]
     pub nodes: i64,
+    #[serde(default)]
     pub tasks_per_node: i64,
+    #[serde(default)]
     pub repetitions: i64,
+    #[serde(default)]
     pub fsync: i64,
     #[serde(default)]
     pub fsyncperwrite: i64,
+    #[serde(default)]
     pub file_per_proc: i64,
+    #[serde(default)]
     pub reorder_tasks: i64,
+    #[serde(default)]
     pub reorder_tasks_random: i64,
+    #[serde(default)]
     pub random_offset: i64,
+    #[serde(default)]
     pub collective: i64,
     pub segment_count: i64,
     pub transfer_size: i64,
