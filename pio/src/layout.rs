@@ -86,11 +86,28 @@ impl Layout {
             },
             segments: cfg.segments,
             header: cfg.header_bytes,
-            stride: per_file
-                .saturating_mul(cfg.block_size)
-                .saturating_add(padding),
+            // An explicit stride replaces padding; `check` refuses one shorter
+            // than the segment.
+            stride: cfg.stride.unwrap_or_else(|| {
+                per_file
+                    .saturating_mul(cfg.block_size)
+                    .saturating_add(padding)
+            }),
             seed: cfg.seed,
         }
+    }
+
+    /// Checks what depends on the number of clients: an explicit stride must
+    /// hold a whole segment.
+    pub fn check(&self) -> Result<(), String> {
+        let segment = self.per_file.saturating_mul(self.block);
+        if self.stride < segment {
+            return Err(format!(
+                "stride {} is shorter than the segment ({} clients × block_size {} = {segment})",
+                self.stride, self.per_file, self.block
+            ));
+        }
+        Ok(())
     }
 
     /// Distance between segment starts.
@@ -298,6 +315,36 @@ mod tests {
         );
         assert_eq!(l.file_size(0), 59);
         assert_eq!(l.bytes_of(1), 24);
+    }
+
+    #[test]
+    fn explicit_stride_replaces_padding() {
+        let c = cfg(&[
+            "--pattern=strided",
+            "--block_size=16",
+            "--transfer_size=8",
+            "--segments=2",
+            "--stride=100",
+        ]);
+        let l = Layout::new(&c, 2);
+        assert_eq!(all(&l, 1), [(16, 8), (24, 8), (116, 8), (124, 8)]);
+        assert_eq!(l.file_size(0), 132);
+        assert!(l.check().is_ok());
+        // Four clients need 64 bytes per segment: a stride of 40 is refused.
+        let short = cfg(&[
+            "--pattern=strided",
+            "--block_size=16",
+            "--transfer_size=8",
+            "--segments=2",
+            "--stride=40",
+        ]);
+        assert!(
+            Layout::new(&short, 4)
+                .check()
+                .unwrap_err()
+                .contains("shorter than the segment")
+        );
+        assert!(Layout::new(&short, 2).check().is_ok());
     }
 
     #[test]

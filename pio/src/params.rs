@@ -65,6 +65,8 @@ pub struct Config {
     pub min_transfer_size: u64,
     pub segments: u64,
     pub padding: u64,
+    /// Distance between segment starts, when given instead of `padding`.
+    pub stride: Option<u64>,
     pub header_bytes: u64,
     pub iterations: u32,
     pub fsync: bool,
@@ -127,6 +129,11 @@ pub const PARAMS: &[(&str, &str, &str)] = &[
         "padding",
         "0",
         "bytes of padding after each segment (stride = clients·block_size + padding)",
+    ),
+    (
+        "stride",
+        "",
+        "distance between segment starts instead of padding (≥ clients per file · block_size)",
     ),
     (
         "header_bytes",
@@ -351,6 +358,10 @@ pub fn resolve(
         min_transfer_size,
         segments: parse_u64("segments", &get("segments"))?,
         padding: parse_size("padding", &get("padding"))?,
+        stride: match opt("stride") {
+            Some(v) => Some(parse_size("stride", &v)?),
+            None => None,
+        },
         header_bytes,
         iterations,
         fsync: parse_bool("fsync", &get("fsync"))?,
@@ -418,7 +429,15 @@ impl Config {
                 "must be in 1..=transfer_size",
             ));
         }
-        if self.pattern == Pattern::Segmented && (self.segments != 1 || self.padding != 0) {
+        if self.stride.is_some() && self.padding != 0 {
+            return Err(PioError::param(
+                "stride",
+                "give stride or padding, not both",
+            ));
+        }
+        if self.pattern == Pattern::Segmented
+            && (self.segments != 1 || self.padding != 0 || self.stride.is_some())
+        {
             return Err(PioError::param(
                 "segments",
                 "the segmented pattern has one segment and no padding (use strided)",
@@ -514,6 +533,17 @@ mod tests {
         assert!(parse_cli(&["--FILENAME=x".to_string()]).is_err());
         assert!(resolve(&cli(&["--block_size=3k", "--transfer_size=2k"]), |_| None).is_err());
         assert!(resolve(&cli(&["--segments=2"]), |_| None).is_err());
+        assert!(
+            resolve(
+                &cli(&["--pattern=strided", "--stride=8m", "--padding=1"]),
+                |_| None
+            )
+            .is_err()
+        );
+        assert!(
+            resolve(&cli(&["--stride=8m"]), |_| None).is_err(),
+            "segmented has no stride"
+        );
         let g = resolve(&cli(&["--pattern=general", "--segments=2"]), |_| None).unwrap();
         assert_eq!((g.header_bytes, g.min_transfer_size), (1, 128 << 10));
     }

@@ -65,6 +65,10 @@ pub fn run_rank(cfg: &Config, comm: &mut Comm, launcher: &str) -> Result<Option<
     let n = comm.size();
     let me = comm.rank();
     let layout = Layout::new(cfg, n);
+    if let Err(e) = layout.check() {
+        comm.barrier(Err(e.clone()))?;
+        return Err(PioError::param("stride", e));
+    }
     let shift = reorder_shift(cfg, comm.hosts());
     let writer_of_my_read = (me + shift) % n.max(1);
     let read_file = layout.file_of(writer_of_my_read);

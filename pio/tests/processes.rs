@@ -488,3 +488,43 @@ fn help_and_bad_parameters() {
         );
     }
 }
+
+#[test]
+fn explicit_stride_and_too_short_stride() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, r, args) = run_pio(
+        dir.path(),
+        2,
+        &[
+            "--pattern=strided",
+            "--block_size=32k",
+            "--transfer_size=8k",
+            "--segments=3",
+            "--stride=100000",
+        ],
+    );
+    assert_eq!((code, r.stride), (0, 100000));
+    let layout = layout_of(&args, 2);
+    assert_eq!(
+        std::fs::metadata(layout.file_of(0)).unwrap().len(),
+        2 * 100000 + 65536
+    );
+    check_bytes(&layout, 2, 0);
+    // With 4 clients the 128 KiB segment does not fit in a 100000-byte stride.
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pio"))
+        .args([
+            "--np=4".to_string(),
+            format!("--filename={}", dir.path().join("s.dat").display()),
+            format!("--output={}", dir.path().join("s.json").display()),
+            "--pattern=strided".into(),
+            "--block_size=32k".into(),
+            "--transfer_size=8k".into(),
+            "--segments=2".into(),
+            "--stride=100000".into(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("shorter than the segment"));
+}
