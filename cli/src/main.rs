@@ -52,6 +52,14 @@ enum Cmd {
     /// Small probes run by built-in benchmarks.
     #[command(subcommand)]
     Probe(user::ProbeCmd),
+    /// pio, the parallel I/O benchmark (Parallel I/O Benchmarking Consortium rules);
+    /// `benchlake pio --help` lists its parameters.
+    #[command(disable_help_flag = true)]
+    Pio {
+        /// pio's own arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn init_logging(filter: &str) {
@@ -66,6 +74,10 @@ fn init_logging(filter: &str) {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if let Cmd::Pio { args } = cli.cmd {
+        // pio is synchronous and may re-run this command line as its ranks.
+        return benchlake_pio::main_with_args(args);
+    }
     init_logging(&cli.log);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -89,6 +101,7 @@ fn main() -> std::process::ExitCode {
             Cmd::Tables(c) => user::tables_cmd(c).await,
             Cmd::Ingest(a) => user::ingest(a).await,
             Cmd::Probe(c) => user::probe(c),
+            Cmd::Pio { .. } => Ok(()),
         }
     });
     match res {

@@ -168,7 +168,21 @@ async fn demo(
     };
     wait_for_agent(&conn).await?;
     // The demo runs: one per capability that exists.
-    let runs = [("hostinfo", vec![])];
+    let runs: [(&str, Vec<(String, String)>); 2] = [
+        ("hostinfo", vec![]),
+        (
+            "pio",
+            [
+                ("np", "2"),
+                ("block_size", "16MiB"),
+                ("transfer_size", "1MiB"),
+                ("iterations", "2"),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ),
+    ];
     let mut ids = Vec::new();
     for (bench, params) in runs {
         let spec = pb::BenchmarkSpec {
@@ -216,6 +230,9 @@ async fn demo(
     println!("\nRead them with DuckDB, for example:");
     println!(
         "  duckdb -c \"SELECT hostname, kernel_release, cores, memory_bytes, date FROM read_parquet('{root}/tables/node_facts/**/*.parquet', hive_partitioning=true)\""
+    );
+    println!(
+        "  duckdb -c \"SELECT tool, pattern, num_tasks, iteration, operation, round(bw_mib_s, 1) AS mib_s, cache_mode FROM read_parquet('{root}/tables/io_results/**/*.parquet', hive_partitioning=true) ORDER BY iteration, operation\""
     );
     println!(
         "  duckdb -c \"SELECT run_id, benchmark, status, finished_at FROM read_parquet('{root}/tables/runs/**/*.parquet', hive_partitioning=true) ORDER BY finished_at\""

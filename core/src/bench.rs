@@ -417,7 +417,8 @@ impl BenchmarkDef {
         }
         let mut names = std::collections::HashSet::new();
         for p in &self.params {
-            if !is_ident(&p.name) || BUILTINS.contains(&p.name.as_str()) {
+            // `np` may be declared: the parameter then sets the process count.
+            if !is_ident(&p.name) || (BUILTINS.contains(&p.name.as_str()) && p.name != "np") {
                 return Err(bad(format!(
                     "parameter name '{}' is invalid or reserved",
                     p.name

@@ -8,6 +8,7 @@
 pub mod error;
 pub mod hostinfo;
 pub mod ingest;
+pub mod io;
 
 pub use error::{FormatError, Result};
 pub use ingest::{IngestContext, InputFile, ingest, kinds};
