@@ -9,6 +9,16 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 VENV="${BENCHLAKE_VENV:-$HOME/.cache/benchlake-venv}"
 
+echo "== system packages"
+# Open MPI for the mpirun launcher tests.
+if ! command -v mpirun >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev >/dev/null
+  else
+    echo "mpirun is missing and cannot be installed here (need root and apt-get)" >&2
+  fi
+fi
+
 echo "== Python tools (venv: $VENV)"
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"

@@ -73,6 +73,19 @@ timeout_s = 60
 file = "host.json"
 format = "hostinfo"
 required = true
+
+[[benchmark]]
+name = "mpi-hostname"
+kind = "noop"
+command = ["hostname"]
+launchers = ["mpirun"]
+timeout_s = 120
+[[benchmark.param]]
+name = "np"
+type = "int"
+default = "2"
+min = 1
+max = 64
 """
 
 
