@@ -34,11 +34,18 @@ pub struct IngestContext {
 type IngestFn = fn(&[InputFile], &IngestContext) -> Result<Vec<TableOutput>>;
 
 /// Registered kinds: (name, what it reads, reader).
-const KINDS: &[(&str, &str, IngestFn)] = &[(
-    "dimemas",
-    "Dimemas .dim MPI traces -> mpi_trace_records",
-    crate::dimemas::ingest::ingest,
-)];
+const KINDS: &[(&str, &str, IngestFn)] = &[
+    (
+        "dimemas",
+        "Dimemas .dim MPI traces -> mpi_trace_records",
+        crate::dimemas::ingest::ingest,
+    ),
+    (
+        "bandela",
+        "Bandela text traces (one file per rank) -> mpi_trace_records",
+        crate::bandela::ingest::ingest,
+    ),
+];
 
 /// The names and descriptions of the known ingest kinds.
 pub fn kinds() -> Vec<(&'static str, &'static str)> {

@@ -23,6 +23,25 @@ pub fn run_replay(
             let t = DimTrace::open(trace)?;
             crate::dimemas::simulate(&t, &platform)
         }
+        "bandela" => {
+            // `trace` is the directory of bandela.<rank> files; `input` names the
+            // replaympi input file (keywords as in the manual).
+            let input = params.get("input").ok_or_else(|| {
+                ReplayError::param(
+                    "input",
+                    "the Bandela model needs input=<replaympi input file>",
+                )
+            })?;
+            if let Some(k) = params.keys().find(|k| k.as_str() != "input") {
+                return Err(ReplayError::param(
+                    k,
+                    "unknown Bandela parameter (known: input)",
+                ));
+            }
+            let inp = benchlake_formats::bandela::BandelaInput::read(input)?;
+            let files = crate::bandela::rank_files(trace)?;
+            crate::bandela::simulate(&files, &inp)
+        }
         other => Err(ReplayError::param(
             "model",
             format!("unknown model '{other}' (known: dimemas, bandela)"),

@@ -110,6 +110,7 @@ pub struct ReplayResult {
     /// Per rank.
     pub ranks: Vec<RankResult>,
     /// (receiver, sender) -> (messages, bytes).
+    #[serde(serialize_with = "transfers_as_list")]
     pub transfers: BTreeMap<(u32, u32), (u64, u64)>,
     /// Adapter statistics (host type 2 only).
     pub adapters: Vec<AdapterStats>,
@@ -117,4 +118,18 @@ pub struct ReplayResult {
     pub timeline: Vec<TimelineEvent>,
     /// The effective parameters, as JSON.
     pub params: serde_json::Value,
+}
+
+/// JSON objects need string keys: the matrix is written as
+/// `[[receiver, sender, messages, bytes], ...]`.
+fn transfers_as_list<S: serde::Serializer>(
+    m: &BTreeMap<(u32, u32), (u64, u64)>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeSeq;
+    let mut seq = s.serialize_seq(Some(m.len()))?;
+    for (&(r, snd), &(n, b)) in m {
+        seq.serialize_element(&(r, snd, n, b))?;
+    }
+    seq.end()
 }

@@ -683,3 +683,85 @@ impl DimConfig {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const CFG: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/data/replay/dimemas/configs"
+    );
+
+    #[test]
+    fn reads_the_reference_configurations() {
+        let c = DimConfig::read(format!("{CFG}/c5_buses2_links2.cfg")).expect("c5");
+        assert_eq!(c.environments.len(), 1);
+        let e = &c.environments[0];
+        assert_eq!(
+            (e.nodes, e.bandwidth, e.buses, e.gop_model),
+            (1024, 1000.0, 2, GopModel::Log)
+        );
+        let n = &c.nodes[0];
+        assert_eq!((n.count, n.processors, n.cpu_ratio), (1024, 1, 1.0));
+        assert_eq!(
+            (n.intra_latency, n.intra_bandwidth, n.inter_latency),
+            (1e-6, 10000.0, 5e-6)
+        );
+        assert_eq!(
+            (n.in_links, n.out_links, n.intra_in_links, n.intra_out_links),
+            (2, 2, 1, 1)
+        );
+        assert_eq!(c.mapping, Mapping::TasksPerNode(1));
+        assert_eq!(c.collectives_file, None);
+        let c6 = DimConfig::read(format!("{CFG}/c6_ppn4.cfg")).expect("c6");
+        assert_eq!(c6.mapping, Mapping::TasksPerNode(4));
+        let c7 = DimConfig::read(format!("{CFG}/c7_gopLIN.cfg")).expect("c7");
+        assert_eq!(c7.environments[0].gop_model, GopModel::Lin);
+        let c8 = DimConfig::read(format!("{CFG}/c8_gopfile_MAX.cfg")).expect("c8");
+        let f = CollectivesFile::read(c8.collectives_path().expect("file")).expect("collectives");
+        let max_log = CollectiveDef {
+            model_in: GopModel::Log,
+            size_in: GopSize::Max,
+            model_out: GopModel::Log,
+            size_out: GopSize::Max,
+        };
+        assert_eq!(f.lookup(0, 1), Some(max_log));
+        assert_eq!(f.lookup(0, 8).map(|d| d.model_in), Some(GopModel::Lin));
+        assert_eq!(f.lookup(0, 10).map(|d| d.model_out), Some(GopModel::Zero));
+        assert_eq!(f.lookup(0, 2), None);
+    }
+
+    #[test]
+    fn errors_have_line_and_column() {
+        let p = Path::new("x.cfg");
+        let e = DimConfig::parse(p, b"#DIMEMAS_CONFIGURATION\n\"environment information\" {\"\", 0, \"\", 4, abc, 0, 3};;\n")
+            .expect_err("bad number")
+            .to_string();
+        assert!(e.contains("line 2") && e.contains("abc"), "{e}");
+        let e = DimConfig::parse(p, b"nope")
+            .expect_err("header")
+            .to_string();
+        assert!(e.contains("#DIMEMAS_CONFIGURATION"), "{e}");
+        let e = CollectivesFile::parse(p, b"Machine globalop: 0 1 LOG HUGE LOG MAX\n")
+            .expect_err("size")
+            .to_string();
+        assert!(e.contains("SIZE_IN") && e.contains("line 1"), "{e}");
+        let e = CollectivesFile::parse(p, b"\nPolicy: RR\n")
+            .expect_err("policy")
+            .to_string();
+        assert!(e.contains("line 2"), "{e}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn arbitrary_text_never_panics(s in "[#\"{}\\[\\];, a-zA-Z0-9.:_+-]{0,200}") {
+            let p = Path::new("x.cfg");
+            let _ = DimConfig::parse(p, format!("#DIMEMAS_CONFIGURATION\n{s}").as_bytes());
+            let _ = DimConfig::parse(p, s.as_bytes());
+            let _ = CollectivesFile::parse(p, s.as_bytes());
+        }
+    }
+}

@@ -708,3 +708,165 @@ pub fn parse_record(path: &Path, line: &[u8], at: u64) -> Result<(u32, u32, DimR
 pub fn describe_offset(path: &Path, offset: u64) -> String {
     super::text::position_of(path, offset).to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn write(dir: &Path, text: &[u8]) -> PathBuf {
+        let p = dir.join("t.dim");
+        std::fs::write(&p, text).expect("write");
+        p
+    }
+
+    const REF: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/data/replay/dimemas/traces"
+    );
+
+    #[test]
+    fn reads_the_reference_ring_trace() {
+        let t = DimTrace::open(format!("{REF}/ring_np4.dim")).expect("open");
+        assert_eq!(t.header.name, "ring_np4");
+        assert_eq!(t.header.offsets_offset, Some(7019));
+        assert_eq!(t.header.threads, vec![1, 1, 1, 1]);
+        assert_eq!(
+            t.comms,
+            vec![Communicator {
+                id: 1,
+                tasks: vec![0, 1, 2, 3]
+            }]
+        );
+        let mut s = t.task_stream(1).expect("stream");
+        let mut n = 0;
+        let mut first = None;
+        let mut sends = 0;
+        while let Some((r, _)) = s.next_record().expect("record") {
+            if first.is_none() {
+                first = Some(r.clone());
+            }
+            if matches!(
+                r,
+                DimRecord::Send {
+                    dst: 2,
+                    size: 65536,
+                    tag: 10,
+                    comm: 1,
+                    sync: 0
+                }
+            ) {
+                sends += 1;
+            }
+            n += 1;
+        }
+        // 42 bursts + 20 sends + 20 receives + 1 barrier per task (from the file).
+        assert_eq!(n, 83);
+        assert_eq!(sends, 20);
+        assert_eq!(
+            first,
+            Some(DimRecord::Burst {
+                seconds: 0.000756383
+            })
+        );
+    }
+
+    #[test]
+    fn locates_tasks_without_an_offsets_block() {
+        let d = tempfile::tempdir().expect("tmp");
+        let p = write(
+            d.path(),
+            b"#DIMEMAS:\"x\":0:2(1,1),1\nd:1:1:2:0:1\n1:0:0:0.5\n2:0:0:1:-1:8:3:1:0\n1:1:0:0.25\n3:1:0:0:-1:8:3:1:0\n",
+        );
+        let t = DimTrace::open(&p).expect("open");
+        let mut s = t.task_stream(1).expect("stream");
+        assert_eq!(
+            s.next_record().expect("r").map(|r| r.0),
+            Some(DimRecord::Burst { seconds: 0.25 })
+        );
+        assert_eq!(
+            s.next_record().expect("r").map(|r| r.0),
+            Some(DimRecord::Recv {
+                src: 0,
+                size: 8,
+                tag: 3,
+                comm: 1,
+                kind: RecvKind::Recv
+            })
+        );
+        assert_eq!(s.next_record().expect("r"), None);
+    }
+
+    #[test]
+    fn errors_name_field_line_and_column() {
+        let d = tempfile::tempdir().expect("tmp");
+        let p = write(
+            d.path(),
+            b"#DIMEMAS:\"x\":0:1(1),1\n1:0:0:0.5\n2:0:0:0:-1:abc:3:1:0\n",
+        );
+        let t = DimTrace::open(&p).expect("open");
+        let mut s = t.task_stream(0).expect("stream");
+        assert!(s.next_record().expect("first").is_some());
+        let e = s.next_record().expect_err("bad size").to_string();
+        assert!(
+            e.contains("send.size") && e.contains("line 3, column 12"),
+            "{e}"
+        );
+        let p = write(d.path(), b"#DIMEMAS:\"x\":1,9999:1(1),1\n");
+        let e = DimTrace::open(&p).expect_err("offset").to_string();
+        assert!(e.contains("offsets_offset"), "{e}");
+        let p = write(d.path(), b"garbage\n");
+        let e = DimTrace::open(&p).expect_err("header").to_string();
+        assert!(e.contains("header") && e.contains("line 1"), "{e}");
+        let p = write(d.path(), b"#DIMEMAS:\"x\":0:1(1),1\n7:0:0:1\n");
+        let t = DimTrace::open(&p).expect("open");
+        let e = t
+            .task_stream(0)
+            .expect("s")
+            .next_record()
+            .expect_err("op")
+            .to_string();
+        assert!(
+            e.contains("unsupported record type 7") && e.contains("line 2"),
+            "{e}"
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn arbitrary_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..400), hdr in 0usize..3) {
+            let d = tempfile::tempdir().expect("tmp");
+            let mut text: Vec<u8> = match hdr {
+                0 => b"#DIMEMAS:\"p\":0:3(1,1,1),1\n".to_vec(),
+                1 => b"#DIMEMAS:\"p\":1,40:2(1,1),1\n".to_vec(),
+                _ => Vec::new(),
+            };
+            text.extend_from_slice(&body);
+            let p = write(d.path(), &text);
+            if let Ok(t) = DimTrace::open(&p) {
+                for task in 0..t.ntasks() as u32 {
+                    if let Ok(mut s) = t.task_stream(task) {
+                        let mut guard = 0;
+                        while let Ok(Some(_)) = s.next_record() {
+                            guard += 1;
+                            prop_assert!(guard < 1000);
+                        }
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn mutated_records_never_panic(line in "[0-9:.\\-a-z ]{0,40}") {
+            let d = tempfile::tempdir().expect("tmp");
+            let text = format!("#DIMEMAS:\"p\":0:1(1),1\n{line}\n");
+            let p = write(d.path(), text.as_bytes());
+            if let Ok(t) = DimTrace::open(&p) {
+                if let Ok(mut s) = t.task_stream(0) {
+                    let _ = s.next_record();
+                }
+            }
+        }
+    }
+}
