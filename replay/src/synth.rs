@@ -53,13 +53,8 @@ impl Halo {
 
     /// Records the trace holds.
     pub fn records(&self) -> u64 {
-        let per_iter = 7 * u64::from(self.iters)
-            + if self.allreduce_every > 0 {
-                u64::from(self.iters / self.allreduce_every)
-            } else {
-                0
-            };
-        per_iter * u64::from(self.ranks)
+        let allreduces = self.iters.checked_div(self.allreduce_every).unwrap_or(0);
+        (7 * u64::from(self.iters) + u64::from(allreduces)) * u64::from(self.ranks)
     }
 
     /// Writes the trace to `path` (one task body in memory at a time).

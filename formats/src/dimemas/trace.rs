@@ -496,10 +496,10 @@ fn scan_offsets(path: &Path, start: u64, ntasks: usize) -> Result<Vec<u64>> {
                 .and_then(parse_i64)
                 .and_then(|v| usize::try_from(v).ok());
             let thread = fl.next_raw().and_then(parse_i64);
-            if let (Some(t), Some(0)) = (task, thread) {
-                if let Some(slot) = out.get_mut(t) {
-                    slot.get_or_insert(pos);
-                }
+            if let (Some(t), Some(0)) = (task, thread)
+                && let Some(slot) = out.get_mut(t)
+            {
+                slot.get_or_insert(pos);
             }
         }
         pos += n as u64;
@@ -862,10 +862,10 @@ mod tests {
             let d = tempfile::tempdir().expect("tmp");
             let text = format!("#DIMEMAS:\"p\":0:1(1),1\n{line}\n");
             let p = write(d.path(), text.as_bytes());
-            if let Ok(t) = DimTrace::open(&p) {
-                if let Ok(mut s) = t.task_stream(0) {
-                    let _ = s.next_record();
-                }
+            if let Ok(t) = DimTrace::open(&p)
+                && let Ok(mut s) = t.task_stream(0)
+            {
+                let _ = s.next_record();
             }
         }
     }

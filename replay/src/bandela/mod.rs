@@ -381,14 +381,12 @@ impl Model<'_> {
                             msg: None,
                             ..
                         } = q
+                            && (*src == -1 || *src == i64::from(me))
+                            && *t == tag
+                            && *c == comm
+                            && best.is_none_or(|b| *rq < b.0)
                         {
-                            if (*src == -1 || *src == i64::from(me))
-                                && *t == tag
-                                && *c == comm
-                                && best.is_none_or(|b| *rq < b.0)
-                            {
-                                best = Some((*rq, 0));
-                            }
+                            best = Some((*rq, 0));
                         }
                     }
                     best.map(|b| b.0)

@@ -359,15 +359,15 @@ impl<'a> Sim<'a> {
     }
 
     fn mark(&mut self, task: u32, name: &str, start: Nanos, end: Nanos) {
-        if let Some(tl) = self.timeline.as_mut() {
-            if end > start {
-                tl.push(TimelineEvent {
-                    rank: task,
-                    name: name.to_string(),
-                    start_s: start / 1e9,
-                    end_s: end / 1e9,
-                });
-            }
+        if let Some(tl) = self.timeline.as_mut()
+            && end > start
+        {
+            tl.push(TimelineEvent {
+                rank: task,
+                name: name.to_string(),
+                start_s: start / 1e9,
+                end_s: end / 1e9,
+            });
         }
     }
 
@@ -774,11 +774,11 @@ impl<'a> Sim<'a> {
     }
 
     fn alloc_transfer(&mut self, tr: Transfer) -> Tid {
-        if let Some(id) = self.free_tids.pop() {
-            if let Some(slot) = self.transfers.get_mut(id) {
-                *slot = Some(tr);
-                return id;
-            }
+        if let Some(id) = self.free_tids.pop()
+            && let Some(slot) = self.transfers.get_mut(id)
+        {
+            *slot = Some(tr);
+            return id;
         }
         self.transfers.push(Some(tr));
         self.transfers.len() - 1
@@ -1132,19 +1132,20 @@ impl<'a> Sim<'a> {
             since,
             routine,
         } = d.block
+            && (src == -1 || src == i64::from(tr.src))
+            && tag == tr.tag
+            && comm == tr.comm
         {
-            if (src == -1 || src == i64::from(tr.src)) && tag == tr.tag && comm == tr.comm {
-                d.acc.wait += now - since;
-                if let Some(f) = d.funcs.get_mut(routine) {
-                    f[0] += now - since;
-                }
-                d.bytes_recv += tr.size;
-                d.block = Block::None;
-                d.cur = None;
-                self.mark(tr.dst, "wait", since, now);
-                self.queue.push(now, Ev::Resume(tr.dst));
-                return Ok(());
+            d.acc.wait += now - since;
+            if let Some(f) = d.funcs.get_mut(routine) {
+                f[0] += now - since;
             }
+            d.bytes_recv += tr.size;
+            d.block = Block::None;
+            d.cur = None;
+            self.mark(tr.dst, "wait", since, now);
+            self.queue.push(now, Ev::Resume(tr.dst));
+            return Ok(());
         }
         d.mess_recv.push_back(Arrived {
             src: tr.src,
