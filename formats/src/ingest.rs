@@ -55,6 +55,16 @@ const KINDS: &[(&str, &str, IngestFn)] = &[
         "pio result files (benchlake-pio/1)",
         crate::io::ingest_pio,
     ),
+    (
+        "dimemas",
+        "Dimemas .dim MPI traces -> mpi_trace_records",
+        crate::dimemas::ingest::ingest,
+    ),
+    (
+        "bandela",
+        "Bandela text traces (one file per rank) -> mpi_trace_records",
+        crate::bandela::ingest::ingest,
+    ),
 ];
 
 /// The names and descriptions of the known ingest kinds.

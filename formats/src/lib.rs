@@ -5,6 +5,8 @@
 //!
 //! [`ingest`] is the one entry point used by the CLI (`benchlake ingest KIND`) and
 //! by the worker's ingest executor; each format registers its kind there.
+pub mod bandela;
+pub mod dimemas;
 pub mod error;
 pub mod hostinfo;
 pub mod ingest;

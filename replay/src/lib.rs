@@ -1,1 +1,19 @@
 //! Discrete-event replay engine with the Bandela and Dimemas network models.
+//!
+//! * [`event`] — the discrete-event core (deterministic priority queue);
+//! * [`dimemas`] — the Dimemas 5.5 model over `.dim` traces;
+//! * [`result`] — what a replay produces, whatever the model;
+//! * [`api`] — [`run_replay`], the entry point a worker job calls.
+pub mod api;
+pub mod bandela;
+pub mod dimemas;
+pub mod error;
+pub mod event;
+pub mod result;
+pub mod synth;
+pub mod tables;
+
+pub use api::run_replay;
+pub use error::{ReplayError, Result};
+pub use result::{CommTimes, RankResult, ReplayResult};
+pub use tables::{ReplayMeta, replay_tables};

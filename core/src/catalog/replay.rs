@@ -86,6 +86,12 @@ pub fn tables() -> Vec<TableDef> {
                 ("big_transfer_s", Float64, false, "big-message transfer"),
                 ("bytes_received", Int64, false, "bytes received"),
                 ("bytes_buffered", Int64, false, "bytes buffered"),
+                (
+                    "idle_s",
+                    Float64,
+                    false,
+                    "blocked in a rendezvous send before its receive is posted (Dimemas counts it in neither computation nor communication): total = computation + communication + idle",
+                ),
             ],
         ),
         table(

@@ -1,0 +1,50 @@
+//! The public entry point: replay a trace with a named model and sweep-point
+//! parameters.
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use benchlake_formats::dimemas::DimTrace;
+
+use crate::dimemas::Platform;
+use crate::error::{ReplayError, Result};
+use crate::result::ReplayResult;
+
+/// Replays `trace` with `model` (`dimemas` or `bandela`) and the sweep-point
+/// overrides `params` (names in docs/replay.md; for Dimemas see
+/// [`crate::dimemas::PARAM_NAMES`]).
+pub fn run_replay(
+    model: &str,
+    trace: &Path,
+    params: &BTreeMap<String, String>,
+) -> Result<ReplayResult> {
+    match model {
+        "dimemas" => {
+            let platform = Platform::default().apply_params(params)?;
+            let t = DimTrace::open(trace)?;
+            crate::dimemas::simulate(&t, &platform)
+        }
+        "bandela" => {
+            // `trace` is the directory of bandela.<rank> files; `input` names the
+            // replaympi input file (keywords as in the manual).
+            let input = params.get("input").ok_or_else(|| {
+                ReplayError::param(
+                    "input",
+                    "the Bandela model needs input=<replaympi input file>",
+                )
+            })?;
+            if let Some(k) = params.keys().find(|k| k.as_str() != "input") {
+                return Err(ReplayError::param(
+                    k,
+                    "unknown Bandela parameter (known: input)",
+                ));
+            }
+            let inp = benchlake_formats::bandela::BandelaInput::read(input)?;
+            let files = crate::bandela::rank_files(trace)?;
+            crate::bandela::simulate(&files, &inp)
+        }
+        other => Err(ReplayError::param(
+            "model",
+            format!("unknown model '{other}' (known: dimemas, bandela)"),
+        )),
+    }
+}

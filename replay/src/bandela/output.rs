@@ -1,0 +1,119 @@
+//! replaympi-style outputs: the per-CPU summary, `column_data` (per-routine CSV), the
+//! transfer matrices and a Chrome-trace (Perfetto) JSON timeline.
+use std::fmt::Write;
+
+use crate::result::ReplayResult;
+
+/// The per-CPU summary in replaympi's layout (Bytes in MB = 10^6 B, as printed).
+pub fn summary_text(r: &ReplayResult) -> String {
+    let mut s = String::from("=====================================================\n");
+    for c in &r.ranks {
+        let i = c.rank;
+        let _ = writeln!(
+            s,
+            " CPU {i} Total  Time              : {:12.6} s",
+            c.total_s
+        );
+        let _ = writeln!(
+            s,
+            " CPU {i} Total computation Time   : {:12.6} s",
+            c.computation_s
+        );
+        let _ = writeln!(
+            s,
+            " CPU {i} Total communication Time : {:12.6} s, Wait   : {:12.6} s",
+            c.communication_s(),
+            c.comm.wait
+        );
+        let _ = writeln!(
+            s,
+            " CPU {i} latency: {:12.6} s, mess<=1024: {:12.6} s, mess>1024: {:12.6} s",
+            c.comm.latency, c.comm.small, c.comm.big
+        );
+        let _ = writeln!(
+            s,
+            " CPU {i} Bytes(Mb) :  recv {:12.6} buffered {:12.6}",
+            c.bytes_received as f64 / 1e6,
+            c.bytes_buffered as f64 / 1e6
+        );
+        s.push_str(" =====================================================\n");
+    }
+    s
+}
+
+/// `column_data`: one CSV row per (rank, routine).
+pub fn column_data_csv(r: &ReplayResult) -> String {
+    let mut s = String::from("rank,function,wait_s,latency_s,small_transfer_s,big_transfer_s\n");
+    for c in &r.ranks {
+        for (f, t) in &c.functions {
+            let _ = writeln!(
+                s,
+                "{},{},{:.9},{:.9},{:.9},{:.9}",
+                c.rank, f, t.wait, t.latency, t.small, t.big
+            );
+        }
+    }
+    s
+}
+
+/// The transfer matrices of replaysend_recv: requests and bytes per receiver (row) and
+/// sender (column).
+pub fn transfer_matrix_text(r: &ReplayResult) -> String {
+    let n = r.ranks.len();
+    let mut s = String::from("# requests: receiver (row) x sender (column)\n");
+    for which in 0..2 {
+        if which == 1 {
+            s.push_str("# bytes: receiver (row) x sender (column)\n");
+        }
+        for recv in 0..n as u32 {
+            let row: Vec<String> = (0..n as u32)
+                .map(|snd| {
+                    r.transfers
+                        .get(&(recv, snd))
+                        .map_or(0, |v| if which == 0 { v.0 } else { v.1 })
+                        .to_string()
+                })
+                .collect();
+            let _ = writeln!(s, "{}", row.join(" "));
+        }
+    }
+    s
+}
+
+fn esc(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"?\"".into())
+}
+
+/// A Chrome trace (`chrome://tracing`, Perfetto) of the timeline: one thread per rank,
+/// complete events in microseconds.
+pub fn chrome_trace_json(r: &ReplayResult) -> String {
+    let mut s = String::from("{\"traceEvents\":[");
+    let mut first = true;
+    for c in &r.ranks {
+        if !first {
+            s.push(',');
+        }
+        first = false;
+        let _ = write!(
+            s,
+            "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":{},\"args\":{{\"name\":\"rank {}\"}}}}",
+            c.rank, c.rank
+        );
+    }
+    for e in &r.timeline {
+        if !first {
+            s.push(',');
+        }
+        first = false;
+        let _ = write!(
+            s,
+            "{{\"name\":{},\"ph\":\"X\",\"pid\":0,\"tid\":{},\"ts\":{:.3},\"dur\":{:.3}}}",
+            esc(&e.name),
+            e.rank,
+            e.start_s * 1e6,
+            (e.end_s - e.start_s) * 1e6
+        );
+    }
+    s.push_str("],\"displayTimeUnit\":\"ns\"}");
+    s
+}

@@ -1,0 +1,94 @@
+//! The replay tables: schemas are the catalog's, values come from the replay.
+use std::collections::BTreeMap;
+
+use arrow::array::{Array, Float64Array, Int32Array, Int64Array, StringArray};
+use benchlake_replay::{ReplayMeta, replay_tables, run_replay};
+
+#[test]
+fn ring_replay_tables() {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/data/replay/dimemas"
+    );
+    let mut params = BTreeMap::new();
+    params.insert("config".to_string(), format!("{dir}/configs/c1_base.cfg"));
+    let trace = std::path::PathBuf::from(format!("{dir}/traces/ring_np4.dim"));
+    let r = run_replay("dimemas", &trace, &params).expect("replay");
+    let mut point = BTreeMap::new();
+    point.insert("latency".to_string(), "5e-6".to_string());
+    let meta = ReplayMeta {
+        run_id: "run1",
+        replay_id: "rp1",
+        trace_source: "ring_np4.dim",
+        point: &point,
+        engine_wall_s: 0.5,
+    };
+    let tables = replay_tables(&r, &meta).expect("tables");
+    let names: Vec<&str> = tables.iter().map(|t| t.table.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "replays",
+            "replay_ranks",
+            "replay_functions",
+            "replay_adapters",
+            "replay_transfers"
+        ]
+    );
+    for t in &tables {
+        for b in &t.batches {
+            benchlake_core::lake::check_schema(&t.table, &b.schema()).expect("catalog schema");
+        }
+    }
+    let replays = &tables[0].batches[0];
+    assert_eq!(replays.num_rows(), 1);
+    let pred = replays.column_by_name("predicted_time_s").and_then(|c| {
+        c.as_any()
+            .downcast_ref::<Float64Array>()
+            .map(|a| a.value(0))
+    });
+    assert!((pred.expect("pred") - 0.030798862).abs() < 2e-9);
+    let point_json = replays.column_by_name("point").and_then(|c| {
+        c.as_any()
+            .downcast_ref::<StringArray>()
+            .map(|a| a.value(0).to_string())
+    });
+    assert_eq!(point_json.as_deref(), Some("{\"latency\":\"5e-6\"}"));
+    let records = replays
+        .column_by_name("records")
+        .and_then(|c| c.as_any().downcast_ref::<Int64Array>().map(|a| a.value(0)));
+    assert_eq!(records, Some(332));
+    let ranks = &tables[1].batches[0];
+    assert_eq!(ranks.num_rows(), 4);
+    let comm = ranks.column_by_name("communication_s").and_then(|c| {
+        c.as_any()
+            .downcast_ref::<Float64Array>()
+            .map(|a| a.value(2))
+    });
+    assert!((comm.expect("comm") - 0.004409385).abs() < 2e-9);
+    let tr = &tables[4].batches[0];
+    assert_eq!(tr.num_rows(), 4);
+    let recv = tr
+        .column_by_name("receiver")
+        .and_then(|c| c.as_any().downcast_ref::<Int32Array>().cloned())
+        .expect("recv");
+    let send = tr
+        .column_by_name("sender")
+        .and_then(|c| c.as_any().downcast_ref::<Int32Array>().cloned())
+        .expect("send");
+    let bytes = tr
+        .column_by_name("bytes")
+        .and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned())
+        .expect("bytes");
+    for i in 0..4 {
+        assert_eq!(
+            (recv.value(i) - send.value(i)).rem_euclid(4),
+            1,
+            "ring neighbours"
+        );
+        assert_eq!(bytes.value(i), 20 * 65536);
+    }
+    assert!(tables[2].rows() >= 12, "Send, Recv and Barrier for 4 ranks");
+    assert_eq!(tables[3].rows(), 0);
+    assert_eq!(ranks.column_by_name("idle_s").map(|c| c.len()), Some(4));
+}
