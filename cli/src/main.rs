@@ -2,6 +2,7 @@
 //! environment variable) and sets up logging; the services live in their
 //! library crates.
 mod opts;
+mod replay;
 mod up;
 mod user;
 
@@ -49,6 +50,9 @@ enum Cmd {
     Tables(user::TablesCmd),
     /// Parse input files offline and write the lake layout to a directory.
     Ingest(user::IngestArgs),
+    /// Replay MPI traces with the Dimemas or Bandela model (offline or through the cluster).
+    #[command(subcommand)]
+    Replay(replay::ReplayCmd),
     /// Small probes run by built-in benchmarks.
     #[command(subcommand)]
     Probe(user::ProbeCmd),
@@ -101,6 +105,7 @@ fn main() -> std::process::ExitCode {
             Cmd::Tables(c) => user::tables_cmd(c).await,
             Cmd::Ingest(a) => user::ingest(a).await,
             Cmd::Probe(c) => user::probe(c),
+            Cmd::Replay(c) => replay::replay_cmd(c).await,
             Cmd::Pio { .. } => Ok(()),
         }
     });

@@ -202,6 +202,42 @@ async fn demo(
         println!("submitted {bench} run {}", r.run_id);
         ids.push((bench, r.run_id));
     }
+    // A what-if sweep: a synthetic 16-rank halo exchange under 3 latencies x 2
+    // bandwidths, one worker job per point.
+    let trace =
+        std::env::temp_dir().join(format!("benchlake-demo-halo-{}.dim", std::process::id()));
+    benchlake_replay::synth::Halo::new(16, 200).write_dim(&trace)?;
+    let data = std::fs::read(&trace)?;
+    let _ = std::fs::remove_file(&trace);
+    let axis = |p: &str, v: &[&str]| pb::SweepAxis {
+        param: p.into(),
+        values: v.iter().map(|x| x.to_string()).collect(),
+    };
+    let (ch, auth) = (
+        benchlake_proto::client::channel(addr).map_err(anyhow::Error::msg)?,
+        benchlake_proto::client::Auth::new(conn.token.as_deref()).map_err(anyhow::Error::msg)?,
+    );
+    let r = pb::replay_service_client::ReplayServiceClient::with_interceptor(ch, auth)
+        .trigger_replay(pb::TriggerReplayRequest {
+            trace: Some(pb::TraceRef {
+                source: Some(pb::trace_ref::Source::Uploaded(pb::UploadedTrace {
+                    file_name: "halo16.dim".into(),
+                    data,
+                })),
+            }),
+            model: "dimemas".into(),
+            params: Default::default(),
+            sweep: vec![
+                axis("latency", &["1e-6", "5e-6", "2e-5"]),
+                axis("bandwidth", &["1000", "10000"]),
+            ],
+        })
+        .await
+        .context("triggering the demo replay sweep")?
+        .into_inner();
+    println!("submitted replay sweep {} ({} points)", r.run_id, r.points);
+    ids.push(("replay sweep", r.run_id));
+
     let mut failed = Vec::new();
     for (bench, id) in &ids {
         let d = user::watch(&conn, id, false).await?;
@@ -233,6 +269,9 @@ async fn demo(
     );
     println!(
         "  duckdb -c \"SELECT tool, pattern, num_tasks, iteration, operation, round(bw_mib_s, 1) AS mib_s, cache_mode FROM read_parquet('{root}/tables/io_results/**/*.parquet', hive_partitioning=true) ORDER BY iteration, operation\""
+    );
+    println!(
+        "  duckdb -c \"SELECT point, round(predicted_time_s, 6) AS predicted_s FROM read_parquet('{root}/tables/replays/**/*.parquet', hive_partitioning=true) ORDER BY predicted_s\""
     );
     println!(
         "  duckdb -c \"SELECT run_id, benchmark, status, finished_at FROM read_parquet('{root}/tables/runs/**/*.parquet', hive_partitioning=true) ORDER BY finished_at\""

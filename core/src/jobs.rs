@@ -62,3 +62,28 @@ pub struct JobResult {
     #[serde(default)]
     pub follow_ups: Vec<FollowUp>,
 }
+
+/// Job kind that replays a trace at one sweep point.
+pub const REPLAY_JOB: &str = "replay";
+
+/// The spec of a `replay` job: one trace × model × sweep point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplaySpec {
+    /// `dimemas` or `bandela`.
+    pub model: String,
+    /// The trace: a `.dim` object (Dimemas) or a prefix ending in `/` holding the
+    /// `bandela.<rank>` objects (Bandela).
+    pub trace_key: String,
+    /// Raw objects passed to the model as files, by parameter name (`config`,
+    /// `collectives`, `input`).
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
+    /// Base parameters.
+    #[serde(default)]
+    pub params: BTreeMap<String, String>,
+    /// This point's values (override `params`).
+    #[serde(default)]
+    pub point: BTreeMap<String, String>,
+    /// The replay id (`replays.replay_id`).
+    pub replay_id: String,
+}

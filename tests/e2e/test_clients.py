@@ -137,6 +137,7 @@ def test_up_demo(tmp_path):
     assert "landed" in r.stdout and "duckdb" in r.stdout
     lake = tmp_path / "data" / "lake"
     assert duck_count(lake, "node_facts") == 1
-    assert duck_count(lake, "runs") == 2
+    assert duck_count(lake, "runs") == 3
+    assert duck_count(lake, "replays") == 6
     assert duck_count(lake, "io_results") == 4
     print(f"demo took {time.time() - t0:.1f} s")

@@ -139,3 +139,56 @@ impl Executor for Noop {
         Ok(ExecOutput::default())
     }
 }
+
+/// One sweep point of a replay → the `replay*` tables.
+pub struct Replay;
+
+impl Executor for Replay {
+    fn kind(&self) -> &'static str {
+        benchlake_core::jobs::REPLAY_JOB
+    }
+    fn execute(&self, ctx: &JobContext) -> Result<ExecOutput, ExecError> {
+        let s: benchlake_core::jobs::ReplaySpec = spec(ctx)?;
+        let trace = if s.trace_key.ends_with('/') {
+            // A Bandela trace: every object under the prefix, in one directory.
+            let dir = ctx.scratch.join("trace");
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| ExecError::Retryable(format!("{}: {e}", dir.display())))?;
+            let objects = ctx.block_on(ctx.lake.list(&s.trace_key))?;
+            if objects.is_empty() {
+                return Err(ExecError::Permanent(format!(
+                    "no trace objects under {}",
+                    s.trace_key
+                )));
+            }
+            for (key, _) in objects {
+                let name = key.rsplit('/').next().unwrap_or("part");
+                ctx.block_on(ctx.lake.download(&key, &dir.join(name)))?;
+            }
+            dir
+        } else {
+            ctx.fetch(&s.trace_key)?
+        };
+        let mut params = s.params.clone();
+        params.extend(s.point.clone());
+        for (name, key) in &s.files {
+            params.insert(name.clone(), ctx.fetch(key)?.display().to_string());
+        }
+        let started = std::time::Instant::now();
+        let result = benchlake_replay::run_replay(&s.model, &trace, &params)
+            .map_err(|e| ExecError::Permanent(e.to_string()))?;
+        let meta = benchlake_replay::ReplayMeta {
+            run_id: &ctx.run_id,
+            replay_id: &s.replay_id,
+            trace_source: &s.trace_key,
+            point: &s.point,
+            engine_wall_s: started.elapsed().as_secs_f64(),
+        };
+        let tables = benchlake_replay::replay_tables(&result, &meta)
+            .map_err(|e| ExecError::Permanent(e.to_string()))?;
+        Ok(ExecOutput {
+            tables,
+            follow_ups: Vec::new(),
+        })
+    }
+}

@@ -132,12 +132,13 @@ pub trait Executor: Send + Sync + 'static {
 pub struct Executors(BTreeMap<&'static str, Arc<dyn Executor>>);
 
 impl Executors {
-    /// The built-in executors (ingest, record, noop).
+    /// The built-in executors (ingest, record, noop, replay).
     pub fn builtin() -> Self {
         let mut e = Self::default();
         e.add(executors::Ingest);
         e.add(executors::Record);
         e.add(executors::Noop);
+        e.add(executors::Replay);
         e
     }
     /// Adds (or replaces) an executor.

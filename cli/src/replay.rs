@@ -1,0 +1,335 @@
+//! `benchlake replay`: replays offline (prints the model's summary, `--out`
+//! writes the tables) or through the cluster (`submit`: one worker job per sweep
+//! point, with a progress bar over the sweep).
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use benchlake_proto::v1 as pb;
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::user::Conn;
+
+#[derive(Debug, Subcommand)]
+pub enum ReplayCmd {
+    /// Replay a Dimemas .dim trace with the Dimemas model (offline).
+    Dimemas {
+        /// The .dim trace.
+        trace: PathBuf,
+        /// A Dimemas .cfg configuration (applied before -p overrides).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// A collectives definition file.
+        #[arg(long)]
+        collectives: Option<PathBuf>,
+        #[command(flatten)]
+        common: Offline,
+    },
+    /// Replay a Bandela trace directory (bandela.<rank> files) with the Bandela model (offline).
+    Bandela {
+        /// Directory of the per-rank trace files.
+        trace: PathBuf,
+        /// The replaympi input file.
+        #[arg(long)]
+        input: PathBuf,
+        #[command(flatten)]
+        common: Offline,
+    },
+    /// Replay through the cluster: one worker job per sweep point.
+    Submit(SubmitArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct Offline {
+    /// Model parameters, KEY=VALUE (repeatable; see docs/replay.md).
+    #[arg(short = 'p', long = "param")]
+    pub params: Vec<String>,
+    /// Write the replay tables to this lake directory.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    /// dimemas or bandela.
+    #[arg(long, default_value = "dimemas")]
+    pub model: String,
+    /// A local trace file to upload.
+    #[arg(long, conflicts_with = "raw_key")]
+    pub trace: Option<PathBuf>,
+    /// A trace already in the lake (raw/...).
+    #[arg(long)]
+    pub raw_key: Option<String>,
+    /// A Dimemas .cfg (sent as text).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// A collectives definition file (sent as text).
+    #[arg(long)]
+    pub collectives: Option<PathBuf>,
+    /// The replaympi input (Bandela; sent as text).
+    #[arg(long)]
+    pub input: Option<PathBuf>,
+    /// Base parameters, KEY=VALUE.
+    #[arg(short = 'p', long = "param")]
+    pub params: Vec<String>,
+    /// A sweep axis, PARAM=V1,V2,... (repeatable; the grid is their product).
+    #[arg(long)]
+    pub sweep: Vec<String>,
+    /// Follow the sweep until it has landed.
+    #[arg(long)]
+    pub watch: bool,
+}
+
+fn kv(items: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
+    items
+        .iter()
+        .map(|i| {
+            i.split_once('=')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                .with_context(|| format!("parameter '{i}' is not KEY=VALUE"))
+        })
+        .collect()
+}
+
+fn print_result(r: &benchlake_replay::ReplayResult, wall: f64, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(r)?);
+        return Ok(());
+    }
+    println!(
+        "model {}: predicted execution time {:.9} s ({} records replayed in {:.3} s)",
+        r.model, r.predicted_time_s, r.records, wall
+    );
+    println!(
+        "{:>5} {:>14} {:>14} {:>14} {:>12} {:>12} {:>12} {:>12}",
+        "rank",
+        "total_s",
+        "computation_s",
+        "communication",
+        "wait_s",
+        "latency_s",
+        "small_s",
+        "big_s"
+    );
+    for k in &r.ranks {
+        println!(
+            "{:>5} {:>14.9} {:>14.9} {:>14.9} {:>12.9} {:>12.9} {:>12.9} {:>12.9}",
+            k.rank,
+            k.total_s,
+            k.computation_s,
+            k.communication_s(),
+            k.comm.wait,
+            k.comm.latency,
+            k.comm.small,
+            k.comm.big
+        );
+    }
+    Ok(())
+}
+
+async fn offline(
+    model: &str,
+    trace: PathBuf,
+    mut params: BTreeMap<String, String>,
+    files: Vec<(&str, Option<PathBuf>)>,
+    o: Offline,
+) -> anyhow::Result<()> {
+    for (name, path) in files {
+        if let Some(p) = path {
+            params.insert(name.to_string(), p.display().to_string());
+        }
+    }
+    let model_s = model.to_string();
+    let trace_s = trace.clone();
+    let p2 = params.clone();
+    let started = std::time::Instant::now();
+    let r =
+        tokio::task::spawn_blocking(move || benchlake_replay::run_replay(&model_s, &trace_s, &p2))
+            .await??;
+    let wall = started.elapsed().as_secs_f64();
+    print_result(&r, wall, o.json)?;
+    if let Some(out) = o.out {
+        let run_id = benchlake_core::ids::new_id();
+        let replay_id = benchlake_core::ids::new_id();
+        let point = BTreeMap::new();
+        let source = trace.display().to_string();
+        let meta = benchlake_replay::ReplayMeta {
+            run_id: &run_id,
+            replay_id: &replay_id,
+            trace_source: &source,
+            point: &point,
+            engine_wall_s: wall,
+        };
+        let tables = benchlake_replay::replay_tables(&r, &meta)?;
+        let lake = benchlake_core::lake::Lake::local(&out)?;
+        let date = chrono::Utc::now().format("%Y-%m-%d").to_string();
+        for k in lake
+            .write_final(&tables, &date, &run_id, &replay_id)
+            .await?
+        {
+            eprintln!("wrote {}", out.join(k).display());
+        }
+    }
+    Ok(())
+}
+
+pub async fn replay_cmd(c: ReplayCmd) -> anyhow::Result<()> {
+    match c {
+        ReplayCmd::Dimemas {
+            trace,
+            config,
+            collectives,
+            common,
+        } => {
+            let params = kv(&common.params)?;
+            offline(
+                "dimemas",
+                trace,
+                params,
+                vec![("config", config), ("collectives", collectives)],
+                common,
+            )
+            .await
+        }
+        ReplayCmd::Bandela {
+            trace,
+            input,
+            common,
+        } => {
+            let params = kv(&common.params)?;
+            offline(
+                "bandela",
+                trace,
+                params,
+                vec![("input", Some(input))],
+                common,
+            )
+            .await
+        }
+        ReplayCmd::Submit(a) => submit(a).await,
+    }
+}
+
+async fn submit(a: SubmitArgs) -> anyhow::Result<()> {
+    let mut params: std::collections::HashMap<String, String> =
+        kv(&a.params)?.into_iter().collect();
+    for (name, path) in [
+        ("config", &a.config),
+        ("collectives", &a.collectives),
+        ("input", &a.input),
+    ] {
+        if let Some(p) = path {
+            params.insert(
+                name.into(),
+                std::fs::read_to_string(p).with_context(|| p.display().to_string())?,
+            );
+        }
+    }
+    let trace = match (&a.trace, &a.raw_key) {
+        (Some(p), _) => pb::trace_ref::Source::Uploaded(pb::UploadedTrace {
+            file_name: p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .context("the trace path has no file name")?
+                .to_string(),
+            data: std::fs::read(p).with_context(|| p.display().to_string())?,
+        }),
+        (None, Some(k)) => pb::trace_ref::Source::RawKey(k.clone()),
+        (None, None) => bail!("give --trace FILE or --raw-key KEY"),
+    };
+    let mut sweep = Vec::new();
+    for s in &a.sweep {
+        let (k, v) = s
+            .split_once('=')
+            .with_context(|| format!("--sweep '{s}' is not PARAM=V1,V2"))?;
+        sweep.push(pb::SweepAxis {
+            param: k.trim().to_string(),
+            values: v
+                .split(',')
+                .map(|x| x.trim().to_string())
+                .filter(|x| !x.is_empty())
+                .collect(),
+        });
+    }
+    let (ch, auth) = (
+        benchlake_proto::client::channel(&a.conn.coordinator).map_err(anyhow::Error::msg)?,
+        benchlake_proto::client::Auth::new(a.conn.token.as_deref()).map_err(anyhow::Error::msg)?,
+    );
+    let mut rc = pb::replay_service_client::ReplayServiceClient::with_interceptor(ch, auth)
+        .max_encoding_message_size(64 << 20);
+    let r = rc
+        .trigger_replay(pb::TriggerReplayRequest {
+            trace: Some(pb::TraceRef {
+                source: Some(trace),
+            }),
+            model: a.model.clone(),
+            params,
+            sweep,
+        })
+        .await?
+        .into_inner();
+    println!("replay run {} with {} point(s)", r.run_id, r.points);
+    if !a.watch {
+        return Ok(());
+    }
+    let bar = ProgressBar::new(r.points as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} points  {elapsed}  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut stream = a
+        .conn
+        .runs()?
+        .watch_run(pb::WatchRunRequest {
+            run_id: r.run_id.clone(),
+        })
+        .await?
+        .into_inner();
+    let mut last = None;
+    while let Some(ev) = stream.message().await? {
+        let done = ev
+            .jobs
+            .iter()
+            .filter(|j| {
+                j.kind == "replay"
+                    && matches!(
+                        pb::JobState::try_from(j.state),
+                        Ok(pb::JobState::Done | pb::JobState::Failed | pb::JobState::Cancelled)
+                    )
+            })
+            .count();
+        bar.set_position(done as u64);
+        if let Some(run) = &ev.run {
+            bar.set_message(
+                pb::RunState::try_from(run.state)
+                    .map(|s| s.as_str_name().trim_start_matches("RUN_STATE_").to_string())
+                    .unwrap_or_default(),
+            );
+        }
+        last = Some(ev);
+    }
+    bar.finish();
+    let Some(ev) = last else {
+        bail!("the watch stream ended without an event")
+    };
+    let state = ev.run.as_ref().map(|r| r.state).unwrap_or_default();
+    if state != pb::RunState::Succeeded as i32 {
+        bail!(
+            "replay run {} ended {}: {}",
+            r.run_id,
+            state,
+            ev.run.map(|r| r.error).unwrap_or_default()
+        );
+    }
+    println!(
+        "landed: tables replays, replay_ranks, replay_functions, replay_transfers (run_id = {})",
+        r.run_id
+    );
+    Ok(())
+}
