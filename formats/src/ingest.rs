@@ -34,7 +34,11 @@ pub struct IngestContext {
 type IngestFn = fn(&[InputFile], &IngestContext) -> Result<Vec<TableOutput>>;
 
 /// Registered kinds: (name, what it reads, reader).
-const KINDS: &[(&str, &str, IngestFn)] = &[];
+const KINDS: &[(&str, &str, IngestFn)] = &[(
+    "counts",
+    "alltoallv profiler outputs: compact/per-call count files, timings, locations, backtraces",
+    crate::counts::ingest,
+)];
 
 /// The names and descriptions of the known ingest kinds.
 pub fn kinds() -> Vec<(&'static str, &'static str)> {

@@ -5,6 +5,7 @@
 //!
 //! [`ingest`] is the one entry point used by the CLI (`benchlake ingest KIND`) and
 //! by the worker's ingest executor; each format registers its kind there.
+pub mod counts;
 pub mod error;
 pub mod ingest;
 
