@@ -1,1 +1,3 @@
 //! Analyses: alltoallv communication patterns and statistics, LinkTest health checks.
+
+pub mod counts;
