@@ -598,5 +598,7 @@ pub fn analyze_files(files: &[PathBuf], options: &Options) -> Result<Analysis, C
         tracing::debug!(lead = spec.lead, "analysing part");
         results.push(analyze_part(&spec)?);
     }
-    Ok(merge(results))
+    let mut a = merge(results);
+    a.options = options.clone();
+    Ok(a)
 }

@@ -96,16 +96,18 @@ impl SideAcc {
         let mut max = 0u64;
         let mut min_nz = u64::MAX;
         let lim = self.small_limit;
+        // Hot loop, kept branch-free. Counts come from the readers (at most
+        // i32::MAX each, at most 2^24 per row), so the sum cannot overflow; the
+        // wrapping add only keeps arbitrary callers from panicking.
         for &c in counts {
-            nonzero += u64::from(c != 0);
+            let nz = c != 0;
+            nonzero += u64::from(nz);
             small += u64::from(c <= lim);
-            small_nz += u64::from(c != 0 && c <= lim);
-            sum = sum.saturating_add(c);
+            small_nz += u64::from(nz & (c <= lim));
+            sum = sum.wrapping_add(c);
             min = min.min(c);
             max = max.max(c);
-            if c != 0 {
-                min_nz = min_nz.min(c);
-            }
+            min_nz = min_nz.min(if nz { c } else { u64::MAX });
         }
         let len = counts.len() as u64;
         let zeros = len - nonzero;
@@ -246,6 +248,8 @@ impl HeatAcc {
             return false;
         }
         let d = self.dim as usize;
+        // Products cannot overflow when both factors fit in 32 bits.
+        let small_products = factor <= u64::from(u32::MAX) && counts.iter().all(|&c| c <= u64::from(u32::MAX));
         for &(a, b) in ranks {
             for r in a..=b {
                 let wr = match world {
@@ -259,8 +263,15 @@ impl HeatAcc {
                 match world {
                     None => {
                         if let Some(row) = self.bytes.get_mut(base..base + counts.len()) {
-                            for (x, &c) in row.iter_mut().zip(counts) {
-                                *x = x.saturating_add(c.saturating_mul(factor));
+                            if small_products {
+                                // No product can overflow: plain multiply, saturating sum.
+                                for (x, &c) in row.iter_mut().zip(counts) {
+                                    *x = x.saturating_add(c.wrapping_mul(factor));
+                                }
+                            } else {
+                                for (x, &c) in row.iter_mut().zip(counts) {
+                                    *x = x.saturating_add(c.saturating_mul(factor));
+                                }
                             }
                         }
                     }

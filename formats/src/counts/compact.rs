@@ -379,38 +379,19 @@ pub(crate) fn parse_counts<R: BufRead>(
     out: &mut Vec<u64>,
 ) -> Result<()> {
     out.clear();
-    let mut i = 0usize;
-    let len = s.len();
-    loop {
-        while i < len && s.get(i) == Some(&b' ') {
-            i += 1;
-        }
-        if i >= len {
-            break;
-        }
-        let start = i;
-        let mut v: u64 = 0;
-        while let Some(&c) = s.get(i) {
-            if c == b' ' {
-                break;
-            }
-            if !c.is_ascii_digit() {
-                let msg = if c == b'-' {
-                    "negative count".to_string()
-                } else {
-                    format!("expected a count, found '{}'", char::from(c))
-                };
-                return Err(l.error("counts", col0 + i + 1, msg));
-            }
-            v = v * 10 + u64::from(c - b'0');
-            if v > MAX_COUNT {
-                return Err(l.error(
-                    "counts",
-                    col0 + start + 1,
-                    format!("count exceeds the C int range ({MAX_COUNT})"),
-                ));
-            }
-            i += 1;
+    // Hot loop (every count of a file goes through it): one pass over the bytes,
+    // no per-digit bounds checks. A token of more than 10 digits cannot be a C
+    // int, so `v` never overflows before the range check.
+    let mut v: u64 = 0;
+    let mut digits = 0usize;
+    let mut start = 0usize;
+    let mut push = |out: &mut Vec<u64>, v: u64, digits: usize, start: usize| -> Result<()> {
+        if digits > 10 || v > MAX_COUNT {
+            return Err(l.error(
+                "counts",
+                col0 + start + 1,
+                format!("count exceeds the C int range ({MAX_COUNT})"),
+            ));
         }
         if out.len() as u64 == n {
             return Err(l.error(
@@ -420,11 +401,40 @@ pub(crate) fn parse_counts<R: BufRead>(
             ));
         }
         out.push(v);
+        Ok(())
+    };
+    for (i, &c) in s.iter().enumerate() {
+        let d = c.wrapping_sub(b'0');
+        if d < 10 {
+            if digits == 0 {
+                start = i;
+                v = 0;
+            }
+            if digits < 11 {
+                v = v * 10 + u64::from(d);
+            }
+            digits += 1;
+        } else if c == b' ' {
+            if digits > 0 {
+                push(out, v, digits, start)?;
+                digits = 0;
+            }
+        } else {
+            let msg = if c == b'-' {
+                "negative count".to_string()
+            } else {
+                format!("expected a count, found '{}'", char::from(c))
+            };
+            return Err(l.error("counts", col0 + i + 1, msg));
+        }
+    }
+    if digits > 0 {
+        push(out, v, digits, start)?;
     }
     if (out.len() as u64) != n {
         return Err(l.error(
             "counts",
-            col0 + len + 1,
+            col0 + s.len() + 1,
             format!("row has {} counts, expected {n}", out.len()),
         ));
     }
@@ -477,4 +487,109 @@ pub fn block_starts(path: &Path) -> Result<Vec<(u64, u64, u64)>> {
         offset += n as u64;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::io::Cursor;
+
+    /// Writes a block the way the profiler does (rows grouped, `", "` lists).
+    fn write_block(n: usize, dt: u64, calls: &str, m: &[Vec<u64>], sep: &str) -> String {
+        let mut s = format!(
+            "# Raw counters\n\nNumber of ranks: {n}\nDatatype size: {dt}\nAlltoallv calls 0-9\nCount: {} calls - {calls}\n\n\nBEGINNING DATA\n",
+            ranklist::count(&ranklist::parse(calls.as_bytes()).unwrap())
+        );
+        let mut groups: Vec<(Vec<Span>, &Vec<u64>)> = Vec::new();
+        for (r, row) in m.iter().enumerate() {
+            match groups.iter_mut().find(|g| g.1 == row) {
+                Some(g) => g.0.push((r as u64, r as u64)),
+                None => groups.push((vec![(r as u64, r as u64)], row)),
+            }
+        }
+        for (ranks, row) in groups {
+            s.push_str(&format!("Rank(s) {}: ", ranklist::format(&ranks, sep)));
+            for c in row {
+                s.push_str(&format!("{c} "));
+            }
+            s.push('\n');
+        }
+        s.push_str("END DATA\n");
+        s
+    }
+
+    fn parse_all(text: &str) -> Result<Vec<(BlockHeader, Vec<Row>)>> {
+        let mut r = CompactReader::new(Cursor::new(text.as_bytes().to_vec()), Path::new("t"));
+        let mut out = Vec::new();
+        while let Some(h) = r.next_block()? {
+            let mut rows = Vec::new();
+            let mut row = Row::default();
+            while r.next_row(&mut row)? {
+                rows.push(row.clone());
+            }
+            out.push((h, rows));
+        }
+        Ok(out)
+    }
+
+    proptest! {
+        #[test]
+        fn generated_blocks_roundtrip(
+            n in 1usize..7,
+            seed in proptest::collection::vec(0u64..3, 49),
+            spaced in any::<bool>(),
+        ) {
+            // Few distinct values so that rows repeat and rank lists get ranges.
+            let m: Vec<Vec<u64>> = (0..n).map(|i| (0..n).map(|j| seed[(i * 7 + j) % 49] * 5).collect()).collect();
+            let text = write_block(n, 4, "0-2, 7", &m, if spaced { ", " } else { "," });
+            let blocks = parse_all(&text).unwrap();
+            prop_assert_eq!(blocks.len(), 1);
+            let (h, rows) = &blocks[0];
+            prop_assert_eq!(h.comm_size, n as u64);
+            prop_assert_eq!(&h.calls.0, &vec![(0, 2), (7, 7)]);
+            let mut back = vec![Vec::new(); n];
+            for row in rows {
+                for &(a, b) in &row.ranks {
+                    for r in a..=b {
+                        back[r as usize] = row.counts.clone();
+                    }
+                }
+            }
+            prop_assert_eq!(back, m);
+        }
+
+        #[test]
+        fn arbitrary_input_never_panics(text in "[#RankBEGINDTA(s)0-9:, \n-]{0,300}") {
+            let _ = parse_all(&text);
+        }
+
+        #[test]
+        fn truncated_blocks_are_errors(cut in 1usize..150) {
+            let m = vec![vec![1, 0, 2], vec![0, 0, 0], vec![1, 0, 2]];
+            let text = write_block(3, 8, "4", &m, ", ");
+            let cut = cut.min(text.len() - 1);
+            // Cutting anywhere before the final newline of END DATA loses data.
+            if cut < text.len() - "END DATA\n".len() {
+                prop_assert!(parse_all(&text[..cut]).is_err() || text[..cut].trim().is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn block_starts_finds_every_block() {
+        let dir = std::env::temp_dir().join(format!("bl-counts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("send-counters.job0.rank0.txt");
+        let m = vec![vec![1, 2], vec![3, 4]];
+        let a = write_block(2, 4, "0", &m, ", ");
+        let b = write_block(2, 4, "1", &m, ", ");
+        std::fs::write(&p, format!("{a}{b}")).unwrap();
+        let starts = block_starts(&p).unwrap();
+        assert_eq!(starts, vec![(0, 1, 0), (a.len() as u64, 13, 1)]);
+        let mut r = CompactReader::open_at(&p, starts[1].0, starts[1].1, starts[1].2).unwrap();
+        let h = r.next_block().unwrap().unwrap();
+        assert_eq!((h.index, h.line, h.calls.0.clone()), (1, 13, vec![(1, 1)]));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

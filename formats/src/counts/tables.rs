@@ -311,7 +311,10 @@ pub fn ingest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutp
     let mut backtraces = Vec::new();
     let mut comm_data = Vec::new();
     for f in inputs {
-        match classify(&f.path) {
+        // Classify by the local path, else by the source name (a worker may hold
+        // objects under temporary names).
+        let kind = classify(&f.path).or_else(|| classify(std::path::Path::new(&f.source)));
+        match kind {
             Some(FileKind::SendCounters { job, lead }) => pairs.entry((job, lead)).or_default().0 = Some(f),
             Some(FileKind::RecvCounters { job, lead }) => pairs.entry((job, lead)).or_default().1 = Some(f),
             Some(FileKind::PerCall { lead, call }) => percall.entry(lead).or_default().push((call, f)),
