@@ -2,10 +2,16 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use benchlake_analysis::counts::{self, Options, PartInput, analyze_dir, analyze_part, merge, plan};
+use benchlake_analysis::counts::{
+    self, Options, PartInput, analyze_dir, analyze_part, merge, plan,
+};
 
 fn data() -> PathBuf {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/counts")).to_path_buf()
+    Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/data/counts"
+    ))
+    .to_path_buf()
 }
 
 fn lines(text: &str) -> BTreeMap<&str, usize> {
@@ -46,11 +52,23 @@ fn compare_dir(reference: &Path, out: &Path, skip: &[&str]) -> usize {
             assert_eq!(mine, tail, "{name}");
             assert_eq!(g[..2], w[..2], "{name}");
         } else {
-            assert_eq!(lines(&got), lines(&want), "{name} differs from the Go reference");
-            let heads = |t: &str| t.lines().filter(|l| l.starts_with('#')).map(|l| l.split('(').next().unwrap().to_string()).collect::<Vec<_>>();
+            assert_eq!(
+                lines(&got),
+                lines(&want),
+                "{name} differs from the Go reference"
+            );
+            let heads = |t: &str| {
+                t.lines()
+                    .filter(|l| l.starts_with('#'))
+                    .map(|l| l.split('(').next().unwrap().to_string())
+                    .collect::<Vec<_>>()
+            };
             assert_eq!(heads(&got), heads(&want), "{name}: section order");
             if name.starts_with("alltoallv_") {
-                assert_eq!(got, want, "{name} is deterministic and must be byte-identical");
+                assert_eq!(
+                    got, want,
+                    "{name} is deterministic and must be byte-identical"
+                );
             }
         }
         n += 1;
@@ -92,7 +110,10 @@ fn hand_checked_figures() {
     assert_eq!(l0.stats.num_calls, 16);
     assert_eq!(l0.patterns.len(), 7);
     // Pattern #0: calls 0-1,3,5 (call 5 joins despite its 8-byte datatype).
-    assert_eq!(benchlake_formats::counts::ranklist::format(&l0.patterns[0].calls.0, ","), "0-1,3,5");
+    assert_eq!(
+        benchlake_formats::counts::ranklist::format(&l0.patterns[0].calls.0, ","),
+        "0-1,3,5"
+    );
     assert_eq!(l0.patterns[0].send, BTreeMap::from([(3, 3)]));
     assert_eq!(l0.patterns[0].recv, BTreeMap::from([(3, 1), (2, 3)]));
     assert_eq!(l0.stats.small + l0.stats.large, 220);
@@ -121,14 +142,21 @@ fn hand_checked_figures() {
 #[test]
 fn split_parts_merge_to_the_whole() {
     let dir = data().join("a2av_cases_np4");
-    let files: Vec<PathBuf> = benchlake_formats::counts::expand_dir(&dir).unwrap().into_iter().map(|(p, _)| p).collect();
+    let files: Vec<PathBuf> = benchlake_formats::counts::expand_dir(&dir)
+        .unwrap()
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
     let whole = counts::fanout::analyze_files(&files, &Options::default()).unwrap();
     let small = Options {
         max_part_bytes: 1,
         ..Options::default()
     };
     let specs = plan(&files, &small).unwrap();
-    let compact_parts = specs.iter().filter(|s| matches!(s.input, PartInput::Compact { .. })).count();
+    let compact_parts = specs
+        .iter()
+        .filter(|s| matches!(s.input, PartInput::Compact { .. }))
+        .count();
     assert!(compact_parts >= 14, "{compact_parts} parts");
     // Parts go through JSON as they would to a worker, and merge in any order.
     let mut results: Vec<_> = specs
@@ -163,8 +191,17 @@ fn compact_and_percall_agree() {
         ..Options::default()
     };
     let list = |sub: &str| -> Vec<PathBuf> {
-        let mut v: Vec<PathBuf> = benchlake_formats::counts::expand_dir(&dir.join(sub)).unwrap().into_iter().map(|(p, _)| p).collect();
-        v.extend(benchlake_formats::counts::expand_dir(&dir.join("location")).unwrap().into_iter().map(|(p, _)| p));
+        let mut v: Vec<PathBuf> = benchlake_formats::counts::expand_dir(&dir.join(sub))
+            .unwrap()
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        v.extend(
+            benchlake_formats::counts::expand_dir(&dir.join("location"))
+                .unwrap()
+                .into_iter()
+                .map(|(p, _)| p),
+        );
         v
     };
     let c = counts::fanout::analyze_files(&list("counts"), &strict).unwrap();
@@ -188,5 +225,9 @@ fn noncompact_only_case_analyses() {
     let l0 = &a.leads[0];
     let in_patterns: u64 = l0.patterns.iter().map(|p| p.calls.len()).sum();
     assert_eq!(in_patterns, l0.stats.loaded_calls);
-    assert!(out.path().join(format!("patterns-job0-rank{}.md", l0.lead)).exists());
+    assert!(
+        out.path()
+            .join(format!("patterns-job0-rank{}.md", l0.lead))
+            .exists()
+    );
 }

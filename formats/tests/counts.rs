@@ -10,7 +10,11 @@ use benchlake_formats::counts::{expand_dir, meta, percall, ranklist, timings};
 use benchlake_formats::{FormatError, IngestContext, InputFile, ingest};
 
 fn data() -> PathBuf {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/counts")).to_path_buf()
+    Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/data/counts"
+    ))
+    .to_path_buf()
 }
 
 fn inputs(dir: &Path) -> Vec<InputFile> {
@@ -22,22 +26,42 @@ fn inputs(dir: &Path) -> Vec<InputFile> {
 }
 
 fn run(dir: &Path) -> Vec<benchlake_core::lake::TableOutput> {
-    ingest("counts", &inputs(dir), &IngestContext { run_id: "r1".into() }).unwrap()
+    ingest(
+        "counts",
+        &inputs(dir),
+        &IngestContext {
+            run_id: "r1".into(),
+        },
+    )
+    .unwrap()
 }
 
 fn table<'a>(out: &'a [benchlake_core::lake::TableOutput], name: &str) -> &'a [RecordBatch] {
-    &out.iter().find(|t| t.table == name).unwrap_or_else(|| panic!("no {name}")).batches
+    &out.iter()
+        .find(|t| t.table == name)
+        .unwrap_or_else(|| panic!("no {name}"))
+        .batches
 }
 
 fn i64s(b: &[RecordBatch], col: &str) -> Vec<i64> {
     b.iter()
-        .flat_map(|b| b.column_by_name(col).unwrap().as_primitive::<Int64Type>().values().to_vec())
+        .flat_map(|b| {
+            b.column_by_name(col)
+                .unwrap()
+                .as_primitive::<Int64Type>()
+                .values()
+                .to_vec()
+        })
         .collect()
 }
 
 #[test]
 fn every_case_ingests() {
-    for case in ["a2av_cases_np4", "ex_alltoallv_c_np4", "a2av_many_np8_c200_k7_noncompact"] {
+    for case in [
+        "a2av_cases_np4",
+        "ex_alltoallv_c_np4",
+        "a2av_many_np8_c200_k7_noncompact",
+    ] {
         let out = run(&data().join(case));
         assert!(out.iter().any(|t| t.table == "alltoallv_calls"), "{case}");
         for t in &out {
@@ -60,7 +84,11 @@ fn a2av_cases_np4_tables() {
     let rdt = i64s(calls, "recv_datatype_size");
     let size = i64s(calls, "comm_size");
     let block = i64s(calls, "send_block");
-    let at = |l: i64, c: i64| (0..call.len()).find(|&i| lead[i] == l && call[i] == c).unwrap();
+    let at = |l: i64, c: i64| {
+        (0..call.len())
+            .find(|&i| lead[i] == l && call[i] == c)
+            .unwrap()
+    };
     // Call 9: 4 x int sent, 2 x 8-byte pair received; call 8: contiguous(3) = 12 B.
     assert_eq!((sdt[at(0, 9)], rdt[at(0, 9)]), (4, 8));
     assert_eq!(sdt[at(0, 8)], 12);
@@ -76,21 +104,46 @@ fn a2av_cases_np4_tables() {
     let counts = b.column_by_name("counts").unwrap().as_list::<i32>();
     // First send row of lead 0: `Rank(s) 0: 0 3 1 4`.
     assert_eq!(dirs.value(0), "send");
-    assert_eq!(ranks.value(0).as_primitive::<Int32Type>().values().to_vec(), vec![0]);
-    assert_eq!(counts.value(0).as_primitive::<Int64Type>().values().to_vec(), vec![0, 3, 1, 4]);
+    assert_eq!(
+        ranks.value(0).as_primitive::<Int32Type>().values().to_vec(),
+        vec![0]
+    );
+    assert_eq!(
+        counts
+            .value(0)
+            .as_primitive::<Int64Type>()
+            .values()
+            .to_vec(),
+        vec![0, 3, 1, 4]
+    );
 
     let times = table(&out, "alltoallv_call_times");
     let t = &times[0];
-    let (l, c, r) = (i64s(&times[..1], "lead_rank"), i64s(&times[..1], "call_id"), i64s(&times[..1], "rank"));
-    let exec = t.column_by_name("exec_time_s").unwrap().as_primitive::<Float64Type>();
-    let late = t.column_by_name("late_arrival_s").unwrap().as_primitive::<Float64Type>();
-    let i = (0..l.len()).find(|&i| l[i] == 0 && c[i] == 11 && r[i] == 1).unwrap();
+    let (l, c, r) = (
+        i64s(&times[..1], "lead_rank"),
+        i64s(&times[..1], "call_id"),
+        i64s(&times[..1], "rank"),
+    );
+    let exec = t
+        .column_by_name("exec_time_s")
+        .unwrap()
+        .as_primitive::<Float64Type>();
+    let late = t
+        .column_by_name("late_arrival_s")
+        .unwrap()
+        .as_primitive::<Float64Type>();
+    let i = (0..l.len())
+        .find(|&i| l[i] == 0 && c[i] == 11 && r[i] == 1)
+        .unwrap();
     assert_eq!(exec.value(i), 0.000028);
     assert!(!late.is_null(i));
 
     let loc = table(&out, "alltoallv_locations");
     let (ll, lw) = (i64s(loc, "lead_rank"), i64s(loc, "world_rank"));
-    let world_of_lead1: Vec<i64> = (0..ll.len()).filter(|&i| ll[i] == 1).map(|i| lw[i]).collect();
+    let world_of_lead1: Vec<i64> = (0..ll.len())
+        .filter(|&i| ll[i] == 1)
+        .map(|i| lw[i])
+        .collect();
     assert_eq!(world_of_lead1, vec![1, 3]);
     let bt = table(&out, "alltoallv_backtraces");
     assert!(bt.iter().map(|b| b.num_rows()).sum::<usize>() >= 19);
@@ -98,8 +151,14 @@ fn a2av_cases_np4_tables() {
 
 /// Every column but `source` of the count tables.
 fn without_source(out: &[benchlake_core::lake::TableOutput], name: &str) -> Vec<RecordBatch> {
-    let b = arrow::compute::concat_batches(&benchlake_core::catalog::schema(name).unwrap(), table(out, name)).unwrap();
-    let idx: Vec<usize> = (0..b.num_columns()).filter(|&i| b.schema().field(i).name() != "source").collect();
+    let b = arrow::compute::concat_batches(
+        &benchlake_core::catalog::schema(name).unwrap(),
+        table(out, name),
+    )
+    .unwrap();
+    let idx: Vec<usize> = (0..b.num_columns())
+        .filter(|&i| b.schema().field(i).name() != "source")
+        .collect();
     vec![b.project(&idx).unwrap()]
 }
 
@@ -141,26 +200,46 @@ fn compact_reader_streams_blocks() {
 fn other_readers_on_real_files() {
     let d = data().join("a2av_cases_np4");
     let c = percall::read_file(&d.join("counts_notcompact/counts.rank0_call9.md")).unwrap();
-    assert_eq!((c.send_datatype_size, c.recv_datatype_size, c.comm_size), (4, 8, 4));
+    assert_eq!(
+        (c.send_datatype_size, c.recv_datatype_size, c.comm_size),
+        (4, 8, 4)
+    );
     assert_eq!(c.row(true, 3), &[2, 2, 2, 2]);
-    let locs = meta::read_locations(&d.join("location/alltoallv_locations_comm0_rank0.md")).unwrap();
+    let locs =
+        meta::read_locations(&d.join("location/alltoallv_locations_comm0_rank0.md")).unwrap();
     assert_eq!(locs[0].world_ranks, vec![0, 1, 2, 3]);
     assert_eq!(locs[0].pids, vec![8442, 8443, 8444, 8446]);
     assert_eq!(ranklist::format(&locs[0].calls.0, ", "), "0-10, 15");
     assert_eq!(locs[0].hosts, vec!["vm"; 4]);
-    let bt = meta::read_backtrace(&d.join("backtrace/alltoallv_backtrace_rank0_trace1.md")).unwrap();
+    let bt =
+        meta::read_backtrace(&d.join("backtrace/alltoallv_backtrace_rank0_trace1.md")).unwrap();
     assert_eq!(bt.pid, 8395);
     assert_eq!(bt.frames.len(), 7);
     assert_eq!(bt.contexts[0].calls.0, vec![(1, 1)]);
     let cd = meta::read_comm_data(&d.join("location/alltoallv_comm_data_rank0.md")).unwrap();
     assert_eq!(cd, vec![(0, 0), (1, 0), (2, 0), (3, 0)]);
     let mut v = Vec::new();
-    timings::read_file(&d.join("exec_timings/alltoallv_execution_times.rank0_comm1_job0.md"), |c, r, t| v.push((c, r, t))).unwrap();
-    assert_eq!(v, vec![(11, 0, 0.000002), (11, 1, 0.000028), (12, 0, 0.000001), (12, 1, 0.000071)]);
+    timings::read_file(
+        &d.join("exec_timings/alltoallv_execution_times.rank0_comm1_job0.md"),
+        |c, r, t| v.push((c, r, t)),
+    )
+    .unwrap();
+    assert_eq!(
+        v,
+        vec![
+            (11, 0, 0.000002),
+            (11, 1, 0.000028),
+            (12, 0, 0.000001),
+            (12, 1, 0.000071)
+        ]
+    );
 }
 
 fn compact_err(text: &str) -> String {
-    let mut r = CompactReader::new(Cursor::new(text.as_bytes().to_vec()), Path::new("send-counters.job0.rank0.txt"));
+    let mut r = CompactReader::new(
+        Cursor::new(text.as_bytes().to_vec()),
+        Path::new("send-counters.job0.rank0.txt"),
+    );
     let mut row = Row::default();
     let res: Result<(), FormatError> = (|| {
         while r.next_block()?.is_some() {
@@ -179,30 +258,65 @@ const HEAD: &str = "# Raw counters\n\nNumber of ranks: 3\nDatatype size: 4\nAllt
 #[test]
 fn malformed_files_name_file_line_column() {
     let e = compact_err(&format!("{HEAD}Rank(s) 0, 1,2: 1 2 3 \nEND DATA\n"));
-    assert!(e.contains("send-counters.job0.rank0.txt: rank list at line 10, column 13"), "{e}");
+    assert!(
+        e.contains("send-counters.job0.rank0.txt: rank list at line 10, column 13"),
+        "{e}"
+    );
     assert!(e.contains("mixed"), "{e}");
     let e = compact_err(&format!("{HEAD}Rank(s) 2-0: 1 2 3 \nEND DATA\n"));
-    assert!(e.contains("line 10, column 11") && e.contains("descending"), "{e}");
+    assert!(
+        e.contains("line 10, column 11") && e.contains("descending"),
+        "{e}"
+    );
     let e = compact_err(&format!("{HEAD}Rank(s) 0-2: 1 2 \nEND DATA\n"));
-    assert!(e.contains("counts at line 10, column 18") && e.contains("2 counts, expected 3"), "{e}");
+    assert!(
+        e.contains("counts at line 10, column 18") && e.contains("2 counts, expected 3"),
+        "{e}"
+    );
     let e = compact_err(&format!("{HEAD}Rank(s) 0-2: 1 2 3 4 \nEND DATA\n"));
-    assert!(e.contains("line 10, column 20") && e.contains("more than 3"), "{e}");
+    assert!(
+        e.contains("line 10, column 20") && e.contains("more than 3"),
+        "{e}"
+    );
     let e = compact_err(&format!("{HEAD}Rank(s) 0-2: 1 2 3 \n"));
     assert!(e.contains("END DATA at line 11, column 1"), "{e}");
     let e = compact_err(&format!("{HEAD}Rank(s) 0-2: 1 2 3 \n{HEAD}"));
-    assert!(e.contains("END DATA at line 11") && e.contains("before the next block"), "{e}");
+    assert!(
+        e.contains("END DATA at line 11") && e.contains("before the next block"),
+        "{e}"
+    );
     let e = compact_err(&format!("{HEAD}Rank(s) 0-2: 1 99999999999 3 \nEND DATA\n"));
-    assert!(e.contains("line 10, column 16") && e.contains("C int"), "{e}");
-    let e = compact_err(&format!("{HEAD}Rank(s) 0-2: 1 2 3 \nEND DATA\n").replace("Number of ranks: 3", "Number of ranks: 99999999999999999999999"));
+    assert!(
+        e.contains("line 10, column 16") && e.contains("C int"),
+        "{e}"
+    );
+    let e = compact_err(&format!("{HEAD}Rank(s) 0-2: 1 2 3 \nEND DATA\n").replace(
+        "Number of ranks: 3",
+        "Number of ranks: 99999999999999999999999",
+    ));
     assert!(e.contains("Number of ranks at line 3"), "{e}");
     let e = compact_err(&format!("{HEAD}Rank(s) 0-1: 1 2 3 \nEND DATA\n"));
-    assert!(e.contains("line 11") && e.contains("rank 2 has none"), "{e}");
+    assert!(
+        e.contains("line 11") && e.contains("rank 2 has none"),
+        "{e}"
+    );
     let e = compact_err(&format!("{HEAD}Rank(s) 0-3: 1 2 3 \nEND DATA\n"));
     assert!(e.contains("rank 3 out of range"), "{e}");
-    let e = compact_err(&format!("{HEAD}Rank(s) 0-2: 1 2 3 \nEND DATA\n").replace("2 calls - 0-1", "3 calls - 0-1"));
-    assert!(e.contains("Count at line 6") && e.contains("says 3 calls but lists 2"), "{e}");
-    let e = compact_err(&format!("{HEAD}Rank(s) 0-2: 1 2 3 \nEND DATA\n").replace("Alltoallv calls", "Allgatherv calls"));
-    assert!(e.contains("line 5, column 1") && e.contains("only alltoallv"), "{e}");
+    let e = compact_err(
+        &format!("{HEAD}Rank(s) 0-2: 1 2 3 \nEND DATA\n").replace("2 calls - 0-1", "3 calls - 0-1"),
+    );
+    assert!(
+        e.contains("Count at line 6") && e.contains("says 3 calls but lists 2"),
+        "{e}"
+    );
+    let e = compact_err(
+        &format!("{HEAD}Rank(s) 0-2: 1 2 3 \nEND DATA\n")
+            .replace("Alltoallv calls", "Allgatherv calls"),
+    );
+    assert!(
+        e.contains("line 5, column 1") && e.contains("only alltoallv"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -225,10 +339,22 @@ fn seed_variants_are_accepted() {
 fn malformed_other_files() {
     let p = Path::new("counts.rank0_call0.md");
     let e = percall::read(Cursor::new(b"Send datatype size: 4\nRecv datatype size: 4\nComm size: 2\n\nSend counts\n1 2 \n3 \n".to_vec()), p).unwrap_err().to_string();
-    assert!(e.contains("line 7, column 3") && e.contains("1 counts, expected 2"), "{e}");
-    let e = timings::read(Cursor::new(b"FORMAT_VERSION: 9\n\n# Call 0\n0.1\nabc\n".to_vec()), Path::new("t.md"), |_, _, _| {}).unwrap_err().to_string();
+    assert!(
+        e.contains("line 7, column 3") && e.contains("1 counts, expected 2"),
+        "{e}"
+    );
+    let e = timings::read(
+        Cursor::new(b"FORMAT_VERSION: 9\n\n# Call 0\n0.1\nabc\n".to_vec()),
+        Path::new("t.md"),
+        |_, _, _| {},
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("line 5, column 1"), "{e}");
     let l = benchlake_formats::counts::lines::Lines::new(Cursor::new(b"FORMAT_VERSION: 9\n\nCommunicator ID: 0\nCalls: 0\nCOMM_WORLD ranks: 0-1\nPIDs: 5\nHostnames:\n".to_vec()), "loc.md");
     let e = meta::read_locations_from(l).unwrap_err().to_string();
-    assert!(e.contains("PIDs at line 6") && e.contains("1 PIDs for 2 ranks"), "{e}");
+    assert!(
+        e.contains("PIDs at line 6") && e.contains("1 PIDs for 2 ranks"),
+        "{e}"
+    );
 }

@@ -116,9 +116,15 @@ pub fn plan(files: &[PathBuf], options: &Options) -> Result<Vec<PartSpec>, Count
     let mut location_files = Vec::new();
     for f in files {
         match classify(f) {
-            Some(FileKind::SendCounters { job, lead }) => pairs.entry((job, lead)).or_default().0 = Some(f),
-            Some(FileKind::RecvCounters { job, lead }) => pairs.entry((job, lead)).or_default().1 = Some(f),
-            Some(FileKind::PerCall { lead, call }) => percall.entry(lead).or_default().push((call, f.clone())),
+            Some(FileKind::SendCounters { job, lead }) => {
+                pairs.entry((job, lead)).or_default().0 = Some(f)
+            }
+            Some(FileKind::RecvCounters { job, lead }) => {
+                pairs.entry((job, lead)).or_default().1 = Some(f)
+            }
+            Some(FileKind::PerCall { lead, call }) => {
+                percall.entry(lead).or_default().push((call, f.clone()))
+            }
             Some(FileKind::Location { .. }) => location_files.push(f.clone()),
             _ => {}
         }
@@ -128,7 +134,10 @@ pub fn plan(files: &[PathBuf], options: &Options) -> Result<Vec<PartSpec>, Count
     let mut compact_leads = std::collections::BTreeSet::new();
     for (&(job, lead), (s, r)) in &pairs {
         let (Some(s), Some(r)) = (s, r) else {
-            let f = s.or(*r).map(|p| p.display().to_string()).unwrap_or_default();
+            let f = s
+                .or(*r)
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
             return Err(CountsError::Input(format!(
                 "{f}: the matching send-counters/recv-counters file is missing"
             )));
@@ -167,7 +176,9 @@ pub fn plan(files: &[PathBuf], options: &Options) -> Result<Vec<PartSpec>, Count
         let send_len = file_len(s);
         let recv_len = file_len(r);
         while k < ss.len() {
-            let (Some(a), Some(b)) = (ss.get(k), rs.get(k)) else { break };
+            let (Some(a), Some(b)) = (ss.get(k), rs.get(k)) else {
+                break;
+            };
             let mut e = k + 1;
             // Extend while the part stays under the size budget.
             while let (Some(na), Some(nb)) = (ss.get(e), rs.get(e)) {
@@ -182,7 +193,11 @@ pub fn plan(files: &[PathBuf], options: &Options) -> Result<Vec<PartSpec>, Count
                 line: t.1,
                 index: t.2,
             };
-            let blocks = if e >= ss.len() { None } else { Some((e - k) as u64) };
+            let blocks = if e >= ss.len() {
+                None
+            } else {
+                Some((e - k) as u64)
+            };
             parts.push(spec(start(a), start(b), blocks));
             k = e;
         }
@@ -244,7 +259,10 @@ impl BlockWork<'_> {
             Direction::Recv => (&mut self.recv, self.rdt),
         };
         side.add_row(ranks, counts);
-        if !*self.heat_ok {
+        // The rank×rank map is built from the send side only: for any valid
+        // alltoallv the bytes rank j receives from rank i equal the bytes i sends
+        // to j, so the receive map is its transpose (and costs as much again).
+        if !*self.heat_ok || d == Direction::Recv {
             return;
         }
         let h = self.heat.entry(d).or_default();
@@ -276,8 +294,10 @@ pub fn analyze_part(spec: &PartSpec) -> Result<PartResult, CountsError> {
             blocks: nblocks,
         } => {
             source = format!("{}, {}", file_name(send), file_name(recv));
-            let mut s = CompactReader::open_at(send, send_start.offset, send_start.line, send_start.index)?;
-            let mut r = CompactReader::open_at(recv, recv_start.offset, recv_start.line, recv_start.index)?;
+            let mut s =
+                CompactReader::open_at(send, send_start.offset, send_start.line, send_start.index)?;
+            let mut r =
+                CompactReader::open_at(recv, recv_start.offset, recv_start.line, recv_start.index)?;
             let mut row = Row::default();
             let mut done = 0u64;
             while nblocks.is_none_or(|n| done < n) {
@@ -334,10 +354,7 @@ pub fn analyze_part(spec: &PartSpec) -> Result<PartResult, CountsError> {
             }
         }
         PartInput::PerCall { files } => {
-            source = files
-                .first()
-                .map(|(_, p)| file_name(p))
-                .unwrap_or_default();
+            source = files.first().map(|(_, p)| file_name(p)).unwrap_or_default();
             for (k, g) in percall::group_files(files)?.into_iter().enumerate() {
                 let n = g.counts.comm_size;
                 let mut w = BlockWork {
@@ -445,7 +462,10 @@ fn merge_lead(job: u64, lead: u64, parts: Vec<PartResult>, opts: &Options) -> Le
         v.sort_unstable();
     }
     blocks.sort_by_key(|b| (b.calls.first().unwrap_or(u64::MAX), b.index));
-    let loaded: u64 = blocks.iter().map(|b| b.calls.len()).fold(0, u64::saturating_add);
+    let loaded: u64 = blocks
+        .iter()
+        .map(|b| b.calls.len())
+        .fold(0, u64::saturating_add);
     let header = blocks
         .iter()
         .filter_map(|b| b.header_calls.map(|h| (b.index, h)))
@@ -528,7 +548,9 @@ fn merge_lead(job: u64, lead: u64, parts: Vec<PartResult>, opts: &Options) -> Le
         add(&mut st.comm_sizes, b.comm_size, k);
         st.large = st.large.saturating_add(b.send.large.saturating_mul(k));
         st.small = st.small.saturating_add(b.send.small.saturating_mul(k));
-        st.small_nonzero = st.small_nonzero.saturating_add(b.send.small_nonzero.saturating_mul(k));
+        st.small_nonzero = st
+            .small_nonzero
+            .saturating_add(b.send.small_nonzero.saturating_mul(k));
         add(&mut st.send_sparsity, b.send.total_zero, k);
         add(&mut st.recv_sparsity, b.recv.total_zero, k);
         add(&mut st.send_min, b.send.min, k);

@@ -14,8 +14,8 @@ use benchlake_formats::counts::meta::{self, Location};
 use benchlake_formats::counts::ranklist::{CallList, Span, coalesce};
 use benchlake_formats::counts::{FileKind, classify};
 
-use super::summary::CallMapping;
 use super::CountsError;
+use super::summary::CallMapping;
 
 /// The location files of a run, ordered by (lead rank, communicator).
 #[derive(Debug, Clone, Default)]
@@ -56,7 +56,13 @@ impl LocationIndex {
 
     /// Splits `calls` (of a block of `comm_size` ranks led by `lead`) by the
     /// communicator each call ran on.
-    pub fn mappings(&self, lead: u64, comm_size: u64, calls: &CallList, reference: bool) -> Vec<CallMapping> {
+    pub fn mappings(
+        &self,
+        lead: u64,
+        comm_size: u64,
+        calls: &CallList,
+        reference: bool,
+    ) -> Vec<CallMapping> {
         let mut remaining = calls.0.clone();
         let mut out = Vec::new();
         // Highest priority first: in reference mode the last (lead, comm) wins.
@@ -140,8 +146,14 @@ mod tests {
 
     #[test]
     fn span_arithmetic() {
-        assert_eq!(intersect(&[(0, 10), (15, 15)], &[(5, 20)]), vec![(5, 10), (15, 15)]);
-        assert_eq!(subtract(&[(0, 10)], &[(3, 4), (8, 12)]), vec![(0, 2), (5, 7)]);
+        assert_eq!(
+            intersect(&[(0, 10), (15, 15)], &[(5, 20)]),
+            vec![(5, 10), (15, 15)]
+        );
+        assert_eq!(
+            subtract(&[(0, 10)], &[(3, 4), (8, 12)]),
+            vec![(0, 2), (5, 7)]
+        );
         assert_eq!(subtract(&[(0, 3)], &[(0, 3)]), Vec::<Span>::new());
         assert_eq!(subtract(&[(2, 5)], &[(0, 1)]), vec![(2, 5)]);
     }

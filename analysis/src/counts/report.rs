@@ -83,10 +83,16 @@ pub fn stats(l: &LeadAnalysis, threshold: u64) -> String {
     let n = st.num_calls;
     let mut s = format!("Total number of alltoallv calls: {n}\n\n# Datatypes\n\n");
     for (d, k) in &st.send_datatypes {
-        let _ = writeln!(s, "{k}/{n} calls use a datatype of size {d} while sending data");
+        let _ = writeln!(
+            s,
+            "{k}/{n} calls use a datatype of size {d} while sending data"
+        );
     }
     for (d, k) in &st.recv_datatypes {
-        let _ = writeln!(s, "{k}/{n} calls use a datatype of size {d} while receiving data");
+        let _ = writeln!(
+            s,
+            "{k}/{n} calls use a datatype of size {d} while receiving data"
+        );
     }
     s.push_str("\n# Communicator size(s)\n\n");
     for (c, k) in by_value(&st.comm_sizes) {
@@ -102,23 +108,39 @@ pub fn stats(l: &LeadAnalysis, threshold: u64) -> String {
     );
     s.push_str("\n# Sparsity\n\n");
     for (z, k) in by_value(&st.send_sparsity) {
-        let _ = writeln!(s, "{k}/{n} of all calls have {z} send counts equals to zero");
+        let _ = writeln!(
+            s,
+            "{k}/{n} of all calls have {z} send counts equals to zero"
+        );
     }
     for (z, k) in by_value(&st.recv_sparsity) {
-        let _ = writeln!(s, "{k}/{n} of all calls have {z} recv counts equals to zero");
+        let _ = writeln!(
+            s,
+            "{k}/{n} of all calls have {z} recv counts equals to zero"
+        );
     }
     s.push_str("\n# Min/max\n");
     let sections: [(&BTreeMap<u64, u64>, &str); 6] = [
         (&st.send_min, "send count min of {}"),
         (&st.recv_min, "recv count min of {}"),
-        (&st.send_min_nonzero, "send count min of {} (excluding zero)"),
-        (&st.recv_min_nonzero, "recv count min of {} (excluding zero)"),
+        (
+            &st.send_min_nonzero,
+            "send count min of {} (excluding zero)",
+        ),
+        (
+            &st.recv_min_nonzero,
+            "recv count min of {} (excluding zero)",
+        ),
         (&st.send_max, "send count max of {}"),
         (&st.recv_max, "recv count max of {}"),
     ];
     for (m, what) in sections {
         for (v, k) in by_value(m) {
-            let _ = writeln!(s, "{k}/{n} calls have a {}", what.replace("{}", &v.to_string()));
+            let _ = writeln!(
+                s,
+                "{k}/{n} calls have a {}",
+                what.replace("{}", &v.to_string())
+            );
         }
         s.push('\n');
     }
@@ -140,7 +162,10 @@ pub fn call_heatmap(l: &LeadAnalysis, d: Direction) -> String {
     let mut s = String::from("FORMAT_VERSION: 9\n\n");
     let mut line: Vec<(u64, u64)> = Vec::new();
     for (c, bi, mi) in calls {
-        let (Some(b), Some(m)) = (l.blocks.get(bi), l.blocks.get(bi).and_then(|b| b.mappings.get(mi))) else {
+        let (Some(b), Some(m)) = (
+            l.blocks.get(bi),
+            l.blocks.get(bi).and_then(|b| b.mappings.get(mi)),
+        ) else {
             continue;
         };
         let _ = writeln!(s, "# Call {c}:");
@@ -162,7 +187,11 @@ pub fn call_heatmap(l: &LeadAnalysis, d: Direction) -> String {
 }
 
 /// Host → bytes of one lead rank and direction.
-pub fn host_bytes(l: &LeadAnalysis, d: Direction, hosts: &BTreeMap<u64, String>) -> BTreeMap<String, u64> {
+pub fn host_bytes(
+    l: &LeadAnalysis,
+    d: Direction,
+    hosts: &BTreeMap<u64, String>,
+) -> BTreeMap<String, u64> {
     let mut m: BTreeMap<String, u64> = BTreeMap::new();
     if let Some(rb) = l.rank_bytes.get(&d) {
         for (w, b) in rb {
@@ -216,20 +245,40 @@ pub fn write_all(a: &Analysis, dir: &Path) -> Result<(), CountsError> {
     for l in &a.leads {
         let (j, r) = (l.job, l.lead);
         write(dir, &format!("patterns-job{j}-rank{r}.md"), &patterns(l))?;
-        write(dir, &format!("patterns-summary-job{j}-rank{r}.md"), &summary(l))?;
-        write(dir, &format!("stats-job{j}-rank{r}.md"), &stats(l, a.options.size_threshold))?;
+        write(
+            dir,
+            &format!("patterns-summary-job{j}-rank{r}.md"),
+            &summary(l),
+        )?;
+        write(
+            dir,
+            &format!("stats-job{j}-rank{r}.md"),
+            &stats(l, a.options.size_threshold),
+        )?;
         for d in [Direction::Send, Direction::Recv] {
             let ds = d.as_str();
             if a.options.call_heatmaps {
-                write(dir, &format!("alltoallv_heat-map.rank{r}-{ds}.md"), &call_heatmap(l, d))?;
+                write(
+                    dir,
+                    &format!("alltoallv_heat-map.rank{r}-{ds}.md"),
+                    &call_heatmap(l, d),
+                )?;
             }
             if !a.hosts.is_empty() {
-                write(dir, &format!("alltoallv_hosts-heat-map.rank{r}-{ds}.md"), &host_heatmap(l, d, &a.hosts))?;
+                write(
+                    dir,
+                    &format!("alltoallv_hosts-heat-map.rank{r}-{ds}.md"),
+                    &host_heatmap(l, d, &a.hosts),
+                )?;
             }
         }
     }
     for d in [Direction::Send, Direction::Recv] {
-        write(dir, &format!("heat-map-{}.md", d.as_str()), &global_heatmap(a, d))?;
+        write(
+            dir,
+            &format!("heat-map-{}.md", d.as_str()),
+            &global_heatmap(a, d),
+        )?;
     }
     Ok(())
 }

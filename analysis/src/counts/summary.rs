@@ -239,7 +239,13 @@ impl HeatAcc {
     /// Adds `weight × datatype size × counts[j]` to (world(r), world(j)) for every
     /// rank r of `ranks`. Returns `false` (adding nothing) when the matrix would
     /// exceed [`MAX_HEAT_DIM`].
-    pub fn add_row(&mut self, ranks: &[Span], counts: &[u64], world: Option<&[u64]>, factor: u64) -> bool {
+    pub fn add_row(
+        &mut self,
+        ranks: &[Span],
+        counts: &[u64],
+        world: Option<&[u64]>,
+        factor: u64,
+    ) -> bool {
         let need = match world {
             Some(w) => w.iter().copied().max().map_or(0, |m| m + 1),
             None => counts.len() as u64,
@@ -249,7 +255,8 @@ impl HeatAcc {
         }
         let d = self.dim as usize;
         // Products cannot overflow when both factors fit in 32 bits.
-        let small_products = factor <= u64::from(u32::MAX) && counts.iter().all(|&c| c <= u64::from(u32::MAX));
+        let small_products =
+            factor <= u64::from(u32::MAX) && counts.iter().all(|&c| c <= u64::from(u32::MAX));
         for &(a, b) in ranks {
             for r in a..=b {
                 let wr = match world {
@@ -280,7 +287,10 @@ impl HeatAcc {
                             if c == 0 {
                                 continue;
                             }
-                            if let Some(x) = w.get(j).and_then(|wj| self.bytes.get_mut(base + *wj as usize)) {
+                            if let Some(x) = w
+                                .get(j)
+                                .and_then(|wj| self.bytes.get_mut(base + *wj as usize))
+                            {
                                 *x = x.saturating_add(c.saturating_mul(factor));
                             }
                         }

@@ -12,7 +12,12 @@ use benchlake_core::lake::TableOutput;
 use super::summary::Direction;
 use super::{Analysis, Class, CountsError};
 
-fn batch(table: &str, run: &str, n: usize, cols: Vec<ArrayRef>) -> Result<RecordBatch, CountsError> {
+fn batch(
+    table: &str,
+    run: &str,
+    n: usize,
+    cols: Vec<ArrayRef>,
+) -> Result<RecordBatch, CountsError> {
     let mut all: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![run; n]))];
     all.extend(cols);
     Ok(RecordBatch::try_new(catalog::schema(table)?, all)?)
@@ -93,7 +98,12 @@ pub fn patterns(a: &Analysis, run: &str) -> Result<RecordBatch, CountsError> {
 /// `alltoallv_stats`: one row per figure (see docs/counts.md for `stat` names).
 pub fn stats(a: &Analysis, run: &str) -> Result<RecordBatch, CountsError> {
     let mut src = StringBuilder::new();
-    let (mut job, mut lead, mut key, mut val) = (Int64Builder::new(), Int64Builder::new(), Int64Builder::new(), Int64Builder::new());
+    let (mut job, mut lead, mut key, mut val) = (
+        Int64Builder::new(),
+        Int64Builder::new(),
+        Int64Builder::new(),
+        Int64Builder::new(),
+    );
     let (mut dir, mut stat) = (StringBuilder::new(), StringBuilder::new());
     let mut n = 0;
     for l in &a.leads {
@@ -164,7 +174,12 @@ pub fn stats(a: &Analysis, run: &str) -> Result<RecordBatch, CountsError> {
 /// `alltoallv_heatmap`: non-zero rank×rank bytes.
 pub fn heatmap(a: &Analysis, run: &str) -> Result<RecordBatch, CountsError> {
     let mut src = StringBuilder::new();
-    let (mut lead, mut r, mut p, mut b) = (Int64Builder::new(), Int64Builder::new(), Int64Builder::new(), Int64Builder::new());
+    let (mut lead, mut r, mut p, mut b) = (
+        Int64Builder::new(),
+        Int64Builder::new(),
+        Int64Builder::new(),
+        Int64Builder::new(),
+    );
     let mut dir = StringBuilder::new();
     let mut n = 0;
     for l in &a.leads {
@@ -199,7 +214,11 @@ pub fn heatmap(a: &Analysis, run: &str) -> Result<RecordBatch, CountsError> {
 pub fn host_heatmap(a: &Analysis, run: &str) -> Result<RecordBatch, CountsError> {
     let mut src = StringBuilder::new();
     let (mut lead, mut b) = (Int64Builder::new(), Int64Builder::new());
-    let (mut dir, mut h, mut ph) = (StringBuilder::new(), StringBuilder::new(), StringBuilder::new());
+    let (mut dir, mut h, mut ph) = (
+        StringBuilder::new(),
+        StringBuilder::new(),
+        StringBuilder::new(),
+    );
     let mut n = 0;
     for l in &a.leads {
         for (d, v) in &l.heat {

@@ -153,7 +153,8 @@ impl<R: BufRead> CompactReader<R> {
             return Err(l.error("Number of ranks", 18, "communicator size 0"));
         }
         next_nonblank(l, "Datatype size")?;
-        let datatype_size = labelled_uint(l, "Datatype size: ", "Datatype size", MAX_DATATYPE_SIZE)?;
+        let datatype_size =
+            labelled_uint(l, "Datatype size: ", "Datatype size", MAX_DATATYPE_SIZE)?;
         next_nonblank(l, "Alltoallv calls")?;
         let header_calls = parse_calls_header(l)?;
         next_nonblank(l, "Count")?;
@@ -199,9 +200,7 @@ impl<R: BufRead> CompactReader<R> {
         if trim_end(t) == b"END DATA" {
             self.state = State::Between;
             if self.seen_count != n {
-                let missing = (0..n)
-                    .find(|r| !bit(&self.seen, *r))
-                    .unwrap_or_default();
+                let missing = (0..n).find(|r| !bit(&self.seen, *r)).unwrap_or_default();
                 return Err(l.error(
                     "END DATA",
                     1,
@@ -309,9 +308,14 @@ fn parse_calls_header<R: BufRead>(l: &Lines<R>) -> Result<(u64, u64)> {
     }
     i += before - rest.len();
     if i == 15 {
-        return Err(l.error("Alltoallv calls", 16, "expected ' ' after 'Alltoallv calls'"));
+        return Err(l.error(
+            "Alltoallv calls",
+            16,
+            "expected ' ' after 'Alltoallv calls'",
+        ));
     }
-    let spans = ranklist::parse(rest).map_err(|e| l.error("Alltoallv calls", i + e.offset + 1, e.message))?;
+    let spans = ranklist::parse(rest)
+        .map_err(|e| l.error("Alltoallv calls", i + e.offset + 1, e.message))?;
     match spans.as_slice() {
         [(a, b)] if *b <= MAX_CALL_ID => Ok((*a, *b)),
         _ => Err(l.error("Alltoallv calls", i + 1, "expected one range S-E")),
@@ -331,7 +335,11 @@ fn parse_count_line<R: BufRead>(l: &Lines<R>) -> Result<CallList> {
         .map_err(|_| l.error("Count", 8, "expected the number of calls"))?;
     let after = rest.get(sp..).unwrap_or_default();
     let Some(list) = after.strip_prefix(b" calls - ") else {
-        return Err(l.error("Count", 8 + sp + 1, "expected ' calls - ' after the number of calls"));
+        return Err(l.error(
+            "Count",
+            8 + sp + 1,
+            "expected ' calls - ' after the number of calls",
+        ));
     };
     let col = 7 + sp + 9;
     let list = match find(list, b" (") {
@@ -360,11 +368,7 @@ fn parse_count_line<R: BufRead>(l: &Lines<R>) -> Result<CallList> {
     }
     let n = ranklist::count(&spans);
     if n != k {
-        return Err(l.error(
-            "Count",
-            8,
-            format!("says {k} calls but lists {n}"),
-        ));
+        return Err(l.error("Count", 8, format!("says {k} calls but lists {n}")));
     }
     Ok(CallList(spans))
 }
@@ -379,30 +383,15 @@ pub(crate) fn parse_counts<R: BufRead>(
     out: &mut Vec<u64>,
 ) -> Result<()> {
     out.clear();
+    // Every count needs at least two bytes ("0 "), so this bounds the reservation
+    // by the line length, not by the header's N.
+    out.reserve((n as usize).min(s.len() / 2 + 1));
     // Hot loop (every count of a file goes through it): one pass over the bytes,
-    // no per-digit bounds checks. A token of more than 10 digits cannot be a C
-    // int, so `v` never overflows before the range check.
+    // errors in cold functions. A token of more than 10 digits cannot be a C int;
+    // `v` may wrap for such tokens but is then rejected.
     let mut v: u64 = 0;
     let mut digits = 0usize;
     let mut start = 0usize;
-    let mut push = |out: &mut Vec<u64>, v: u64, digits: usize, start: usize| -> Result<()> {
-        if digits > 10 || v > MAX_COUNT {
-            return Err(l.error(
-                "counts",
-                col0 + start + 1,
-                format!("count exceeds the C int range ({MAX_COUNT})"),
-            ));
-        }
-        if out.len() as u64 == n {
-            return Err(l.error(
-                "counts",
-                col0 + start + 1,
-                format!("row has more than {n} counts"),
-            ));
-        }
-        out.push(v);
-        Ok(())
-    };
     for (i, &c) in s.iter().enumerate() {
         let d = c.wrapping_sub(b'0');
         if d < 10 {
@@ -410,26 +399,25 @@ pub(crate) fn parse_counts<R: BufRead>(
                 start = i;
                 v = 0;
             }
-            if digits < 11 {
-                v = v * 10 + u64::from(d);
-            }
+            v = v.wrapping_mul(10).wrapping_add(u64::from(d));
             digits += 1;
         } else if c == b' ' {
             if digits > 0 {
-                push(out, v, digits, start)?;
+                if digits > 10 || v > MAX_COUNT || out.len() as u64 == n {
+                    return Err(count_error(l, col0 + start + 1, n, out.len()));
+                }
+                out.push(v);
                 digits = 0;
             }
         } else {
-            let msg = if c == b'-' {
-                "negative count".to_string()
-            } else {
-                format!("expected a count, found '{}'", char::from(c))
-            };
-            return Err(l.error("counts", col0 + i + 1, msg));
+            return Err(char_error(l, col0 + i + 1, c));
         }
     }
     if digits > 0 {
-        push(out, v, digits, start)?;
+        if digits > 10 || v > MAX_COUNT || out.len() as u64 == n {
+            return Err(count_error(l, col0 + start + 1, n, out.len()));
+        }
+        out.push(v);
     }
     if (out.len() as u64) != n {
         return Err(l.error(
@@ -441,11 +429,37 @@ pub(crate) fn parse_counts<R: BufRead>(
     Ok(())
 }
 
+#[cold]
+fn count_error<R: BufRead>(l: &Lines<R>, col: usize, n: u64, have: usize) -> FormatError {
+    if have as u64 == n {
+        l.error("counts", col, format!("row has more than {n} counts"))
+    } else {
+        l.error(
+            "counts",
+            col,
+            format!("count exceeds the C int range ({MAX_COUNT})"),
+        )
+    }
+}
+
+#[cold]
+fn char_error<R: BufRead>(l: &Lines<R>, col: usize, c: u8) -> FormatError {
+    let msg = if c == b'-' {
+        "negative count".to_string()
+    } else {
+        format!("expected a count, found '{}'", char::from(c))
+    };
+    l.error("counts", col, msg)
+}
+
 /// Where each block of a compact file starts (for splitting work): byte offset,
 /// line and index, found by a light scan for `# Raw counters` lines.
 pub fn block_starts(path: &Path) -> Result<Vec<(u64, u64, u64)>> {
     use std::io::Read;
-    let mut f = BufReader::with_capacity(1 << 20, File::open(path).map_err(|e| FormatError::io(path, e))?);
+    let mut f = BufReader::with_capacity(
+        1 << 20,
+        File::open(path).map_err(|e| FormatError::io(path, e))?,
+    );
     let mut out = Vec::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut offset = 0u64;

@@ -106,7 +106,12 @@ pub fn expand_dir(dir: &Path) -> std::io::Result<Vec<(PathBuf, String)>> {
     Ok(out)
 }
 
-fn walk(root: &Path, dir: &Path, depth: u32, out: &mut Vec<(PathBuf, String)>) -> std::io::Result<()> {
+fn walk(
+    root: &Path,
+    dir: &Path,
+    depth: u32,
+    out: &mut Vec<(PathBuf, String)>,
+) -> std::io::Result<()> {
     for e in std::fs::read_dir(dir)? {
         let e = e?;
         let p = e.path();
@@ -114,7 +119,11 @@ fn walk(root: &Path, dir: &Path, depth: u32, out: &mut Vec<(PathBuf, String)>) -
         let name = name.to_string_lossy();
         let ft = e.file_type()?;
         if ft.is_dir() {
-            if depth < 4 && !name.starts_with('.') && name != "go_reference" && name != "py_reference" {
+            if depth < 4
+                && !name.starts_with('.')
+                && name != "go_reference"
+                && name != "py_reference"
+            {
                 walk(root, &p, depth + 1, out)?;
             }
         } else if classify(&p).is_some() {
@@ -132,21 +141,50 @@ mod tests {
     #[test]
     fn classifies_every_name() {
         let c = |s: &str| classify(Path::new(s));
-        assert_eq!(c("send-counters.job3.rank12.txt"), Some(FileKind::SendCounters { job: 3, lead: 12 }));
-        assert_eq!(c("recv-counters.job0.rank0.txt"), Some(FileKind::RecvCounters { job: 0, lead: 0 }));
-        assert_eq!(c("counts.rank1_call12.md"), Some(FileKind::PerCall { lead: 1, call: 12 }));
+        assert_eq!(
+            c("send-counters.job3.rank12.txt"),
+            Some(FileKind::SendCounters { job: 3, lead: 12 })
+        );
+        assert_eq!(
+            c("recv-counters.job0.rank0.txt"),
+            Some(FileKind::RecvCounters { job: 0, lead: 0 })
+        );
+        assert_eq!(
+            c("counts.rank1_call12.md"),
+            Some(FileKind::PerCall { lead: 1, call: 12 })
+        );
         assert_eq!(
             c("alltoallv_execution_times.rank0_comm3_job0.md"),
-            Some(FileKind::ExecTimes { lead: 0, comm: 3, job: 0 })
+            Some(FileKind::ExecTimes {
+                lead: 0,
+                comm: 3,
+                job: 0
+            })
         );
         assert_eq!(
             c("alltoallv_late_arrival_times.rank2_comm0_job7.md"),
-            Some(FileKind::LateArrival { lead: 2, comm: 0, job: 7 })
+            Some(FileKind::LateArrival {
+                lead: 2,
+                comm: 0,
+                job: 7
+            })
         );
-        assert_eq!(c("alltoallv_locations_comm1_rank0.md"), Some(FileKind::Location { comm: 1, lead: 0 }));
-        assert_eq!(c("alltoallv_backtrace_rank0_trace15.md"), Some(FileKind::Backtrace { lead: 0, trace: 15 }));
-        assert_eq!(c("alltoallv_comm_data_rank2.md"), Some(FileKind::CommData { lead: 2 }));
-        assert_eq!(c("profile_alltoallv_job0.rank0.md"), Some(FileKind::ProfileSummary { job: 0, lead: 0 }));
+        assert_eq!(
+            c("alltoallv_locations_comm1_rank0.md"),
+            Some(FileKind::Location { comm: 1, lead: 0 })
+        );
+        assert_eq!(
+            c("alltoallv_backtrace_rank0_trace15.md"),
+            Some(FileKind::Backtrace { lead: 0, trace: 15 })
+        );
+        assert_eq!(
+            c("alltoallv_comm_data_rank2.md"),
+            Some(FileKind::CommData { lead: 2 })
+        );
+        assert_eq!(
+            c("profile_alltoallv_job0.rank0.md"),
+            Some(FileKind::ProfileSummary { job: 0, lead: 0 })
+        );
         // The seed's wrong name (dash) and near misses are not profiler files.
         assert_eq!(c("counts-rank0_call1.md"), None);
         assert_eq!(c("send-counters.job0.rank0.txt.bak"), None);

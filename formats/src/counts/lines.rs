@@ -130,7 +130,13 @@ impl<R: BufRead> Lines<R> {
     }
 
     /// A malformed error at an explicit line and column.
-    pub fn error_at(&self, field: &str, line: u64, col: u64, msg: impl Into<String>) -> FormatError {
+    pub fn error_at(
+        &self,
+        field: &str,
+        line: u64,
+        col: u64,
+        msg: impl Into<String>,
+    ) -> FormatError {
         FormatError::malformed(&self.path, field, Position::LineCol(line, col), msg)
     }
 }
@@ -157,7 +163,12 @@ pub fn parse_uint(s: &[u8], max: u64) -> std::result::Result<u64, usize> {
 
 /// Parses `PREFIX<uint>` on the current line (trailing spaces allowed) and returns
 /// the value, with an error naming `field` otherwise.
-pub fn labelled_uint<R: BufRead>(lines: &Lines<R>, prefix: &str, field: &str, max: u64) -> Result<u64> {
+pub fn labelled_uint<R: BufRead>(
+    lines: &Lines<R>,
+    prefix: &str,
+    field: &str,
+    max: u64,
+) -> Result<u64> {
     let t = lines.text();
     let Some(rest) = t.strip_prefix(prefix.as_bytes()) else {
         return Err(lines.error(
@@ -174,7 +185,11 @@ pub fn labelled_uint<R: BufRead>(lines: &Lines<R>, prefix: &str, field: &str, ma
         if off == usize::MAX {
             lines.error(field, prefix.len() + 1, format!("value exceeds {max}"))
         } else {
-            lines.error(field, prefix.len() + off + 1, "expected a non-negative integer")
+            lines.error(
+                field,
+                prefix.len() + off + 1,
+                "expected a non-negative integer",
+            )
         }
     })
 }

@@ -69,12 +69,22 @@ fn next<R: BufRead>(l: &mut Lines<R>, what: &str) -> Result<()> {
     if l.skip_blank()? {
         Ok(())
     } else {
-        Err(l.error_at(what, l.number() + 1, 1, format!("unexpected end of file, expected '{what}'")))
+        Err(l.error_at(
+            what,
+            l.number() + 1,
+            1,
+            format!("unexpected end of file, expected '{what}'"),
+        ))
     }
 }
 
 /// Parses `PREFIX LIST` on the current line.
-fn labelled_list<R: BufRead>(l: &Lines<R>, prefix: &str, field: &str, ordered: bool) -> Result<Vec<Span>> {
+fn labelled_list<R: BufRead>(
+    l: &Lines<R>,
+    prefix: &str,
+    field: &str,
+    ordered: bool,
+) -> Result<Vec<Span>> {
     let t = trim_end(l.text());
     let Some(rest) = t.strip_prefix(prefix.as_bytes()) else {
         return Err(l.error(field, 1, format!("expected '{prefix}LIST'")));
@@ -88,7 +98,8 @@ fn labelled_list<R: BufRead>(l: &Lines<R>, prefix: &str, field: &str, ordered: b
 }
 
 fn expand<R: BufRead>(l: &Lines<R>, spans: &[Span], field: &str) -> Result<Vec<u64>> {
-    ranklist::expand(spans, MAX_LIST).ok_or_else(|| l.error(field, 1, format!("more than {MAX_LIST} entries")))
+    ranklist::expand(spans, MAX_LIST)
+        .ok_or_else(|| l.error(field, 1, format!("more than {MAX_LIST} entries")))
 }
 
 /// Reads a location file.
@@ -146,7 +157,11 @@ pub fn read_locations_from<R: BufRead>(mut l: Lines<R>) -> Result<Vec<Location>>
             let i = super::lines::parse_uint(rest.get(..c).unwrap_or_default(), MAX_LIST)
                 .map_err(|_| l.error("Hostnames", col + 6, "expected a rank"))?;
             if i != hosts.len() as u64 {
-                return Err(l.error("Hostnames", col + 6, format!("expected rank {}, found {i}", hosts.len())));
+                return Err(l.error(
+                    "Hostnames",
+                    col + 6,
+                    format!("expected rank {}, found {i}", hosts.len()),
+                ));
             }
             let host = String::from_utf8_lossy(rest.get(c + 2..).unwrap_or_default()).into_owned();
             hosts.push(host);
@@ -204,9 +219,15 @@ pub fn read_backtrace_from<R: BufRead>(mut l: Lines<R>) -> Result<Backtrace> {
         next(&mut l, "Communicator")?;
         let comm_id = labelled_uint(&l, "Communicator: ", "Communicator", i64::MAX as u64)?;
         next(&mut l, "Communicator rank")?;
-        let comm_rank = labelled_uint(&l, "Communicator rank: ", "Communicator rank", i64::MAX as u64)?;
+        let comm_rank = labelled_uint(
+            &l,
+            "Communicator rank: ",
+            "Communicator rank",
+            i64::MAX as u64,
+        )?;
         next(&mut l, "COMM_WORLD rank")?;
-        let world_rank = labelled_uint(&l, "COMM_WORLD rank: ", "COMM_WORLD rank", i64::MAX as u64)?;
+        let world_rank =
+            labelled_uint(&l, "COMM_WORLD rank: ", "COMM_WORLD rank", i64::MAX as u64)?;
         next(&mut l, "Calls")?;
         let calls = CallList(labelled_list(&l, "Calls: ", "Calls", false)?);
         contexts.push(BacktraceContext {

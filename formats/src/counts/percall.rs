@@ -44,9 +44,19 @@ pub fn read_file(path: &Path) -> Result<PerCallCounts> {
 pub fn read<R: BufRead>(reader: R, path: &Path) -> Result<PerCallCounts> {
     let mut l = Lines::new(reader, path);
     next(&mut l, "Send datatype size")?;
-    let send_datatype_size = labelled_uint(&l, "Send datatype size: ", "Send datatype size", MAX_DATATYPE_SIZE)?;
+    let send_datatype_size = labelled_uint(
+        &l,
+        "Send datatype size: ",
+        "Send datatype size",
+        MAX_DATATYPE_SIZE,
+    )?;
     next(&mut l, "Recv datatype size")?;
-    let recv_datatype_size = labelled_uint(&l, "Recv datatype size: ", "Recv datatype size", MAX_DATATYPE_SIZE)?;
+    let recv_datatype_size = labelled_uint(
+        &l,
+        "Recv datatype size: ",
+        "Recv datatype size",
+        MAX_DATATYPE_SIZE,
+    )?;
     next(&mut l, "Comm size")?;
     let comm_size = labelled_uint(&l, "Comm size: ", "Comm size", MAX_COMM_SIZE)?;
     if comm_size == 0 {
@@ -70,7 +80,12 @@ fn next<R: BufRead>(l: &mut Lines<R>, what: &str) -> Result<()> {
     if l.skip_blank()? {
         Ok(())
     } else {
-        Err(l.error_at(what, l.number() + 1, 1, format!("unexpected end of file, expected '{what}'")))
+        Err(l.error_at(
+            what,
+            l.number() + 1,
+            1,
+            format!("unexpected end of file, expected '{what}'"),
+        ))
     }
 }
 
@@ -149,10 +164,21 @@ pub fn group_files(files: &[(u64, std::path::PathBuf)]) -> Result<Vec<CallGroup>
     for (call, path) in sorted {
         let c = read_file(path)?;
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        (c.comm_size, c.send_datatype_size, c.recv_datatype_size, &c.send, &c.recv).hash(&mut h);
+        (
+            c.comm_size,
+            c.send_datatype_size,
+            c.recv_datatype_size,
+            &c.send,
+            &c.recv,
+        )
+            .hash(&mut h);
         let key = h.finish();
         let slot = by_hash.entry(key).or_default();
-        match slot.iter().copied().find(|&g| groups.get(g).is_some_and(|g| g.counts == c)) {
+        match slot
+            .iter()
+            .copied()
+            .find(|&g| groups.get(g).is_some_and(|g| g.counts == c))
+        {
             Some(g) => {
                 if let Some(g) = groups.get_mut(g) {
                     // Calls arrive ascending: extend the last span or start one.

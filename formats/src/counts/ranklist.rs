@@ -112,7 +112,10 @@ fn parse_with(s: &[u8], ascending: bool) -> Result<Vec<Span>, ListError> {
             Some(c) => {
                 return Err(err(
                     i,
-                    format!("expected ',' or the end of the list, found '{}'", char::from(*c)),
+                    format!(
+                        "expected ',' or the end of the list, found '{}'",
+                        char::from(*c)
+                    ),
                 ));
             }
         }
@@ -128,7 +131,10 @@ pub fn parse_spaced(s: &[u8]) -> Result<Vec<Span>, ListError> {
         if let Some(&(_, prev)) = out.last()
             && a <= prev
         {
-            return Err(err(i, format!("call list is not ascending ({a} after {prev})")));
+            return Err(err(
+                i,
+                format!("call list is not ascending ({a} after {prev})"),
+            ));
         }
         out.push((a, a));
         match s.get(j) {
@@ -137,7 +143,10 @@ pub fn parse_spaced(s: &[u8]) -> Result<Vec<Span>, ListError> {
             Some(c) => {
                 return Err(err(
                     j,
-                    format!("expected ' ' or the end of the list, found '{}'", char::from(*c)),
+                    format!(
+                        "expected ' ' or the end of the list, found '{}'",
+                        char::from(*c)
+                    ),
                 ));
             }
         }

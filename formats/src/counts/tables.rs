@@ -73,7 +73,18 @@ impl Calls {
         }
     }
     #[allow(clippy::too_many_arguments)]
-    fn push(&mut self, source: &str, job: u64, lead: u64, call: u64, n: u64, sdt: u64, rdt: u64, sb: u64, rb: u64) -> Result<()> {
+    fn push(
+        &mut self,
+        source: &str,
+        job: u64,
+        lead: u64,
+        call: u64,
+        n: u64,
+        sdt: u64,
+        rdt: u64,
+        sb: u64,
+        rb: u64,
+    ) -> Result<()> {
         self.source.append_value(source);
         self.job.append_value(job as i64);
         self.lead.append_value(lead as i64);
@@ -95,7 +106,10 @@ impl Calls {
         }
         let n = self.rows;
         self.rows = 0;
-        let run = Arc::new(arrow::array::StringArray::from(vec![self.run_id.as_str(); n]));
+        let run = Arc::new(arrow::array::StringArray::from(vec![
+            self.run_id.as_str();
+            n
+        ]));
         let b = finish(
             "alltoallv_calls",
             vec![
@@ -148,7 +162,16 @@ impl CountRows {
         }
     }
     #[allow(clippy::too_many_arguments)]
-    fn push(&mut self, source: &str, job: u64, lead: u64, dir: &str, block: u64, ranks: &[Span], counts: &[u64]) -> Result<()> {
+    fn push(
+        &mut self,
+        source: &str,
+        job: u64,
+        lead: u64,
+        dir: &str,
+        block: u64,
+        ranks: &[Span],
+        counts: &[u64],
+    ) -> Result<()> {
         self.source.append_value(source);
         self.job.append_value(job as i64);
         self.lead.append_value(lead as i64);
@@ -179,7 +202,10 @@ impl CountRows {
         let n = self.rows;
         self.rows = 0;
         self.values = 0;
-        let run = Arc::new(arrow::array::StringArray::from(vec![self.run_id.as_str(); n]));
+        let run = Arc::new(arrow::array::StringArray::from(vec![
+            self.run_id.as_str();
+            n
+        ]));
         let b = finish(
             "alltoallv_count_rows",
             vec![
@@ -198,7 +224,12 @@ impl CountRows {
     }
 }
 
-fn expand_calls(file: &std::path::Path, line: u64, calls: &[Span], budget: &mut u64) -> Result<Vec<u64>> {
+fn expand_calls(
+    file: &std::path::Path,
+    line: u64,
+    calls: &[Span],
+    budget: &mut u64,
+) -> Result<Vec<u64>> {
     let n = ranklist::count(calls);
     if n > *budget {
         return Err(FormatError::malformed(
@@ -213,7 +244,14 @@ fn expand_calls(file: &std::path::Path, line: u64, calls: &[Span], budget: &mut 
 }
 
 /// Ingests one compact pair, reading both files block by block in lockstep.
-fn ingest_pair(send: &InputFile, recv: &InputFile, job: u64, lead: u64, calls_t: &mut Calls, rows_t: &mut CountRows) -> Result<()> {
+fn ingest_pair(
+    send: &InputFile,
+    recv: &InputFile,
+    job: u64,
+    lead: u64,
+    calls_t: &mut Calls,
+    rows_t: &mut CountRows,
+) -> Result<()> {
     let mut s = CompactReader::open(&send.path)?;
     let mut r = CompactReader::open(&recv.path)?;
     let mut row = Row::default();
@@ -264,22 +302,54 @@ fn ingest_pair(send: &InputFile, recv: &InputFile, job: u64, lead: u64, calls_t:
                     format!("call {c} appears in two blocks"),
                 ));
             }
-            calls_t.push(&send.source, job, lead, c, hs.comm_size, hs.datatype_size, hr.datatype_size, hs.index, hr.index)?;
+            calls_t.push(
+                &send.source,
+                job,
+                lead,
+                c,
+                hs.comm_size,
+                hs.datatype_size,
+                hr.datatype_size,
+                hs.index,
+                hr.index,
+            )?;
         }
         while s.next_row(&mut row)? {
-            rows_t.push(&send.source, job, lead, "send", hs.index, &row.ranks, &row.counts)?;
+            rows_t.push(
+                &send.source,
+                job,
+                lead,
+                "send",
+                hs.index,
+                &row.ranks,
+                &row.counts,
+            )?;
         }
         while r.next_row(&mut row)? {
-            rows_t.push(&recv.source, job, lead, "recv", hr.index, &row.ranks, &row.counts)?;
+            rows_t.push(
+                &recv.source,
+                job,
+                lead,
+                "recv",
+                hr.index,
+                &row.ranks,
+                &row.counts,
+            )?;
         }
     }
     Ok(())
 }
 
 /// Ingests the per-call files of one lead rank (job 0: the files carry none).
-fn ingest_percall(files: &[(u64, &InputFile)], lead: u64, calls_t: &mut Calls, rows_t: &mut CountRows) -> Result<()> {
+fn ingest_percall(
+    files: &[(u64, &InputFile)],
+    lead: u64,
+    calls_t: &mut Calls,
+    rows_t: &mut CountRows,
+) -> Result<()> {
     let list: Vec<(u64, PathBuf)> = files.iter().map(|(c, f)| (*c, f.path.clone())).collect();
-    let source_of: BTreeMap<u64, &str> = files.iter().map(|(c, f)| (*c, f.source.as_str())).collect();
+    let source_of: BTreeMap<u64, &str> =
+        files.iter().map(|(c, f)| (*c, f.source.as_str())).collect();
     let groups = percall::group_files(&list)?;
     for (block, g) in groups.iter().enumerate() {
         let block = block as u64;
@@ -289,7 +359,17 @@ fn ingest_percall(files: &[(u64, &InputFile)], lead: u64, calls_t: &mut Calls, r
         for &(a, b) in &g.calls.0 {
             for c in a..=b {
                 let s = source_of.get(&c).copied().unwrap_or_default();
-                calls_t.push(s, 0, lead, c, n.comm_size, n.send_datatype_size, n.recv_datatype_size, block, block)?;
+                calls_t.push(
+                    s,
+                    0,
+                    lead,
+                    c,
+                    n.comm_size,
+                    n.send_datatype_size,
+                    n.recv_datatype_size,
+                    block,
+                    block,
+                )?;
             }
         }
         for (dir, recv) in [("send", false), ("recv", true)] {
@@ -315,9 +395,15 @@ pub fn ingest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutp
         // objects under temporary names).
         let kind = classify(&f.path).or_else(|| classify(std::path::Path::new(&f.source)));
         match kind {
-            Some(FileKind::SendCounters { job, lead }) => pairs.entry((job, lead)).or_default().0 = Some(f),
-            Some(FileKind::RecvCounters { job, lead }) => pairs.entry((job, lead)).or_default().1 = Some(f),
-            Some(FileKind::PerCall { lead, call }) => percall.entry(lead).or_default().push((call, f)),
+            Some(FileKind::SendCounters { job, lead }) => {
+                pairs.entry((job, lead)).or_default().0 = Some(f)
+            }
+            Some(FileKind::RecvCounters { job, lead }) => {
+                pairs.entry((job, lead)).or_default().1 = Some(f)
+            }
+            Some(FileKind::PerCall { lead, call }) => {
+                percall.entry(lead).or_default().push((call, f))
+            }
             Some(FileKind::ExecTimes { lead, .. }) => exec.push((lead, f)),
             Some(FileKind::LateArrival { lead, .. }) => late.push((lead, f)),
             Some(FileKind::Location { comm, lead }) => locations.push((lead, comm, f)),
@@ -352,7 +438,10 @@ pub fn ingest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutp
     }
     for (lead, files) in &percall {
         if compact_leads.contains(lead) {
-            tracing::info!(lead, "per-call files skipped: the lead rank has compact files");
+            tracing::info!(
+                lead,
+                "per-call files skipped: the lead rank has compact files"
+            );
             continue;
         }
         ingest_percall(files, *lead, &mut calls_t, &mut rows_t)?;
@@ -378,7 +467,11 @@ pub fn ingest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutp
 type Times = BTreeMap<(u64, u64, u64), (Option<f64>, Option<f64>, usize)>;
 
 /// Joins execution times and late-arrival times on (lead rank, call, rank).
-fn call_times(run: &str, exec: &[(u64, &InputFile)], late: &[(u64, &InputFile)]) -> Result<Vec<RecordBatch>> {
+fn call_times(
+    run: &str,
+    exec: &[(u64, &InputFile)],
+    late: &[(u64, &InputFile)],
+) -> Result<Vec<RecordBatch>> {
     let mut map: Times = BTreeMap::new();
     let mut sources: Vec<&str> = Vec::new();
     for (is_late, files) in [(false, exec), (true, late)] {
@@ -427,9 +520,18 @@ fn call_times(run: &str, exec: &[(u64, &InputFile)], late: &[(u64, &InputFile)])
     )?])
 }
 
-fn call_list(b: &mut ListBuilder<Int64Builder>, calls: &[Span], file: &std::path::Path) -> Result<()> {
+fn call_list(
+    b: &mut ListBuilder<Int64Builder>,
+    calls: &[Span],
+    file: &std::path::Path,
+) -> Result<()> {
     if ranklist::count(calls) > MAX_CALLS_PER_FILE {
-        return Err(FormatError::malformed(file, "Calls", Position::None, "too many calls"));
+        return Err(FormatError::malformed(
+            file,
+            "Calls",
+            Position::None,
+            "too many calls",
+        ));
     }
     for &(a, z) in calls {
         for c in a..=z {
@@ -442,7 +544,11 @@ fn call_list(b: &mut ListBuilder<Int64Builder>, calls: &[Span], file: &std::path
 
 type LocationFile<'a> = (u64, u64, &'a InputFile);
 
-fn location_tables(run: &str, locations: &[LocationFile<'_>], comm_data: &[(u64, &InputFile)]) -> Result<(Vec<RecordBatch>, Vec<RecordBatch>)> {
+fn location_tables(
+    run: &str,
+    locations: &[LocationFile<'_>],
+    comm_data: &[(u64, &InputFile)],
+) -> Result<(Vec<RecordBatch>, Vec<RecordBatch>)> {
     let (mut ls, mut ll, mut lc, mut lr, mut lw, mut lp, mut lh) = (
         StringBuilder::new(),
         Int64Builder::new(),
@@ -452,7 +558,12 @@ fn location_tables(run: &str, locations: &[LocationFile<'_>], comm_data: &[(u64,
         Int64Builder::new(),
         StringBuilder::new(),
     );
-    let (mut cs, mut cl, mut cc, mut cn) = (StringBuilder::new(), Int64Builder::new(), Int64Builder::new(), Int64Builder::new());
+    let (mut cs, mut cl, mut cc, mut cn) = (
+        StringBuilder::new(),
+        Int64Builder::new(),
+        Int64Builder::new(),
+        Int64Builder::new(),
+    );
     let mut ccalls = ListBuilder::new(Int64Builder::new());
     let (mut nloc, mut ncomm) = (0usize, 0usize);
     for (lead, comm, f) in locations {

@@ -13,7 +13,12 @@ use crate::error::{FormatError, Result};
 /// and comm-data files; returns V (other versions are read but logged).
 pub fn format_version<R: BufRead>(l: &mut Lines<R>) -> Result<u64> {
     if !l.skip_blank()? {
-        return Err(l.error_at("FORMAT_VERSION", 1, 1, "empty file, expected 'FORMAT_VERSION: 9'"));
+        return Err(l.error_at(
+            "FORMAT_VERSION",
+            1,
+            1,
+            "empty file, expected 'FORMAT_VERSION: 9'",
+        ));
     }
     let v = labelled_uint(l, "FORMAT_VERSION: ", "FORMAT_VERSION", u32::MAX as u64)?;
     if v != 9 {
@@ -39,7 +44,9 @@ pub fn read<R: BufRead>(reader: R, path: &Path, mut f: impl FnMut(u64, u64, f64)
     let close = |l: &Lines<R>, call: Option<(u64, u64)>, per: &mut Option<u64>| -> Result<()> {
         if let Some((c, n)) = call {
             match *per {
-                None if n == 0 => return Err(l.error("timings", 1, format!("call {c} has no values"))),
+                None if n == 0 => {
+                    return Err(l.error("timings", 1, format!("call {c} has no values")));
+                }
                 None => *per = Some(n),
                 Some(p) if p != n => {
                     return Err(l.error(
@@ -62,7 +69,11 @@ pub fn read<R: BufRead>(reader: R, path: &Path, mut f: impl FnMut(u64, u64, f64)
             close(&l, call, &mut ranks_per_call)?;
             let c = labelled_uint(&l, "# Call ", "call", i64::MAX as u64)?;
             if last_call.is_some_and(|p| c <= p) {
-                return Err(l.error("call", 8, format!("call {c} is not after the previous call")));
+                return Err(l.error(
+                    "call",
+                    8,
+                    format!("call {c} is not after the previous call"),
+                ));
             }
             last_call = Some(c);
             call = Some((c, 0));
