@@ -108,10 +108,13 @@ fn file_name(p: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// A compact send file and its recv file, as found so far.
+type Pair<'a> = (Option<&'a PathBuf>, Option<&'a PathBuf>);
+
 /// Cuts the profiler files `files` (e.g. from
 /// [`benchlake_formats::counts::expand_dir`]) into parts.
 pub fn plan(files: &[PathBuf], options: &Options) -> Result<Vec<PartSpec>, CountsError> {
-    let mut pairs: BTreeMap<(u64, u64), (Option<&PathBuf>, Option<&PathBuf>)> = BTreeMap::new();
+    let mut pairs: BTreeMap<(u64, u64), Pair<'_>> = BTreeMap::new();
     let mut percall: BTreeMap<u64, Vec<(u64, PathBuf)>> = BTreeMap::new();
     let mut location_files = Vec::new();
     for f in files {

@@ -381,9 +381,12 @@ fn ingest_percall(
     Ok(())
 }
 
+/// A compact send file and its recv file, as found so far.
+type Pair<'a> = (Option<&'a InputFile>, Option<&'a InputFile>);
+
 /// Reads the inputs of the `counts` ingest kind.
 pub fn ingest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutput>> {
-    let mut pairs: BTreeMap<(u64, u64), (Option<&InputFile>, Option<&InputFile>)> = BTreeMap::new();
+    let mut pairs: BTreeMap<(u64, u64), Pair<'_>> = BTreeMap::new();
     let mut percall: BTreeMap<u64, Vec<(u64, &InputFile)>> = BTreeMap::new();
     let mut exec = Vec::new();
     let mut late = Vec::new();
