@@ -231,3 +231,125 @@ fn noncompact_only_case_analyses() {
             .exists()
     );
 }
+
+/// The analysis tables have the catalog schemas and the reference's figures.
+#[test]
+fn analysis_tables() {
+    use arrow::array::AsArray;
+    use arrow::datatypes::Int64Type;
+    let dir = data().join("a2av_cases_np4");
+    let a = analyze_dir(
+        &dir,
+        tempfile::tempdir().unwrap().path(),
+        &Options::default(),
+    )
+    .unwrap();
+    let out = counts::tables::tables(&a, "run1").unwrap();
+    for t in &out {
+        benchlake_core::lake::encode_parquet(&t.table, &t.batches).unwrap();
+    }
+    let get = |n: &str| {
+        out.iter()
+            .find(|t| t.table == n)
+            .unwrap_or_else(|| panic!("{n}"))
+            .batches[0]
+            .clone()
+    };
+    let p = get("alltoallv_patterns");
+    let lead = p
+        .column_by_name("lead_rank")
+        .unwrap()
+        .as_primitive::<Int64Type>();
+    let pid = p
+        .column_by_name("pattern_id")
+        .unwrap()
+        .as_primitive::<Int64Type>();
+    let nr = p
+        .column_by_name("num_ranks")
+        .unwrap()
+        .as_primitive::<Int64Type>();
+    let np = p
+        .column_by_name("num_peers")
+        .unwrap()
+        .as_primitive::<Int64Type>();
+    let dir_c = p.column_by_name("direction").unwrap().as_string::<i32>();
+    // Pattern #0 of lead 0: 3 ranks sent to 3; 1 recv'd from 3, 3 recv'd from 2.
+    let rows: Vec<(String, i64, i64)> = (0..p.num_rows())
+        .filter(|&i| lead.value(i) == 0 && pid.value(i) == 0)
+        .map(|i| (dir_c.value(i).to_string(), nr.value(i), np.value(i)))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("send".into(), 3, 3),
+            ("recv".into(), 3, 2),
+            ("recv".into(), 1, 3)
+        ]
+    );
+    // Pattern #5 (call 10, all zero) is kept as a 0/0 row per side.
+    assert_eq!(
+        (0..p.num_rows())
+            .filter(|&i| lead.value(i) == 0 && pid.value(i) == 5 && nr.value(i) == 0)
+            .count(),
+        2
+    );
+
+    let s = get("alltoallv_stats");
+    let stat = s.column_by_name("stat").unwrap().as_string::<i32>();
+    let key = s.column_by_name("key").unwrap().as_primitive::<Int64Type>();
+    let val = s
+        .column_by_name("value")
+        .unwrap()
+        .as_primitive::<Int64Type>();
+    let slead = s
+        .column_by_name("lead_rank")
+        .unwrap()
+        .as_primitive::<Int64Type>();
+    let find = |name: &str, k: Option<i64>| {
+        (0..s.num_rows())
+            .find(|&i| {
+                slead.value(i) == 0 && stat.value(i) == name && k.is_none_or(|k| key.value(i) == k)
+            })
+            .map(|i| val.value(i))
+    };
+    assert_eq!(find("num_calls", None), Some(16));
+    assert_eq!(find("small_nonzero_messages", Some(200)), Some(123));
+    assert_eq!(find("comm_size", Some(4)), Some(13));
+    assert_eq!(find("class_n_to_n", Some(4)), Some(1));
+
+    // Heat map: lead 0 over all calls, rank 0 sends 444 bytes in total, as in the
+    // Go global heat map's final block for rank 0 (lead 0 is the only one with rank 0).
+    let h = get("alltoallv_heatmap");
+    let hl = h
+        .column_by_name("lead_rank")
+        .unwrap()
+        .as_primitive::<Int64Type>();
+    let hr = h
+        .column_by_name("rank")
+        .unwrap()
+        .as_primitive::<Int64Type>();
+    let hb = h
+        .column_by_name("bytes")
+        .unwrap()
+        .as_primitive::<Int64Type>();
+    let total: i64 = (0..h.num_rows())
+        .filter(|&i| hl.value(i) == 0 && hr.value(i) == 0)
+        .map(|i| hb.value(i))
+        .sum();
+    assert_eq!(total, 444);
+    let hh = get("alltoallv_host_heatmap");
+    let hhl = hh
+        .column_by_name("lead_rank")
+        .unwrap()
+        .as_primitive::<Int64Type>();
+    let hhb = hh
+        .column_by_name("bytes")
+        .unwrap()
+        .as_primitive::<Int64Type>();
+    // Host vm: 1424 bytes sent under lead 0 (alltoallv_hosts-heat-map.rank0-send.md).
+    let vm: i64 = (0..hh.num_rows())
+        .filter(|&i| hhl.value(i) == 0)
+        .map(|i| hhb.value(i))
+        .sum();
+    assert_eq!(vm, 1424);
+}

@@ -358,3 +358,52 @@ fn malformed_other_files() {
         "{e}"
     );
 }
+
+/// The body of fuzz/fuzz_targets/counts.rs: every reader on arbitrary bytes.
+fn all_readers(data: &[u8]) {
+    use benchlake_formats::counts::lines::Lines;
+    let p = Path::new("fuzz");
+    let _ = ranklist::parse(data);
+    let _ = ranklist::parse_ordered(data);
+    let mut r = CompactReader::new(Cursor::new(data), p);
+    let mut row = Row::default();
+    'outer: while let Ok(Some(_)) = r.next_block() {
+        loop {
+            match r.next_row(&mut row) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(_) => break 'outer,
+            }
+        }
+    }
+    let _ = percall::read(Cursor::new(data), p);
+    let _ = timings::read(Cursor::new(data), p, |_, _, _| {});
+    let _ = meta::read_locations_from(Lines::new(Cursor::new(data), p));
+    let _ = meta::read_backtrace_from(Lines::new(Cursor::new(data), p));
+    let _ = meta::read_comm_data_from(Lines::new(Cursor::new(data), p));
+}
+
+proptest::proptest! {
+    #[test]
+    fn every_reader_survives_arbitrary_bytes(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
+        all_readers(&data);
+    }
+
+    /// Mutations of real files (one byte changed) never panic.
+    #[test]
+    fn every_reader_survives_mutated_real_files(file in 0usize..6, pos in 0usize..4000, byte in proptest::prelude::any::<u8>()) {
+        let d = data().join("a2av_cases_np4");
+        let f = [
+            "counts/send-counters.job0.rank0.txt",
+            "counts_notcompact/counts.rank0_call9.md",
+            "exec_timings/alltoallv_execution_times.rank0_comm0_job0.md",
+            "location/alltoallv_locations_comm0_rank0.md",
+            "backtrace/alltoallv_backtrace_rank0_trace1.md",
+            "location/alltoallv_comm_data_rank0.md",
+        ][file];
+        let mut bytes = std::fs::read(d.join(f)).unwrap();
+        let n = bytes.len();
+        bytes[pos % n] = byte;
+        all_readers(&bytes);
+    }
+}
