@@ -453,12 +453,30 @@ fn merge_lead(job: u64, lead: u64, parts: Vec<PartResult>, opts: &Options) -> Le
     }
     if nparts > 1 {
         for v in heat.values_mut() {
-            let mut m: HashMap<(u64, u64), u64> = HashMap::with_capacity(v.len());
-            for &(a, b, x) in v.iter() {
-                let e = m.entry((a, b)).or_default();
-                *e = e.saturating_add(x);
+            let dim = v.iter().map(|&(a, b, _)| a.max(b) + 1).max().unwrap_or(0);
+            if dim <= super::summary::MAX_HEAT_DIM {
+                // Dense sum: parts of one file pair usually all touch most cells.
+                let d = dim as usize;
+                let mut dense = vec![0u64; d * d];
+                for &(a, b, x) in v.iter() {
+                    if let Some(e) = dense.get_mut(a as usize * d + b as usize) {
+                        *e = e.saturating_add(x);
+                    }
+                }
+                *v = dense
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, x)| **x != 0)
+                    .map(|(i, x)| ((i / d) as u64, (i % d) as u64, *x))
+                    .collect();
+            } else {
+                let mut m: HashMap<(u64, u64), u64> = HashMap::with_capacity(v.len());
+                for &(a, b, x) in v.iter() {
+                    let e = m.entry((a, b)).or_default();
+                    *e = e.saturating_add(x);
+                }
+                *v = m.into_iter().map(|((a, b), x)| (a, b, x)).collect();
             }
-            *v = m.into_iter().map(|((a, b), x)| (a, b, x)).collect();
         }
     }
     for v in heat.values_mut() {
