@@ -121,7 +121,10 @@ fn main() {
     }
     let merged = fanout::merge(results);
     let m = &merged.leads[0];
-    let same = m.patterns == l.patterns && m.stats == l.stats && m.heat == l.heat && m.rank_bytes == l.rank_bytes;
+    let same = m.patterns == l.patterns
+        && m.stats == l.stats
+        && m.heat == l.heat
+        && m.rank_bytes == l.rank_bytes;
     println!(
         "split into {} parts + merge: {:.3} s wall, identical to the whole: {same}",
         specs.len(),

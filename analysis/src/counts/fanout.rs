@@ -7,6 +7,7 @@
 //! so [`merge`] reproduces exactly the analysis of the whole input, whatever the
 //! split.
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
 use benchlake_formats::counts::compact::{self, CompactReader, Row};
@@ -358,33 +359,68 @@ pub fn analyze_part(spec: &PartSpec) -> Result<PartResult, CountsError> {
         }
         PartInput::PerCall { files } => {
             source = files.first().map(|(_, p)| file_name(p)).unwrap_or_default();
-            for (k, g) in percall::group_files(files)?.into_iter().enumerate() {
-                let n = g.counts.comm_size;
+            // One file (one call, N² counts) in memory at a time. Calls whose
+            // figures are identical share one summary, so memory is bounded by
+            // the distinct call signatures, like the compact format.
+            let mut sorted: Vec<&(u64, PathBuf)> = files.iter().collect();
+            sorted.sort_by_key(|f| f.0);
+            let mut seen: HashMap<u64, Vec<usize>> = HashMap::new();
+            for (call, path) in sorted {
+                let c = percall::read_file(path)?;
+                let n = c.comm_size;
+                let calls = CallList(vec![(*call, *call)]);
                 let mut w = BlockWork {
                     lead: spec.lead,
                     comm_size: n,
-                    mappings: index.mappings(spec.lead, n, &g.calls, opts.reference_compat),
-                    send: SideAcc::new(n, g.counts.send_datatype_size, opts.size_threshold),
-                    recv: SideAcc::new(n, g.counts.recv_datatype_size, opts.size_threshold),
+                    mappings: index.mappings(spec.lead, n, &calls, opts.reference_compat),
+                    send: SideAcc::new(n, c.send_datatype_size, opts.size_threshold),
+                    recv: SideAcc::new(n, c.recv_datatype_size, opts.size_threshold),
                     heat: &mut heat,
                     heat_ok: &mut heat_ok,
-                    sdt: g.counts.send_datatype_size,
-                    rdt: g.counts.recv_datatype_size,
+                    sdt: c.send_datatype_size,
+                    rdt: c.recv_datatype_size,
                 };
                 for (d, recv) in [(Direction::Send, false), (Direction::Recv, true)] {
-                    for (ranks, counts) in g.grouped_rows(recv) {
-                        w.row(d, &ranks, counts);
+                    for i in 0..n {
+                        w.row(d, &[(i, i)], c.row(recv, i));
                     }
                 }
-                blocks.push(BlockSummary {
-                    index: k as u64,
+                let b = BlockSummary {
+                    index: *call,
                     comm_size: n,
                     header_calls: None,
-                    calls: g.calls.clone(),
+                    calls,
                     mappings: w.mappings,
                     send: w.send.finish(),
                     recv: w.recv.finish(),
+                };
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                (b.comm_size, &b.send, &b.recv).hash(&mut h);
+                let slot = seen.entry(h.finish()).or_default();
+                let same = slot.iter().copied().find(|&k| {
+                    blocks.get(k).is_some_and(|x: &BlockSummary| {
+                        x.comm_size == b.comm_size && x.send == b.send && x.recv == b.recv
+                    })
                 });
+                match same.and_then(|k| blocks.get_mut(k)) {
+                    Some(x) => {
+                        push_call(&mut x.calls.0, *call);
+                        for m in b.mappings {
+                            match x
+                                .mappings
+                                .iter_mut()
+                                .find(|y| y.world_ranks == m.world_ranks)
+                            {
+                                Some(y) => push_call(&mut y.calls.0, *call),
+                                None => x.mappings.push(m),
+                            }
+                        }
+                    }
+                    None => {
+                        slot.push(blocks.len());
+                        blocks.push(b);
+                    }
+                }
             }
         }
     }
@@ -406,6 +442,14 @@ pub fn analyze_part(spec: &PartSpec) -> Result<PartResult, CountsError> {
         warnings,
         options: opts.clone(),
     })
+}
+
+/// Appends `call` (larger than every call already in `spans`) to a span list.
+fn push_call(spans: &mut Vec<ranklist::Span>, call: u64) {
+    match spans.last_mut() {
+        Some(last) if last.1.checked_add(1) == Some(call) => last.1 = call,
+        _ => spans.push((call, call)),
+    }
 }
 
 fn add(m: &mut BTreeMap<u64, u64>, k: u64, v: u64) {
@@ -519,10 +563,8 @@ fn merge_lead(job: u64, lead: u64, parts: Vec<PartResult>, opts: &Options) -> Le
             .iter_mut()
             .find(|p| p.send == b.send.patterns && p.recv == b.recv.patterns)
         {
-            Some(p) => {
-                p.calls.0.extend(calls.0);
-                p.calls.0 = ranklist::coalesce(std::mem::take(&mut p.calls.0));
-            }
+            // Coalesced once below, not per block.
+            Some(p) => p.calls.0.extend(calls.0),
             None => patterns.push(Pattern {
                 id: patterns.len() as u64,
                 send: b.send.patterns.clone(),
@@ -530,6 +572,9 @@ fn merge_lead(job: u64, lead: u64, parts: Vec<PartResult>, opts: &Options) -> Le
                 calls,
             }),
         }
+    }
+    for p in &mut patterns {
+        p.calls.0 = ranklist::coalesce(std::mem::take(&mut p.calls.0));
     }
     if excluded > 0 {
         warnings.push(format!(

@@ -27,7 +27,7 @@ impl Direction {
 }
 
 /// The figures of one side (send or recv) of one block, for a single call.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SideStats {
     /// Datatype size in bytes.
     pub datatype_size: u64,
