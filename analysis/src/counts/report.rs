@@ -147,8 +147,23 @@ pub fn stats(l: &LeadAnalysis, threshold: u64) -> String {
     s
 }
 
+/// Most calls expanded one by one (per-call heat maps, pattern call lists);
+/// call lists are ranges everywhere else, so `0-999999` costs nothing.
+pub const MAX_EXPANDED_CALLS: u64 = 1 << 24;
+
 /// Per call, world rank → bytes, in call order (`alltoallv_heat-map.rank<L>-*.md`).
-pub fn call_heatmap(l: &LeadAnalysis, d: Direction) -> String {
+pub fn call_heatmap(l: &LeadAnalysis, d: Direction) -> Result<String, CountsError> {
+    let total: u64 = l
+        .blocks
+        .iter()
+        .map(|b| b.calls.len())
+        .fold(0, u64::saturating_add);
+    if total > MAX_EXPANDED_CALLS {
+        return Err(CountsError::Input(format!(
+            "lead rank {}: {total} calls is too many for a per-call heat map (limit {MAX_EXPANDED_CALLS}); disable Options::call_heatmaps",
+            l.lead
+        )));
+    }
     // (call, block, mapping) for every call, sorted by call.
     let mut calls: Vec<(u64, usize, usize)> = Vec::new();
     for (bi, b) in l.blocks.iter().enumerate() {
@@ -183,7 +198,7 @@ pub fn call_heatmap(l: &LeadAnalysis, d: Direction) -> String {
         }
     }
     s.push('\n');
-    s
+    Ok(s)
 }
 
 /// Host → bytes of one lead rank and direction.
@@ -261,7 +276,7 @@ pub fn write_all(a: &Analysis, dir: &Path) -> Result<(), CountsError> {
                 write(
                     dir,
                     &format!("alltoallv_heat-map.rank{r}-{ds}.md"),
-                    &call_heatmap(l, d),
+                    &call_heatmap(l, d)?,
                 )?;
             }
             if !a.hosts.is_empty() {

@@ -56,6 +56,15 @@ pub fn patterns(a: &Analysis, run: &str) -> Result<RecordBatch, CountsError> {
     let mut n = 0;
     for l in &a.leads {
         for p in &l.patterns {
+            if p.calls.len() > super::report::MAX_EXPANDED_CALLS {
+                return Err(CountsError::Input(format!(
+                    "lead rank {}: pattern {} has {} calls, more than the {} a call_ids list may hold",
+                    l.lead,
+                    p.id,
+                    p.calls.len(),
+                    super::report::MAX_EXPANDED_CALLS
+                )));
+            }
             for (d, m) in [(Direction::Send, &p.send), (Direction::Recv, &p.recv)] {
                 let zero = BTreeMap::from([(0u64, 0u64)]);
                 let m = if m.is_empty() { &zero } else { m };
