@@ -124,6 +124,22 @@ fn hand_checked_figures() {
     assert!(l1.patterns.is_empty());
     assert_eq!(l1.stats.loaded_calls, 2);
     assert!(!l1.warnings.is_empty());
+    // The threshold is configurable: at 0 bytes every non-zero message is large.
+    let zero = Options {
+        size_threshold: 0,
+        ..Options::default()
+    };
+    let z = analyze_dir(&dir, tempfile::tempdir().unwrap().path(), &zero).unwrap();
+    let z0 = z.leads.iter().find(|l| l.lead == 0).unwrap();
+    assert_eq!(
+        (z0.stats.large, z0.stats.small, z0.stats.small_nonzero),
+        (123, 97, 0)
+    );
+    let text = counts::report::stats(z0, 0);
+    assert!(
+        text.contains("123/220 of all messages are large (threshold = 0)"),
+        "{text}"
+    );
     // Without reference quirks the patterns cover every call.
     let strict = Options {
         reference_compat: false,
