@@ -1,1 +1,360 @@
-//! The agent: registration, heartbeat, benchmark catalog and runners, raw-output upload.
+//! The agent: registers with the coordinator (name, labels, host facts, its
+//! catalog), heartbeats on its own task so benchmark work never delays it, pulls
+//! tasks, runs them through [`runner`] (only benchmarks of its own catalog, with
+//! parameters validated again locally, never through a shell), streams progress
+//! and uploads the outputs.
+//!
+//! [`run`] is the entry point of `benchlake agent`.
+pub mod host;
+pub mod runner;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use benchlake_core::bench::{BenchmarkDef, Catalog, ParamType};
+use benchlake_proto::client::{Auth, channel};
+use benchlake_proto::v1 as pb;
+use pb::agent_service_client::AgentServiceClient;
+use tokio::sync::watch;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+/// The client type the agent uses.
+pub type Client = AgentServiceClient<InterceptedService<Channel, Auth>>;
+
+/// Errors of the agent.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// Bad configuration or catalog.
+    #[error("{0}")]
+    Config(String),
+    /// The coordinator refused us for good (protocol mismatch, auth).
+    #[error("coordinator refused the agent: {0}")]
+    Refused(String),
+    /// A call failed.
+    #[error("coordinator: {0}")]
+    Rpc(#[from] tonic::Status),
+    /// Local I/O.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl AgentError {
+    /// Whether retrying may help.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            AgentError::Rpc(s) => matches!(
+                s.code(),
+                tonic::Code::Unavailable
+                    | tonic::Code::DeadlineExceeded
+                    | tonic::Code::Unknown
+                    | tonic::Code::ResourceExhausted
+            ),
+            AgentError::Io { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// Result alias of the agent.
+pub type Result<T, E = AgentError> = std::result::Result<T, E>;
+
+/// Agent settings (flags / `BENCHLAKE_*` variables of `benchlake agent`).
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// Coordinator address (`host:port` or URL).
+    pub coordinator: String,
+    /// Agent-role token.
+    pub token: Option<String>,
+    /// Agent name (unique in the cluster; defaults to the hostname).
+    pub name: String,
+    /// Labels for node selection.
+    pub labels: BTreeMap<String, String>,
+    /// The catalog (TOML text); None = the built-in catalog.
+    pub catalog: Catalog,
+    /// Where task output directories are made.
+    pub work_dir: PathBuf,
+    /// Tasks run at once.
+    pub slots: u32,
+    /// Host/IP other agents reach this one on (netprobe); defaults to the hostname.
+    pub address: String,
+    /// The `mpirun` program and fixed arguments.
+    pub mpirun: Vec<String>,
+    /// Idle poll period.
+    pub poll_interval: Duration,
+    /// Keep task directories after upload (debugging).
+    pub keep_work: bool,
+}
+
+impl AgentConfig {
+    /// Settings with the built-in catalog and this host's facts.
+    pub fn new(coordinator: impl Into<String>, work_dir: impl Into<PathBuf>) -> Result<Self> {
+        let hostname = host::hostname();
+        Ok(Self {
+            coordinator: coordinator.into(),
+            token: None,
+            name: hostname.clone(),
+            labels: BTreeMap::new(),
+            catalog: builtin_catalog()?,
+            work_dir: work_dir.into(),
+            slots: 1,
+            address: hostname,
+            mpirun: vec!["mpirun".into()],
+            poll_interval: Duration::from_millis(1000),
+            keep_work: false,
+        })
+    }
+}
+
+/// The catalog shipped with the agent.
+pub fn builtin_catalog() -> Result<Catalog> {
+    Catalog::from_toml(include_str!("builtin.toml")).map_err(|e| AgentError::Config(e.to_string()))
+}
+
+/// Loads a catalog file.
+pub fn load_catalog(path: &std::path::Path) -> Result<Catalog> {
+    let text = std::fs::read_to_string(path).map_err(|source| AgentError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Catalog::from_toml(&text).map_err(|e| AgentError::Config(format!("{}: {e}", path.display())))
+}
+
+fn def_to_pb(b: &BenchmarkDef) -> pb::BenchmarkDef {
+    pb::BenchmarkDef {
+        name: b.name.clone(),
+        kind: b.kind.clone(),
+        description: b.description.clone(),
+        params: b
+            .params
+            .iter()
+            .map(|p| pb::ParamDef {
+                name: p.name.clone(),
+                r#type: match p.ty {
+                    ParamType::Int => "int",
+                    ParamType::Float => "float",
+                    ParamType::Bool => "bool",
+                    ParamType::Size => "size",
+                    ParamType::Choice => "choice",
+                    ParamType::String => "string",
+                }
+                .into(),
+                default: p.default.clone(),
+                optional: p.optional,
+                min: p.min,
+                max: p.max,
+                choices: p.choices.clone(),
+                description: p.description.clone(),
+            })
+            .collect(),
+        outputs: b
+            .outputs
+            .iter()
+            .map(|o| pb::OutputDef {
+                file: o.file.clone(),
+                format: o.format.clone(),
+                required: o.required,
+            })
+            .collect(),
+        timeout_s: b.timeout_s,
+        max_timeout_s: b.max_timeout_s,
+        launchers: b.launchers.iter().map(|l| l.as_str().to_string()).collect(),
+    }
+}
+
+/// Connects a client to the coordinator.
+pub fn client(cfg: &AgentConfig) -> Result<Client> {
+    let ch = channel(&cfg.coordinator).map_err(AgentError::Config)?;
+    let auth = Auth::new(cfg.token.as_deref()).map_err(AgentError::Config)?;
+    Ok(AgentServiceClient::with_interceptor(ch, auth)
+        .max_decoding_message_size(64 << 20)
+        .max_encoding_message_size(64 << 20))
+}
+
+/// Registration request for this agent.
+pub fn register_request(cfg: &AgentConfig) -> pb::RegisterRequest {
+    pb::RegisterRequest {
+        protocol_version: benchlake_proto::PROTOCOL_VERSION as i32,
+        name: cfg.name.clone(),
+        labels: cfg.labels.clone().into_iter().collect(),
+        hostname: host::hostname(),
+        cores: host::cores(),
+        memory_bytes: host::memory_bytes(),
+        benchmarks: cfg
+            .catalog
+            .benchmarks
+            .iter()
+            .map(|b| b.name.clone())
+            .collect(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        address: cfg.address.clone(),
+        catalog: cfg.catalog.benchmarks.iter().map(def_to_pb).collect(),
+        slots: cfg.slots.max(1),
+    }
+}
+
+/// Tasks running on this agent: id → cancel switch.
+pub(crate) type Running = Arc<Mutex<HashMap<String, watch::Sender<runner::Stop>>>>;
+
+async fn register(
+    client: &mut Client,
+    cfg: &AgentConfig,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<pb::RegisterResponse> {
+    let mut delay = Duration::from_millis(200);
+    loop {
+        match client.register(register_request(cfg)).await {
+            Ok(r) => return Ok(r.into_inner()),
+            Err(s)
+                if matches!(
+                    s.code(),
+                    tonic::Code::FailedPrecondition
+                        | tonic::Code::Unauthenticated
+                        | tonic::Code::PermissionDenied
+                        | tonic::Code::InvalidArgument
+                ) =>
+            {
+                return Err(AgentError::Refused(s.message().to_string()));
+            }
+            Err(s) => {
+                tracing::warn!(error = %s.message(), "cannot register yet; retrying");
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = shutdown.changed() => return Err(AgentError::Config("shut down before registering".into())),
+        }
+        delay = (delay * 2).min(Duration::from_secs(10));
+    }
+}
+
+/// Runs the agent until `shutdown` turns true. Running tasks are killed on
+/// shutdown (their leases then expire and the coordinator retries them).
+pub async fn run(cfg: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Result<()> {
+    std::fs::create_dir_all(&cfg.work_dir).map_err(|source| AgentError::Io {
+        path: cfg.work_dir.clone(),
+        source,
+    })?;
+    let cfg = Arc::new(cfg);
+    let mut c = client(&cfg)?;
+    let reg = register(&mut c, &cfg, &mut shutdown).await?;
+    tracing::info!(agent = %cfg.name, coordinator = %cfg.coordinator, benchmarks = cfg.catalog.benchmarks.len(), "agent registered");
+    let running: Running = Arc::new(Mutex::new(HashMap::new()));
+    let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
+
+    // Heartbeats on their own task: never behind a poll, an upload or a benchmark.
+    let hb = {
+        let cfg = cfg.clone();
+        let running = running.clone();
+        let draining = draining.clone();
+        let mut shutdown = shutdown.clone();
+        let mut c = c.clone();
+        let every = Duration::from_millis(reg.heartbeat_interval_ms.max(50));
+        tokio::spawn(async move {
+            let mut iv = tokio::time::interval(every);
+            iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = iv.tick() => {}
+                    _ = shutdown.changed() => return,
+                }
+                let ids: Vec<String> = running
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .keys()
+                    .cloned()
+                    .collect();
+                match c
+                    .heartbeat(pb::HeartbeatRequest {
+                        name: cfg.name.clone(),
+                        running_task_ids: ids,
+                    })
+                    .await
+                {
+                    Ok(r) => {
+                        let r = r.into_inner();
+                        draining.store(r.drain, std::sync::atomic::Ordering::Relaxed);
+                        let map = running.lock().unwrap_or_else(|p| p.into_inner());
+                        for id in r.cancel_task_ids {
+                            if let Some(tx) = map.get(&id) {
+                                tracing::warn!(task = %id, "coordinator cancelled the task");
+                                let _ = tx.send(runner::Stop::Cancel);
+                            }
+                        }
+                    }
+                    Err(s) if s.code() == tonic::Code::NotFound => {
+                        // The coordinator lost us (e.g. a fresh state database).
+                        if let Err(e) = c.register(register_request(&cfg)).await {
+                            tracing::warn!(error = %e.message(), "re-registration failed");
+                        }
+                    }
+                    Err(s) => tracing::warn!(error = %s.message(), "heartbeat failed"),
+                }
+            }
+        })
+    };
+
+    let slots = cfg.slots.max(1) as usize;
+    let mut tasks = tokio::task::JoinSet::new();
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        while tasks.try_join_next().is_some() {}
+        let busy = running.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let mut got = false;
+        if busy < slots && !draining.load(std::sync::atomic::Ordering::Relaxed) {
+            match c
+                .poll_task(pb::PollTaskRequest {
+                    name: cfg.name.clone(),
+                    free_slots: (slots - busy) as u32,
+                })
+                .await
+            {
+                Ok(r) => {
+                    if let Some(t) = r.into_inner().task {
+                        got = true;
+                        let (tx, rx) = watch::channel(runner::Stop::Run);
+                        running
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(t.task_id.clone(), tx);
+                        let (cfg, c2, running) = (cfg.clone(), c.clone(), running.clone());
+                        tasks.spawn(async move {
+                            let id = t.task_id.clone();
+                            runner::run_task(&cfg, c2, t, rx).await;
+                            running
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .remove(&id);
+                        });
+                    }
+                }
+                Err(s) if s.code() == tonic::Code::NotFound => {
+                    let _ = c.register(register_request(&cfg)).await;
+                }
+                Err(s) => tracing::warn!(error = %s.message(), "poll failed"),
+            }
+        }
+        if !got {
+            tokio::select! {
+                _ = tokio::time::sleep(cfg.poll_interval) => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+    }
+    // Shutting down: stop every running benchmark.
+    for tx in running.lock().unwrap_or_else(|p| p.into_inner()).values() {
+        let _ = tx.send(runner::Stop::Shutdown);
+    }
+    while tasks.join_next().await.is_some() {}
+    hb.abort();
+    tracing::info!(agent = %cfg.name, "agent stopped");
+    Ok(())
+}

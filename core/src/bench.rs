@@ -213,6 +213,7 @@ pub const BUILTINS: &[&str] = &[
     "task_id",
     "np",
     "agent",
+    "self_exe",
 ];
 
 fn is_ident(s: &str) -> bool {
@@ -416,7 +417,8 @@ impl BenchmarkDef {
         }
         let mut names = std::collections::HashSet::new();
         for p in &self.params {
-            if !is_ident(&p.name) || BUILTINS.contains(&p.name.as_str()) {
+            // `np` may be declared: the parameter then sets the process count.
+            if !is_ident(&p.name) || (BUILTINS.contains(&p.name.as_str()) && p.name != "np") {
                 return Err(bad(format!(
                     "parameter name '{}' is invalid or reserved",
                     p.name

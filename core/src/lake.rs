@@ -76,6 +76,8 @@ pub struct Lake {
     store: Arc<dyn ObjectStore>,
     root: String,
     prefix: Option<ObjPath>,
+    /// The directory of a local lake (object_store leaves empty directories behind).
+    local: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for Lake {
@@ -100,6 +102,7 @@ impl Lake {
             store: Arc::new(store),
             root: abs.display().to_string(),
             prefix: None,
+            local: Some(abs),
         })
     }
 
@@ -109,6 +112,7 @@ impl Lake {
             store,
             root: root.into(),
             prefix: None,
+            local: None,
         }
     }
 
@@ -146,6 +150,7 @@ impl Lake {
                 store: Arc::new(store),
                 root: url.to_string(),
                 prefix: (!prefix.is_empty()).then(|| ObjPath::from(prefix)),
+                local: None,
             })
         } else {
             let dir = url.strip_prefix("file://").unwrap_or(url);
@@ -192,6 +197,31 @@ impl Lake {
         Ok(())
     }
 
+    /// Starts a streaming upload of `key`: the object appears only when the writer
+    /// is finished (multipart on S3; a temp file renamed into place locally).
+    pub async fn writer(&self, key: &str) -> Result<object_store::WriteMultipart> {
+        let up = self.store.put_multipart(&self.path(key)).await?;
+        Ok(object_store::WriteMultipart::new(up))
+    }
+
+    /// Streams an object into a local file (for executors that need a path).
+    pub async fn download(&self, key: &str, dest: &Path) -> Result<u64> {
+        use tokio::io::AsyncWriteExt;
+        let mut stream = self.store.get(&self.path(key)).await?.into_stream();
+        let io = |source| Error::Io {
+            path: dest.to_path_buf(),
+            source,
+        };
+        let mut f = tokio::fs::File::create(dest).await.map_err(io)?;
+        let mut n = 0u64;
+        while let Some(chunk) = stream.try_next().await? {
+            n += chunk.len() as u64;
+            f.write_all(&chunk).await.map_err(io)?;
+        }
+        f.flush().await.map_err(io)?;
+        Ok(n)
+    }
+
     /// Reads a whole object.
     pub async fn get(&self, key: &str) -> Result<Bytes> {
         Ok(self.store.get(&self.path(key)).await?.bytes().await?)
@@ -232,10 +262,24 @@ impl Lake {
         Ok(out)
     }
 
-    /// Deletes every object under a prefix.
+    /// Deletes every object under a prefix (and, in a local lake, the emptied
+    /// directories up to the top-level one).
     pub async fn delete_prefix(&self, prefix: &str) -> Result<()> {
         for (k, _) in self.list(prefix).await? {
             self.delete(&k).await?;
+        }
+        if let Some(root) = &self.local {
+            let mut dir = root.join(prefix.trim_end_matches('/'));
+            // remove_dir only removes empty directories: concurrent jobs' staging survives.
+            while dir.starts_with(root) && dir != *root {
+                if std::fs::remove_dir(&dir).is_err() {
+                    break;
+                }
+                match dir.parent() {
+                    Some(p) => dir = p.to_path_buf(),
+                    None => break,
+                }
+            }
         }
         Ok(())
     }

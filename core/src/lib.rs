@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod clock;
 pub mod error;
 pub mod ids;
+pub mod jobs;
 pub mod lake;
 pub mod layout;
 

@@ -34,11 +34,33 @@ pub struct IngestContext {
 type IngestFn = fn(&[InputFile], &IngestContext) -> Result<Vec<TableOutput>>;
 
 /// Registered kinds: (name, what it reads, reader).
-const KINDS: &[(&str, &str, IngestFn)] = &[(
-    "counts",
-    "alltoallv profiler outputs: compact/per-call count files, timings, locations, backtraces",
-    crate::counts::ingest,
-)];
+const KINDS: &[(&str, &str, IngestFn)] = &[
+    (
+        "counts",
+        "alltoallv profiler outputs: compact/per-call count files, timings, locations, backtraces",
+        crate::counts::ingest,
+    ),
+    (
+        "hostinfo",
+        "node facts JSON written by `benchlake probe host` → node_facts",
+        crate::hostinfo::ingest,
+    ),
+    (
+        "ior",
+        "IOR JSON summaries and per-rank CSVs",
+        crate::io::ingest_ior,
+    ),
+    (
+        "mdtest",
+        "mdtest text output and per-rank CSVs",
+        crate::io::ingest_mdtest,
+    ),
+    (
+        "pio",
+        "pio result files (benchlake-pio/1)",
+        crate::io::ingest_pio,
+    ),
+];
 
 /// The names and descriptions of the known ingest kinds.
 pub fn kinds() -> Vec<(&'static str, &'static str)> {

@@ -7,7 +7,9 @@
 //! by the worker's ingest executor; each format registers its kind there.
 pub mod counts;
 pub mod error;
+pub mod hostinfo;
 pub mod ingest;
+pub mod io;
 
 pub use error::{FormatError, Result};
 pub use ingest::{IngestContext, InputFile, ingest, kinds};

@@ -13,3 +13,5 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: v1::ProtocolVersion = v1::ProtocolVersion::ProtocolVersion1;
+
+pub mod client;

@@ -1,1 +1,454 @@
-//! The worker: job leasing, executors (ingest, analyze, replay), Parquet staging.
+//! The worker: leases jobs from the coordinator, runs the [`Executor`] of the
+//! job's kind on a blocking thread (so lease renewal never waits behind the
+//! work), writes the resulting tables as Parquet under the job's `_staging/`
+//! prefix, and asks the coordinator to commit them. Executors are registered in
+//! an [`Executors`] table; the format, replay and analysis crates add theirs.
+//!
+//! [`run`] is the entry point of `benchlake worker`.
+pub mod executors;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use benchlake_core::jobs::FollowUp;
+use benchlake_core::lake::{Lake, StoreConfig, TableOutput, encode_parquet};
+use benchlake_proto::client::{Auth, channel};
+use benchlake_proto::v1 as pb;
+use pb::worker_service_client::WorkerServiceClient;
+use tokio::sync::watch;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+/// The client type the worker uses.
+pub type Client = WorkerServiceClient<InterceptedService<Channel, Auth>>;
+
+/// Why a job failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The input is bad: retrying cannot help.
+    #[error("{0}")]
+    Permanent(String),
+    /// A transient failure (I/O, lake): worth another attempt.
+    #[error("{0}")]
+    Retryable(String),
+    /// The coordinator took the job away (cancelled or lease lost).
+    #[error("job cancelled")]
+    Cancelled,
+}
+
+impl ExecError {
+    /// Whether another attempt may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, ExecError::Retryable(_))
+    }
+}
+
+impl From<benchlake_formats::FormatError> for ExecError {
+    fn from(e: benchlake_formats::FormatError) -> Self {
+        if e.is_retryable() {
+            ExecError::Retryable(e.to_string())
+        } else {
+            ExecError::Permanent(e.to_string())
+        }
+    }
+}
+
+impl From<benchlake_core::Error> for ExecError {
+    fn from(e: benchlake_core::Error) -> Self {
+        if e.is_retryable() {
+            ExecError::Retryable(e.to_string())
+        } else {
+            ExecError::Permanent(e.to_string())
+        }
+    }
+}
+
+/// Everything an executor may use.
+pub struct JobContext {
+    pub job_id: String,
+    pub run_id: String,
+    pub kind: String,
+    pub attempt: u32,
+    pub spec_json: String,
+    /// The run's date partition.
+    pub run_date: String,
+    pub lake: Lake,
+    /// A scratch directory, removed after the job.
+    pub scratch: PathBuf,
+    rt: tokio::runtime::Handle,
+    cancel: Arc<AtomicBool>,
+}
+
+impl JobContext {
+    /// Whether the coordinator has taken the job away; long executors check it.
+    pub fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+
+    /// Downloads a raw object into the scratch directory; returns its path.
+    pub fn fetch(&self, key: &str) -> Result<PathBuf, ExecError> {
+        let name = key.rsplit('/').next().unwrap_or("object");
+        let dir = self.scratch.join(format!(
+            "{:04}",
+            std::fs::read_dir(&self.scratch)
+                .map(|d| d.count())
+                .unwrap_or(0)
+        ));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| ExecError::Retryable(format!("{}: {e}", dir.display())))?;
+        let dest = dir.join(name);
+        self.rt.block_on(self.lake.download(key, &dest))?;
+        Ok(dest)
+    }
+
+    /// Runs a future of the lake on the worker's runtime.
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+}
+
+/// What an executor produced.
+#[derive(Debug, Default)]
+pub struct ExecOutput {
+    /// Tables to commit.
+    pub tables: Vec<TableOutput>,
+    /// Jobs to queue after this one commits.
+    pub follow_ups: Vec<FollowUp>,
+}
+
+/// Turns a job into tables.
+pub trait Executor: Send + Sync + 'static {
+    /// The job kind it serves.
+    fn kind(&self) -> &'static str;
+    /// Runs the job (on a blocking thread).
+    fn execute(&self, ctx: &JobContext) -> Result<ExecOutput, ExecError>;
+}
+
+/// The executors a worker offers, by kind.
+#[derive(Clone, Default)]
+pub struct Executors(BTreeMap<&'static str, Arc<dyn Executor>>);
+
+impl Executors {
+    /// The built-in executors (ingest, record, noop).
+    pub fn builtin() -> Self {
+        let mut e = Self::default();
+        e.add(executors::Ingest);
+        e.add(executors::Record);
+        e.add(executors::Noop);
+        e
+    }
+    /// Adds (or replaces) an executor.
+    pub fn add(&mut self, x: impl Executor) {
+        self.0.insert(x.kind(), Arc::new(x));
+    }
+    /// Kinds served.
+    pub fn kinds(&self) -> Vec<String> {
+        self.0.keys().map(|k| k.to_string()).collect()
+    }
+    fn get(&self, kind: &str) -> Option<Arc<dyn Executor>> {
+        self.0.get(kind).cloned()
+    }
+}
+
+/// Worker settings (flags / `BENCHLAKE_*` variables of `benchlake worker`).
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub coordinator: String,
+    pub token: Option<String>,
+    /// Unique worker name.
+    pub name: String,
+    /// The lake (the worker reads raw objects and writes staging objects directly).
+    pub store: StoreConfig,
+    /// Jobs run at once.
+    pub concurrency: usize,
+    /// Scratch space for downloads.
+    pub scratch_dir: PathBuf,
+    /// Long-poll wait per lease request.
+    pub lease_wait: Duration,
+    /// Fault injection for tests: wait this long between staging and the commit
+    /// request (the window in which a killed worker leaves staged objects behind).
+    pub commit_delay: Duration,
+}
+
+/// Connects a client.
+pub fn client(cfg: &WorkerConfig) -> Result<Client, String> {
+    let ch = channel(&cfg.coordinator)?;
+    Ok(
+        WorkerServiceClient::with_interceptor(ch, Auth::new(cfg.token.as_deref())?)
+            .max_decoding_message_size(64 << 20)
+            .max_encoding_message_size(64 << 20),
+    )
+}
+
+/// Runs the worker until `shutdown` turns true. A job in flight at shutdown is
+/// abandoned to its lease (the coordinator retries it).
+pub async fn run(
+    cfg: WorkerConfig,
+    executors: Executors,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let lake = Lake::open(&cfg.store).map_err(|e| format!("lake: {e}"))?;
+    std::fs::create_dir_all(&cfg.scratch_dir)
+        .map_err(|e| format!("{}: {e}", cfg.scratch_dir.display()))?;
+    let c = client(&cfg)?;
+    tracing::info!(worker = %cfg.name, kinds = ?executors.kinds(), concurrency = cfg.concurrency, "worker started");
+    let mut slots = tokio::task::JoinSet::new();
+    for slot in 0..cfg.concurrency.max(1) {
+        let (cfg, ex, lake, c, sd) = (
+            cfg.clone(),
+            executors.clone(),
+            lake.clone(),
+            c.clone(),
+            shutdown.clone(),
+        );
+        slots.spawn(async move { slot_loop(slot, cfg, ex, lake, c, sd).await });
+    }
+    while slots.join_next().await.is_some() {}
+    tracing::info!(worker = %cfg.name, "worker stopped");
+    Ok(())
+}
+
+async fn slot_loop(
+    slot: usize,
+    cfg: WorkerConfig,
+    ex: Executors,
+    lake: Lake,
+    mut c: Client,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let name = if cfg.concurrency > 1 {
+        format!("{}.{slot}", cfg.name)
+    } else {
+        cfg.name.clone()
+    };
+    let kinds = ex.kinds();
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let req = pb::LeaseJobRequest {
+            protocol_version: benchlake_proto::PROTOCOL_VERSION as i32,
+            worker: name.clone(),
+            kinds: kinds.clone(),
+            wait_ms: cfg.lease_wait.as_millis() as u32,
+        };
+        let res = tokio::select! {
+            r = c.lease_job(req) => r,
+            _ = shutdown.changed() => return,
+        };
+        match res {
+            Ok(r) => {
+                backoff = Duration::from_millis(100);
+                if let Some(job) = r.into_inner().job {
+                    let sd = shutdown.clone();
+                    run_job(&cfg, &ex, &lake, &mut c, job, sd).await;
+                }
+            }
+            Err(s) if s.code() == tonic::Code::FailedPrecondition => {
+                tracing::error!(error = %s.message(), "coordinator refused the worker");
+                return;
+            }
+            Err(s) => {
+                tracing::warn!(error = %s.message(), "lease request failed; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = shutdown.changed() => return,
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+/// Runs one leased job end to end.
+pub async fn run_job(
+    cfg: &WorkerConfig,
+    ex: &Executors,
+    lake: &Lake,
+    c: &mut Client,
+    job: pb::JobAssignment,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let cancel = Arc::new(AtomicBool::new(false));
+    // Lease renewal on its own task, every third of the lease.
+    let renew = {
+        let mut c = c.clone();
+        let (job_id, lease_id) = (job.job_id.clone(), job.lease_id.clone());
+        let cancel = cancel.clone();
+        let every = Duration::from_millis((job.lease_timeout_ms / 3).max(20));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                match c
+                    .renew_lease(pb::RenewLeaseRequest {
+                        job_id: job_id.clone(),
+                        lease_id: lease_id.clone(),
+                    })
+                    .await
+                {
+                    Ok(r) if r.get_ref().cancel => {
+                        cancel.store(true, Ordering::Relaxed);
+                        return;
+                    }
+                    Ok(_) => {}
+                    Err(s) => {
+                        tracing::warn!(job = %job_id, error = %s.message(), "lease renewal failed")
+                    }
+                }
+            }
+        })
+    };
+    let Some(executor) = ex.get(&job.kind) else {
+        renew.abort();
+        fail(
+            c,
+            &job,
+            &format!("this worker has no executor for job kind '{}'", job.kind),
+            false,
+        )
+        .await;
+        return;
+    };
+    let scratch = match tempfile::Builder::new()
+        .prefix(&format!("job-{}-", job.job_id))
+        .tempdir_in(&cfg.scratch_dir)
+    {
+        Ok(d) => d,
+        Err(e) => {
+            renew.abort();
+            fail(c, &job, &format!("scratch directory: {e}"), true).await;
+            return;
+        }
+    };
+    let ctx = JobContext {
+        job_id: job.job_id.clone(),
+        run_id: job.run_id.clone(),
+        kind: job.kind.clone(),
+        attempt: job.attempt,
+        spec_json: job.spec_json.clone(),
+        run_date: job.run_date.clone(),
+        lake: lake.clone(),
+        scratch: scratch.path().to_path_buf(),
+        rt: tokio::runtime::Handle::current(),
+        cancel: cancel.clone(),
+    };
+    let started = std::time::Instant::now();
+    let handle = tokio::task::spawn_blocking(move || {
+        let r = executor.execute(&ctx);
+        (r, ctx)
+    });
+    let res = tokio::select! {
+        r = handle => r,
+        _ = shutdown.changed() => {
+            renew.abort();
+            tracing::warn!(job = %job.job_id, "worker stopping; job abandoned to its lease");
+            return;
+        }
+    };
+    let out = match res {
+        Ok((r, _ctx)) => r,
+        Err(e) => Err(ExecError::Permanent(format!("executor panicked: {e}"))),
+    };
+    let result = match out {
+        Ok(out) => stage_and_commit(lake, c, &job, out, cfg.commit_delay).await,
+        Err(e) => Err(e),
+    };
+    renew.abort();
+    drop(scratch);
+    match result {
+        Ok(keys) => {
+            tracing::info!(job = %job.job_id, kind = %job.kind, files = keys.len(), secs = started.elapsed().as_secs_f64(), "job done")
+        }
+        Err(ExecError::Cancelled) => {
+            tracing::warn!(job = %job.job_id, "job cancelled by the coordinator")
+        }
+        Err(e) => {
+            tracing::warn!(job = %job.job_id, kind = %job.kind, error = %e, "job failed");
+            fail(c, &job, &e.to_string(), e.is_retryable()).await;
+        }
+    }
+}
+
+async fn fail(c: &mut Client, job: &pb::JobAssignment, error: &str, retryable: bool) {
+    let _ = c
+        .fail_job(pb::FailJobRequest {
+            job_id: job.job_id.clone(),
+            lease_id: job.lease_id.clone(),
+            error: error.to_string(),
+            retryable,
+        })
+        .await;
+}
+
+/// Encodes every table, puts it under the staging prefix and asks for the commit.
+async fn stage_and_commit(
+    lake: &Lake,
+    c: &mut Client,
+    job: &pb::JobAssignment,
+    out: ExecOutput,
+    delay: Duration,
+) -> Result<Vec<String>, ExecError> {
+    let mut files = Vec::new();
+    for t in &out.tables {
+        let data = encode_parquet(&t.table, &t.batches)
+            .map_err(|e| ExecError::Permanent(e.to_string()))?;
+        let name = if t.part.is_empty() {
+            format!("{}.parquet", t.table)
+        } else {
+            format!("{}-{}.parquet", t.table, t.part)
+        };
+        let key = format!("{}{name}", job.staging_prefix);
+        let bytes = data.len() as u64;
+        lake.put(&key, data).await?;
+        files.push(pb::StagedFile {
+            staged_key: key,
+            table: t.table.clone(),
+            rows: t.rows() as u64,
+            bytes,
+            part: t.part.clone(),
+        });
+    }
+    let result_json = serde_json::to_string(&benchlake_core::jobs::JobResult {
+        follow_ups: out.follow_ups,
+    })
+    .map_err(|e| ExecError::Permanent(e.to_string()))?;
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    let req = pb::CompleteJobRequest {
+        job_id: job.job_id.clone(),
+        lease_id: job.lease_id.clone(),
+        files,
+        result_json,
+    };
+    let mut delay = Duration::from_millis(100);
+    for i in 0..6 {
+        match c.complete_job(req.clone()).await {
+            Ok(r) => return Ok(r.into_inner().committed_keys),
+            Err(s) if s.code() == tonic::Code::Aborted => return Err(ExecError::Cancelled),
+            Err(s)
+                if matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown) && i < 5 =>
+            {
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+            Err(s) if s.code() == tonic::Code::InvalidArgument => {
+                return Err(ExecError::Permanent(format!(
+                    "commit refused: {}",
+                    s.message()
+                )));
+            }
+            Err(s) => {
+                return Err(ExecError::Retryable(format!(
+                    "commit failed: {}",
+                    s.message()
+                )));
+            }
+        }
+    }
+    Err(ExecError::Retryable("commit failed repeatedly".into()))
+}

@@ -208,7 +208,7 @@ pub fn tables() -> Vec<TableDef> {
                     "direction",
                     utf8(),
                     false,
-                    "`send` (rank sends to peer) or `recv` (rank receives from peer)",
+                    "`send`: rank sends to peer (the receive view is the transpose)",
                 ),
                 (
                     "rank",
@@ -232,7 +232,12 @@ pub fn tables() -> Vec<TableDef> {
                 run_id(),
                 source(),
                 ("lead_rank", Int64, false, "lead rank"),
-                ("direction", utf8(), false, "`send` or `recv`"),
+                (
+                    "direction",
+                    utf8(),
+                    false,
+                    "`send`: bytes the host's ranks send to the peer host's ranks",
+                ),
                 ("host", utf8(), false, "host of the rank"),
                 ("peer_host", utf8(), false, "host of the peer"),
                 (

@@ -178,3 +178,17 @@ mod tests {
         assert!(schema("nope").is_err());
     }
 }
+
+#[cfg(test)]
+mod docs_tests {
+    /// docs/tables.md is generated from the catalog; a changed column must change it.
+    #[test]
+    fn docs_tables_md_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/tables.md");
+        let on_disk = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            on_disk == super::markdown(),
+            "docs/tables.md is stale: run `benchlake tables docs > docs/tables.md`"
+        );
+    }
+}

@@ -97,5 +97,32 @@ pub fn tables() -> Vec<TableDef> {
                 ("message", utf8(), false, "human-readable verdict"),
             ],
         ),
+        table(
+            "node_facts",
+            "One row per node and `hostinfo` run: kernel, CPU, memory, load.",
+            vec![
+                run_id(),
+                source(),
+                ("hostname", utf8(), false, "node host name"),
+                ("kernel_release", utf8(), false, "`uname -r`"),
+                ("kernel_version", utf8(), false, "`uname -v`"),
+                (
+                    "cpu_model",
+                    utf8(),
+                    false,
+                    "CPU model name from /proc/cpuinfo",
+                ),
+                ("cores", Int64, false, "online cores"),
+                ("memory_bytes", Int64, false, "physical memory"),
+                (
+                    "load_1m",
+                    Float64,
+                    false,
+                    "1-minute load average when collected",
+                ),
+                ("uptime_s", Float64, false, "seconds since boot"),
+                ("collected_at", ts(), false, "when the facts were read"),
+            ],
+        ),
     ]
 }

@@ -1,0 +1,584 @@
+//! Runs one task: checks it against the agent's own catalog, builds the argument
+//! vector (and the `mpirun` wrapper), executes it in its own process group with
+//! stdout/stderr captured to files, streams progress, enforces the timeout and
+//! cancellation by killing the whole group, then uploads the declared outputs
+//! and the logs with their SHA-256 and reports completion.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use benchlake_core::bench::LauncherKind;
+use benchlake_proto::v1 as pb;
+use sha2::Digest;
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio::sync::watch;
+
+use crate::{AgentConfig, Client};
+
+/// What the agent wants of a running task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Keep running.
+    Run,
+    /// The coordinator cancelled it: kill and report.
+    Cancel,
+    /// The agent is stopping: kill and leave the task to its lease.
+    Shutdown,
+}
+
+/// Upload chunk size.
+const CHUNK: usize = 1 << 20;
+/// Log tail sent with progress and completion.
+const TAIL: u64 = 4096;
+
+/// How a task ended.
+struct Outcome {
+    success: bool,
+    exit_code: i32,
+    error: String,
+    outputs: Vec<pb::RawFile>,
+}
+
+/// Runs `t` to completion and reports it (unless the agent shuts down).
+pub async fn run_task(
+    cfg: &AgentConfig,
+    mut c: Client,
+    t: pb::TaskAssignment,
+    stop: watch::Receiver<Stop>,
+) {
+    let started = Instant::now();
+    let dir = cfg
+        .work_dir
+        .join(&t.run_id)
+        .join(format!("{}-{}", t.task_id, t.attempt));
+    tracing::info!(task = %t.task_id, benchmark = %t.benchmark, attempt = t.attempt, "task starting");
+    let res = execute(cfg, &mut c, &t, stop, &dir).await;
+    let Some(o) = res else {
+        tracing::warn!(task = %t.task_id, "agent stopping; task abandoned to its lease");
+        return;
+    };
+    let req = pb::CompleteTaskRequest {
+        task_id: t.task_id.clone(),
+        lease_id: t.lease_id.clone(),
+        success: o.success,
+        exit_code: o.exit_code,
+        error: o.error.clone(),
+        outputs: o.outputs,
+        stdout_tail: read_tail(&dir.join("stdout.txt")).await,
+        stderr_tail: read_tail(&dir.join("stderr.txt")).await,
+        wall_s: started.elapsed().as_secs_f64(),
+    };
+    // Completion is retried: losing it would leave the task to lease expiry.
+    for i in 0..5u32 {
+        match c.complete_task(req.clone()).await {
+            Ok(_) => break,
+            Err(s)
+                if matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown) && i < 4 =>
+            {
+                tokio::time::sleep(Duration::from_millis(200 << i)).await;
+            }
+            Err(s) => {
+                tracing::warn!(task = %t.task_id, error = %s.message(), "completion refused");
+                break;
+            }
+        }
+    }
+    tracing::info!(task = %t.task_id, success = o.success, error = %o.error, "task finished");
+    if !cfg.keep_work {
+        let _ = tokio::fs::remove_dir_all(&dir).await;
+    }
+}
+
+fn fail(msg: impl Into<String>) -> Option<Outcome> {
+    Some(Outcome {
+        success: false,
+        exit_code: -1,
+        error: msg.into(),
+        outputs: Vec::new(),
+    })
+}
+
+/// The argument vector of a task (the launcher wrapper included).
+pub fn build_argv(
+    cfg: &AgentConfig,
+    t: &pb::TaskAssignment,
+    out_dir: &Path,
+) -> Result<(Vec<String>, BTreeMap<String, String>), String> {
+    let def = cfg
+        .catalog
+        .get(&t.benchmark)
+        .ok_or_else(|| format!("benchmark '{}' is not in this agent's catalog", t.benchmark))?;
+    let params: BTreeMap<String, String> = t.params.clone().into_iter().collect();
+    let params = def.validate_params(&params, "params")?;
+    let launcher = match pb::Launcher::try_from(t.launcher) {
+        Ok(pb::Launcher::Mpirun) => LauncherKind::Mpirun,
+        Ok(pb::Launcher::Srun) => LauncherKind::Srun,
+        _ => LauncherKind::Local,
+    };
+    if !def.launchers.contains(&launcher) {
+        return Err(format!(
+            "benchmark '{}' does not allow launcher '{}'",
+            def.name,
+            launcher.as_str()
+        ));
+    }
+    let hosts: Vec<String> = t
+        .peers
+        .iter()
+        .map(|p| {
+            if p.hostname.is_empty() {
+                p.name.clone()
+            } else {
+                p.hostname.clone()
+            }
+        })
+        .collect();
+    let np = params
+        .get("np")
+        .cloned()
+        .unwrap_or_else(|| hosts.len().max(1).to_string());
+    let self_exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "benchlake".into());
+    let builtins: BTreeMap<String, String> = [
+        ("out_dir", out_dir.display().to_string()),
+        ("rank", t.rank.to_string()),
+        ("num_tasks", t.num_tasks.to_string()),
+        ("hosts", hosts.join(",")),
+        ("np", np.clone()),
+        ("run_id", t.run_id.clone()),
+        ("task_id", t.task_id.clone()),
+        ("agent", cfg.name.clone()),
+        ("self_exe", self_exe),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let mut argv = def.argv(&params, &builtins)?;
+    match launcher {
+        LauncherKind::Local => {}
+        LauncherKind::Mpirun => {
+            let n: usize = np.parse().unwrap_or(1);
+            let per_host = n.div_ceil(hosts.len().max(1)).max(1);
+            let host_list: Vec<String> = hosts.iter().map(|h| format!("{h}:{per_host}")).collect();
+            let mut w = cfg.mpirun.clone();
+            w.extend([
+                "-np".to_string(),
+                np.clone(),
+                "--host".to_string(),
+                host_list.join(","),
+            ]);
+            w.append(&mut argv);
+            argv = w;
+        }
+        LauncherKind::Srun => {
+            let mut w = vec![
+                "srun".to_string(),
+                format!("--ntasks={np}"),
+                format!("--nodelist={}", hosts.join(",")),
+            ];
+            w.append(&mut argv);
+            argv = w;
+        }
+    }
+    let mut values = builtins;
+    values.extend(params);
+    let mut env = BTreeMap::new();
+    for (k, v) in &def.env {
+        env.insert(k.clone(), benchlake_core::bench::substitute(v, &values)?);
+    }
+    Ok((argv, env))
+}
+
+fn kill_group(pid: u32, sig: i32) {
+    // SAFETY: kill(2) with a negative pid signals the process group we created for
+    // the child (process_group(0)); it has no memory-safety preconditions.
+    unsafe {
+        libc::kill(-(pid as i32), sig);
+    }
+}
+
+async fn execute(
+    cfg: &AgentConfig,
+    c: &mut Client,
+    t: &pb::TaskAssignment,
+    mut stop: watch::Receiver<Stop>,
+    dir: &Path,
+) -> Option<Outcome> {
+    let _ = tokio::fs::remove_dir_all(dir).await;
+    if let Err(e) = tokio::fs::create_dir_all(dir).await {
+        return fail(format!("cannot create {}: {e}", dir.display()));
+    }
+    let (argv, env) = match build_argv(cfg, t, dir) {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    let Some(def) = cfg.catalog.get(&t.benchmark) else {
+        return fail("benchmark vanished from the catalog");
+    };
+    let timeout = match def.effective_timeout(t.timeout_s) {
+        Ok(s) => Duration::from_secs(s),
+        Err(e) => return fail(e),
+    };
+    let (Ok(out), Ok(err)) = (
+        std::fs::File::create(dir.join("stdout.txt")),
+        std::fs::File::create(dir.join("stderr.txt")),
+    ) else {
+        return fail(format!("cannot create log files in {}", dir.display()));
+    };
+    let Some((prog, args)) = argv.split_first() else {
+        return fail("empty command");
+    };
+    let mut cmd = tokio::process::Command::new(prog);
+    cmd.args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::from(err))
+        .envs(&env)
+        .env("BENCHLAKE_RUN_ID", &t.run_id)
+        .env("BENCHLAKE_TASK_ID", &t.task_id)
+        .env("BENCHLAKE_OUT_DIR", dir)
+        .process_group(0);
+    tracing::debug!(task = %t.task_id, argv = ?argv, "exec");
+    let mut child = match cmd.spawn() {
+        Ok(ch) => ch,
+        Err(e) => return fail(format!("cannot start '{prog}': {e}")),
+    };
+    let pid = child.id().unwrap_or(0);
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut progress = tokio::time::interval(Duration::from_secs(2));
+    let mut stopped: Option<Stop> = None;
+    let mut timed_out = false;
+    let status = loop {
+        tokio::select! {
+            st = child.wait() => break st,
+            _ = tokio::time::sleep_until(deadline), if !timed_out => {
+                timed_out = true;
+                tracing::warn!(task = %t.task_id, "timeout; terminating the process group");
+                kill_group(pid, libc::SIGTERM);
+                let grace = tokio::time::sleep(Duration::from_secs(5));
+                tokio::pin!(grace);
+                tokio::select! {
+                    st = child.wait() => break st,
+                    _ = &mut grace => { kill_group(pid, libc::SIGKILL); }
+                }
+            }
+            r = stop.changed() => {
+                let v = if r.is_ok() { *stop.borrow() } else { Stop::Shutdown };
+                if v != Stop::Run {
+                    stopped = Some(v);
+                    kill_group(pid, libc::SIGKILL);
+                }
+            }
+            _ = progress.tick() => {
+                let req = pb::ReportProgressRequest {
+                    task_id: t.task_id.clone(),
+                    lease_id: t.lease_id.clone(),
+                    phase: "running".into(),
+                    fraction: -1.0,
+                    stdout_tail: read_tail(&dir.join("stdout.txt")).await,
+                    stderr_tail: read_tail(&dir.join("stderr.txt")).await,
+                    message: String::new(),
+                };
+                match c.report_progress(req).await {
+                    Ok(r) if r.get_ref().cancel => {
+                        stopped = Some(Stop::Cancel);
+                        kill_group(pid, libc::SIGKILL);
+                    }
+                    Ok(_) => {}
+                    Err(s) => tracing::warn!(task = %t.task_id, error = %s.message(), "progress report failed"),
+                }
+            }
+        }
+    };
+    // Whatever the child left behind in its group goes too.
+    kill_group(pid, libc::SIGKILL);
+    match stopped {
+        Some(Stop::Shutdown) => return None,
+        Some(Stop::Cancel) => return fail("cancelled"),
+        _ => {}
+    }
+    let (exit_code, mut error) = match status {
+        Ok(st) => match st.code() {
+            Some(0) => (0, String::new()),
+            Some(code) => (code, format!("'{prog}' exited with code {code}")),
+            None => {
+                use std::os::unix::process::ExitStatusExt;
+                let sig = st.signal().unwrap_or(0);
+                (128 + sig, format!("'{prog}' was killed by signal {sig}"))
+            }
+        },
+        Err(e) => (-1, format!("waiting for '{prog}': {e}")),
+    };
+    if timed_out {
+        error = format!("timed out after {} s", timeout.as_secs());
+    }
+
+    // Declared outputs, then the logs.
+    let mut files: Vec<(PathBuf, String, String)> = Vec::new();
+    let names = list_dir(dir).await;
+    for o in &def.outputs {
+        let matched: Vec<&String> = names.iter().filter(|n| wildcard(&o.file, n)).collect();
+        if matched.is_empty() && o.required && error.is_empty() {
+            error = format!("required output '{}' was not written", o.file);
+        }
+        for n in matched {
+            if !files.iter().any(|f| &f.1 == n) {
+                files.push((dir.join(n), n.clone(), o.format.clone()));
+            }
+        }
+    }
+    for log in ["stdout.txt", "stderr.txt"] {
+        if !files.iter().any(|f| f.1 == log) {
+            files.push((dir.join(log), log.to_string(), "log".into()));
+        }
+    }
+    let mut outputs = Vec::new();
+    for (path, name, format) in files {
+        match upload(c, t, &path, &name, &format).await {
+            Ok(rf) => outputs.push(rf),
+            Err(e) => {
+                error = format!("upload of {name} failed: {e}");
+                break;
+            }
+        }
+    }
+    Some(Outcome {
+        success: error.is_empty(),
+        exit_code,
+        error,
+        outputs,
+    })
+}
+
+/// Streams one file to the coordinator; returns the stored object's record.
+pub async fn upload(
+    c: &mut Client,
+    t: &pb::TaskAssignment,
+    path: &Path,
+    name: &str,
+    format: &str,
+) -> Result<pb::RawFile, String> {
+    let mut f = tokio::fs::File::open(path)
+        .await
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<pb::UploadChunk>(4);
+    let (task_id, lease_id, name_s, format_s) = (
+        t.task_id.clone(),
+        t.lease_id.clone(),
+        name.to_string(),
+        format.to_string(),
+    );
+    let path_s = path.display().to_string();
+    let reader = tokio::spawn(async move {
+        let mut h = sha2::Sha256::new();
+        let mut first = true;
+        loop {
+            let mut buf = vec![0u8; CHUNK];
+            let mut n = 0;
+            while n < CHUNK {
+                match f.read(&mut buf[n..]).await {
+                    Ok(0) => break,
+                    Ok(k) => n += k,
+                    Err(e) => return Err(format!("{path_s}: {e}")),
+                }
+            }
+            buf.truncate(n);
+            h.update(&buf);
+            let last = n < CHUNK;
+            let chunk = pb::UploadChunk {
+                task_id: if first {
+                    task_id.clone()
+                } else {
+                    String::new()
+                },
+                lease_id: if first {
+                    lease_id.clone()
+                } else {
+                    String::new()
+                },
+                file_name: if first { name_s.clone() } else { String::new() },
+                format: if first {
+                    format_s.clone()
+                } else {
+                    String::new()
+                },
+                data: buf,
+                sha256: if last {
+                    hex::encode(h.clone().finalize())
+                } else {
+                    String::new()
+                },
+            };
+            first = false;
+            if tx.send(chunk).await.is_err() {
+                return Ok(());
+            }
+            if last {
+                return Ok(());
+            }
+        }
+    });
+    let res = c
+        .upload_output(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await;
+    match reader.await {
+        Ok(Err(e)) => return Err(e),
+        Err(e) => return Err(e.to_string()),
+        Ok(Ok(())) => {}
+    }
+    let mut rf = res.map_err(|s| s.message().to_string())?.into_inner();
+    rf.format = format.to_string();
+    Ok(rf)
+}
+
+async fn list_dir(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(mut rd) = tokio::fs::read_dir(dir).await {
+        while let Ok(Some(e)) = rd.next_entry().await {
+            if e.file_type().await.map(|t| t.is_file()).unwrap_or(false)
+                && let Some(n) = e.file_name().to_str()
+            {
+                out.push(n.to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `*` matches any run of characters; everything else matches itself.
+pub fn wildcard(pattern: &str, name: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == name;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !name.starts_with(first)
+        || !name[first.len()..].ends_with(last)
+        || name.len() < first.len() + last.len()
+    {
+        return false;
+    }
+    let mut rest = &name[first.len()..name.len() - last.len()];
+    for p in &parts[1..parts.len() - 1] {
+        match rest.find(p) {
+            Some(i) => rest = &rest[i + p.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+async fn read_tail(path: &Path) -> String {
+    let Ok(mut f) = tokio::fs::File::open(path).await else {
+        return String::new();
+    };
+    let len = f.metadata().await.map(|m| m.len()).unwrap_or(0);
+    if len > TAIL {
+        let _ = f.seek(std::io::SeekFrom::Start(len - TAIL)).await;
+    }
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf).await;
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards() {
+        assert!(wildcard("counts.rank*_call*.md", "counts.rank0_call12.md"));
+        assert!(!wildcard("counts.rank*_call*.md", "counts.rank0.md"));
+        assert!(wildcard("*.sion", "a.sion"));
+        assert!(wildcard("out.json", "out.json"));
+        assert!(!wildcard("a*a", "a"));
+    }
+
+    fn task(launcher: pb::Launcher, params: &[(&str, &str)]) -> pb::TaskAssignment {
+        pb::TaskAssignment {
+            task_id: "T".into(),
+            run_id: "R".into(),
+            benchmark: "sleep".into(),
+            params: params
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            launcher: launcher as i32,
+            peers: vec![
+                pb::PeerAgent {
+                    rank: 0,
+                    name: "a".into(),
+                    hostname: "n1".into(),
+                    ..Default::default()
+                },
+                pb::PeerAgent {
+                    rank: 1,
+                    name: "b".into(),
+                    hostname: "n2".into(),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn argv_is_built_from_the_catalog_never_a_shell() {
+        let mut cfg = AgentConfig::new("127.0.0.1:1", "/tmp/x").unwrap();
+        cfg.catalog = benchlake_core::bench::Catalog::from_toml(
+            r#"
+[[benchmark]]
+name = "sleep"
+kind = "noop"
+command = ["sleep", "{seconds}"]
+launchers = ["local", "mpirun"]
+[[benchmark.param]]
+name = "seconds"
+type = "float"
+default = "1"
+"#,
+        )
+        .unwrap();
+        cfg.mpirun = vec!["mpirun".into(), "--oversubscribe".into()];
+        let (argv, _) = build_argv(
+            &cfg,
+            &task(pb::Launcher::Local, &[("seconds", "2")]),
+            Path::new("/o"),
+        )
+        .unwrap();
+        assert_eq!(argv, ["sleep", "2"]);
+        let (argv, _) =
+            build_argv(&cfg, &task(pb::Launcher::Mpirun, &[]), Path::new("/o")).unwrap();
+        assert_eq!(
+            argv,
+            [
+                "mpirun",
+                "--oversubscribe",
+                "-np",
+                "2",
+                "--host",
+                "n1:1,n2:1",
+                "sleep",
+                "1"
+            ]
+        );
+        let e = build_argv(
+            &cfg,
+            &task(pb::Launcher::Local, &[("seconds", "1; rm -rf /")]),
+            Path::new("/o"),
+        )
+        .unwrap_err();
+        assert!(e.contains("params.seconds"), "{e}");
+        let mut t = task(pb::Launcher::Local, &[]);
+        t.benchmark = "evil".into();
+        assert!(
+            build_argv(&cfg, &t, Path::new("/o"))
+                .unwrap_err()
+                .contains("not in this agent's catalog")
+        );
+    }
+}

@@ -1,0 +1,586 @@
+//! I/O health checks: turns a run's `io_results` rows into `checks` rows by
+//! comparing each figure with an absolute bound and/or the rolling median of
+//! the same figure over the last N runs (the caller supplies that history, e.g.
+//! from the lake, for the same schedule). Pure: no I/O, no clock.
+//!
+//! Figures (one value per run; see docs/io.md):
+//! - `io.write_bw_mib_s`, `io.read_bw_mib_s`: mean aggregate bandwidth over the
+//!   iterations (MiB/s, higher is better);
+//! - `io.write_bw_min_mib_s`, `io.read_bw_min_mib_s`: worst iteration;
+//! - `io.write_bw_cv`, `io.read_bw_cv`: population deviation / mean across
+//!   iterations (lower is better: growing variance is an early symptom);
+//! - `io.open_time_max_s`: slowest open phase (metadata trouble);
+//! - `io.verify_errors`: bytes that failed read-back verification; any is a
+//!   FAIL, whatever the history (corruption is a verdict, not a trend).
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
+use benchlake_core::catalog;
+
+/// Errors of the I/O checks.
+#[derive(Debug, thiserror::Error)]
+pub enum IoCheckError {
+    /// A column of `io_results` is missing or has the wrong type.
+    #[error("io_results: column {0} missing or of the wrong type")]
+    Column(String),
+    /// Building the `checks` batch failed.
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+    /// The catalog has no `checks` table.
+    #[error(transparent)]
+    Core(#[from] benchlake_core::Error),
+}
+
+impl IoCheckError {
+    /// Nothing here is transient.
+    pub fn is_retryable(&self) -> bool {
+        false
+    }
+}
+
+/// Which way is good for a figure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Better {
+    Higher,
+    Lower,
+}
+
+/// One configured check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    /// Figure name (see the module docs); also the `check` column.
+    pub figure: String,
+    pub better: Better,
+    pub unit: String,
+    /// FAIL when the value is below this (for `Higher`) / above it (`Lower`).
+    pub bound: Option<f64>,
+    /// FAIL when the value is worse than the rolling median by more than this
+    /// fraction (0.15 = 15 %). Emitted as a second row, `<figure>.vs_median`.
+    pub max_regression: Option<f64>,
+}
+
+/// Thresholds and history settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IoCheckConfig {
+    pub rules: Vec<Rule>,
+    /// N: the median is taken over the last N previous values.
+    pub window: usize,
+    /// Fewer previous values than this: no relative verdict yet (PASS with a note).
+    pub min_history: usize,
+}
+
+fn rule(figure: &str, better: Better, unit: &str, bound: Option<f64>, reg: Option<f64>) -> Rule {
+    Rule {
+        figure: figure.into(),
+        better,
+        unit: unit.into(),
+        bound,
+        max_regression: reg,
+    }
+}
+
+impl Default for IoCheckConfig {
+    /// Relative checks only (a site's absolute numbers are its own): a 15 %
+    /// drop of mean bandwidth or 25 % of the worst iteration, variance or open
+    /// time doubling, over the median of the last 7 runs, once 3 exist.
+    fn default() -> Self {
+        IoCheckConfig {
+            rules: vec![
+                rule(
+                    "io.write_bw_mib_s",
+                    Better::Higher,
+                    "MiB/s",
+                    None,
+                    Some(0.15),
+                ),
+                rule(
+                    "io.read_bw_mib_s",
+                    Better::Higher,
+                    "MiB/s",
+                    None,
+                    Some(0.15),
+                ),
+                rule(
+                    "io.write_bw_min_mib_s",
+                    Better::Higher,
+                    "MiB/s",
+                    None,
+                    Some(0.25),
+                ),
+                rule(
+                    "io.read_bw_min_mib_s",
+                    Better::Higher,
+                    "MiB/s",
+                    None,
+                    Some(0.25),
+                ),
+                rule("io.write_bw_cv", Better::Lower, "ratio", None, Some(1.0)),
+                rule("io.read_bw_cv", Better::Lower, "ratio", None, Some(1.0)),
+                rule("io.open_time_max_s", Better::Lower, "s", None, Some(1.0)),
+                rule("io.verify_errors", Better::Lower, "bytes", Some(0.0), None),
+            ],
+            window: 7,
+            min_history: 3,
+        }
+    }
+}
+
+/// One `checks` row (without run_id and source).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckRow {
+    pub check: String,
+    pub status: String,
+    pub value: Option<f64>,
+    pub reference: Option<f64>,
+    pub unit: String,
+    pub message: String,
+}
+
+fn col<'a, T: 'static>(b: &'a RecordBatch, name: &str) -> Result<&'a T, IoCheckError> {
+    b.schema()
+        .index_of(name)
+        .ok()
+        .and_then(|i| b.column(i).as_any().downcast_ref::<T>())
+        .ok_or_else(|| IoCheckError::Column(name.into()))
+}
+
+/// The figures of one run, from its `io_results` batches. Absent figures (no
+/// read phase, no verification) are absent from the map.
+pub fn figures(batches: &[RecordBatch]) -> Result<BTreeMap<String, f64>, IoCheckError> {
+    let mut bw: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut open_max: Option<f64> = None;
+    let mut verify: Option<f64> = None;
+    for b in batches {
+        let op = col::<StringArray>(b, "operation")?;
+        let bwc = col::<Float64Array>(b, "bw_mib_s")?;
+        // Optional columns: batches written before they existed lack them.
+        let open = col::<Float64Array>(b, "open_time_s").ok();
+        let ve = col::<Int64Array>(b, "verify_errors").ok();
+        for i in 0..b.num_rows() {
+            let key = match op.value(i) {
+                "write" => "write",
+                "read" => "read",
+                _ => continue,
+            };
+            bw.entry(key).or_default().push(bwc.value(i));
+            if let Some(o) = open.filter(|o| !o.is_null(i)) {
+                open_max = Some(open_max.map_or(o.value(i), |m: f64| m.max(o.value(i))));
+            }
+            if let Some(v) = ve.filter(|v| !v.is_null(i)) {
+                verify = Some(verify.unwrap_or(0.0) + v.value(i) as f64);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    for (op, xs) in bw {
+        let n = xs.len() as f64;
+        let mean = xs.iter().sum::<f64>() / n;
+        let sd = (xs.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n).sqrt();
+        out.insert(format!("io.{op}_bw_mib_s"), mean);
+        out.insert(
+            format!("io.{op}_bw_min_mib_s"),
+            xs.iter().copied().fold(f64::INFINITY, f64::min),
+        );
+        out.insert(
+            format!("io.{op}_bw_cv"),
+            if mean > 0.0 { sd / mean } else { 0.0 },
+        );
+    }
+    if let Some(o) = open_max {
+        out.insert("io.open_time_max_s".into(), o);
+    }
+    if let Some(v) = verify {
+        out.insert("io.verify_errors".into(), v);
+    }
+    Ok(out)
+}
+
+fn median(mut xs: Vec<f64>) -> Option<f64> {
+    xs.retain(|x| x.is_finite());
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len();
+    if n == 0 {
+        return None;
+    }
+    let hi = xs.get(n / 2).copied()?;
+    Some(if n % 2 == 1 {
+        hi
+    } else {
+        (xs.get(n / 2 - 1).copied()? + hi) / 2.0
+    })
+}
+
+fn worse(better: Better, value: f64, limit: f64) -> bool {
+    match better {
+        Better::Higher => value < limit,
+        Better::Lower => value > limit,
+    }
+}
+
+/// Evaluates `cfg` on one run's figures against `history` (figure → previous
+/// values, oldest first). Figures a rule names but the run lacks are skipped
+/// for `io.verify_errors` (the tool did not verify) and an ERROR otherwise.
+pub fn evaluate(
+    figures: &BTreeMap<String, f64>,
+    history: &BTreeMap<String, Vec<f64>>,
+    cfg: &IoCheckConfig,
+) -> Vec<CheckRow> {
+    let mut out = Vec::new();
+    for r in &cfg.rules {
+        let row = |suffix: &str,
+                   status: &str,
+                   value: Option<f64>,
+                   reference: Option<f64>,
+                   message: String| CheckRow {
+            check: format!("{}{suffix}", r.figure),
+            status: status.into(),
+            value,
+            reference,
+            unit: r.unit.clone(),
+            message,
+        };
+        let Some(&v) = figures.get(&r.figure) else {
+            if r.figure != "io.verify_errors" {
+                out.push(row(
+                    "",
+                    "ERROR",
+                    None,
+                    None,
+                    "the run has no data for this figure".into(),
+                ));
+            }
+            continue;
+        };
+        if !v.is_finite() {
+            out.push(row(
+                "",
+                "ERROR",
+                None,
+                None,
+                format!("value {v} is not finite"),
+            ));
+            continue;
+        }
+        if let Some(b) = r.bound {
+            let (st, msg) = if worse(r.better, v, b) {
+                (
+                    "FAIL",
+                    format!(
+                        "{v:.4} {} is {} the bound {b}",
+                        r.unit,
+                        if r.better == Better::Higher {
+                            "below"
+                        } else {
+                            "above"
+                        }
+                    ),
+                )
+            } else {
+                ("PASS", format!("{v:.4} {} within the bound {b}", r.unit))
+            };
+            out.push(row("", st, Some(v), Some(b), msg));
+        }
+        if let Some(reg) = r.max_regression {
+            let prev: Vec<f64> = history.get(&r.figure).cloned().unwrap_or_default();
+            let recent: Vec<f64> = prev.iter().rev().take(cfg.window).copied().collect();
+            let n = recent.len();
+            match median(recent).filter(|_| n >= cfg.min_history) {
+                None => out.push(row(
+                    ".vs_median",
+                    "PASS",
+                    Some(v),
+                    None,
+                    format!("no reference yet: {n} of {} previous runs", cfg.min_history),
+                )),
+                Some(m) => {
+                    let limit = match r.better {
+                        Better::Higher => m * (1.0 - reg),
+                        Better::Lower => m * (1.0 + reg),
+                    };
+                    let change = if m != 0.0 { (v - m) / m * 100.0 } else { 0.0 };
+                    let st = if worse(r.better, v, limit) {
+                        "FAIL"
+                    } else {
+                        "PASS"
+                    };
+                    out.push(row(
+                        ".vs_median",
+                        st,
+                        Some(v),
+                        Some(m),
+                        format!("{v:.4} {} vs median {m:.4} of the last {n} runs ({change:+.1} %, allowed {:.0} %)", r.unit, reg * 100.0),
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The `checks` batch of one run: [`figures`] of its `io_results`, then
+/// [`evaluate`]. `source` fills the `source` column (e.g. the raw key or `io_results`).
+pub fn io_checks(
+    run_id: &str,
+    source: &str,
+    io_results: &[RecordBatch],
+    history: &BTreeMap<String, Vec<f64>>,
+    cfg: &IoCheckConfig,
+) -> Result<RecordBatch, IoCheckError> {
+    let rows = evaluate(&figures(io_results)?, history, cfg);
+    to_batch(run_id, source, &rows)
+}
+
+/// `checks` rows as a batch with the catalog schema.
+pub fn to_batch(
+    run_id: &str,
+    source: &str,
+    rows: &[CheckRow],
+) -> Result<RecordBatch, IoCheckError> {
+    let s = |f: &dyn Fn(&CheckRow) -> &str| -> ArrayRef {
+        Arc::new(StringArray::from_iter_values(rows.iter().map(f)))
+    };
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|_| run_id))),
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|_| source))),
+        s(&|r| &r.check),
+        s(&|r| &r.status),
+        Arc::new(rows.iter().map(|r| r.value).collect::<Float64Array>()),
+        Arc::new(rows.iter().map(|r| r.reference).collect::<Float64Array>()),
+        s(&|r| &r.unit),
+        s(&|r| &r.message),
+    ];
+    Ok(RecordBatch::try_new(catalog::schema("checks")?, cols)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn results(rows: &[(&str, f64, f64, Option<i64>)]) -> RecordBatch {
+        // Only the columns the checks read; the rest of io_results is ignored.
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("operation", arrow::datatypes::DataType::Utf8, false),
+            arrow::datatypes::Field::new("bw_mib_s", arrow::datatypes::DataType::Float64, false),
+            arrow::datatypes::Field::new("open_time_s", arrow::datatypes::DataType::Float64, true),
+            arrow::datatypes::Field::new("verify_errors", arrow::datatypes::DataType::Int64, true),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+                Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.1))),
+                Arc::new(rows.iter().map(|r| Some(r.2)).collect::<Float64Array>()),
+                Arc::new(rows.iter().map(|r| r.3).collect::<Int64Array>()),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn find<'a>(rows: &'a [CheckRow], check: &str) -> &'a CheckRow {
+        rows.iter().find(|r| r.check == check).unwrap()
+    }
+
+    #[test]
+    fn figures_of_a_run() {
+        let b = results(&[
+            ("write", 100.0, 0.01, None),
+            ("read", 300.0, 0.02, Some(0)),
+            ("write", 300.0, 0.03, None),
+            ("read", 300.0, 0.01, Some(0)),
+        ]);
+        let f = figures(&[b]).unwrap();
+        assert_eq!(f["io.write_bw_mib_s"], 200.0);
+        assert_eq!(f["io.write_bw_min_mib_s"], 100.0);
+        assert_eq!(f["io.write_bw_cv"], 0.5);
+        assert_eq!(f["io.read_bw_cv"], 0.0);
+        assert_eq!(f["io.open_time_max_s"], 0.03);
+        assert_eq!(f["io.verify_errors"], 0.0);
+    }
+
+    #[test]
+    fn rolling_median_regression_and_bounds() {
+        let f: BTreeMap<String, f64> = [
+            ("io.write_bw_mib_s".to_string(), 800.0),
+            ("io.read_bw_mib_s".to_string(), 1000.0),
+        ]
+        .into();
+        // Median of the last 3 of [5000, 1000, 1100, 900] is 1000; older values fall out of the window.
+        let h: BTreeMap<String, Vec<f64>> = [
+            (
+                "io.write_bw_mib_s".to_string(),
+                vec![5000.0, 1000.0, 1100.0, 900.0],
+            ),
+            ("io.read_bw_mib_s".to_string(), vec![1000.0]),
+        ]
+        .into();
+        let cfg = IoCheckConfig {
+            rules: vec![
+                rule(
+                    "io.write_bw_mib_s",
+                    Better::Higher,
+                    "MiB/s",
+                    Some(500.0),
+                    Some(0.15),
+                ),
+                rule(
+                    "io.read_bw_mib_s",
+                    Better::Higher,
+                    "MiB/s",
+                    Some(1200.0),
+                    Some(0.15),
+                ),
+                rule("io.open_time_max_s", Better::Lower, "s", None, Some(1.0)),
+                rule("io.verify_errors", Better::Lower, "bytes", Some(0.0), None),
+            ],
+            window: 3,
+            min_history: 2,
+        };
+        let rows = evaluate(&f, &h, &cfg);
+        let w = find(&rows, "io.write_bw_mib_s.vs_median");
+        assert_eq!((w.status.as_str(), w.reference), ("FAIL", Some(1000.0)));
+        assert!(w.message.contains("-20.0 %"), "{}", w.message);
+        assert_eq!(find(&rows, "io.write_bw_mib_s").status, "PASS");
+        let r = find(&rows, "io.read_bw_mib_s");
+        assert_eq!((r.status.as_str(), r.reference), ("FAIL", Some(1200.0)));
+        let rm = find(&rows, "io.read_bw_mib_s.vs_median");
+        assert_eq!((rm.status.as_str(), rm.reference), ("PASS", None));
+        assert_eq!(find(&rows, "io.open_time_max_s").status, "ERROR");
+        assert!(
+            !rows.iter().any(|r| r.check.starts_with("io.verify")),
+            "not verified: no row"
+        );
+        // 14 % below the median passes a 15 % threshold.
+        let ok: BTreeMap<String, f64> = [("io.write_bw_mib_s".to_string(), 860.0)].into();
+        assert_eq!(
+            find(&evaluate(&ok, &h, &cfg), "io.write_bw_mib_s.vs_median").status,
+            "PASS"
+        );
+    }
+
+    #[test]
+    fn corruption_fails_regardless_of_history() {
+        let b = results(&[("write", 100.0, 0.01, None), ("read", 100.0, 0.01, Some(3))]);
+        let batch = io_checks(
+            "run1",
+            "io_results",
+            &[b],
+            &BTreeMap::new(),
+            &IoCheckConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(batch.schema(), catalog::schema("checks").unwrap());
+        let check = batch
+            .column(2)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        let status = batch
+            .column(3)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        let i = (0..batch.num_rows())
+            .find(|i| check.value(*i) == "io.verify_errors")
+            .unwrap();
+        assert_eq!(status.value(i), "FAIL");
+        let value = batch
+            .column(4)
+            .as_any()
+            .downcast_ref::<Float64Array>()
+            .unwrap();
+        assert_eq!(value.value(i), 3.0);
+        // Without history every relative check passes with a note, none fail.
+        let fails = (0..batch.num_rows())
+            .filter(|i| status.value(*i) == "FAIL")
+            .count();
+        assert_eq!(fails, 1);
+    }
+
+    #[test]
+    fn missing_columns_are_errors() {
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("operation", arrow::datatypes::DataType::Utf8, false),
+        ]));
+        let b =
+            RecordBatch::try_new(schema, vec![Arc::new(StringArray::from(vec!["write"]))]).unwrap();
+        assert!(matches!(figures(&[b]), Err(IoCheckError::Column(c)) if c == "bw_mib_s"));
+    }
+
+    /// The same checks on the io_results of a real IOR run (../shared/data/io).
+    mod real {
+        use std::collections::BTreeMap;
+
+        use arrow::array::{Array, Float64Array, StringArray};
+        use benchlake_formats::{IngestContext, InputFile, ingest};
+
+        use crate::io_checks::{IoCheckConfig, figures, io_checks};
+
+        fn io_results(case: &str) -> Vec<arrow::array::RecordBatch> {
+            let p = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/io/").to_string()
+                + case
+                + "/summary.json";
+            let out = ingest(
+                "ior",
+                &[InputFile::from_path(p)],
+                &IngestContext {
+                    run_id: "r1".into(),
+                },
+            )
+            .unwrap();
+            out.into_iter()
+                .find(|t| t.table == "io_results")
+                .unwrap()
+                .batches
+        }
+
+        #[test]
+        fn figures_of_a_real_ior_run_match_iors_own_summary() {
+            let f = figures(&io_results("segmented_posix_shared_np4")).unwrap();
+            // IOR's summary: write bwMeanMIB 3060.8331, bwMinMIB 2387.7060, bwStdMIB 484.4706.
+            assert!((f["io.write_bw_mib_s"] - 3060.8331).abs() < 1e-3);
+            assert_eq!(f["io.write_bw_min_mib_s"], 2387.7060);
+            assert!((f["io.write_bw_cv"] - 484.4706 / 3060.8331).abs() < 1e-6);
+            assert!((f["io.read_bw_mib_s"] - 7100.0).abs() < 1e-3);
+            assert_eq!(f["io.open_time_max_s"], 0.0057);
+            assert!(!f.contains_key("io.verify_errors"), "IOR did not verify");
+        }
+
+        #[test]
+        fn a_real_run_against_healthy_and_degraded_histories() {
+            let batches = io_results("segmented_posix_shared_np4");
+            let cfg = IoCheckConfig::default();
+            let status_of = |history: &BTreeMap<String, Vec<f64>>, check: &str| {
+                let b = io_checks("r1", "io_results", &batches, history, &cfg).unwrap();
+                let c = b.column(2).as_any().downcast_ref::<StringArray>().unwrap();
+                let s = b.column(3).as_any().downcast_ref::<StringArray>().unwrap();
+                let r = b.column(5).as_any().downcast_ref::<Float64Array>().unwrap();
+                let i = (0..b.num_rows()).find(|i| c.value(*i) == check).unwrap();
+                (s.value(i).to_string(), (!r.is_null(i)).then(|| r.value(i)))
+            };
+            let similar: BTreeMap<String, Vec<f64>> = [(
+                "io.write_bw_mib_s".to_string(),
+                vec![3100.0, 2900.0, 3300.0],
+            )]
+            .into();
+            assert_eq!(
+                status_of(&similar, "io.write_bw_mib_s.vs_median"),
+                ("PASS".into(), Some(3100.0))
+            );
+            // The site used to see 4000 MiB/s: 3061 is 23 % below, over the 15 % allowed.
+            let faster: BTreeMap<String, Vec<f64>> = [(
+                "io.write_bw_mib_s".to_string(),
+                vec![3900.0, 4000.0, 4100.0],
+            )]
+            .into();
+            assert_eq!(
+                status_of(&faster, "io.write_bw_mib_s.vs_median"),
+                ("FAIL".into(), Some(4000.0))
+            );
+            assert_eq!(
+                status_of(&faster, "io.read_bw_mib_s.vs_median"),
+                ("PASS".into(), None)
+            );
+        }
+    }
+}

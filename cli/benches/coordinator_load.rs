@@ -1,0 +1,260 @@
+//! Coordinator load benchmark (`cargo bench -p benchlake --bench coordinator_load`):
+//! 1,000 simulated agents heartbeat once a second while worker clients lease and
+//! complete no-op jobs as fast as they can, all over real gRPC on loopback
+//! against a coordinator with SQLite state on disk. Prints the lease+complete
+//! round trips per second and the lease latency percentiles.
+//!
+//! Knobs (environment): BENCH_AGENTS (1000), BENCH_WORKERS (16 concurrent
+//! worker clients), BENCH_SECS (10), BENCH_JOBS (60000 pre-queued jobs).
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use benchlake_coordinator::model::*;
+use benchlake_coordinator::store::{SqliteStore, StateStore};
+use benchlake_coordinator::{Coordinator, CoordinatorConfig, logic};
+use benchlake_core::bench::LauncherKind;
+use benchlake_core::clock::SystemClock;
+use benchlake_core::lake::{Lake, StoreConfig};
+use benchlake_proto::client::{Auth, channel};
+use benchlake_proto::v1 as pb;
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn pct(v: &mut [u64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_unstable();
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i.min(v.len() - 1)] as f64 / 1000.0
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(bench());
+}
+
+async fn bench() {
+    let agents = env("BENCH_AGENTS", 1000);
+    let workers = env("BENCH_WORKERS", 16);
+    let secs = env("BENCH_SECS", 10);
+    let jobs = env("BENCH_JOBS", 60_000);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = CoordinatorConfig {
+        state_path: dir.path().join("state.db"),
+        store: StoreConfig {
+            url: dir.path().join("lake").display().to_string(),
+            ..Default::default()
+        },
+        heartbeat_interval_ms: 1000,
+        ..Default::default()
+    };
+    let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open(&cfg.state_path).expect("store"));
+    let lake = Lake::open(&cfg.store).expect("lake");
+    let now = chrono::Utc::now().timestamp_millis();
+    // Queue no-op jobs over 1,000 runs (60 jobs each, like a sweep per run).
+    let per_run = 60u64;
+    store
+        .transact(|tx| {
+            for r in 0..jobs.div_ceil(per_run) {
+                let run = RunRow {
+                    run_id: benchlake_core::ids::new_id_at(now + r as i64),
+                    schedule_id: None,
+                    benchmark: "noop".into(),
+                    kind: "noop".into(),
+                    state: RunState::Processing,
+                    spec: Spec {
+                        benchmark: "noop".into(),
+                        params: Default::default(),
+                        nodes: Default::default(),
+                        launcher: LauncherKind::Local,
+                        max_attempts: 1,
+                        timeout_s: 60,
+                    },
+                    submitted_at_ms: now,
+                    started_at_ms: Some(now),
+                    finished_at_ms: None,
+                    scheduled_for_ms: None,
+                    error: None,
+                    idempotency_key: None,
+                    rerun_of: None,
+                    date: benchlake_core::layout::date_of_ms(now),
+                    outcome: None,
+                };
+                tx.insert_run(&run)?;
+                for _ in 0..per_run {
+                    tx.insert_job(&logic::new_job(
+                        &run,
+                        "noop",
+                        "{}".into(),
+                        &CoordinatorConfig::default(),
+                        now,
+                    ))?;
+                }
+            }
+            Ok(())
+        })
+        .expect("queue jobs");
+    let coord = Coordinator::new(store, lake, Arc::new(SystemClock), cfg).expect("coordinator");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    tokio::spawn(benchlake_coordinator::serve(
+        coord,
+        listener,
+        std::future::pending(),
+    ));
+
+    // Agents: register, then heartbeat every second (spread over the second).
+    let ch = channel(&addr).expect("channel");
+    let mut ac =
+        pb::agent_service_client::AgentServiceClient::with_interceptor(ch.clone(), Auth::default());
+    let t = Instant::now();
+    for i in 0..agents {
+        ac.register(pb::RegisterRequest {
+            protocol_version: benchlake_proto::PROTOCOL_VERSION as i32,
+            name: format!("sim-{i:05}"),
+            hostname: format!("node{i:05}"),
+            cores: 128,
+            ..Default::default()
+        })
+        .await
+        .expect("register");
+    }
+    println!(
+        "registered {agents} agents in {:.2} s",
+        t.elapsed().as_secs_f64()
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let hb_count = Arc::new(AtomicU64::new(0));
+    let hb_lat = Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
+    let hb_tasks = 20u64;
+    let mut handles = Vec::new();
+    for g in 0..hb_tasks {
+        let (stop, hb_count, hb_lat) = (stop.clone(), hb_count.clone(), hb_lat.clone());
+        let mut ac = pb::agent_service_client::AgentServiceClient::with_interceptor(
+            channel(&addr).expect("ch"),
+            Auth::default(),
+        );
+        let mine: Vec<u64> = (0..agents).filter(|i| i % hb_tasks == g).collect();
+        handles.push(tokio::spawn(async move {
+            let gap = Duration::from_secs_f64(1.0 / mine.len().max(1) as f64);
+            let mut iv = tokio::time::interval(gap);
+            let mut k = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                iv.tick().await;
+                let name = format!("sim-{:05}", mine[k % mine.len()]);
+                k += 1;
+                let t = Instant::now();
+                if ac
+                    .heartbeat(pb::HeartbeatRequest {
+                        name,
+                        running_task_ids: vec![],
+                    })
+                    .await
+                    .is_ok()
+                {
+                    hb_count.fetch_add(1, Ordering::Relaxed);
+                    hb_lat
+                        .lock()
+                        .expect("lock")
+                        .push(t.elapsed().as_micros() as u64);
+                }
+            }
+        }));
+    }
+
+    // Workers: lease + complete no-op jobs.
+    let done = Arc::new(AtomicU64::new(0));
+    let lease_lat = Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
+    let rt_lat = Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
+    let start = Instant::now();
+    for w in 0..workers {
+        let (stop, done, lease_lat, rt_lat) = (
+            stop.clone(),
+            done.clone(),
+            lease_lat.clone(),
+            rt_lat.clone(),
+        );
+        let mut wc = pb::worker_service_client::WorkerServiceClient::with_interceptor(
+            channel(&addr).expect("ch"),
+            Auth::default(),
+        );
+        handles.push(tokio::spawn(async move {
+            let mut ll = Vec::new();
+            let mut rl = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                let r = wc
+                    .lease_job(pb::LeaseJobRequest {
+                        protocol_version: benchlake_proto::PROTOCOL_VERSION as i32,
+                        worker: format!("bench-{w}"),
+                        kinds: vec![],
+                        wait_ms: 0,
+                    })
+                    .await;
+                ll.push(t.elapsed().as_micros() as u64);
+                let Ok(r) = r else { continue };
+                let Some(job) = r.into_inner().job else { break };
+                wc.complete_job(pb::CompleteJobRequest {
+                    job_id: job.job_id,
+                    lease_id: job.lease_id,
+                    files: vec![],
+                    result_json: String::new(),
+                })
+                .await
+                .expect("complete");
+                rl.push(t.elapsed().as_micros() as u64);
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            lease_lat.lock().expect("lock").extend(ll);
+            rt_lat.lock().expect("lock").extend(rl);
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = start.elapsed().as_secs_f64();
+    for h in handles {
+        let _ = h.await;
+    }
+    let n = done.load(Ordering::Relaxed);
+    let mut ll = lease_lat.lock().expect("lock").clone();
+    let mut rl = rt_lat.lock().expect("lock").clone();
+    let mut hl = hb_lat.lock().expect("lock").clone();
+    println!(
+        "coordinator load: {agents} agents heartbeating at 1/s, {workers} worker clients, {elapsed:.1} s, SQLite on disk"
+    );
+    println!(
+        "  lease+complete round trips: {n} = {:.0} /s",
+        n as f64 / elapsed
+    );
+    println!(
+        "  LeaseJob latency ms: p50 {:.2}  p90 {:.2}  p99 {:.2}  max {:.2}",
+        pct(&mut ll, 0.50),
+        pct(&mut ll, 0.90),
+        pct(&mut ll, 0.99),
+        pct(&mut ll, 1.0)
+    );
+    println!(
+        "  round trip latency ms: p50 {:.2}  p99 {:.2}",
+        pct(&mut rl, 0.50),
+        pct(&mut rl, 0.99)
+    );
+    println!(
+        "  heartbeats: {} = {:.0} /s, latency ms p50 {:.2} p99 {:.2}",
+        hb_count.load(Ordering::Relaxed),
+        hb_count.load(Ordering::Relaxed) as f64 / elapsed,
+        pct(&mut hl, 0.50),
+        pct(&mut hl, 0.99)
+    );
+}

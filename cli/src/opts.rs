@@ -1,0 +1,409 @@
+//! Flags of the service commands (`coordinator`, `agent`, `worker`) and their
+//! conversion to the libraries' configs. Every flag is also an environment
+//! variable; secrets (tokens, S3 keys) are best given by environment or file.
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use benchlake_coordinator::{CoordinatorConfig, Tokens};
+use benchlake_core::lake::StoreConfig;
+use clap::Args;
+
+/// Where the lake is.
+#[derive(Debug, Clone, Args)]
+pub struct LakeArgs {
+    /// Lake location: a directory, file:///dir, or s3://bucket[/prefix].
+    #[arg(long, env = "BENCHLAKE_LAKE")]
+    pub lake: Option<String>,
+    /// S3 endpoint, e.g. http://127.0.0.1:8333 (empty = AWS).
+    #[arg(long, env = "BENCHLAKE_S3_ENDPOINT", default_value = "")]
+    pub s3_endpoint: String,
+    /// S3 region.
+    #[arg(long, env = "BENCHLAKE_S3_REGION", default_value = "us-east-1")]
+    pub s3_region: String,
+    /// S3 access key id.
+    #[arg(long, env = "BENCHLAKE_S3_ACCESS_KEY_ID", default_value = "")]
+    pub s3_access_key_id: String,
+    /// S3 secret key (prefer the environment variable).
+    #[arg(
+        long,
+        env = "BENCHLAKE_S3_SECRET_ACCESS_KEY",
+        default_value = "",
+        hide_env_values = true
+    )]
+    pub s3_secret_access_key: String,
+    /// Virtual-hosted-style S3 requests (default: path style, as SeaweedFS/MinIO want).
+    #[arg(long, env = "BENCHLAKE_S3_VIRTUAL_HOSTED")]
+    pub s3_virtual_hosted: bool,
+}
+
+impl LakeArgs {
+    /// The store config, with `default` when no --lake was given.
+    pub fn store(&self, default: &str) -> StoreConfig {
+        StoreConfig {
+            url: self.lake.clone().unwrap_or_else(|| default.to_string()),
+            endpoint: self.s3_endpoint.clone(),
+            region: self.s3_region.clone(),
+            access_key_id: self.s3_access_key_id.clone(),
+            secret_access_key: self.s3_secret_access_key.clone(),
+            virtual_hosted: self.s3_virtual_hosted,
+        }
+    }
+}
+
+/// Role tokens of the coordinator.
+#[derive(Debug, Clone, Args)]
+pub struct TokenArgs {
+    /// Admin tokens, comma-separated.
+    #[arg(
+        long,
+        env = "BENCHLAKE_ADMIN_TOKENS",
+        default_value = "",
+        hide_env_values = true
+    )]
+    pub admin_tokens: String,
+    /// User tokens, comma-separated.
+    #[arg(
+        long,
+        env = "BENCHLAKE_USER_TOKENS",
+        default_value = "",
+        hide_env_values = true
+    )]
+    pub user_tokens: String,
+    /// Agent tokens, comma-separated.
+    #[arg(
+        long,
+        env = "BENCHLAKE_AGENT_TOKENS",
+        default_value = "",
+        hide_env_values = true
+    )]
+    pub agent_tokens: String,
+    /// Worker tokens, comma-separated.
+    #[arg(
+        long,
+        env = "BENCHLAKE_WORKER_TOKENS",
+        default_value = "",
+        hide_env_values = true
+    )]
+    pub worker_tokens: String,
+    /// A TOML file with `admin = [...]`, `user = [...]`, `agent = [...]`, `worker = [...]`.
+    #[arg(long, env = "BENCHLAKE_TOKENS_FILE")]
+    pub tokens_file: Option<PathBuf>,
+}
+
+fn split(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+impl TokenArgs {
+    pub fn tokens(&self) -> anyhow::Result<Tokens> {
+        let mut t = Tokens {
+            admin: split(&self.admin_tokens),
+            user: split(&self.user_tokens),
+            agent: split(&self.agent_tokens),
+            worker: split(&self.worker_tokens),
+        };
+        if let Some(p) = &self.tokens_file {
+            #[derive(serde::Deserialize)]
+            #[serde(deny_unknown_fields)]
+            struct F {
+                #[serde(default)]
+                admin: Vec<String>,
+                #[serde(default)]
+                user: Vec<String>,
+                #[serde(default)]
+                agent: Vec<String>,
+                #[serde(default)]
+                worker: Vec<String>,
+            }
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let f: F = toml::from_str(&text).with_context(|| format!("parsing {}", p.display()))?;
+            t.admin.extend(f.admin);
+            t.user.extend(f.user);
+            t.agent.extend(f.agent);
+            t.worker.extend(f.worker);
+        }
+        for v in t
+            .admin
+            .iter()
+            .chain(&t.user)
+            .chain(&t.agent)
+            .chain(&t.worker)
+        {
+            if v.len() < 16 {
+                bail!("tokens must be at least 16 characters");
+            }
+        }
+        Ok(t)
+    }
+}
+
+/// Coordinator tuning shared by `coordinator` and `up`.
+#[derive(Debug, Clone, Args)]
+pub struct CoordTuning {
+    /// Task lease: an agent silent this long loses its tasks (ms).
+    #[arg(long, env = "BENCHLAKE_LEASE_TIMEOUT_MS", default_value_t = 30_000)]
+    pub lease_timeout_ms: u64,
+    /// Heartbeat interval told to agents (ms).
+    #[arg(long, env = "BENCHLAKE_HEARTBEAT_MS", default_value_t = 5_000)]
+    pub heartbeat_ms: u64,
+    /// Job lease: a worker that stops renewing for this long loses its job (ms).
+    #[arg(long, env = "BENCHLAKE_JOB_LEASE_TIMEOUT_MS", default_value_t = 60_000)]
+    pub job_lease_timeout_ms: u64,
+    /// Attempts per task when the spec does not say.
+    #[arg(long, env = "BENCHLAKE_TASK_MAX_ATTEMPTS", default_value_t = 3)]
+    pub task_max_attempts: u32,
+    /// Attempts per job.
+    #[arg(long, env = "BENCHLAKE_JOB_MAX_ATTEMPTS", default_value_t = 3)]
+    pub job_max_attempts: u32,
+    /// First retry delay, doubled per attempt (ms).
+    #[arg(long, env = "BENCHLAKE_RETRY_BACKOFF_MS", default_value_t = 1_000)]
+    pub retry_backoff_ms: u64,
+    /// Scheduler/reaper period (ms).
+    #[arg(long, env = "BENCHLAKE_TICK_MS", default_value_t = 500)]
+    pub tick_ms: u64,
+}
+
+/// `benchlake coordinator`.
+#[derive(Debug, Clone, Args)]
+pub struct CoordinatorArgs {
+    /// Address to listen on.
+    #[arg(long, env = "BENCHLAKE_LISTEN", default_value = "127.0.0.1:7700")]
+    pub listen: String,
+    /// SQLite state database.
+    #[arg(
+        long,
+        env = "BENCHLAKE_STATE",
+        default_value = "benchlake-data/state.db"
+    )]
+    pub state: PathBuf,
+    #[command(flatten)]
+    pub lake: LakeArgs,
+    #[command(flatten)]
+    pub tokens: TokenArgs,
+    #[command(flatten)]
+    pub tuning: CoordTuning,
+}
+
+impl CoordinatorArgs {
+    pub fn config(&self, default_lake: &str) -> anyhow::Result<CoordinatorConfig> {
+        let t = &self.tuning;
+        Ok(CoordinatorConfig {
+            state_path: self.state.clone(),
+            store: self.lake.store(default_lake),
+            lease_timeout_ms: t.lease_timeout_ms,
+            heartbeat_interval_ms: t.heartbeat_ms,
+            agent_lost_after_ms: t.lease_timeout_ms,
+            job_lease_timeout_ms: t.job_lease_timeout_ms,
+            task_max_attempts: t.task_max_attempts,
+            job_max_attempts: t.job_max_attempts,
+            retry_backoff_ms: t.retry_backoff_ms,
+            tick_ms: t.tick_ms,
+            tokens: self.tokens.tokens()?,
+            ..Default::default()
+        })
+    }
+}
+
+/// `benchlake agent`.
+#[derive(Debug, Clone, Args)]
+pub struct AgentArgs {
+    /// Coordinator address.
+    #[arg(long, env = "BENCHLAKE_COORDINATOR", default_value = "127.0.0.1:7700")]
+    pub coordinator: String,
+    /// Agent-role token.
+    #[arg(long, env = "BENCHLAKE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Agent name (default: the host name).
+    #[arg(long, env = "BENCHLAKE_AGENT_NAME")]
+    pub name: Option<String>,
+    /// Labels, KEY=VALUE (repeatable).
+    #[arg(long = "label", env = "BENCHLAKE_AGENT_LABELS", value_delimiter = ',')]
+    pub labels: Vec<String>,
+    /// Catalog file (TOML); default: the built-in catalog.
+    #[arg(long, env = "BENCHLAKE_CATALOG")]
+    pub catalog: Option<PathBuf>,
+    /// Directory for task outputs.
+    #[arg(
+        long,
+        env = "BENCHLAKE_WORK_DIR",
+        default_value = "benchlake-data/work"
+    )]
+    pub work_dir: PathBuf,
+    /// Tasks run at once.
+    #[arg(long, env = "BENCHLAKE_SLOTS", default_value_t = 1)]
+    pub slots: u32,
+    /// Address other agents reach this one on (default: the host name).
+    #[arg(long, env = "BENCHLAKE_AGENT_ADDRESS")]
+    pub address: Option<String>,
+    /// The mpirun command and fixed arguments, space-separated.
+    #[arg(long, env = "BENCHLAKE_MPIRUN", default_value = "mpirun")]
+    pub mpirun: String,
+    /// Idle poll period (ms).
+    #[arg(long, env = "BENCHLAKE_POLL_MS", default_value_t = 1000)]
+    pub poll_ms: u64,
+    /// Keep task directories after upload.
+    #[arg(long, env = "BENCHLAKE_KEEP_WORK")]
+    pub keep_work: bool,
+}
+
+impl AgentArgs {
+    pub fn config(&self) -> anyhow::Result<benchlake_agent::AgentConfig> {
+        let mut c = benchlake_agent::AgentConfig::new(&self.coordinator, &self.work_dir)?;
+        c.token = self.token.clone();
+        if let Some(n) = &self.name {
+            c.name = n.clone();
+        }
+        let mut labels = BTreeMap::new();
+        for l in &self.labels {
+            let (k, v) = l
+                .split_once('=')
+                .with_context(|| format!("label '{l}' is not KEY=VALUE"))?;
+            labels.insert(k.trim().to_string(), v.trim().to_string());
+        }
+        c.labels = labels;
+        if let Some(p) = &self.catalog {
+            c.catalog = benchlake_agent::load_catalog(p)?;
+        }
+        c.slots = self.slots.max(1);
+        if let Some(a) = &self.address {
+            c.address = a.clone();
+        }
+        c.mpirun = self.mpirun.split_whitespace().map(String::from).collect();
+        if c.mpirun.is_empty() {
+            bail!("--mpirun is empty");
+        }
+        c.poll_interval = Duration::from_millis(self.poll_ms.max(10));
+        c.keep_work = self.keep_work;
+        Ok(c)
+    }
+}
+
+/// `benchlake worker`.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    /// Coordinator address.
+    #[arg(long, env = "BENCHLAKE_COORDINATOR", default_value = "127.0.0.1:7700")]
+    pub coordinator: String,
+    /// Worker-role token.
+    #[arg(long, env = "BENCHLAKE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Worker name (default: worker-<hostname>-<pid>).
+    #[arg(long, env = "BENCHLAKE_WORKER_NAME")]
+    pub name: Option<String>,
+    #[command(flatten)]
+    pub lake: LakeArgs,
+    /// Jobs run at once (default: the number of cores).
+    #[arg(long, env = "BENCHLAKE_CONCURRENCY")]
+    pub concurrency: Option<usize>,
+    /// Scratch directory.
+    #[arg(
+        long,
+        env = "BENCHLAKE_SCRATCH",
+        default_value = "benchlake-data/scratch"
+    )]
+    pub scratch: PathBuf,
+    /// Fault injection (tests): pause between staging and commit (ms).
+    #[arg(
+        long,
+        env = "BENCHLAKE_FAULT_COMMIT_DELAY_MS",
+        default_value_t = 0,
+        hide = true
+    )]
+    pub fault_commit_delay_ms: u64,
+}
+
+impl WorkerArgs {
+    pub fn config(&self) -> benchlake_worker::WorkerConfig {
+        benchlake_worker::WorkerConfig {
+            coordinator: self.coordinator.clone(),
+            token: self.token.clone(),
+            name: self.name.clone().unwrap_or_else(|| {
+                format!(
+                    "worker-{}-{}",
+                    benchlake_agent::host::hostname(),
+                    std::process::id()
+                )
+            }),
+            store: self.lake.store("benchlake-data/lake"),
+            concurrency: self.concurrency.unwrap_or_else(|| {
+                std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(1)
+            }),
+            scratch_dir: self.scratch.clone(),
+            lease_wait: Duration::from_secs(10),
+            commit_delay: Duration::from_millis(self.fault_commit_delay_ms),
+        }
+    }
+}
+
+/// A watch that turns true on Ctrl-C or SIGTERM.
+pub fn shutdown_signal() -> tokio::sync::watch::Receiver<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term => {}
+        }
+        tracing::info!("shutting down");
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+/// Resolves when `rx` turns true.
+pub async fn until(mut rx: tokio::sync::watch::Receiver<bool>) {
+    while !*rx.borrow() {
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+pub async fn run_coordinator(a: CoordinatorArgs) -> anyhow::Result<()> {
+    let cfg = a.config("benchlake-data/lake")?;
+    if !cfg.tokens.enabled() && !a.listen.starts_with("127.") && !a.listen.starts_with("localhost")
+    {
+        tracing::warn!(
+            "no tokens configured: anyone who reaches {} can use the coordinator",
+            a.listen
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(&a.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", a.listen))?;
+    let sd = shutdown_signal();
+    benchlake_coordinator::run(cfg, listener, until(sd)).await?;
+    Ok(())
+}
+
+pub async fn run_agent(a: AgentArgs) -> anyhow::Result<()> {
+    let cfg = a.config()?;
+    benchlake_agent::run(cfg, shutdown_signal()).await?;
+    Ok(())
+}
+
+pub async fn run_worker(a: WorkerArgs) -> anyhow::Result<()> {
+    benchlake_worker::run(
+        a.config(),
+        benchlake_worker::Executors::builtin(),
+        shutdown_signal(),
+    )
+    .await
+    .map_err(anyhow::Error::msg)
+}

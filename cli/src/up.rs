@@ -1,0 +1,248 @@
+//! `benchlake up`: the whole system in one process on the embedded defaults —
+//! the coordinator (SQLite state, local lake), one worker and one agent on this
+//! machine. `--demo` then submits the demo runs, waits until they have landed,
+//! prints where the tables are and how to query them, and exits.
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use benchlake_proto::v1 as pb;
+use clap::Args;
+
+use crate::opts::{CoordTuning, LakeArgs, TokenArgs, shutdown_signal, until};
+use crate::user::{self, Conn};
+
+#[derive(Debug, Clone, Args)]
+pub struct UpArgs {
+    /// Submit the demo runs, wait until they have landed, print the tables, exit.
+    #[arg(long)]
+    pub demo: bool,
+    /// Data directory (state database, lake, agent and worker scratch).
+    #[arg(long, env = "BENCHLAKE_DATA", default_value = "benchlake-data")]
+    pub data: PathBuf,
+    /// Address to listen on (the demo picks a free port when not given).
+    #[arg(long, env = "BENCHLAKE_LISTEN")]
+    pub listen: Option<String>,
+    /// Worker concurrency.
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// Agent catalog file (default: the built-in catalog).
+    #[arg(long, env = "BENCHLAKE_CATALOG")]
+    pub catalog: Option<PathBuf>,
+    #[command(flatten)]
+    pub lake: LakeArgs,
+    #[command(flatten)]
+    pub tokens: TokenArgs,
+    #[command(flatten)]
+    pub tuning: CoordTuning,
+}
+
+pub async fn up(a: UpArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    std::fs::create_dir_all(&a.data).with_context(|| format!("creating {}", a.data.display()))?;
+    let data = a
+        .data
+        .canonicalize()
+        .with_context(|| a.data.display().to_string())?;
+    let listen = a.listen.clone().unwrap_or_else(|| {
+        if a.demo {
+            "127.0.0.1:0".into()
+        } else {
+            "127.0.0.1:7700".into()
+        }
+    });
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| {
+            format!("cannot listen on {listen} (is another benchlake running? use --listen)")
+        })?;
+    let addr = listener.local_addr()?.to_string();
+
+    let coord_args = crate::opts::CoordinatorArgs {
+        listen: addr.clone(),
+        state: data.join("state.db"),
+        lake: a.lake.clone(),
+        tokens: a.tokens.clone(),
+        tuning: CoordTuning {
+            // One process: agent and worker are next door, so react quickly.
+            heartbeat_ms: a.tuning.heartbeat_ms.min(2_000),
+            ..a.tuning.clone()
+        },
+    };
+    let lake_default = data.join("lake").display().to_string();
+    let cfg = coord_args.config(&lake_default)?;
+    let store = cfg.store.clone();
+    let tokens = cfg.tokens.clone();
+    let pick = |v: &Vec<String>| v.first().cloned().or_else(|| tokens.admin.first().cloned());
+    let (agent_token, worker_token, user_token) = (
+        pick(&tokens.agent),
+        pick(&tokens.worker),
+        pick(&tokens.user),
+    );
+
+    let sd = shutdown_signal();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let coord = tokio::spawn(benchlake_coordinator::run(cfg, listener, {
+        let mut s = stop_rx.clone();
+        async move {
+            let _ = s.wait_for(|v| *v).await;
+        }
+    }));
+
+    let mut agent = benchlake_agent::AgentConfig::new(&addr, data.join("work"))?;
+    agent.token = agent_token;
+    agent.poll_interval = Duration::from_millis(200);
+    if let Some(p) = &a.catalog {
+        agent.catalog = benchlake_agent::load_catalog(p)?;
+    }
+    let agent_name = agent.name.clone();
+    let agent_task = tokio::spawn(benchlake_agent::run(agent, stop_rx.clone()));
+
+    let worker = benchlake_worker::WorkerConfig {
+        coordinator: addr.clone(),
+        token: worker_token,
+        name: format!("worker-{agent_name}"),
+        store: store.clone(),
+        concurrency: a.workers.max(1),
+        scratch_dir: data.join("scratch"),
+        lease_wait: Duration::from_secs(5),
+        commit_delay: Duration::ZERO,
+    };
+    let worker_task = tokio::spawn(benchlake_worker::run(
+        worker,
+        benchlake_worker::Executors::builtin(),
+        stop_rx.clone(),
+    ));
+
+    eprintln!(
+        "benchlake is up: coordinator {addr}, lake {}, state {}",
+        store.url,
+        data.join("state.db").display()
+    );
+    let result = if a.demo {
+        demo(&addr, user_token, &store.url, started).await
+    } else {
+        eprintln!(
+            "try: benchlake run submit hostinfo --watch --coordinator {addr}   (Ctrl-C stops)"
+        );
+        until(sd).await;
+        Ok(())
+    };
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(10), async {
+        let _ = agent_task.await;
+        let _ = worker_task.await;
+        let _ = coord.await;
+    })
+    .await;
+    result
+}
+
+/// Waits until the local agent has registered.
+async fn wait_for_agent(conn: &Conn) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(mut c) = conn.cluster()
+            && let Ok(r) = c.list_agents(pb::ListAgentsRequest {}).await
+            && r.get_ref().agents.iter().any(|a| a.state == "ONLINE")
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the local agent did not register within 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn demo(
+    addr: &str,
+    token: Option<String>,
+    lake: &str,
+    started: Instant,
+) -> anyhow::Result<()> {
+    let conn = Conn {
+        coordinator: addr.to_string(),
+        token,
+        json: false,
+    };
+    wait_for_agent(&conn).await?;
+    // The demo runs: one per capability that exists.
+    let runs: [(&str, Vec<(String, String)>); 2] = [
+        ("hostinfo", vec![]),
+        (
+            "pio",
+            [
+                ("np", "2"),
+                ("block_size", "16MiB"),
+                ("transfer_size", "1MiB"),
+                ("iterations", "2"),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ),
+    ];
+    let mut ids = Vec::new();
+    for (bench, params) in runs {
+        let spec = pb::BenchmarkSpec {
+            benchmark: bench.to_string(),
+            params: params.into_iter().collect(),
+            ..Default::default()
+        };
+        let r = conn
+            .runs()?
+            .submit_run(pb::SubmitRunRequest {
+                spec: Some(spec),
+                idempotency_key: String::new(),
+            })
+            .await
+            .with_context(|| format!("submitting the {bench} demo run"))?
+            .into_inner();
+        println!("submitted {bench} run {}", r.run_id);
+        ids.push((bench, r.run_id));
+    }
+    let mut failed = Vec::new();
+    for (bench, id) in &ids {
+        let d = user::watch(&conn, id, false).await?;
+        let state = d.run.as_ref().map(|r| r.state).unwrap_or_default();
+        if state != pb::RunState::Succeeded as i32 {
+            user::print_detail(&d);
+            failed.push(format!("{bench} ({id})"));
+        } else {
+            println!("{bench} run {id} landed");
+        }
+    }
+    let tables = conn
+        .cluster()?
+        .list_tables(pb::ListTablesRequest {})
+        .await?
+        .into_inner();
+    println!("\nTables in the lake at {}:", tables.lake_root);
+    for t in tables.tables.iter().filter(|t| t.files > 0) {
+        println!("  {:<22} {:>4} files {:>10} rows", t.name, t.files, t.rows);
+    }
+    let root = if lake.starts_with("s3://") {
+        lake.to_string()
+    } else {
+        tables.lake_root.clone()
+    };
+    println!("\nRead them with DuckDB, for example:");
+    println!(
+        "  duckdb -c \"SELECT hostname, kernel_release, cores, memory_bytes, date FROM read_parquet('{root}/tables/node_facts/**/*.parquet', hive_partitioning=true)\""
+    );
+    println!(
+        "  duckdb -c \"SELECT tool, pattern, num_tasks, iteration, operation, round(bw_mib_s, 1) AS mib_s, cache_mode FROM read_parquet('{root}/tables/io_results/**/*.parquet', hive_partitioning=true) ORDER BY iteration, operation\""
+    );
+    println!(
+        "  duckdb -c \"SELECT run_id, benchmark, status, finished_at FROM read_parquet('{root}/tables/runs/**/*.parquet', hive_partitioning=true) ORDER BY finished_at\""
+    );
+    println!(
+        "\ndemo finished in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    if !failed.is_empty() {
+        bail!("demo runs did not succeed: {}", failed.join(", "));
+    }
+    Ok(())
+}

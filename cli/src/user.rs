@@ -1,0 +1,924 @@
+//! The user commands: runs, schedules, agents, tables (through the coordinator's
+//! gRPC API), offline ingest and the probes used by built-in benchmarks.
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use benchlake_proto::client::{Auth, channel};
+use benchlake_proto::v1 as pb;
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+type Ch = InterceptedService<Channel, Auth>;
+
+/// How to reach the coordinator.
+#[derive(Debug, Clone, Args)]
+pub struct Conn {
+    /// Coordinator address.
+    #[arg(long, env = "BENCHLAKE_COORDINATOR", default_value = "127.0.0.1:7700")]
+    pub coordinator: String,
+    /// User (or admin) token.
+    #[arg(long, env = "BENCHLAKE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl Conn {
+    fn ch(&self) -> anyhow::Result<(Channel, Auth)> {
+        Ok((
+            channel(&self.coordinator).map_err(anyhow::Error::msg)?,
+            Auth::new(self.token.as_deref()).map_err(anyhow::Error::msg)?,
+        ))
+    }
+    pub fn runs(&self) -> anyhow::Result<pb::run_service_client::RunServiceClient<Ch>> {
+        let (c, a) = self.ch()?;
+        Ok(pb::run_service_client::RunServiceClient::with_interceptor(
+            c, a,
+        ))
+    }
+    pub fn schedules(
+        &self,
+    ) -> anyhow::Result<pb::schedule_service_client::ScheduleServiceClient<Ch>> {
+        let (c, a) = self.ch()?;
+        Ok(pb::schedule_service_client::ScheduleServiceClient::with_interceptor(c, a))
+    }
+    pub fn cluster(&self) -> anyhow::Result<pb::cluster_service_client::ClusterServiceClient<Ch>> {
+        let (c, a) = self.ch()?;
+        Ok(pb::cluster_service_client::ClusterServiceClient::with_interceptor(c, a))
+    }
+}
+
+/// A benchmark spec from flags.
+#[derive(Debug, Clone, Args)]
+pub struct SpecArgs {
+    /// Benchmark name from the agents' catalog.
+    pub benchmark: String,
+    /// Parameters, KEY=VALUE (repeatable).
+    #[arg(short = 'p', long = "param")]
+    pub params: Vec<String>,
+    /// Agents by name (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub agents: Vec<String>,
+    /// Required agent labels, KEY=VALUE (repeatable).
+    #[arg(long = "label")]
+    pub labels: Vec<String>,
+    /// Number of agents.
+    #[arg(long, default_value_t = 0)]
+    pub count: u32,
+    /// Launcher: local, mpirun or srun (default: the benchmark's).
+    #[arg(long)]
+    pub launcher: Option<String>,
+    /// Attempts per task.
+    #[arg(long, default_value_t = 0)]
+    pub max_attempts: u32,
+    /// Timeout in seconds (0 = the catalog's).
+    #[arg(long, default_value_t = 0)]
+    pub timeout: u64,
+}
+
+fn kv(items: &[String], what: &str) -> anyhow::Result<HashMap<String, String>> {
+    items
+        .iter()
+        .map(|i| {
+            i.split_once('=')
+                .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+                .with_context(|| format!("{what} '{i}' is not KEY=VALUE"))
+        })
+        .collect()
+}
+
+impl SpecArgs {
+    pub fn spec(&self) -> anyhow::Result<pb::BenchmarkSpec> {
+        let launcher = match self.launcher.as_deref() {
+            None => pb::Launcher::Unspecified,
+            Some("local") => pb::Launcher::Local,
+            Some("mpirun") => pb::Launcher::Mpirun,
+            Some("srun") => pb::Launcher::Srun,
+            Some(o) => bail!("unknown launcher '{o}' (local, mpirun, srun)"),
+        };
+        Ok(pb::BenchmarkSpec {
+            benchmark: self.benchmark.clone(),
+            params: kv(&self.params, "parameter")?,
+            nodes: Some(pb::NodeSelector {
+                names: self.agents.clone(),
+                labels: kv(&self.labels, "label")?,
+                count: self.count,
+            }),
+            launcher: launcher as i32,
+            max_attempts: self.max_attempts,
+            timeout_s: self.timeout,
+        })
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunCmd {
+    /// Submit a run.
+    Submit {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(flatten)]
+        spec: SpecArgs,
+        /// A repeated submit with the same key returns the same run.
+        #[arg(long, default_value = "")]
+        idempotency_key: String,
+        /// Watch it until it ends.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// List runs.
+    List {
+        #[command(flatten)]
+        conn: Conn,
+        /// Only runs of this schedule (id).
+        #[arg(long, default_value = "")]
+        schedule: String,
+        /// Only runs of this benchmark.
+        #[arg(long, default_value = "")]
+        benchmark: String,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Show a run with its tasks and jobs.
+    Show {
+        #[command(flatten)]
+        conn: Conn,
+        run_id: String,
+    },
+    /// Follow a run's state changes until it ends.
+    Watch {
+        #[command(flatten)]
+        conn: Conn,
+        run_id: String,
+    },
+    /// Cancel a run.
+    Cancel {
+        #[command(flatten)]
+        conn: Conn,
+        run_id: String,
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Re-run only the failed tasks of a run.
+    RerunFailed {
+        #[command(flatten)]
+        conn: Conn,
+        run_id: String,
+    },
+}
+
+fn state_name(v: i32) -> String {
+    pb::RunState::try_from(v)
+        .map(|s| s.as_str_name().trim_start_matches("RUN_STATE_").to_string())
+        .unwrap_or_else(|_| v.to_string())
+}
+fn task_state(v: i32) -> String {
+    pb::TaskState::try_from(v)
+        .map(|s| {
+            s.as_str_name()
+                .trim_start_matches("TASK_STATE_")
+                .to_string()
+        })
+        .unwrap_or_else(|_| v.to_string())
+}
+fn job_state(v: i32) -> String {
+    pb::JobState::try_from(v)
+        .map(|s| s.as_str_name().trim_start_matches("JOB_STATE_").to_string())
+        .unwrap_or_else(|_| v.to_string())
+}
+
+pub fn fmt_ms(ms: i64) -> String {
+    if ms == 0 {
+        return "-".into();
+    }
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+        .unwrap_or_else(|| ms.to_string())
+}
+
+fn run_line(r: &pb::Run) -> String {
+    format!(
+        "{}  {:<10} {:<16} {:<19} {}",
+        r.run_id,
+        state_name(r.state),
+        r.benchmark,
+        fmt_ms(r.submitted_at_ms),
+        if r.error.is_empty() {
+            String::new()
+        } else {
+            format!("error: {}", r.error)
+        }
+    )
+}
+
+fn json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+/// A JSON view of protocol messages (prost types are not serde).
+fn run_json(r: &pb::Run) -> serde_json::Value {
+    serde_json::json!({
+        "run_id": r.run_id, "schedule_id": r.schedule_id, "benchmark": r.benchmark, "kind": r.kind,
+        "state": state_name(r.state), "params": serde_json::from_str::<serde_json::Value>(&r.params_json).unwrap_or_default(),
+        "submitted_at_ms": r.submitted_at_ms, "started_at_ms": r.started_at_ms, "finished_at_ms": r.finished_at_ms,
+        "scheduled_for_ms": r.scheduled_for_ms, "agents": r.agents, "error": r.error,
+    })
+}
+
+fn detail_json(d: &pb::RunDetail) -> serde_json::Value {
+    serde_json::json!({
+        "run": d.run.as_ref().map(run_json),
+        "tasks": d.tasks.iter().map(|t| serde_json::json!({
+            "task_id": t.task_id, "agent": t.agent, "rank": t.rank, "state": task_state(t.state),
+            "attempt": t.attempt, "max_attempts": t.max_attempts, "exit_code": t.exit_code, "error": t.error,
+            "outputs": t.outputs.iter().map(|o| serde_json::json!({"key": o.key, "bytes": o.bytes, "sha256": o.sha256, "format": o.format})).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "jobs": d.jobs.iter().map(|j| serde_json::json!({
+            "job_id": j.job_id, "kind": j.kind, "state": job_state(j.state), "attempt": j.attempt,
+            "error": j.error, "committed_keys": j.committed_keys,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+pub fn print_detail(d: &pb::RunDetail) {
+    if let Some(r) = &d.run {
+        println!("run        {}", r.run_id);
+        println!("benchmark  {} ({})", r.benchmark, r.kind);
+        println!("state      {}", state_name(r.state));
+        println!("params     {}", r.params_json);
+        println!(
+            "submitted  {}   started {}   finished {}",
+            fmt_ms(r.submitted_at_ms),
+            fmt_ms(r.started_at_ms),
+            fmt_ms(r.finished_at_ms)
+        );
+        if !r.schedule_id.is_empty() {
+            println!(
+                "schedule   {} (for {})",
+                r.schedule_id,
+                fmt_ms(r.scheduled_for_ms)
+            );
+        }
+        if !r.error.is_empty() {
+            println!("error      {}", r.error);
+        }
+    }
+    println!("tasks:");
+    for t in &d.tasks {
+        println!(
+            "  {} rank {:<3} {:<10} {:<9} attempt {}/{} exit {} {}",
+            t.task_id,
+            t.rank,
+            t.agent,
+            task_state(t.state),
+            t.attempt,
+            t.max_attempts,
+            t.exit_code,
+            t.error
+        );
+        for o in &t.outputs {
+            println!(
+                "      {} ({} bytes, {}, sha256 {})",
+                o.key,
+                o.bytes,
+                o.format,
+                o.sha256.get(..12).unwrap_or("")
+            );
+        }
+    }
+    println!("jobs:");
+    for j in &d.jobs {
+        println!(
+            "  {} {:<8} {:<9} attempt {} {}",
+            j.job_id,
+            j.kind,
+            job_state(j.state),
+            j.attempt,
+            j.error
+        );
+        for k in &j.committed_keys {
+            println!("      {k}");
+        }
+    }
+}
+
+fn settled(d: &pb::RunDetail) -> bool {
+    let fin = |s: i32| {
+        matches!(
+            pb::RunState::try_from(s),
+            Ok(pb::RunState::Succeeded | pb::RunState::Failed | pb::RunState::Cancelled)
+        )
+    };
+    d.run.as_ref().is_some_and(|r| fin(r.state))
+        && d.jobs.iter().all(|j| {
+            matches!(
+                pb::JobState::try_from(j.state),
+                Ok(pb::JobState::Done | pb::JobState::Failed | pb::JobState::Cancelled)
+            )
+        })
+}
+
+/// Follows a run with a spinner until it has settled; returns its last detail.
+pub async fn watch(conn: &Conn, run_id: &str, quiet: bool) -> anyhow::Result<pb::RunDetail> {
+    let mut c = conn.runs()?;
+    let mut stream = c
+        .watch_run(pb::WatchRunRequest {
+            run_id: run_id.to_string(),
+        })
+        .await?
+        .into_inner();
+    let pb_bar = if quiet || conn.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new_spinner()
+    };
+    pb_bar.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    pb_bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let mut last = None;
+    while let Some(ev) = stream.message().await? {
+        let d = pb::RunDetail {
+            run: ev.run.clone(),
+            tasks: ev.tasks.clone(),
+            jobs: ev.jobs.clone(),
+        };
+        if let Some(r) = &ev.run {
+            let tasks_done = ev
+                .tasks
+                .iter()
+                .filter(|t| {
+                    matches!(
+                        pb::TaskState::try_from(t.state),
+                        Ok(pb::TaskState::Done | pb::TaskState::Failed | pb::TaskState::Cancelled)
+                    )
+                })
+                .count();
+            let jobs_done = ev
+                .jobs
+                .iter()
+                .filter(|j| {
+                    matches!(
+                        pb::JobState::try_from(j.state),
+                        Ok(pb::JobState::Done | pb::JobState::Failed | pb::JobState::Cancelled)
+                    )
+                })
+                .count();
+            let msg = format!(
+                "{} {}  tasks {}/{}  jobs {}/{}",
+                r.run_id,
+                state_name(r.state),
+                tasks_done,
+                ev.tasks.len(),
+                jobs_done,
+                ev.jobs.len()
+            );
+            if !quiet && !conn.json {
+                pb_bar.println(format!(
+                    "{} {}",
+                    chrono::Local::now().format("%H:%M:%S"),
+                    msg
+                ));
+            }
+            pb_bar.set_message(msg);
+        }
+        let done = settled(&d);
+        last = Some(d);
+        if done {
+            break;
+        }
+    }
+    pb_bar.finish_and_clear();
+    last.context("the watch stream ended without an event")
+}
+
+pub async fn run_cmd(c: RunCmd) -> anyhow::Result<()> {
+    match c {
+        RunCmd::Submit {
+            conn,
+            spec,
+            idempotency_key,
+            watch: w,
+        } => {
+            let run = conn
+                .runs()?
+                .submit_run(pb::SubmitRunRequest {
+                    spec: Some(spec.spec()?),
+                    idempotency_key,
+                })
+                .await?
+                .into_inner();
+            if conn.json && !w {
+                return json(&run_json(&run));
+            }
+            println!("{}", run_line(&run));
+            if w {
+                let d = watch(&conn, &run.run_id, false).await?;
+                if conn.json {
+                    return json(&detail_json(&d));
+                }
+                print_detail(&d);
+                if d.run.as_ref().map(|r| r.state) != Some(pb::RunState::Succeeded as i32) {
+                    bail!("run {} did not succeed", run.run_id);
+                }
+            }
+        }
+        RunCmd::List {
+            conn,
+            schedule,
+            benchmark,
+            limit,
+        } => {
+            let runs = conn
+                .runs()?
+                .list_runs(pb::ListRunsRequest {
+                    schedule_id: schedule,
+                    state: 0,
+                    limit,
+                    benchmark,
+                })
+                .await?
+                .into_inner()
+                .runs;
+            if conn.json {
+                return json(&runs.iter().map(run_json).collect::<Vec<_>>());
+            }
+            for r in &runs {
+                println!("{}", run_line(r));
+            }
+        }
+        RunCmd::Show { conn, run_id } => {
+            let d = conn
+                .runs()?
+                .get_run(pb::GetRunRequest { run_id })
+                .await?
+                .into_inner();
+            if conn.json {
+                return json(&detail_json(&d));
+            }
+            print_detail(&d);
+        }
+        RunCmd::Watch { conn, run_id } => {
+            let d = watch(&conn, &run_id, false).await?;
+            if conn.json {
+                return json(&detail_json(&d));
+            }
+            print_detail(&d);
+        }
+        RunCmd::Cancel {
+            conn,
+            run_id,
+            reason,
+        } => {
+            let r = conn
+                .runs()?
+                .cancel_run(pb::CancelRunRequest { run_id, reason })
+                .await?
+                .into_inner();
+            println!("{}", run_line(&r));
+        }
+        RunCmd::RerunFailed { conn, run_id } => {
+            let r = conn
+                .runs()?
+                .rerun_failed(pb::RerunFailedRequest { run_id })
+                .await?
+                .into_inner();
+            println!("{}", run_line(&r));
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ScheduleCmd {
+    /// Create a schedule.
+    Create {
+        #[command(flatten)]
+        conn: Conn,
+        /// Schedule name (unique).
+        name: String,
+        /// Cron expression: "minute hour day-of-month month day-of-week" (or 6 fields with seconds first).
+        #[arg(long)]
+        cron: String,
+        /// IANA time zone of the cron expression.
+        #[arg(long, default_value = "UTC")]
+        tz: String,
+        /// What to do with instants missed while the coordinator was down: none, latest or all.
+        #[arg(long, default_value = "latest")]
+        catch_up: String,
+        /// Cap for --catch-up all.
+        #[arg(long, default_value_t = 0)]
+        max_catch_up: u32,
+        /// Allow a new run while the previous one is active.
+        #[arg(long)]
+        allow_overlap: bool,
+        #[command(flatten)]
+        spec: SpecArgs,
+    },
+    /// List schedules.
+    List {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Pause a schedule.
+    Pause {
+        #[command(flatten)]
+        conn: Conn,
+        schedule: String,
+    },
+    /// Resume a paused schedule (instants missed while paused are skipped).
+    Resume {
+        #[command(flatten)]
+        conn: Conn,
+        schedule: String,
+    },
+    /// Delete a schedule (its runs stay).
+    Delete {
+        #[command(flatten)]
+        conn: Conn,
+        schedule: String,
+    },
+    /// Fire a schedule now.
+    Trigger {
+        #[command(flatten)]
+        conn: Conn,
+        schedule: String,
+    },
+    /// One run per cron instant in [FROM, TO) (RFC 3339 or YYYY-MM-DD, UTC).
+    Backfill {
+        #[command(flatten)]
+        conn: Conn,
+        schedule: String,
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        to: String,
+        #[arg(long, default_value_t = 100)]
+        max_runs: u32,
+    },
+}
+
+fn parse_time(s: &str) -> anyhow::Result<i64> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+        return Ok(t.timestamp_millis());
+    }
+    let d = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .with_context(|| format!("'{s}' is neither RFC 3339 nor YYYY-MM-DD"))?;
+    Ok(d.and_hms_opt(0, 0, 0)
+        .map(|t| t.and_utc().timestamp_millis())
+        .unwrap_or(0))
+}
+
+fn schedule_line(s: &pb::Schedule) -> String {
+    format!(
+        "{}  {:<20} {:<16} {:<16} {:<7} next {}{}",
+        s.schedule_id,
+        s.name,
+        s.cron,
+        s.time_zone,
+        pb::CatchUp::try_from(s.catch_up)
+            .map(|c| c
+                .as_str_name()
+                .trim_start_matches("CATCH_UP_")
+                .to_lowercase())
+            .unwrap_or_default(),
+        fmt_ms(s.next_fire_ms),
+        if s.paused { "  (paused)" } else { "" }
+    )
+}
+
+pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
+    match c {
+        ScheduleCmd::Create {
+            conn,
+            name,
+            cron,
+            tz,
+            catch_up,
+            max_catch_up,
+            allow_overlap,
+            spec,
+        } => {
+            let catch_up = match catch_up.as_str() {
+                "none" => pb::CatchUp::None,
+                "latest" => pb::CatchUp::Latest,
+                "all" => pb::CatchUp::All,
+                o => bail!("--catch-up '{o}': use none, latest or all"),
+            };
+            let s = conn
+                .schedules()?
+                .create_schedule(pb::CreateScheduleRequest {
+                    schedule: Some(pb::Schedule {
+                        name,
+                        cron,
+                        time_zone: tz,
+                        catch_up: catch_up as i32,
+                        max_catch_up,
+                        allow_overlap,
+                        spec: Some(spec.spec()?),
+                        ..Default::default()
+                    }),
+                })
+                .await?
+                .into_inner();
+            println!("{}", schedule_line(&s));
+        }
+        ScheduleCmd::List { conn } => {
+            for s in conn
+                .schedules()?
+                .list_schedules(pb::ListSchedulesRequest {})
+                .await?
+                .into_inner()
+                .schedules
+            {
+                println!("{}", schedule_line(&s));
+            }
+        }
+        ScheduleCmd::Pause { conn, schedule } => {
+            let s = conn
+                .schedules()?
+                .pause_schedule(pb::PauseScheduleRequest {
+                    schedule_id: schedule,
+                    paused: true,
+                })
+                .await?
+                .into_inner();
+            println!("{}", schedule_line(&s));
+        }
+        ScheduleCmd::Resume { conn, schedule } => {
+            let s = conn
+                .schedules()?
+                .pause_schedule(pb::PauseScheduleRequest {
+                    schedule_id: schedule,
+                    paused: false,
+                })
+                .await?
+                .into_inner();
+            println!("{}", schedule_line(&s));
+        }
+        ScheduleCmd::Delete { conn, schedule } => {
+            conn.schedules()?
+                .delete_schedule(pb::DeleteScheduleRequest {
+                    schedule_id: schedule.clone(),
+                })
+                .await?;
+            println!("deleted {schedule}");
+        }
+        ScheduleCmd::Trigger { conn, schedule } => {
+            let r = conn
+                .schedules()?
+                .trigger_schedule(pb::TriggerScheduleRequest {
+                    schedule_id: schedule,
+                })
+                .await?
+                .into_inner();
+            println!("{}", run_line(&r));
+        }
+        ScheduleCmd::Backfill {
+            conn,
+            schedule,
+            from,
+            to,
+            max_runs,
+        } => {
+            let runs = conn
+                .schedules()?
+                .backfill(pb::BackfillRequest {
+                    schedule_id: schedule,
+                    from_ms: parse_time(&from)?,
+                    to_ms: parse_time(&to)?,
+                    max_runs,
+                })
+                .await?
+                .into_inner()
+                .runs;
+            for r in &runs {
+                println!("{}", run_line(r));
+            }
+            println!("{} run(s) created", runs.len());
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentsCmd {
+    /// List agents.
+    List {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Stop giving new tasks to an agent (admin).
+    Drain {
+        #[command(flatten)]
+        conn: Conn,
+        name: String,
+        /// Reverse a drain.
+        #[arg(long)]
+        undrain: bool,
+    },
+}
+
+pub async fn agents_cmd(c: AgentsCmd) -> anyhow::Result<()> {
+    match c {
+        AgentsCmd::List { conn } => {
+            let agents = conn
+                .cluster()?
+                .list_agents(pb::ListAgentsRequest {})
+                .await?
+                .into_inner()
+                .agents;
+            if conn.json {
+                return json(&agents
+                    .iter()
+                    .map(|a| serde_json::json!({"name": a.name, "state": a.state, "hostname": a.hostname, "cores": a.cores,
+                        "memory_bytes": a.memory_bytes, "labels": a.labels, "benchmarks": a.benchmarks,
+                        "running_tasks": a.running_tasks, "last_heartbeat_ms": a.last_heartbeat_ms}))
+                    .collect::<Vec<_>>());
+            }
+            for a in agents {
+                println!(
+                    "{:<20} {:<9} {:<20} {:>3} cores {:>7.1} GiB  running {}  last seen {}  [{}]",
+                    a.name,
+                    a.state,
+                    a.hostname,
+                    a.cores,
+                    a.memory_bytes as f64 / (1u64 << 30) as f64,
+                    a.running_tasks,
+                    fmt_ms(a.last_heartbeat_ms),
+                    a.benchmarks.join(", ")
+                );
+            }
+        }
+        AgentsCmd::Drain {
+            conn,
+            name,
+            undrain,
+        } => {
+            let a = conn
+                .cluster()?
+                .drain_agent(pb::DrainAgentRequest { name, undrain })
+                .await?
+                .into_inner();
+            println!("{} {}", a.name, a.state);
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TablesCmd {
+    /// The tables with their files, rows and sizes.
+    List {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Print docs/tables.md (generated from the catalog).
+    Docs,
+}
+
+pub async fn tables_cmd(c: TablesCmd) -> anyhow::Result<()> {
+    match c {
+        TablesCmd::Docs => print!("{}", benchlake_core::catalog::markdown()),
+        TablesCmd::List { conn } => {
+            let r = conn
+                .cluster()?
+                .list_tables(pb::ListTablesRequest {})
+                .await?
+                .into_inner();
+            if conn.json {
+                return json(&r
+                    .tables
+                    .iter()
+                    .map(|t| serde_json::json!({"name": t.name, "files": t.files, "rows": t.rows, "bytes": t.bytes, "columns": t.columns}))
+                    .collect::<Vec<_>>());
+            }
+            println!("lake: {}", r.lake_root);
+            for t in r.tables {
+                println!(
+                    "{:<22} {:>6} files {:>12} rows {:>12} bytes",
+                    t.name, t.files, t.rows, t.bytes
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `benchlake ingest`.
+#[derive(Debug, Args)]
+pub struct IngestArgs {
+    /// Ingest kind (see --list).
+    #[arg(required_unless_present = "list")]
+    pub kind: Option<String>,
+    /// Input files or directories (directories are read recursively).
+    pub paths: Vec<PathBuf>,
+    /// Output directory: the lake layout is written under it.
+    #[arg(long, required_unless_present = "list")]
+    pub out: Option<PathBuf>,
+    /// Run id of the rows (default: a new id).
+    #[arg(long)]
+    pub run_id: Option<String>,
+    /// Date partition (default: today, UTC).
+    #[arg(long)]
+    pub date: Option<String>,
+    /// List the known kinds.
+    #[arg(long)]
+    pub list: bool,
+}
+
+fn expand(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        let md = std::fs::metadata(p).with_context(|| format!("{}", p.display()))?;
+        if md.is_dir() {
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("{}", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .collect();
+            entries.sort();
+            out.extend(expand(&entries)?);
+        } else {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
+pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {
+    if a.list {
+        for (k, d) in benchlake_formats::kinds() {
+            println!("{k:<12} {d}");
+        }
+        return Ok(());
+    }
+    let (Some(kind), Some(out)) = (a.kind, a.out) else {
+        bail!("give KIND, PATHS and --out");
+    };
+    if a.paths.is_empty() {
+        bail!("no input paths");
+    }
+    let files = expand(&a.paths)?;
+    let inputs: Vec<benchlake_formats::InputFile> = files
+        .iter()
+        .map(benchlake_formats::InputFile::from_path)
+        .collect();
+    let run_id = a.run_id.unwrap_or_else(benchlake_core::ids::new_id);
+    benchlake_core::ids::validate_id("run_id", &run_id)?;
+    let date = a
+        .date
+        .unwrap_or_else(|| chrono::Utc::now().format("%Y-%m-%d").to_string());
+    let started = std::time::Instant::now();
+    let tables = tokio::task::spawn_blocking({
+        let run_id = run_id.clone();
+        move || {
+            benchlake_formats::ingest(&kind, &inputs, &benchlake_formats::IngestContext { run_id })
+        }
+    })
+    .await??;
+    let lake = benchlake_core::lake::Lake::local(&out)?;
+    let job = benchlake_core::ids::new_id();
+    let keys = lake.write_final(&tables, &date, &run_id, &job).await?;
+    for (t, k) in tables.iter().zip(&keys) {
+        println!(
+            "{:<22} {:>10} rows  {}",
+            t.table,
+            t.rows(),
+            out.join(k).display()
+        );
+    }
+    eprintln!(
+        "{} file(s) in {:.3} s; read them with: duckdb -c \"SELECT * FROM read_parquet('{}/tables/*/**/*.parquet', hive_partitioning=true) LIMIT 10\"",
+        files.len(),
+        started.elapsed().as_secs_f64(),
+        out.display()
+    );
+    Ok(())
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProbeCmd {
+    /// Write this node's facts (kernel, CPU, memory, load) as JSON.
+    Host {
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+pub fn probe(c: ProbeCmd) -> anyhow::Result<()> {
+    match c {
+        ProbeCmd::Host { out } => {
+            let f = benchlake_formats::hostinfo::collect();
+            std::fs::write(&out, serde_json::to_string_pretty(&f)?)
+                .with_context(|| format!("{}", out.display()))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,724 @@
+//! The in-process cluster: a coordinator on a manual clock, three agents and two
+//! workers over real gRPC on loopback. Covers a multi-agent run landing in the
+//! lake, schedule firing and catch-up, lease expiry and retry, drain, cancel,
+//! rerun-failed, a worker losing its job lease, auth refusals and bad input.
+mod common;
+
+use std::time::Duration;
+
+use benchlake_coordinator::Tokens;
+use benchlake_proto::v1 as pb;
+use common::*;
+
+async fn cluster3() -> Cluster {
+    let mut c = Cluster::start(Tokens::default()).await;
+    for a in ["a1", "a2", "a3"] {
+        c.add_agent(a, None).await;
+    }
+    c.add_worker("w1", None);
+    c.add_worker("w2", None);
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_on_three_agents_lands_in_the_lake() {
+    let c = cluster3().await;
+    let run = c.submit("hostinfo", &[], 3).await.unwrap();
+    let d = c.wait_settled(&run.run_id, 60).await;
+    assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}");
+    assert_eq!(d.tasks.len(), 3);
+    let mut agents: Vec<_> = d.tasks.iter().map(|t| t.agent.clone()).collect();
+    agents.sort();
+    assert_eq!(agents, ["a1", "a2", "a3"]);
+    // One ingest job per task, then the record job.
+    let kinds: Vec<_> = d.jobs.iter().map(|j| j.kind.as_str()).collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "ingest").count(),
+        3,
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "record").count(),
+        1,
+        "{kinds:?}"
+    );
+    for t in &d.tasks {
+        // host.json + stdout.txt + stderr.txt, each with a SHA-256.
+        assert_eq!(t.outputs.len(), 3, "{t:?}");
+        assert!(t.outputs.iter().all(|o| {
+            o.sha256.len() == 64
+                && o.key
+                    .starts_with(&format!("raw/{}/{}/", run.run_id, t.task_id))
+        }));
+    }
+    let lake = c.lake_dir();
+    assert_eq!(table_rows(&lake, "node_facts", Some(&run.run_id)), 3);
+    assert_eq!(table_rows(&lake, "runs", Some(&run.run_id)), 1);
+    assert_eq!(table_rows(&lake, "raw_files", Some(&run.run_id)), 9);
+    // Nothing is left in staging.
+    assert!(
+        !lake.join("_staging").exists()
+            || std::fs::read_dir(lake.join("_staging")).unwrap().count() == 0
+    );
+    // The date partition is the run's UTC day on the coordinator's clock.
+    assert!(lake.join("tables/runs/date=2026-11-23").is_dir());
+    // ListTables reports what landed.
+    let t = c
+        .cluster()
+        .list_tables(pb::ListTablesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let nf = t.tables.iter().find(|t| t.name == "node_facts").unwrap();
+    assert_eq!((nf.files, nf.rows), (3, 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn schedules_fire_and_catch_up_by_policy() {
+    let c = cluster3().await;
+    let mk = |name: &str, cron: &str, catch_up: pb::CatchUp, max: u32| pb::CreateScheduleRequest {
+        schedule: Some(pb::Schedule {
+            name: name.into(),
+            cron: cron.into(),
+            time_zone: "Europe/Berlin".into(),
+            catch_up: catch_up as i32,
+            max_catch_up: max,
+            allow_overlap: true,
+            spec: Some(pb::BenchmarkSpec {
+                benchmark: "sleep".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    };
+    let mut s = c.schedules();
+    let every5 = s
+        .create_schedule(mk("latest", "*/5 * * * *", pb::CatchUp::Latest, 0))
+        .await
+        .unwrap()
+        .into_inner();
+    s.create_schedule(mk("all", "*/5 * * * *", pb::CatchUp::All, 3))
+        .await
+        .unwrap();
+    s.create_schedule(mk("none", "*/5 * * * *", pb::CatchUp::None, 0))
+        .await
+        .unwrap();
+    assert_eq!(every5.next_fire_ms, T0 + 5 * 60_000);
+
+    // On time: each schedule fires once.
+    c.advance(5 * 60_000);
+    let r = c.tick();
+    assert_eq!(r.fired.len(), 3, "{r:?}");
+    // An hour with the coordinator "down": 12 instants missed, the last 90 s late.
+    c.advance(60 * 60_000 + 90_000);
+    let r = c.tick();
+    let runs = c
+        .runs()
+        .list_runs(pb::ListRunsRequest {
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .runs;
+    let count = |name: &str| {
+        let id =
+            futures::executor::block_on(c.schedules().list_schedules(pb::ListSchedulesRequest {}))
+                .unwrap()
+                .into_inner()
+                .schedules
+                .into_iter()
+                .find(|s| s.name == name)
+                .unwrap()
+                .schedule_id;
+        runs.iter().filter(|r| r.schedule_id == id).count()
+    };
+    assert_eq!(r.fired.len(), 1 + 3, "{r:?}");
+    assert_eq!(count("latest"), 2);
+    assert_eq!(count("all"), 4);
+    assert_eq!(count("none"), 1, "late instants are skipped");
+    // The catch-up run of `latest` stands for the most recent instant.
+    let latest_runs: Vec<_> = runs
+        .iter()
+        .filter(|r| r.schedule_id == every5.schedule_id)
+        .collect();
+    assert!(
+        latest_runs
+            .iter()
+            .any(|r| r.scheduled_for_ms == T0 + 65 * 60_000),
+        "{latest_runs:?}"
+    );
+
+    // Pause stops firing; resume skips what passed meanwhile.
+    s.pause_schedule(pb::PauseScheduleRequest {
+        schedule_id: "latest".into(),
+        paused: true,
+    })
+    .await
+    .unwrap();
+    c.advance(10 * 60_000);
+    let r = c.tick();
+    assert_eq!(r.fired.len(), 2, "{r:?}");
+    let resumed = s
+        .pause_schedule(pb::PauseScheduleRequest {
+            schedule_id: "latest".into(),
+            paused: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(resumed.next_fire_ms > c.clock_now());
+    // Manual trigger and backfill.
+    let t = s
+        .trigger_schedule(pb::TriggerScheduleRequest {
+            schedule_id: "latest".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(t.scheduled_for_ms, c.clock_now());
+    let b = s
+        .backfill(pb::BackfillRequest {
+            schedule_id: "none".into(),
+            from_ms: T0 - 3_600_000,
+            to_ms: T0,
+            max_runs: 100,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(b.runs.len(), 12);
+    assert!(
+        b.runs
+            .iter()
+            .all(|r| r.scheduled_for_ms < T0 && r.scheduled_for_ms >= T0 - 3_600_000)
+    );
+    let e = s
+        .backfill(pb::BackfillRequest {
+            schedule_id: "none".into(),
+            from_ms: T0 - 3_600_000,
+            to_ms: T0,
+            max_runs: 5,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    s.delete_schedule(pb::DeleteScheduleRequest {
+        schedule_id: "none".into(),
+    })
+    .await
+    .unwrap();
+    let e = s
+        .delete_schedule(pb::DeleteScheduleRequest {
+            schedule_id: "none".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overlapping_fires_are_skipped_unless_allowed() {
+    let c = cluster3().await;
+    c.schedules()
+        .create_schedule(pb::CreateScheduleRequest {
+            schedule: Some(pb::Schedule {
+                name: "slow".into(),
+                cron: "* * * * *".into(),
+                time_zone: "UTC".into(),
+                spec: Some(pb::BenchmarkSpec {
+                    benchmark: "sleep".into(),
+                    params: [("seconds".to_string(), "30".to_string())].into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    c.advance(60_000);
+    assert_eq!(c.tick().fired.len(), 1);
+    c.advance(60_000);
+    assert_eq!(c.tick().fired.len(), 0, "the first run is still active");
+    let e = c
+        .schedules()
+        .trigger_schedule(pb::TriggerScheduleRequest {
+            schedule_id: "slow".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_silent_agent_loses_its_task_and_it_is_retried_elsewhere() {
+    let mut c = cluster3().await;
+    let run = c.submit("sleep", &[("seconds", "2")], 1).await.unwrap();
+    let d = c
+        .wait_run(&run.run_id, 20, |d| {
+            d.tasks[0].state == pb::TaskState::Running as i32
+        })
+        .await;
+    let first = d.tasks[0].agent.clone();
+    c.stop_agent(&first);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Past the lease: the silent agent is LOST (the others heartbeat at the new
+    // time) and the task goes back to the queue.
+    c.advance(10_001);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let r = c.tick();
+    assert_eq!(r.lost_agents, vec![first.clone()]);
+    assert_eq!(r.expired_tasks, 1);
+    let d = c.detail(&run.run_id).await;
+    assert_eq!(d.tasks[0].attempt, 2);
+    assert_ne!(d.tasks[0].agent, first, "retried on another agent");
+    assert!(
+        d.tasks[0].error.contains("lease expired"),
+        "{:?}",
+        d.tasks[0].error
+    );
+    let d = c.wait_settled(&run.run_id, 30).await;
+    assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}");
+    let agents = c
+        .cluster()
+        .list_agents(pb::ListAgentsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .agents;
+    assert_eq!(
+        agents.iter().find(|a| a.name == first).unwrap().state,
+        "LOST"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn attempts_run_out_and_the_run_fails_with_the_reason() {
+    let mut c = Cluster::start(Tokens::default()).await;
+    c.add_agent("solo", None).await;
+    c.add_worker("w1", None);
+    let run = c
+        .runs()
+        .submit_run(pb::SubmitRunRequest {
+            spec: Some(pb::BenchmarkSpec {
+                benchmark: "sleep".into(),
+                params: [("seconds".to_string(), "60".to_string())].into(),
+                nodes: Some(pb::NodeSelector {
+                    names: vec!["solo".into()],
+                    ..Default::default()
+                }),
+                max_attempts: 1,
+                ..Default::default()
+            }),
+            idempotency_key: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    c.wait_run(&run.run_id, 20, |d| {
+        d.tasks[0].state == pb::TaskState::Running as i32
+    })
+    .await;
+    c.stop_agent("solo");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.advance(10_001);
+    c.tick();
+    let d = c.wait_settled(&run.run_id, 20).await;
+    assert_eq!(state(&d), pb::RunState::Failed);
+    assert!(d.run.unwrap().error.contains("stopped heartbeating"));
+    assert_eq!(
+        table_rows(&c.lake_dir(), "runs", Some(&run.run_id)),
+        1,
+        "a failed run is recorded too"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn drained_agents_get_no_new_tasks() {
+    let c = cluster3().await;
+    let mut cl = c.cluster();
+    let a = cl
+        .drain_agent(pb::DrainAgentRequest {
+            name: "a3".into(),
+            undrain: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(a.state.starts_with("DRAIN"), "{a:?}");
+    let e = c.submit("sleep", &[], 3).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e}");
+    assert!(e.message().contains("2 eligible"), "{e}");
+    let run = c.submit("sleep", &[], 2).await.unwrap();
+    let d = c.wait_settled(&run.run_id, 30).await;
+    assert!(d.tasks.iter().all(|t| t.agent != "a3"));
+    let agents = cl
+        .list_agents(pb::ListAgentsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .agents;
+    assert_eq!(
+        agents.iter().find(|a| a.name == "a3").unwrap().state,
+        "DRAINED"
+    );
+    cl.drain_agent(pb::DrainAgentRequest {
+        name: "a3".into(),
+        undrain: true,
+    })
+    .await
+    .unwrap();
+    let run = c.submit("sleep", &[], 3).await.unwrap();
+    assert_eq!(
+        state(&c.wait_settled(&run.run_id, 30).await),
+        pb::RunState::Succeeded
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancel_kills_the_benchmark_and_records_the_run() {
+    let c = cluster3().await;
+    let run = c.submit("sleep", &[("seconds", "120")], 2).await.unwrap();
+    c.wait_run(&run.run_id, 20, |d| {
+        d.tasks
+            .iter()
+            .all(|t| t.state == pb::TaskState::Running as i32)
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let r = c
+        .runs()
+        .cancel_run(pb::CancelRunRequest {
+            run_id: run.run_id.clone(),
+            reason: "maintenance".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.state, pb::RunState::Cancelled as i32);
+    let d = c.wait_settled(&run.run_id, 20).await;
+    assert!(
+        d.tasks
+            .iter()
+            .all(|t| t.state == pb::TaskState::Cancelled as i32)
+    );
+    assert!(d.run.as_ref().unwrap().error.contains("maintenance"));
+    // The agents stop the processes (heartbeat or progress tells them) and poll again:
+    // a new run is placed on them promptly.
+    let next = c.submit("sleep", &[], 3).await.unwrap();
+    assert_eq!(
+        state(&c.wait_settled(&next.run_id, 20).await),
+        pb::RunState::Succeeded
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert_eq!(table_rows(&c.lake_dir(), "runs", Some(&run.run_id)), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rerun_failed_reruns_only_the_failed_tasks() {
+    let c = cluster3().await;
+    let run = c.submit("rank0-only", &[], 3).await.unwrap();
+    let d = c.wait_settled(&run.run_id, 30).await;
+    assert_eq!(state(&d), pb::RunState::Failed);
+    let failed: Vec<_> = d
+        .tasks
+        .iter()
+        .filter(|t| t.state == pb::TaskState::Failed as i32)
+        .collect();
+    assert_eq!(failed.len(), 2);
+    assert!(
+        failed
+            .iter()
+            .all(|t| t.exit_code == 1 && t.error.contains("exited with code 1"))
+    );
+    let again = c
+        .runs()
+        .rerun_failed(pb::RerunFailedRequest {
+            run_id: run.run_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let d2 = c.wait_settled(&again.run_id, 30).await;
+    assert_eq!(d2.tasks.len(), 2);
+    let mut ranks: Vec<_> = d2.tasks.iter().map(|t| (t.rank, t.agent.clone())).collect();
+    ranks.sort();
+    let mut want: Vec<_> = failed.iter().map(|t| (t.rank, t.agent.clone())).collect();
+    want.sort();
+    assert_eq!(ranks, want, "same ranks on the same agents");
+    let ok = c.submit("sleep", &[], 1).await.unwrap();
+    c.wait_settled(&ok.run_id, 30).await;
+    let e = c
+        .runs()
+        .rerun_failed(pb::RerunFailedRequest { run_id: ok.run_id })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_that_stops_renewing_loses_its_job_without_duplicating_rows() {
+    let mut c = Cluster::start(Tokens::default()).await;
+    c.add_agent("a1", None).await;
+    let run = c.submit("hostinfo", &[], 1).await.unwrap();
+    let d = c.wait_run(&run.run_id, 30, |d| !d.jobs.is_empty()).await;
+    assert_eq!(d.jobs[0].kind, "ingest");
+    // A "worker" leases the ingest job and goes silent.
+    let mut ghost = c.workers_client(None);
+    let lease = |kinds: Vec<String>| pb::LeaseJobRequest {
+        protocol_version: benchlake_proto::PROTOCOL_VERSION as i32,
+        worker: "ghost".into(),
+        kinds,
+        wait_ms: 0,
+    };
+    let job = ghost
+        .lease_job(lease(vec!["ingest".into()]))
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap();
+    c.advance(10_001);
+    let r = c.tick();
+    assert_eq!(r.expired_jobs, 1);
+    // Its late completion is refused; a real worker finishes the job.
+    let e = ghost
+        .complete_job(pb::CompleteJobRequest {
+            job_id: job.job_id.clone(),
+            lease_id: job.lease_id.clone(),
+            files: vec![],
+            result_json: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Aborted, "{e}");
+    c.add_worker("w1", None);
+    let d = c.wait_settled(&run.run_id, 30).await;
+    assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}");
+    let ingest = d.jobs.iter().find(|j| j.kind == "ingest").unwrap();
+    assert_eq!(ingest.attempt, 2);
+    assert_eq!(
+        table_rows(&c.lake_dir(), "node_facts", Some(&run.run_id)),
+        1
+    );
+    // A worker with the wrong protocol version is refused clearly.
+    let mut bad = lease(vec![]);
+    bad.protocol_version = 99;
+    let e = ghost.lease_job(bad).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+    assert!(e.message().contains("protocol_version"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_input_is_refused_with_the_field_named() {
+    let c = cluster3().await;
+    let e = c.submit("nope", &[], 1).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(
+        e.message().contains("spec.benchmark") && e.message().contains("nope"),
+        "{e}"
+    );
+    let e = c
+        .submit("sleep", &[("seconds", "601")], 1)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(
+        e.message().contains("spec.params.seconds") && e.message().contains("maximum"),
+        "{e}"
+    );
+    let e = c
+        .submit("sleep", &[("seconds", "1; rm -rf /")], 1)
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("spec.params.seconds"), "{e}");
+    let e = c
+        .submit("sleep", &[("colour", "red")], 1)
+        .await
+        .unwrap_err();
+    assert!(
+        e.message().contains("spec.params.colour") && e.message().contains("unknown parameter"),
+        "{e}"
+    );
+    let e = c.submit("sleep", &[], 7).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+    let e = c
+        .runs()
+        .get_run(pb::GetRunRequest {
+            run_id: benchlake_core::ids::new_id(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound);
+    let e = c
+        .runs()
+        .get_run(pb::GetRunRequest {
+            run_id: "../etc".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().contains("run_id"), "{e}");
+    let e = c
+        .schedules()
+        .create_schedule(pb::CreateScheduleRequest {
+            schedule: Some(pb::Schedule {
+                name: "x".into(),
+                cron: "61 * * * *".into(),
+                spec: Some(pb::BenchmarkSpec {
+                    benchmark: "sleep".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("schedule.cron"), "{e}");
+    let e = c
+        .schedules()
+        .create_schedule(pb::CreateScheduleRequest {
+            schedule: Some(pb::Schedule {
+                name: "x".into(),
+                cron: "0 2 * * *".into(),
+                time_zone: "Mars/Olympus".into(),
+                spec: Some(pb::BenchmarkSpec {
+                    benchmark: "sleep".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("schedule.time_zone"), "{e}");
+    // Oversized requests are refused before they are decoded.
+    let big = "x".repeat(20 << 20);
+    let e = c
+        .runs()
+        .submit_run(pb::SubmitRunRequest {
+            spec: Some(pb::BenchmarkSpec {
+                benchmark: big,
+                ..Default::default()
+            }),
+            idempotency_key: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e.code(),
+            tonic::Code::ResourceExhausted | tonic::Code::OutOfRange | tonic::Code::Internal
+        ),
+        "{e}"
+    );
+    // The idempotency key returns the same run.
+    let k = |key: &str| pb::SubmitRunRequest {
+        spec: Some(pb::BenchmarkSpec {
+            benchmark: "sleep".into(),
+            ..Default::default()
+        }),
+        idempotency_key: key.into(),
+    };
+    let r1 = c
+        .runs()
+        .submit_run(k("nightly-2026-11-23"))
+        .await
+        .unwrap()
+        .into_inner();
+    let r2 = c
+        .runs()
+        .submit_run(k("nightly-2026-11-23"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r1.run_id, r2.run_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn roles_are_enforced() {
+    let tok = |s: &str| format!("{s}-token-0123456789");
+    let tokens = Tokens {
+        admin: vec![tok("admin")],
+        user: vec![tok("user")],
+        agent: vec![tok("agent")],
+        worker: vec![tok("worker")],
+    };
+    let mut c = Cluster::start(tokens).await;
+    c.token = Some(tok("admin"));
+    c.add_agent("a1", Some(&tok("agent"))).await;
+    c.add_worker("w1", Some(&tok("worker")));
+    // No token, a wrong token.
+    c.token = None;
+    let e = c.submit("sleep", &[], 1).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated);
+    c.token = Some("not-a-real-token-at-all".into());
+    assert_eq!(
+        c.submit("sleep", &[], 1).await.unwrap_err().code(),
+        tonic::Code::Unauthenticated
+    );
+    // An agent token cannot submit runs; a user token cannot register agents.
+    c.token = Some(tok("agent"));
+    assert_eq!(
+        c.submit("sleep", &[], 1).await.unwrap_err().code(),
+        tonic::Code::PermissionDenied
+    );
+    let mut ag = c.agents_client(Some(&tok("user")));
+    let e = ag
+        .register(pb::RegisterRequest {
+            protocol_version: 1,
+            name: "evil".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied);
+    let mut wk = c.workers_client(Some(&tok("user")));
+    let e = wk
+        .lease_job(pb::LeaseJobRequest {
+            protocol_version: 1,
+            worker: "x".into(),
+            kinds: vec![],
+            wait_ms: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied);
+    // A user submits; draining is for admins.
+    c.token = Some(tok("user"));
+    let run = c.submit("sleep", &[], 1).await.unwrap();
+    assert_eq!(
+        state(&c.wait_settled(&run.run_id, 30).await),
+        pb::RunState::Succeeded
+    );
+    let e = c
+        .cluster()
+        .drain_agent(pb::DrainAgentRequest {
+            name: "a1".into(),
+            undrain: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied);
+    c.token = Some(tok("admin"));
+    c.cluster()
+        .drain_agent(pb::DrainAgentRequest {
+            name: "a1".into(),
+            undrain: false,
+        })
+        .await
+        .unwrap();
+    // A mismatched protocol version is refused with a clear status.
+    let mut ag = c.agents_client(Some(&tok("agent")));
+    let e = ag
+        .register(pb::RegisterRequest {
+            protocol_version: 7,
+            name: "old".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+    assert!(e.message().contains("protocol_version: 7"), "{e}");
+}

@@ -1,0 +1,367 @@
+//! An in-process cluster for tests: a coordinator on a port-0 listener with a
+//! manual clock (no background loop: tests call `tick`), agents and workers as
+//! tokio tasks speaking real gRPC to it.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use benchlake_coordinator::store::{SqliteStore, StateStore};
+use benchlake_coordinator::{Coordinator, CoordinatorConfig, Tokens};
+use benchlake_core::clock::ManualClock;
+use benchlake_core::lake::{Lake, StoreConfig};
+use benchlake_proto::client::{Auth, channel};
+use benchlake_proto::v1 as pb;
+use tokio::sync::watch;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+pub type Ch = InterceptedService<Channel, Auth>;
+
+/// 2026-11-23T00:00:00Z.
+pub const T0: i64 = 1_795_392_000_000;
+
+/// The catalog every test agent has. `{bin}` is the benchlake binary.
+pub fn catalog(bin: &str) -> String {
+    format!(
+        r#"
+[[benchmark]]
+name = "sleep"
+kind = "noop"
+command = ["sleep", "{{seconds}}"]
+timeout_s = 600
+[[benchmark.param]]
+name = "seconds"
+type = "float"
+default = "0"
+min = 0
+max = 600
+
+[[benchmark]]
+name = "hostinfo"
+kind = "noop"
+command = ["{bin}", "probe", "host", "--out", "{{out_dir}}/host.json"]
+timeout_s = 60
+[[benchmark.output]]
+file = "host.json"
+format = "hostinfo"
+required = true
+
+[[benchmark]]
+name = "rank0-only"
+kind = "noop"
+description = "succeeds on rank 0, fails elsewhere"
+command = ["test", "{{rank}}", "-eq", "0"]
+timeout_s = 60
+"#
+    )
+}
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub coord: Arc<Coordinator>,
+    pub clock: ManualClock,
+    pub addr: String,
+    pub agents: HashMap<String, watch::Sender<bool>>,
+    pub workers: Vec<watch::Sender<bool>>,
+    stop: watch::Sender<bool>,
+    pub token: Option<String>,
+}
+
+pub fn bin() -> String {
+    env!("CARGO_BIN_EXE_benchlake").to_string()
+}
+
+pub fn config(dir: &Path, tokens: Tokens) -> CoordinatorConfig {
+    CoordinatorConfig {
+        state_path: dir.join("state.db"),
+        store: StoreConfig {
+            url: dir.join("lake").display().to_string(),
+            ..Default::default()
+        },
+        lease_timeout_ms: 10_000,
+        heartbeat_interval_ms: 100,
+        agent_lost_after_ms: 10_000,
+        job_lease_timeout_ms: 10_000,
+        task_max_attempts: 3,
+        job_max_attempts: 3,
+        retry_backoff_ms: 10,
+        retry_backoff_max_ms: 100,
+        tick_ms: 100,
+        tokens,
+        background: false,
+        ..Default::default()
+    }
+}
+
+impl Cluster {
+    pub async fn start(tokens: Tokens) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path(), tokens);
+        let clock = ManualClock::new(T0);
+        let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open(&cfg.state_path).unwrap());
+        let lake = Lake::open(&cfg.store).unwrap();
+        let coord = Coordinator::new(store, lake, Arc::new(clock.clone()), cfg).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (stop, rx) = watch::channel(false);
+        let c2 = coord.clone();
+        tokio::spawn(async move {
+            let mut rx = rx;
+            benchlake_coordinator::serve(c2, listener, async move {
+                let _ = rx.wait_for(|v| *v).await;
+            })
+            .await
+            .unwrap();
+        });
+        Self {
+            dir,
+            coord,
+            clock,
+            addr,
+            agents: HashMap::new(),
+            workers: Vec::new(),
+            stop,
+            token: None,
+        }
+    }
+
+    pub fn lake_dir(&self) -> PathBuf {
+        self.dir.path().join("lake")
+    }
+
+    pub async fn add_agent(&mut self, name: &str, token: Option<&str>) {
+        let mut cfg =
+            benchlake_agent::AgentConfig::new(&self.addr, self.dir.path().join("work").join(name))
+                .unwrap();
+        cfg.name = name.to_string();
+        cfg.token = token.map(String::from);
+        cfg.catalog = benchlake_core::bench::Catalog::from_toml(&catalog(&bin())).unwrap();
+        cfg.poll_interval = Duration::from_millis(30);
+        let (tx, rx) = watch::channel(false);
+        tokio::spawn(async move {
+            if let Err(e) = benchlake_agent::run(cfg, rx).await {
+                eprintln!("agent ended: {e}");
+            }
+        });
+        self.agents.insert(name.to_string(), tx);
+        // Wait for registration.
+        for _ in 0..200 {
+            let listed = self
+                .cluster()
+                .list_agents(pb::ListAgentsRequest {})
+                .await
+                .map(|r| r.into_inner().agents.iter().any(|a| a.name == name))
+                .unwrap_or(false);
+            if listed {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("agent {name} did not register");
+    }
+
+    pub fn stop_agent(&mut self, name: &str) {
+        if let Some(tx) = self.agents.remove(name) {
+            let _ = tx.send(true);
+        }
+    }
+
+    pub fn add_worker(&mut self, name: &str, token: Option<&str>) {
+        let cfg = benchlake_worker::WorkerConfig {
+            coordinator: self.addr.clone(),
+            token: token.map(String::from),
+            name: name.to_string(),
+            store: StoreConfig {
+                url: self.lake_dir().display().to_string(),
+                ..Default::default()
+            },
+            concurrency: 1,
+            scratch_dir: self.dir.path().join("scratch"),
+            lease_wait: Duration::from_millis(200),
+            commit_delay: Duration::ZERO,
+        };
+        let (tx, rx) = watch::channel(false);
+        tokio::spawn(async move {
+            let _ = benchlake_worker::run(cfg, benchlake_worker::Executors::builtin(), rx).await;
+        });
+        self.workers.push(tx);
+    }
+
+    fn ch(&self) -> (Channel, Auth) {
+        (
+            channel(&self.addr).unwrap(),
+            Auth::new(self.token.as_deref()).unwrap(),
+        )
+    }
+    pub fn runs(&self) -> pb::run_service_client::RunServiceClient<Ch> {
+        let (c, a) = self.ch();
+        pb::run_service_client::RunServiceClient::with_interceptor(c, a)
+    }
+    pub fn schedules(&self) -> pb::schedule_service_client::ScheduleServiceClient<Ch> {
+        let (c, a) = self.ch();
+        pb::schedule_service_client::ScheduleServiceClient::with_interceptor(c, a)
+    }
+    pub fn cluster(&self) -> pb::cluster_service_client::ClusterServiceClient<Ch> {
+        let (c, a) = self.ch();
+        pb::cluster_service_client::ClusterServiceClient::with_interceptor(c, a)
+    }
+    pub fn workers_client(
+        &self,
+        token: Option<&str>,
+    ) -> pb::worker_service_client::WorkerServiceClient<Ch> {
+        pb::worker_service_client::WorkerServiceClient::with_interceptor(
+            channel(&self.addr).unwrap(),
+            Auth::new(token).unwrap(),
+        )
+    }
+    pub fn agents_client(
+        &self,
+        token: Option<&str>,
+    ) -> pb::agent_service_client::AgentServiceClient<Ch> {
+        pb::agent_service_client::AgentServiceClient::with_interceptor(
+            channel(&self.addr).unwrap(),
+            Auth::new(token).unwrap(),
+        )
+    }
+
+    pub async fn submit(
+        &self,
+        bench: &str,
+        params: &[(&str, &str)],
+        count: u32,
+    ) -> Result<pb::Run, tonic::Status> {
+        self.runs()
+            .submit_run(pb::SubmitRunRequest {
+                spec: Some(pb::BenchmarkSpec {
+                    benchmark: bench.into(),
+                    params: params
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                    nodes: Some(pb::NodeSelector {
+                        count,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                idempotency_key: String::new(),
+            })
+            .await
+            .map(|r| r.into_inner())
+    }
+
+    pub async fn detail(&self, run_id: &str) -> pb::RunDetail {
+        self.runs()
+            .get_run(pb::GetRunRequest {
+                run_id: run_id.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    /// Advances the manual clock (agents' heartbeats then carry the new time).
+    pub fn advance(&self, ms: i64) {
+        self.clock.advance(ms);
+    }
+
+    pub fn clock_now(&self) -> i64 {
+        use benchlake_core::clock::Clock;
+        self.clock.now_ms()
+    }
+
+    pub fn tick(&self) -> benchlake_coordinator::TickReport {
+        self.coord.tick().unwrap()
+    }
+
+    /// Polls (ticking) until `pred` holds for the run, or panics after `secs`.
+    pub async fn wait_run(
+        &self,
+        run_id: &str,
+        secs: u64,
+        pred: impl Fn(&pb::RunDetail) -> bool,
+    ) -> pb::RunDetail {
+        let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+        loop {
+            let d = self.detail(run_id).await;
+            if pred(&d) {
+                return d;
+            }
+            if std::time::Instant::now() > deadline {
+                panic!("run {run_id} did not reach the expected state: {d:#?}");
+            }
+            // Small clock steps let retry backoffs pass without expiring leases.
+            self.advance(20);
+            self.tick();
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    pub async fn wait_settled(&self, run_id: &str, secs: u64) -> pb::RunDetail {
+        self.wait_run(run_id, secs, |d| {
+            let r = d.run.as_ref().unwrap();
+            let fin = matches!(
+                pb::RunState::try_from(r.state).unwrap(),
+                pb::RunState::Succeeded | pb::RunState::Failed | pb::RunState::Cancelled
+            );
+            fin && d.jobs.iter().all(|j| {
+                matches!(
+                    pb::JobState::try_from(j.state).unwrap(),
+                    pb::JobState::Done | pb::JobState::Failed | pb::JobState::Cancelled
+                )
+            })
+        })
+        .await
+    }
+
+    pub fn shutdown(&self) {
+        let _ = self.stop.send(true);
+        for a in self.agents.values() {
+            let _ = a.send(true);
+        }
+        for w in &self.workers {
+            let _ = w.send(true);
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+pub fn state(d: &pb::RunDetail) -> pb::RunState {
+    pb::RunState::try_from(d.run.as_ref().unwrap().state).unwrap()
+}
+
+/// Rows of every Parquet file of `table` under `lake`, optionally of one run.
+pub fn table_rows(lake: &Path, table: &str, run_id: Option<&str>) -> usize {
+    let mut n = 0;
+    let root = lake.join("tables").join(table);
+    let mut stack = vec![root];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "parquet")
+                && run_id.is_none_or(|r| p.to_string_lossy().contains(&format!("run_id={r}")))
+            {
+                let f = std::fs::File::open(&p).unwrap();
+                let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+                    .unwrap()
+                    .build()
+                    .unwrap();
+                n += r.map(|b| b.unwrap().num_rows()).sum::<usize>();
+            }
+        }
+    }
+    n
+}

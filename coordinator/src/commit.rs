@@ -1,0 +1,167 @@
+//! The commit of a job's staged outputs (DESIGN.md §2 step 5).
+//!
+//! 1. In one transaction: check the lease, compute every final key
+//!    (`tables/{table}/date=…/run_id=…/part-{job_id}[-part].parquet`, deterministic
+//!    per table, run and job) and record them on the job as its intent.
+//! 2. Copy each staged object to its final key (atomic per object on every store).
+//! 3. Delete keys an earlier attempt of the same job committed but this one did not
+//!    produce, so a retried job never leaves stale rows beside its new ones.
+//! 4. In one transaction: check the lease again, record the committed files, mark
+//!    the job DONE, queue its follow-up jobs and move the run on.
+//! 5. Delete the staging prefix.
+//!
+//! A crash between any two steps leaves the job LEASED; its lease expires, the job
+//! runs again and writes the same keys, so rows are never duplicated.
+use std::collections::BTreeSet;
+
+use benchlake_core::layout;
+use benchlake_proto::v1 as pb;
+
+use crate::Coordinator;
+use crate::error::{CoordError, Result};
+use crate::logic::{self, JobResult};
+use crate::model::*;
+
+/// Commits `req`'s staged files; returns the final keys.
+pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<Vec<String>> {
+    if req.files.len() > 10_000 {
+        return Err(CoordError::invalid("files", "more than 10000 staged files"));
+    }
+    let result: JobResult = if req.result_json.trim().is_empty() {
+        JobResult::default()
+    } else {
+        serde_json::from_str(&req.result_json).map_err(|e| CoordError::invalid("result_json", e))?
+    };
+    for (i, f) in result.follow_ups.iter().enumerate() {
+        let ok = !f.kind.is_empty()
+            && f.kind.len() <= 64
+            && f.kind
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        if !ok || f.kind == logic::RECORD_JOB {
+            return Err(CoordError::invalid(
+                &format!("result_json.follow_ups[{i}].kind"),
+                format!("'{}' is not a job kind", f.kind),
+            ));
+        }
+    }
+    if result.follow_ups.len() > 10_000 {
+        return Err(CoordError::invalid(
+            "result_json.follow_ups",
+            "more than 10000",
+        ));
+    }
+    let now = c.now();
+
+    // 1. Intent.
+    let (job, pairs, stale) = c.store.transact(|tx| {
+        let mut j = logic::leased_job(tx, &req.job_id, &req.lease_id)?;
+        let staging = layout::staging_prefix(&j.job_id, j.attempt)?;
+        let mut pairs = Vec::new();
+        let mut finals = BTreeSet::new();
+        for (i, f) in req.files.iter().enumerate() {
+            if !f.staged_key.starts_with(&staging) || f.staged_key.contains("..") {
+                return Err(CoordError::invalid(
+                    &format!("files[{i}].staged_key"),
+                    format!(
+                        "'{}' is not under the job's staging prefix {staging}",
+                        f.staged_key
+                    ),
+                ));
+            }
+            if benchlake_core::catalog::get(&f.table).is_none() {
+                return Err(CoordError::invalid(
+                    &format!("files[{i}].table"),
+                    format!("unknown table '{}'", f.table),
+                ));
+            }
+            let key = crate::grpc::final_key(&f.table, &j.date, &j.run_id, &j.job_id, &f.part)
+                .map_err(|e| CoordError::invalid(&format!("files[{i}]"), e))?;
+            if !finals.insert(key.clone()) {
+                return Err(CoordError::invalid(
+                    &format!("files[{i}]"),
+                    format!("two files map to {key}; give them distinct parts"),
+                ));
+            }
+            pairs.push((f.clone(), key));
+        }
+        let stale: Vec<String> = j
+            .committed_keys
+            .iter()
+            .filter(|k| !finals.contains(*k))
+            .cloned()
+            .collect();
+        let mut intent: BTreeSet<String> = j.committed_keys.iter().cloned().collect();
+        intent.extend(finals);
+        j.committed_keys = intent.into_iter().collect();
+        tx.update_job(&j)?;
+        Ok((j, pairs, stale))
+    })?;
+
+    // 2. Copy.
+    let mut sizes = Vec::with_capacity(pairs.len());
+    for (f, key) in &pairs {
+        c.lake.copy(&f.staged_key, key).await?;
+        sizes.push(c.lake.size(key).await?.unwrap_or(f.bytes));
+    }
+    // 3. Stale keys of earlier attempts.
+    for k in &stale {
+        c.lake.delete(k).await?;
+    }
+
+    // 4. Record.
+    let cfg = c.cfg.clone();
+    let keys: Vec<String> = pairs.iter().map(|p| p.1.clone()).collect();
+    let worker = job.leased_by.clone().unwrap_or_default();
+    c.store.transact(|tx| {
+        let mut j = logic::leased_job(tx, &req.job_id, &req.lease_id)?;
+        for k in &stale {
+            tx.delete_committed(k)?;
+        }
+        for ((f, key), bytes) in pairs.iter().zip(&sizes) {
+            tx.upsert_committed(&CommittedFile {
+                key: key.clone(),
+                table: f.table.clone(),
+                run_id: j.run_id.clone(),
+                job_id: j.job_id.clone(),
+                date: j.date.clone(),
+                rows: f.rows,
+                bytes: *bytes,
+                committed_ms: now,
+            })?;
+        }
+        j.committed_keys = keys.clone();
+        j.state = JobState::Done;
+        j.error = None;
+        j.lease_id = None;
+        j.lease_expires_ms = None;
+        tx.update_job(&j)?;
+        if let Some(run) = tx.get_run(&j.run_id)?
+            && !run.state.is_final()
+        {
+            for f in &result.follow_ups {
+                tx.insert_job(&logic::new_job(
+                    &run,
+                    &f.kind,
+                    f.spec.to_string(),
+                    &cfg,
+                    now,
+                ))?;
+            }
+        }
+        logic::advance_run(tx, &cfg, &j.run_id, now)?;
+        Ok(())
+    })?;
+
+    // 5. Staging is only garbage now.
+    if let Ok(prefix) = layout::staging_prefix(&job.job_id, job.attempt)
+        && let Err(e) = c.lake.delete_prefix(&prefix).await
+    {
+        tracing::warn!(job = %job.job_id, error = %e, "could not delete staging objects");
+    }
+    tracing::info!(job = %job.job_id, run = %job.run_id, kind = %job.kind, files = keys.len(), "job committed");
+    c.worker_seen(&worker, now, -1);
+    c.notify_run(&job.run_id);
+    c.job_notify.notify_waiters();
+    Ok(keys)
+}

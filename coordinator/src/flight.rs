@@ -1,0 +1,311 @@
+//! Arrow Flight over the lake: `ListFlights` lists the tables that have committed
+//! files, `GetFlightInfo`/`GetSchema` describe one, and `DoGet` streams it,
+//! optionally filtered by run id and date range.
+//!
+//! A flight is named by a descriptor path `[table]` or by a command holding a JSON
+//! [`FlightFilter`]; the ticket is the same JSON. Streamed batches carry the
+//! catalog columns plus `date` (Date32), as DuckDB shows them with
+//! `hive_partitioning=true`.
+use std::pin::Pin;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Date32Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::ipc::writer::IpcWriteOptions;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::{
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo,
+    HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaAsIpc, SchemaResult, Ticket,
+};
+use futures::{Stream, StreamExt};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use serde::{Deserialize, Serialize};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::Coordinator;
+use crate::model::CommittedFile;
+
+/// Which rows of a table a flight carries.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlightFilter {
+    /// Catalog table name.
+    pub table: String,
+    /// Only this run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// First date (inclusive, YYYY-MM-DD).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub date_from: Option<String>,
+    /// Last date (inclusive, YYYY-MM-DD).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub date_to: Option<String>,
+}
+
+impl FlightFilter {
+    fn check(&self) -> Result<(), Status> {
+        if benchlake_core::catalog::get(&self.table).is_none() {
+            return Err(Status::not_found(format!(
+                "table: no table '{}'",
+                self.table
+            )));
+        }
+        for (f, d) in [("date_from", &self.date_from), ("date_to", &self.date_to)] {
+            if let Some(d) = d {
+                benchlake_core::layout::validate_date(d).map_err(|_| {
+                    Status::invalid_argument(format!("{f}: '{d}' is not YYYY-MM-DD"))
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    fn matches(&self, f: &CommittedFile) -> bool {
+        f.table == self.table
+            && self.run_id.as_ref().is_none_or(|r| &f.run_id == r)
+            && self
+                .date_from
+                .as_ref()
+                .is_none_or(|d| f.date.as_str() >= d.as_str())
+            && self
+                .date_to
+                .as_ref()
+                .is_none_or(|d| f.date.as_str() <= d.as_str())
+    }
+
+    fn from_descriptor(d: &FlightDescriptor) -> Result<Self, Status> {
+        let f = if !d.cmd.is_empty() {
+            serde_json::from_slice::<FlightFilter>(&d.cmd).map_err(|e| {
+                Status::invalid_argument(format!("cmd: not a JSON flight filter: {e}"))
+            })?
+        } else if let Some(t) = d.path.first() {
+            FlightFilter {
+                table: t.clone(),
+                ..Default::default()
+            }
+        } else {
+            return Err(Status::invalid_argument(
+                "descriptor: give a path [table] or a JSON cmd",
+            ));
+        };
+        f.check()?;
+        Ok(f)
+    }
+}
+
+/// The schema a flight of `table` streams: catalog columns plus `date`.
+pub fn flight_schema(table: &str) -> Result<SchemaRef, Status> {
+    let base =
+        benchlake_core::catalog::schema(table).map_err(|e| Status::not_found(e.to_string()))?;
+    let mut fields: Vec<Field> = base.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new("date", DataType::Date32, false));
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+/// The Flight service.
+#[derive(Clone)]
+pub struct FlightSvc(pub Arc<Coordinator>);
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+impl FlightSvc {
+    fn files(&self, f: &FlightFilter) -> Result<Vec<CommittedFile>, Status> {
+        let all = self
+            .0
+            .store
+            .transact(|tx| tx.committed_files(Some(&f.table)))
+            .map_err(Status::from)?;
+        Ok(all.into_iter().filter(|x| f.matches(x)).collect())
+    }
+
+    fn info(&self, f: &FlightFilter) -> Result<FlightInfo, Status> {
+        let schema = flight_schema(&f.table)?;
+        let files = self.files(f)?;
+        let rows: u64 = files.iter().map(|x| x.rows).sum();
+        let bytes: u64 = files.iter().map(|x| x.bytes).sum();
+        let ticket = serde_json::to_vec(f).map_err(|e| Status::internal(e.to_string()))?;
+        FlightInfo::new()
+            .try_with_schema(&schema)
+            .map_err(|e| Status::internal(e.to_string()))
+            .map(|i| {
+                i.with_descriptor(FlightDescriptor::new_cmd(ticket.clone()))
+                    .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(ticket)))
+                    .with_total_records(rows as i64)
+                    .with_total_bytes(bytes as i64)
+            })
+    }
+}
+
+fn days_since_epoch(date: &str) -> i32 {
+    chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d")
+        .map(|d| (d - chrono::NaiveDate::default()).num_days() as i32)
+        .unwrap_or(0)
+}
+
+/// Reads one committed file into batches with the `date` column added.
+fn read_file(
+    data: bytes::Bytes,
+    date: &str,
+    schema: &SchemaRef,
+) -> Result<Vec<RecordBatch>, FlightError> {
+    let reader = ParquetRecordBatchReaderBuilder::try_new(data)
+        .map_err(|e| FlightError::ExternalError(Box::new(e)))?
+        .with_batch_size(64 * 1024)
+        .build()
+        .map_err(|e| FlightError::ExternalError(Box::new(e)))?;
+    let day = days_since_epoch(date);
+    let mut out = Vec::new();
+    for b in reader {
+        let b = b.map_err(FlightError::Arrow)?;
+        let mut cols: Vec<ArrayRef> = b.columns().to_vec();
+        cols.push(Arc::new(Date32Array::from(vec![day; b.num_rows()])));
+        out.push(RecordBatch::try_new(schema.clone(), cols).map_err(FlightError::Arrow)?);
+    }
+    Ok(out)
+}
+
+#[tonic::async_trait]
+impl FlightService for FlightSvc {
+    type HandshakeStream = BoxStream<HandshakeResponse>;
+    async fn handshake(
+        &self,
+        _r: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<Response<Self::HandshakeStream>, Status> {
+        Err(Status::unimplemented(
+            "handshake: send 'authorization: Bearer <token>' with every call instead",
+        ))
+    }
+
+    type ListFlightsStream = BoxStream<FlightInfo>;
+    async fn list_flights(
+        &self,
+        _r: Request<Criteria>,
+    ) -> Result<Response<Self::ListFlightsStream>, Status> {
+        let files = self
+            .0
+            .store
+            .transact(|tx| tx.committed_files(None))
+            .map_err(Status::from)?;
+        let mut tables: Vec<String> = files.into_iter().map(|f| f.table).collect();
+        tables.dedup();
+        let mut infos = Vec::new();
+        for t in tables {
+            infos.push(Ok(self.info(&FlightFilter {
+                table: t,
+                ..Default::default()
+            })?));
+        }
+        Ok(Response::new(Box::pin(futures::stream::iter(infos))))
+    }
+
+    async fn get_flight_info(
+        &self,
+        r: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let f = FlightFilter::from_descriptor(r.get_ref())?;
+        Ok(Response::new(self.info(&f)?))
+    }
+
+    async fn poll_flight_info(
+        &self,
+        _r: Request<FlightDescriptor>,
+    ) -> Result<Response<PollInfo>, Status> {
+        Err(Status::unimplemented(
+            "poll_flight_info: use get_flight_info",
+        ))
+    }
+
+    async fn get_schema(
+        &self,
+        r: Request<FlightDescriptor>,
+    ) -> Result<Response<SchemaResult>, Status> {
+        let f = FlightFilter::from_descriptor(r.get_ref())?;
+        let schema = flight_schema(&f.table)?;
+        let res: SchemaResult = SchemaAsIpc::new(&schema, &IpcWriteOptions::default())
+            .try_into()
+            .map_err(|e: arrow::error::ArrowError| Status::internal(e.to_string()))?;
+        Ok(Response::new(res))
+    }
+
+    type DoGetStream = BoxStream<FlightData>;
+    async fn do_get(&self, r: Request<Ticket>) -> Result<Response<Self::DoGetStream>, Status> {
+        let f: FlightFilter = serde_json::from_slice(&r.get_ref().ticket).map_err(|e| {
+            Status::invalid_argument(format!("ticket: not a JSON flight filter: {e}"))
+        })?;
+        f.check()?;
+        let schema = flight_schema(&f.table)?;
+        let files = self.files(&f)?;
+        let lake = self.0.lake.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, FlightError>>(4);
+        let sch = schema.clone();
+        // One file at a time, so memory stays at one file however big the table is.
+        tokio::spawn(async move {
+            for file in files {
+                let res = match lake.get(&file.key).await {
+                    Ok(data) => {
+                        let date = file.date.clone();
+                        let sch = sch.clone();
+                        tokio::task::spawn_blocking(move || read_file(data, &date, &sch))
+                            .await
+                            .unwrap_or_else(|e| Err(FlightError::ProtocolError(e.to_string())))
+                    }
+                    Err(e) => Err(FlightError::ExternalError(Box::new(e))),
+                };
+                match res {
+                    Ok(batches) => {
+                        for b in batches {
+                            if tx.send(Ok(b)).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                }
+            }
+        });
+        let batches = tokio_stream::wrappers::ReceiverStream::new(rx);
+        let stream = FlightDataEncoderBuilder::new()
+            .with_schema(schema)
+            .build(batches)
+            .map(|r| r.map_err(Status::from));
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    type DoPutStream = BoxStream<PutResult>;
+    async fn do_put(
+        &self,
+        _r: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoPutStream>, Status> {
+        Err(Status::unimplemented(
+            "do_put: the lake is written by workers only",
+        ))
+    }
+
+    type DoExchangeStream = BoxStream<FlightData>;
+    async fn do_exchange(
+        &self,
+        _r: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoExchangeStream>, Status> {
+        Err(Status::unimplemented("do_exchange is not offered"))
+    }
+
+    type DoActionStream = BoxStream<arrow_flight::Result>;
+    async fn do_action(
+        &self,
+        _r: Request<Action>,
+    ) -> Result<Response<Self::DoActionStream>, Status> {
+        Err(Status::unimplemented("no actions are offered"))
+    }
+
+    type ListActionsStream = BoxStream<ActionType>;
+    async fn list_actions(
+        &self,
+        _r: Request<Empty>,
+    ) -> Result<Response<Self::ListActionsStream>, Status> {
+        Ok(Response::new(Box::pin(futures::stream::empty())))
+    }
+}

@@ -1,0 +1,753 @@
+//! Lifecycle rules (DESIGN.md §6), written once over the store's [`Tx`]
+//! primitives so that each transition is one transaction:
+//!
+//! - run: `PENDING → RUNNING → PROCESSING → SUCCEEDED | FAILED | CANCELLED`
+//! - task: `QUEUED → LEASED → RUNNING → DONE | FAILED` (expired lease → QUEUED while
+//!   attempts remain)
+//! - job: `QUEUED → LEASED → DONE | FAILED` (retryable failure → QUEUED with backoff)
+//!
+//! When every task of a run has ended, the run's raw outputs become `ingest` jobs;
+//! when every job has ended, the run's outcome is decided and a `record` job writes
+//! its rows to the `runs` and `raw_files` tables; when that lands the run is final.
+use std::collections::BTreeMap;
+
+use benchlake_core::bench::{BenchmarkInfo, LauncherKind};
+use benchlake_core::{ids, layout};
+
+use crate::config::CoordinatorConfig;
+use crate::error::{CoordError, Result};
+use crate::model::*;
+use crate::store::Tx;
+
+pub use benchlake_core::jobs::*;
+
+/// Exponential retry backoff: base · 2^(attempt−1), capped.
+pub fn backoff_ms(cfg: &CoordinatorConfig, attempt: u32) -> i64 {
+    let exp = attempt.saturating_sub(1).min(20);
+    (cfg.retry_backoff_ms.saturating_mul(1u64 << exp)).min(cfg.retry_backoff_max_ms) as i64
+}
+
+/// Where a run comes from.
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    pub schedule_id: Option<String>,
+    pub scheduled_for_ms: Option<i64>,
+    pub idempotency_key: Option<String>,
+    pub rerun_of: Option<String>,
+}
+
+/// The catalog entry of `benchmark` as registered by agents (first agent that has it).
+pub fn find_benchmark(agents: &[AgentRow], benchmark: &str) -> Option<BenchmarkInfo> {
+    agents
+        .iter()
+        .flat_map(|a| a.catalog.iter())
+        .find(|b| b.name == benchmark)
+        .cloned()
+}
+
+/// Validates a user spec against the registered catalogs; returns the canonical spec
+/// and the benchmark's kind. Errors name the field.
+pub fn validate_spec(
+    cfg: &CoordinatorConfig,
+    agents: &[AgentRow],
+    raw: &benchlake_proto::v1::BenchmarkSpec,
+) -> Result<(Spec, String)> {
+    if raw.benchmark.is_empty() {
+        return Err(CoordError::invalid("spec.benchmark", "is required"));
+    }
+    let info = find_benchmark(agents, &raw.benchmark).ok_or_else(|| {
+        let mut known: Vec<_> = agents
+            .iter()
+            .flat_map(|a| a.catalog.iter().map(|b| b.name.clone()))
+            .collect();
+        known.sort();
+        known.dedup();
+        CoordError::invalid(
+            "spec.benchmark",
+            format!(
+                "unknown benchmark '{}' (no registered agent offers it; known: {})",
+                raw.benchmark,
+                if known.is_empty() {
+                    "none".into()
+                } else {
+                    known.join(", ")
+                }
+            ),
+        )
+    })?;
+    let params: BTreeMap<String, String> = raw.params.clone().into_iter().collect();
+    let params = info
+        .validate_params(&params, "spec.params")
+        .map_err(CoordError::Invalid)?;
+    let launcher = match benchlake_proto::v1::Launcher::try_from(raw.launcher) {
+        Ok(benchlake_proto::v1::Launcher::Unspecified) => {
+            *info.launchers.first().unwrap_or(&LauncherKind::Local)
+        }
+        Ok(benchlake_proto::v1::Launcher::Local) => LauncherKind::Local,
+        Ok(benchlake_proto::v1::Launcher::Mpirun) => LauncherKind::Mpirun,
+        Ok(benchlake_proto::v1::Launcher::Srun) => LauncherKind::Srun,
+        Err(_) => {
+            return Err(CoordError::invalid(
+                "spec.launcher",
+                format!("unknown launcher value {}", raw.launcher),
+            ));
+        }
+    };
+    if !info.launchers.contains(&launcher) {
+        return Err(CoordError::invalid(
+            "spec.launcher",
+            format!(
+                "benchmark '{}' does not support launcher '{}' (supported: {})",
+                info.name,
+                launcher.as_str(),
+                info.launchers
+                    .iter()
+                    .map(|l| l.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    let timeout_s = info
+        .effective_timeout(raw.timeout_s)
+        .map_err(CoordError::Invalid)?;
+    let max_attempts = match raw.max_attempts {
+        0 => cfg.task_max_attempts,
+        n if n <= 20 => n,
+        n => {
+            return Err(CoordError::invalid(
+                "spec.max_attempts",
+                format!("{n} is above 20"),
+            ));
+        }
+    };
+    let sel = raw.nodes.clone().unwrap_or_default();
+    if sel.names.len() > 10_000 {
+        return Err(CoordError::invalid(
+            "spec.nodes.names",
+            "more than 10000 names",
+        ));
+    }
+    for n in &sel.names {
+        if !agents.iter().any(|a| &a.name == n) {
+            return Err(CoordError::invalid(
+                "spec.nodes.names",
+                format!("unknown agent '{n}'"),
+            ));
+        }
+    }
+    if sel.count > 100_000 {
+        return Err(CoordError::invalid(
+            "spec.nodes.count",
+            format!("{} is absurd", sel.count),
+        ));
+    }
+    Ok((
+        Spec {
+            benchmark: info.name.clone(),
+            params,
+            nodes: Nodes {
+                names: sel.names,
+                labels: sel.labels.into_iter().collect(),
+                count: sel.count,
+            },
+            launcher,
+            max_attempts,
+            timeout_s,
+        },
+        info.kind,
+    ))
+}
+
+/// Whether an agent can take a new task of `spec` (liveness is the tick's job: a
+/// silent agent is LOST before its tasks expire).
+fn eligible(a: &AgentRow, spec: &Spec) -> bool {
+    a.state == AgentState::Online
+        && !a.drain
+        && a.catalog.iter().any(|b| b.name == spec.benchmark)
+        && spec
+            .nodes
+            .labels
+            .iter()
+            .all(|(k, v)| a.labels.get(k) == Some(v))
+}
+
+/// Chooses the agents of a run. `exclude` are agents that must not be chosen.
+pub fn select_agents(tx: &mut dyn Tx, spec: &Spec, exclude: &[String]) -> Result<Vec<String>> {
+    let agents = tx.list_agents()?;
+    if !spec.nodes.names.is_empty() {
+        let mut out = Vec::new();
+        for n in &spec.nodes.names {
+            let a = agents.iter().find(|a| &a.name == n).ok_or_else(|| {
+                CoordError::invalid("spec.nodes.names", format!("unknown agent '{n}'"))
+            })?;
+            if !eligible(a, spec) {
+                return Err(CoordError::FailedPrecondition(format!(
+                    "spec.nodes.names: agent '{n}' cannot take the run (state {}, draining {}, or it lacks benchmark '{}' or the labels)",
+                    a.state.as_str(),
+                    a.drain,
+                    spec.benchmark
+                )));
+            }
+            out.push(n.clone());
+        }
+        let want = if spec.nodes.count == 0 {
+            out.len()
+        } else {
+            spec.nodes.count as usize
+        };
+        if want > out.len() {
+            return Err(CoordError::invalid(
+                "spec.nodes.count",
+                format!("{want} agents requested but only {} named", out.len()),
+            ));
+        }
+        out.truncate(want);
+        return Ok(out);
+    }
+    let want = spec.nodes.count.max(1) as usize;
+    let mut cands: Vec<(usize, String)> = Vec::new();
+    for a in agents
+        .iter()
+        .filter(|a| eligible(a, spec) && !exclude.contains(&a.name))
+    {
+        let load = tx
+            .tasks_of_agent(
+                &a.name,
+                &[TaskState::Queued, TaskState::Leased, TaskState::Running],
+            )?
+            .len();
+        cands.push((load, a.name.clone()));
+    }
+    if cands.len() < want {
+        return Err(CoordError::FailedPrecondition(format!(
+            "spec.nodes.count: {want} agent(s) requested, {} eligible (online, not draining, offering '{}', matching labels)",
+            cands.len(),
+            spec.benchmark
+        )));
+    }
+    // Least loaded first, then by name, so repeated runs spread over the agents.
+    cands.sort();
+    Ok(cands.into_iter().take(want).map(|c| c.1).collect())
+}
+
+/// Creates a run and its tasks (one per agent for `local`; one on the first agent,
+/// naming all, for `mpirun`/`srun`).
+#[allow(clippy::too_many_arguments)]
+pub fn create_run(
+    tx: &mut dyn Tx,
+    cfg: &CoordinatorConfig,
+    spec: Spec,
+    kind: String,
+    origin: Origin,
+    agents: Vec<String>,
+    now: i64,
+) -> Result<RunRow> {
+    let run_id = ids::new_id_at(now);
+    let date = layout::date_of_ms(origin.scheduled_for_ms.unwrap_or(now));
+    let run = RunRow {
+        run_id: run_id.clone(),
+        schedule_id: origin.schedule_id,
+        benchmark: spec.benchmark.clone(),
+        kind,
+        state: RunState::Pending,
+        spec: spec.clone(),
+        submitted_at_ms: now,
+        started_at_ms: None,
+        finished_at_ms: None,
+        scheduled_for_ms: origin.scheduled_for_ms,
+        error: None,
+        idempotency_key: origin.idempotency_key,
+        rerun_of: origin.rerun_of,
+        date,
+        outcome: None,
+    };
+    tx.insert_run(&run)?;
+    let per_agent = spec.launcher == LauncherKind::Local;
+    let task_agents: Vec<&String> = if per_agent {
+        agents.iter().collect()
+    } else {
+        agents.first().into_iter().collect()
+    };
+    let n = task_agents.len() as u32;
+    for (rank, agent) in task_agents.into_iter().enumerate() {
+        tx.insert_task(&new_task(
+            &run_id,
+            agent,
+            rank as u32,
+            n,
+            &spec,
+            agents.clone(),
+            now,
+        ))?;
+    }
+    let _ = cfg;
+    Ok(run)
+}
+
+fn new_task(
+    run_id: &str,
+    agent: &str,
+    rank: u32,
+    num_tasks: u32,
+    spec: &Spec,
+    peers: Vec<String>,
+    now: i64,
+) -> TaskRow {
+    TaskRow {
+        task_id: ids::new_id_at(now),
+        run_id: run_id.to_string(),
+        agent: agent.to_string(),
+        rank,
+        num_tasks,
+        state: TaskState::Queued,
+        attempt: 1,
+        max_attempts: spec.max_attempts,
+        lease_id: None,
+        lease_expires_ms: None,
+        not_before_ms: now,
+        error: None,
+        exit_code: None,
+        stdout_tail: String::new(),
+        stderr_tail: String::new(),
+        outputs: Vec::new(),
+        started_at_ms: None,
+        finished_at_ms: None,
+        peers,
+    }
+}
+
+/// A new run with only the failed tasks of `old` (same agents and ranks).
+pub fn rerun_failed(
+    tx: &mut dyn Tx,
+    cfg: &CoordinatorConfig,
+    old_id: &str,
+    now: i64,
+) -> Result<RunRow> {
+    let old = tx
+        .get_run(old_id)?
+        .ok_or_else(|| CoordError::NotFound(format!("run_id: no run '{old_id}'")))?;
+    if !old.state.is_final() {
+        return Err(CoordError::FailedPrecondition(format!(
+            "run {old_id} is {}; only a finished run can be re-run",
+            old.state.as_str()
+        )));
+    }
+    let failed: Vec<TaskRow> = tx
+        .tasks_of_run(old_id)?
+        .into_iter()
+        .filter(|t| t.state == TaskState::Failed)
+        .collect();
+    if failed.is_empty() {
+        return Err(CoordError::FailedPrecondition(format!(
+            "run {old_id} has no failed tasks"
+        )));
+    }
+    let run_id = ids::new_id_at(now);
+    let run = RunRow {
+        run_id: run_id.clone(),
+        state: RunState::Pending,
+        submitted_at_ms: now,
+        started_at_ms: None,
+        finished_at_ms: None,
+        error: None,
+        idempotency_key: None,
+        rerun_of: Some(old_id.to_string()),
+        date: layout::date_of_ms(old.scheduled_for_ms.unwrap_or(now)),
+        outcome: None,
+        ..old.clone()
+    };
+    tx.insert_run(&run)?;
+    for t in failed {
+        let mut nt = new_task(
+            &run_id,
+            &t.agent,
+            t.rank,
+            t.num_tasks,
+            &old.spec,
+            t.peers.clone(),
+            now,
+        );
+        nt.max_attempts = old.spec.max_attempts.max(1);
+        tx.insert_task(&nt)?;
+    }
+    let _ = cfg;
+    Ok(run)
+}
+
+/// Moves a run forward after any change of its tasks or jobs. Idempotent; returns
+/// whether the run changed.
+pub fn advance_run(
+    tx: &mut dyn Tx,
+    cfg: &CoordinatorConfig,
+    run_id: &str,
+    now: i64,
+) -> Result<bool> {
+    let Some(mut run) = tx.get_run(run_id)? else {
+        return Ok(false);
+    };
+    let before = run.clone();
+    let tasks = tx.tasks_of_run(run_id)?;
+    // Targeted queries: a run may have thousands of jobs (sweeps), and this runs
+    // after every one of them.
+    let record = tx.job_of_kind(run_id, RECORD_JOB)?;
+    let record = record.as_ref();
+
+    if run.state == RunState::Cancelled {
+        if run.outcome.is_some() {
+            match record {
+                None => insert_record_job(tx, cfg, &run, &tasks, now)?,
+                Some(j) if j.state.is_final() => run.outcome = None,
+                Some(_) => {}
+            }
+        }
+    } else if !run.state.is_final() {
+        if run.state == RunState::Pending
+            && tasks
+                .iter()
+                .any(|t| matches!(t.state, TaskState::Leased | TaskState::Running))
+        {
+            run.state = RunState::Running;
+            run.started_at_ms.get_or_insert(now);
+        }
+        let tasks_done = tasks.iter().all(|t| t.state.is_final());
+        if tasks_done && matches!(run.state, RunState::Pending | RunState::Running) {
+            if run.started_at_ms.is_none() {
+                run.started_at_ms = Some(now);
+            }
+            run.state = RunState::Processing;
+            for j in ingest_jobs(&run, &tasks, cfg, now) {
+                tx.insert_job(&j)?;
+            }
+        }
+        if run.state == RunState::Processing {
+            let work_done = tx.count_open_jobs(run_id, RECORD_JOB)? == 0;
+            if work_done {
+                match (run.outcome, record) {
+                    (None, _) => {
+                        let failed = tx.failed_jobs(run_id)?;
+                        let (mut outcome, mut error) = decide(&tasks, &failed);
+                        // An error set at creation (a scheduled run that could not be
+                        // placed) fails the run.
+                        if let Some(pre) = run.error.take() {
+                            outcome = RunState::Failed;
+                            error = Some(match error {
+                                Some(e) => format!("{pre}; {e}"),
+                                None => pre,
+                            });
+                        }
+                        run.outcome = Some(outcome);
+                        run.error = error;
+                        run.finished_at_ms = Some(now);
+                        insert_record_job(tx, cfg, &run, &tasks, now)?;
+                    }
+                    (Some(outcome), Some(j)) if j.state.is_final() => {
+                        run.state = outcome;
+                        run.outcome = None;
+                        if j.state == JobState::Failed {
+                            let e = format!(
+                                "run record not written: {}",
+                                j.error.clone().unwrap_or_default()
+                            );
+                            run.error = Some(match run.error.take() {
+                                Some(prev) => format!("{prev}; {e}"),
+                                None => e,
+                            });
+                            run.state = RunState::Failed;
+                        }
+                    }
+                    (Some(_), None) => insert_record_job(tx, cfg, &run, &tasks, now)?,
+                    (Some(_), Some(_)) => {}
+                }
+            }
+        }
+    }
+    if run != before {
+        tx.update_run(&run)?;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// The run's outcome once its tasks and work jobs have ended.
+fn decide(tasks: &[TaskRow], jobs: &[JobRow]) -> (RunState, Option<String>) {
+    let mut errors = Vec::new();
+    for t in tasks.iter().filter(|t| t.state == TaskState::Failed) {
+        errors.push(format!(
+            "task {} (rank {}, agent {}) failed: {}",
+            t.task_id,
+            t.rank,
+            t.agent,
+            t.error.clone().unwrap_or_default()
+        ));
+    }
+    for j in jobs
+        .iter()
+        .filter(|j| j.kind != RECORD_JOB && j.state == JobState::Failed)
+    {
+        errors.push(format!(
+            "{} job {} failed: {}",
+            j.kind,
+            j.job_id,
+            j.error.clone().unwrap_or_default()
+        ));
+    }
+    if errors.is_empty() {
+        (RunState::Succeeded, None)
+    } else {
+        (RunState::Failed, Some(errors.join("; ")))
+    }
+}
+
+fn ingest_jobs(run: &RunRow, tasks: &[TaskRow], cfg: &CoordinatorConfig, now: i64) -> Vec<JobRow> {
+    let known: Vec<&str> = benchlake_formats::kinds().iter().map(|k| k.0).collect();
+    let mut out = Vec::new();
+    for t in tasks.iter().filter(|t| t.state == TaskState::Done) {
+        let mut by_format: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for o in &t.outputs {
+            if known.contains(&o.format.as_str()) {
+                by_format.entry(&o.format).or_default().push(o.key.clone());
+            }
+        }
+        for (format, keys) in by_format {
+            let spec = IngestSpec {
+                format: format.to_string(),
+                keys,
+                task_id: t.task_id.clone(),
+                agent: t.agent.clone(),
+            };
+            out.push(new_job(
+                run,
+                INGEST_JOB,
+                serde_json::to_string(&spec).unwrap_or_default(),
+                cfg,
+                now,
+            ));
+        }
+    }
+    out
+}
+
+/// A new QUEUED job of `run`.
+pub fn new_job(
+    run: &RunRow,
+    kind: &str,
+    spec_json: String,
+    cfg: &CoordinatorConfig,
+    now: i64,
+) -> JobRow {
+    JobRow {
+        job_id: ids::new_id_at(now),
+        run_id: run.run_id.clone(),
+        kind: kind.to_string(),
+        state: JobState::Queued,
+        attempt: 1,
+        max_attempts: cfg.job_max_attempts,
+        spec_json,
+        error: None,
+        lease_id: None,
+        leased_by: None,
+        lease_expires_ms: None,
+        not_before_ms: now,
+        created_ms: now,
+        committed_keys: Vec::new(),
+        date: run.date.clone(),
+    }
+}
+
+fn insert_record_job(
+    tx: &mut dyn Tx,
+    cfg: &CoordinatorConfig,
+    run: &RunRow,
+    tasks: &[TaskRow],
+    now: i64,
+) -> Result<()> {
+    let status = run.outcome.unwrap_or(run.state);
+    let mut agents: Vec<String> = tasks.iter().flat_map(|t| t.peers.iter().cloned()).collect();
+    agents.sort();
+    agents.dedup();
+    let raw_files = tasks
+        .iter()
+        .flat_map(|t| {
+            t.outputs.iter().map(|o| RecordRawFile {
+                task_id: t.task_id.clone(),
+                agent: t.agent.clone(),
+                key: o.key.clone(),
+                bytes: o.bytes,
+                sha256: o.sha256.clone(),
+                format: o.format.clone(),
+            })
+        })
+        .collect();
+    let spec = RecordSpec {
+        run_id: run.run_id.clone(),
+        schedule_id: run.schedule_id.clone(),
+        benchmark: run.benchmark.clone(),
+        kind: run.kind.clone(),
+        status: status.as_str().to_string(),
+        params: run.spec.params.clone(),
+        submitted_at_ms: run.submitted_at_ms,
+        started_at_ms: run.started_at_ms,
+        finished_at_ms: run.finished_at_ms.or(Some(now)),
+        agents,
+        error: run.error.clone(),
+        raw_files,
+    };
+    tx.insert_job(&new_job(
+        run,
+        RECORD_JOB,
+        serde_json::to_string(&spec)?,
+        cfg,
+        now,
+    ))
+}
+
+/// Cancels a run: queued and running tasks and queued jobs end as CANCELLED.
+pub fn cancel_run(
+    tx: &mut dyn Tx,
+    cfg: &CoordinatorConfig,
+    run_id: &str,
+    reason: &str,
+    now: i64,
+) -> Result<RunRow> {
+    let mut run = tx
+        .get_run(run_id)?
+        .ok_or_else(|| CoordError::NotFound(format!("run_id: no run '{run_id}'")))?;
+    if run.state.is_final() {
+        return Ok(run);
+    }
+    for mut t in tx.tasks_of_run(run_id)? {
+        if !t.state.is_final() {
+            t.state = TaskState::Cancelled;
+            t.lease_expires_ms = None;
+            t.finished_at_ms = Some(now);
+            t.error = Some(format!("cancelled: {reason}"));
+            tx.update_task(&t)?;
+        }
+    }
+    for mut j in tx.jobs_of_run(run_id)? {
+        if !j.state.is_final() && j.kind != RECORD_JOB {
+            j.state = JobState::Cancelled;
+            j.lease_expires_ms = None;
+            j.error = Some(format!("cancelled: {reason}"));
+            tx.update_job(&j)?;
+        }
+    }
+    run.state = RunState::Cancelled;
+    run.outcome = Some(RunState::Cancelled);
+    run.finished_at_ms = Some(now);
+    run.error = Some(if reason.is_empty() {
+        "cancelled".into()
+    } else {
+        format!("cancelled: {reason}")
+    });
+    tx.update_run(&run)?;
+    advance_run(tx, cfg, run_id, now)?;
+    tx.get_run(run_id)?
+        .ok_or_else(|| CoordError::NotFound(format!("run_id: no run '{run_id}'")))
+}
+
+/// Ends a task's attempt that lost its lease (or whose agent restarted): retried
+/// with backoff while attempts remain — on another eligible agent when the agent
+/// is gone and the run did not name its agents — else FAILED.
+pub fn retry_or_fail_task(
+    tx: &mut dyn Tx,
+    cfg: &CoordinatorConfig,
+    mut t: TaskRow,
+    reason: &str,
+    agent_gone: bool,
+    now: i64,
+) -> Result<()> {
+    t.lease_id = None;
+    t.lease_expires_ms = None;
+    if t.attempt < t.max_attempts {
+        t.attempt += 1;
+        t.state = TaskState::Queued;
+        t.not_before_ms = now + backoff_ms(cfg, t.attempt - 1);
+        t.error = Some(format!("attempt {} ended: {reason}", t.attempt - 1));
+        if agent_gone
+            && let Some(run) = tx.get_run(&t.run_id)?
+            && run.spec.nodes.names.is_empty()
+            && run.spec.launcher == LauncherKind::Local
+        {
+            let busy: Vec<String> = tx
+                .tasks_of_run(&t.run_id)?
+                .into_iter()
+                .map(|x| x.agent)
+                .collect();
+            if let Ok(mut alt) = select_agents(
+                tx,
+                &Spec {
+                    nodes: Nodes {
+                        count: 1,
+                        ..run.spec.nodes.clone()
+                    },
+                    ..run.spec.clone()
+                },
+                &busy,
+            ) && let Some(a) = alt.pop()
+            {
+                for p in t.peers.iter_mut() {
+                    if *p == t.agent {
+                        *p = a.clone();
+                    }
+                }
+                t.agent = a;
+            }
+        }
+    } else {
+        t.state = TaskState::Failed;
+        t.finished_at_ms = Some(now);
+        t.error = Some(format!("{reason} (after {} attempt(s))", t.attempt));
+    }
+    let run_id = t.run_id.clone();
+    tx.update_task(&t)?;
+    advance_run(tx, cfg, &run_id, now)?;
+    Ok(())
+}
+
+/// Ends a job attempt: retried with backoff while attempts remain (and the failure
+/// is retryable), else FAILED.
+pub fn retry_or_fail_job(
+    tx: &mut dyn Tx,
+    cfg: &CoordinatorConfig,
+    mut j: JobRow,
+    reason: &str,
+    retryable: bool,
+    now: i64,
+) -> Result<()> {
+    j.lease_id = None;
+    j.leased_by = None;
+    j.lease_expires_ms = None;
+    if retryable && j.attempt < j.max_attempts {
+        j.attempt += 1;
+        j.state = JobState::Queued;
+        j.not_before_ms = now + backoff_ms(cfg, j.attempt - 1);
+        j.error = Some(format!("attempt {} ended: {reason}", j.attempt - 1));
+    } else {
+        j.state = JobState::Failed;
+        j.error = Some(if retryable {
+            format!("{reason} (after {} attempt(s))", j.attempt)
+        } else {
+            reason.to_string()
+        });
+    }
+    let run_id = j.run_id.clone();
+    tx.update_job(&j)?;
+    advance_run(tx, cfg, &run_id, now)?;
+    Ok(())
+}
+
+/// The job, if `lease_id` still holds it.
+pub fn leased_job(tx: &mut dyn Tx, job_id: &str, lease_id: &str) -> Result<JobRow> {
+    let j = tx
+        .get_job(job_id)?
+        .ok_or_else(|| CoordError::NotFound(format!("job_id: no job '{job_id}'")))?;
+    if j.lease_id.as_deref() != Some(lease_id) || j.state != JobState::Leased {
+        return Err(CoordError::LeaseLost(format!(
+            "job {job_id}: lease {lease_id} is no longer valid (job is {})",
+            j.state.as_str()
+        )));
+    }
+    Ok(j)
+}

@@ -1,0 +1,593 @@
+//! Durable state behind the [`StateStore`] trait: one SQLite database (WAL) by
+//! default. Every lifecycle transition runs inside one transaction
+//! ([`StateStore::transact`]) over the primitive operations of [`Tx`], so a
+//! coordinator killed at any point restarts into a consistent state.
+//!
+//! Each record is stored as JSON next to the columns that queries filter on; the
+//! JSON is the truth, the columns are indexes kept in step by every write.
+use std::path::Path;
+use std::sync::Mutex;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::error::{CoordError, Result};
+use crate::model::*;
+
+/// Filter of [`Tx::list_runs`].
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    pub schedule_id: Option<String>,
+    pub state: Option<RunState>,
+    pub benchmark: Option<String>,
+    pub limit: u32,
+}
+
+/// The primitive operations available inside a transaction.
+pub trait Tx {
+    fn insert_run(&mut self, r: &RunRow) -> Result<()>;
+    fn update_run(&mut self, r: &RunRow) -> Result<()>;
+    fn get_run(&mut self, id: &str) -> Result<Option<RunRow>>;
+    fn run_by_idempotency_key(&mut self, key: &str) -> Result<Option<RunRow>>;
+    fn list_runs(&mut self, f: &RunFilter) -> Result<Vec<RunRow>>;
+    /// Runs of a schedule that are not final.
+    fn active_runs_of_schedule(&mut self, schedule_id: &str) -> Result<Vec<RunRow>>;
+    /// Ids of every run that is not final (recovery, reaping).
+    fn unfinished_runs(&mut self) -> Result<Vec<String>>;
+
+    fn insert_task(&mut self, t: &TaskRow) -> Result<()>;
+    fn update_task(&mut self, t: &TaskRow) -> Result<()>;
+    fn get_task(&mut self, id: &str) -> Result<Option<TaskRow>>;
+    fn tasks_of_run(&mut self, run_id: &str) -> Result<Vec<TaskRow>>;
+    /// The oldest QUEUED task of `agent` that may start at `now`.
+    fn next_task_for_agent(&mut self, agent: &str, now: i64) -> Result<Option<TaskRow>>;
+    /// LEASED or RUNNING tasks whose lease ended before `now`.
+    fn expired_tasks(&mut self, now: i64) -> Result<Vec<TaskRow>>;
+    /// Tasks of `agent` in the given states.
+    fn tasks_of_agent(&mut self, agent: &str, states: &[TaskState]) -> Result<Vec<TaskRow>>;
+
+    fn insert_job(&mut self, j: &JobRow) -> Result<()>;
+    fn update_job(&mut self, j: &JobRow) -> Result<()>;
+    fn get_job(&mut self, id: &str) -> Result<Option<JobRow>>;
+    fn jobs_of_run(&mut self, run_id: &str) -> Result<Vec<JobRow>>;
+    /// The oldest QUEUED job of one of `kinds` (empty = any) that may start at `now`.
+    fn next_job(&mut self, kinds: &[String], now: i64) -> Result<Option<JobRow>>;
+    /// LEASED jobs whose lease ended before `now`.
+    fn expired_jobs(&mut self, now: i64) -> Result<Vec<JobRow>>;
+    /// Number of QUEUED jobs (for metrics and long-poll decisions).
+    fn queued_job_count(&mut self) -> Result<u64>;
+    /// The (first) job of `kind` of a run.
+    fn job_of_kind(&mut self, run_id: &str, kind: &str) -> Result<Option<JobRow>>;
+    /// Jobs of a run that have not ended, other than `except_kind`.
+    fn count_open_jobs(&mut self, run_id: &str, except_kind: &str) -> Result<u64>;
+    /// FAILED jobs of a run.
+    fn failed_jobs(&mut self, run_id: &str) -> Result<Vec<JobRow>>;
+
+    fn upsert_agent(&mut self, a: &AgentRow) -> Result<()>;
+    fn get_agent(&mut self, name: &str) -> Result<Option<AgentRow>>;
+    fn list_agents(&mut self) -> Result<Vec<AgentRow>>;
+
+    fn insert_schedule(&mut self, s: &ScheduleRow) -> Result<()>;
+    fn update_schedule(&mut self, s: &ScheduleRow) -> Result<()>;
+    fn get_schedule(&mut self, id: &str) -> Result<Option<ScheduleRow>>;
+    fn schedule_by_name(&mut self, name: &str) -> Result<Option<ScheduleRow>>;
+    fn delete_schedule(&mut self, id: &str) -> Result<bool>;
+    fn list_schedules(&mut self) -> Result<Vec<ScheduleRow>>;
+    /// Unpaused schedules whose next fire time is at or before `now`.
+    fn due_schedules(&mut self, now: i64) -> Result<Vec<ScheduleRow>>;
+
+    fn upsert_committed(&mut self, f: &CommittedFile) -> Result<()>;
+    fn delete_committed(&mut self, key: &str) -> Result<()>;
+    /// Committed files, of one table or all.
+    fn committed_files(&mut self, table: Option<&str>) -> Result<Vec<CommittedFile>>;
+}
+
+/// A durable state store.
+pub trait StateStore: Send + Sync + 'static {
+    /// Runs `f` in one transaction: committed if it returns Ok, rolled back otherwise.
+    fn transact_dyn(&self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()>;
+}
+
+impl dyn StateStore {
+    /// Runs `f` in one transaction and returns its value.
+    pub fn transact<T>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T>) -> Result<T> {
+        let mut f = Some(f);
+        let mut out = None;
+        self.transact_dyn(&mut |tx| {
+            let f = f
+                .take()
+                .ok_or_else(|| CoordError::Setup("transaction body ran twice".into()))?;
+            out = Some(f(tx)?);
+            Ok(())
+        })?;
+        out.ok_or_else(|| CoordError::Setup("transaction produced no value".into()))
+    }
+}
+
+/// The SQLite store (WAL, one writer connection).
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SqliteStore")
+    }
+}
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+  run_id TEXT PRIMARY KEY, state TEXT NOT NULL, schedule_id TEXT, benchmark TEXT NOT NULL,
+  submitted_ms INTEGER NOT NULL, idem_key TEXT UNIQUE, data TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS runs_state ON runs(state);
+CREATE INDEX IF NOT EXISTS runs_schedule ON runs(schedule_id, state);
+CREATE TABLE IF NOT EXISTS tasks (
+  task_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, agent TEXT NOT NULL, state TEXT NOT NULL,
+  not_before_ms INTEGER NOT NULL, lease_expires_ms INTEGER, data TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS tasks_agent ON tasks(agent, state, not_before_ms);
+CREATE INDEX IF NOT EXISTS tasks_run ON tasks(run_id);
+CREATE INDEX IF NOT EXISTS tasks_lease ON tasks(state, lease_expires_ms);
+CREATE TABLE IF NOT EXISTS jobs (
+  job_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, kind TEXT NOT NULL, state TEXT NOT NULL,
+  not_before_ms INTEGER NOT NULL, lease_expires_ms INTEGER, created_ms INTEGER NOT NULL,
+  data TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS jobs_queue ON jobs(state, not_before_ms, created_ms);
+CREATE INDEX IF NOT EXISTS jobs_run ON jobs(run_id, state, kind);
+CREATE TABLE IF NOT EXISTS agents (name TEXT PRIMARY KEY, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS schedules (
+  schedule_id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, paused INTEGER NOT NULL,
+  next_fire_ms INTEGER, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS committed_files (
+  key TEXT PRIMARY KEY, table_name TEXT NOT NULL, run_id TEXT NOT NULL, job_id TEXT NOT NULL,
+  date TEXT NOT NULL, rows INTEGER NOT NULL, bytes INTEGER NOT NULL, committed_ms INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS committed_table ON committed_files(table_name, date, run_id);
+"#;
+
+const SCHEMA_VERSION: &str = "1";
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        if let Some(dir) = path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| CoordError::Setup(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        let conn = Connection::open(path)?;
+        Self::init(conn)
+    }
+
+    /// An in-memory database (tests, benchmarks).
+    pub fn in_memory() -> Result<Self> {
+        Self::init(Connection::open_in_memory()?)
+    }
+
+    fn init(conn: Connection) -> Result<Self> {
+        // WAL: readers never block the writer; NORMAL: durable across process crashes
+        // (the kill -9 case), fsync at checkpoints only.
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        conn.execute_batch(SCHEMA)?;
+        let v: Option<String> = conn
+            .query_row("SELECT v FROM meta WHERE k='schema_version'", [], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        match v.as_deref() {
+            None => {
+                conn.execute(
+                    "INSERT INTO meta(k, v) VALUES ('schema_version', ?1)",
+                    params![SCHEMA_VERSION],
+                )?;
+            }
+            Some(SCHEMA_VERSION) => {}
+            Some(other) => {
+                return Err(CoordError::Setup(format!(
+                    "state database has schema version {other}; this build needs {SCHEMA_VERSION}"
+                )));
+            }
+        }
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
+    }
+}
+
+impl StateStore for SqliteStore {
+    fn transact_dyn(&self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
+        // A poisoned lock only means another thread panicked mid-transaction; SQLite
+        // rolled that transaction back, so the connection is still consistent.
+        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let mut t = SqliteTx { c: &tx };
+        f(&mut t)?;
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+struct SqliteTx<'a> {
+    c: &'a rusqlite::Transaction<'a>,
+}
+
+fn enc<T: serde::Serialize>(v: &T) -> Result<String> {
+    Ok(serde_json::to_string(v)?)
+}
+
+fn dec<T: serde::de::DeserializeOwned>(s: String) -> Result<T> {
+    Ok(serde_json::from_str(&s)?)
+}
+
+impl SqliteTx<'_> {
+    fn one<T: serde::de::DeserializeOwned>(
+        &self,
+        sql: &str,
+        p: impl rusqlite::Params,
+    ) -> Result<Option<T>> {
+        let mut st = self.c.prepare_cached(sql)?;
+        let s: Option<String> = st.query_row(p, |r| r.get(0)).optional()?;
+        s.map(dec).transpose()
+    }
+    fn many<T: serde::de::DeserializeOwned>(
+        &self,
+        sql: &str,
+        p: impl rusqlite::Params,
+    ) -> Result<Vec<T>> {
+        let mut st = self.c.prepare_cached(sql)?;
+        let rows = st.query_map(p, |r| r.get::<_, String>(0))?;
+        let mut out = Vec::new();
+        for r in rows {
+            out.push(dec(r?)?);
+        }
+        Ok(out)
+    }
+}
+
+fn states_sql(states: &[TaskState]) -> String {
+    states
+        .iter()
+        .map(|s| format!("'{}'", s.as_str()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl Tx for SqliteTx<'_> {
+    fn insert_run(&mut self, r: &RunRow) -> Result<()> {
+        self.c
+            .prepare_cached(
+                "INSERT INTO runs(run_id, state, schedule_id, benchmark, submitted_ms, idem_key, data)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![
+                r.run_id,
+                r.state.as_str(),
+                r.schedule_id,
+                r.benchmark,
+                r.submitted_at_ms,
+                r.idempotency_key,
+                enc(r)?
+            ])?;
+        Ok(())
+    }
+    fn update_run(&mut self, r: &RunRow) -> Result<()> {
+        self.c
+            .prepare_cached("UPDATE runs SET state=?2, data=?3 WHERE run_id=?1")?
+            .execute(params![r.run_id, r.state.as_str(), enc(r)?])?;
+        Ok(())
+    }
+    fn get_run(&mut self, id: &str) -> Result<Option<RunRow>> {
+        self.one("SELECT data FROM runs WHERE run_id=?1", params![id])
+    }
+    fn run_by_idempotency_key(&mut self, key: &str) -> Result<Option<RunRow>> {
+        self.one("SELECT data FROM runs WHERE idem_key=?1", params![key])
+    }
+    fn list_runs(&mut self, f: &RunFilter) -> Result<Vec<RunRow>> {
+        let limit = if f.limit == 0 {
+            100
+        } else {
+            f.limit.min(10_000)
+        };
+        self.many(
+            "SELECT data FROM runs WHERE (?1 IS NULL OR schedule_id=?1) AND (?2 IS NULL OR state=?2)
+             AND (?3 IS NULL OR benchmark=?3) ORDER BY run_id DESC LIMIT ?4",
+            params![
+                f.schedule_id,
+                f.state.map(|s| s.as_str()),
+                f.benchmark,
+                limit
+            ],
+        )
+    }
+    fn active_runs_of_schedule(&mut self, schedule_id: &str) -> Result<Vec<RunRow>> {
+        self.many(
+            "SELECT data FROM runs WHERE schedule_id=?1
+             AND state IN ('PENDING','RUNNING','PROCESSING')",
+            params![schedule_id],
+        )
+    }
+    fn unfinished_runs(&mut self) -> Result<Vec<String>> {
+        let mut st = self.c.prepare_cached(
+            "SELECT run_id FROM runs WHERE state IN ('PENDING','RUNNING','PROCESSING')
+             OR json_extract(data, '$.outcome') IS NOT NULL",
+        )?;
+        let rows = st.query_map([], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
+    fn insert_task(&mut self, t: &TaskRow) -> Result<()> {
+        self.c
+            .prepare_cached(
+                "INSERT INTO tasks(task_id, run_id, agent, state, not_before_ms, lease_expires_ms, data)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![
+                t.task_id,
+                t.run_id,
+                t.agent,
+                t.state.as_str(),
+                t.not_before_ms,
+                t.lease_expires_ms,
+                enc(t)?
+            ])?;
+        Ok(())
+    }
+    fn update_task(&mut self, t: &TaskRow) -> Result<()> {
+        self.c
+            .prepare_cached(
+                "UPDATE tasks SET agent=?2, state=?3, not_before_ms=?4, lease_expires_ms=?5, data=?6
+                 WHERE task_id=?1",
+            )?
+            .execute(params![
+                t.task_id,
+                t.agent,
+                t.state.as_str(),
+                t.not_before_ms,
+                t.lease_expires_ms,
+                enc(t)?
+            ])?;
+        Ok(())
+    }
+    fn get_task(&mut self, id: &str) -> Result<Option<TaskRow>> {
+        self.one("SELECT data FROM tasks WHERE task_id=?1", params![id])
+    }
+    fn tasks_of_run(&mut self, run_id: &str) -> Result<Vec<TaskRow>> {
+        self.many(
+            "SELECT data FROM tasks WHERE run_id=?1 ORDER BY json_extract(data,'$.rank'), task_id",
+            params![run_id],
+        )
+    }
+    fn next_task_for_agent(&mut self, agent: &str, now: i64) -> Result<Option<TaskRow>> {
+        self.one(
+            "SELECT data FROM tasks WHERE agent=?1 AND state='QUEUED' AND not_before_ms<=?2
+             ORDER BY not_before_ms, task_id LIMIT 1",
+            params![agent, now],
+        )
+    }
+    fn expired_tasks(&mut self, now: i64) -> Result<Vec<TaskRow>> {
+        self.many(
+            "SELECT data FROM tasks WHERE state IN ('LEASED','RUNNING') AND lease_expires_ms<?1",
+            params![now],
+        )
+    }
+    fn tasks_of_agent(&mut self, agent: &str, states: &[TaskState]) -> Result<Vec<TaskRow>> {
+        self.many(
+            &format!(
+                "SELECT data FROM tasks WHERE agent=?1 AND state IN ({})",
+                states_sql(states)
+            ),
+            params![agent],
+        )
+    }
+
+    fn insert_job(&mut self, j: &JobRow) -> Result<()> {
+        self.c
+            .prepare_cached(
+                "INSERT INTO jobs(job_id, run_id, kind, state, not_before_ms, lease_expires_ms, created_ms, data)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                j.job_id,
+                j.run_id,
+                j.kind,
+                j.state.as_str(),
+                j.not_before_ms,
+                j.lease_expires_ms,
+                j.created_ms,
+                enc(j)?
+            ])?;
+        Ok(())
+    }
+    fn update_job(&mut self, j: &JobRow) -> Result<()> {
+        self.c
+            .prepare_cached(
+                "UPDATE jobs SET state=?2, not_before_ms=?3, lease_expires_ms=?4, data=?5 WHERE job_id=?1",
+            )?
+            .execute(params![
+                j.job_id,
+                j.state.as_str(),
+                j.not_before_ms,
+                j.lease_expires_ms,
+                enc(j)?
+            ])?;
+        Ok(())
+    }
+    fn get_job(&mut self, id: &str) -> Result<Option<JobRow>> {
+        self.one("SELECT data FROM jobs WHERE job_id=?1", params![id])
+    }
+    fn jobs_of_run(&mut self, run_id: &str) -> Result<Vec<JobRow>> {
+        self.many(
+            "SELECT data FROM jobs WHERE run_id=?1 ORDER BY created_ms, job_id",
+            params![run_id],
+        )
+    }
+    fn next_job(&mut self, kinds: &[String], now: i64) -> Result<Option<JobRow>> {
+        if kinds.is_empty() {
+            return self.one(
+                "SELECT data FROM jobs WHERE state='QUEUED' AND not_before_ms<=?1
+                 ORDER BY created_ms, job_id LIMIT 1",
+                params![now],
+            );
+        }
+        // Kinds are validated identifiers; bound as a JSON array to keep one statement.
+        let k = enc(&kinds)?;
+        self.one(
+            "SELECT data FROM jobs WHERE state='QUEUED' AND not_before_ms<=?1
+             AND kind IN (SELECT value FROM json_each(?2)) ORDER BY created_ms, job_id LIMIT 1",
+            params![now, k],
+        )
+    }
+    fn expired_jobs(&mut self, now: i64) -> Result<Vec<JobRow>> {
+        self.many(
+            "SELECT data FROM jobs WHERE state='LEASED' AND lease_expires_ms<?1",
+            params![now],
+        )
+    }
+    fn queued_job_count(&mut self) -> Result<u64> {
+        Ok(self
+            .c
+            .prepare_cached("SELECT COUNT(*) FROM jobs WHERE state='QUEUED'")?
+            .query_row([], |r| r.get::<_, i64>(0))? as u64)
+    }
+
+    fn job_of_kind(&mut self, run_id: &str, kind: &str) -> Result<Option<JobRow>> {
+        self.one(
+            "SELECT data FROM jobs WHERE run_id=?1 AND kind=?2 ORDER BY created_ms, job_id LIMIT 1",
+            params![run_id, kind],
+        )
+    }
+    fn count_open_jobs(&mut self, run_id: &str, except_kind: &str) -> Result<u64> {
+        Ok(self
+            .c
+            .prepare_cached(
+                "SELECT COUNT(*) FROM jobs WHERE run_id=?1 AND state IN ('QUEUED','LEASED') AND kind<>?2",
+            )?
+            .query_row(params![run_id, except_kind], |r| r.get::<_, i64>(0))? as u64)
+    }
+    fn failed_jobs(&mut self, run_id: &str) -> Result<Vec<JobRow>> {
+        self.many(
+            "SELECT data FROM jobs WHERE run_id=?1 AND state='FAILED' ORDER BY created_ms, job_id",
+            params![run_id],
+        )
+    }
+
+    fn upsert_agent(&mut self, a: &AgentRow) -> Result<()> {
+        self.c
+            .prepare_cached(
+                "INSERT INTO agents(name, data) VALUES (?1, ?2)
+                 ON CONFLICT(name) DO UPDATE SET data=excluded.data",
+            )?
+            .execute(params![a.name, enc(a)?])?;
+        Ok(())
+    }
+    fn get_agent(&mut self, name: &str) -> Result<Option<AgentRow>> {
+        self.one("SELECT data FROM agents WHERE name=?1", params![name])
+    }
+    fn list_agents(&mut self) -> Result<Vec<AgentRow>> {
+        self.many("SELECT data FROM agents ORDER BY name", [])
+    }
+
+    fn insert_schedule(&mut self, s: &ScheduleRow) -> Result<()> {
+        self.c
+            .prepare_cached(
+                "INSERT INTO schedules(schedule_id, name, paused, next_fire_ms, data)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![
+                s.schedule_id,
+                s.name,
+                s.paused,
+                s.next_fire_ms,
+                enc(s)?
+            ])?;
+        Ok(())
+    }
+    fn update_schedule(&mut self, s: &ScheduleRow) -> Result<()> {
+        self.c
+            .prepare_cached(
+                "UPDATE schedules SET name=?2, paused=?3, next_fire_ms=?4, data=?5 WHERE schedule_id=?1",
+            )?
+            .execute(params![
+                s.schedule_id,
+                s.name,
+                s.paused,
+                s.next_fire_ms,
+                enc(s)?
+            ])?;
+        Ok(())
+    }
+    fn get_schedule(&mut self, id: &str) -> Result<Option<ScheduleRow>> {
+        self.one(
+            "SELECT data FROM schedules WHERE schedule_id=?1",
+            params![id],
+        )
+    }
+    fn schedule_by_name(&mut self, name: &str) -> Result<Option<ScheduleRow>> {
+        self.one("SELECT data FROM schedules WHERE name=?1", params![name])
+    }
+    fn delete_schedule(&mut self, id: &str) -> Result<bool> {
+        Ok(self
+            .c
+            .prepare_cached("DELETE FROM schedules WHERE schedule_id=?1")?
+            .execute(params![id])?
+            > 0)
+    }
+    fn list_schedules(&mut self) -> Result<Vec<ScheduleRow>> {
+        self.many("SELECT data FROM schedules ORDER BY name", [])
+    }
+    fn due_schedules(&mut self, now: i64) -> Result<Vec<ScheduleRow>> {
+        self.many(
+            "SELECT data FROM schedules WHERE paused=0 AND next_fire_ms IS NOT NULL AND next_fire_ms<=?1
+             ORDER BY next_fire_ms",
+            params![now],
+        )
+    }
+
+    fn upsert_committed(&mut self, f: &CommittedFile) -> Result<()> {
+        self.c
+            .prepare_cached(
+                "INSERT INTO committed_files(key, table_name, run_id, job_id, date, rows, bytes, committed_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                 ON CONFLICT(key) DO UPDATE SET rows=excluded.rows, bytes=excluded.bytes,
+                 committed_ms=excluded.committed_ms",
+            )?
+            .execute(params![
+                f.key,
+                f.table,
+                f.run_id,
+                f.job_id,
+                f.date,
+                f.rows as i64,
+                f.bytes as i64,
+                f.committed_ms
+            ])?;
+        Ok(())
+    }
+    fn delete_committed(&mut self, key: &str) -> Result<()> {
+        self.c
+            .prepare_cached("DELETE FROM committed_files WHERE key=?1")?
+            .execute(params![key])?;
+        Ok(())
+    }
+    fn committed_files(&mut self, table: Option<&str>) -> Result<Vec<CommittedFile>> {
+        let mut st = self.c.prepare_cached(
+            "SELECT key, table_name, run_id, job_id, date, rows, bytes, committed_ms
+             FROM committed_files WHERE (?1 IS NULL OR table_name=?1) ORDER BY table_name, date, run_id, key",
+        )?;
+        let rows = st.query_map(params![table], |r| {
+            Ok(CommittedFile {
+                key: r.get(0)?,
+                table: r.get(1)?,
+                run_id: r.get(2)?,
+                job_id: r.get(3)?,
+                date: r.get(4)?,
+                rows: r.get::<_, i64>(5)? as u64,
+                bytes: r.get::<_, i64>(6)? as u64,
+                committed_ms: r.get(7)?,
+            })
+        })?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+}

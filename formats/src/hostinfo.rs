@@ -1,0 +1,207 @@
+//! `hostinfo`: the node facts recorded by the built-in `hostinfo` benchmark
+//! (`benchlake probe host`), a small JSON document per node, and its reader into
+//! the `node_facts` table. Administrators use it to spot nodes whose kernel,
+//! CPU model or memory differ from their peers.
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
+use benchlake_core::catalog;
+use benchlake_core::lake::TableOutput;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{FormatError, Position, Result};
+use crate::ingest::{IngestContext, InputFile};
+
+/// Largest hostinfo document accepted.
+const MAX_BYTES: u64 = 1 << 20;
+
+/// One node's facts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostFacts {
+    /// Format version (1).
+    pub version: u32,
+    pub hostname: String,
+    /// `uname -r`.
+    pub kernel_release: String,
+    /// `uname -v`.
+    pub kernel_version: String,
+    pub cpu_model: String,
+    pub cores: i64,
+    pub memory_bytes: i64,
+    pub load_1m: f64,
+    pub uptime_s: f64,
+    /// When collected, ms since the epoch.
+    pub collected_at_ms: i64,
+}
+
+fn read_trim(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Collects this node's facts from /proc.
+pub fn collect() -> HostFacts {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu_model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_string())
+        .unwrap_or_default();
+    let mem_kb: i64 = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0);
+    let first = |p: &str| -> f64 {
+        read_trim(p)
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    HostFacts {
+        version: 1,
+        hostname: read_trim("/proc/sys/kernel/hostname"),
+        kernel_release: read_trim("/proc/sys/kernel/osrelease"),
+        kernel_version: read_trim("/proc/sys/kernel/version"),
+        cpu_model,
+        cores: std::thread::available_parallelism()
+            .map(|n| n.get() as i64)
+            .unwrap_or(1),
+        memory_bytes: mem_kb.saturating_mul(1024),
+        load_1m: first("/proc/loadavg"),
+        uptime_s: first("/proc/uptime"),
+        collected_at_ms: chrono::Utc::now().timestamp_millis(),
+    }
+}
+
+/// Parses one document; errors carry line and column.
+pub fn parse(file: &std::path::Path, text: &str) -> Result<HostFacts> {
+    let f: HostFacts = serde_json::from_str(text).map_err(|e| {
+        FormatError::malformed(
+            file,
+            "hostinfo",
+            Position::LineCol(e.line() as u64, e.column() as u64),
+            e.to_string(),
+        )
+    })?;
+    if f.version != 1 {
+        return Err(FormatError::malformed(
+            file,
+            "version",
+            Position::None,
+            format!("unsupported version {}", f.version),
+        ));
+    }
+    Ok(f)
+}
+
+/// Ingest kind `hostinfo`: every file → one `node_facts` row.
+pub fn ingest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutput>> {
+    let mut rows = Vec::with_capacity(inputs.len());
+    for i in inputs {
+        let len = std::fs::metadata(&i.path)
+            .map_err(|e| FormatError::io(&i.path, e))?
+            .len();
+        if len > MAX_BYTES {
+            return Err(FormatError::malformed(
+                &i.path,
+                "hostinfo",
+                Position::Offset(MAX_BYTES),
+                "document larger than 1 MiB",
+            ));
+        }
+        let text = std::fs::read_to_string(&i.path).map_err(|e| FormatError::io(&i.path, e))?;
+        rows.push((i.source.clone(), parse(&i.path, &text)?));
+    }
+    let n = rows.len();
+    let s = |f: &dyn Fn(&HostFacts) -> &str| -> ArrayRef {
+        Arc::new(StringArray::from(
+            rows.iter().map(|r| f(&r.1)).collect::<Vec<_>>(),
+        ))
+    };
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(vec![ctx.run_id.as_str(); n])),
+        Arc::new(StringArray::from(
+            rows.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(),
+        )),
+        s(&|h| &h.hostname),
+        s(&|h| &h.kernel_release),
+        s(&|h| &h.kernel_version),
+        s(&|h| &h.cpu_model),
+        Arc::new(Int64Array::from(
+            rows.iter().map(|r| r.1.cores).collect::<Vec<_>>(),
+        )),
+        Arc::new(Int64Array::from(
+            rows.iter().map(|r| r.1.memory_bytes).collect::<Vec<_>>(),
+        )),
+        Arc::new(Float64Array::from(
+            rows.iter().map(|r| r.1.load_1m).collect::<Vec<_>>(),
+        )),
+        Arc::new(Float64Array::from(
+            rows.iter().map(|r| r.1.uptime_s).collect::<Vec<_>>(),
+        )),
+        Arc::new(
+            TimestampMicrosecondArray::from(
+                rows.iter()
+                    .map(|r| r.1.collected_at_ms.saturating_mul(1000))
+                    .collect::<Vec<_>>(),
+            )
+            .with_timezone("UTC"),
+        ),
+    ];
+    let batch = RecordBatch::try_new(catalog::schema("node_facts")?, cols)?;
+    Ok(vec![TableOutput::new("node_facts", vec![batch])])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collect_round_trips_through_ingest() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("host.json");
+        let f = collect();
+        assert!(f.cores >= 1 && f.memory_bytes > 0 && !f.kernel_release.is_empty());
+        std::fs::write(&p, serde_json::to_string(&f).unwrap()).unwrap();
+        let out = ingest(
+            &[InputFile::from_path(&p)],
+            &IngestContext { run_id: "R".into() },
+        )
+        .unwrap();
+        assert_eq!(out[0].table, "node_facts");
+        let b = &out[0].batches[0];
+        assert_eq!(b.num_rows(), 1);
+        let host = b.column(2).as_any().downcast_ref::<StringArray>().unwrap();
+        assert_eq!(host.value(0), f.hostname);
+    }
+
+    #[test]
+    fn bad_documents_name_the_position() {
+        let p = std::path::Path::new("h.json");
+        let e = parse(p, "{\n  \"version\": 1,\n  \"hostname\": 5\n}")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("h.json") && e.contains("line 3"), "{e}");
+        let e = parse(
+            p,
+            &serde_json::to_string(&HostFacts {
+                version: 9,
+                ..collect()
+            })
+            .unwrap(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("version"), "{e}");
+    }
+}

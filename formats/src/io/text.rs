@@ -1,0 +1,155 @@
+//! Shared helpers of the text readers: bounded file reading, line/column
+//! positions, number parsing that reports where it failed.
+use std::path::Path;
+
+use crate::error::{FormatError, Position, Result};
+
+/// Largest input the I/O readers accept. IOR/mdtest/pio outputs are kilobytes to
+/// a few megabytes; refusing more keeps a wrong path from exhausting memory.
+pub const MAX_INPUT_BYTES: u64 = 256 << 20;
+
+/// Reads a whole file, refusing anything over [`MAX_INPUT_BYTES`].
+pub fn read_bounded(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).map_err(|e| FormatError::io(path, e))?;
+    let mut buf = Vec::new();
+    f.take(MAX_INPUT_BYTES + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| FormatError::io(path, e))?;
+    if buf.len() as u64 > MAX_INPUT_BYTES {
+        return Err(FormatError::malformed(
+            path,
+            "file",
+            Position::Offset(MAX_INPUT_BYTES),
+            format!("larger than {MAX_INPUT_BYTES} bytes"),
+        ));
+    }
+    Ok(buf)
+}
+
+/// The bytes as UTF-8, or an error at the first invalid byte (as line/column).
+pub fn utf8<'a>(path: &Path, bytes: &'a [u8]) -> Result<&'a str> {
+    std::str::from_utf8(bytes).map_err(|e| {
+        let ok = bytes.get(..e.valid_up_to()).unwrap_or_default();
+        // The valid prefix is valid UTF-8 by construction.
+        let prefix = std::str::from_utf8(ok).unwrap_or_default();
+        let (l, c) = line_col(prefix, prefix.len());
+        FormatError::malformed(path, "text", Position::LineCol(l, c), "invalid UTF-8")
+    })
+}
+
+/// 1-based line and column (in characters) of byte offset `at` of `text`.
+pub fn line_col(text: &str, at: usize) -> (u64, u64) {
+    let at = at.min(text.len());
+    let before = text.get(..at).unwrap_or(text);
+    let line = before.matches('\n').count() as u64 + 1;
+    let col = match before.rfind('\n') {
+        Some(nl) => before.get(nl + 1..).unwrap_or("").chars().count(),
+        None => before.chars().count(),
+    } as u64
+        + 1;
+    (line, col)
+}
+
+/// A field of a delimited or whitespace-separated line: its text, 1-based line
+/// and 1-based column, so parse errors can point at it.
+#[derive(Debug, Clone, Copy)]
+pub struct Field<'a> {
+    pub text: &'a str,
+    pub line: u64,
+    pub col: u64,
+}
+
+impl<'a> Field<'a> {
+    /// The field as a finite-or-infinite `f64` (C's `%e` prints `inf`/`nan`).
+    pub fn f64(&self, path: &Path, name: &str) -> Result<f64> {
+        let t = self.text.trim();
+        let v = match t {
+            "inf" | "+inf" | "Inf" => Some(f64::INFINITY),
+            "-inf" | "-Inf" => Some(f64::NEG_INFINITY),
+            _ => t.parse::<f64>().ok().filter(|v| !v.is_nan()),
+        };
+        v.ok_or_else(|| self.err(path, name, format!("'{t}' is not a number")))
+    }
+    /// The field as an `i64`.
+    pub fn i64(&self, path: &Path, name: &str) -> Result<i64> {
+        let t = self.text.trim();
+        t.parse::<i64>()
+            .map_err(|_| self.err(path, name, format!("'{t}' is not an integer")))
+    }
+    /// A malformed error at this field.
+    pub fn err(&self, path: &Path, name: &str, msg: impl Into<String>) -> FormatError {
+        FormatError::malformed(path, name, Position::LineCol(self.line, self.col), msg)
+    }
+}
+
+/// Splits `line` (1-based number `line_no`) at `sep`, keeping columns.
+pub fn split_fields(line: &str, line_no: u64, sep: char) -> Vec<Field<'_>> {
+    let mut out = Vec::new();
+    let mut start = 0usize;
+    for (i, ch) in line.char_indices() {
+        if ch == sep {
+            out.push(field(line, start, i, line_no));
+            start = i + ch.len_utf8();
+        }
+    }
+    out.push(field(line, start, line.len(), line_no));
+    out
+}
+
+/// Splits `line` at runs of whitespace, keeping columns.
+pub fn split_ws(line: &str, line_no: u64) -> Vec<Field<'_>> {
+    let mut out = Vec::new();
+    let mut start: Option<usize> = None;
+    for (i, ch) in line.char_indices() {
+        match (ch.is_whitespace(), start) {
+            (true, Some(s)) => {
+                out.push(field(line, s, i, line_no));
+                start = None;
+            }
+            (false, None) => start = Some(i),
+            _ => {}
+        }
+    }
+    if let Some(s) = start {
+        out.push(field(line, s, line.len(), line_no));
+    }
+    out
+}
+
+fn field(line: &str, start: usize, end: usize, line_no: u64) -> Field<'_> {
+    Field {
+        text: line.get(start..end).unwrap_or(""),
+        line: line_no,
+        col: line
+            .get(..start)
+            .map_or(1, |p| p.chars().count() as u64 + 1),
+    }
+}
+
+/// A serde_json error as a malformed error with its line and column.
+pub fn json_err(path: &Path, what: &str, e: &serde_json::Error) -> FormatError {
+    let pos = if e.line() == 0 {
+        Position::None
+    } else {
+        Position::LineCol(e.line() as u64, e.column() as u64)
+    };
+    FormatError::malformed(path, what, pos, e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_are_one_based() {
+        assert_eq!(line_col("ab\ncd", 0), (1, 1));
+        assert_eq!(line_col("ab\ncd", 4), (2, 2));
+        let f = split_fields("a,bb,,c", 3, ',');
+        let cols: Vec<_> = f.iter().map(|f| (f.text, f.col)).collect();
+        assert_eq!(cols, [("a", 1), ("bb", 3), ("", 6), ("c", 7)]);
+        let w = split_ws("  x  yz ", 1);
+        assert_eq!(w.len(), 2);
+        assert_eq!((w[1].text, w[1].col), ("yz", 6));
+    }
+}

@@ -1,0 +1,244 @@
+"""End-to-end harness: the real `benchlake` binary as separate processes
+(coordinator, agents, workers), real gRPC clients generated with grpcio-tools,
+DuckDB and pyarrow reading the lake."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _target_dir():
+    return Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+
+
+BIN = os.environ.get("BENCHLAKE_BIN", str(_target_dir() / "debug" / "benchlake"))
+
+
+@pytest.fixture(scope="session")
+def pb():
+    """Python stubs of benchlake.v1, generated with grpcio-tools."""
+    out = Path(tempfile.mkdtemp(prefix="benchlake-pb-"))
+    protos = sorted(str(p.relative_to(ROOT / "proto")) for p in (ROOT / "proto" / "benchlake" / "v1").glob("*.proto"))
+    subprocess.run(
+        [sys.executable, "-m", "grpc_tools.protoc", f"-I{ROOT / 'proto'}", f"--python_out={out}",
+         f"--grpc_python_out={out}", *protos],
+        check=True,
+    )
+    for d in (out / "benchlake", out / "benchlake" / "v1"):
+        (d / "__init__.py").touch()
+    sys.path.insert(0, str(out))
+    import importlib
+
+    mods = {}
+    for name in ("common", "runs", "agent", "worker", "replay"):
+        mods[name] = importlib.import_module(f"benchlake.v1.{name}_pb2")
+        mods[name + "_grpc"] = importlib.import_module(f"benchlake.v1.{name}_pb2_grpc")
+    return mods
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+CATALOG = """
+[[benchmark]]
+name = "sleep"
+kind = "noop"
+command = ["sleep", "{seconds}"]
+timeout_s = 600
+[[benchmark.param]]
+name = "seconds"
+type = "float"
+default = "0"
+min = 0
+max = 600
+
+[[benchmark]]
+name = "hostinfo"
+kind = "noop"
+command = ["{self_exe}", "probe", "host", "--out", "{out_dir}/host.json"]
+timeout_s = 60
+[[benchmark.output]]
+file = "host.json"
+format = "hostinfo"
+required = true
+
+[[benchmark]]
+name = "mpi-hostname"
+kind = "noop"
+command = ["hostname"]
+launchers = ["mpirun"]
+timeout_s = 120
+[[benchmark.param]]
+name = "np"
+type = "int"
+default = "2"
+min = 1
+max = 64
+"""
+
+
+class Cluster:
+    """Processes of one benchlake cluster on loopback."""
+
+    def __init__(self, tmp: Path, env=None, lake=None):
+        self.tmp = tmp
+        self.port = free_port()
+        self.addr = f"127.0.0.1:{self.port}"
+        self.lake = lake or str(tmp / "lake")
+        self.env = dict(os.environ)
+        self.env.update({
+            "BENCHLAKE_LEASE_TIMEOUT_MS": "3000",
+            "BENCHLAKE_JOB_LEASE_TIMEOUT_MS": "3000",
+            "BENCHLAKE_HEARTBEAT_MS": "300",
+            "BENCHLAKE_RETRY_BACKOFF_MS": "200",
+            "BENCHLAKE_TICK_MS": "100",
+            "BENCHLAKE_LOG": "info",
+        })
+        self.env.update(env or {})
+        self.procs = {}
+        (tmp / "catalog.toml").write_text(CATALOG)
+
+    def _spawn(self, name, args, extra_env=None):
+        log = open(self.tmp / f"{name}.log", "ab")
+        env = dict(self.env)
+        env.update(extra_env or {})
+        p = subprocess.Popen([BIN, *args], stdout=log, stderr=log, env=env, start_new_session=True)
+        self.procs[name] = p
+        return p
+
+    def coordinator(self):
+        p = self._spawn("coordinator", ["coordinator", "--listen", self.addr, "--state", str(self.tmp / "state.db"),
+                                        "--lake", self.lake])
+        self.wait_port()
+        return p
+
+    def agent(self, name, extra_env=None):
+        return self._spawn(name, ["agent", "--coordinator", self.addr, "--name", name, "--catalog",
+                                  str(self.tmp / "catalog.toml"), "--work-dir", str(self.tmp / "work" / name),
+                                  "--poll-ms", "100"], extra_env)
+
+    def worker(self, name, extra_env=None):
+        return self._spawn(name, ["worker", "--coordinator", self.addr, "--name", name, "--lake", self.lake,
+                                  "--concurrency", "1", "--scratch", str(self.tmp / "scratch" / name)], extra_env)
+
+    def kill9(self, name):
+        p = self.procs.pop(name)
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+    def stop(self):
+        for name, p in list(self.procs.items()):
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+        self.procs.clear()
+
+    def wait_port(self, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.05)
+        raise RuntimeError(f"coordinator did not listen on {self.addr}; log:\n{self.log('coordinator')}")
+
+    def log(self, name):
+        p = self.tmp / f"{name}.log"
+        return p.read_text(errors="replace") if p.exists() else ""
+
+    def cli(self, *args, check=True, env=None):
+        e = dict(self.env)
+        e["BENCHLAKE_COORDINATOR"] = self.addr
+        e.update(env or {})
+        r = subprocess.run([BIN, *args], capture_output=True, text=True, env=e, timeout=120)
+        if check and r.returncode != 0:
+            raise AssertionError(f"benchlake {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+        return r
+
+
+class Api:
+    """Generated gRPC stubs bound to a cluster."""
+
+    def __init__(self, pb, addr, token=None):
+        self.pb = pb
+        self.ch = grpc.insecure_channel(addr)
+        self.md = [("authorization", f"Bearer {token}")] if token else []
+        self.runs = pb["runs_grpc"].RunServiceStub(self.ch)
+        self.schedules = pb["runs_grpc"].ScheduleServiceStub(self.ch)
+        self.cluster = pb["runs_grpc"].ClusterServiceStub(self.ch)
+
+    def wait_agents(self, n, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                agents = self.cluster.ListAgents(self.pb["runs"].ListAgentsRequest(), metadata=self.md, timeout=5).agents
+                if sum(1 for a in agents if a.state == "ONLINE") >= n:
+                    return agents
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"{n} agents did not come online")
+
+    def submit(self, bench, params=None, count=1, names=None, key=""):
+        c = self.pb["common"]
+        spec = c.BenchmarkSpec(benchmark=bench, params=params or {},
+                               nodes=c.NodeSelector(count=count, names=names or []))
+        return self.runs.SubmitRun(self.pb["runs"].SubmitRunRequest(spec=spec, idempotency_key=key),
+                                   metadata=self.md, timeout=10)
+
+    def get(self, run_id):
+        return self.runs.GetRun(self.pb["runs"].GetRunRequest(run_id=run_id), metadata=self.md, timeout=10)
+
+    def settled(self, d):
+        c = self.pb["common"]
+        fin = {c.RUN_STATE_SUCCEEDED, c.RUN_STATE_FAILED, c.RUN_STATE_CANCELLED}
+        jfin = {c.JOB_STATE_DONE, c.JOB_STATE_FAILED, c.JOB_STATE_CANCELLED}
+        return d.run.state in fin and all(j.state in jfin for j in d.jobs)
+
+    def wait(self, run_id, timeout=60, pred=None):
+        deadline = time.time() + timeout
+        last = None
+        while time.time() < deadline:
+            try:
+                last = self.get(run_id)
+                if (pred or self.settled)(last):
+                    return last
+            except grpc.RpcError as e:
+                if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    raise
+            time.sleep(0.1)
+        raise AssertionError(f"run {run_id} did not settle: {last}")
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path)
+    yield c
+    c.stop()
+
+
+def duck_count(lake, table, run_id=None):
+    import duckdb
+
+    q = f"SELECT count(*) FROM read_parquet('{lake}/tables/{table}/**/*.parquet', hive_partitioning=true)"
+    if run_id:
+        q += f" WHERE run_id = '{run_id}'"
+    return duckdb.sql(q).fetchall()[0][0]

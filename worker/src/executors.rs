@@ -1,0 +1,141 @@
+//! The built-in executors: `ingest` (raw files → tables through the formats
+//! registry), `record` (a finished run's rows in `runs` and `raw_files`) and
+//! `noop` (commits nothing; load tests).
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, ListBuilder, RecordBatch, StringArray, StringBuilder, TimestampMicrosecondArray,
+    UInt64Array,
+};
+use benchlake_core::catalog;
+use benchlake_core::jobs::{INGEST_JOB, IngestSpec, RECORD_JOB, RecordSpec};
+use benchlake_core::lake::TableOutput;
+use benchlake_formats::{IngestContext, InputFile};
+
+use crate::{ExecError, ExecOutput, Executor, JobContext};
+
+fn spec<T: serde::de::DeserializeOwned>(ctx: &JobContext) -> Result<T, ExecError> {
+    serde_json::from_str(&ctx.spec_json)
+        .map_err(|e| ExecError::Permanent(format!("{} job spec: {e}", ctx.kind)))
+}
+
+/// Raw files of one format → that format's tables.
+pub struct Ingest;
+
+impl Executor for Ingest {
+    fn kind(&self) -> &'static str {
+        INGEST_JOB
+    }
+    fn execute(&self, ctx: &JobContext) -> Result<ExecOutput, ExecError> {
+        let s: IngestSpec = spec(ctx)?;
+        let mut inputs = Vec::with_capacity(s.keys.len());
+        for k in &s.keys {
+            if ctx.cancelled() {
+                return Err(ExecError::Cancelled);
+            }
+            inputs.push(InputFile {
+                path: ctx.fetch(k)?,
+                source: k.clone(),
+            });
+        }
+        let tables = benchlake_formats::ingest(
+            &s.format,
+            &inputs,
+            &IngestContext {
+                run_id: ctx.run_id.clone(),
+            },
+        )?;
+        Ok(ExecOutput {
+            tables,
+            follow_ups: Vec::new(),
+        })
+    }
+}
+
+/// A finished run → one `runs` row and its `raw_files` rows.
+pub struct Record;
+
+fn ts(ms: Option<i64>) -> TimestampMicrosecondArray {
+    TimestampMicrosecondArray::from(vec![ms.map(|m| m * 1000)]).with_timezone("UTC")
+}
+
+/// The `runs` and `raw_files` tables of a record spec.
+pub fn record_tables(s: &RecordSpec) -> Result<Vec<TableOutput>, ExecError> {
+    let err = |e: arrow::error::ArrowError| ExecError::Permanent(format!("record: {e}"));
+    let mut agents = ListBuilder::new(StringBuilder::new());
+    for a in &s.agents {
+        agents.values().append_value(a);
+    }
+    agents.append(true);
+    let params =
+        serde_json::to_string(&s.params).map_err(|e| ExecError::Permanent(e.to_string()))?;
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(vec![s.run_id.as_str()])),
+        Arc::new(StringArray::from(vec!["coordinator"])),
+        Arc::new(StringArray::from(vec![s.schedule_id.as_deref()])),
+        Arc::new(StringArray::from(vec![s.benchmark.as_str()])),
+        Arc::new(StringArray::from(vec![s.kind.as_str()])),
+        Arc::new(StringArray::from(vec![s.status.as_str()])),
+        Arc::new(StringArray::from(vec![params.as_str()])),
+        Arc::new(ts(Some(s.submitted_at_ms))),
+        Arc::new(ts(s.started_at_ms)),
+        Arc::new(ts(s.finished_at_ms)),
+        Arc::new(agents.finish()),
+        Arc::new(StringArray::from(vec![s.error.as_deref()])),
+    ];
+    let runs = RecordBatch::try_new(catalog::schema("runs")?, cols).map_err(err)?;
+    let f = &s.raw_files;
+    let run: Vec<&str> = f.iter().map(|_| s.run_id.as_str()).collect();
+    let keys: Vec<&str> = f.iter().map(|x| x.key.as_str()).collect();
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(run)),
+        Arc::new(StringArray::from(keys.clone())),
+        Arc::new(StringArray::from(
+            f.iter().map(|x| x.task_id.as_str()).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            f.iter().map(|x| x.agent.as_str()).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(keys)),
+        Arc::new(UInt64Array::from(
+            f.iter().map(|x| x.bytes).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            f.iter().map(|x| x.sha256.as_str()).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            f.iter().map(|x| x.format.as_str()).collect::<Vec<_>>(),
+        )),
+    ];
+    let raw = RecordBatch::try_new(catalog::schema("raw_files")?, cols).map_err(err)?;
+    let mut out = vec![TableOutput::new("runs", vec![runs])];
+    if raw.num_rows() > 0 {
+        out.push(TableOutput::new("raw_files", vec![raw]));
+    }
+    Ok(out)
+}
+
+impl Executor for Record {
+    fn kind(&self) -> &'static str {
+        RECORD_JOB
+    }
+    fn execute(&self, ctx: &JobContext) -> Result<ExecOutput, ExecError> {
+        let s: RecordSpec = spec(ctx)?;
+        Ok(ExecOutput {
+            tables: record_tables(&s)?,
+            follow_ups: Vec::new(),
+        })
+    }
+}
+
+/// Commits nothing (coordinator load tests).
+pub struct Noop;
+
+impl Executor for Noop {
+    fn kind(&self) -> &'static str {
+        "noop"
+    }
+    fn execute(&self, _ctx: &JobContext) -> Result<ExecOutput, ExecError> {
+        Ok(ExecOutput::default())
+    }
+}
