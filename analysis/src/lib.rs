@@ -1,3 +1,4 @@
 //! Analyses: alltoallv communication patterns and statistics, LinkTest health checks.
 
+pub mod counts;
 pub mod io_checks;

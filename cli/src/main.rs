@@ -50,6 +50,9 @@ enum Cmd {
     Tables(user::TablesCmd),
     /// Parse input files offline and write the lake layout to a directory.
     Ingest(user::IngestArgs),
+    /// Analyses: alltoallv communication patterns.
+    #[command(subcommand)]
+    Analyze(user::AnalyzeCmd),
     /// Replay MPI traces with the Dimemas or Bandela model (offline or through the cluster).
     #[command(subcommand)]
     Replay(replay::ReplayCmd),
@@ -106,6 +109,7 @@ fn main() -> std::process::ExitCode {
             Cmd::Ingest(a) => user::ingest(a).await,
             Cmd::Probe(c) => user::probe(c),
             Cmd::Replay(c) => replay::replay_cmd(c).await,
+            Cmd::Analyze(c) => user::analyze(c).await,
             Cmd::Pio { .. } => Ok(()),
         }
     });

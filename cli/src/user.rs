@@ -895,10 +895,11 @@ pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {
         );
     }
     eprintln!(
-        "{} file(s) in {:.3} s; read them with: duckdb -c \"SELECT * FROM read_parquet('{}/tables/*/**/*.parquet', hive_partitioning=true) LIMIT 10\"",
+        "{} file(s) in {:.3} s; read them with: duckdb -c \"SELECT * FROM read_parquet('{}/tables/{}/**/*.parquet', hive_partitioning=true) LIMIT 10\"",
         files.len(),
         started.elapsed().as_secs_f64(),
-        out.display()
+        out.display(),
+        tables.first().map(|t| t.table.as_str()).unwrap_or("TABLE")
     );
     Ok(())
 }
@@ -918,6 +919,73 @@ pub fn probe(c: ProbeCmd) -> anyhow::Result<()> {
             let f = benchlake_formats::hostinfo::collect();
             std::fs::write(&out, serde_json::to_string_pretty(&f)?)
                 .with_context(|| format!("{}", out.display()))?;
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AnalyzeCmd {
+    /// alltoallv pattern analysis of a profiler output directory: the Go tools'
+    /// text reports in OUT/reports and the analysis tables in OUT's lake layout.
+    Counts {
+        /// The profiler output directory.
+        dir: PathBuf,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// Messages of at most this many bytes are small.
+        #[arg(long, default_value_t = 200)]
+        size_threshold: u64,
+        /// Fix the Go tools' quirks instead of reproducing them (see docs/counts.md).
+        #[arg(long)]
+        no_reference_compat: bool,
+        /// Run id of the rows (default: a new id).
+        #[arg(long)]
+        run_id: Option<String>,
+    },
+}
+
+pub async fn analyze(c: AnalyzeCmd) -> anyhow::Result<()> {
+    match c {
+        AnalyzeCmd::Counts {
+            dir,
+            out,
+            size_threshold,
+            no_reference_compat,
+            run_id,
+        } => {
+            let opts = benchlake_analysis::counts::Options {
+                size_threshold,
+                reference_compat: !no_reference_compat,
+                ..Default::default()
+            };
+            let reports = out.join("reports");
+            std::fs::create_dir_all(&reports).with_context(|| reports.display().to_string())?;
+            let run_id = run_id.unwrap_or_else(benchlake_core::ids::new_id);
+            benchlake_core::ids::validate_id("run_id", &run_id)?;
+            let started = std::time::Instant::now();
+            let (d, r, rid) = (dir.clone(), reports.clone(), run_id.clone());
+            let tables = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+                let a = benchlake_analysis::counts::analyze_dir(&d, &r, &opts)?;
+                Ok(benchlake_analysis::counts::tables::tables(&a, &rid)?)
+            })
+            .await??;
+            let lake = benchlake_core::lake::Lake::local(&out)?;
+            let date = chrono::Utc::now().format("%Y-%m-%d").to_string();
+            let keys = lake
+                .write_final(&tables, &date, &run_id, &benchlake_core::ids::new_id())
+                .await?;
+            for (t, k) in tables.iter().zip(&keys) {
+                println!(
+                    "{:<24} {:>10} rows  {}",
+                    t.table,
+                    t.rows(),
+                    out.join(k).display()
+                );
+            }
+            println!("reports in {}", reports.display());
+            eprintln!("analysed in {:.3} s", started.elapsed().as_secs_f64());
         }
     }
     Ok(())

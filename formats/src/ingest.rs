@@ -36,6 +36,11 @@ type IngestFn = fn(&[InputFile], &IngestContext) -> Result<Vec<TableOutput>>;
 /// Registered kinds: (name, what it reads, reader).
 const KINDS: &[(&str, &str, IngestFn)] = &[
     (
+        "counts",
+        "alltoallv profiler outputs: compact/per-call count files, timings, locations, backtraces",
+        crate::counts::ingest,
+    ),
+    (
         "hostinfo",
         "node facts JSON written by `benchlake probe host` → node_facts",
         crate::hostinfo::ingest,

@@ -6,6 +6,7 @@
 //! [`ingest`] is the one entry point used by the CLI (`benchlake ingest KIND`) and
 //! by the worker's ingest executor; each format registers its kind there.
 pub mod bandela;
+pub mod counts;
 pub mod dimemas;
 pub mod error;
 pub mod hostinfo;
