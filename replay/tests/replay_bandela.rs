@@ -194,3 +194,113 @@ fn inconsistent_traces_are_diagnosed() {
         "{m}"
     );
 }
+
+fn setup_switch(
+    ranks: &[&str],
+    hosts: &[u32],
+    interleave: bool,
+) -> (tempfile::TempDir, PathBuf, BTreeMap<String, String>) {
+    let d = tempfile::tempdir().expect("tmp");
+    let n = ranks.len();
+    for (i, body) in ranks.iter().enumerate() {
+        std::fs::write(
+            d.path().join(format!("bandela.{i}.txt")),
+            format!("H {i} {n} {}\n{body}", hosts[i]),
+        )
+        .expect("write");
+    }
+    let on = |h: u32| {
+        (0..n)
+            .filter(|&i| hosts[i] == h)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let input = format!(
+        "NUMBER_OF_HOSTS 2\nHOST_TYPE 2\nsynchronous Y\ninterleave {}\nINTRA_HOST_BANDWIDTH_PEAK 800\nINTRA_HOST_LATENCY 2\nINTER_HOST_LATENCY 5\nINTER_HOST_BANDWIDTH_PEAKS 500 -1\nINTRA_HOST_BARRIER_LATENCY 10\nINTER_HOST_BARRIER_LATENCY 20\nBLOCK_HOST 0\nNUMBER_OF_PROCS 2\nMPI_RANKS {}\nADAPTERS 1\nBLOCK_HOST 1\nNUMBER_OF_PROCS 2\nMPI_RANKS {}\nADAPTERS 1\n",
+        if interleave { "Y" } else { "N" },
+        on(0),
+        on(1)
+    );
+    let path = d.path().join("input");
+    std::fs::write(&path, input).expect("input");
+    let mut p = BTreeMap::new();
+    p.insert("input".to_string(), path.display().to_string());
+    let dir = d.path().to_path_buf();
+    (d, dir, p)
+}
+
+#[test]
+fn host_type_2_switch_transfer_and_adapter_statistics() {
+    // 1 MB from host 0 to host 1; 500 MB/s ping-pong = 1000 MB/s per half; L = 5 µs.
+    let (_d, dir, p) = setup_switch(
+        &[
+            "C 0.001\nK 0 MPI_Send isend 1 1 5 1000000 1 0\nK 1 MPI_Send wait 1\n",
+            "C 0.002\nK 0 MPI_Recv irecv 0 1 5 1000000 1 0\nK 1 MPI_Recv wait 1\n",
+        ],
+        &[0, 1],
+        false,
+    );
+    let r = run(&dir, &p);
+    // Sender: 5 µs, then its adapter pushes 1 MB in 1 ms (synchronous), wait pays 2 µs.
+    assert!(
+        close(r.ranks[0].total_s, 0.001 + 5e-6 + 0.001 + 2e-6),
+        "{}",
+        r.ranks[0].total_s
+    );
+    assert!(close(r.ranks[0].comm.big, 0.001));
+    // Receiver: irecv 5 µs, wait 2 µs, then its adapter reads 1 MB in 1 ms.
+    assert!(
+        close(r.ranks[1].total_s, 0.002 + 7e-6 + 0.001),
+        "{}",
+        r.ranks[1].total_s
+    );
+    assert_eq!(r.adapters.len(), 2);
+    for a in &r.adapters {
+        assert_eq!(
+            (a.min_request, a.avg_request, a.max_request),
+            (Some(1e6), Some(1e6), Some(1e6))
+        );
+        assert!(
+            (a.aggregate_bw_mb_s - 1000.0).abs() < 1e-6,
+            "{}",
+            a.aggregate_bw_mb_s
+        );
+        assert!((a.avg_concurrent - 1.0).abs() < 1e-9);
+        assert!((a.busy_fraction - 0.001 / r.predicted_time_s).abs() < 1e-9);
+    }
+}
+
+#[test]
+fn host_type_2_adapter_queueing_versus_interleaving() {
+    let send = |dst: u32| {
+        format!("C 0.001\nK 0 MPI_Send isend {dst} 1 5 1000000 1 0\nK 1 MPI_Send wait 1\n")
+    };
+    let recv =
+        |src: u32| format!("K 0 MPI_Recv irecv {src} 1 5 1000000 1 0\nK 1 MPI_Recv wait 1\n");
+    let bodies = [send(1), recv(0), send(3), recv(2)];
+    let refs: Vec<&str> = bodies.iter().map(|s| s.as_str()).collect();
+    // Not interleaved: rank 2's transfer queues behind rank 0's on host 0's one adapter.
+    let (_d, dir, p) = setup_switch(&refs, &[0, 1, 0, 1], false);
+    let r = run(&dir, &p);
+    assert!(
+        close(r.ranks[2].comm.wait, 0.001),
+        "{}",
+        r.ranks[2].comm.wait
+    );
+    assert!(close(r.ranks[2].total_s, 0.001 + 5e-6 + 0.002 + 2e-6));
+    let h0 = r.adapters.iter().find(|a| a.host == 0).expect("host 0");
+    assert_eq!(h0.avg_request, Some(1e6));
+    assert!((h0.avg_concurrent - 1.0).abs() < 1e-9 && (h0.aggregate_bw_mb_s - 1000.0).abs() < 1e-6);
+    // Interleaved: the second transfer shares the adapter (half bandwidth, 2 ms).
+    let (_d, dir, p) = setup_switch(&refs, &[0, 1, 0, 1], true);
+    let r = run(&dir, &p);
+    assert!(close(r.ranks[2].comm.wait, 0.0));
+    assert!(close(r.ranks[2].comm.big, 0.002), "{}", r.ranks[2].comm.big);
+    let h0 = r.adapters.iter().find(|a| a.host == 0).expect("host 0");
+    assert!(
+        (h0.avg_concurrent - 1.5).abs() < 1e-9,
+        "{}",
+        h0.avg_concurrent
+    );
+}

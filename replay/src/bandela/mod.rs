@@ -1,4 +1,5 @@
-//! The Bandela (replaympi) model, host type 0 (single shared-memory host).
+//! The Bandela (replaympi) model, host types 0 (single shared-memory host) and 2
+//! (hosts of type 0 linked by a switch through adapters).
 //!
 //! The event loop of reference §3: every rank has `comput` and `comm`; the unblocked
 //! rank with the smallest `comput + comm` goes next (ties: lowest rank). isend/irecv/
@@ -9,7 +10,14 @@
 //! incomplete request blocks and is resynchronised (`wait += clock − (comput + comm)`)
 //! when the partner event happens; barriers synchronise and pay the barrier latency.
 //! Bandwidths are in MB/s with MB = 10^6 B (the seed's numbers need it), latencies µs.
-//! Host types 1 and 2 are not implemented yet (clear error).
+//! Host type 2: a transfer between hosts is first pushed into the switch by an adapter
+//! of the sender's host (round robin), then read by an adapter of the receiver's host;
+//! each half runs at twice the ping-pong bandwidth entered; `synchronous Y` locks the
+//! sending CPU during its half (N: only a wait on the send blocks); `interleave Y`
+//! shares the adapter's aggregate bandwidth (2 × the aggregate peak, or per-link ×
+//! `inter_host_degradation_ratio` when the aggregate is −1) among the transfers active
+//! when one starts, `N` queues them. Host type 1 (topology plug-in) is not implemented
+//! yet (clear error).
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 
@@ -17,7 +25,7 @@ use benchlake_formats::bandela::input::Interp;
 use benchlake_formats::bandela::{BRecord, BandelaInput, Kernel, RankTrace};
 
 use crate::error::{ReplayError, Result};
-use crate::result::{CommTimes, RankResult, ReplayResult};
+use crate::result::{AdapterStats, CommTimes, RankResult, ReplayResult};
 
 mod output;
 pub use output::{chrome_trace_json, column_data_csv, summary_text, transfer_matrix_text};
@@ -32,6 +40,48 @@ struct Msg {
     /// Receiver clock when its transfer ended.
     done: Option<f64>,
     send_req: i64,
+    /// Crosses the switch (host type 2, different hosts).
+    inter: bool,
+}
+
+/// One adapter of a host (host type 2).
+#[derive(Default)]
+struct Adapter {
+    busy_until: f64,
+    active: Vec<f64>,
+    requests: u64,
+    bytes: f64,
+    min: f64,
+    max: f64,
+    dur_sum: f64,
+    busy: f64,
+    cur: Option<(f64, f64)>,
+}
+
+impl Adapter {
+    fn record(&mut self, start: f64, end: f64, bytes: u64) {
+        let b = bytes as f64;
+        if self.requests == 0 {
+            self.min = b;
+            self.max = b;
+        } else {
+            self.min = self.min.min(b);
+            self.max = self.max.max(b);
+        }
+        self.requests += 1;
+        self.bytes += b;
+        self.dur_sum += end - start;
+        // Busy time as a union of intervals, merged as requests arrive (exact when
+        // requests reach the adapter in start order, which the clock order gives).
+        self.cur = match self.cur {
+            Some((cs, ce)) if start <= ce => Some((cs.min(start), ce.max(end))),
+            Some((cs, ce)) => {
+                self.busy += ce - cs;
+                Some((start, end))
+            }
+            None => Some((start, end)),
+        };
+    }
 }
 
 enum Req {
@@ -79,13 +129,10 @@ impl Rank {
 
 /// Replays the rank traces `files` (index = rank) with the model input `input`.
 pub fn simulate(files: &[PathBuf], input: &BandelaInput) -> Result<ReplayResult> {
-    if input.host_type != 0 {
+    if input.host_type == 1 {
         return Err(ReplayError::Unsupported {
             file: files.first().cloned().unwrap_or_default(),
-            message: format!(
-                "Bandela host type {} is not implemented yet (host type 0 is)",
-                input.host_type
-            ),
+            message: "Bandela host type 1 (topology plug-in) is not implemented yet (host types 0 and 2 are)".into(),
         });
     }
     let mut ranks = Vec::with_capacity(files.len());
@@ -117,6 +164,18 @@ pub fn simulate(files: &[PathBuf], input: &BandelaInput) -> Result<ReplayResult>
             host: input.host_of(i as u32).unwrap_or(0),
         });
     }
+    let adapters = input
+        .blocks
+        .iter()
+        .map(|b| {
+            (
+                b.host,
+                (0..b.adapters)
+                    .map(|_| Adapter::default())
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .collect();
     let mut m = Model {
         input,
         ranks,
@@ -126,6 +185,8 @@ pub fn simulate(files: &[PathBuf], input: &BandelaInput) -> Result<ReplayResult>
         barrier: HashMap::new(),
         records: 0,
         matrix: BTreeMap::new(),
+        adapters,
+        rr: HashMap::new(),
     };
     m.run()?;
     Ok(m.result())
@@ -141,6 +202,10 @@ struct Model<'a> {
     barrier: HashMap<i64, Vec<u32>>,
     records: u64,
     matrix: BTreeMap<(u32, u32), (u64, u64)>,
+    /// Adapters per host (host type 2).
+    adapters: BTreeMap<u32, Vec<Adapter>>,
+    /// Next adapter of each host (round robin).
+    rr: HashMap<u32, usize>,
 }
 
 fn charge(r: &mut Rank, f: &str, cat: usize, v: f64) {
@@ -192,6 +257,75 @@ impl Model<'_> {
             &self.input.intra_latency
         };
         curve.at(bytes, self.input.interp, None) * 1e-6
+    }
+
+    fn host(&self, rank: u32) -> u32 {
+        self.ranks.get(rank as usize).map_or(0, |r| r.host)
+    }
+
+    fn inter(&self, a: u32, b: u32) -> bool {
+        self.input.host_type == 2 && self.host(a) != self.host(b)
+    }
+
+    /// One half of an inter-host transfer on an adapter of `host` (round robin),
+    /// starting no earlier than `ready`. The link runs at twice the ping-pong bandwidth
+    /// entered (the switch buffers, then the receiver reads); interleaved transfers share
+    /// the adapter's aggregate bandwidth, otherwise they queue. Returns (start, end).
+    fn adapter_stage(
+        &mut self,
+        rank: usize,
+        host: u32,
+        ready: f64,
+        bytes: u64,
+    ) -> Result<(f64, f64)> {
+        let interp = self.input.interp;
+        let (per_link_base, aggregate, curve) = match &self.input.inter_bandwidth {
+            Some((p, a, c)) => (*p, *a, c.clone()),
+            None => {
+                return Err(self.err(
+                    rank,
+                    "inter-host transfer without INTER_HOST_BANDWIDTH_PEAKS",
+                ));
+            }
+        };
+        let per_link = 2.0 * curve.at(bytes, interp, Some(per_link_base)) * 1e6;
+        let ratio = self
+            .input
+            .degradation_ratio
+            .as_ref()
+            .map_or(1.0, |c| c.at(bytes, interp, None));
+        let n_adapters = self.adapters.get(&host).map_or(0, |v| v.len());
+        if n_adapters == 0 {
+            return Err(self.err(rank, format!("host {host} has no adapter (ADAPTERS 0) but sends or receives across the switch")));
+        }
+        let k = self.rr.entry(host).or_insert(0);
+        let idx = *k % n_adapters;
+        *k = (idx + 1) % n_adapters;
+        let interleave = self.input.interleave;
+        let Some(a) = self.adapters.get_mut(&host).and_then(|v| v.get_mut(idx)) else {
+            return Ok((ready, ready));
+        };
+        let (start, bw) = if interleave {
+            a.active.retain(|&e| e > ready);
+            let n = a.active.len() as f64 + 1.0;
+            let agg = if aggregate > 0.0 {
+                2.0 * aggregate * 1e6
+            } else {
+                per_link * ratio
+            };
+            (ready, per_link.min(agg / n))
+        } else {
+            (ready.max(a.busy_until), per_link)
+        };
+        let end = if bw > 0.0 {
+            start + bytes as f64 / bw
+        } else {
+            start
+        };
+        a.busy_until = a.busy_until.max(end);
+        a.active.push(end);
+        a.record(start, end, bytes);
+        Ok((start, end))
     }
 
     fn transfer_s(&self, bytes: u64) -> f64 {
@@ -327,8 +461,11 @@ impl Model<'_> {
                     return Err(self.err(i, format!("isend to rank {peer}, which does not exist")));
                 }
                 let lat = self.latency_s(me, peer, bytes);
-                let buffered = !(sym && bytes > self.input.mpi_buffer_max);
-                let copy = if buffered {
+                let inter = self.inter(me, peer);
+                // Across the switch the adapter buffers the data: the send completes once
+                // it is in the switch, and there is no local copy.
+                let buffered = inter || !(sym && bytes > self.input.mpi_buffer_max);
+                let copy = if buffered && !inter {
                     let lb = self
                         .input
                         .local_bandwidth
@@ -346,13 +483,25 @@ impl Model<'_> {
                     return Ok(());
                 };
                 charge(r, f, 1, lat);
-                if buffered {
+                if buffered && !inter {
                     charge(r, f, cat, copy);
                     r.bytes_buffered += bytes;
                 }
                 r.bytes_sent += bytes;
                 r.sent += 1;
-                let avail = r.clock();
+                let mut avail = r.clock();
+                if inter {
+                    let host = r.host;
+                    let (s1, e1) = self.adapter_stage(i, host, avail, bytes)?;
+                    if self.input.synchronous {
+                        // The CPU is locked until its adapter has pushed the data.
+                        if let Some(r) = self.ranks.get_mut(i) {
+                            charge(r, f, 0, s1 - avail);
+                            charge(r, f, cat, e1 - s1);
+                        }
+                    }
+                    avail = e1;
+                }
                 let id = self.msgs.len();
                 self.msgs.push(Msg {
                     src: me,
@@ -362,6 +511,7 @@ impl Model<'_> {
                     buffered,
                     done: None,
                     send_req: req,
+                    inter,
                 });
                 if let Some(r) = self.ranks.get_mut(i) {
                     r.reqs.insert(req, Req::Send { msg: id });
@@ -568,15 +718,28 @@ impl Model<'_> {
                 let Some(msg) = self.msgs.get(m) else {
                     return Ok(());
                 };
-                let (avail, size, src) = (msg.avail, msg.bytes.min(bytes.max(msg.bytes)), msg.src);
-                let dur = self.transfer_s(size);
+                let (avail, size, src, inter) = (
+                    msg.avail,
+                    msg.bytes.min(bytes.max(msg.bytes)),
+                    msg.src,
+                    msg.inter,
+                );
                 let cat = self.small(size);
+                let (wait_until, dur) = if inter {
+                    // The receiver's adapter reads the data from the switch.
+                    let now = self.ranks.get(i).map_or(0.0, |r| r.clock()) + lat;
+                    let host = self.host(i as u32);
+                    let (s2, e2) = self.adapter_stage(i, host, now.max(avail), size)?;
+                    (s2 - lat, e2 - s2)
+                } else {
+                    (avail, self.transfer_s(size))
+                };
                 let Some(r) = self.ranks.get_mut(i) else {
                     return Ok(());
                 };
                 let now = r.clock();
-                if avail > now {
-                    charge(r, f, 0, avail - now);
+                if wait_until > now {
+                    charge(r, f, 0, wait_until - now);
                 }
                 charge(r, f, 1, lat);
                 charge(r, f, cat, dur);
@@ -597,12 +760,18 @@ impl Model<'_> {
                 }
             }
             Req::Send { msg: m } => {
-                let (buffered, done) = self
+                let (buffered, done, avail) = self
                     .msgs
                     .get(m)
-                    .map_or((true, None), |x| (x.buffered, x.done));
+                    .map_or((true, None, 0.0), |x| (x.buffered, x.done, x.avail));
                 if buffered {
                     if let Some(r) = self.ranks.get_mut(i) {
+                        // An asynchronous inter-host send is done when its data is in
+                        // the switch.
+                        let now = r.clock();
+                        if avail > now {
+                            charge(r, f, 0, avail - now);
+                        }
                         charge(r, f, 1, lat);
                         r.reqs.remove(&req);
                     }
@@ -680,7 +849,34 @@ impl Model<'_> {
             records: self.records,
             ranks,
             transfers: self.matrix,
-            adapters: Vec::new(),
+            adapters: self
+                .adapters
+                .iter()
+                .flat_map(|(&host, v)| {
+                    v.iter().enumerate().map(move |(k, a)| {
+                        let busy = a.busy + a.cur.map_or(0.0, |(s, e)| e - s);
+                        let any = a.requests > 0;
+                        AdapterStats {
+                            host,
+                            adapter: k as u32,
+                            min_request: any.then_some(a.min),
+                            avg_request: any.then(|| a.bytes / a.requests as f64),
+                            max_request: any.then_some(a.max),
+                            busy_fraction: if predicted > 0.0 {
+                                busy / predicted
+                            } else {
+                                0.0
+                            },
+                            aggregate_bw_mb_s: if busy > 0.0 {
+                                a.bytes / busy / 1e6
+                            } else {
+                                0.0
+                            },
+                            avg_concurrent: if busy > 0.0 { a.dur_sum / busy } else { 0.0 },
+                        }
+                    })
+                })
+                .collect(),
             timeline: Vec::new(),
             params: serde_json::json!({
                 "host_type": self.input.host_type,
