@@ -25,22 +25,31 @@ pub fn run_replay(
         }
         "bandela" => {
             // `trace` is the directory of bandela.<rank> files; `input` names the
-            // replaympi input file (keywords as in the manual).
+            // replaympi input file; `topology` a host type 1 plug-in (C shared library).
             let input = params.get("input").ok_or_else(|| {
                 ReplayError::param(
                     "input",
                     "the Bandela model needs input=<replaympi input file>",
                 )
             })?;
-            if let Some(k) = params.keys().find(|k| k.as_str() != "input") {
+            if let Some(k) = params
+                .keys()
+                .find(|k| !matches!(k.as_str(), "input" | "topology"))
+            {
                 return Err(ReplayError::param(
                     k,
-                    "unknown Bandela parameter (known: input)",
+                    "unknown Bandela parameter (known: input, topology)",
                 ));
             }
             let inp = benchlake_formats::bandela::BandelaInput::read(input)?;
             let files = crate::bandela::rank_files(trace)?;
-            crate::bandela::simulate(&files, &inp)
+            match params.get("topology") {
+                Some(lib) => {
+                    let mut plugin = crate::bandela::CPlugin::load(Path::new(lib))?;
+                    crate::bandela::simulate_with(&files, &inp, Some(&mut plugin))
+                }
+                None => crate::bandela::simulate(&files, &inp),
+            }
         }
         other => Err(ReplayError::param(
             "model",

@@ -28,7 +28,9 @@ use crate::error::{ReplayError, Result};
 use crate::result::{AdapterStats, CommTimes, RankResult, ReplayResult};
 
 mod output;
+pub mod topology;
 pub use output::{chrome_trace_json, column_data_csv, summary_text, transfer_matrix_text};
+pub use topology::{BandelaItem, CPlugin, Topology};
 
 struct Msg {
     src: u32,
@@ -129,11 +131,24 @@ impl Rank {
 
 /// Replays the rank traces `files` (index = rank) with the model input `input`.
 pub fn simulate(files: &[PathBuf], input: &BandelaInput) -> Result<ReplayResult> {
-    if input.host_type == 1 {
+    simulate_with(files, input, None)
+}
+
+/// [`simulate`] with a topology plug-in (required for host type 1).
+pub fn simulate_with(
+    files: &[PathBuf],
+    input: &BandelaInput,
+    mut topo: Option<&mut dyn Topology>,
+) -> Result<ReplayResult> {
+    if input.host_type == 1 && topo.is_none() {
         return Err(ReplayError::Unsupported {
             file: files.first().cloned().unwrap_or_default(),
-            message: "Bandela host type 1 (topology plug-in) is not implemented yet (host types 0 and 2 are)".into(),
+            message: "host type 1 needs a topology plug-in (parameter topology=<libtopo.so>)"
+                .into(),
         });
+    }
+    if input.host_type != 1 {
+        topo = None;
     }
     let mut ranks = Vec::with_capacity(files.len());
     for (i, f) in files.iter().enumerate() {
@@ -187,12 +202,26 @@ pub fn simulate(files: &[PathBuf], input: &BandelaInput) -> Result<ReplayResult>
         matrix: BTreeMap::new(),
         adapters,
         rr: HashMap::new(),
+        topo,
+        live: topology::LiveTransfers::new(),
     };
+    let local_bw = input
+        .local_bandwidth
+        .unwrap_or(2.0 * input.intra_bandwidth.base);
+    let nprocs = i32::try_from(files.len()).unwrap_or(i32::MAX);
+    if let Some(t) = m.topo.as_deref_mut() {
+        t.start(nprocs, local_bw);
+    }
     m.run()?;
+    let end = m.ranks.iter().map(|r| r.clock()).fold(0.0, f64::max);
+    if let Some(t) = m.topo.as_deref_mut() {
+        m.live.retire(t, f64::INFINITY);
+        t.end(end);
+    }
     Ok(m.result())
 }
 
-struct Model<'a> {
+struct Model<'a, 't> {
     input: &'a BandelaInput,
     ranks: Vec<Rank>,
     msgs: Vec<Msg>,
@@ -206,6 +235,9 @@ struct Model<'a> {
     adapters: BTreeMap<u32, Vec<Adapter>>,
     /// Next adapter of each host (round robin).
     rr: HashMap<u32, usize>,
+    /// Host type 1 plug-in.
+    topo: Option<&'t mut dyn Topology>,
+    live: topology::LiveTransfers,
 }
 
 fn charge(r: &mut Rank, f: &str, cat: usize, v: f64) {
@@ -230,7 +262,7 @@ fn charge(r: &mut Rank, f: &str, cat: usize, v: f64) {
     }
 }
 
-impl Model<'_> {
+impl Model<'_, '_> {
     fn err(&self, rank: usize, msg: impl Into<String>) -> ReplayError {
         let (file, line) = self
             .ranks
@@ -731,6 +763,18 @@ impl Model<'_> {
                     let host = self.host(i as u32);
                     let (s2, e2) = self.adapter_stage(i, host, now.max(avail), size)?;
                     (s2 - lat, e2 - s2)
+                } else if let Some(t) = self.topo.as_deref_mut() {
+                    // Host type 1: the plug-in gives the receive bandwidth.
+                    let start = self.ranks.get(i).map_or(0.0, |r| r.clock()).max(avail) + lat;
+                    let bw = self.live.arrive(t, start, i as u32, src, size);
+                    (
+                        avail,
+                        if bw > 0.0 {
+                            size as f64 / (bw * 1e6)
+                        } else {
+                            0.0
+                        },
+                    )
                 } else {
                     (avail, self.transfer_s(size))
                 };
