@@ -57,3 +57,46 @@ pub fn run_replay(
         )),
     }
 }
+
+/// The points of a sweep grid (parameter → values), in a deterministic order (keys
+/// sorted, last key varying fastest): one replay job per point.
+pub fn sweep_points(grid: &BTreeMap<String, Vec<String>>) -> Vec<BTreeMap<String, String>> {
+    let mut points = vec![BTreeMap::new()];
+    for (k, values) in grid {
+        let mut next = Vec::with_capacity(points.len() * values.len());
+        for p in &points {
+            for v in values {
+                let mut q = p.clone();
+                q.insert(k.clone(), v.clone());
+                next.push(q);
+            }
+        }
+        points = next;
+    }
+    points
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweep_grid_is_the_cartesian_product() {
+        let mut g = BTreeMap::new();
+        g.insert(
+            "latency".to_string(),
+            vec!["5e-6".to_string(), "5e-5".to_string()],
+        );
+        g.insert(
+            "bandwidth".to_string(),
+            vec!["100".into(), "1000".into(), "10000".into()],
+        );
+        let pts = sweep_points(&g);
+        assert_eq!(pts.len(), 6);
+        assert_eq!(pts[0].get("bandwidth").map(String::as_str), Some("100"));
+        assert_eq!(pts[0].get("latency").map(String::as_str), Some("5e-6"));
+        assert_eq!(pts[1].get("latency").map(String::as_str), Some("5e-5"));
+        assert_eq!(pts[5].get("bandwidth").map(String::as_str), Some("10000"));
+        assert_eq!(sweep_points(&BTreeMap::new()).len(), 1);
+    }
+}

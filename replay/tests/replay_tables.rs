@@ -92,3 +92,28 @@ fn ring_replay_tables() {
     assert_eq!(tables[3].rows(), 0);
     assert_eq!(ranks.column_by_name("idle_s").map(|c| c.len()), Some(4));
 }
+
+#[test]
+fn dimemas_timeline_exports_as_chrome_trace() {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/data/replay/dimemas"
+    );
+    let mut params = BTreeMap::new();
+    params.insert("timeline".to_string(), "1".to_string());
+    let trace = std::path::PathBuf::from(format!("{dir}/traces/ring_np4.dim"));
+    let r = run_replay("dimemas", &trace, &params).expect("replay");
+    // 42 bursts per rank, plus latencies, waits and the barrier.
+    assert!(r.timeline.iter().filter(|e| e.name == "compute").count() == 4 * 42);
+    assert!(r.timeline.iter().any(|e| e.name == "MPI_Barrier"));
+    let json: serde_json::Value =
+        serde_json::from_str(&benchlake_replay::bandela::chrome_trace_json(&r))
+            .expect("valid json");
+    let events = json["traceEvents"].as_array().expect("events");
+    assert_eq!(events.len(), 4 + r.timeline.len());
+    let last_end = r.timeline.iter().map(|e| e.end_s).fold(0.0, f64::max);
+    assert!((last_end - r.predicted_time_s).abs() < 1e-12);
+    // The summary prints every rank.
+    let s = benchlake_replay::bandela::summary_text(&r);
+    assert_eq!(s.matches("Total  Time").count(), 4);
+}
