@@ -304,3 +304,74 @@ fn host_type_2_adapter_queueing_versus_interleaving() {
         h0.avg_concurrent
     );
 }
+
+fn setup_with(
+    ranks: &[&str],
+    extra: &str,
+) -> (tempfile::TempDir, PathBuf, BTreeMap<String, String>) {
+    let (d, dir, p) = setup(ranks);
+    std::fs::write(d.path().join("input"), format!("{INPUT}{extra}")).expect("input");
+    (d, dir, p)
+}
+
+#[test]
+fn ignore_next_collective_skips_its_kernels() {
+    let ranks = [
+        "M ignore_next_col 1\nC 0.001\nK 0 MPI_Bcast isend 1 1 -3 400000 1 0\nK 1 MPI_Bcast wait 1\nK 2 MPI_Barrier barrier 1\n",
+        "M ignore_next_col 1\nK 0 MPI_Bcast irecv 0 1 -3 400000 1 0\nK 1 MPI_Bcast wait 1\nK 2 MPI_Barrier barrier 1\n",
+    ];
+    let (_d, dir, p) = setup_with(&ranks, "block_max_ignore_collective 1\nignore_index 1\n");
+    let r = run(&dir, &p);
+    assert_eq!(r.ranks[1].bytes_received, 0);
+    assert!(
+        close(r.predicted_time_s, 0.001 + 10e-6),
+        "{}",
+        r.predicted_time_s
+    );
+    let (_d, dir, p) = setup_with(&ranks, "block_max_ignore_collective 1\nignore_index 0\n");
+    let r = run(&dir, &p);
+    assert_eq!(r.ranks[1].bytes_received, 400000);
+    // A marker not followed by a collective stops the model with ignore_safely N.
+    let bad = [
+        "M ignore_next_col 1\nK 0 MPI_Send isend 1 1 1 8 1 0\nK 1 MPI_Send wait 1\n",
+        "K 0 MPI_Recv irecv 0 1 1 8 1 0\nK 1 MPI_Recv wait 1\n",
+    ];
+    let (_d, dir, p) = setup_with(
+        &bad,
+        "block_max_ignore_collective 1\nignore_index 1\nignore_safely N\n",
+    );
+    let m = run_replay("bandela", &dir, &p)
+        .expect_err("unsafe")
+        .to_string();
+    assert!(m.contains("ignore_safely") && m.contains("rank 0"), "{m}");
+    let (_d, dir, p) = setup_with(
+        &bad,
+        "block_max_ignore_collective 1\nignore_index 1\nignore_safely Y\n",
+    );
+    assert_eq!(run(&dir, &p).ranks[1].bytes_received, 8);
+}
+
+#[test]
+fn long_latency_when_the_pair_arrives_far_apart() {
+    // The receive is posted at 0, the send's data is there at 1.002 ms: 1002 µs apart.
+    let ranks = [
+        "C 0.001\nK 0 MPI_Send isend 1 1 5 8 1 0\nK 1 MPI_Send wait 1\n",
+        "K 0 MPI_Recv irecv 0 1 5 8 1 0\nK 1 MPI_Recv wait 1\n",
+    ];
+    let (_d, dir, p) = setup_with(
+        &ranks,
+        "intra_host_long_latency 50\ndelay_for_long_latency 100\n",
+    );
+    let r = run(&dir, &p);
+    // irecv 2 µs + wait's long latency 50 µs.
+    assert!(
+        close(r.ranks[1].comm.latency, 52e-6),
+        "{}",
+        r.ranks[1].comm.latency
+    );
+    let (_d, dir, p) = setup_with(
+        &ranks,
+        "intra_host_long_latency 50\ndelay_for_long_latency 5000\n",
+    );
+    assert!(close(run(&dir, &p).ranks[1].comm.latency, 4e-6));
+}

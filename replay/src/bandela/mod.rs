@@ -96,6 +96,8 @@ enum Req {
         comm: i64,
         msg: Option<usize>,
         bytes: u64,
+        /// Clock when the receive was posted (for the long-latency rule).
+        posted: f64,
     },
 }
 
@@ -116,6 +118,10 @@ struct Rank {
     finished: bool,
     cur: Option<BRecord>,
     calipers: Vec<u32>,
+    /// A pending `ignore_next_col` marker.
+    ignore_mark: Option<u32>,
+    /// The collective whose kernels are being skipped.
+    ignoring: Option<String>,
     bytes_recv: u64,
     bytes_buffered: u64,
     bytes_sent: u64,
@@ -172,6 +178,8 @@ pub fn simulate_with(
             finished: false,
             cur: None,
             calipers: Vec::new(),
+            ignore_mark: None,
+            ignoring: None,
             bytes_recv: 0,
             bytes_buffered: 0,
             bytes_sent: 0,
@@ -462,12 +470,52 @@ impl Model<'_, '_> {
             BRecord::CaliperPop => {
                 r.calipers.pop();
             }
-            BRecord::IgnoreNextCol(_) => {}
+            BRecord::IgnoreNextCol(idx) => r.ignore_mark = Some(idx),
             BRecord::Kernel {
                 main_fn, kernel, ..
-            } => self.kernel(i, &main_fn, kernel)?,
+            } => {
+                // ignore_next_col: skip the kernels of the marked collective.
+                if r.ignoring.as_deref() == Some(main_fn.as_str()) {
+                    return Ok(());
+                }
+                r.ignoring = None;
+                if let Some(idx) = r.ignore_mark.take() {
+                    if is_collective(&main_fn) {
+                        if self.input.ignore_index.get((idx as usize).wrapping_sub(1)) == Some(&1) {
+                            r.ignoring = Some(main_fn);
+                            return Ok(());
+                        }
+                    } else if !self.input.ignore_safely {
+                        return Err(self.err(
+                            i,
+                            format!("ignore_next_col {idx} is followed by {main_fn}, not a collective (ignore_safely N)"),
+                        ));
+                    }
+                }
+                self.kernel(i, &main_fn, kernel)?
+            }
         }
         Ok(())
+    }
+
+    /// The latency of a wait completing a receive whose send became available at
+    /// `avail` and which was posted at `posted`: the long latency when the pair's
+    /// arrivals are further apart than `delay_for_long_latency` (a de-scheduled
+    /// process, TCP), else L(0).
+    fn wait_latency(&self, a: u32, b: u32, avail: f64, posted: f64) -> f64 {
+        let l0 = self.input.intra_latency.base * 1e-6;
+        let Some(delay) = self.input.delay_for_long_latency else {
+            return l0;
+        };
+        if (avail - posted).abs() * 1e6 <= delay {
+            return l0;
+        }
+        let long = if self.host(a) != self.host(b) {
+            self.input.inter_long_latency
+        } else {
+            self.input.intra_long_latency
+        };
+        long.map_or(l0, |v| v * 1e-6)
     }
 
     fn ignored(&self, col: Option<u32>) -> bool {
@@ -617,6 +665,7 @@ impl Model<'_, '_> {
                 let Some(r) = self.ranks.get_mut(i) else {
                     return Ok(());
                 };
+                let posted = r.clock();
                 charge(r, f, 1, lat);
                 if r.reqs
                     .insert(
@@ -627,6 +676,7 @@ impl Model<'_, '_> {
                             comm,
                             msg,
                             bytes,
+                            posted,
                         },
                     )
                     .is_some()
@@ -745,6 +795,7 @@ impl Model<'_, '_> {
             Req::Recv {
                 msg: Some(m),
                 bytes,
+                posted,
                 ..
             } => {
                 let Some(msg) = self.msgs.get(m) else {
@@ -756,6 +807,7 @@ impl Model<'_, '_> {
                     msg.src,
                     msg.inter,
                 );
+                let lat = self.wait_latency(src, i as u32, avail, posted);
                 let cat = self.small(size);
                 let (wait_until, dur) = if inter {
                     // The receiver's adapter reads the data from the switch.
@@ -958,4 +1010,30 @@ pub fn rank_files(dir: &Path) -> Result<Vec<PathBuf>> {
         )));
     }
     Ok(found.into_values().collect())
+}
+
+/// Whether `main_fn` names an MPI collective (for `ignore_next_col`).
+fn is_collective(main_fn: &str) -> bool {
+    let n = main_fn.to_ascii_lowercase();
+    let n = n.strip_prefix("mpi_").unwrap_or(&n);
+    matches!(
+        n,
+        "bcast"
+            | "reduce"
+            | "allreduce"
+            | "barrier"
+            | "gather"
+            | "gatherv"
+            | "scatter"
+            | "scatterv"
+            | "allgather"
+            | "allgatherv"
+            | "alltoall"
+            | "alltoallv"
+            | "alltoallw"
+            | "reduce_scatter"
+            | "reduce_scatter_block"
+            | "scan"
+            | "exscan"
+    )
 }
