@@ -29,7 +29,9 @@ use crate::result::{AdapterStats, CommTimes, RankResult, ReplayResult};
 
 mod output;
 pub mod topology;
-pub use output::{chrome_trace_json, column_data_csv, summary_text, transfer_matrix_text};
+pub use output::{
+    chrome_trace_json, column_data_csv, paraver_prv, summary_text, transfer_matrix_text,
+};
 pub use topology::{BandelaItem, CPlugin, Topology};
 
 struct Msg {
