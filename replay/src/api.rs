@@ -34,21 +34,24 @@ pub fn run_replay(
             })?;
             if let Some(k) = params
                 .keys()
-                .find(|k| !matches!(k.as_str(), "input" | "topology"))
+                .find(|k| !matches!(k.as_str(), "input" | "topology" | "timeline"))
             {
                 return Err(ReplayError::param(
                     k,
-                    "unknown Bandela parameter (known: input, topology)",
+                    "unknown Bandela parameter (known: input, topology, timeline)",
                 ));
             }
+            let timeline = params
+                .get("timeline")
+                .is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes"));
             let inp = benchlake_formats::bandela::BandelaInput::read(input)?;
             let files = crate::bandela::rank_files(trace)?;
             match params.get("topology") {
                 Some(lib) => {
                     let mut plugin = crate::bandela::CPlugin::load(Path::new(lib))?;
-                    crate::bandela::simulate_with(&files, &inp, Some(&mut plugin))
+                    crate::bandela::simulate_opts(&files, &inp, Some(&mut plugin), timeline)
                 }
-                None => crate::bandela::simulate(&files, &inp),
+                None => crate::bandela::simulate_opts(&files, &inp, None, timeline),
             }
         }
         other => Err(ReplayError::param(

@@ -375,3 +375,43 @@ fn long_latency_when_the_pair_arrives_far_apart() {
     );
     assert!(close(run(&dir, &p).ranks[1].comm.latency, 4e-6));
 }
+
+#[test]
+fn bandela_timeline_and_chrome_trace() {
+    let (_d, dir, mut p) = setup(&[
+        "C 0.001\nK 0 MPI_Send isend 1 1 5 400000 1 1\nK 1 MPI_Send wait 1\n",
+        "C 0.002\nK 0 MPI_Recv irecv 0 1 5 400000 1 1\nK 1 MPI_Recv wait 1\n",
+    ]);
+    p.insert("timeline".to_string(), "1".to_string());
+    let r = run(&dir, &p);
+    let names: Vec<(u32, &str)> = r
+        .timeline
+        .iter()
+        .map(|e| (e.rank, e.name.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            (0, "compute"),
+            (0, "latency"),
+            (0, "wait"),
+            (0, "latency"),
+            (1, "compute"),
+            (1, "latency"),
+            (1, "latency"),
+            (1, "transfer (big)")
+        ]
+    );
+    for rank in 0..2u32 {
+        let end = r
+            .timeline
+            .iter()
+            .filter(|e| e.rank == rank)
+            .map(|e| e.end_s)
+            .fold(0.0, f64::max);
+        assert!(close(end, r.ranks[rank as usize].total_s));
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&benchlake_replay::bandela::chrome_trace_json(&r)).expect("json");
+    assert_eq!(json["traceEvents"].as_array().map(|a| a.len()), Some(2 + 8));
+}

@@ -25,7 +25,7 @@ use benchlake_formats::bandela::input::Interp;
 use benchlake_formats::bandela::{BRecord, BandelaInput, Kernel, RankTrace};
 
 use crate::error::{ReplayError, Result};
-use crate::result::{AdapterStats, CommTimes, RankResult, ReplayResult};
+use crate::result::{AdapterStats, CommTimes, RankResult, ReplayResult, TimelineEvent};
 
 mod output;
 pub mod topology;
@@ -125,6 +125,8 @@ struct Rank {
     /// The collective whose kernels are being skipped.
     ignoring: Option<String>,
     bytes_recv: u64,
+    /// Timeline intervals (kind, start, end), recorded only when asked for.
+    tl: Option<Vec<(u8, f64, f64)>>,
     bytes_buffered: u64,
     bytes_sent: u64,
     sent: u64,
@@ -146,7 +148,18 @@ pub fn simulate(files: &[PathBuf], input: &BandelaInput) -> Result<ReplayResult>
 pub fn simulate_with(
     files: &[PathBuf],
     input: &BandelaInput,
+    topo: Option<&mut dyn Topology>,
+) -> Result<ReplayResult> {
+    simulate_opts(files, input, topo, false)
+}
+
+/// [`simulate_with`], optionally recording the timeline (memory then grows with the
+/// trace).
+pub fn simulate_opts(
+    files: &[PathBuf],
+    input: &BandelaInput,
     mut topo: Option<&mut dyn Topology>,
+    timeline: bool,
 ) -> Result<ReplayResult> {
     if input.host_type == 1 && topo.is_none() {
         return Err(ReplayError::Unsupported {
@@ -183,6 +196,7 @@ pub fn simulate_with(
             ignore_mark: None,
             ignoring: None,
             bytes_recv: 0,
+            tl: timeline.then(Vec::new),
             bytes_buffered: 0,
             bytes_sent: 0,
             sent: 0,
@@ -251,6 +265,12 @@ struct Model<'a, 't> {
 }
 
 fn charge(r: &mut Rank, f: &str, cat: usize, v: f64) {
+    if v > 0.0 {
+        let start = r.clock();
+        if let Some(tl) = r.tl.as_mut() {
+            tl.push((cat as u8, start, start + v));
+        }
+    }
     let e = r.funcs.entry(f.to_string()).or_default();
     match cat {
         0 => {
@@ -463,7 +483,14 @@ impl Model<'_, '_> {
                             .copied()
                     })
                     .unwrap_or(1.0);
-                r.comput += seconds / self.input.cpu_boost / boost;
+                let d = seconds / self.input.cpu_boost / boost;
+                let start = r.clock();
+                if let Some(tl) = r.tl.as_mut() {
+                    if d > 0.0 {
+                        tl.push((4, start, start + d));
+                    }
+                }
+                r.comput += d;
             }
             BRecord::Comm { id, ranks } => {
                 self.comms.insert(id, ranks);
@@ -975,7 +1002,29 @@ impl Model<'_, '_> {
                     })
                 })
                 .collect(),
-            timeline: Vec::new(),
+            timeline: self
+                .ranks
+                .iter()
+                .enumerate()
+                .flat_map(|(i, r)| {
+                    r.tl.iter().flatten().map(move |&(k, a, b)| TimelineEvent {
+                        rank: i as u32,
+                        name: [
+                            "wait",
+                            "latency",
+                            "transfer (small)",
+                            "transfer (big)",
+                            "compute",
+                        ]
+                        .get(k as usize)
+                        .copied()
+                        .unwrap_or("other")
+                        .to_string(),
+                        start_s: a,
+                        end_s: b,
+                    })
+                })
+                .collect(),
             params: serde_json::json!({
                 "host_type": self.input.host_type,
                 "hosts": self.input.hosts,
