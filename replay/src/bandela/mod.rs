@@ -485,10 +485,10 @@ impl Model<'_, '_> {
                     .unwrap_or(1.0);
                 let d = seconds / self.input.cpu_boost / boost;
                 let start = r.clock();
-                if let Some(tl) = r.tl.as_mut() {
-                    if d > 0.0 {
-                        tl.push((4, start, start + d));
-                    }
+                if let Some(tl) = r.tl.as_mut()
+                    && d > 0.0
+                {
+                    tl.push((4, start, start + d));
                 }
                 r.comput += d;
             }
