@@ -13,7 +13,7 @@ pub mod result;
 pub mod synth;
 pub mod tables;
 
-pub use api::run_replay;
+pub use api::{run_replay, sweep_points};
 pub use error::{ReplayError, Result};
 pub use result::{CommTimes, RankResult, ReplayResult};
 pub use tables::{ReplayMeta, replay_tables};

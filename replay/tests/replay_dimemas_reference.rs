@@ -100,3 +100,36 @@ fn dimemas_reference_40_cases() {
         failures.join("\n")
     );
 }
+
+/// The speed-anchor runs of `anchor_speed.tsv` also give Dimemas's simulated time for
+/// the synthetic halo trace; our generator writes the same trace as `synth.py`.
+#[test]
+fn synthetic_halo_matches_the_dimemas_anchor_runs() {
+    let tsv = std::fs::read_to_string(data().join("anchor_speed.tsv")).expect("tsv");
+    let d = tempfile::tempdir().expect("tmp");
+    let mut checked = 0;
+    for line in tsv.lines().skip(1) {
+        let f: Vec<&str> = line.split('\t').collect();
+        if f.first() != Some(&"dimemas-5.5") {
+            continue;
+        }
+        let (p, iters): (u32, u32) = (f[1].parse().expect("P"), f[2].parse().expect("iters"));
+        // Keep the debug-build test short: the runs of at most ~460 k records.
+        if u64::from(p) * u64::from(iters) > 70_000 {
+            continue;
+        }
+        let sim: f64 = f[6].parse().expect("sim time");
+        let path = d.path().join(format!("halo_{p}_{iters}.dim"));
+        let halo = benchlake_replay::synth::Halo::new(p, iters);
+        let n = halo.write_dim(&path).expect("synth");
+        assert_eq!(n.to_string(), f[3], "record count of P={p}");
+        let r = run_replay("dimemas", &path, &BTreeMap::new()).expect("replay");
+        assert!(
+            (r.predicted_time_s - sim).abs() < TOL,
+            "P={p} iters={iters}: {:.9} vs {sim:.9}",
+            r.predicted_time_s
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 4, "P=8x8000, P=64x1000, P=256x250, P=1024x60");
+}

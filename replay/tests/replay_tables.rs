@@ -92,3 +92,57 @@ fn ring_replay_tables() {
     assert_eq!(tables[3].rows(), 0);
     assert_eq!(ranks.column_by_name("idle_s").map(|c| c.len()), Some(4));
 }
+
+#[test]
+fn dimemas_timeline_exports_as_chrome_trace() {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/data/replay/dimemas"
+    );
+    let mut params = BTreeMap::new();
+    params.insert("timeline".to_string(), "1".to_string());
+    let trace = std::path::PathBuf::from(format!("{dir}/traces/ring_np4.dim"));
+    let r = run_replay("dimemas", &trace, &params).expect("replay");
+    // 42 bursts per rank, plus latencies, waits and the barrier.
+    assert!(r.timeline.iter().filter(|e| e.name == "compute").count() == 4 * 42);
+    assert!(r.timeline.iter().any(|e| e.name == "MPI_Barrier"));
+    let json: serde_json::Value =
+        serde_json::from_str(&benchlake_replay::bandela::chrome_trace_json(&r))
+            .expect("valid json");
+    let events = json["traceEvents"].as_array().expect("events");
+    assert_eq!(events.len(), 4 + r.timeline.len());
+    let last_end = r.timeline.iter().map(|e| e.end_s).fold(0.0, f64::max);
+    assert!((last_end - r.predicted_time_s).abs() < 1e-12);
+    // The summary prints every rank.
+    let s = benchlake_replay::bandela::summary_text(&r);
+    assert_eq!(s.matches("Total  Time").count(), 4);
+}
+
+#[test]
+fn dimemas_timeline_exports_as_paraver() {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/data/replay/dimemas"
+    );
+    let mut params = BTreeMap::new();
+    params.insert("timeline".to_string(), "1".to_string());
+    let trace = std::path::PathBuf::from(format!("{dir}/traces/bcast_np4.dim"));
+    let r = run_replay("dimemas", &trace, &params).expect("replay");
+    let prv = benchlake_replay::bandela::paraver_prv(&r);
+    let mut lines = prv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("#Paraver (01/01/70 at 00:00):58011330_ns:4(1,1,1,1):1:4(1:1,1:2,1:3,1:4)")
+    );
+    let states: Vec<Vec<u64>> = lines
+        .map(|l| l.split(':').map(|f| f.parse().expect("number")).collect())
+        .collect();
+    assert_eq!(states.len(), r.timeline.len());
+    assert!(
+        states
+            .iter()
+            .all(|f| f.len() == 8 && f[0] == 1 && f[5] <= f[6])
+    );
+    // 21 collectives per rank are group communication (state 13).
+    assert_eq!(states.iter().filter(|f| f[7] == 13).count(), 4 * 21);
+}

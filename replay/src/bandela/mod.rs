@@ -1,4 +1,5 @@
-//! The Bandela (replaympi) model, host type 0 (single shared-memory host).
+//! The Bandela (replaympi) model, host types 0 (single shared-memory host) and 2
+//! (hosts of type 0 linked by a switch through adapters).
 //!
 //! The event loop of reference §3: every rank has `comput` and `comm`; the unblocked
 //! rank with the smallest `comput + comm` goes next (ties: lowest rank). isend/irecv/
@@ -9,7 +10,14 @@
 //! incomplete request blocks and is resynchronised (`wait += clock − (comput + comm)`)
 //! when the partner event happens; barriers synchronise and pay the barrier latency.
 //! Bandwidths are in MB/s with MB = 10^6 B (the seed's numbers need it), latencies µs.
-//! Host types 1 and 2 are not implemented yet (clear error).
+//! Host type 2: a transfer between hosts is first pushed into the switch by an adapter
+//! of the sender's host (round robin), then read by an adapter of the receiver's host;
+//! each half runs at twice the ping-pong bandwidth entered; `synchronous Y` locks the
+//! sending CPU during its half (N: only a wait on the send blocks); `interleave Y`
+//! shares the adapter's aggregate bandwidth (2 × the aggregate peak, or per-link ×
+//! `inter_host_degradation_ratio` when the aggregate is −1) among the transfers active
+//! when one starts, `N` queues them. Host type 1 (topology plug-in) is not implemented
+//! yet (clear error).
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 
@@ -17,10 +25,14 @@ use benchlake_formats::bandela::input::Interp;
 use benchlake_formats::bandela::{BRecord, BandelaInput, Kernel, RankTrace};
 
 use crate::error::{ReplayError, Result};
-use crate::result::{CommTimes, RankResult, ReplayResult};
+use crate::result::{AdapterStats, CommTimes, RankResult, ReplayResult, TimelineEvent};
 
 mod output;
-pub use output::{chrome_trace_json, column_data_csv, summary_text, transfer_matrix_text};
+pub mod topology;
+pub use output::{
+    chrome_trace_json, column_data_csv, paraver_prv, summary_text, transfer_matrix_text,
+};
+pub use topology::{BandelaItem, CPlugin, Topology};
 
 struct Msg {
     src: u32,
@@ -32,6 +44,48 @@ struct Msg {
     /// Receiver clock when its transfer ended.
     done: Option<f64>,
     send_req: i64,
+    /// Crosses the switch (host type 2, different hosts).
+    inter: bool,
+}
+
+/// One adapter of a host (host type 2).
+#[derive(Default)]
+struct Adapter {
+    busy_until: f64,
+    active: Vec<f64>,
+    requests: u64,
+    bytes: f64,
+    min: f64,
+    max: f64,
+    dur_sum: f64,
+    busy: f64,
+    cur: Option<(f64, f64)>,
+}
+
+impl Adapter {
+    fn record(&mut self, start: f64, end: f64, bytes: u64) {
+        let b = bytes as f64;
+        if self.requests == 0 {
+            self.min = b;
+            self.max = b;
+        } else {
+            self.min = self.min.min(b);
+            self.max = self.max.max(b);
+        }
+        self.requests += 1;
+        self.bytes += b;
+        self.dur_sum += end - start;
+        // Busy time as a union of intervals, merged as requests arrive (exact when
+        // requests reach the adapter in start order, which the clock order gives).
+        self.cur = match self.cur {
+            Some((cs, ce)) if start <= ce => Some((cs.min(start), ce.max(end))),
+            Some((cs, ce)) => {
+                self.busy += ce - cs;
+                Some((start, end))
+            }
+            None => Some((start, end)),
+        };
+    }
 }
 
 enum Req {
@@ -44,6 +98,8 @@ enum Req {
         comm: i64,
         msg: Option<usize>,
         bytes: u64,
+        /// Clock when the receive was posted (for the long-latency rule).
+        posted: f64,
     },
 }
 
@@ -64,7 +120,13 @@ struct Rank {
     finished: bool,
     cur: Option<BRecord>,
     calipers: Vec<u32>,
+    /// A pending `ignore_next_col` marker.
+    ignore_mark: Option<u32>,
+    /// The collective whose kernels are being skipped.
+    ignoring: Option<String>,
     bytes_recv: u64,
+    /// Timeline intervals (kind, start, end), recorded only when asked for.
+    tl: Option<Vec<(u8, f64, f64)>>,
     bytes_buffered: u64,
     bytes_sent: u64,
     sent: u64,
@@ -79,14 +141,35 @@ impl Rank {
 
 /// Replays the rank traces `files` (index = rank) with the model input `input`.
 pub fn simulate(files: &[PathBuf], input: &BandelaInput) -> Result<ReplayResult> {
-    if input.host_type != 0 {
+    simulate_with(files, input, None)
+}
+
+/// [`simulate`] with a topology plug-in (required for host type 1).
+pub fn simulate_with(
+    files: &[PathBuf],
+    input: &BandelaInput,
+    topo: Option<&mut dyn Topology>,
+) -> Result<ReplayResult> {
+    simulate_opts(files, input, topo, false)
+}
+
+/// [`simulate_with`], optionally recording the timeline (memory then grows with the
+/// trace).
+pub fn simulate_opts(
+    files: &[PathBuf],
+    input: &BandelaInput,
+    mut topo: Option<&mut dyn Topology>,
+    timeline: bool,
+) -> Result<ReplayResult> {
+    if input.host_type == 1 && topo.is_none() {
         return Err(ReplayError::Unsupported {
             file: files.first().cloned().unwrap_or_default(),
-            message: format!(
-                "Bandela host type {} is not implemented yet (host type 0 is)",
-                input.host_type
-            ),
+            message: "host type 1 needs a topology plug-in (parameter topology=<libtopo.so>)"
+                .into(),
         });
+    }
+    if input.host_type != 1 {
+        topo = None;
     }
     let mut ranks = Vec::with_capacity(files.len());
     for (i, f) in files.iter().enumerate() {
@@ -110,13 +193,28 @@ pub fn simulate(files: &[PathBuf], input: &BandelaInput) -> Result<ReplayResult>
             finished: false,
             cur: None,
             calipers: Vec::new(),
+            ignore_mark: None,
+            ignoring: None,
             bytes_recv: 0,
+            tl: timeline.then(Vec::new),
             bytes_buffered: 0,
             bytes_sent: 0,
             sent: 0,
             host: input.host_of(i as u32).unwrap_or(0),
         });
     }
+    let adapters = input
+        .blocks
+        .iter()
+        .map(|b| {
+            (
+                b.host,
+                (0..b.adapters)
+                    .map(|_| Adapter::default())
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .collect();
     let mut m = Model {
         input,
         ranks,
@@ -126,12 +224,28 @@ pub fn simulate(files: &[PathBuf], input: &BandelaInput) -> Result<ReplayResult>
         barrier: HashMap::new(),
         records: 0,
         matrix: BTreeMap::new(),
+        adapters,
+        rr: HashMap::new(),
+        topo,
+        live: topology::LiveTransfers::new(),
     };
+    let local_bw = input
+        .local_bandwidth
+        .unwrap_or(2.0 * input.intra_bandwidth.base);
+    let nprocs = i32::try_from(files.len()).unwrap_or(i32::MAX);
+    if let Some(t) = m.topo.as_deref_mut() {
+        t.start(nprocs, local_bw);
+    }
     m.run()?;
+    let end = m.ranks.iter().map(|r| r.clock()).fold(0.0, f64::max);
+    if let Some(t) = m.topo.as_deref_mut() {
+        m.live.retire(t, f64::INFINITY);
+        t.end(end);
+    }
     Ok(m.result())
 }
 
-struct Model<'a> {
+struct Model<'a, 't> {
     input: &'a BandelaInput,
     ranks: Vec<Rank>,
     msgs: Vec<Msg>,
@@ -141,9 +255,22 @@ struct Model<'a> {
     barrier: HashMap<i64, Vec<u32>>,
     records: u64,
     matrix: BTreeMap<(u32, u32), (u64, u64)>,
+    /// Adapters per host (host type 2).
+    adapters: BTreeMap<u32, Vec<Adapter>>,
+    /// Next adapter of each host (round robin).
+    rr: HashMap<u32, usize>,
+    /// Host type 1 plug-in.
+    topo: Option<&'t mut dyn Topology>,
+    live: topology::LiveTransfers,
 }
 
 fn charge(r: &mut Rank, f: &str, cat: usize, v: f64) {
+    if v > 0.0 {
+        let start = r.clock();
+        if let Some(tl) = r.tl.as_mut() {
+            tl.push((cat as u8, start, start + v));
+        }
+    }
     let e = r.funcs.entry(f.to_string()).or_default();
     match cat {
         0 => {
@@ -165,7 +292,7 @@ fn charge(r: &mut Rank, f: &str, cat: usize, v: f64) {
     }
 }
 
-impl Model<'_> {
+impl Model<'_, '_> {
     fn err(&self, rank: usize, msg: impl Into<String>) -> ReplayError {
         let (file, line) = self
             .ranks
@@ -192,6 +319,75 @@ impl Model<'_> {
             &self.input.intra_latency
         };
         curve.at(bytes, self.input.interp, None) * 1e-6
+    }
+
+    fn host(&self, rank: u32) -> u32 {
+        self.ranks.get(rank as usize).map_or(0, |r| r.host)
+    }
+
+    fn inter(&self, a: u32, b: u32) -> bool {
+        self.input.host_type == 2 && self.host(a) != self.host(b)
+    }
+
+    /// One half of an inter-host transfer on an adapter of `host` (round robin),
+    /// starting no earlier than `ready`. The link runs at twice the ping-pong bandwidth
+    /// entered (the switch buffers, then the receiver reads); interleaved transfers share
+    /// the adapter's aggregate bandwidth, otherwise they queue. Returns (start, end).
+    fn adapter_stage(
+        &mut self,
+        rank: usize,
+        host: u32,
+        ready: f64,
+        bytes: u64,
+    ) -> Result<(f64, f64)> {
+        let interp = self.input.interp;
+        let (per_link_base, aggregate, curve) = match &self.input.inter_bandwidth {
+            Some((p, a, c)) => (*p, *a, c.clone()),
+            None => {
+                return Err(self.err(
+                    rank,
+                    "inter-host transfer without INTER_HOST_BANDWIDTH_PEAKS",
+                ));
+            }
+        };
+        let per_link = 2.0 * curve.at(bytes, interp, Some(per_link_base)) * 1e6;
+        let ratio = self
+            .input
+            .degradation_ratio
+            .as_ref()
+            .map_or(1.0, |c| c.at(bytes, interp, None));
+        let n_adapters = self.adapters.get(&host).map_or(0, |v| v.len());
+        if n_adapters == 0 {
+            return Err(self.err(rank, format!("host {host} has no adapter (ADAPTERS 0) but sends or receives across the switch")));
+        }
+        let k = self.rr.entry(host).or_insert(0);
+        let idx = *k % n_adapters;
+        *k = (idx + 1) % n_adapters;
+        let interleave = self.input.interleave;
+        let Some(a) = self.adapters.get_mut(&host).and_then(|v| v.get_mut(idx)) else {
+            return Ok((ready, ready));
+        };
+        let (start, bw) = if interleave {
+            a.active.retain(|&e| e > ready);
+            let n = a.active.len() as f64 + 1.0;
+            let agg = if aggregate > 0.0 {
+                2.0 * aggregate * 1e6
+            } else {
+                per_link * ratio
+            };
+            (ready, per_link.min(agg / n))
+        } else {
+            (ready.max(a.busy_until), per_link)
+        };
+        let end = if bw > 0.0 {
+            start + bytes as f64 / bw
+        } else {
+            start
+        };
+        a.busy_until = a.busy_until.max(end);
+        a.active.push(end);
+        a.record(start, end, bytes);
+        Ok((start, end))
     }
 
     fn transfer_s(&self, bytes: u64) -> f64 {
@@ -287,7 +483,14 @@ impl Model<'_> {
                             .copied()
                     })
                     .unwrap_or(1.0);
-                r.comput += seconds / self.input.cpu_boost / boost;
+                let d = seconds / self.input.cpu_boost / boost;
+                let start = r.clock();
+                if let Some(tl) = r.tl.as_mut()
+                    && d > 0.0
+                {
+                    tl.push((4, start, start + d));
+                }
+                r.comput += d;
             }
             BRecord::Comm { id, ranks } => {
                 self.comms.insert(id, ranks);
@@ -296,12 +499,52 @@ impl Model<'_> {
             BRecord::CaliperPop => {
                 r.calipers.pop();
             }
-            BRecord::IgnoreNextCol(_) => {}
+            BRecord::IgnoreNextCol(idx) => r.ignore_mark = Some(idx),
             BRecord::Kernel {
                 main_fn, kernel, ..
-            } => self.kernel(i, &main_fn, kernel)?,
+            } => {
+                // ignore_next_col: skip the kernels of the marked collective.
+                if r.ignoring.as_deref() == Some(main_fn.as_str()) {
+                    return Ok(());
+                }
+                r.ignoring = None;
+                if let Some(idx) = r.ignore_mark.take() {
+                    if is_collective(&main_fn) {
+                        if self.input.ignore_index.get((idx as usize).wrapping_sub(1)) == Some(&1) {
+                            r.ignoring = Some(main_fn);
+                            return Ok(());
+                        }
+                    } else if !self.input.ignore_safely {
+                        return Err(self.err(
+                            i,
+                            format!("ignore_next_col {idx} is followed by {main_fn}, not a collective (ignore_safely N)"),
+                        ));
+                    }
+                }
+                self.kernel(i, &main_fn, kernel)?
+            }
         }
         Ok(())
+    }
+
+    /// The latency of a wait completing a receive whose send became available at
+    /// `avail` and which was posted at `posted`: the long latency when the pair's
+    /// arrivals are further apart than `delay_for_long_latency` (a de-scheduled
+    /// process, TCP), else L(0).
+    fn wait_latency(&self, a: u32, b: u32, avail: f64, posted: f64) -> f64 {
+        let l0 = self.input.intra_latency.base * 1e-6;
+        let Some(delay) = self.input.delay_for_long_latency else {
+            return l0;
+        };
+        if (avail - posted).abs() * 1e6 <= delay {
+            return l0;
+        }
+        let long = if self.host(a) != self.host(b) {
+            self.input.inter_long_latency
+        } else {
+            self.input.intra_long_latency
+        };
+        long.map_or(l0, |v| v * 1e-6)
     }
 
     fn ignored(&self, col: Option<u32>) -> bool {
@@ -327,8 +570,11 @@ impl Model<'_> {
                     return Err(self.err(i, format!("isend to rank {peer}, which does not exist")));
                 }
                 let lat = self.latency_s(me, peer, bytes);
-                let buffered = !(sym && bytes > self.input.mpi_buffer_max);
-                let copy = if buffered {
+                let inter = self.inter(me, peer);
+                // Across the switch the adapter buffers the data: the send completes once
+                // it is in the switch, and there is no local copy.
+                let buffered = inter || !(sym && bytes > self.input.mpi_buffer_max);
+                let copy = if buffered && !inter {
                     let lb = self
                         .input
                         .local_bandwidth
@@ -346,13 +592,25 @@ impl Model<'_> {
                     return Ok(());
                 };
                 charge(r, f, 1, lat);
-                if buffered {
+                if buffered && !inter {
                     charge(r, f, cat, copy);
                     r.bytes_buffered += bytes;
                 }
                 r.bytes_sent += bytes;
                 r.sent += 1;
-                let avail = r.clock();
+                let mut avail = r.clock();
+                if inter {
+                    let host = r.host;
+                    let (s1, e1) = self.adapter_stage(i, host, avail, bytes)?;
+                    if self.input.synchronous {
+                        // The CPU is locked until its adapter has pushed the data.
+                        if let Some(r) = self.ranks.get_mut(i) {
+                            charge(r, f, 0, s1 - avail);
+                            charge(r, f, cat, e1 - s1);
+                        }
+                    }
+                    avail = e1;
+                }
                 let id = self.msgs.len();
                 self.msgs.push(Msg {
                     src: me,
@@ -362,6 +620,7 @@ impl Model<'_> {
                     buffered,
                     done: None,
                     send_req: req,
+                    inter,
                 });
                 if let Some(r) = self.ranks.get_mut(i) {
                     r.reqs.insert(req, Req::Send { msg: id });
@@ -435,6 +694,7 @@ impl Model<'_> {
                 let Some(r) = self.ranks.get_mut(i) else {
                     return Ok(());
                 };
+                let posted = r.clock();
                 charge(r, f, 1, lat);
                 if r.reqs
                     .insert(
@@ -445,6 +705,7 @@ impl Model<'_> {
                             comm,
                             msg,
                             bytes,
+                            posted,
                         },
                     )
                     .is_some()
@@ -563,20 +824,47 @@ impl Model<'_> {
             Req::Recv {
                 msg: Some(m),
                 bytes,
+                posted,
                 ..
             } => {
                 let Some(msg) = self.msgs.get(m) else {
                     return Ok(());
                 };
-                let (avail, size, src) = (msg.avail, msg.bytes.min(bytes.max(msg.bytes)), msg.src);
-                let dur = self.transfer_s(size);
+                let (avail, size, src, inter) = (
+                    msg.avail,
+                    msg.bytes.min(bytes.max(msg.bytes)),
+                    msg.src,
+                    msg.inter,
+                );
+                let lat = self.wait_latency(src, i as u32, avail, posted);
                 let cat = self.small(size);
+                let (wait_until, dur) = if inter {
+                    // The receiver's adapter reads the data from the switch.
+                    let now = self.ranks.get(i).map_or(0.0, |r| r.clock()) + lat;
+                    let host = self.host(i as u32);
+                    let (s2, e2) = self.adapter_stage(i, host, now.max(avail), size)?;
+                    (s2 - lat, e2 - s2)
+                } else if let Some(t) = self.topo.as_deref_mut() {
+                    // Host type 1: the plug-in gives the receive bandwidth.
+                    let start = self.ranks.get(i).map_or(0.0, |r| r.clock()).max(avail) + lat;
+                    let bw = self.live.arrive(t, start, i as u32, src, size);
+                    (
+                        avail,
+                        if bw > 0.0 {
+                            size as f64 / (bw * 1e6)
+                        } else {
+                            0.0
+                        },
+                    )
+                } else {
+                    (avail, self.transfer_s(size))
+                };
                 let Some(r) = self.ranks.get_mut(i) else {
                     return Ok(());
                 };
                 let now = r.clock();
-                if avail > now {
-                    charge(r, f, 0, avail - now);
+                if wait_until > now {
+                    charge(r, f, 0, wait_until - now);
                 }
                 charge(r, f, 1, lat);
                 charge(r, f, cat, dur);
@@ -597,12 +885,18 @@ impl Model<'_> {
                 }
             }
             Req::Send { msg: m } => {
-                let (buffered, done) = self
+                let (buffered, done, avail) = self
                     .msgs
                     .get(m)
-                    .map_or((true, None), |x| (x.buffered, x.done));
+                    .map_or((true, None, 0.0), |x| (x.buffered, x.done, x.avail));
                 if buffered {
                     if let Some(r) = self.ranks.get_mut(i) {
+                        // An asynchronous inter-host send is done when its data is in
+                        // the switch.
+                        let now = r.clock();
+                        if avail > now {
+                            charge(r, f, 0, avail - now);
+                        }
                         charge(r, f, 1, lat);
                         r.reqs.remove(&req);
                     }
@@ -680,8 +974,57 @@ impl Model<'_> {
             records: self.records,
             ranks,
             transfers: self.matrix,
-            adapters: Vec::new(),
-            timeline: Vec::new(),
+            adapters: self
+                .adapters
+                .iter()
+                .flat_map(|(&host, v)| {
+                    v.iter().enumerate().map(move |(k, a)| {
+                        let busy = a.busy + a.cur.map_or(0.0, |(s, e)| e - s);
+                        let any = a.requests > 0;
+                        AdapterStats {
+                            host,
+                            adapter: k as u32,
+                            min_request: any.then_some(a.min),
+                            avg_request: any.then(|| a.bytes / a.requests as f64),
+                            max_request: any.then_some(a.max),
+                            busy_fraction: if predicted > 0.0 {
+                                busy / predicted
+                            } else {
+                                0.0
+                            },
+                            aggregate_bw_mb_s: if busy > 0.0 {
+                                a.bytes / busy / 1e6
+                            } else {
+                                0.0
+                            },
+                            avg_concurrent: if busy > 0.0 { a.dur_sum / busy } else { 0.0 },
+                        }
+                    })
+                })
+                .collect(),
+            timeline: self
+                .ranks
+                .iter()
+                .enumerate()
+                .flat_map(|(i, r)| {
+                    r.tl.iter().flatten().map(move |&(k, a, b)| TimelineEvent {
+                        rank: i as u32,
+                        name: [
+                            "wait",
+                            "latency",
+                            "transfer (small)",
+                            "transfer (big)",
+                            "compute",
+                        ]
+                        .get(k as usize)
+                        .copied()
+                        .unwrap_or("other")
+                        .to_string(),
+                        start_s: a,
+                        end_s: b,
+                    })
+                })
+                .collect(),
             params: serde_json::json!({
                 "host_type": self.input.host_type,
                 "hosts": self.input.hosts,
@@ -718,4 +1061,30 @@ pub fn rank_files(dir: &Path) -> Result<Vec<PathBuf>> {
         )));
     }
     Ok(found.into_values().collect())
+}
+
+/// Whether `main_fn` names an MPI collective (for `ignore_next_col`).
+fn is_collective(main_fn: &str) -> bool {
+    let n = main_fn.to_ascii_lowercase();
+    let n = n.strip_prefix("mpi_").unwrap_or(&n);
+    matches!(
+        n,
+        "bcast"
+            | "reduce"
+            | "allreduce"
+            | "barrier"
+            | "gather"
+            | "gatherv"
+            | "scatter"
+            | "scatterv"
+            | "allgather"
+            | "allgatherv"
+            | "alltoall"
+            | "alltoallv"
+            | "alltoallw"
+            | "reduce_scatter"
+            | "reduce_scatter_block"
+            | "scan"
+            | "exscan"
+    )
 }

@@ -117,3 +117,42 @@ pub fn chrome_trace_json(r: &ReplayResult) -> String {
     s.push_str("],\"displayTimeUnit\":\"ns\"}");
     s
 }
+
+/// Paraver state of a timeline interval name.
+fn prv_state(name: &str) -> u32 {
+    match name {
+        "compute" => 1,
+        "wait" => 3,
+        "idle (rendezvous)" => 4,
+        "latency" => 15,
+        n if n.starts_with("MPI_") => 13,
+        _ => 15,
+    }
+}
+
+/// The timeline as a Paraver `.prv` trace (one node and CPU per rank, one
+/// application, state records `1:cpu:1:task:1:begin:end:state` in ns; states: 1 running,
+/// 3 waiting a message, 4 blocking send, 13 group communication, 15 others/latency).
+pub fn paraver_prv(r: &ReplayResult) -> String {
+    let n = r.ranks.len().max(1);
+    let ftime = (r.predicted_time_s * 1e9).round() as u64;
+    let cpus = vec!["1"; n].join(",");
+    let tasks: Vec<String> = (1..=n).map(|i| format!("1:{i}")).collect();
+    let mut s = format!(
+        "#Paraver (01/01/70 at 00:00):{ftime}_ns:{n}({cpus}):1:{n}({})\n",
+        tasks.join(",")
+    );
+    let mut evs: Vec<&crate::result::TimelineEvent> = r.timeline.iter().collect();
+    evs.sort_by(|a, b| a.start_s.total_cmp(&b.start_s).then(a.rank.cmp(&b.rank)));
+    for e in evs {
+        let t = e.rank + 1;
+        let _ = writeln!(
+            s,
+            "1:{t}:1:{t}:1:{}:{}:{}",
+            (e.start_s * 1e9).round() as u64,
+            (e.end_s * 1e9).round() as u64,
+            prv_state(&e.name)
+        );
+    }
+    s
+}
