@@ -34,7 +34,11 @@ pub struct IngestContext {
 type IngestFn = fn(&[InputFile], &IngestContext) -> Result<Vec<TableOutput>>;
 
 /// Registered kinds: (name, what it reads, reader).
-const KINDS: &[(&str, &str, IngestFn)] = &[];
+const KINDS: &[(&str, &str, IngestFn)] = &[(
+    "linktest",
+    "LinkTest SION result files (1.x and 2.1.17; netprobe)",
+    crate::linktest::ingest_linktest,
+)];
 
 /// The names and descriptions of the known ingest kinds.
 pub fn kinds() -> Vec<(&'static str, &'static str)> {

@@ -7,6 +7,7 @@
 //! by the worker's ingest executor; each format registers its kind there.
 pub mod error;
 pub mod ingest;
+pub mod linktest;
 pub mod sion;
 
 pub use error::{FormatError, Result};
