@@ -67,7 +67,7 @@ pub fn decode(set: &SionSet) -> Result<LinkTestRun> {
             c.f64s(&mut stat, "stat")?;
             stats = Some(V1Stats { statdata, stat });
             let per_rank = if statdata[2] != 0 { 20 } else { 12 };
-            let need = n.checked_mul(per_rank).unwrap_or(usize::MAX);
+            let need = n.saturating_mul(per_rank);
             if need > c.remaining() {
                 return Err(c.err_at(
                     c.pos(),

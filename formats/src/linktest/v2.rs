@@ -99,7 +99,6 @@ pub fn decode(set: &SionSet) -> Result<LinkTestRun> {
         return Err(c.err_at(end_pos, "END_HEADER", "end-of-header marker missing"));
     }
     let header_len = c.pos();
-    drop(c);
 
     let f = if flags.all_to_all { 8usize } else { 0 };
     let pairs = n.saturating_sub(1);
