@@ -1,1 +1,2 @@
 //! Analyses: alltoallv communication patterns and statistics, LinkTest health checks.
+pub mod linktest_report;
