@@ -137,7 +137,10 @@ pub fn summarize(run: &LinkTestRun, opts: &ReportOptions) -> Result<Summary, Rep
     let p = run
         .permutations
         .get(opts.permutation)
-        .ok_or(ReportError::NoPermutation(opts.permutation, run.permutations.len()))?;
+        .ok_or(ReportError::NoPermutation(
+            opts.permutation,
+            run.permutations.len(),
+        ))?;
     let host_of: Vec<&str> = (0..n)
         .map(|r| run.ranks.get(r).map(|x| x.hostname.as_str()).unwrap_or("?"))
         .collect();
@@ -172,8 +175,14 @@ pub fn summarize(run: &LinkTestRun, opts: &ReportOptions) -> Result<Summary, Rep
     let pairs = all.len();
     let (min_s, max_s) = all
         .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), t| (a.min(*t), b.max(*t)));
-    let avg_s = if pairs > 0 { all.iter().sum::<f64>() / pairs as f64 } else { 0.0 };
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), t| {
+            (a.min(*t), b.max(*t))
+        });
+    let avg_s = if pairs > 0 {
+        all.iter().sum::<f64>() / pairs as f64
+    } else {
+        0.0
+    };
     let mut sorted = all.clone();
     sorted.sort_by(f64::total_cmp);
     let median_s = match pairs {
@@ -181,9 +190,17 @@ pub fn summarize(run: &LinkTestRun, opts: &ReportOptions) -> Result<Summary, Rep
         k if k % 2 == 1 => sorted[k / 2],
         k => (sorted[k / 2 - 1] + sorted[k / 2]) / 2.0,
     };
-    let (min_s, max_s) = if pairs == 0 { (0.0, 0.0) } else { (min_s, max_s) };
+    let (min_s, max_s) = if pairs == 0 {
+        (0.0, 0.0)
+    } else {
+        (min_s, max_s)
+    };
     let bins = opts.histogram_bins.max(1);
-    let width = if max_s > min_s { (max_s - min_s) / bins as f64 } else { 1e-9 };
+    let width = if max_s > min_s {
+        (max_s - min_s) / bins as f64
+    } else {
+        1e-9
+    };
     let mut counts = vec![0usize; bins];
     for t in &all {
         let b = (((t - min_s) / width) as usize).min(bins - 1);
@@ -196,11 +213,13 @@ pub fn summarize(run: &LinkTestRun, opts: &ReportOptions) -> Result<Summary, Rep
     let mut hsum = vec![0f64; nh * nh];
     let mut hmax = vec![f64::NAN; nh * nh];
     let mut hcnt = vec![0usize; nh * nh];
-    for i in 0..n {
-        let hi = host_idx.get(host_of[i]).copied().unwrap_or(0);
-        for j in 0..n {
+    let host_no: Vec<usize> = host_of
+        .iter()
+        .map(|h| host_idx.get(h).copied().unwrap_or(0))
+        .collect();
+    for (i, hi) in host_no.iter().enumerate() {
+        for (j, hj) in host_no.iter().enumerate() {
             if let Some(t) = measured(i, j) {
-                let hj = host_idx.get(host_of[j]).copied().unwrap_or(0);
                 let k = hi * nh + hj;
                 hsum[k] += t;
                 hcnt[k] += 1;
@@ -311,21 +330,34 @@ fn ramp(v: f64) -> String {
         (0.75, [94, 201, 98]),
         (1.0, [253, 231, 37]),
     ];
-    let v = if v.is_finite() { v.clamp(0.0, 1.0) } else { 0.0 };
+    let v = if v.is_finite() {
+        v.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
     for w in STOPS.windows(2) {
         let (a, ca) = w[0];
         let (b, cb) = w[1];
         if v <= b {
             let f = (v - a) / (b - a);
-            let mix = |x: u8, y: u8| (f64::from(x) + f * (f64::from(y) - f64::from(x))).round() as u8;
-            return format!("#{:02x}{:02x}{:02x}", mix(ca[0], cb[0]), mix(ca[1], cb[1]), mix(ca[2], cb[2]));
+            let mix =
+                |x: u8, y: u8| (f64::from(x) + f * (f64::from(y) - f64::from(x))).round() as u8;
+            return format!(
+                "#{:02x}{:02x}{:02x}",
+                mix(ca[0], cb[0]),
+                mix(ca[1], cb[1]),
+                mix(ca[2], cb[2])
+            );
         }
     }
     "#fde725".into()
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 fn us(t: f64) -> String {
@@ -363,9 +395,20 @@ pub fn render_svg(s: &Summary) -> String {
     let (side, bin, cells) = (&s.matrix.0, &s.matrix.1, &s.matrix.2);
     let cell = msz / (*side).max(1) as f64;
     let span = (s.max_s - s.min_s).max(f64::MIN_POSITIVE);
-    let _ = writeln!(o, r#"<text x="{mx}" y="{}" font-size="14">time per message, initiating rank (rows) → partner (columns){}</text>"#, my - 10.0,
-        if *bin > 1 { format!(", {bin}×{bin} ranks per cell (max)") } else { String::new() });
-    let _ = writeln!(o, r##"<rect x="{mx}" y="{my}" width="{msz}" height="{msz}" fill="#eeeeee"/>"##);
+    let _ = writeln!(
+        o,
+        r#"<text x="{mx}" y="{}" font-size="14">time per message, initiating rank (rows) → partner (columns){}</text>"#,
+        my - 10.0,
+        if *bin > 1 {
+            format!(", {bin}×{bin} ranks per cell (max)")
+        } else {
+            String::new()
+        }
+    );
+    let _ = writeln!(
+        o,
+        r##"<rect x="{mx}" y="{my}" width="{msz}" height="{msz}" fill="#eeeeee"/>"##
+    );
     for i in 0..*side {
         for j in 0..*side {
             let Some(v) = cells.get(i * side + j).copied().filter(|v| !v.is_nan()) else {
@@ -388,11 +431,29 @@ pub fn render_svg(s: &Summary) -> String {
     for (k, (r, host)) in s.host_boundaries.iter().enumerate() {
         let pos = *r as f64 * rank_px;
         if *r > 0 {
-            let _ = writeln!(o, r#"<line x1="{mx}" y1="{:.2}" x2="{:.2}" y2="{:.2}" stroke="white" stroke-width="1"/>"#, my + pos, mx + msz, my + pos);
-            let _ = writeln!(o, r#"<line x1="{:.2}" y1="{my}" x2="{:.2}" y2="{:.2}" stroke="white" stroke-width="1"/>"#, mx + pos, mx + pos, my + msz);
+            let _ = writeln!(
+                o,
+                r#"<line x1="{mx}" y1="{:.2}" x2="{:.2}" y2="{:.2}" stroke="white" stroke-width="1"/>"#,
+                my + pos,
+                mx + msz,
+                my + pos
+            );
+            let _ = writeln!(
+                o,
+                r#"<line x1="{:.2}" y1="{my}" x2="{:.2}" y2="{:.2}" stroke="white" stroke-width="1"/>"#,
+                mx + pos,
+                mx + pos,
+                my + msz
+            );
         }
         if k % label_every == 0 {
-            let _ = writeln!(o, r#"<text x="{:.2}" y="{:.2}" text-anchor="end" font-size="10">{}</text>"#, mx - 4.0, my + pos + 10.0, esc(host));
+            let _ = writeln!(
+                o,
+                r#"<text x="{:.2}" y="{:.2}" text-anchor="end" font-size="10">{}</text>"#,
+                mx - 4.0,
+                my + pos + 10.0,
+                esc(host)
+            );
         }
     }
     // Colour legend.
@@ -406,14 +467,31 @@ pub fn render_svg(s: &Summary) -> String {
             ramp(k as f64 / 99.0)
         );
     }
-    let _ = writeln!(o, r#"<text x="{}" y="{}">{}</text>"#, lx + 26.0, ly + 10.0, us(s.max_s));
-    let _ = writeln!(o, r#"<text x="{}" y="{}">{}</text>"#, lx + 26.0, ly + msz, us(s.min_s));
+    let _ = writeln!(
+        o,
+        r#"<text x="{}" y="{}">{}</text>"#,
+        lx + 26.0,
+        ly + 10.0,
+        us(s.max_s)
+    );
+    let _ = writeln!(
+        o,
+        r#"<text x="{}" y="{}">{}</text>"#,
+        lx + 26.0,
+        ly + msz,
+        us(s.min_s)
+    );
 
     // Histogram.
     let (hx, hy, hw, hh) = (140.0, 850.0, 600.0, 250.0);
     let (lo, width, counts) = (&s.histogram.0, &s.histogram.1, &s.histogram.2);
     let top = counts.iter().copied().max().unwrap_or(1).max(1);
-    let _ = writeln!(o, r#"<text x="{hx}" y="{}" font-size="14">histogram of pair times ({} pairs)</text>"#, hy - 10.0, s.pairs);
+    let _ = writeln!(
+        o,
+        r#"<text x="{hx}" y="{}" font-size="14">histogram of pair times ({} pairs)</text>"#,
+        hy - 10.0,
+        s.pairs
+    );
     let bw = hw / counts.len().max(1) as f64;
     for (k, c) in counts.iter().enumerate() {
         let bh = hh * *c as f64 / top as f64;
@@ -429,31 +507,90 @@ pub fn render_svg(s: &Summary) -> String {
             c
         );
     }
-    let _ = writeln!(o, r#"<line x1="{hx}" y1="{}" x2="{}" y2="{}" stroke="black"/>"#, hy + hh, hx + hw, hy + hh);
-    let _ = writeln!(o, r#"<text x="{hx}" y="{}">{}</text>"#, hy + hh + 15.0, us(*lo));
-    let _ = writeln!(o, r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#, hx + hw, hy + hh + 15.0, us(lo + width * counts.len() as f64));
-    let _ = writeln!(o, r#"<text x="{}" y="{}" text-anchor="end">{top}</text>"#, hx - 5.0, hy + 10.0);
+    let _ = writeln!(
+        o,
+        r#"<line x1="{hx}" y1="{}" x2="{}" y2="{}" stroke="black"/>"#,
+        hy + hh,
+        hx + hw,
+        hy + hh
+    );
+    let _ = writeln!(
+        o,
+        r#"<text x="{hx}" y="{}">{}</text>"#,
+        hy + hh + 15.0,
+        us(*lo)
+    );
+    let _ = writeln!(
+        o,
+        r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
+        hx + hw,
+        hy + hh + 15.0,
+        us(lo + width * counts.len() as f64)
+    );
+    let _ = writeln!(
+        o,
+        r#"<text x="{}" y="{}" text-anchor="end">{top}</text>"#,
+        hx - 5.0,
+        hy + 10.0
+    );
 
     // Summary table.
     let (tx, mut ty) = (900.0, 850.0);
     let mut row = |o: &mut String, k: &str, v: String| {
-        let _ = writeln!(o, r#"<text x="{tx}" y="{ty}">{}</text><text x="{}" y="{ty}">{}</text>"#, esc(k), tx + 170.0, esc(&v));
+        let _ = writeln!(
+            o,
+            r#"<text x="{tx}" y="{ty}">{}</text><text x="{}" y="{ty}">{}</text>"#,
+            esc(k),
+            tx + 170.0,
+            esc(&v)
+        );
         ty += 16.0;
     };
     row(&mut o, "message length", format!("{} B", s.message_size));
     row(&mut o, "messages", s.num_messages.to_string());
-    row(&mut o, "tasks / hosts", format!("{} / {}", s.num_tasks, s.hosts.len()));
-    row(&mut o, "order", if s.serial { "serial".into() } else { "parallel".into() });
-    row(&mut o, "min time", format!("{} ({})", us(s.min_s), mib_s(s.message_size, s.min_s)));
-    row(&mut o, "avg time", format!("{} ({})", us(s.avg_s), mib_s(s.message_size, s.avg_s)));
-    row(&mut o, "max time", format!("{} ({})", us(s.max_s), mib_s(s.message_size, s.max_s)));
+    row(
+        &mut o,
+        "tasks / hosts",
+        format!("{} / {}", s.num_tasks, s.hosts.len()),
+    );
+    row(
+        &mut o,
+        "order",
+        if s.serial {
+            "serial".into()
+        } else {
+            "parallel".into()
+        },
+    );
+    row(
+        &mut o,
+        "min time",
+        format!("{} ({})", us(s.min_s), mib_s(s.message_size, s.min_s)),
+    );
+    row(
+        &mut o,
+        "avg time",
+        format!("{} ({})", us(s.avg_s), mib_s(s.message_size, s.avg_s)),
+    );
+    row(
+        &mut o,
+        "max time",
+        format!("{} ({})", us(s.max_s), mib_s(s.message_size, s.max_s)),
+    );
     row(&mut o, "median time", us(s.median_s));
     match s.a2a {
-        Some((a, b, c)) => row(&mut o, "all-to-all min/avg/max", format!("{} / {} / {}", us(a), us(b), us(c))),
+        Some((a, b, c)) => row(
+            &mut o,
+            "all-to-all min/avg/max",
+            format!("{} / {} / {}", us(a), us(b), us(c)),
+        ),
         None => row(&mut o, "all-to-all", "not run".into()),
     }
     ty += 10.0;
-    let _ = writeln!(o, r#"<text x="{tx}" y="{ty}" font-weight="bold">slowest pairs (retest)</text>"#);
+    let _ = writeln!(
+        o,
+        r#"<text x="{tx}" y="{ty}" font-weight="bold">slowest pairs (retest)</text>"#
+    );
     ty += 16.0;
     for p in &s.slowest {
         let _ = writeln!(
@@ -464,12 +601,19 @@ pub fn render_svg(s: &Summary) -> String {
             p.to_rank,
             esc(&p.to_host),
             us(p.time_s),
-            p.retest_time_s.map(|r| format!(", retest {}", us(r))).unwrap_or_default()
+            p.retest_time_s
+                .map(|r| format!(", retest {}", us(r)))
+                .unwrap_or_default()
         );
         ty += 14.0;
     }
     ty += 10.0;
-    let _ = writeln!(o, r#"<text x="{tx}" y="{ty}" font-weight="bold">host pairs with max above {}: {}</text>"#, us(s.threshold_s), s.hot_host_pairs.len());
+    let _ = writeln!(
+        o,
+        r#"<text x="{tx}" y="{ty}" font-weight="bold">host pairs with max above {}: {}</text>"#,
+        us(s.threshold_s),
+        s.hot_host_pairs.len()
+    );
     ty += 16.0;
     for hp in s.hot_host_pairs.iter().take(12) {
         let _ = writeln!(
@@ -489,10 +633,19 @@ pub fn render_svg(s: &Summary) -> String {
     if nh > 1 {
         let (gx, gy, gs) = (1000.0, 90.0, 360.0);
         let c = gs / nh as f64;
-        let _ = writeln!(o, r#"<text x="{gx}" y="{}" font-size="14">host × host maximum</text>"#, gy - 10.0);
+        let _ = writeln!(
+            o,
+            r#"<text x="{gx}" y="{}" font-size="14">host × host maximum</text>"#,
+            gy - 10.0
+        );
         for a in 0..nh {
             for b in 0..nh {
-                let Some(v) = s.host_matrix_max.get(a * nh + b).copied().filter(|v| !v.is_nan()) else {
+                let Some(v) = s
+                    .host_matrix_max
+                    .get(a * nh + b)
+                    .copied()
+                    .filter(|v| !v.is_nan())
+                else {
                     continue;
                 };
                 let _ = writeln!(
@@ -533,15 +686,18 @@ mod tests {
         let s = summarize(&run, &ReportOptions::default()).unwrap();
         assert_eq!(s.pairs, 240);
         // LinkTest's own min/max (stat[0], stat[1]) are the matrix extremes.
-        assert_eq!(s.min_s, 3.3657499443506822e-05);
-        assert_eq!(s.max_s, 0.0050112479366362095);
+        assert_eq!(s.min_s, "3.3657499443506822e-05".parse::<f64>().unwrap());
+        assert_eq!(s.max_s, "0.0050112479366362095".parse::<f64>().unwrap());
         assert_eq!(s.histogram.2.iter().sum::<usize>(), 240);
         assert_eq!(s.hosts, vec!["vm".to_string()]);
         assert_eq!(s.host_boundaries, vec![(0, "vm".to_string())]);
         // The five retested pairs come first, with their retest times.
         assert_eq!(s.slowest.len(), 10);
         assert_eq!((s.slowest[0].from_rank, s.slowest[0].to_rank), (9, 12));
-        assert_eq!(s.slowest[0].retest_time_s, Some(3.2207750336965546e-05));
+        assert_eq!(
+            s.slowest[0].retest_time_s,
+            Some("3.2207750336965546e-05".parse::<f64>().unwrap())
+        );
         assert!(s.slowest[5].retest_time_s.is_none());
         let svg = render_svg(&s);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
@@ -557,7 +713,11 @@ mod tests {
         for (r, info) in run.ranks.iter_mut().enumerate() {
             info.hostname = format!("n{}", r / 8);
         }
-        let opts = ReportOptions { max_matrix_cells: 4, threshold_s: Some(0.004), ..Default::default() };
+        let opts = ReportOptions {
+            max_matrix_cells: 4,
+            threshold_s: Some(0.004),
+            ..Default::default()
+        };
         let s = summarize(&run, &opts).unwrap();
         assert_eq!(s.hosts, vec!["n0".to_string(), "n1".to_string()]);
         assert_eq!(s.host_boundaries, vec![(0, "n0".into()), (8, "n1".into())]);
@@ -579,11 +739,30 @@ mod tests {
             }
         }
         // 9 → 12 (5.01 ms) and 11 → 7 (4.23 ms) exceed 4 ms: hosts n1→n1 and n1→n0.
-        let names: Vec<(&str, &str)> = s.hot_host_pairs.iter().map(|h| (h.from_host.as_str(), h.to_host.as_str())).collect();
+        let names: Vec<(&str, &str)> = s
+            .hot_host_pairs
+            .iter()
+            .map(|h| (h.from_host.as_str(), h.to_host.as_str()))
+            .collect();
         assert_eq!(names, vec![("n1", "n1"), ("n1", "n0")]);
         assert_eq!((s.matrix.0, s.matrix.1), (4, 4));
-        assert_eq!(s.matrix.2[2 * 4 + 3], (8..12).flat_map(|i| (12..16).map(move |j| (i, j))).map(|(i, j)| p.times[i * 16 + j]).fold(f64::NEG_INFINITY, f64::max));
+        assert_eq!(
+            s.matrix.2[2 * 4 + 3],
+            (8..12)
+                .flat_map(|i| (12..16).map(move |j| (i, j)))
+                .map(|(i, j)| p.times[i * 16 + j])
+                .fold(f64::NEG_INFINITY, f64::max)
+        );
         assert!(render_svg(&s).contains("host × host maximum"));
-        assert!(summarize(&run, &ReportOptions { permutation: 3, ..Default::default() }).is_err());
+        assert!(
+            summarize(
+                &run,
+                &ReportOptions {
+                    permutation: 3,
+                    ..Default::default()
+                }
+            )
+            .is_err()
+        );
     }
 }

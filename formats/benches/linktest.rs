@@ -123,7 +123,12 @@ fn main() {
         let set = SionSet::open(&path).expect("open");
         let run = linktest::decode(&set).expect("decode");
         let t1 = Instant::now();
-        let tables = run_tables(&run, "01JBENCH000000000000000000", "raw/01JBENCH/task/pingpong_results_bin.sion").expect("tables");
+        let tables = run_tables(
+            &run,
+            "01JBENCH000000000000000000",
+            "raw/01JBENCH/task/pingpong_results_bin.sion",
+        )
+        .expect("tables");
         let t2 = Instant::now();
         let mut parquet_bytes = 0;
         for t in &tables {
@@ -152,7 +157,10 @@ fn main() {
     );
 
     // Real LinkTest 1.2p1 files.
-    let base = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/linktest/v1.2p1"));
+    let base = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/data/linktest/v1.2p1"
+    ));
     for case in ["np4_default", "np8_mix_retest3", "np16_a2a_mix"] {
         let p = base.join(case).join("pingpong_results_bin.sion");
         let Ok(meta) = std::fs::metadata(&p) else {

@@ -403,3 +403,25 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn format_3_chunk_sizes_are_aligned_by_the_reader() {
+    // A format-3 writer stored the requested 1000 bytes; the reader aligns.
+    let mut d = p1_bytes();
+    d[16..20].copy_from_slice(&3i32.to_le_bytes());
+    for i in 0..4 {
+        let off = 1076 + 32 + 8 * i;
+        d[off..off + 8].copy_from_slice(&1000i64.to_le_bytes());
+    }
+    // Block sizes above the stored request are fine: the aligned chunk holds them.
+    let set = open_bytes(d).unwrap();
+    let h = &set.files()[0].header;
+    assert_eq!(h.chunksizes, vec![1000; 4]);
+    assert_eq!(h.effective_chunksizes, vec![4096; 4]);
+    for r in 0..4 {
+        assert_eq!(
+            set.task(r).unwrap().contiguous().as_ref(),
+            pattern(r, 700 + 300 * r).as_slice()
+        );
+    }
+}

@@ -385,20 +385,27 @@ fn inspect_reports_container_and_header() {
 
 #[test]
 fn truncated_payload_is_an_error_with_file_offset() {
-    // Cut rank 3's block by one byte in META2: the payload ends early.
+    // Cut rank 3's block by one byte in META2: caught by the length check that
+    // runs before the matrix is allocated, at rank 3's chunk.
     let p = case_path("np4_default");
     let mut d = std::fs::read(&p).unwrap();
     let bs = 8192 + 32 + 24;
     d[bs..bs + 8].copy_from_slice(&336i64.to_le_bytes());
     let set = SionSet::from_bytes(Path::new("cut.sion"), vec![d]).unwrap();
     let err = linktest::decode(&set).unwrap_err().to_string();
-    assert!(err.contains("rank 3: accesspattern"), "{err}");
-    // rank 3's chunk starts at 4096 + 553 + 337 + 337; access pattern at 289 + 32.
+    assert!(err.contains("rank 3: payload"), "{err}");
     assert!(
-        err.contains(&format!(
-            "byte offset {}",
-            4096 + 553 + 337 + 337 + 289 + 32
-        )),
+        err.contains(&format!("byte offset {}", 4096 + 553 + 337 + 337)),
+        "{err}"
+    );
+    // Cut rank 0 by one byte: its last array (sto, at 537 in the stream) is short.
+    let mut d = std::fs::read(&p).unwrap();
+    let bs = 8192 + 32;
+    d[bs..bs + 8].copy_from_slice(&552i64.to_le_bytes());
+    let set = SionSet::from_bytes(Path::new("cut0.sion"), vec![d]).unwrap();
+    let err = linktest::decode(&set).unwrap_err().to_string();
+    assert!(
+        err.contains("rank 0: sto") && err.contains("byte offset 4633"),
         "{err}"
     );
     // Wrong ID.
@@ -408,6 +415,31 @@ fn truncated_payload_is_an_error_with_file_offset() {
     let err = linktest::decode(&set).unwrap_err().to_string();
     assert!(
         err.contains("rank 1: ID") && err.contains("byte offset 4649"),
+        "{err}"
+    );
+}
+
+#[test]
+fn huge_rank_count_with_short_streams_is_rejected_before_allocating() {
+    use benchlake_formats::sion::{SionWriteOptions, TaskData, encode_sion_set};
+    let n = 3000usize;
+    let mut r0 = b"LKTST".to_vec();
+    for v in [1i32, 2, 1] {
+        r0.extend_from_slice(&v.to_le_bytes());
+    }
+    r0.resize(r0.len() + 256 + 16 + 40 + 80 + 12 * n + 24 * n, 0);
+    let tiny = [0u8; 1];
+    let mut tasks = vec![TaskData::single(&r0)];
+    tasks.extend((1..n).map(|_| TaskData::single(&tiny)));
+    let opts = SionWriteOptions {
+        fsblksize: 1,
+        ..Default::default()
+    };
+    let files = encode_sion_set(Path::new("big.sion"), &tasks, &opts).unwrap();
+    let set = SionSet::from_bytes(Path::new("big.sion"), files).unwrap();
+    let err = linktest::decode(&set).unwrap_err().to_string();
+    assert!(
+        err.contains("rank 1: payload") && err.contains("3000 ranks need at least 36289"),
         "{err}"
     );
 }

@@ -132,7 +132,9 @@ pub fn run_with_listener(
         return Err(NetprobeError::Protocol(format!("rank {rank} of {n}")));
     }
     if params.num_messages == 0 {
-        return Err(NetprobeError::Protocol("num_messages must be at least 1".into()));
+        return Err(NetprobeError::Protocol(
+            "num_messages must be at least 1".into(),
+        ));
     }
     let mut conns = connect_mesh(rank, &listener, &peers, params)?;
     let start = chrono::Utc::now();
@@ -218,9 +220,19 @@ pub fn run_with_listener(
         .collect();
     let (min, max) = measured
         .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), t| (a.min(*t), b.max(*t)));
-    let avg = if measured.is_empty() { 0.0 } else { measured.iter().sum::<f64>() / measured.len() as f64 };
-    let (min, max) = if measured.is_empty() { (0.0, 0.0) } else { (min, max) };
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), t| {
+            (a.min(*t), b.max(*t))
+        });
+    let avg = if measured.is_empty() {
+        0.0
+    } else {
+        measured.iter().sum::<f64>() / measured.len() as f64
+    };
+    let (min, max) = if measured.is_empty() {
+        (0.0, 0.0)
+    } else {
+        (min, max)
+    };
     let fmt = "%Y-%m-%d %H:%M:%S";
     let run = LinkTestRun {
         format: PayloadFormat::V2,
@@ -294,7 +306,8 @@ fn connect_mesh(
             }
         };
         setup(&s, params)?;
-        s.write_all(&(rank as u32).to_le_bytes()).map_err(io("hello"))?;
+        s.write_all(&(rank as u32).to_le_bytes())
+            .map_err(io("hello"))?;
         if let Some(c) = conns.get_mut(p) {
             *c = Some(s);
         }
@@ -303,7 +316,8 @@ fn connect_mesh(
         let (mut s, from) = listener.accept().map_err(io("accept"))?;
         setup(&s, params)?;
         let mut b = [0u8; 4];
-        s.read_exact(&mut b).map_err(io(format!("hello from {from}")))?;
+        s.read_exact(&mut b)
+            .map_err(io(format!("hello from {from}")))?;
         let r = u32::from_le_bytes(b) as usize;
         match conns.get_mut(r) {
             Some(slot @ None) if r > rank => *slot = Some(s),
@@ -320,8 +334,10 @@ fn connect_mesh(
 fn setup(s: &TcpStream, params: &Params) -> Result<()> {
     // Ping-pong latency needs every small message on the wire at once.
     s.set_nodelay(true).map_err(io("TCP_NODELAY"))?;
-    s.set_read_timeout(Some(params.io_timeout)).map_err(io("read timeout"))?;
-    s.set_write_timeout(Some(params.io_timeout)).map_err(io("write timeout"))?;
+    s.set_read_timeout(Some(params.io_timeout))
+        .map_err(io("read timeout"))?;
+    s.set_write_timeout(Some(params.io_timeout))
+        .map_err(io("write timeout"))?;
     Ok(())
 }
 
@@ -369,7 +385,9 @@ fn serve_retests(
                 let c = conns
                     .get_mut(other)
                     .and_then(|c| c.as_mut())
-                    .ok_or_else(|| NetprobeError::Protocol(format!("retest with unknown rank {other}")))?;
+                    .ok_or_else(|| {
+                        NetprobeError::Protocol(format!("retest with unknown rank {other}"))
+                    })?;
                 if from == rank {
                     let t = pingpong_initiate(c, buf, params)?;
                     let c0 = conns

@@ -66,7 +66,8 @@ pub(crate) fn send_cmd(c: &mut TcpStream, cmd: Cmd) -> Result<()> {
 
 pub(crate) fn recv_cmd(c: &mut TcpStream) -> Result<Cmd> {
     let mut b = [0u8; 9];
-    c.read_exact(&mut b).map_err(io("receive command from rank 0"))?;
+    c.read_exact(&mut b)
+        .map_err(io("receive command from rank 0"))?;
     let word = |k: usize| {
         b.get(k..k + 4)
             .and_then(|s| s.try_into().ok())
@@ -75,13 +76,19 @@ pub(crate) fn recv_cmd(c: &mut TcpStream) -> Result<Cmd> {
     };
     match b[0] {
         0 => Ok(Cmd::Done),
-        1 => Ok(Cmd::Retest { from: word(1), to: word(5) }),
-        op => Err(NetprobeError::Protocol(format!("unknown command {op} from rank 0"))),
+        1 => Ok(Cmd::Retest {
+            from: word(1),
+            to: word(5),
+        }),
+        op => Err(NetprobeError::Protocol(format!(
+            "unknown command {op} from rank 0"
+        ))),
     }
 }
 
 pub(crate) fn send_f64(c: &mut TcpStream, v: f64) -> Result<()> {
-    c.write_all(&v.to_le_bytes()).map_err(io("send retest time"))
+    c.write_all(&v.to_le_bytes())
+        .map_err(io("send retest time"))
 }
 
 pub(crate) fn recv_f64(c: &mut TcpStream) -> Result<f64> {

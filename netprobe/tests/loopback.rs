@@ -9,14 +9,21 @@ use benchlake_netprobe::{Params, run_with_listener};
 fn probe(n: usize, params: Params) -> (linktest::LinkTestRun, linktest::LinkTestRun) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("pingpong_results_bin.sion");
-    let listeners: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
     let peers: Vec<_> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
     let mut handles = Vec::new();
     for (rank, l) in listeners.into_iter().enumerate() {
         let peers = peers.clone();
-        let params = Params { hostname: Some(format!("host{}", rank / 2)), ..params.clone() };
+        let params = Params {
+            hostname: Some(format!("host{}", rank / 2)),
+            ..params.clone()
+        };
         let out = out.clone();
-        handles.push(std::thread::spawn(move || run_with_listener(rank, l, peers, &params, &out).unwrap()));
+        handles.push(std::thread::spawn(move || {
+            run_with_listener(rank, l, peers, &params, &out).unwrap()
+        }));
     }
     let mut results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     assert!(results[1..].iter().all(|r| r.is_none()));
@@ -45,7 +52,10 @@ fn four_ranks_give_a_complete_matrix() {
     assert_eq!(run.format, PayloadFormat::V2);
     assert_eq!(run.mode, "TCP");
     assert_eq!(run.version_string(), "2.1.17");
-    assert_eq!((run.num_tasks, run.num_messages, run.message_size), (4, 20, 256));
+    assert_eq!(
+        (run.num_tasks, run.num_messages, run.message_size),
+        (4, 20, 256)
+    );
     assert!(run.flags.randomize_steps);
     let hosts: Vec<_> = run.ranks.iter().map(|r| r.hostname.as_str()).collect();
     assert_eq!(hosts, ["host0", "host0", "host1", "host1"]);
@@ -65,9 +75,16 @@ fn four_ranks_give_a_complete_matrix() {
             steps_seen.push(s);
         }
         steps_seen.sort();
-        assert_eq!(steps_seen, vec![1, 2, 3], "rank {i} meets one partner per step");
+        assert_eq!(
+            steps_seen,
+            vec![1, 2, 3],
+            "rank {i} meets one partner per step"
+        );
     }
-    let measured: Vec<f64> = (0..16).filter(|k| k / 4 != k % 4).map(|k| p.times[k]).collect();
+    let measured: Vec<f64> = (0..16)
+        .filter(|k| k / 4 != k % 4)
+        .map(|k| p.times[k])
+        .collect();
     let max = measured.iter().copied().fold(0.0, f64::max);
     assert_eq!(p.max_time_s, max);
     assert_eq!(p.slow_links.len(), 3);
@@ -82,7 +99,14 @@ fn four_ranks_give_a_complete_matrix() {
 
 #[test]
 fn three_ranks_idle_in_turn() {
-    let (_, run) = probe(3, Params { step_seed: None, serial_retests: 0, ..params() });
+    let (_, run) = probe(
+        3,
+        Params {
+            step_seed: None,
+            serial_retests: 0,
+            ..params()
+        },
+    );
     let p = &run.permutations[0];
     for i in 0..3 {
         for j in 0..3 {

@@ -78,6 +78,20 @@ pub fn decode(set: &SionSet) -> Result<LinkTestRun> {
                     ),
                 ));
             }
+            // Every other rank must hold its share too before n·n is allocated,
+            // or a file claiming huge N with short streams could exhaust memory.
+            let min_other = 289usize.saturating_add(n.saturating_mul(per_rank));
+            for k in 1..n {
+                let Some(t) = set.task(k) else { continue };
+                if (t.len() as usize) < min_other {
+                    return Err(FormatError::malformed(
+                        t.path,
+                        format!("rank {k}: payload"),
+                        Position::Offset(t.file_offset(0)),
+                        format!("{} bytes, {n} ranks need at least {min_other}", t.len()),
+                    ));
+                }
+            }
             times = vec![0f64; n * n];
             steps = vec![0i32; n * n];
         }

@@ -155,8 +155,26 @@ pub fn decode(set: &SionSet) -> Result<LinkTestRun> {
             ),
         ));
     }
-    // m ≥ 1 and the matrix costs ≥ 16 bytes per pair per rank stream, which the
-    // streams were checked to hold, so allocating n·n per permutation is bounded.
+    // Check every rank's stream length before allocating n·n per permutation:
+    // each pair then costs ≥ 16 bytes of input, so the matrices are bounded by
+    // the file size.
+    let min_other = per_perm
+        .saturating_mul(m)
+        .saturating_add(8 + END_BLOCK.len());
+    for k in 1..n {
+        let Some(t) = set.task(k) else { continue };
+        if (t.len() as usize) < min_other {
+            return Err(FormatError::malformed(
+                t.path,
+                format!("rank {k}: data chunk"),
+                Position::Offset(t.file_offset(0)),
+                format!(
+                    "{} bytes, {m} permutations of {n} ranks need at least {min_other}",
+                    t.len()
+                ),
+            ));
+        }
+    }
     let mut perms: Vec<Permutation> = Vec::with_capacity(m);
     let mut ranks = Vec::with_capacity(n);
     let mut slot_t = vec![0f64; pairs];
