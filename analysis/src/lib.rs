@@ -2,3 +2,4 @@
 
 pub mod counts;
 pub mod io_checks;
+pub mod linktest_report;

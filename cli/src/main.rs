@@ -50,6 +50,11 @@ enum Cmd {
     Tables(user::TablesCmd),
     /// Parse input files offline and write the lake layout to a directory.
     Ingest(user::IngestArgs),
+    /// Show a SION file's container metadata, header, ranks and sizes.
+    Inspect(user::InspectArgs),
+    /// Reports (LinkTest).
+    #[command(subcommand)]
+    Report(user::ReportCmd),
     /// Analyses: alltoallv communication patterns.
     #[command(subcommand)]
     Analyze(user::AnalyzeCmd),
@@ -110,6 +115,8 @@ fn main() -> std::process::ExitCode {
             Cmd::Probe(c) => user::probe(c),
             Cmd::Replay(c) => replay::replay_cmd(c).await,
             Cmd::Analyze(c) => user::analyze(c).await,
+            Cmd::Inspect(a) => user::inspect(a),
+            Cmd::Report(c) => user::report(c),
             Cmd::Pio { .. } => Ok(()),
         }
     });

@@ -990,3 +990,53 @@ pub async fn analyze(c: AnalyzeCmd) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `benchlake inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// A SION file (file 0 of a multi-file set).
+    pub file: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn inspect(a: InspectArgs) -> anyhow::Result<()> {
+    let i = benchlake_formats::linktest::inspect_file(&a.file)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&i)?);
+    } else {
+        print!("{}", i.to_text());
+    }
+    Ok(())
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReportCmd {
+    /// LinkTest report page (SVG): rank×rank time matrix with host boundaries,
+    /// histogram, summary table with the slowest pairs and retests, host×host matrix.
+    Linktest {
+        /// A LinkTest SION file (1.x or 2.1.17, or a netprobe file).
+        file: PathBuf,
+        /// Output SVG file.
+        #[arg(long, default_value = "linktest-report.svg")]
+        out: PathBuf,
+    },
+}
+
+pub fn report(c: ReportCmd) -> anyhow::Result<()> {
+    match c {
+        ReportCmd::Linktest { file, out } => {
+            let run = benchlake_formats::linktest::read_file(&file)?;
+            let summary =
+                benchlake_analysis::linktest_report::summarize(&run, &Default::default())?;
+            std::fs::write(
+                &out,
+                benchlake_analysis::linktest_report::render_svg(&summary),
+            )
+            .with_context(|| out.display().to_string())?;
+            println!("wrote {}", out.display());
+        }
+    }
+    Ok(())
+}

@@ -60,7 +60,10 @@ async fn a_run_on_three_agents_lands_in_the_lake() {
     while lake.join("_staging").exists() && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(!lake.join("_staging").exists(), "staging is removed after the commits");
+    assert!(
+        !lake.join("_staging").exists(),
+        "staging is removed after the commits"
+    );
     // The date partition is the run's UTC day on the coordinator's clock.
     assert!(lake.join("tables/runs/date=2026-11-23").is_dir());
     // ListTables reports what landed.

@@ -70,6 +70,11 @@ const KINDS: &[(&str, &str, IngestFn)] = &[
         "Bandela text traces (one file per rank) -> mpi_trace_records",
         crate::bandela::ingest::ingest,
     ),
+    (
+        "linktest",
+        "LinkTest SION result files (1.x and 2.1.17; netprobe)",
+        crate::linktest::ingest_linktest,
+    ),
 ];
 
 /// The names and descriptions of the known ingest kinds.

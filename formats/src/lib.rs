@@ -12,6 +12,8 @@ pub mod error;
 pub mod hostinfo;
 pub mod ingest;
 pub mod io;
+pub mod linktest;
+pub mod sion;
 
 pub use error::{FormatError, Result};
 pub use ingest::{IngestContext, InputFile, ingest, kinds};

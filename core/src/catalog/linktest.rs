@@ -31,8 +31,8 @@ pub fn tables() -> Vec<TableDef> {
                 (
                     "num_warmup_messages",
                     Int64,
-                    false,
-                    "warm-up messages per pair",
+                    true,
+                    "warm-up messages per pair (not recorded by LinkTest 1.x)",
                 ),
                 (
                     "num_serial_retests",
@@ -40,7 +40,12 @@ pub fn tables() -> Vec<TableDef> {
                     false,
                     "slowest pairs retested serially",
                 ),
-                ("num_multi_buffers", Int64, false, "multi-buffer count"),
+                (
+                    "num_multi_buffers",
+                    Int64,
+                    true,
+                    "multi-buffer count (not recorded by LinkTest 1.x)",
+                ),
                 (
                     "num_randomized_tasks",
                     Int64,

@@ -1,0 +1,356 @@
+//! LinkTest ingest speed: a synthetic 4,096-rank LinkTest 2.1.17 file (16.8 M
+//! timings, written with our own writer) is opened (mmap), decoded, turned into
+//! the `linktest_*` Arrow tables and encoded as Parquet; prints GB/s of SION
+//! input per core (everything runs on one thread). Then the real 1.2p1 files are
+//! decoded repeatedly for a per-file figure comparable with LinkTest's own reader.
+//!
+//! Run: `cargo bench -p benchlake-formats --bench linktest` (`LINKTEST_BENCH_RANKS`
+//! overrides the rank count).
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use benchlake_core::lake::encode_parquet;
+use benchlake_formats::linktest::{
+    self, AllToAllTime, Flags, LinkTestRun, PayloadFormat, Permutation, RankInfo, SlowLink,
+    run_tables,
+};
+use benchlake_formats::sion::{ChunkLayout, SionSet, SionWriteOptions, TaskData};
+
+/// A deterministic synthetic run: LinkTest-like step schedule (partner of r in
+/// step s is (s − r) mod n, as in a round-robin tournament), float-rounded times.
+fn synthetic(n: usize) -> LinkTestRun {
+    let mut times = vec![0f64; n * n];
+    let mut steps = vec![0i32; n * n];
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in 0..n {
+        for j in 0..n {
+            if i == j {
+                continue;
+            }
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // 2–12 µs, stored as f32 like LinkTest does.
+            let t = 2e-6 + (x % 10_000) as f64 * 1e-9;
+            times[i * n + j] = f64::from(t as f32);
+            steps[i * n + j] = ((i + j) % (n - 1) + 1) as i32;
+        }
+    }
+    let hosts_per = 48;
+    LinkTestRun {
+        format: PayloadFormat::V2,
+        version: [2, 1, 17],
+        git_hash: Some("0000000000000000000000000000000000000000".into()),
+        mode: "MPI".into(),
+        num_tasks: n,
+        num_messages: 10,
+        message_size: 1 << 20,
+        num_warmup_messages: Some(2),
+        num_serial_retests: 10,
+        num_multi_buffers: Some(1),
+        buffer_seed: Some(0),
+        num_randomized_tasks: Some(0),
+        task_seed: Some(0),
+        memory_allocator: Some(0),
+        flags: Flags {
+            all_to_all: true,
+            parallel_sion: true,
+            ..Flags::default()
+        },
+        v1_stats: None,
+        ranks: (0..n)
+            .map(|r| RankInfo {
+                rank: r,
+                hostname: format!("node{:05}", r / hosts_per),
+                core_id: Some((r % hosts_per) as i32),
+                coords: None,
+            })
+            .collect(),
+        permutations: vec![Permutation {
+            start_time: Some("2026-11-23 07:00:00".into()),
+            end_time: Some("2026-11-23 07:10:00".into()),
+            min_time_s: 2e-6,
+            avg_time_s: 7e-6,
+            max_time_s: 1.2e-5,
+            a2a: Some([1e-3, 2e-3, 3e-3]),
+            times,
+            steps,
+            alltoall: (0..n)
+                .map(|r| AllToAllTime {
+                    rank: r,
+                    step: None,
+                    time_s: 1e-3,
+                })
+                .collect(),
+            slow_links: (0..10)
+                .map(|k| SlowLink {
+                    from_rank: k,
+                    to_rank: k + 1,
+                    time_s: 1.2e-5,
+                    retest_time_s: Some(3e-6),
+                })
+                .collect(),
+        }],
+    }
+}
+
+/// LinkTest 1.2p1 rank streams ("LKTST" layout) for `n` ranks.
+fn v1_streams(n: usize, alltoall: bool) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|r| {
+            let mut b = b"LKTST".to_vec();
+            for v in [1i32, 2, 1] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+            let mut host = b"node0001".to_vec();
+            host.resize(256, 0);
+            b.extend_from_slice(&host);
+            for v in [r as i32, 0, 0, 0] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+            if r == 0 {
+                for v in [1i32, 1024, i32::from(alltoall), 1, 0, 0, 0, 0, 0, 1] {
+                    b.extend_from_slice(&v.to_le_bytes());
+                }
+                for v in [1e-6f64, 9e-6, 5e-6, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0] {
+                    b.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            for j in 0..n {
+                let t = if j == r {
+                    0.0
+                } else {
+                    1e-6 * (1 + (r * 7 + j) % 9) as f64
+                };
+                b.extend_from_slice(&t.to_le_bytes());
+            }
+            for j in 0..n {
+                let s = if j == r {
+                    0
+                } else {
+                    ((r + j) % (n - 1) + 1) as i32
+                };
+                b.extend_from_slice(&s.to_le_bytes());
+            }
+            if alltoall {
+                b.resize(b.len() + 8 * n, 0);
+            }
+            if r == 0 {
+                b.resize(b.len() + 24 * n, 0);
+            }
+            b
+        })
+        .collect()
+}
+
+/// On-CPU time of this thread (ns), from the scheduler's accounting: the machine
+/// is shared, so wall time overstates the cost per core.
+fn cpu_s() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .map(|ns| ns as f64 / 1e9)
+        .unwrap_or(f64::NAN)
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+fn main() {
+    let n: usize = std::env::var("LINKTEST_BENCH_RANKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4096);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("pingpong_results_bin.sion");
+    let t = Instant::now();
+    let run = synthetic(n);
+    linktest::v2::write_file(&run, &path, &SionWriteOptions::default()).expect("write");
+    drop(run);
+    let size = std::fs::metadata(&path).expect("stat").len();
+    println!(
+        "synthetic LinkTest 2.1.17 file: {n} ranks, {} timings, {:.1} MB (written in {:.2} s)",
+        n * (n - 1),
+        size as f64 / 1e6,
+        secs(t.elapsed())
+    );
+
+    let mut best = [f64::INFINITY; 4];
+    let mut best_cpu = [f64::INFINITY; 4];
+    for _ in 0..3 {
+        let (t0, c0) = (Instant::now(), cpu_s());
+        let set = SionSet::open(&path).expect("open");
+        let run = linktest::decode(&set).expect("decode");
+        let (t1, c1) = (Instant::now(), cpu_s());
+        let tables = run_tables(
+            &run,
+            "01JBENCH000000000000000000",
+            "raw/01JBENCH/task/pingpong_results_bin.sion",
+        )
+        .expect("tables");
+        let (t2, c2) = (Instant::now(), cpu_s());
+        let mut parquet_bytes = 0;
+        for t in &tables {
+            parquet_bytes += encode_parquet(&t.table, &t.batches).expect("parquet").len();
+        }
+        let (t3, c3) = (Instant::now(), cpu_s());
+        let times = [t1 - t0, t2 - t1, t3 - t2, t3 - t0].map(secs);
+        let cpu = [c1 - c0, c2 - c1, c3 - c2, c3 - c0];
+        for (b, v) in best.iter_mut().zip(times) {
+            *b = b.min(v);
+        }
+        for (b, v) in best_cpu.iter_mut().zip(cpu) {
+            *b = b.min(v);
+        }
+        println!(
+            "  run: decode {:.3} s (cpu {:.3}), arrow {:.3} s (cpu {:.3}), parquet {:.3} s (cpu {:.3}, {:.1} MB), total {:.3} s (cpu {:.3})",
+            times[0],
+            cpu[0],
+            times[1],
+            cpu[1],
+            times[2],
+            cpu[2],
+            parquet_bytes as f64 / 1e6,
+            times[3],
+            cpu[3]
+        );
+    }
+    // Where the Parquet time goes: the timings table alone, with the lake's
+    // properties (ZSTD 3) and with lighter compression, for the lead's choice.
+    {
+        let set = SionSet::open(&path).expect("open");
+        let run = linktest::decode(&set).expect("decode");
+        let tables = run_tables(
+            &run,
+            "01JBENCH000000000000000000",
+            "raw/01JBENCH/task/pingpong_results_bin.sion",
+        )
+        .expect("tables");
+        let timings = &tables[2];
+        let schema = timings.batches[0].schema();
+        use parquet::basic::Compression;
+        use parquet::basic::ZstdLevel;
+        use parquet::file::properties::WriterProperties;
+        let zstd = |l: i32| Compression::ZSTD(ZstdLevel::try_new(l).unwrap_or_default());
+        let variants: [(&str, WriterProperties); 5] = [
+            (
+                "ZSTD 3, no dictionary",
+                WriterProperties::builder()
+                    .set_compression(zstd(3))
+                    .set_dictionary_enabled(false)
+                    .set_max_row_group_row_count(Some(1 << 20))
+                    .build(),
+            ),
+            (
+                "ZSTD 1, dictionary only for run_id/source/from_rank",
+                WriterProperties::builder()
+                    .set_compression(zstd(1))
+                    .set_dictionary_enabled(false)
+                    .set_column_dictionary_enabled("run_id".into(), true)
+                    .set_column_dictionary_enabled("source".into(), true)
+                    .set_column_dictionary_enabled("from_rank".into(), true)
+                    .set_max_row_group_row_count(Some(1 << 20))
+                    .build(),
+            ),
+            ("lake (ZSTD 3)", benchlake_core::lake::writer_properties()),
+            (
+                "snappy",
+                WriterProperties::builder()
+                    .set_compression(Compression::SNAPPY)
+                    .set_max_row_group_row_count(Some(1 << 20))
+                    .build(),
+            ),
+            (
+                "uncompressed",
+                WriterProperties::builder()
+                    .set_compression(Compression::UNCOMPRESSED)
+                    .set_max_row_group_row_count(Some(1 << 20))
+                    .build(),
+            ),
+        ];
+        for (name, props) in variants {
+            let t = Instant::now();
+            let mut buf = Vec::new();
+            let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, schema.clone(), Some(props))
+                .expect("writer");
+            for b in &timings.batches {
+                w.write(b).expect("write");
+            }
+            w.close().expect("close");
+            println!(
+                "  linktest_timings parquet, {name}: {:.3} s, {:.1} MB",
+                secs(t.elapsed()),
+                buf.len() as f64 / 1e6
+            );
+        }
+    }
+    let gb = size as f64 / 1e9;
+    println!(
+        "best wall: decode {:.2} GB/s, decode+arrow {:.2} GB/s, decode+arrow+parquet {:.2} GB/s of SION input (1 thread)",
+        gb / best[0],
+        gb / (best[0] + best[1]),
+        gb / best[3]
+    );
+    println!(
+        "best per CPU-second: decode {:.2} GB/s, decode+arrow {:.2} GB/s, decode+arrow+parquet {:.2} GB/s of SION input per core",
+        gb / best_cpu[0],
+        gb / (best_cpu[0] + best_cpu[1]),
+        gb / best_cpu[3]
+    );
+
+    // A 1.x file shaped like the reference's np256 case (256 ranks, collective
+    // layout): the reference timed LinkTest's own reader on that file (§7:
+    // `pingponganalysis` reading only 0.01 s, `siondump -a` ≤ 0.03 s).
+    let v1_path = dir.path().join("np256_like.sion");
+    let v1_streams = v1_streams(256, false);
+    let tasks: Vec<TaskData<'_>> = v1_streams.iter().map(|s| TaskData::single(s)).collect();
+    let opts = SionWriteOptions {
+        layout: ChunkLayout::Collective { group_size: 16 },
+        ..Default::default()
+    };
+    benchlake_formats::sion::write_sion_set(&v1_path, &tasks, &opts).expect("write v1");
+    let v1_size = std::fs::metadata(&v1_path).expect("stat").len();
+    let reps = 200;
+    let t = Instant::now();
+    for _ in 0..reps {
+        let run = linktest::read_file(&v1_path).expect("read v1");
+        let tables = run_tables(&run, "R", "np256.sion").expect("tables");
+        std::hint::black_box(&tables);
+    }
+    let per = secs(t.elapsed()) / reps as f64;
+    println!(
+        "1.x np256-shaped file ({v1_size} bytes): open+decode+arrow {:.3} ms per file (LinkTest 1.2p1 pingponganalysis reading only: 10 ms, siondump: <= 30 ms, per the reference)",
+        per * 1e3
+    );
+
+    // Real LinkTest 1.2p1 files.
+    let base = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/data/linktest/v1.2p1"
+    ));
+    for case in ["np4_default", "np8_mix_retest3", "np16_a2a_mix"] {
+        let p = base.join(case).join("pingpong_results_bin.sion");
+        let Ok(meta) = std::fs::metadata(&p) else {
+            println!("  {case}: not found, skipped");
+            continue;
+        };
+        let reps = 2000;
+        let t = Instant::now();
+        for _ in 0..reps {
+            let run = linktest::read_file(&p).expect("read");
+            std::hint::black_box(&run);
+        }
+        let per = secs(t.elapsed()) / reps as f64;
+        println!(
+            "  1.2p1 {case}: {} bytes, open+decode {:.1} us per file ({:.0} MB/s)",
+            meta.len(),
+            per * 1e6,
+            meta.len() as f64 / per / 1e6
+        );
+    }
+}

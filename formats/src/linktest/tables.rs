@@ -1,0 +1,338 @@
+//! A decoded LinkTest run as the five `linktest_*` catalog tables, and the
+//! `linktest` ingest kind.
+//!
+//! Row rules: `linktest_timings` has one row per ordered pair (from ≠ to) that was
+//! measured, `from_rank` being the rank that initiated the ping-pong and `step`
+//! the access-pattern step; a pair whose time and step are both 0 was not
+//! measured (bisection) and has no row. Large tables are cut into batches of at
+//! most [`BATCH_ROWS`] rows (one Parquet row group each).
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, BooleanArray, Float64Array, Int32Array, Int64Array, StringArray,
+    TimestampMicrosecondArray,
+};
+use arrow::record_batch::RecordBatch;
+use benchlake_core::catalog;
+use benchlake_core::lake::TableOutput;
+use chrono::{DateTime, NaiveDateTime};
+
+use super::{LinkTestRun, read_file};
+use crate::error::Result;
+use crate::ingest::{IngestContext, InputFile};
+
+/// Rows per batch of the large tables.
+pub const BATCH_ROWS: usize = 1 << 20;
+
+/// The table names, in output order.
+pub const TABLES: [&str; 5] = [
+    "linktest_runs",
+    "linktest_ranks",
+    "linktest_timings",
+    "linktest_alltoall",
+    "linktest_slow_links",
+];
+
+/// The `linktest` ingest kind: every input is file 0 of a LinkTest SION set
+/// (`name.000001`, … beside it are read with it and skipped as inputs).
+pub fn ingest_linktest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutput>> {
+    let given: HashSet<PathBuf> = inputs.iter().map(|i| i.path.clone()).collect();
+    let mut out: Vec<TableOutput> = TABLES
+        .iter()
+        .map(|t| TableOutput::new(*t, Vec::new()))
+        .collect();
+    for input in inputs {
+        if is_continuation_of_given(&input.path, &given) {
+            tracing::debug!(path = %input.path.display(), "part of a multi-file set given as input; read with file 0");
+            continue;
+        }
+        let run = read_file(&input.path)?;
+        for (acc, t) in out
+            .iter_mut()
+            .zip(run_tables(&run, &ctx.run_id, &input.source)?)
+        {
+            acc.batches.extend(t.batches);
+        }
+    }
+    Ok(out)
+}
+
+/// True when `p` is `base.NNNNNN` and `base` is also an input.
+fn is_continuation_of_given(p: &Path, given: &HashSet<PathBuf>) -> bool {
+    let s = p.as_os_str().to_string_lossy();
+    match s.rsplit_once('.') {
+        Some((base, suffix)) if suffix.len() == 6 && suffix.bytes().all(|b| b.is_ascii_digit()) => {
+            given.contains(Path::new(base))
+        }
+        _ => false,
+    }
+}
+
+/// The five tables of one run.
+pub fn run_tables(run: &LinkTestRun, run_id: &str, source: &str) -> Result<Vec<TableOutput>> {
+    Ok(vec![
+        TableOutput::new("linktest_runs", vec![runs_batch(run, run_id, source)?]),
+        TableOutput::new("linktest_ranks", vec![ranks_batch(run, run_id, source)?]),
+        TableOutput::new("linktest_timings", timings_batches(run, run_id, source)?),
+        TableOutput::new("linktest_alltoall", alltoall_batches(run, run_id, source)?),
+        TableOutput::new("linktest_slow_links", slow_batches(run, run_id, source)?),
+    ])
+}
+
+/// A string column repeating `s`, `len` times.
+fn repeated(s: &str, len: usize) -> ArrayRef {
+    Arc::new(StringArray::from_iter_values(std::iter::repeat_n(s, len)))
+}
+
+fn batch(table: &str, cols: Vec<ArrayRef>) -> Result<RecordBatch> {
+    Ok(RecordBatch::try_new(catalog::schema(table)?, cols)?)
+}
+
+/// Cuts columns (without run_id/source) into batches, prefixing the constant columns.
+fn batches(
+    table: &str,
+    run_id: &str,
+    source: &str,
+    cols: Vec<ArrayRef>,
+) -> Result<Vec<RecordBatch>> {
+    let rows = cols.first().map(|c| c.len()).unwrap_or(0);
+    // Utf8 offsets are i32: keep a batch's constant string bytes below 2 GiB.
+    let widest = run_id.len().max(source.len()).max(1);
+    let per = BATCH_ROWS.min((i32::MAX as usize / widest).max(1));
+    let first = rows.min(per);
+    let rid = repeated(run_id, first);
+    let src = repeated(source, first);
+    let mut out = Vec::with_capacity(rows.div_ceil(per.max(1)).max(1));
+    let mut at = 0;
+    loop {
+        let len = per.min(rows - at);
+        let mut v = vec![rid.slice(0, len), src.slice(0, len)];
+        v.extend(cols.iter().map(|c| c.slice(at, len)));
+        out.push(batch(table, v)?);
+        at += len;
+        if at >= rows {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Parses a 2.x start/end time string; `None` when its format is not known.
+/// LinkTest does not document the format, so the common ones are tried and naive
+/// times are taken as UTC.
+pub fn parse_time(s: &str) -> Option<i64> {
+    let s = s.trim();
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Some(t.timestamp_micros());
+    }
+    for f in [
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%a %b %e %H:%M:%S %Y",
+        "%Y-%m-%d_%H:%M:%S",
+    ] {
+        if let Ok(t) = NaiveDateTime::parse_from_str(s, f) {
+            return Some(t.and_utc().timestamp_micros());
+        }
+    }
+    for f in ["%Y-%m-%d %H:%M:%S %z", "%a %b %e %H:%M:%S %z %Y"] {
+        if let Ok(t) = DateTime::parse_from_str(s, f) {
+            return Some(t.timestamp_micros());
+        }
+    }
+    None
+}
+
+fn runs_batch(run: &LinkTestRun, run_id: &str, source: &str) -> Result<RecordBatch> {
+    let (min, avg, max) = run.summary();
+    let a2a = run.a2a_summary();
+    let start = run
+        .permutations
+        .first()
+        .and_then(|p| p.start_time.as_deref())
+        .and_then(parse_time);
+    let end = run
+        .permutations
+        .last()
+        .and_then(|p| p.end_time.as_deref())
+        .and_then(parse_time);
+    let i64c = |v: i64| -> ArrayRef { Arc::new(Int64Array::from(vec![v])) };
+    let i64o =
+        |v: Option<u64>| -> ArrayRef { Arc::new(Int64Array::from(vec![v.map(|x| x as i64)])) };
+    let b = |v: bool| -> ArrayRef { Arc::new(BooleanArray::from(vec![v])) };
+    let f = |v: f64| -> ArrayRef { Arc::new(Float64Array::from(vec![v])) };
+    let fo = |v: Option<f64>| -> ArrayRef { Arc::new(Float64Array::from(vec![v])) };
+    let ts = |v: Option<i64>| -> ArrayRef {
+        Arc::new(TimestampMicrosecondArray::from(vec![v]).with_timezone("UTC"))
+    };
+    let fl = &run.flags;
+    batch(
+        "linktest_runs",
+        vec![
+            repeated(run_id, 1),
+            repeated(source, 1),
+            repeated(&run.version_string(), 1),
+            Arc::new(StringArray::from(vec![run.git_hash.as_deref()])),
+            repeated(&run.mode, 1),
+            i64c(run.num_tasks as i64),
+            i64c(run.num_messages as i64),
+            i64c(run.message_size as i64),
+            i64o(run.num_warmup_messages),
+            i64c(run.num_serial_retests as i64),
+            i64o(run.num_multi_buffers),
+            i64o(run.num_randomized_tasks),
+            b(fl.all_to_all),
+            b(fl.bidirectional),
+            b(fl.unidirectional),
+            b(fl.bisection),
+            b(fl.randomize_steps),
+            b(fl.serial),
+            ts(start),
+            ts(end),
+            f(min),
+            f(avg),
+            f(max),
+            fo(a2a.map(|a| a.0)),
+            fo(a2a.map(|a| a.1)),
+            fo(a2a.map(|a| a.2)),
+        ],
+    )
+}
+
+fn ranks_batch(run: &LinkTestRun, run_id: &str, source: &str) -> Result<RecordBatch> {
+    let n = run.ranks.len();
+    batch(
+        "linktest_ranks",
+        vec![
+            repeated(run_id, n),
+            repeated(source, n),
+            Arc::new(Int32Array::from_iter_values(
+                run.ranks.iter().map(|r| r.rank as i32),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                run.ranks.iter().map(|r| r.hostname.as_str()),
+            )),
+            Arc::new(Int32Array::from(
+                run.ranks.iter().map(|r| r.core_id).collect::<Vec<_>>(),
+            )),
+        ],
+    )
+}
+
+fn timings_batches(run: &LinkTestRun, run_id: &str, source: &str) -> Result<Vec<RecordBatch>> {
+    let n = run.num_tasks;
+    let cap = n * n.saturating_sub(1) * run.permutations.len();
+    let mut perm = Vec::with_capacity(cap);
+    let mut from = Vec::with_capacity(cap);
+    let mut to = Vec::with_capacity(cap);
+    let mut step = Vec::with_capacity(cap);
+    let mut time = Vec::with_capacity(cap);
+    let all_ranks: Vec<i32> = (0..n as i32).collect();
+    for (p, pm) in run.permutations.iter().enumerate() {
+        let rows = pm
+            .times
+            .chunks_exact(n.max(1))
+            .zip(pm.steps.chunks_exact(n.max(1)));
+        for (i, (trow, srow)) in rows.enumerate() {
+            let unmeasured = |(j, (t, s)): (usize, (&f64, &i32))| j != i && *t == 0.0 && *s == 0;
+            if !trow.iter().zip(srow).enumerate().any(unmeasured) {
+                // Every off-diagonal pair measured (the normal case): bulk copies.
+                let k = n - 1;
+                perm.resize(perm.len() + k, p as i32);
+                from.resize(from.len() + k, i as i32);
+                for part in [0..i, i + 1..n] {
+                    to.extend_from_slice(all_ranks.get(part.clone()).unwrap_or_default());
+                    step.extend_from_slice(srow.get(part.clone()).unwrap_or_default());
+                    time.extend_from_slice(trow.get(part).unwrap_or_default());
+                }
+                continue;
+            }
+            for (j, (t, s)) in trow.iter().zip(srow).enumerate() {
+                if i == j || (*t == 0.0 && *s == 0) {
+                    continue;
+                }
+                perm.push(p as i32);
+                from.push(i as i32);
+                to.push(j as i32);
+                step.push(*s);
+                time.push(*t);
+            }
+        }
+    }
+    batches(
+        "linktest_timings",
+        run_id,
+        source,
+        vec![
+            Arc::new(Int32Array::from(perm)),
+            Arc::new(Int32Array::from(from)),
+            Arc::new(Int32Array::from(to)),
+            Arc::new(Int32Array::from(step)),
+            Arc::new(Float64Array::from(time)),
+        ],
+    )
+}
+
+fn alltoall_batches(run: &LinkTestRun, run_id: &str, source: &str) -> Result<Vec<RecordBatch>> {
+    let mut perm = Vec::new();
+    let mut rank = Vec::new();
+    let mut step = Vec::new();
+    let mut time = Vec::new();
+    for (p, pm) in run.permutations.iter().enumerate() {
+        for a in &pm.alltoall {
+            perm.push(p as i32);
+            rank.push(a.rank as i32);
+            step.push(a.step);
+            time.push(a.time_s);
+        }
+    }
+    batches(
+        "linktest_alltoall",
+        run_id,
+        source,
+        vec![
+            Arc::new(Int32Array::from(perm)),
+            Arc::new(Int32Array::from(rank)),
+            Arc::new(Int32Array::from(step)),
+            Arc::new(Float64Array::from(time)),
+        ],
+    )
+}
+
+fn slow_batches(run: &LinkTestRun, run_id: &str, source: &str) -> Result<Vec<RecordBatch>> {
+    let mut perm = Vec::new();
+    let mut kind = Vec::new();
+    let mut from = Vec::new();
+    let mut to = Vec::new();
+    let mut time = Vec::new();
+    let mut retest = Vec::new();
+    for (p, pm) in run.permutations.iter().enumerate() {
+        for s in &pm.slow_links {
+            perm.push(p as i32);
+            kind.push(if s.retest_time_s.is_some() {
+                "retested"
+            } else {
+                "slowest"
+            });
+            from.push(s.from_rank as i32);
+            to.push(s.to_rank as i32);
+            time.push(s.time_s);
+            retest.push(s.retest_time_s);
+        }
+    }
+    batches(
+        "linktest_slow_links",
+        run_id,
+        source,
+        vec![
+            Arc::new(Int32Array::from(perm)),
+            Arc::new(StringArray::from(kind)),
+            Arc::new(Int32Array::from(from)),
+            Arc::new(Int32Array::from(to)),
+            Arc::new(Float64Array::from(time)),
+            Arc::new(Float64Array::from(retest)),
+        ],
+    )
+}
