@@ -425,9 +425,11 @@ impl Tx for SqliteTx<'_> {
     }
     fn next_job(&mut self, kinds: &[String], now: i64) -> Result<Option<JobRow>> {
         if kinds.is_empty() {
+            // Ordered as the jobs_queue index is, so the oldest eligible job comes
+            // from an index range scan instead of a sort of the whole queue.
             return self.one(
                 "SELECT data FROM jobs WHERE state='QUEUED' AND not_before_ms<=?1
-                 ORDER BY created_ms, job_id LIMIT 1",
+                 ORDER BY not_before_ms, created_ms LIMIT 1",
                 params![now],
             );
         }
@@ -435,7 +437,7 @@ impl Tx for SqliteTx<'_> {
         let k = enc(&kinds)?;
         self.one(
             "SELECT data FROM jobs WHERE state='QUEUED' AND not_before_ms<=?1
-             AND kind IN (SELECT value FROM json_each(?2)) ORDER BY created_ms, job_id LIMIT 1",
+             AND kind IN (SELECT value FROM json_each(?2)) ORDER BY not_before_ms, created_ms LIMIT 1",
             params![now, k],
         )
     }
