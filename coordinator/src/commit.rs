@@ -93,8 +93,12 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
             .collect();
         let mut intent: BTreeSet<String> = j.committed_keys.iter().cloned().collect();
         intent.extend(finals);
-        j.committed_keys = intent.into_iter().collect();
-        tx.update_job(&j)?;
+        let intent: Vec<String> = intent.into_iter().collect();
+        // A job that stages nothing new has no intent to record (no write).
+        if intent != j.committed_keys {
+            j.committed_keys = intent;
+            tx.update_job(&j)?;
+        }
         Ok((j, pairs, stale))
     })?;
 
@@ -153,8 +157,9 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
         Ok(())
     })?;
 
-    // 5. Staging is only garbage now.
-    if let Ok(prefix) = layout::staging_prefix(&job.job_id, job.attempt)
+    // 5. Staging is only garbage now (a job that staged nothing left none).
+    if !req.files.is_empty()
+        && let Ok(prefix) = layout::staging_prefix(&job.job_id, job.attempt)
         && let Err(e) = c.lake.delete_prefix(&prefix).await
     {
         tracing::warn!(job = %job.job_id, error = %e, "could not delete staging objects");
