@@ -19,6 +19,15 @@ if ! command -v mpirun >/dev/null 2>&1; then
   fi
 fi
 
+# Java for pyspark (the Spark reader test).
+if ! command -v java >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+  else
+    echo "java is missing and cannot be installed here (need root and apt-get)" >&2
+  fi
+fi
+
 echo "== Python tools (venv: $VENV)"
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"

@@ -153,8 +153,27 @@ async fn offline(
         tokio::task::spawn_blocking(move || benchlake_replay::run_replay(&model_s, &trace_s, &p2))
             .await??;
     let wall = started.elapsed().as_secs_f64();
+    if model == "bandela" && !o.json {
+        // replaympi users read this layout; the generic table follows for both models.
+        print!("{}", benchlake_replay::bandela::summary_text(&r));
+    }
     print_result(&r, wall, o.json)?;
     if let Some(out) = o.out {
+        // replaympi's side outputs, beside the tables.
+        let dir = out.join("replay-outputs");
+        std::fs::create_dir_all(&dir).with_context(|| dir.display().to_string())?;
+        use benchlake_replay::bandela as b;
+        for (name, text) in [
+            ("summary.txt", b::summary_text(&r)),
+            ("column_data.csv", b::column_data_csv(&r)),
+            ("transfers.txt", b::transfer_matrix_text(&r)),
+            ("timeline.json", b::chrome_trace_json(&r)),
+            ("timeline.prv", b::paraver_prv(&r)),
+        ] {
+            let p = dir.join(name);
+            std::fs::write(&p, text).with_context(|| p.display().to_string())?;
+            eprintln!("wrote {}", p.display());
+        }
         let run_id = benchlake_core::ids::new_id();
         let replay_id = benchlake_core::ids::new_id();
         let point = BTreeMap::new();

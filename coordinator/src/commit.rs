@@ -53,6 +53,23 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
     }
     let now = c.now();
 
+    // A job that staged nothing and never committed anything (no-op, record-less
+    // work) has nothing to copy or delete: intent and record are one transaction.
+    if req.files.is_empty() {
+        let cfg = c.cfg.clone();
+        let done = c.store.transact(|tx| {
+            let j = logic::leased_job(tx, &req.job_id, &req.lease_id)?;
+            if !j.committed_keys.is_empty() {
+                return Ok(None);
+            }
+            record(tx, &cfg, &req, &result, &[], &[], &[], now).map(Some)
+        })?;
+        if let Some(done) = done {
+            finish(c, &req.job_id, &done, &[], now);
+            return Ok(Vec::new());
+        }
+    }
+
     // 1. Intent.
     let (job, pairs, stale) = c.store.transact(|tx| {
         let mut j = logic::leased_job(tx, &req.job_id, &req.lease_id)?;
@@ -114,48 +131,11 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
     }
 
     // 4. Record.
-    let cfg = c.cfg.clone();
     let keys: Vec<String> = pairs.iter().map(|p| p.1.clone()).collect();
-    let worker = job.leased_by.clone().unwrap_or_default();
-    c.store.transact(|tx| {
-        let mut j = logic::leased_job(tx, &req.job_id, &req.lease_id)?;
-        for k in &stale {
-            tx.delete_committed(k)?;
-        }
-        for ((f, key), bytes) in pairs.iter().zip(&sizes) {
-            tx.upsert_committed(&CommittedFile {
-                key: key.clone(),
-                table: f.table.clone(),
-                run_id: j.run_id.clone(),
-                job_id: j.job_id.clone(),
-                date: j.date.clone(),
-                rows: f.rows,
-                bytes: *bytes,
-                committed_ms: now,
-            })?;
-        }
-        j.committed_keys = keys.clone();
-        j.state = JobState::Done;
-        j.error = None;
-        j.lease_id = None;
-        j.lease_expires_ms = None;
-        tx.update_job(&j)?;
-        if let Some(run) = tx.get_run(&j.run_id)?
-            && !run.state.is_final()
-        {
-            for f in &result.follow_ups {
-                tx.insert_job(&logic::new_job(
-                    &run,
-                    &f.kind,
-                    f.spec.to_string(),
-                    &cfg,
-                    now,
-                ))?;
-            }
-        }
-        logic::advance_run(tx, &cfg, &j.run_id, now)?;
-        Ok(())
-    })?;
+    let cfg = c.cfg.clone();
+    let done = c
+        .store
+        .transact(|tx| record(tx, &cfg, &req, &result, &pairs, &sizes, &stale, now))?;
 
     // 5. Staging is only garbage now (a job that staged nothing left none).
     if !req.files.is_empty()
@@ -164,9 +144,68 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
     {
         tracing::warn!(job = %job.job_id, error = %e, "could not delete staging objects");
     }
-    tracing::info!(job = %job.job_id, run = %job.run_id, kind = %job.kind, files = keys.len(), "job committed");
-    c.worker_seen(&worker, now, -1);
-    c.notify_run(&job.run_id);
-    c.job_notify.notify_waiters();
+    finish(c, &job.job_id, &done, &keys, now);
     Ok(keys)
+}
+
+/// Step 4 inside a transaction: checks the lease again, records the committed
+/// files, marks the job DONE, queues its follow-ups and moves the run on.
+/// Returns the worker that held the lease and the job's run.
+#[allow(clippy::too_many_arguments)]
+fn record(
+    tx: &mut dyn crate::store::Tx,
+    cfg: &crate::CoordinatorConfig,
+    req: &pb::CompleteJobRequest,
+    result: &JobResult,
+    pairs: &[(pb::StagedFile, String)],
+    sizes: &[u64],
+    stale: &[String],
+    now: i64,
+) -> Result<(String, String)> {
+    let mut j = logic::leased_job(tx, &req.job_id, &req.lease_id)?;
+    let worker = j.leased_by.clone().unwrap_or_default();
+    for k in stale {
+        tx.delete_committed(k)?;
+    }
+    for ((f, key), bytes) in pairs.iter().zip(sizes) {
+        tx.upsert_committed(&CommittedFile {
+            key: key.clone(),
+            table: f.table.clone(),
+            run_id: j.run_id.clone(),
+            job_id: j.job_id.clone(),
+            date: j.date.clone(),
+            rows: f.rows,
+            bytes: *bytes,
+            committed_ms: now,
+        })?;
+    }
+    j.committed_keys = pairs.iter().map(|p| p.1.clone()).collect();
+    j.state = JobState::Done;
+    j.error = None;
+    j.lease_id = None;
+    j.lease_expires_ms = None;
+    tx.update_job(&j)?;
+    if let Some(run) = tx.get_run(&j.run_id)?
+        && !run.state.is_final()
+    {
+        for f in &result.follow_ups {
+            tx.insert_job(&logic::new_job(&run, &f.kind, f.spec.to_string(), cfg, now))?;
+        }
+    }
+    logic::advance_run(tx, cfg, &j.run_id, now)?;
+    Ok((worker, j.run_id))
+}
+
+/// After a commit: log, release the worker's slot, wake watchers and pollers.
+fn finish(
+    c: &Coordinator,
+    job_id: &str,
+    (worker, run_id): &(String, String),
+    keys: &[String],
+    now: i64,
+) {
+    tracing::info!(job = %job_id, run = %run_id, worker = %worker, files = keys.len(), "job committed");
+    c.worker_seen(worker, now, -1);
+    c.notify_run(run_id);
+    c.job_notify.notify_waiters();
 }

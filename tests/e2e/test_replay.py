@@ -3,6 +3,7 @@ trace swept over latency x bandwidth, one worker job per point; the predictions
 that land in `replays` equal Dimemas 5.5's for the configurations the grid
 contains."""
 import json
+import subprocess
 from pathlib import Path
 
 import duckdb
@@ -57,3 +58,32 @@ def test_sweep_lands_one_replay_per_point(cluster, pb):
     with pytest.raises(grpc.RpcError) as e:
         stub.TriggerReplay(req, timeout=10)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "latency" in e.value.details()
+
+
+def test_bandela_offline_cli_prints_replaympi_summary_and_writes_outputs(tmp_path):
+    """`benchlake replay bandela DIR --input F --out OUT`: replaympi's per-CPU summary on
+    stdout, the tables and the side outputs (column_data, transfers, timelines) in OUT.
+    The case is hand-computed in replay/tests/replay_bandela.rs (buffered send)."""
+    from conftest import BIN
+    t = tmp_path / "trace"
+    t.mkdir()
+    (t / "bandela.0.txt").write_text("H 0 2 0\nC 0.001\nK 0 MPI_Send isend 1 1 5 1000 1 0\nK 1 MPI_Send wait 1\n")
+    (t / "bandela.1.txt").write_text("H 1 2 0\nC 0.002\nK 0 MPI_Recv irecv 0 1 5 1000 1 0\nK 1 MPI_Recv wait 1\n")
+    inp = tmp_path / "input"
+    inp.write_text("NUMBER_OF_HOSTS 1\nHOST_TYPE 0\nmpi_buffer_max 2048\nINTRA_HOST_BANDWIDTH_PEAK 800.00\n"
+                   "INTRA_HOST_LATENCY 2.0\nINTRA_HOST_BARRIER_LATENCY 10.00\nBLOCK_HOST 0\n"
+                   "NUMBER_OF_PROCS 2\nMPI_RANKS 0-1\nADAPTERS 0\n")
+    out = tmp_path / "out"
+    r = subprocess.run([BIN, "replay", "bandela", str(t), "--input", str(inp), "--out", str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # Receiver: 0.002 s computation + 2 latencies (4 µs) + 1000 B at 800 MB/s (1.25 µs).
+    assert " CPU 1 Total  Time              :     0.002005 s" in r.stdout, r.stdout
+    side = out / "replay-outputs"
+    assert "1,MPI_Recv,0.000000000,0.000004000,0.000001250,0.000000000" in (side / "column_data.csv").read_text()
+    events = json.loads((side / "timeline.json").read_text())
+    assert events, "empty Chrome trace"
+    assert (side / "timeline.prv").read_text().startswith("#Paraver")
+    rows = duckdb.sql(f"SELECT rank, round(total_s, 9) FROM read_parquet('{out}/tables/replay_ranks/**/*.parquet') "
+                      "ORDER BY rank").fetchall()
+    assert rows == [(0, 0.001004625), (1, 0.00200525)], rows
