@@ -151,6 +151,7 @@ pub fn build_argv(
         ("task_id", t.task_id.clone()),
         ("agent", cfg.name.clone()),
         ("self_exe", self_exe),
+        ("addresses", peer_addresses(t)),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -189,6 +190,23 @@ pub fn build_argv(
         env.insert(k.clone(), benchlake_core::bench::substitute(v, &values)?);
     }
     Ok((argv, env))
+}
+
+/// The `addresses` built-in: each peer's advertised address (`--address` of
+/// its agent), else its host name, else its agent name; comma-separated in
+/// rank order.
+fn peer_addresses(t: &pb::TaskAssignment) -> String {
+    t.peers
+        .iter()
+        .map(|p| {
+            [&p.address, &p.hostname, &p.name]
+                .into_iter()
+                .find(|s| !s.is_empty())
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn kill_group(pid: u32, sig: i32) {
