@@ -82,7 +82,11 @@ pub struct NetprobeArgs {
     #[arg(long, env = "BENCHLAKE_NETPROBE_PORT_TRIES", default_value_t = 16)]
     pub port_tries: usize,
     /// How long rank 0 waits for every rank (and the ranks for rank 0), seconds.
-    #[arg(long, env = "BENCHLAKE_NETPROBE_RENDEZVOUS_TIMEOUT_S", default_value_t = 120)]
+    #[arg(
+        long,
+        env = "BENCHLAKE_NETPROBE_RENDEZVOUS_TIMEOUT_S",
+        default_value_t = 120
+    )]
     pub rendezvous_timeout_s: u64,
     /// Socket read/write timeout once connected, seconds.
     #[arg(long, env = "BENCHLAKE_NETPROBE_IO_TIMEOUT_S", default_value_t = 300)]

@@ -181,7 +181,8 @@ async fn netprobe_on_four_agents_lands_a_complete_matrix() {
     assert!(sion[0].1.key.ends_with("pingpong_results_bin.sion"));
     let r0 = d.tasks.iter().find(|t| t.rank == 0).unwrap();
     assert!(
-        r0.stdout_tail.contains("netprobe iteration 0: 4 ranks, 64 B x 20"),
+        r0.stdout_tail
+            .contains("netprobe iteration 0: 4 ranks, 64 B x 20"),
         "{}",
         r0.stdout_tail
     );
@@ -286,7 +287,9 @@ impl Netns {
             ip(&["netns", "add", &ns])?;
             me.names.push(ns.clone());
             let v = format!("blv{}x{k}", pid % 1_000_000);
-            ip(&["link", "add", &v, "type", "veth", "peer", "name", "eth0", "netns", &ns])?;
+            ip(&[
+                "link", "add", &v, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+            ])?;
             me.veths.push(v.clone());
             ip(&["link", "set", &v, "master", &me.bridge])?;
             ip(&["link", "set", &v, "up"])?;
