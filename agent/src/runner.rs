@@ -599,4 +599,43 @@ default = "1"
                 .contains("not in this agent's catalog")
         );
     }
+
+    #[test]
+    fn builtin_netprobe_gets_the_peers_addresses_in_rank_order() {
+        let cfg = AgentConfig::new("127.0.0.1:1", "/tmp/x").unwrap();
+        let mut t = task(pb::Launcher::Local, &[("num_messages", "7")]);
+        t.benchmark = "netprobe".into();
+        t.rank = 1;
+        t.num_tasks = 2;
+        // An advertised address wins; without one the host name is used.
+        t.peers[0].address = "10.0.0.5".into();
+        let (argv, _) = build_argv(&cfg, &t, Path::new("/o")).unwrap();
+        assert_eq!(argv[1], "netprobe");
+        for want in [
+            "--rank=1",
+            "--num-tasks=2",
+            "--hosts=10.0.0.5,n2",
+            "--run-id=R",
+            "--out=/o/pingpong_results_bin.sion",
+            "--num-messages=7",
+            "--direction=pingpong",
+            "--barriers=true",
+        ] {
+            assert!(argv.iter().any(|a| a == want), "{want} in {argv:?}");
+        }
+        assert!(!argv.iter().any(|a| a.starts_with("--seed")), "{argv:?}");
+        let e = build_argv(
+            &cfg,
+            &task_named("netprobe", &[("message_size", "2GiB")]),
+            Path::new("/o"),
+        )
+        .unwrap_err();
+        assert!(e.contains("params.message_size"), "{e}");
+    }
+
+    fn task_named(bench: &str, params: &[(&str, &str)]) -> pb::TaskAssignment {
+        let mut t = task(pb::Launcher::Local, params);
+        t.benchmark = bench.into();
+        t
+    }
 }
