@@ -533,7 +533,16 @@ fn serve(
     mut row: Option<&mut Row>,
 ) -> Result<()> {
     loop {
-        match wire::recv_cmd(mesh.get(0)?)? {
+        // Waiting for the next command may take longer than any one exchange
+        // (serial mode: every other pair goes first), so this read alone has
+        // no timeout; a dead rank 0 closes the stream, a dead host is left to
+        // the task's timeout.
+        let c0 = mesh.get(0)?;
+        c0.set_read_timeout(None).map_err(io("read timeout"))?;
+        let cmd = wire::recv_cmd(c0);
+        c0.set_read_timeout(Some(params.io_timeout))
+            .map_err(io("read timeout"))?;
+        match cmd? {
             Cmd::Done => return Ok(()),
             Cmd::EndPhase if row.is_some() => return Ok(()),
             Cmd::Pair { a, b, step } if row.is_some() && (a == rank || b == rank) => {
