@@ -151,6 +151,7 @@ pub fn build_argv(
         ("task_id", t.task_id.clone()),
         ("agent", cfg.name.clone()),
         ("self_exe", self_exe),
+        ("addresses", peer_addresses(t)),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -189,6 +190,23 @@ pub fn build_argv(
         env.insert(k.clone(), benchlake_core::bench::substitute(v, &values)?);
     }
     Ok((argv, env))
+}
+
+/// The `addresses` built-in: each peer's advertised address (`--address` of
+/// its agent), else its host name, else its agent name; comma-separated in
+/// rank order.
+fn peer_addresses(t: &pb::TaskAssignment) -> String {
+    t.peers
+        .iter()
+        .map(|p| {
+            [&p.address, &p.hostname, &p.name]
+                .into_iter()
+                .find(|s| !s.is_empty())
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn kill_group(pid: u32, sig: i32) {
@@ -580,5 +598,44 @@ default = "1"
                 .unwrap_err()
                 .contains("not in this agent's catalog")
         );
+    }
+
+    #[test]
+    fn builtin_netprobe_gets_the_peers_addresses_in_rank_order() {
+        let cfg = AgentConfig::new("127.0.0.1:1", "/tmp/x").unwrap();
+        let mut t = task(pb::Launcher::Local, &[("num_messages", "7")]);
+        t.benchmark = "netprobe".into();
+        t.rank = 1;
+        t.num_tasks = 2;
+        // An advertised address wins; without one the host name is used.
+        t.peers[0].address = "10.0.0.5".into();
+        let (argv, _) = build_argv(&cfg, &t, Path::new("/o")).unwrap();
+        assert_eq!(argv[1], "netprobe");
+        for want in [
+            "--rank=1",
+            "--num-tasks=2",
+            "--hosts=10.0.0.5,n2",
+            "--run-id=R",
+            "--out=/o/pingpong_results_bin.sion",
+            "--num-messages=7",
+            "--direction=pingpong",
+            "--barriers=true",
+        ] {
+            assert!(argv.iter().any(|a| a == want), "{want} in {argv:?}");
+        }
+        assert!(!argv.iter().any(|a| a.starts_with("--seed")), "{argv:?}");
+        let e = build_argv(
+            &cfg,
+            &task_named("netprobe", &[("message_size", "2GiB")]),
+            Path::new("/o"),
+        )
+        .unwrap_err();
+        assert!(e.contains("params.message_size"), "{e}");
+    }
+
+    fn task_named(bench: &str, params: &[(&str, &str)]) -> pb::TaskAssignment {
+        let mut t = task(pb::Launcher::Local, params);
+        t.benchmark = bench.into();
+        t
     }
 }

@@ -1,6 +1,7 @@
 //! `benchlake`: the one binary. Parses flags (each also a `BENCHLAKE_*`
 //! environment variable) and sets up logging; the services live in their
 //! library crates.
+mod netprobe;
 mod opts;
 mod replay;
 mod up;
@@ -72,6 +73,9 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// One rank of netprobe, the LinkTest-style TCP link test between agents
+    /// (run by the built-in catalog entry `netprobe`).
+    Netprobe(netprobe::NetprobeArgs),
 }
 
 fn init_logging(filter: &str) {
@@ -91,6 +95,16 @@ fn main() -> std::process::ExitCode {
         return benchlake_pio::main_with_args(args);
     }
     init_logging(&cli.log);
+    if let Cmd::Netprobe(a) = cli.cmd {
+        // Blocking sockets and threads; no runtime needed.
+        return match netprobe::netprobe(a) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -118,6 +132,7 @@ fn main() -> std::process::ExitCode {
             Cmd::Inspect(a) => user::inspect(a),
             Cmd::Report(c) => user::report(c),
             Cmd::Pio { .. } => Ok(()),
+            Cmd::Netprobe(_) => Ok(()),
         }
     });
     match res {

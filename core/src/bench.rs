@@ -214,6 +214,9 @@ pub const BUILTINS: &[&str] = &[
     "np",
     "agent",
     "self_exe",
+    // Comma-separated advertised addresses of the run's agents, in rank order
+    // (netprobe's rendezvous: rank 0's is where the others find it).
+    "addresses",
 ];
 
 fn is_ident(s: &str) -> bool {

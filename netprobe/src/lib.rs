@@ -1,23 +1,28 @@
-//! netprobe: a LinkTest-style ping-pong benchmark between ranks over TCP, for
-//! clusters or networks without MPI. Every rank runs [`run`] (one process or
-//! thread per rank, addresses known up front); rank 0 gathers the results and
-//! writes a LinkTest 2.1.17 SION file with mode "TCP", which the `linktest`
-//! ingest reads like a real LinkTest file.
+//! netprobe: a LinkTest-style benchmark between ranks over TCP, for clusters
+//! or networks without MPI. Every rank runs [`run_rendezvous`] (agents: ranks
+//! find each other through rank 0, see [`Rendezvous`]) or [`run_with_listener`]
+//! (addresses known up front, e.g. threads in a test); rank 0 gathers the
+//! results and writes a LinkTest 2.1.17 SION file with mode "TCP", which the
+//! `linktest` ingest reads like a real LinkTest file.
 //!
-//! What it does, in LinkTest's terms:
+//! What it does, in LinkTest's terms (docs/linktest.md §7):
 //! - the step schedule is a round-robin 1-factorization: in each of the N−1
 //!   steps (N for odd N, one rank idling per step) every rank has exactly one
 //!   partner, and over all steps every pair meets once;
-//! - optional randomized step order (seeded, reproducible);
-//! - per pair and step, the lower rank first runs warm-up messages then N
-//!   ping-pongs of S bytes as initiator, then the higher rank does the same; the
-//!   time per message is `elapsed / (2 N)` (one way), as LinkTest reports;
-//! - rank 0 retests the K slowest pairs serially (one pair at a time) and stores
+//! - a run has `1 + randomized_tasks` iterations (LinkTest's permutations):
+//!   the first in rank order, the others with the ranks placed on the schedule
+//!   in a seeded random order; with `randomize_steps` each iteration runs its
+//!   steps in a seeded random order. One seed (stored as the file's task seed)
+//!   drives both, so the order is reproducible from the file;
+//! - per pair: warm-up messages, then N messages of S bytes, as ping-pongs
+//!   (default), one-way streams (unidirectional) or both ways at once
+//!   (bidirectional);
+//! - parallel mode (all pairs of a step at once, optionally with a barrier
+//!   between steps) or serial mode (one pair at a time, sequenced by rank 0);
+//! - an optional all-to-all phase per iteration;
+//! - rank 0 retests the K slowest pairs of every iteration serially and stores
 //!   both times as LinkTest's slow-link arrays.
-//!
-//! Not implemented (see docs/linktest.md §7): serial main phase, all-to-all
-//! phase, rank permutations, bidirectional/unidirectional modes, barriers
-//! between steps.
+mod mesh;
 mod schedule;
 mod wire;
 
@@ -27,24 +32,87 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use benchlake_formats::linktest::{
-    Flags, LinkTestRun, PayloadFormat, Permutation, RankInfo, SlowLink,
+    AllToAllTime, Flags, LinkTestRun, PayloadFormat, Permutation, RankInfo, SlowLink,
 };
 use benchlake_formats::sion::SionWriteOptions;
 
-pub use schedule::{partner, shuffled_steps, steps_for};
+pub use mesh::{Rendezvous, candidate_ports, run_hash};
+pub use schedule::{Iteration, partner, plan, shuffled_ranks, shuffled_steps, steps_for};
+
+use mesh::Mesh;
+use wire::{Cmd, Row};
+
+/// Largest message accepted (one buffer of this size per rank, two when
+/// bidirectional).
+pub const MAX_MESSAGE_SIZE: usize = 1 << 30;
+/// Largest number of timed messages per pair.
+pub const MAX_MESSAGES: u64 = 1_000_000_000;
+/// Largest number of randomized iterations.
+pub const MAX_RANDOMIZED_TASKS: u64 = 10_000;
+/// Largest number of ranks.
+pub const MAX_RANKS: usize = 65_536;
+
+/// How a pair exchanges its messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Direction {
+    /// Ping-pong: one side sends, the other answers; each side initiates in
+    /// turn. Time per message = elapsed / (2 N) (one way, as LinkTest).
+    #[default]
+    PingPong,
+    /// One side streams N messages, the other acknowledges the last; each side
+    /// sends in turn. Time per message = elapsed / N.
+    Unidirectional,
+    /// Both sides stream N messages to each other at once. Time per message =
+    /// elapsed / N, recorded by each side for its own direction.
+    Bidirectional,
+}
+
+impl Direction {
+    /// Parses `pingpong`, `unidirectional` or `bidirectional`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "pingpong" | "ping-pong" => Some(Self::PingPong),
+            "unidirectional" | "uni" => Some(Self::Unidirectional),
+            "bidirectional" | "bidi" => Some(Self::Bidirectional),
+            _ => None,
+        }
+    }
+    /// The name [`Direction::parse`] accepts.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PingPong => "pingpong",
+            Self::Unidirectional => "unidirectional",
+            Self::Bidirectional => "bidirectional",
+        }
+    }
+}
 
 /// Benchmark parameters (the same on every rank).
 #[derive(Debug, Clone)]
 pub struct Params {
-    /// Timed ping-pongs per pair and direction.
+    /// Timed messages per pair and direction (1..=[`MAX_MESSAGES`]).
     pub num_messages: u64,
-    /// Bytes per message.
+    /// Bytes per message (1..=[`MAX_MESSAGE_SIZE`]).
     pub message_size: usize,
-    /// Untimed ping-pongs before the timed ones.
+    /// Untimed messages before the timed ones.
     pub warmup_messages: u64,
-    /// Randomize the step order with this seed (`None` = steps in order).
-    pub step_seed: Option<u64>,
-    /// Slowest pairs retested serially by rank 0.
+    /// Ping-pong, unidirectional or bidirectional.
+    pub direction: Direction,
+    /// Serial mode: one pair at a time instead of all pairs of a step at once.
+    pub serial: bool,
+    /// Run an all-to-all phase in every iteration.
+    pub all_to_all: bool,
+    /// Parallel mode: a barrier between steps (every pair of a step starts
+    /// together).
+    pub barriers: bool,
+    /// Run each iteration's steps in a seeded random order.
+    pub randomize_steps: bool,
+    /// Iterations with a seeded random rank placement, after the first one in
+    /// rank order (LinkTest's "randomized tasks").
+    pub randomized_tasks: u64,
+    /// The seed of step orders and rank placements (stored as the task seed).
+    pub seed: u64,
+    /// Slowest pairs of each iteration retested serially by rank 0.
     pub serial_retests: usize,
     /// Host name recorded for this rank (`None` = the kernel's host name).
     pub hostname: Option<String>,
@@ -60,12 +128,57 @@ impl Default for Params {
             num_messages: 100,
             message_size: 1024,
             warmup_messages: 10,
-            step_seed: None,
+            direction: Direction::PingPong,
+            serial: false,
+            all_to_all: false,
+            barriers: true,
+            randomize_steps: false,
+            randomized_tasks: 0,
+            seed: 0,
             serial_retests: 10,
             hostname: None,
             connect_timeout: Duration::from_secs(30),
             io_timeout: Duration::from_secs(60),
         }
+    }
+}
+
+impl Params {
+    /// Checks the bounds for a run of `n` ranks.
+    pub fn validate(&self, n: usize) -> Result<()> {
+        let bad = |m: String| Err(NetprobeError::Protocol(m));
+        if !(2..=MAX_RANKS).contains(&n) {
+            return bad(format!("netprobe needs 2 to {MAX_RANKS} ranks, got {n}"));
+        }
+        if !(1..=MAX_MESSAGES).contains(&self.num_messages) {
+            return bad(format!(
+                "num_messages must be 1 to {MAX_MESSAGES}, got {}",
+                self.num_messages
+            ));
+        }
+        if self.warmup_messages > MAX_MESSAGES {
+            return bad(format!(
+                "warmup_messages must be at most {MAX_MESSAGES}, got {}",
+                self.warmup_messages
+            ));
+        }
+        if !(1..=MAX_MESSAGE_SIZE).contains(&self.message_size) {
+            return bad(format!(
+                "message_size must be 1 to {MAX_MESSAGE_SIZE} bytes, got {}",
+                self.message_size
+            ));
+        }
+        if self.randomized_tasks > MAX_RANDOMIZED_TASKS {
+            return bad(format!(
+                "randomized_tasks must be at most {MAX_RANDOMIZED_TASKS}, got {}",
+                self.randomized_tasks
+            ));
+        }
+        Ok(())
+    }
+
+    fn iterations(&self, n: usize) -> Vec<Iteration> {
+        plan(n, self.randomized_tasks, self.randomize_steps, self.seed)
     }
 }
 
@@ -81,7 +194,7 @@ pub enum NetprobeError {
         #[source]
         source: std::io::Error,
     },
-    /// Bad arguments or an unexpected message from a peer.
+    /// Bad arguments, a missing rank or an unexpected message from a peer.
     #[error("{0}")]
     Protocol(String),
     /// Writing the SION file failed.
@@ -128,112 +241,149 @@ pub fn run_with_listener(
     out_path: &Path,
 ) -> Result<Option<LinkTestRun>> {
     let n = peers.len();
+    params.validate(n)?;
     if rank >= n {
         return Err(NetprobeError::Protocol(format!("rank {rank} of {n}")));
     }
-    if params.num_messages == 0 {
-        return Err(NetprobeError::Protocol(
-            "num_messages must be at least 1".into(),
-        ));
-    }
-    let mut conns = connect_mesh(rank, &listener, &peers, params)?;
-    let start = chrono::Utc::now();
-    let order = match params.step_seed {
-        Some(seed) => shuffled_steps(n, seed),
-        None => (1..=steps_for(n)).collect(),
+    let mut mesh = Mesh {
+        conns: (0..n).map(|_| None).collect(),
     };
-    let mut buf = vec![0u8; params.message_size];
-    let mut times = vec![0f64; n];
-    let mut steps = vec![0i32; n];
-    for (executed, sched_step) in order.iter().enumerate() {
-        let Some(p) = partner(rank, *sched_step, n) else {
-            continue;
+    // Addresses are known: a token from them keeps strangers out of the mesh.
+    let token = run_hash(&format!("{peers:?}"));
+    let deadline = Instant::now() + params.connect_timeout;
+    mesh::connect_mesh(
+        rank, 0, &listener, &peers, token, &mut mesh, params, deadline,
+    )?;
+    measure(rank, n, mesh, params, out_path)
+}
+
+/// Runs rank `rank` of `rv.hosts.len()` ranks started independently (one per
+/// agent): meets the others through rank 0 ([`Rendezvous`]), measures, and
+/// (rank 0) writes `out_path`. Rank 0 returns the run.
+pub fn run_rendezvous(
+    rank: usize,
+    rv: &Rendezvous,
+    params: &Params,
+    out_path: &Path,
+) -> Result<Option<LinkTestRun>> {
+    let n = rv.hosts.len();
+    params.validate(n)?;
+    let mesh = mesh::rendezvous_mesh(rank, rv, params)?;
+    measure(rank, n, mesh, params, out_path)
+}
+
+/// Message buffers of one rank.
+struct Bufs {
+    recv: Vec<u8>,
+    send: Vec<u8>,
+}
+
+/// The measurement, once every rank holds a stream to every other.
+fn measure(
+    rank: usize,
+    n: usize,
+    mut mesh: Mesh,
+    params: &Params,
+    out_path: &Path,
+) -> Result<Option<LinkTestRun>> {
+    let iterations = params.iterations(n);
+    let mut bufs = Bufs {
+        recv: vec![0u8; params.message_size],
+        send: if params.direction == Direction::Bidirectional {
+            vec![0x5a; params.message_size]
+        } else {
+            Vec::new()
+        },
+    };
+    let mut rows = Vec::with_capacity(iterations.len());
+    let mut clock = Vec::with_capacity(iterations.len());
+    for it in &iterations {
+        barrier(rank, n, &mut mesh)?;
+        let start = chrono::Utc::now();
+        let mut row = Row {
+            times: vec![0.0; n],
+            steps: vec![0; n],
+            a2a: 0.0,
         };
-        let conn = conns
-            .get_mut(p)
-            .and_then(|c| c.as_mut())
-            .ok_or_else(|| NetprobeError::Protocol(format!("no connection to rank {p}")))?;
-        let (first, second) = (rank.min(p), rank.max(p));
-        for initiator in [first, second] {
-            if initiator == rank {
-                let t = pingpong_initiate(conn, &mut buf, params)?;
-                if let Some(slot) = times.get_mut(p) {
-                    *slot = t;
-                }
+        if params.serial {
+            if rank == 0 {
+                serial_phase(n, it, &mut mesh, &mut bufs, params, &mut row)?;
             } else {
-                pingpong_respond(conn, &mut buf, params)?;
+                serve(rank, &mut mesh, &mut bufs, params, Some(&mut row))?;
             }
+        } else {
+            parallel_phase(rank, n, it, &mut mesh, &mut bufs, params, &mut row)?;
         }
-        if let Some(s) = steps.get_mut(p) {
-            *s = executed as i32 + 1;
+        if params.all_to_all {
+            barrier(rank, n, &mut mesh)?;
+            row.a2a = all_to_all(rank, it, &mut mesh, &mut bufs.recv, params)?;
         }
+        clock.push((start, chrono::Utc::now()));
+        rows.push(row);
     }
     let hostname = params.hostname.clone().unwrap_or_else(local_hostname);
     if rank != 0 {
-        let c0 = conns
-            .get_mut(0)
-            .and_then(|c| c.as_mut())
-            .ok_or_else(|| NetprobeError::Protocol("no connection to rank 0".into()))?;
-        wire::send_row(c0, &hostname, &times, &steps)?;
-        serve_retests(rank, &mut conns, &mut buf, params)?;
+        wire::send_rows(mesh.get(0)?, &hostname, &rows)?;
+        serve(rank, &mut mesh, &mut bufs, params, None)?;
         return Ok(None);
     }
-    // Rank 0: gather rows.
-    let mut all_t = vec![0f64; n * n];
-    let mut all_s = vec![0i32; n * n];
-    let mut hosts = vec![String::new(); n];
-    if let Some(dst) = all_t.get_mut(..n) {
-        dst.copy_from_slice(&times);
-    }
-    if let Some(dst) = all_s.get_mut(..n) {
-        dst.copy_from_slice(&steps);
-    }
-    if let Some(h) = hosts.get_mut(0) {
-        *h = hostname;
-    }
+    // Rank 0: gather every rank's rows.
+    let m = iterations.len();
+    let mut hosts = vec![hostname];
+    let mut all: Vec<Vec<Row>> = vec![rows];
     for r in 1..n {
-        let c = conns
-            .get_mut(r)
-            .and_then(|c| c.as_mut())
-            .ok_or_else(|| NetprobeError::Protocol(format!("no connection to rank {r}")))?;
-        let (h, t, s) = wire::recv_row(c, n)?;
-        if let Some(x) = hosts.get_mut(r) {
-            *x = h;
-        }
-        if let Some(dst) = all_t.get_mut(r * n..(r + 1) * n) {
-            dst.copy_from_slice(&t);
-        }
-        if let Some(dst) = all_s.get_mut(r * n..(r + 1) * n) {
-            dst.copy_from_slice(&s);
-        }
+        let (h, rr) = wire::recv_rows(mesh.get(r)?, n, m, r)?;
+        hosts.push(h);
+        all.push(rr);
     }
-    let slow = retest_slowest(&mut conns, &all_t, n, &mut buf, params)?;
-    for r in 1..n {
-        if let Some(c) = conns.get_mut(r).and_then(|c| c.as_mut()) {
-            wire::send_cmd(c, wire::Cmd::Done)?;
+    let mut perms = Vec::with_capacity(m);
+    for (k, (start, end)) in clock.into_iter().enumerate() {
+        let mut times = Vec::with_capacity(n * n);
+        let mut steps = Vec::with_capacity(n * n);
+        let mut a2a = Vec::new();
+        for (r, rr) in all.iter().enumerate() {
+            let row = rr.get(k).ok_or_else(|| {
+                NetprobeError::Protocol(format!("rank {r} sent no row for iteration {k}"))
+            })?;
+            times.extend_from_slice(&row.times);
+            steps.extend_from_slice(&row.steps);
+            if params.all_to_all {
+                a2a.push(AllToAllTime {
+                    rank: r,
+                    step: None,
+                    time_s: row.a2a,
+                });
+            }
         }
-    }
-    let end = chrono::Utc::now();
-    let measured: Vec<f64> = (0..n * n)
-        .filter(|k| k / n != k % n)
-        .filter_map(|k| all_t.get(k).copied())
-        .collect();
-    let (min, max) = measured
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), t| {
-            (a.min(*t), b.max(*t))
+        let (min, avg, max) = stats(
+            (0..n * n)
+                .filter(|k| k / n != k % n)
+                .filter_map(|k| times.get(k).copied()),
+        );
+        let a2a_stats = params.all_to_all.then(|| {
+            let (a, b, c) = stats(a2a.iter().map(|x| x.time_s));
+            [a, b, c]
         });
-    let avg = if measured.is_empty() {
-        0.0
-    } else {
-        measured.iter().sum::<f64>() / measured.len() as f64
-    };
-    let (min, max) = if measured.is_empty() {
-        (0.0, 0.0)
-    } else {
-        (min, max)
-    };
-    let fmt = "%Y-%m-%d %H:%M:%S";
+        let fmt = "%Y-%m-%d %H:%M:%S%.6f";
+        perms.push(Permutation {
+            start_time: Some(start.format(fmt).to_string()),
+            end_time: Some(end.format(fmt).to_string()),
+            min_time_s: min,
+            avg_time_s: avg,
+            max_time_s: max,
+            a2a: a2a_stats,
+            times,
+            steps,
+            alltoall: a2a,
+            slow_links: Vec::new(),
+        });
+    }
+    for p in &mut perms {
+        p.slow_links = retest_slowest(&mut mesh, &p.times, n, &mut bufs, params)?;
+    }
+    for r in 1..n {
+        wire::send_cmd(mesh.get(r)?, Cmd::Done)?;
+    }
     let run = LinkTestRun {
         format: PayloadFormat::V2,
         version: [2, 1, 17],
@@ -246,11 +396,15 @@ pub fn run_with_listener(
         num_serial_retests: params.serial_retests as u64,
         num_multi_buffers: Some(1),
         buffer_seed: Some(0),
-        num_randomized_tasks: Some(0),
-        task_seed: Some(0),
+        num_randomized_tasks: Some(params.randomized_tasks),
+        task_seed: Some(params.seed),
         memory_allocator: Some(0),
         flags: Flags {
-            randomize_steps: params.step_seed.is_some(),
+            all_to_all: params.all_to_all,
+            bidirectional: params.direction == Direction::Bidirectional,
+            unidirectional: params.direction == Direction::Unidirectional,
+            randomize_steps: params.randomize_steps,
+            serial: params.serial,
             ..Flags::default()
         },
         v1_stats: None,
@@ -264,140 +418,160 @@ pub fn run_with_listener(
                 coords: None,
             })
             .collect(),
-        permutations: vec![Permutation {
-            start_time: Some(start.format(fmt).to_string()),
-            end_time: Some(end.format(fmt).to_string()),
-            min_time_s: min,
-            avg_time_s: avg,
-            max_time_s: max,
-            a2a: None,
-            times: all_t,
-            steps: all_s,
-            alltoall: Vec::new(),
-            slow_links: slow,
-        }],
+        permutations: perms,
     };
     benchlake_formats::linktest::v2::write_file(&run, out_path, &SionWriteOptions::default())?;
-    tracing::info!(path = %out_path.display(), ranks = n, "netprobe result written");
+    tracing::info!(path = %out_path.display(), ranks = n, iterations = m, "netprobe result written");
     Ok(Some(run))
 }
 
-/// Connections to every other rank: this rank connects to lower ranks (each
-/// listener's backlog completes the connect even before the peer accepts), then
-/// accepts the higher ranks, which introduce themselves with their rank.
-fn connect_mesh(
+/// (min, mean, max); zeros when empty.
+fn stats(v: impl Iterator<Item = f64>) -> (f64, f64, f64) {
+    let (mut min, mut max, mut sum, mut k) = (f64::INFINITY, f64::NEG_INFINITY, 0.0, 0usize);
+    for t in v {
+        min = min.min(t);
+        max = max.max(t);
+        sum += t;
+        k += 1;
+    }
+    if k == 0 {
+        (0.0, 0.0, 0.0)
+    } else {
+        (min, sum / k as f64, max)
+    }
+}
+
+/// Every rank waits until all have arrived (tokens through rank 0).
+fn barrier(rank: usize, n: usize, mesh: &mut Mesh) -> Result<()> {
+    if rank == 0 {
+        for r in 1..n {
+            wire::recv_token(mesh.get(r)?, r)?;
+        }
+        for r in 1..n {
+            wire::send_token(mesh.get(r)?)?;
+        }
+    } else {
+        wire::send_token(mesh.get(0)?)?;
+        wire::recv_token(mesh.get(0)?, 0)?;
+    }
+    Ok(())
+}
+
+/// All pairs of a step at once, steps in the iteration's order.
+fn parallel_phase(
     rank: usize,
-    listener: &TcpListener,
-    peers: &[SocketAddr],
+    n: usize,
+    it: &Iteration,
+    mesh: &mut Mesh,
+    bufs: &mut Bufs,
     params: &Params,
-) -> Result<Vec<Option<TcpStream>>> {
-    let n = peers.len();
-    let mut conns: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
-    let deadline = Instant::now() + params.connect_timeout;
-    for (p, addr) in peers.iter().enumerate().take(rank) {
-        let mut s = loop {
-            match TcpStream::connect_timeout(addr, params.connect_timeout) {
-                Ok(s) => break s,
-                Err(e) if Instant::now() < deadline => {
-                    tracing::debug!(%addr, error = %e, "peer not up yet, retrying");
-                    std::thread::sleep(Duration::from_millis(20));
+    row: &mut Row,
+) -> Result<()> {
+    for (executed, step) in it.order.iter().enumerate() {
+        if let Some(p) = it.partner(rank, *step) {
+            let t = exchange(rank, p, mesh.get(p)?, bufs, params)?;
+            if let Some(x) = row.times.get_mut(p) {
+                *x = t;
+            }
+            if let Some(x) = row.steps.get_mut(p) {
+                *x = executed as i32 + 1;
+            }
+        }
+        if params.barriers && executed + 1 < it.order.len() {
+            barrier(rank, n, mesh)?;
+        }
+    }
+    Ok(())
+}
+
+/// Rank 0 in serial mode: one pair at a time, in step order.
+fn serial_phase(
+    n: usize,
+    it: &Iteration,
+    mesh: &mut Mesh,
+    bufs: &mut Bufs,
+    params: &Params,
+    row: &mut Row,
+) -> Result<()> {
+    for (executed, step) in it.order.iter().enumerate() {
+        let e = executed + 1;
+        for (a, b) in it.pairs(*step) {
+            for x in [a, b] {
+                if x != 0 {
+                    wire::send_cmd(mesh.get(x)?, Cmd::Pair { a, b, step: e })?;
                 }
-                Err(e) => return Err(io(format!("connect to rank {p} at {addr}"))(e)),
             }
-        };
-        setup(&s, params)?;
-        s.write_all(&(rank as u32).to_le_bytes())
-            .map_err(io("hello"))?;
-        if let Some(c) = conns.get_mut(p) {
-            *c = Some(s);
-        }
-    }
-    for _ in rank + 1..n {
-        let (mut s, from) = listener.accept().map_err(io("accept"))?;
-        setup(&s, params)?;
-        let mut b = [0u8; 4];
-        s.read_exact(&mut b)
-            .map_err(io(format!("hello from {from}")))?;
-        let r = u32::from_le_bytes(b) as usize;
-        match conns.get_mut(r) {
-            Some(slot @ None) if r > rank => *slot = Some(s),
-            _ => {
-                return Err(NetprobeError::Protocol(format!(
-                    "unexpected hello (rank {r}) from {from}"
-                )));
+            if a == 0 {
+                let t = exchange(0, b, mesh.get(b)?, bufs, params)?;
+                if let Some(x) = row.times.get_mut(b) {
+                    *x = t;
+                }
+                if let Some(x) = row.steps.get_mut(b) {
+                    *x = e as i32;
+                }
+            }
+            for x in [a, b] {
+                if x != 0 {
+                    wire::recv_f64(mesh.get(x)?, x)?;
+                }
             }
         }
     }
-    Ok(conns)
-}
-
-fn setup(s: &TcpStream, params: &Params) -> Result<()> {
-    // Ping-pong latency needs every small message on the wire at once.
-    s.set_nodelay(true).map_err(io("TCP_NODELAY"))?;
-    s.set_read_timeout(Some(params.io_timeout))
-        .map_err(io("read timeout"))?;
-    s.set_write_timeout(Some(params.io_timeout))
-        .map_err(io("write timeout"))?;
-    Ok(())
-}
-
-/// Warm-up plus timed ping-pongs as initiator; seconds per message (one way).
-fn pingpong_initiate(c: &mut TcpStream, buf: &mut [u8], params: &Params) -> Result<f64> {
-    for _ in 0..params.warmup_messages {
-        c.write_all(buf).map_err(io("ping"))?;
-        c.read_exact(buf).map_err(io("pong"))?;
-    }
-    let t = Instant::now();
-    for _ in 0..params.num_messages {
-        c.write_all(buf).map_err(io("ping"))?;
-        c.read_exact(buf).map_err(io("pong"))?;
-    }
-    Ok(t.elapsed().as_secs_f64() / (2 * params.num_messages) as f64)
-}
-
-fn pingpong_respond(c: &mut TcpStream, buf: &mut [u8], params: &Params) -> Result<()> {
-    for _ in 0..params.warmup_messages + params.num_messages {
-        c.read_exact(buf).map_err(io("ping"))?;
-        c.write_all(buf).map_err(io("pong"))?;
+    for r in 1..n {
+        wire::send_cmd(mesh.get(r)?, Cmd::EndPhase)?;
     }
     Ok(())
 }
 
-/// Ranks ≠ 0 after the main phase: follow rank 0's retest commands until Done.
-fn serve_retests(
+/// Ranks ≠ 0: follow rank 0's commands. In serial mode (`row` given) until the
+/// end of the phase; afterwards (retests) until Done.
+fn serve(
     rank: usize,
-    conns: &mut [Option<TcpStream>],
-    buf: &mut [u8],
+    mesh: &mut Mesh,
+    bufs: &mut Bufs,
     params: &Params,
+    mut row: Option<&mut Row>,
 ) -> Result<()> {
     loop {
-        let cmd = {
-            let c0 = conns
-                .get_mut(0)
-                .and_then(|c| c.as_mut())
-                .ok_or_else(|| NetprobeError::Protocol("no connection to rank 0".into()))?;
-            wire::recv_cmd(c0)?
-        };
-        match cmd {
-            wire::Cmd::Done => return Ok(()),
-            wire::Cmd::Retest { from, to } => {
-                let other = if from == rank { to } else { from };
-                let c = conns
-                    .get_mut(other)
-                    .and_then(|c| c.as_mut())
-                    .ok_or_else(|| {
-                        NetprobeError::Protocol(format!("retest with unknown rank {other}"))
-                    })?;
-                if from == rank {
-                    let t = pingpong_initiate(c, buf, params)?;
-                    let c0 = conns
-                        .get_mut(0)
-                        .and_then(|c| c.as_mut())
-                        .ok_or_else(|| NetprobeError::Protocol("no connection to rank 0".into()))?;
-                    wire::send_f64(c0, t)?;
-                } else {
-                    pingpong_respond(c, buf, params)?;
+        // Waiting for the next command may take longer than any one exchange
+        // (serial mode: every other pair goes first), so this read alone has
+        // no timeout; a dead rank 0 closes the stream, a dead host is left to
+        // the task's timeout.
+        let c0 = mesh.get(0)?;
+        c0.set_read_timeout(None).map_err(io("read timeout"))?;
+        let cmd = wire::recv_cmd(c0);
+        c0.set_read_timeout(Some(params.io_timeout))
+            .map_err(io("read timeout"))?;
+        match cmd? {
+            Cmd::Done => return Ok(()),
+            Cmd::EndPhase if row.is_some() => return Ok(()),
+            Cmd::Pair { a, b, step } if row.is_some() && (a == rank || b == rank) => {
+                let other = if a == rank { b } else { a };
+                let t = exchange(rank, other, mesh.get(other)?, bufs, params)?;
+                if let Some(r) = row.as_deref_mut() {
+                    if let Some(x) = r.times.get_mut(other) {
+                        *x = t;
+                    }
+                    if let Some(x) = r.steps.get_mut(other) {
+                        *x = step as i32;
+                    }
                 }
+                wire::send_f64(mesh.get(0)?, t)?;
+            }
+            Cmd::Retest { from, to } if row.is_none() && (from == rank || to == rank) => {
+                let other = if from == rank { to } else { from };
+                let role = if from == rank {
+                    Role::Sender
+                } else {
+                    Role::Receiver
+                };
+                let t = one_way(role, mesh.get(other)?, bufs, params)?;
+                wire::send_f64(mesh.get(0)?, t)?;
+            }
+            cmd => {
+                return Err(NetprobeError::Protocol(format!(
+                    "rank {rank}: unexpected command {cmd:?} from rank 0"
+                )));
             }
         }
     }
@@ -405,10 +579,10 @@ fn serve_retests(
 
 /// Rank 0: retests the slowest pairs one at a time.
 fn retest_slowest(
-    conns: &mut [Option<TcpStream>],
+    mesh: &mut Mesh,
     times: &[f64],
     n: usize,
-    buf: &mut [u8],
+    bufs: &mut Bufs,
     params: &Params,
 ) -> Result<Vec<SlowLink>> {
     let mut pairs: Vec<(f64, usize, usize)> = (0..n * n)
@@ -419,35 +593,197 @@ fn retest_slowest(
     pairs.truncate(params.serial_retests);
     let mut out = Vec::with_capacity(pairs.len());
     for (t, from, to) in pairs {
-        let conn = |conns: &mut [Option<TcpStream>], r: usize| -> Result<TcpStream> {
-            conns
-                .get(r)
-                .and_then(|c| c.as_ref())
-                .ok_or_else(|| NetprobeError::Protocol(format!("no connection to rank {r}")))?
-                .try_clone()
-                .map_err(io("clone socket"))
-        };
         for r in [from, to] {
             if r != 0 {
-                wire::send_cmd(&mut conn(conns, r)?, wire::Cmd::Retest { from, to })?;
+                wire::send_cmd(mesh.get(r)?, Cmd::Retest { from, to })?;
             }
         }
-        let retest = if from == 0 {
-            pingpong_initiate(&mut conn(conns, to)?, buf, params)?
-        } else {
-            if to == 0 {
-                pingpong_respond(&mut conn(conns, from)?, buf, params)?;
+        let mut retest = None;
+        if from == 0 {
+            retest = Some(one_way(Role::Sender, mesh.get(to)?, bufs, params)?);
+        } else if to == 0 {
+            one_way(Role::Receiver, mesh.get(from)?, bufs, params)?;
+        }
+        for r in [from, to] {
+            if r != 0 {
+                let x = wire::recv_f64(mesh.get(r)?, r)?;
+                if r == from {
+                    retest = Some(x);
+                }
             }
-            wire::recv_f64(&mut conn(conns, from)?)?
-        };
+        }
         out.push(SlowLink {
             from_rank: from,
             to_rank: to,
             time_s: t,
-            retest_time_s: Some(retest),
+            retest_time_s: retest,
         });
     }
     Ok(out)
+}
+
+/// Which side of a one-way measurement this rank is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Initiates the ping-pong / sends the stream; its time is the pair's.
+    Sender,
+    /// Answers / receives.
+    Receiver,
+}
+
+/// Both directions of the pair (rank, p): the lower rank's direction first.
+/// Returns this rank's time toward `p`.
+fn exchange(
+    rank: usize,
+    p: usize,
+    c: &mut TcpStream,
+    bufs: &mut Bufs,
+    params: &Params,
+) -> Result<f64> {
+    if params.direction == Direction::Bidirectional {
+        return bidirectional(c, bufs, params);
+    }
+    let mut mine = 0.0;
+    for first in [rank.min(p), rank.max(p)] {
+        if first == rank {
+            mine = one_way(Role::Sender, c, bufs, params)?;
+        } else {
+            one_way(Role::Receiver, c, bufs, params)?;
+        }
+    }
+    Ok(mine)
+}
+
+/// One direction of a pair (bidirectional: both at once). Seconds per message
+/// for the sender (and both sides when bidirectional); 0 for a receiver.
+fn one_way(role: Role, c: &mut TcpStream, bufs: &mut Bufs, params: &Params) -> Result<f64> {
+    if params.direction == Direction::Bidirectional {
+        return bidirectional(c, bufs, params);
+    }
+    let buf = &mut bufs.recv;
+    match (params.direction, role) {
+        (Direction::Bidirectional, _) => Ok(0.0),
+        (Direction::PingPong, Role::Sender) => {
+            for _ in 0..params.warmup_messages {
+                c.write_all(buf).map_err(io("ping"))?;
+                c.read_exact(buf).map_err(io("pong"))?;
+            }
+            let t = Instant::now();
+            for _ in 0..params.num_messages {
+                c.write_all(buf).map_err(io("ping"))?;
+                c.read_exact(buf).map_err(io("pong"))?;
+            }
+            Ok(t.elapsed().as_secs_f64() / (2 * params.num_messages) as f64)
+        }
+        (Direction::PingPong, Role::Receiver) => {
+            for _ in 0..params.warmup_messages + params.num_messages {
+                c.read_exact(buf).map_err(io("ping"))?;
+                c.write_all(buf).map_err(io("pong"))?;
+            }
+            Ok(0.0)
+        }
+        (Direction::Unidirectional, Role::Sender) => {
+            let mut ack = [0u8; 1];
+            if params.warmup_messages > 0 {
+                for _ in 0..params.warmup_messages {
+                    c.write_all(buf).map_err(io("send"))?;
+                }
+                c.read_exact(&mut ack).map_err(io("acknowledgement"))?;
+            }
+            let t = Instant::now();
+            for _ in 0..params.num_messages {
+                c.write_all(buf).map_err(io("send"))?;
+            }
+            c.read_exact(&mut ack).map_err(io("acknowledgement"))?;
+            Ok(t.elapsed().as_secs_f64() / params.num_messages as f64)
+        }
+        (Direction::Unidirectional, Role::Receiver) => {
+            if params.warmup_messages > 0 {
+                for _ in 0..params.warmup_messages {
+                    c.read_exact(buf).map_err(io("receive"))?;
+                }
+                c.write_all(&[1]).map_err(io("acknowledge"))?;
+            }
+            for _ in 0..params.num_messages {
+                c.read_exact(buf).map_err(io("receive"))?;
+            }
+            c.write_all(&[1]).map_err(io("acknowledge"))?;
+            Ok(0.0)
+        }
+    }
+}
+
+/// Both sides stream to each other at once: a scoped thread writes while this
+/// one reads (blocking sockets would deadlock once both send buffers fill).
+fn bidirectional(c: &mut TcpStream, bufs: &mut Bufs, params: &Params) -> Result<f64> {
+    let mut phase = |count: u64| -> Result<f64> {
+        if count == 0 {
+            return Ok(0.0);
+        }
+        let mut w = c.try_clone().map_err(io("clone socket"))?;
+        let send = &bufs.send;
+        let recv = &mut bufs.recv;
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            let writer = s.spawn(move || -> std::io::Result<()> {
+                for _ in 0..count {
+                    w.write_all(send)?;
+                }
+                Ok(())
+            });
+            let mut r = Ok(());
+            for _ in 0..count {
+                if let Err(e) = c.read_exact(recv) {
+                    r = Err(io("bidirectional receive")(e));
+                    break;
+                }
+            }
+            match writer.join() {
+                Ok(Ok(())) => r,
+                Ok(Err(e)) => r.and(Err(io("bidirectional send")(e))),
+                Err(_) => r.and(Err(NetprobeError::Protocol(
+                    "sender thread panicked".into(),
+                ))),
+            }
+        })?;
+        Ok(t.elapsed().as_secs_f64() / count as f64)
+    };
+    phase(params.warmup_messages)?;
+    phase(params.num_messages)
+}
+
+/// The all-to-all phase: every rank exchanges one message with every other
+/// (pairwise, in the iteration's step order), `warmup` untimed then
+/// `num_messages` timed rounds. Seconds per round.
+fn all_to_all(
+    rank: usize,
+    it: &Iteration,
+    mesh: &mut Mesh,
+    buf: &mut [u8],
+    params: &Params,
+) -> Result<f64> {
+    let mut t = Instant::now();
+    for round in 0..params.warmup_messages + params.num_messages {
+        if round == params.warmup_messages {
+            t = Instant::now();
+        }
+        for step in &it.order {
+            let Some(p) = it.partner(rank, *step) else {
+                continue;
+            };
+            let c = mesh.get(p)?;
+            // The lower rank writes first, so a message larger than the socket
+            // buffers never has both sides blocked in write.
+            if rank < p {
+                c.write_all(buf).map_err(io("all-to-all send"))?;
+                c.read_exact(buf).map_err(io("all-to-all receive"))?;
+            } else {
+                c.read_exact(buf).map_err(io("all-to-all receive"))?;
+                c.write_all(buf).map_err(io("all-to-all send"))?;
+            }
+        }
+    }
+    Ok(t.elapsed().as_secs_f64() / params.num_messages as f64)
 }
 
 /// The kernel's host name (Linux), or "localhost".

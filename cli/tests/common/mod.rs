@@ -163,6 +163,42 @@ impl Cluster {
         panic!("agent {name} did not register");
     }
 
+    /// An agent whose config `f` adjusts (catalog, address, mpirun, ...) after
+    /// the defaults of [`Cluster::add_agent`].
+    pub async fn add_agent_with(
+        &mut self,
+        name: &str,
+        f: impl FnOnce(&mut benchlake_agent::AgentConfig),
+    ) {
+        let mut cfg =
+            benchlake_agent::AgentConfig::new(&self.addr, self.dir.path().join("work").join(name))
+                .unwrap();
+        cfg.name = name.to_string();
+        cfg.catalog = benchlake_core::bench::Catalog::from_toml(&catalog(&bin())).unwrap();
+        cfg.poll_interval = Duration::from_millis(30);
+        f(&mut cfg);
+        let (tx, rx) = watch::channel(false);
+        tokio::spawn(async move {
+            if let Err(e) = benchlake_agent::run(cfg, rx).await {
+                eprintln!("agent ended: {e}");
+            }
+        });
+        self.agents.insert(name.to_string(), tx);
+        for _ in 0..200 {
+            let listed = self
+                .cluster()
+                .list_agents(pb::ListAgentsRequest {})
+                .await
+                .map(|r| r.into_inner().agents.iter().any(|a| a.name == name))
+                .unwrap_or(false);
+            if listed {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("agent {name} did not register");
+    }
+
     pub fn stop_agent(&mut self, name: &str) {
         if let Some(tx) = self.agents.remove(name) {
             let _ = tx.send(true);
