@@ -218,13 +218,13 @@ impl StateStore for SqliteStore {
             conn.prepare_cached("COMMIT")?.execute([])?;
             Ok(())
         });
-        if out.is_err() && !conn.is_autocommit() {
-            if let Err(e) = conn
+        if out.is_err()
+            && !conn.is_autocommit()
+            && let Err(e) = conn
                 .prepare_cached("ROLLBACK")
                 .and_then(|mut st| st.execute([]))
-            {
-                tracing::error!(error = %e, "rollback failed");
-            }
+        {
+            tracing::error!(error = %e, "rollback failed");
         }
         out
     }
