@@ -163,6 +163,65 @@ impl Cluster {
         panic!("agent {name} did not register");
     }
 
+    /// An agent with its own catalog (TOML) instead of [`catalog`].
+    pub async fn add_agent_with_catalog(&mut self, name: &str, toml: &str) {
+        let mut cfg =
+            benchlake_agent::AgentConfig::new(&self.addr, self.dir.path().join("work").join(name))
+                .unwrap();
+        cfg.name = name.to_string();
+        cfg.catalog = benchlake_core::bench::Catalog::from_toml(toml).unwrap();
+        cfg.poll_interval = Duration::from_millis(30);
+        let (tx, rx) = watch::channel(false);
+        tokio::spawn(async move {
+            if let Err(e) = benchlake_agent::run(cfg, rx).await {
+                eprintln!("agent ended: {e}");
+            }
+        });
+        self.agents.insert(name.to_string(), tx);
+        for _ in 0..200 {
+            let listed = self
+                .cluster()
+                .list_agents(pb::ListAgentsRequest {})
+                .await
+                .map(|r| r.into_inner().agents.iter().any(|a| a.name == name))
+                .unwrap_or(false);
+            if listed {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("agent {name} did not register");
+    }
+
+    /// A worker offering only `executors`.
+    pub fn add_worker_with(&mut self, name: &str, executors: benchlake_worker::Executors) {
+        let cfg = benchlake_worker::WorkerConfig {
+            coordinator: self.addr.clone(),
+            token: None,
+            name: name.to_string(),
+            store: StoreConfig {
+                url: self.lake_dir().display().to_string(),
+                ..Default::default()
+            },
+            concurrency: 1,
+            scratch_dir: self.dir.path().join("scratch"),
+            lease_wait: Duration::from_millis(200),
+            commit_delay: Duration::ZERO,
+        };
+        let (tx, rx) = watch::channel(false);
+        tokio::spawn(async move {
+            let _ = benchlake_worker::run(cfg, executors, rx).await;
+        });
+        self.workers.push(tx);
+    }
+
+    /// Stops every worker started so far.
+    pub fn stop_workers(&mut self) {
+        for w in self.workers.drain(..) {
+            let _ = w.send(true);
+        }
+    }
+
     pub fn stop_agent(&mut self, name: &str) {
         if let Some(tx) = self.agents.remove(name) {
             let _ = tx.send(true);
