@@ -682,3 +682,54 @@ impl Tx for SqliteTx<'_> {
         )
     }
 }
+
+#[cfg(test)]
+mod group_tests {
+    use super::*;
+
+    #[test]
+    fn an_old_database_gains_the_job_group_columns() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        {
+            // A database as created before job groups existed.
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(SCHEMA).unwrap();
+            c.execute(
+                "INSERT INTO meta(k, v) VALUES ('schema_version', ?1)",
+                params![SCHEMA_VERSION],
+            )
+            .unwrap();
+            c.execute(
+                "INSERT INTO jobs(job_id, run_id, kind, state, not_before_ms, created_ms, data)
+                 VALUES ('j1', 'r1', 'ingest', 'DONE', 0, 0, '{}')",
+                [],
+            )
+            .unwrap();
+        }
+        for _ in 0..2 {
+            // Opening twice: the migration is idempotent.
+            let s: Box<dyn StateStore> = Box::new(SqliteStore::open(&path).unwrap());
+            let s: &dyn StateStore = s.as_ref();
+            let (g, w) = s.transact(|tx| tx.job_group("j1")).unwrap();
+            assert_eq!((g, w), (None, None));
+            s.transact(|tx| {
+                tx.set_job_group("j1", Some("parts"), None)?;
+                assert_eq!(tx.open_jobs_in_group("r1", "parts")?, 0);
+                tx.job_group("j1")
+            })
+            .map(|(g, _)| assert_eq!(g.as_deref(), Some("parts")))
+            .unwrap();
+            s.transact(|tx| tx.set_job_group("j1", None, None)).unwrap();
+        }
+        let c = Connection::open(&path).unwrap();
+        let n: i64 = c
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type='index' AND name IN ('jobs_group','jobs_wait')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(n, 2);
+    }
+}
