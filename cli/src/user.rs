@@ -911,6 +911,102 @@ pub enum ProbeCmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Write a small synthetic alltoallv profiler output (compact count files in
+    /// the profiler's format version 9 grammar) of two lead ranks: lead 0 on an
+    /// 8-rank communicator (12 calls cycling over a ring, a dense and a
+    /// one-to-all pattern) and lead 4 on a 4-rank one (2 dense calls). The
+    /// `a2av-demo` benchmark of `benchlake up --demo`.
+    Counts {
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+/// Rank lists as the profiler writes them (`0-3, 5`).
+fn rank_list(ids: &[usize]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < ids.len() {
+        let mut j = i;
+        while j + 1 < ids.len() && ids[j] + 1 == ids[j + 1] {
+            j += 1;
+        }
+        parts.push(if j > i {
+            format!("{}-{}", ids[i], ids[j])
+        } else {
+            ids[i].to_string()
+        });
+        i = j + 1;
+    }
+    parts.join(", ")
+}
+
+/// One block of a compact count file.
+fn counts_block(out: &mut String, dt: u64, header: &str, calls: &[usize], m: &[Vec<u64>]) {
+    use std::fmt::Write;
+    let _ = write!(
+        out,
+        "# Raw counters\n\nNumber of ranks: {}\nDatatype size: {dt}\nAlltoallv calls {header}\nCount: {} calls - {}\n\n\nBEGINNING DATA\n",
+        m.len(),
+        calls.len(),
+        rank_list(calls)
+    );
+    // Ranks with identical rows share one row, ordered by their first rank.
+    let mut groups: Vec<(&Vec<u64>, Vec<usize>)> = Vec::new();
+    for (r, row) in m.iter().enumerate() {
+        match groups.iter_mut().find(|g| g.0 == row) {
+            Some(g) => g.1.push(r),
+            None => groups.push((row, vec![r])),
+        }
+    }
+    for (row, ranks) in groups {
+        let _ = write!(out, "Rank(s) {}: ", rank_list(&ranks));
+        for c in row {
+            let _ = write!(out, "{c} ");
+        }
+        out.push('\n');
+    }
+    out.push_str("END DATA\n");
+}
+
+/// Writes the demo's compact count files into `dir`.
+pub fn write_demo_counts(dir: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
+    let ring = |n: usize| -> Vec<Vec<u64>> {
+        (0..n)
+            .map(|r| (0..n).map(|j| if j == (r + 1) % n { 1 + r as u64 } else { 0 }).collect())
+            .collect()
+    };
+    let dense = |n: usize, c: u64| -> Vec<Vec<u64>> { vec![vec![c; n]; n] };
+    let one_to_all = |n: usize| -> Vec<Vec<u64>> {
+        (0..n)
+            .map(|r| (0..n).map(|j| if r == 0 && j != 0 { 100 } else { 0 }).collect())
+            .collect()
+    };
+    let transpose = |m: &Vec<Vec<u64>>| -> Vec<Vec<u64>> {
+        (0..m.len()).map(|i| m.iter().map(|row| row[i]).collect()).collect()
+    };
+    let lead0 = [ring(8), dense(8, 10), one_to_all(8)];
+    let (mut send0, mut recv0) = (String::new(), String::new());
+    for (p, m) in lead0.iter().enumerate() {
+        let calls: Vec<usize> = (0..12).filter(|c| c % 3 == p).collect();
+        counts_block(&mut send0, 4, "0-11", &calls, m);
+        counts_block(&mut recv0, 4, "0-11", &calls, &transpose(m));
+    }
+    let m = dense(4, 5);
+    let (mut send4, mut recv4) = (String::new(), String::new());
+    counts_block(&mut send4, 8, "0-13", &[12, 13], &m);
+    counts_block(&mut recv4, 8, "0-13", &[12, 13], &transpose(&m));
+    for (name, text) in [
+        ("send-counters.job0.rank0.txt", send0),
+        ("recv-counters.job0.rank0.txt", recv0),
+        ("send-counters.job0.rank4.txt", send4),
+        ("recv-counters.job0.rank4.txt", recv4),
+    ] {
+        let p = dir.join(name);
+        std::fs::write(&p, text).with_context(|| p.display().to_string())?;
+    }
+    Ok(())
 }
 
 pub fn probe(c: ProbeCmd) -> anyhow::Result<()> {
@@ -920,6 +1016,7 @@ pub fn probe(c: ProbeCmd) -> anyhow::Result<()> {
             std::fs::write(&out, serde_json::to_string_pretty(&f)?)
                 .with_context(|| format!("{}", out.display()))?;
         }
+        ProbeCmd::Counts { out } => write_demo_counts(&out)?,
     }
     Ok(())
 }
