@@ -974,17 +974,27 @@ pub fn write_demo_counts(dir: &std::path::Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
     let ring = |n: usize| -> Vec<Vec<u64>> {
         (0..n)
-            .map(|r| (0..n).map(|j| if j == (r + 1) % n { 1 + r as u64 } else { 0 }).collect())
+            .map(|r| {
+                (0..n)
+                    .map(|j| if j == (r + 1) % n { 1 + r as u64 } else { 0 })
+                    .collect()
+            })
             .collect()
     };
     let dense = |n: usize, c: u64| -> Vec<Vec<u64>> { vec![vec![c; n]; n] };
     let one_to_all = |n: usize| -> Vec<Vec<u64>> {
         (0..n)
-            .map(|r| (0..n).map(|j| if r == 0 && j != 0 { 100 } else { 0 }).collect())
+            .map(|r| {
+                (0..n)
+                    .map(|j| if r == 0 && j != 0 { 100 } else { 0 })
+                    .collect()
+            })
             .collect()
     };
     let transpose = |m: &Vec<Vec<u64>>| -> Vec<Vec<u64>> {
-        (0..m.len()).map(|i| m.iter().map(|row| row[i]).collect()).collect()
+        (0..m.len())
+            .map(|i| m.iter().map(|row| row[i]).collect())
+            .collect()
     };
     let lead0 = [ring(8), dense(8, 10), one_to_all(8)];
     let (mut send0, mut recv0) = (String::new(), String::new());
@@ -1079,10 +1089,7 @@ pub async fn analyze(c: AnalyzeCmd) -> anyhow::Result<()> {
                 return analyze_counts_remote(&conn, id, options, &out).await;
             }
             if !dir.is_dir() {
-                anyhow::bail!(
-                    "{}: neither a directory nor a run id",
-                    dir.display()
-                );
+                anyhow::bail!("{}: neither a directory nor a run id", dir.display());
             }
             let mut opts = benchlake_analysis::counts::Options {
                 size_threshold,

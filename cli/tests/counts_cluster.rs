@@ -107,7 +107,8 @@ fn lake_table(lake: &Path, table: &str, run_id: &str) -> Option<RecordBatch> {
 
 /// The offline analysis of the same files, as tables of `run_id`.
 fn offline_tables(run_id: &str) -> BTreeMap<String, RecordBatch> {
-    let a = benchlake_analysis::counts::fanout::analyze_files(&case_files(), &Default::default()).unwrap();
+    let a = benchlake_analysis::counts::fanout::analyze_files(&case_files(), &Default::default())
+        .unwrap();
     benchlake_analysis::counts::tables::tables(&a, run_id)
         .unwrap()
         .into_iter()
@@ -202,7 +203,11 @@ async fn counts_analysis_fans_out_through_two_workers() {
     assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}");
     assert_eq!(jobs_of(&d, "ingest").len(), 1);
     assert_eq!(jobs_of(&d, "analyze_plan").len(), 1);
-    assert_eq!(jobs_of(&d, "analyze_part").len(), 3, "one part per lead rank");
+    assert_eq!(
+        jobs_of(&d, "analyze_part").len(),
+        3,
+        "one part per lead rank"
+    );
     assert_eq!(jobs_of(&d, "analyze_merge").len(), 1);
     let lake = c.lake_dir();
     assert_eq!(table_rows(&lake, "alltoallv_calls", Some(&run.run_id)), 19);
@@ -261,10 +266,7 @@ async fn counts_analysis_fans_out_through_two_workers() {
         pb::JobState::Queued,
         "merge ran before all parts ended: {d:#?}"
     );
-    assert_eq!(
-        table_rows(&lake, "alltoallv_patterns", Some(&ar.run_id)),
-        0
-    );
+    assert_eq!(table_rows(&lake, "alltoallv_patterns", Some(&ar.run_id)), 0);
     // The ghost died mid-write: a torn part result at its key.
     let spec: serde_json::Value = serde_json::from_str(&held.spec_json).unwrap();
     let key = benchlake_worker::analyze::part_key(
@@ -336,7 +338,15 @@ async fn counts_analysis_fans_out_through_two_workers() {
     let (addr, rid, o) = (c.addr.clone(), run.run_id.clone(), out.clone());
     let res = tokio::task::spawn_blocking(move || {
         std::process::Command::new(bin())
-            .args(["analyze", "counts", &rid, "--max-part-bytes", "1", "--coordinator", &addr])
+            .args([
+                "analyze",
+                "counts",
+                &rid,
+                "--max-part-bytes",
+                "1",
+                "--coordinator",
+                &addr,
+            ])
             .arg("--out")
             .arg(&o)
             .output()
@@ -358,7 +368,11 @@ async fn counts_analysis_fans_out_through_two_workers() {
         let want = std::fs::read_to_string(&p).unwrap();
         let got = std::fs::read_to_string(out.join(&name))
             .unwrap_or_else(|e| panic!("{name} not downloaded: {e}"));
-        assert_eq!(lines(&got), lines(&want), "{name} differs from the Go reference");
+        assert_eq!(
+            lines(&got),
+            lines(&want),
+            "{name} differs from the Go reference"
+        );
         compared += 1;
     }
     assert_eq!(compared, 9);

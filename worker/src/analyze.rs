@@ -70,7 +70,9 @@ pub fn group_of(analysis: &str) -> String {
 pub fn part_key(run_id: &str, analysis: &str, index: usize) -> Result<String, ExecError> {
     validate_id("run_id", run_id)?;
     validate_id("analysis", analysis)?;
-    Ok(format!("_work/{run_id}/counts/{analysis}/part-{index:05}.json"))
+    Ok(format!(
+        "_work/{run_id}/counts/{analysis}/part-{index:05}.json"
+    ))
 }
 
 /// Prefix of an analysis' text reports (with the trailing slash).
@@ -157,7 +159,9 @@ fn describe(p: &PartSpec) -> String {
             p.job,
             send.display(),
             send_start.index,
-            blocks.map(|b| format!(", {b} block(s)")).unwrap_or_default()
+            blocks
+                .map(|b| format!(", {b} block(s)"))
+                .unwrap_or_default()
         ),
         PartInput::PerCall { files } => format!(
             "lead rank {}, {} per-call file(s) from call {}",
@@ -210,10 +214,9 @@ impl Executor for AnalyzePlan {
         }
         for p in parts.iter_mut() {
             map_paths(p, |l| {
-                local_to_key
-                    .get(l)
-                    .map(PathBuf::from)
-                    .ok_or_else(|| ExecError::Permanent(format!("plan: unknown file {}", l.display())))
+                local_to_key.get(l).map(PathBuf::from).ok_or_else(|| {
+                    ExecError::Permanent(format!("plan: unknown file {}", l.display()))
+                })
             })?;
         }
         let group = group_of(&ctx.job_id);
