@@ -168,8 +168,11 @@ async fn demo(
     };
     wait_for_agent(&conn).await?;
     // The demo runs: one per capability that exists.
-    let runs: [(&str, Vec<(String, String)>); 2] = [
+    let runs: [(&str, Vec<(String, String)>); 3] = [
         ("hostinfo", vec![]),
+        // Ingest of alltoallv count files, then the pattern analysis fanned out
+        // as one part job per lead rank and a merge job waiting for them.
+        ("a2av-demo", vec![]),
         (
             "pio",
             [
@@ -272,6 +275,9 @@ async fn demo(
     );
     println!(
         "  duckdb -c \"SELECT point, round(predicted_time_s, 6) AS predicted_s FROM read_parquet('{root}/tables/replays/**/*.parquet', hive_partitioning=true) ORDER BY predicted_s\""
+    );
+    println!(
+        "  duckdb -c \"SELECT lead_rank, pattern_id, direction, num_ranks, num_peers, num_calls FROM read_parquet('{root}/tables/alltoallv_patterns/**/*.parquet', hive_partitioning=true) ORDER BY lead_rank, pattern_id, direction\""
     );
     println!(
         "  duckdb -c \"SELECT run_id, benchmark, status, finished_at FROM read_parquet('{root}/tables/runs/**/*.parquet', hive_partitioning=true) ORDER BY finished_at\""

@@ -911,6 +911,112 @@ pub enum ProbeCmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Write a small synthetic alltoallv profiler output (compact count files in
+    /// the profiler's format version 9 grammar) of two lead ranks: lead 0 on an
+    /// 8-rank communicator (12 calls cycling over a ring, a dense and a
+    /// one-to-all pattern) and lead 4 on a 4-rank one (2 dense calls). The
+    /// `a2av-demo` benchmark of `benchlake up --demo`.
+    Counts {
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+/// Rank lists as the profiler writes them (`0-3, 5`).
+fn rank_list(ids: &[usize]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < ids.len() {
+        let mut j = i;
+        while j + 1 < ids.len() && ids[j] + 1 == ids[j + 1] {
+            j += 1;
+        }
+        parts.push(if j > i {
+            format!("{}-{}", ids[i], ids[j])
+        } else {
+            ids[i].to_string()
+        });
+        i = j + 1;
+    }
+    parts.join(", ")
+}
+
+/// One block of a compact count file.
+fn counts_block(out: &mut String, dt: u64, header: &str, calls: &[usize], m: &[Vec<u64>]) {
+    use std::fmt::Write;
+    let _ = write!(
+        out,
+        "# Raw counters\n\nNumber of ranks: {}\nDatatype size: {dt}\nAlltoallv calls {header}\nCount: {} calls - {}\n\n\nBEGINNING DATA\n",
+        m.len(),
+        calls.len(),
+        rank_list(calls)
+    );
+    // Ranks with identical rows share one row, ordered by their first rank.
+    let mut groups: Vec<(&Vec<u64>, Vec<usize>)> = Vec::new();
+    for (r, row) in m.iter().enumerate() {
+        match groups.iter_mut().find(|g| g.0 == row) {
+            Some(g) => g.1.push(r),
+            None => groups.push((row, vec![r])),
+        }
+    }
+    for (row, ranks) in groups {
+        let _ = write!(out, "Rank(s) {}: ", rank_list(&ranks));
+        for c in row {
+            let _ = write!(out, "{c} ");
+        }
+        out.push('\n');
+    }
+    out.push_str("END DATA\n");
+}
+
+/// Writes the demo's compact count files into `dir`.
+pub fn write_demo_counts(dir: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
+    let ring = |n: usize| -> Vec<Vec<u64>> {
+        (0..n)
+            .map(|r| {
+                (0..n)
+                    .map(|j| if j == (r + 1) % n { 1 + r as u64 } else { 0 })
+                    .collect()
+            })
+            .collect()
+    };
+    let dense = |n: usize, c: u64| -> Vec<Vec<u64>> { vec![vec![c; n]; n] };
+    let one_to_all = |n: usize| -> Vec<Vec<u64>> {
+        (0..n)
+            .map(|r| {
+                (0..n)
+                    .map(|j| if r == 0 && j != 0 { 100 } else { 0 })
+                    .collect()
+            })
+            .collect()
+    };
+    let transpose = |m: &Vec<Vec<u64>>| -> Vec<Vec<u64>> {
+        (0..m.len())
+            .map(|i| m.iter().map(|row| row[i]).collect())
+            .collect()
+    };
+    let lead0 = [ring(8), dense(8, 10), one_to_all(8)];
+    let (mut send0, mut recv0) = (String::new(), String::new());
+    for (p, m) in lead0.iter().enumerate() {
+        let calls: Vec<usize> = (0..12).filter(|c| c % 3 == p).collect();
+        counts_block(&mut send0, 4, "0-11", &calls, m);
+        counts_block(&mut recv0, 4, "0-11", &calls, &transpose(m));
+    }
+    let m = dense(4, 5);
+    let (mut send4, mut recv4) = (String::new(), String::new());
+    counts_block(&mut send4, 8, "0-13", &[12, 13], &m);
+    counts_block(&mut recv4, 8, "0-13", &[12, 13], &transpose(&m));
+    for (name, text) in [
+        ("send-counters.job0.rank0.txt", send0),
+        ("recv-counters.job0.rank0.txt", recv0),
+        ("send-counters.job0.rank4.txt", send4),
+        ("recv-counters.job0.rank4.txt", recv4),
+    ] {
+        let p = dir.join(name);
+        std::fs::write(&p, text).with_context(|| p.display().to_string())?;
+    }
+    Ok(())
 }
 
 pub fn probe(c: ProbeCmd) -> anyhow::Result<()> {
@@ -920,16 +1026,20 @@ pub fn probe(c: ProbeCmd) -> anyhow::Result<()> {
             std::fs::write(&out, serde_json::to_string_pretty(&f)?)
                 .with_context(|| format!("{}", out.display()))?;
         }
+        ProbeCmd::Counts { out } => write_demo_counts(&out)?,
     }
     Ok(())
 }
 
 #[derive(Debug, Subcommand)]
 pub enum AnalyzeCmd {
-    /// alltoallv pattern analysis of a profiler output directory: the Go tools'
-    /// text reports in OUT/reports and the analysis tables in OUT's lake layout.
+    /// alltoallv pattern analysis. Offline, of a profiler output directory: the
+    /// Go tools' text reports in OUT/reports and the analysis tables in OUT's lake
+    /// layout. Through the cluster, of a run id: an analysis run fanned out over
+    /// the workers, whose reports are downloaded to OUT.
     Counts {
-        /// The profiler output directory.
+        /// The profiler output directory, or the id of a run whose `counts`
+        /// outputs are analysed through the cluster.
         dir: PathBuf,
         /// Output directory.
         #[arg(long)]
@@ -940,9 +1050,15 @@ pub enum AnalyzeCmd {
         /// Fix the Go tools' quirks instead of reproducing them (see docs/counts.md).
         #[arg(long)]
         no_reference_compat: bool,
-        /// Run id of the rows (default: a new id).
+        /// Run id of the rows (default: a new id; offline only).
         #[arg(long)]
         run_id: Option<String>,
+        /// Split compact pairs larger than this many bytes into parts (block
+        /// ranges); per-call files are grouped into parts of about this size.
+        #[arg(long)]
+        max_part_bytes: Option<u64>,
+        #[command(flatten)]
+        conn: Conn,
     },
 }
 
@@ -954,12 +1070,35 @@ pub async fn analyze(c: AnalyzeCmd) -> anyhow::Result<()> {
             size_threshold,
             no_reference_compat,
             run_id,
+            max_part_bytes,
+            conn,
         } => {
-            let opts = benchlake_analysis::counts::Options {
+            if !dir.exists()
+                && let Some(id) = dir.to_str()
+                && benchlake_core::ids::validate_id("run_id", id).is_ok()
+            {
+                let mut options = std::collections::HashMap::new();
+                options.insert("size_threshold".to_string(), size_threshold.to_string());
+                options.insert(
+                    "reference_compat".to_string(),
+                    (!no_reference_compat).to_string(),
+                );
+                if let Some(m) = max_part_bytes {
+                    options.insert("max_part_bytes".to_string(), m.to_string());
+                }
+                return analyze_counts_remote(&conn, id, options, &out).await;
+            }
+            if !dir.is_dir() {
+                anyhow::bail!("{}: neither a directory nor a run id", dir.display());
+            }
+            let mut opts = benchlake_analysis::counts::Options {
                 size_threshold,
                 reference_compat: !no_reference_compat,
                 ..Default::default()
             };
+            if let Some(m) = max_part_bytes {
+                opts.max_part_bytes = m.max(1);
+            }
             let reports = out.join("reports");
             std::fs::create_dir_all(&reports).with_context(|| reports.display().to_string())?;
             let run_id = run_id.unwrap_or_else(benchlake_core::ids::new_id);
@@ -1038,5 +1177,78 @@ pub fn report(c: ReportCmd) -> anyhow::Result<()> {
             println!("wrote {}", out.display());
         }
     }
+    Ok(())
+}
+
+/// `benchlake analyze counts RUN_ID --out DIR`: asks the coordinator for an
+/// analysis run (`AnalyzeRun`), follows it with a progress line, then
+/// downloads its reports (`DownloadReports`) into `out`.
+async fn analyze_counts_remote(
+    conn: &Conn,
+    run_id: &str,
+    options: std::collections::HashMap<String, String>,
+    out: &std::path::Path,
+) -> anyhow::Result<()> {
+    let r = conn
+        .runs()?
+        .analyze_run(pb::AnalyzeRunRequest {
+            run_id: run_id.to_string(),
+            analysis: "counts".into(),
+            options,
+        })
+        .await?
+        .into_inner();
+    eprintln!(
+        "analysis run {} of run {run_id} (plan job {})",
+        r.run_id,
+        r.job_ids.join(", ")
+    );
+    let d = watch(conn, &r.run_id, false).await?;
+    let ok = d.run.as_ref().map(|x| x.state) == Some(pb::RunState::Succeeded as i32);
+    if !ok {
+        print_detail(&d);
+        anyhow::bail!(
+            "analysis run {} did not succeed: {}",
+            r.run_id,
+            d.run.as_ref().map(|x| x.error.clone()).unwrap_or_default()
+        );
+    }
+    let prefix = r
+        .reports_prefix
+        .strip_prefix(&format!("reports/{}/", r.run_id))
+        .unwrap_or_default()
+        .to_string();
+    std::fs::create_dir_all(out).with_context(|| out.display().to_string())?;
+    let mut stream = conn
+        .runs()?
+        .download_reports(pb::DownloadReportsRequest {
+            run_id: r.run_id.clone(),
+            prefix,
+        })
+        .await?
+        .into_inner();
+    let mut files = 0usize;
+    let mut bytes = 0u64;
+    let mut cur: Option<(String, std::fs::File)> = None;
+    while let Some(c) = stream.message().await? {
+        use std::io::Write;
+        // Names come from the coordinator; keep them plain file names under `out`.
+        benchlake_core::layout::validate_name("report", &c.name)?;
+        if cur.as_ref().map(|x| x.0.as_str()) != Some(c.name.as_str()) {
+            let p = out.join(&c.name);
+            let f = std::fs::File::create(&p).with_context(|| p.display().to_string())?;
+            cur = Some((c.name.clone(), f));
+            files += 1;
+        }
+        if let Some((_, f)) = cur.as_mut() {
+            f.write_all(&c.data)?;
+        }
+        bytes += c.data.len() as u64;
+    }
+    println!(
+        "analysis run {}: {files} report files ({bytes} bytes) in {}",
+        r.run_id,
+        out.display()
+    );
     Ok(())
 }

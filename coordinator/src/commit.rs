@@ -44,6 +44,12 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
                 format!("'{}' is not a job kind", f.kind),
             ));
         }
+        if let Some(g) = &f.group {
+            logic::check_group_name(&format!("result_json.follow_ups[{i}].group"), g)?;
+        }
+        if let Some(g) = &f.wait_for {
+            logic::check_group_name(&format!("result_json.follow_ups[{i}].wait_for"), g)?;
+        }
     }
     if result.follow_ups.len() > 10_000 {
         return Err(CoordError::invalid(
@@ -188,10 +194,9 @@ fn record(
     if let Some(run) = tx.get_run(&j.run_id)?
         && !run.state.is_final()
     {
-        for f in &result.follow_ups {
-            tx.insert_job(&logic::new_job(&run, &f.kind, f.spec.to_string(), cfg, now))?;
-        }
+        logic::insert_follow_ups(tx, cfg, &run, &result.follow_ups, now)?;
     }
+    logic::job_ended(tx, cfg, &j, now)?;
     logic::advance_run(tx, cfg, &j.run_id, now)?;
     Ok((worker, j.run_id))
 }

@@ -309,6 +309,22 @@ impl RunService for Svc {
         self.0.notify_run(&run.run_id);
         Ok(Response::new(run))
     }
+
+    async fn analyze_run(
+        &self,
+        req: Request<pb::AnalyzeRunRequest>,
+    ) -> std::result::Result<Response<pb::AnalyzeRunResponse>, Status> {
+        self.analyze_run_impl(req.into_inner()).await
+    }
+
+    type DownloadReportsStream = BoxStream<pb::ReportChunk>;
+
+    async fn download_reports(
+        &self,
+        req: Request<pb::DownloadReportsRequest>,
+    ) -> std::result::Result<Response<Self::DownloadReportsStream>, Status> {
+        self.download_reports_impl(req.into_inner()).await
+    }
 }
 
 fn find_schedule(tx: &mut dyn Tx, id_or_name: &str) -> Result<ScheduleRow> {
@@ -1506,4 +1522,200 @@ pub(crate) fn final_key(
     part: &str,
 ) -> Result<String> {
     Ok(layout::table_key(table, date, run_id, job_id, part)?)
+}
+
+/// The analysis options `AnalyzeRun` accepts, as the JSON the `analyze_plan`
+/// executor reads (`benchlake_analysis::counts::Options`).
+fn analysis_options(
+    opts: &std::collections::HashMap<String, String>,
+) -> std::result::Result<serde_json::Map<String, serde_json::Value>, Status> {
+    let mut out = serde_json::Map::new();
+    let mut keys: Vec<_> = opts.keys().collect();
+    keys.sort();
+    for k in keys {
+        let v = opts[k].trim();
+        let field = format!("options.{k}");
+        let val = match k.as_str() {
+            "size_threshold" | "max_part_bytes" => {
+                let n: u64 = v
+                    .parse()
+                    .map_err(|_| invalid(&field, format!("'{v}' is not a non-negative integer")))?;
+                if k == "max_part_bytes" && n == 0 {
+                    return Err(invalid(&field, "must be at least 1"));
+                }
+                serde_json::Value::from(n)
+            }
+            "reference_compat" | "call_heatmaps" => match v {
+                "true" | "1" | "yes" => serde_json::Value::Bool(true),
+                "false" | "0" | "no" => serde_json::Value::Bool(false),
+                _ => return Err(invalid(&field, format!("'{v}' is not true or false"))),
+            },
+            _ => {
+                return Err(invalid(
+                    &field,
+                    "unknown option (size_threshold, reference_compat, max_part_bytes, call_heatmaps)",
+                ));
+            }
+        };
+        out.insert(k.clone(), val);
+    }
+    Ok(out)
+}
+
+impl Svc {
+    /// `AnalyzeRun`: a new run of kind `analysis` (benchmark `analyze-counts`,
+    /// parameter `source_run`) in PROCESSING with one `analyze_plan` job over the
+    /// source run's `counts` outputs; the plan fans out into part jobs and a merge
+    /// job that waits for them (job groups). Like `TriggerReplay`, the analysis
+    /// gets its own run, so its tables and reports never mix with an earlier
+    /// analysis of the same files.
+    async fn analyze_run_impl(
+        &self,
+        r: pb::AnalyzeRunRequest,
+    ) -> std::result::Result<Response<pb::AnalyzeRunResponse>, Status> {
+        check_id("run_id", &r.run_id)?;
+        let analysis = if r.analysis.is_empty() {
+            "counts"
+        } else {
+            r.analysis.as_str()
+        };
+        if analysis != "counts" {
+            return Err(invalid(
+                "analysis",
+                format!("'{analysis}' is not an analysis (counts)"),
+            ));
+        }
+        let options = analysis_options(&r.options)?;
+        let now = self.0.now();
+        let cfg = self.0.cfg.clone();
+        let src = r.run_id.clone();
+        let (run_id, job_id) = self.tx(|tx| {
+            let source = tx
+                .get_run(&src)?
+                .ok_or_else(|| CoordError::NotFound(format!("run_id: no run '{src}'")))?;
+            let tasks = tx.tasks_of_run(&src)?;
+            if !tasks.iter().all(|t| t.state.is_final()) {
+                return Err(CoordError::FailedPrecondition(format!(
+                    "run {src} is {} and its tasks have not all ended; analyse it when they have",
+                    source.state.as_str()
+                )));
+            }
+            let keys: Vec<String> = tasks
+                .iter()
+                .flat_map(|t| t.outputs.iter())
+                .filter(|o| o.format == "counts")
+                .map(|o| o.key.clone())
+                .collect();
+            if keys.is_empty() {
+                return Err(CoordError::FailedPrecondition(format!(
+                    "run {src} has no outputs of format 'counts' to analyse"
+                )));
+            }
+            let run_id = ids::new_id_at(now);
+            let mut params = BTreeMap::new();
+            params.insert("source_run".to_string(), src.clone());
+            for (k, v) in &options {
+                params.insert(k.clone(), v.to_string());
+            }
+            let run = RunRow {
+                run_id: run_id.clone(),
+                schedule_id: None,
+                benchmark: "analyze-counts".into(),
+                kind: "analysis".into(),
+                state: RunState::Processing,
+                spec: Spec {
+                    benchmark: "analyze-counts".into(),
+                    params,
+                    nodes: Nodes::default(),
+                    launcher: LauncherKind::Local,
+                    max_attempts: 1,
+                    timeout_s: 0,
+                },
+                submitted_at_ms: now,
+                started_at_ms: Some(now),
+                finished_at_ms: None,
+                scheduled_for_ms: None,
+                error: None,
+                idempotency_key: None,
+                rerun_of: None,
+                date: layout::date_of_ms(now),
+                outcome: None,
+            };
+            tx.insert_run(&run)?;
+            let spec = serde_json::json!({ "keys": keys, "options": options });
+            let job = logic::new_job(
+                &run,
+                benchlake_core::jobs::ANALYZE_PLAN_JOB,
+                spec.to_string(),
+                &cfg,
+                now,
+            );
+            tx.insert_job(&job)?;
+            Ok((run_id, job.job_id))
+        })?;
+        tracing::info!(run = %run_id, source = %r.run_id, "counts analysis triggered");
+        self.0.notify_run(&run_id);
+        self.0.job_notify.notify_waiters();
+        Ok(Response::new(pb::AnalyzeRunResponse {
+            reports_prefix: format!("reports/{run_id}/counts/{job_id}/"),
+            run_id,
+            job_ids: vec![job_id],
+        }))
+    }
+
+    /// `DownloadReports`: every object under `reports/{run_id}/{prefix}`, in
+    /// chunks of at most 1 MiB, files in key order.
+    async fn download_reports_impl(
+        &self,
+        r: pb::DownloadReportsRequest,
+    ) -> std::result::Result<Response<BoxStream<pb::ReportChunk>>, Status> {
+        check_id("run_id", &r.run_id)?;
+        let prefix = r.prefix.trim_start_matches('/');
+        for part in prefix.split('/').filter(|p| !p.is_empty()) {
+            layout::validate_name("prefix", part).map_err(|e| invalid("prefix", e))?;
+        }
+        let mut full = format!("reports/{}/{prefix}", r.run_id);
+        if !full.ends_with('/') {
+            full.push('/');
+        }
+        let lake = self.0.lake.clone();
+        let objects = lake.list(&full).await.map_err(CoordError::from)?;
+        if objects.is_empty() {
+            return Err(Status::not_found(format!("no reports under {full}")));
+        }
+        let (out, out_rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            const CHUNK: usize = 1 << 20;
+            for (key, _) in objects {
+                let name = key.strip_prefix(&full).unwrap_or(&key).to_string();
+                let data = match lake.get(&key).await {
+                    Ok(d) => d,
+                    Err(e) => {
+                        let _ = out.send(Err(Status::from(CoordError::from(e)))).await;
+                        return;
+                    }
+                };
+                let mut off = 0usize;
+                loop {
+                    let end = (off + CHUNK).min(data.len());
+                    let chunk = pb::ReportChunk {
+                        name: name.clone(),
+                        offset: off as u64,
+                        data: data.slice(off..end).to_vec(),
+                        last: end == data.len(),
+                    };
+                    if out.send(Ok(chunk)).await.is_err() {
+                        return;
+                    }
+                    off = end;
+                    if off >= data.len() {
+                        break;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(out_rx),
+        )))
+    }
 }

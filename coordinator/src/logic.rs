@@ -734,6 +734,9 @@ pub fn retry_or_fail_job(
     }
     let run_id = j.run_id.clone();
     tx.update_job(&j)?;
+    if j.state == JobState::Failed {
+        job_ended(tx, cfg, &j, now)?;
+    }
     advance_run(tx, cfg, &run_id, now)?;
     Ok(())
 }
@@ -750,4 +753,118 @@ pub fn leased_job(tx: &mut dyn Tx, job_id: &str, lease_id: &str) -> Result<JobRo
         )));
     }
     Ok(j)
+}
+
+/// Checks a job group name (`FollowUp::group`, `FollowUp::wait_for`).
+pub fn check_group_name(field: &str, g: &str) -> Result<()> {
+    let ok = !g.is_empty()
+        && g.len() <= 128
+        && g.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(CoordError::invalid(
+            field,
+            format!("'{g}' must be 1-128 characters of [A-Za-z0-9._-]"),
+        ))
+    }
+}
+
+/// Queues the follow-up jobs of a committed job. A follow-up with `wait_for`
+/// is parked (`not_before_ms = store::PARKED`) until every job of that group of
+/// the run has ended; a waiting job whose group is already over (or empty) is
+/// released (or failed) at once.
+pub fn insert_follow_ups(
+    tx: &mut dyn Tx,
+    cfg: &CoordinatorConfig,
+    run: &RunRow,
+    follow_ups: &[FollowUp],
+    now: i64,
+) -> Result<()> {
+    let mut waited: Vec<&str> = Vec::new();
+    for f in follow_ups {
+        let mut j = new_job(run, &f.kind, f.spec.to_string(), cfg, now);
+        if let Some(w) = f.wait_for.as_deref() {
+            j.not_before_ms = crate::store::PARKED;
+            if !waited.contains(&w) {
+                waited.push(w);
+            }
+        }
+        tx.insert_job(&j)?;
+        if f.group.is_some() || f.wait_for.is_some() {
+            tx.set_job_group(&j.job_id, f.group.as_deref(), f.wait_for.as_deref())?;
+        }
+    }
+    for g in waited {
+        release_waiting(tx, cfg, &run.run_id, g, now)?;
+    }
+    Ok(())
+}
+
+/// Called when `job` has ended (DONE, FAILED or CANCELLED): if it belongs to a
+/// group, the jobs waiting for that group may go.
+pub fn job_ended(tx: &mut dyn Tx, cfg: &CoordinatorConfig, job: &JobRow, now: i64) -> Result<()> {
+    if let (Some(g), _) = tx.job_group(&job.job_id)? {
+        release_waiting(tx, cfg, &job.run_id, &g, now)?;
+    }
+    Ok(())
+}
+
+/// Releases the jobs of `run_id` waiting for `group` once no job of the group
+/// is queued or leased: they become due now, or — when a job of the group
+/// failed or was cancelled — they fail with that job named, so a merge never
+/// runs on partial inputs. A waiting job that fails this way ends its own group
+/// in turn. Returns the number of jobs released.
+pub fn release_waiting(
+    tx: &mut dyn Tx,
+    cfg: &CoordinatorConfig,
+    run_id: &str,
+    group: &str,
+    now: i64,
+) -> Result<usize> {
+    let _ = cfg;
+    let mut released = 0;
+    let mut todo = vec![group.to_string()];
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(g) = todo.pop() {
+        if !seen.insert(g.clone()) || tx.open_jobs_in_group(run_id, &g)? > 0 {
+            continue;
+        }
+        let failed = tx.failed_jobs_in_group(run_id, &g)?;
+        for mut w in tx.jobs_waiting_for(run_id, &g)? {
+            if w.not_before_ms != crate::store::PARKED {
+                continue;
+            }
+            if let Some(f) = failed.first() {
+                let more = if failed.len() > 1 {
+                    format!(" (and {} more job(s) of the group)", failed.len() - 1)
+                } else {
+                    String::new()
+                };
+                w.state = JobState::Failed;
+                w.not_before_ms = now;
+                w.error = Some(format!(
+                    "not run: it waits for job group '{g}', whose {} job {} {}: {}{more}",
+                    f.kind,
+                    f.job_id,
+                    if f.state == JobState::Cancelled {
+                        "was cancelled"
+                    } else {
+                        "failed"
+                    },
+                    f.error.clone().unwrap_or_default()
+                ));
+                tx.update_job(&w)?;
+                if let (Some(wg), _) = tx.job_group(&w.job_id)? {
+                    todo.push(wg);
+                }
+            } else {
+                w.not_before_ms = now;
+                tx.update_job(&w)?;
+                released += 1;
+            }
+        }
+    }
+    Ok(released)
 }

@@ -79,6 +79,23 @@ pub trait Tx {
     fn delete_committed(&mut self, key: &str) -> Result<()>;
     /// Committed files, of one table or all.
     fn committed_files(&mut self, table: Option<&str>) -> Result<Vec<CommittedFile>>;
+
+    // Job dependencies (see `logic::insert_follow_ups` and docs/architecture.md).
+    /// Sets a job's group and the group it waits for (columns `grp`, `wait_for`).
+    fn set_job_group(
+        &mut self,
+        job_id: &str,
+        group: Option<&str>,
+        wait_for: Option<&str>,
+    ) -> Result<()>;
+    /// A job's `(group, wait_for)`.
+    fn job_group(&mut self, job_id: &str) -> Result<(Option<String>, Option<String>)>;
+    /// Jobs of a run's group that have not ended (QUEUED or LEASED).
+    fn open_jobs_in_group(&mut self, run_id: &str, group: &str) -> Result<u64>;
+    /// FAILED or CANCELLED jobs of a run's group.
+    fn failed_jobs_in_group(&mut self, run_id: &str, group: &str) -> Result<Vec<JobRow>>;
+    /// QUEUED jobs of a run waiting for `group`.
+    fn jobs_waiting_for(&mut self, run_id: &str, group: &str) -> Result<Vec<JobRow>>;
 }
 
 /// A durable state store.
@@ -176,6 +193,7 @@ impl SqliteStore {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
         conn.execute_batch(SCHEMA)?;
+        migrate_job_groups(&conn)?;
         let v: Option<String> = conn
             .query_row("SELECT v FROM meta WHERE k='schema_version'", [], |r| {
                 r.get(0)
@@ -200,6 +218,36 @@ impl SqliteStore {
         })
     }
 }
+
+/// Adds the job-dependency columns and their indexes to a database created
+/// before they existed (and to new ones: `SCHEMA` is left as it was). Idempotent.
+/// Both indexes are partial, so jobs without a group cost nothing, and the lease
+/// query (`jobs_queue`) is untouched: a waiting job is parked with
+/// `not_before_ms = PARKED` until its group has ended.
+fn migrate_job_groups(conn: &Connection) -> Result<()> {
+    let mut have = std::collections::BTreeSet::new();
+    {
+        let mut st = conn.prepare("PRAGMA table_info(jobs)")?;
+        let rows = st.query_map([], |r| r.get::<_, String>(1))?;
+        for r in rows {
+            have.insert(r?);
+        }
+    }
+    for col in ["grp", "wait_for"] {
+        if !have.contains(col) {
+            conn.execute_batch(&format!("ALTER TABLE jobs ADD COLUMN {col} TEXT"))?;
+        }
+    }
+    conn.execute_batch(
+        "CREATE INDEX IF NOT EXISTS jobs_group ON jobs(run_id, grp, state) WHERE grp IS NOT NULL;
+         CREATE INDEX IF NOT EXISTS jobs_wait ON jobs(run_id, wait_for) WHERE wait_for IS NOT NULL;",
+    )?;
+    Ok(())
+}
+
+/// `not_before_ms` of a job that waits for a group: never due, so the lease
+/// query skips it with no extra condition.
+pub const PARKED: i64 = i64::MAX;
 
 impl StateStore for SqliteStore {
     fn transact_dyn(&self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
@@ -616,5 +664,97 @@ impl Tx for SqliteTx<'_> {
             })
         })?;
         Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+    fn set_job_group(
+        &mut self,
+        job_id: &str,
+        group: Option<&str>,
+        wait_for: Option<&str>,
+    ) -> Result<()> {
+        self.c
+            .prepare_cached("UPDATE jobs SET grp=?2, wait_for=?3 WHERE job_id=?1")?
+            .execute(params![job_id, group, wait_for])?;
+        Ok(())
+    }
+    fn job_group(&mut self, job_id: &str) -> Result<(Option<String>, Option<String>)> {
+        Ok(self
+            .c
+            .prepare_cached("SELECT grp, wait_for FROM jobs WHERE job_id=?1")?
+            .query_row(params![job_id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?
+            .unwrap_or((None, None)))
+    }
+    fn open_jobs_in_group(&mut self, run_id: &str, group: &str) -> Result<u64> {
+        Ok(self
+            .c
+            .prepare_cached(
+                "SELECT COUNT(*) FROM jobs WHERE run_id=?1 AND grp=?2 AND state IN ('QUEUED','LEASED')",
+            )?
+            .query_row(params![run_id, group], |r| r.get::<_, i64>(0))? as u64)
+    }
+    fn failed_jobs_in_group(&mut self, run_id: &str, group: &str) -> Result<Vec<JobRow>> {
+        self.many(
+            "SELECT data FROM jobs WHERE run_id=?1 AND grp=?2 AND state IN ('FAILED','CANCELLED')
+             ORDER BY created_ms, job_id",
+            params![run_id, group],
+        )
+    }
+    fn jobs_waiting_for(&mut self, run_id: &str, group: &str) -> Result<Vec<JobRow>> {
+        self.many(
+            "SELECT data FROM jobs WHERE run_id=?1 AND wait_for=?2 AND state='QUEUED'
+             ORDER BY created_ms, job_id",
+            params![run_id, group],
+        )
+    }
+}
+
+#[cfg(test)]
+mod group_tests {
+    use super::*;
+
+    #[test]
+    fn an_old_database_gains_the_job_group_columns() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        {
+            // A database as created before job groups existed.
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(SCHEMA).unwrap();
+            c.execute(
+                "INSERT INTO meta(k, v) VALUES ('schema_version', ?1)",
+                params![SCHEMA_VERSION],
+            )
+            .unwrap();
+            c.execute(
+                "INSERT INTO jobs(job_id, run_id, kind, state, not_before_ms, created_ms, data)
+                 VALUES ('j1', 'r1', 'ingest', 'DONE', 0, 0, '{}')",
+                [],
+            )
+            .unwrap();
+        }
+        for _ in 0..2 {
+            // Opening twice: the migration is idempotent.
+            let s: Box<dyn StateStore> = Box::new(SqliteStore::open(&path).unwrap());
+            let s: &dyn StateStore = s.as_ref();
+            let (g, w) = s.transact(|tx| tx.job_group("j1")).unwrap();
+            assert_eq!((g, w), (None, None));
+            s.transact(|tx| {
+                tx.set_job_group("j1", Some("parts"), None)?;
+                assert_eq!(tx.open_jobs_in_group("r1", "parts")?, 0);
+                tx.job_group("j1")
+            })
+            .map(|(g, _)| assert_eq!(g.as_deref(), Some("parts")))
+            .unwrap();
+            s.transact(|tx| tx.set_job_group("j1", None, None)).unwrap();
+        }
+        let c = Connection::open(&path).unwrap();
+        let n: i64 = c
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type='index' AND name IN ('jobs_group','jobs_wait')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(n, 2);
     }
 }

@@ -54,6 +54,15 @@ pub struct FollowUp {
     pub kind: String,
     #[serde(default)]
     pub spec: serde_json::Value,
+    /// The job group this job belongs to (e.g. the parts of one analysis). A
+    /// name of `[A-Za-z0-9._-]`, at most 128 bytes, scoped to the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// A group of the same run this job waits for: it is not leased while a job
+    /// of that group is queued or leased, and it fails (with the failed job named)
+    /// instead of running when a job of that group failed or was cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_for: Option<String>,
 }
 
 /// What an executor may report on completion.
@@ -87,3 +96,12 @@ pub struct ReplaySpec {
     /// The replay id (`replays.replay_id`).
     pub replay_id: String,
 }
+
+/// Job kind that plans a counts analysis: splits the count files into parts and
+/// queues one `analyze_part` job per part plus an `analyze_merge` job waiting for
+/// them (docs/counts.md).
+pub const ANALYZE_PLAN_JOB: &str = "analyze_plan";
+/// Job kind that analyses one part of a counts analysis.
+pub const ANALYZE_PART_JOB: &str = "analyze_part";
+/// Job kind that merges the parts of a counts analysis into tables and reports.
+pub const ANALYZE_MERGE_JOB: &str = "analyze_merge";

@@ -137,7 +137,14 @@ def test_up_demo(tmp_path):
     assert "landed" in r.stdout and "duckdb" in r.stdout
     lake = tmp_path / "data" / "lake"
     assert duck_count(lake, "node_facts") == 1
-    assert duck_count(lake, "runs") == 3
+    assert duck_count(lake, "runs") == 4
     assert duck_count(lake, "replays") == 6
     assert duck_count(lake, "io_results") == 4
+    # a2av-demo: ingest, then the pattern analysis (2 lead ranks = 2 part jobs
+    # and a merge): lead 0 has 3 patterns, lead 4 one, each a send and a recv row.
+    assert duck_count(lake, "alltoallv_calls") == 14
+    assert duck_count(lake, "alltoallv_patterns") == 8
+    reports = list((tmp_path / "data" / "lake" / "reports").glob("*/counts/*/patterns-job0-rank0.md"))
+    assert len(reports) == 1, reports
+    assert "## Pattern #2 (4/12 alltoallv calls)" in reports[0].read_text()
     print(f"demo took {time.time() - t0:.1f} s")

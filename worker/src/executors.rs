@@ -47,7 +47,7 @@ impl Executor for Ingest {
         )?;
         Ok(ExecOutput {
             tables,
-            follow_ups: Vec::new(),
+            follow_ups: crate::analyze::follow_up_of_ingest(&s),
         })
     }
 }

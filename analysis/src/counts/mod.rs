@@ -53,8 +53,9 @@ pub enum CountsError {
     Input(String),
 }
 
-/// Analysis options.
+/// Analysis options (missing JSON fields take their defaults).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Options {
     /// Messages with `count × datatype size <= size_threshold` bytes are small
     /// (the Go tools' `-size-threshold`, default 200).

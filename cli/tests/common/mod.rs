@@ -163,6 +163,12 @@ impl Cluster {
         panic!("agent {name} did not register");
     }
 
+    /// An agent with its own catalog (TOML) instead of [`catalog`].
+    pub async fn add_agent_with_catalog(&mut self, name: &str, toml: &str) {
+        let cat = benchlake_core::bench::Catalog::from_toml(toml).unwrap();
+        self.add_agent_with(name, |cfg| cfg.catalog = cat).await;
+    }
+
     /// An agent whose config `f` adjusts (catalog, address, mpirun, ...) after
     /// the defaults of [`Cluster::add_agent`].
     pub async fn add_agent_with(
@@ -197,6 +203,35 @@ impl Cluster {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         panic!("agent {name} did not register");
+    }
+
+    /// A worker offering only `executors`.
+    pub fn add_worker_with(&mut self, name: &str, executors: benchlake_worker::Executors) {
+        let cfg = benchlake_worker::WorkerConfig {
+            coordinator: self.addr.clone(),
+            token: None,
+            name: name.to_string(),
+            store: StoreConfig {
+                url: self.lake_dir().display().to_string(),
+                ..Default::default()
+            },
+            concurrency: 1,
+            scratch_dir: self.dir.path().join("scratch"),
+            lease_wait: Duration::from_millis(200),
+            commit_delay: Duration::ZERO,
+        };
+        let (tx, rx) = watch::channel(false);
+        tokio::spawn(async move {
+            let _ = benchlake_worker::run(cfg, executors, rx).await;
+        });
+        self.workers.push(tx);
+    }
+
+    /// Stops every worker started so far.
+    pub fn stop_workers(&mut self) {
+        for w in self.workers.drain(..) {
+            let _ = w.send(true);
+        }
     }
 
     pub fn stop_agent(&mut self, name: &str) {
