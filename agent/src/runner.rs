@@ -65,7 +65,15 @@ pub async fn run_task(
         exit_code: o.exit_code,
         error: o.error.clone(),
         outputs: o.outputs,
-        stdout_tail: read_tail(&dir.join("stdout.txt")).await,
+        stdout_tail: read_tail(
+            &dir.join(
+                cfg.catalog
+                    .get(&t.benchmark)
+                    .map(stdout_file)
+                    .unwrap_or("stdout.txt"),
+            ),
+        )
+        .await,
         stderr_tail: read_tail(&dir.join("stderr.txt")).await,
         wall_s: started.elapsed().as_secs_f64(),
     };
@@ -182,13 +190,13 @@ pub fn build_argv(
             argv = w;
         }
     }
-    let mut values = builtins;
-    values.extend(params);
-    let mut env = BTreeMap::new();
-    for (k, v) in &def.env {
-        env.insert(k.clone(), benchlake_core::bench::substitute(v, &values)?);
-    }
+    let env = def.environment(&params, &builtins)?;
     Ok((argv, env))
+}
+
+/// Where the program's stdout goes (a plain name in the output directory).
+fn stdout_file(def: &benchlake_core::bench::BenchmarkDef) -> &str {
+    def.stdout.as_deref().unwrap_or("stdout.txt")
 }
 
 fn kill_group(pid: u32, sig: i32) {
@@ -221,8 +229,9 @@ async fn execute(
         Ok(s) => Duration::from_secs(s),
         Err(e) => return fail(e),
     };
+    let stdout_name = stdout_file(def);
     let (Ok(out), Ok(err)) = (
-        std::fs::File::create(dir.join("stdout.txt")),
+        std::fs::File::create(dir.join(stdout_name)),
         std::fs::File::create(dir.join("stderr.txt")),
     ) else {
         return fail(format!("cannot create log files in {}", dir.display()));
@@ -278,7 +287,7 @@ async fn execute(
                     lease_id: t.lease_id.clone(),
                     phase: "running".into(),
                     fraction: -1.0,
-                    stdout_tail: read_tail(&dir.join("stdout.txt")).await,
+                    stdout_tail: read_tail(&dir.join(stdout_name)).await,
                     stderr_tail: read_tail(&dir.join("stderr.txt")).await,
                     message: String::new(),
                 };
@@ -330,7 +339,7 @@ async fn execute(
             }
         }
     }
-    for log in ["stdout.txt", "stderr.txt"] {
+    for log in [stdout_name, "stderr.txt"] {
         if !files.iter().any(|f| f.1 == log) {
             files.push((dir.join(log), log.to_string(), "log".into()));
         }
