@@ -5,6 +5,7 @@
 //! an [`Executors`] table; the format, replay and analysis crates add theirs.
 //!
 //! [`run`] is the entry point of `benchlake worker`.
+pub mod checks;
 pub mod executors;
 
 use std::collections::BTreeMap;
@@ -139,6 +140,7 @@ impl Executors {
         e.add(executors::Record);
         e.add(executors::Noop);
         e.add(executors::Replay);
+        e.add(checks::Checks);
         e
     }
     /// Adds (or replaces) an executor.
