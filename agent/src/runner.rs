@@ -590,4 +590,132 @@ default = "1"
                 .contains("not in this agent's catalog")
         );
     }
+
+    #[test]
+    fn shipped_ior_catalog_maps_parameters_to_ior_flags_and_hints() {
+        let mut cfg = AgentConfig::new("127.0.0.1:1", "/tmp/x").unwrap();
+        cfg.catalog =
+            benchlake_core::bench::Catalog::from_toml(include_str!("../catalogs/ior.toml"))
+                .unwrap();
+        let mut t = task(
+            pb::Launcher::Mpirun,
+            &[
+                ("np", "4"),
+                ("block_size", "4m"),
+                ("transfer_size", "256k"),
+                ("file_per_proc", "true"),
+                ("reorder_shift", "1"),
+                ("dir", "/lustre/health"),
+                ("striping_factor", "4"),
+                ("hints", "romio_ds_write=disable"),
+                ("check_window", "5"),
+            ],
+        );
+        t.benchmark = "ior".into();
+        t.run_id = "R1".into();
+        let (argv, env) = build_argv(&cfg, &t, Path::new("/o")).unwrap();
+        let tail: Vec<&str> = argv.iter().skip(5).map(String::as_str).collect();
+        assert_eq!(&argv[..5], ["mpirun", "-np", "4", "--host", "n1:2,n2:2"]);
+        assert_eq!(
+            tail,
+            [
+                "ior",
+                "-a",
+                "POSIX",
+                "-b",
+                "4194304",
+                "-t",
+                "262144",
+                "-s",
+                "1",
+                "-i",
+                "3",
+                "-w",
+                "-r",
+                "-F",
+                "-e",
+                "-C",
+                "-Q",
+                "1",
+                "-o",
+                "/lustre/health/ior.testfile.R1",
+                "-O",
+                "summaryFormat=JSON",
+                "-O",
+                "summaryFile=/o/ior-summary.json",
+                "-O",
+                "saveRankPerformanceDetailsCSV=/o/ior-ranks.csv",
+            ]
+        );
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(
+            env,
+            [
+                ("IOR_HINT__MPI__romio_ds_write", "disable"),
+                ("IOR_HINT__MPI__striping_factor", "4"),
+            ]
+        );
+        t.benchmark = "mdtest".into();
+        t.params = [("items", "10"), ("files_only", "true")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let (argv, _) = build_argv(&cfg, &t, Path::new("/o")).unwrap();
+        assert_eq!(
+            &argv[5..],
+            [
+                "mdtest",
+                "-n",
+                "10",
+                "-i",
+                "3",
+                "-u",
+                "-F",
+                "--saveRankPerformanceDetails=/o/mdtest-ranks.csv"
+            ]
+        );
+        assert_eq!(
+            cfg.catalog.get("mdtest").unwrap().stdout.as_deref(),
+            Some("mdtest.txt")
+        );
+    }
+
+    #[test]
+    fn entries_whose_program_is_missing_are_not_offered() {
+        let cat = benchlake_core::bench::Catalog::from_toml(
+            r#"
+[[benchmark]]
+name = "here"
+kind = "noop"
+command = ["sh", "-c", "true"]
+[[benchmark]]
+name = "ior"
+kind = "io"
+command = ["ior-not-installed-here"]
+[[benchmark]]
+name = "abs"
+kind = "io"
+command = ["/nonexistent/bin/mdtest"]
+[[benchmark]]
+name = "self"
+kind = "noop"
+command = ["{self_exe}", "probe"]
+"#,
+        )
+        .unwrap();
+        let (kept, dropped) = crate::runnable_catalog(&cat);
+        let names: Vec<&str> = kept.benchmarks.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(names, ["here", "self"]);
+        assert_eq!(dropped.len(), 2);
+        assert!(
+            dropped[0].contains("'ior'") && dropped[0].contains("on PATH"),
+            "{}",
+            dropped[0]
+        );
+        assert!(
+            dropped[1].contains("/nonexistent/bin/mdtest"),
+            "{}",
+            dropped[1]
+        );
+    }
 }
