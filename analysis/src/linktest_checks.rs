@@ -187,7 +187,12 @@ mod tests {
         let runs = batch(&[("max_time_s", vec![9e-6]), ("avg_time_s", vec![3e-6])]);
         // Median 2e-6: 2× is 4e-6, so 5e-6 and 9e-6 are slow.
         let t = batch(&[("time_s", vec![1e-6, 2e-6, 2e-6, 5e-6, 9e-6])]);
-        let f = figures(&[runs.clone()], &[t.clone()], &SlowPair::default()).unwrap();
+        let f = figures(
+            std::slice::from_ref(&runs),
+            std::slice::from_ref(&t),
+            &SlowPair::default(),
+        )
+        .unwrap();
         assert_eq!(f["linktest.max_time_s"], 9e-6);
         assert_eq!(f["linktest.avg_time_s"], 3e-6);
         assert_eq!(f["linktest.slow_pairs"], 2.0);
@@ -195,7 +200,7 @@ mod tests {
             [("check_slow_pair_time_s".to_string(), "6e-6".to_string())].into();
         let abs = SlowPair::from_params(&p).unwrap();
         assert_eq!(
-            figures(&[runs.clone()], &[t.clone()], &abs).unwrap()["linktest.slow_pairs"],
+            figures(std::slice::from_ref(&runs), std::slice::from_ref(&t), &abs).unwrap()["linktest.slow_pairs"],
             1.0
         );
         let bad: BTreeMap<String, String> =
