@@ -126,6 +126,54 @@ pub fn load_catalog(path: &std::path::Path) -> Result<Catalog> {
     Catalog::from_toml(&text).map_err(|e| AgentError::Config(format!("{}: {e}", path.display())))
 }
 
+/// Whether `prog` names an executable file: a path (with a `/`) is checked
+/// as is, a bare name is looked up in `PATH`.
+pub fn find_program(prog: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &std::path::Path| {
+        std::fs::metadata(p)
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    };
+    if prog.is_empty() {
+        return None;
+    }
+    if prog.contains('/') {
+        let p = PathBuf::from(prog);
+        return executable(&p).then_some(p);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(prog))
+        .find(|p| executable(p))
+}
+
+/// The catalog entries this node can run: an entry whose program is missing
+/// (e.g. `ior` on a node where the site has not built IOR) is left out, so the
+/// coordinator never places a run on a node that would fail with "cannot
+/// start". Returns the kept catalog and one message per entry left out.
+pub fn runnable_catalog(catalog: &Catalog) -> (Catalog, Vec<String>) {
+    let self_exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "benchlake".into());
+    let builtins: BTreeMap<String, String> = [("self_exe".to_string(), self_exe)].into();
+    let mut kept = Catalog::default();
+    let mut dropped = Vec::new();
+    for b in &catalog.benchmarks {
+        match b.program(&builtins) {
+            // The program depends on a task value: it can only be checked at run time.
+            None => kept.benchmarks.push(b.clone()),
+            Some(p) if find_program(&p).is_some() => kept.benchmarks.push(b.clone()),
+            Some(p) => dropped.push(format!(
+                "benchmark '{}' not offered: its program '{p}' is not an executable file{}",
+                b.name,
+                if p.contains('/') { "" } else { " on PATH" }
+            )),
+        }
+    }
+    (kept, dropped)
+}
+
 fn def_to_pb(b: &BenchmarkDef) -> pb::BenchmarkDef {
     pb::BenchmarkDef {
         name: b.name.clone(),
@@ -241,6 +289,12 @@ pub async fn run(cfg: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Resul
         path: cfg.work_dir.clone(),
         source,
     })?;
+    let mut cfg = cfg;
+    let (kept, dropped) = runnable_catalog(&cfg.catalog);
+    for m in &dropped {
+        tracing::warn!("{m}");
+    }
+    cfg.catalog = kept;
     let cfg = Arc::new(cfg);
     let mut c = client(&cfg)?;
     let reg = register(&mut c, &cfg, &mut shutdown).await?;

@@ -65,7 +65,15 @@ pub async fn run_task(
         exit_code: o.exit_code,
         error: o.error.clone(),
         outputs: o.outputs,
-        stdout_tail: read_tail(&dir.join("stdout.txt")).await,
+        stdout_tail: read_tail(
+            &dir.join(
+                cfg.catalog
+                    .get(&t.benchmark)
+                    .map(stdout_file)
+                    .unwrap_or("stdout.txt"),
+            ),
+        )
+        .await,
         stderr_tail: read_tail(&dir.join("stderr.txt")).await,
         wall_s: started.elapsed().as_secs_f64(),
     };
@@ -183,12 +191,7 @@ pub fn build_argv(
             argv = w;
         }
     }
-    let mut values = builtins;
-    values.extend(params);
-    let mut env = BTreeMap::new();
-    for (k, v) in &def.env {
-        env.insert(k.clone(), benchlake_core::bench::substitute(v, &values)?);
-    }
+    let env = def.environment(&params, &builtins)?;
     Ok((argv, env))
 }
 
@@ -207,6 +210,11 @@ fn peer_addresses(t: &pb::TaskAssignment) -> String {
         })
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// Where the program's stdout goes (a plain name in the output directory).
+fn stdout_file(def: &benchlake_core::bench::BenchmarkDef) -> &str {
+    def.stdout.as_deref().unwrap_or("stdout.txt")
 }
 
 fn kill_group(pid: u32, sig: i32) {
@@ -239,8 +247,9 @@ async fn execute(
         Ok(s) => Duration::from_secs(s),
         Err(e) => return fail(e),
     };
+    let stdout_name = stdout_file(def);
     let (Ok(out), Ok(err)) = (
-        std::fs::File::create(dir.join("stdout.txt")),
+        std::fs::File::create(dir.join(stdout_name)),
         std::fs::File::create(dir.join("stderr.txt")),
     ) else {
         return fail(format!("cannot create log files in {}", dir.display()));
@@ -296,7 +305,7 @@ async fn execute(
                     lease_id: t.lease_id.clone(),
                     phase: "running".into(),
                     fraction: -1.0,
-                    stdout_tail: read_tail(&dir.join("stdout.txt")).await,
+                    stdout_tail: read_tail(&dir.join(stdout_name)).await,
                     stderr_tail: read_tail(&dir.join("stderr.txt")).await,
                     message: String::new(),
                 };
@@ -348,7 +357,7 @@ async fn execute(
             }
         }
     }
-    for log in ["stdout.txt", "stderr.txt"] {
+    for log in [stdout_name, "stderr.txt"] {
         if !files.iter().any(|f| f.1 == log) {
             files.push((dir.join(log), log.to_string(), "log".into()));
         }
@@ -637,5 +646,133 @@ default = "1"
         let mut t = task(pb::Launcher::Local, params);
         t.benchmark = bench.into();
         t
+    }
+
+    #[test]
+    fn shipped_ior_catalog_maps_parameters_to_ior_flags_and_hints() {
+        let mut cfg = AgentConfig::new("127.0.0.1:1", "/tmp/x").unwrap();
+        cfg.catalog =
+            benchlake_core::bench::Catalog::from_toml(include_str!("../catalogs/ior.toml"))
+                .unwrap();
+        let mut t = task(
+            pb::Launcher::Mpirun,
+            &[
+                ("np", "4"),
+                ("block_size", "4m"),
+                ("transfer_size", "256k"),
+                ("file_per_proc", "true"),
+                ("reorder_shift", "1"),
+                ("dir", "/lustre/health"),
+                ("striping_factor", "4"),
+                ("hints", "romio_ds_write=disable"),
+                ("check_window", "5"),
+            ],
+        );
+        t.benchmark = "ior".into();
+        t.run_id = "R1".into();
+        let (argv, env) = build_argv(&cfg, &t, Path::new("/o")).unwrap();
+        let tail: Vec<&str> = argv.iter().skip(5).map(String::as_str).collect();
+        assert_eq!(&argv[..5], ["mpirun", "-np", "4", "--host", "n1:2,n2:2"]);
+        assert_eq!(
+            tail,
+            [
+                "ior",
+                "-a",
+                "POSIX",
+                "-b",
+                "4194304",
+                "-t",
+                "262144",
+                "-s",
+                "1",
+                "-i",
+                "3",
+                "-w",
+                "-r",
+                "-F",
+                "-e",
+                "-C",
+                "-Q",
+                "1",
+                "-o",
+                "/lustre/health/ior.testfile.R1",
+                "-O",
+                "summaryFormat=JSON",
+                "-O",
+                "summaryFile=/o/ior-summary.json",
+                "-O",
+                "saveRankPerformanceDetailsCSV=/o/ior-ranks.csv",
+            ]
+        );
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(
+            env,
+            [
+                ("IOR_HINT__MPI__romio_ds_write", "disable"),
+                ("IOR_HINT__MPI__striping_factor", "4"),
+            ]
+        );
+        t.benchmark = "mdtest".into();
+        t.params = [("items", "10"), ("files_only", "true")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let (argv, _) = build_argv(&cfg, &t, Path::new("/o")).unwrap();
+        assert_eq!(
+            &argv[5..],
+            [
+                "mdtest",
+                "-n",
+                "10",
+                "-i",
+                "3",
+                "-u",
+                "-F",
+                "--saveRankPerformanceDetails=/o/mdtest-ranks.csv"
+            ]
+        );
+        assert_eq!(
+            cfg.catalog.get("mdtest").unwrap().stdout.as_deref(),
+            Some("mdtest.txt")
+        );
+    }
+
+    #[test]
+    fn entries_whose_program_is_missing_are_not_offered() {
+        let cat = benchlake_core::bench::Catalog::from_toml(
+            r#"
+[[benchmark]]
+name = "here"
+kind = "noop"
+command = ["sh", "-c", "true"]
+[[benchmark]]
+name = "ior"
+kind = "io"
+command = ["ior-not-installed-here"]
+[[benchmark]]
+name = "abs"
+kind = "io"
+command = ["/nonexistent/bin/mdtest"]
+[[benchmark]]
+name = "self"
+kind = "noop"
+command = ["{self_exe}", "probe"]
+"#,
+        )
+        .unwrap();
+        let (kept, dropped) = crate::runnable_catalog(&cat);
+        let names: Vec<&str> = kept.benchmarks.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(names, ["here", "self"]);
+        assert_eq!(dropped.len(), 2);
+        assert!(
+            dropped[0].contains("'ior'") && dropped[0].contains("on PATH"),
+            "{}",
+            dropped[0]
+        );
+        assert!(
+            dropped[1].contains("/nonexistent/bin/mdtest"),
+            "{}",
+            dropped[1]
+        );
     }
 }

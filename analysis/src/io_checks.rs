@@ -70,7 +70,14 @@ pub struct IoCheckConfig {
     pub min_history: usize,
 }
 
-fn rule(figure: &str, better: Better, unit: &str, bound: Option<f64>, reg: Option<f64>) -> Rule {
+/// A rule (shorthand used by the default configurations).
+pub fn rule(
+    figure: &str,
+    better: Better,
+    unit: &str,
+    bound: Option<f64>,
+    reg: Option<f64>,
+) -> Rule {
     Rule {
         figure: figure.into(),
         better,
@@ -318,6 +325,147 @@ pub fn evaluate(
     out
 }
 
+/// Default relative allowance of an mdtest rate (25 % below the median).
+pub const MDTEST_MAX_REGRESSION: f64 = 0.25;
+
+/// mdtest figures of one run from its `mdtest_summary` batches: the mean rate
+/// over iterations of every operation of the `rate` table, named
+/// `mdtest.<operation>_rate` (`File creation` → `mdtest.file_creation_rate`, ops/s).
+pub fn mdtest_figures(batches: &[RecordBatch]) -> Result<BTreeMap<String, f64>, IoCheckError> {
+    let mut out = BTreeMap::new();
+    for b in batches {
+        let op = col::<StringArray>(b, "operation")?;
+        let stat = col::<StringArray>(b, "statistic")?;
+        let mean = col::<Float64Array>(b, "mean")?;
+        for i in 0..b.num_rows() {
+            if stat.value(i) != "rate" {
+                continue;
+            }
+            let name: String = op
+                .value(i)
+                .trim()
+                .to_ascii_lowercase()
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect();
+            out.insert(format!("mdtest.{name}_rate"), mean.value(i));
+        }
+    }
+    Ok(out)
+}
+
+/// The mdtest configuration for a run's figures: one rule per operation the
+/// run measured (mdtest's phases depend on its flags: `-F` has no directory
+/// figures), relative only, [`MDTEST_MAX_REGRESSION`].
+pub fn mdtest_config(figures: &BTreeMap<String, f64>) -> IoCheckConfig {
+    IoCheckConfig {
+        rules: figures
+            .keys()
+            .filter(|f| f.starts_with("mdtest."))
+            .map(|f| {
+                rule(
+                    f,
+                    Better::Higher,
+                    "ops/s",
+                    None,
+                    Some(MDTEST_MAX_REGRESSION),
+                )
+            })
+            .collect(),
+        ..IoCheckConfig::default()
+    }
+}
+
+/// Applies a run's `check_*` parameters to `cfg` (thresholds configured per
+/// benchmark in the agent catalog as parameter defaults and per schedule or run
+/// as parameter values):
+/// - `check_window`, `check_min_history`: the history settings;
+/// - `check_<figure>`: the absolute bound of a figure, its name with `.` as `_`
+///   (`check_io_write_bw_mib_s = 500` → FAIL below 500 MiB/s);
+/// - `check_<figure>_max_regression`: the allowed fraction against the
+///   rolling median (`0.1` = 10 %; a negative value switches the relative
+///   check off).
+///
+/// A bound for an mdtest operation the defaults do not list adds a rule
+/// (higher is better), so a missing phase then gives ERROR. Other parameters
+/// are ignored; `skip` lists `check_*` names that are not thresholds (e.g. the
+/// LinkTest slow-pair settings). An unknown figure or a bad number is an error.
+pub fn apply_params(
+    cfg: &mut IoCheckConfig,
+    params: &BTreeMap<String, String>,
+    skip: &[&str],
+) -> Result<(), String> {
+    for (k, v) in params {
+        let Some(name) = k.strip_prefix("check_") else {
+            continue;
+        };
+        if skip.contains(&k.as_str()) {
+            continue;
+        }
+        let num = || -> Result<f64, String> {
+            v.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite())
+                .ok_or_else(|| format!("params.{k}: '{v}' is not a number"))
+        };
+        let count = || -> Result<usize, String> {
+            v.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("params.{k}: '{v}' is not a count"))
+        };
+        match name {
+            "window" => cfg.window = count()?.max(1),
+            "min_history" => cfg.min_history = count()?,
+            _ => {
+                let (id, relative) = match name.strip_suffix("_max_regression") {
+                    Some(id) => (id, true),
+                    None => (name, false),
+                };
+                let i = match cfg
+                    .rules
+                    .iter()
+                    .position(|r| r.figure.replace('.', "_") == id)
+                {
+                    Some(i) => i,
+                    None => match id.strip_prefix("mdtest_") {
+                        Some(op) => {
+                            cfg.rules.push(rule(
+                                &format!("mdtest.{op}"),
+                                Better::Higher,
+                                "ops/s",
+                                None,
+                                None,
+                            ));
+                            cfg.rules.len() - 1
+                        }
+                        None => {
+                            let known: Vec<String> = cfg
+                                .rules
+                                .iter()
+                                .map(|r| format!("check_{}", r.figure.replace('.', "_")))
+                                .collect();
+                            return Err(format!(
+                                "params.{k}: no such check (known: {})",
+                                known.join(", ")
+                            ));
+                        }
+                    },
+                };
+                let x = num()?;
+                if let Some(r) = cfg.rules.get_mut(i) {
+                    if relative {
+                        r.max_regression = (x >= 0.0).then_some(x);
+                    } else {
+                        r.bound = Some(x);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The `checks` batch of one run: [`figures`] of its `io_results`, then
 /// [`evaluate`]. `source` fills the `source` column (e.g. the raw key or `io_results`).
 pub fn io_checks(
@@ -495,6 +643,90 @@ mod tests {
             .filter(|i| status.value(*i) == "FAIL")
             .count();
         assert_eq!(fails, 1);
+    }
+
+    #[test]
+    fn params_set_bounds_regressions_and_history() {
+        let mut cfg = IoCheckConfig::default();
+        let params: BTreeMap<String, String> = [
+            ("check_io_write_bw_mib_s", "500"),
+            ("check_io_read_bw_mib_s_max_regression", "0.1"),
+            ("check_io_write_bw_cv_max_regression", "-1"),
+            ("check_window", "4"),
+            ("check_min_history", "2"),
+            ("check_slow_pair_factor", "3"),
+            ("block_size", "1048576"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        apply_params(&mut cfg, &params, &["check_slow_pair_factor"]).unwrap();
+        let r = |f: &str| cfg.rules.iter().find(|r| r.figure == f).unwrap().clone();
+        assert_eq!(r("io.write_bw_mib_s").bound, Some(500.0));
+        assert_eq!(r("io.write_bw_mib_s").max_regression, Some(0.15));
+        assert_eq!(r("io.read_bw_mib_s").max_regression, Some(0.1));
+        assert_eq!(r("io.write_bw_cv").max_regression, None);
+        assert_eq!((cfg.window, cfg.min_history), (4, 2));
+        let bad = |k: &str, v: &str| {
+            let p: BTreeMap<String, String> = [(k.to_string(), v.to_string())].into();
+            apply_params(&mut IoCheckConfig::default(), &p, &[]).unwrap_err()
+        };
+        assert!(bad("check_io_nope", "1").contains("no such check"));
+        assert!(bad("check_io_write_bw_mib_s", "fast").contains("not a number"));
+        assert!(bad("check_window", "-1").contains("not a count"));
+    }
+
+    #[test]
+    fn mdtest_rates_become_figures_and_rules() {
+        let schema = catalog::schema("mdtest_summary").unwrap();
+        let n = 3;
+        let cols: Vec<ArrayRef> = schema
+            .fields()
+            .iter()
+            .map(|f| -> ArrayRef {
+                match f.name().as_str() {
+                    "operation" => Arc::new(StringArray::from(vec![
+                        "File creation",
+                        "File creation",
+                        "Tree removal",
+                    ])),
+                    "statistic" => Arc::new(StringArray::from(vec!["rate", "time", "rate"])),
+                    "mean" => Arc::new(Float64Array::from(vec![3446.117, 7.0, 12.457])),
+                    _ => arrow::array::new_null_array(f.data_type(), n),
+                }
+            })
+            .collect();
+        let b = RecordBatch::try_new_with_options(
+            Arc::new(arrow::datatypes::Schema::new(
+                schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.as_ref().clone().with_nullable(true))
+                    .collect::<Vec<_>>(),
+            )),
+            cols,
+            &Default::default(),
+        )
+        .unwrap();
+        let f = mdtest_figures(&[b]).unwrap();
+        assert_eq!(f.len(), 2);
+        assert_eq!(f["mdtest.file_creation_rate"], 3446.117);
+        assert_eq!(f["mdtest.tree_removal_rate"], 12.457);
+        let mut cfg = mdtest_config(&f);
+        assert_eq!(cfg.rules.len(), 2);
+        let p: BTreeMap<String, String> = [(
+            "check_mdtest_directory_creation_rate".to_string(),
+            "1000".to_string(),
+        )]
+        .into();
+        apply_params(&mut cfg, &p, &[]).unwrap();
+        let rows = evaluate(&f, &BTreeMap::new(), &cfg);
+        let d = find(&rows, "mdtest.directory_creation_rate");
+        assert_eq!(d.status, "ERROR", "a bound on a phase the run lacks");
+        assert_eq!(
+            find(&rows, "mdtest.file_creation_rate.vs_median").status,
+            "PASS"
+        );
     }
 
     #[test]

@@ -516,10 +516,16 @@ fn ingest_jobs(run: &RunRow, tasks: &[TaskRow], cfg: &CoordinatorConfig, now: i6
                 task_id: t.task_id.clone(),
                 agent: t.agent.clone(),
             };
+            // The run's schedule and parameters ride along for the checks follow-up.
+            let info = benchlake_core::jobs::IngestRunInfo {
+                schedule_id: run.schedule_id.clone(),
+                benchmark: Some(run.benchmark.clone()),
+                params: run.spec.params.clone(),
+            };
             out.push(new_job(
                 run,
                 INGEST_JOB,
-                serde_json::to_string(&spec).unwrap_or_default(),
+                benchlake_core::jobs::ingest_spec_json(&spec, &info),
                 cfg,
                 now,
             ));

@@ -50,7 +50,8 @@ pub struct ParamDef {
     /// unless `optional` is set.
     #[serde(default)]
     pub default: Option<String>,
-    /// The parameter may be absent (its `{name}` must then only appear in `when` items).
+    /// The parameter may be absent (its `{name}` must then only appear in `when`
+    /// items or `env` values; such a variable is then not set).
     #[serde(default)]
     pub optional: bool,
     /// Inclusive lower bound (int, float, size).
@@ -164,8 +165,31 @@ pub struct BenchmarkDef {
     #[serde(default = "default_launchers")]
     pub launchers: Vec<LauncherKind>,
     /// Environment variables set for the process (values may hold placeholders).
+    /// A variable whose value names an optional parameter that is absent is not
+    /// set (e.g. an MPI-IO hint the run did not ask for).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// String parameters holding `key=value[,key=value…]` lists that become one
+    /// environment variable `<prefix><key>=<value>` per pair (IOR's
+    /// `IOR_HINT__MPI__<key>` MPI-IO hints).
+    #[serde(default, rename = "env_list")]
+    pub env_lists: Vec<EnvList>,
+    /// File (a plain name in the output directory) that receives the program's
+    /// stdout instead of `stdout.txt` (tools that print their results, e.g.
+    /// mdtest). Declare it as an output too to upload it with its format.
+    #[serde(default)]
+    pub stdout: Option<String>,
+}
+
+/// A string parameter expanded into environment variables (see
+/// [`BenchmarkDef::env_lists`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvList {
+    /// The string parameter holding `key=value,key=value`.
+    pub param: String,
+    /// Prefix of every variable name (`[A-Za-z0-9_]`).
+    pub prefix: String,
 }
 
 /// What the coordinator knows of a benchmark (sent by agents at registration):
@@ -224,6 +248,10 @@ fn is_ident(s: &str) -> bool {
         && s.len() <= 64
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+fn env_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
 }
 
 /// Characters allowed in a `string` parameter value.
@@ -467,7 +495,82 @@ impl BenchmarkDef {
             let plain = o.file.replace('*', "x");
             crate::layout::validate_name("output file", &plain).map_err(|e| bad(e.to_string()))?;
         }
+        for l in &self.env_lists {
+            let Some(p) = self.params.iter().find(|p| p.name == l.param) else {
+                return Err(bad(format!(
+                    "env_list names unknown parameter '{}'",
+                    l.param
+                )));
+            };
+            if p.ty != ParamType::String {
+                return Err(bad(format!(
+                    "env_list parameter '{}' must be of type string",
+                    l.param
+                )));
+            }
+            if l.prefix.is_empty() || !l.prefix.bytes().all(env_name_byte) {
+                return Err(bad(format!(
+                    "env_list prefix '{}' must be [A-Za-z0-9_]",
+                    l.prefix
+                )));
+            }
+        }
+        if let Some(f) = &self.stdout {
+            crate::layout::validate_name("stdout file", f).map_err(|e| bad(e.to_string()))?;
+            if f == "stderr.txt" {
+                return Err(bad("stdout must not be stderr.txt".into()));
+            }
+        }
         Ok(())
+    }
+
+    /// The program (first command element) with only built-ins substituted;
+    /// None when it depends on a client parameter (it cannot be checked ahead).
+    pub fn program(&self, builtins: &BTreeMap<String, String>) -> Option<String> {
+        match self.command.first() {
+            Some(ArgTemplate::Arg(s)) => substitute(s, builtins).ok(),
+            _ => None,
+        }
+    }
+
+    /// The environment of a run: [`BenchmarkDef::env`] substituted (variables
+    /// naming an absent optional parameter left out) plus the [`EnvList`]
+    /// expansions. Errors name the parameter.
+    pub fn environment(
+        &self,
+        params: &BTreeMap<String, String>,
+        builtins: &BTreeMap<String, String>,
+    ) -> std::result::Result<BTreeMap<String, String>, String> {
+        let mut values = builtins.clone();
+        values.extend(params.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mut env = BTreeMap::new();
+        for (k, v) in &self.env {
+            let absent_optional = placeholders(v)?.iter().any(|ph| {
+                !params.contains_key(ph) && self.params.iter().any(|p| &p.name == ph && p.optional)
+            });
+            if absent_optional {
+                continue;
+            }
+            env.insert(k.clone(), substitute(v, &values)?);
+        }
+        for l in &self.env_lists {
+            let Some(list) = params.get(&l.param) else {
+                continue;
+            };
+            for pair in list.split(',').filter(|p| !p.is_empty()) {
+                let (key, value) = pair
+                    .split_once('=')
+                    .ok_or_else(|| format!("params.{}: '{pair}' is not key=value", l.param))?;
+                if key.is_empty() || !key.bytes().all(env_name_byte) || value.is_empty() {
+                    return Err(format!(
+                        "params.{}: '{pair}' needs a key of [A-Za-z0-9_] and a non-empty value",
+                        l.param
+                    ));
+                }
+                env.insert(format!("{}{key}", l.prefix), value.to_string());
+            }
+        }
+        Ok(env)
     }
 
     /// The argument vector for validated `params` plus the built-in values.
@@ -704,6 +807,76 @@ max = 1073741824
         ] {
             assert!(Catalog::from_toml(&bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn environment_skips_absent_optional_params_and_expands_lists() {
+        let c = Catalog::from_toml(
+            r#"
+[[benchmark]]
+name = "ior"
+kind = "io"
+command = ["ior", "-o", "{out_dir}/f"]
+stdout = "ior.txt"
+env = { IOR_HINT__MPI__striping_factor = "{striping_factor}", FIXED = "a-{out_dir}" }
+env_list = [{ param = "hints", prefix = "IOR_HINT__MPI__" }]
+[[benchmark.param]]
+name = "striping_factor"
+type = "int"
+optional = true
+[[benchmark.param]]
+name = "hints"
+type = "string"
+optional = true
+"#,
+        )
+        .unwrap();
+        let b = c.get("ior").unwrap();
+        let builtins = p(&[("out_dir", "/o")]);
+        let none = b.validate_params(&p(&[]), "params").unwrap();
+        assert_eq!(
+            b.environment(&none, &builtins).unwrap(),
+            p(&[("FIXED", "a-/o")])
+        );
+        let v = b
+            .validate_params(
+                &p(&[
+                    ("striping_factor", "4"),
+                    ("hints", "romio_cb_write=enable,cb_nodes=2"),
+                ]),
+                "params",
+            )
+            .unwrap();
+        assert_eq!(
+            b.environment(&v, &builtins).unwrap(),
+            p(&[
+                ("FIXED", "a-/o"),
+                ("IOR_HINT__MPI__cb_nodes", "2"),
+                ("IOR_HINT__MPI__romio_cb_write", "enable"),
+                ("IOR_HINT__MPI__striping_factor", "4"),
+            ])
+        );
+        for bad in ["novalue", "a.b=1", "=1", "x="] {
+            let v = b.validate_params(&p(&[("hints", bad)]), "params").unwrap();
+            let e = b.environment(&v, &builtins).unwrap_err();
+            assert!(e.contains("params.hints"), "{bad}: {e}");
+        }
+        assert_eq!(b.program(&builtins).as_deref(), Some("ior"));
+        assert_eq!(b.stdout.as_deref(), Some("ior.txt"));
+        let bad_list = r#"
+[[benchmark]]
+name = "x"
+kind = "io"
+command = ["x"]
+env_list = [{ param = "n", prefix = "P_" }]
+[[benchmark.param]]
+name = "n"
+type = "int"
+"#;
+        assert!(Catalog::from_toml(bad_list).is_err());
+        let bad_stdout =
+            "[[benchmark]]\nname = \"x\"\nkind = \"io\"\ncommand = [\"x\"]\nstdout = \"../x\"\n";
+        assert!(Catalog::from_toml(bad_stdout).is_err());
     }
 
     #[test]

@@ -105,3 +105,83 @@ pub const ANALYZE_PLAN_JOB: &str = "analyze_plan";
 pub const ANALYZE_PART_JOB: &str = "analyze_part";
 /// Job kind that merges the parts of a counts analysis into tables and reports.
 pub const ANALYZE_MERGE_JOB: &str = "analyze_merge";
+
+/// Job kind that computes a run's health verdicts (`checks` table).
+pub const CHECKS_JOB: &str = "checks";
+
+/// Facts about the run an `ingest` job belongs to, carried in the same spec
+/// JSON as [`IngestSpec`] (extra keys; see [`ingest_spec_json`]) so that
+/// follow-up jobs (the checks) know the run's schedule and parameters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct IngestRunInfo {
+    /// The schedule that fired the run (none for on-demand runs).
+    #[serde(default)]
+    pub schedule_id: Option<String>,
+    /// The run's benchmark.
+    #[serde(default)]
+    pub benchmark: Option<String>,
+    /// The run's canonical parameters (the `check_*` thresholds among them).
+    #[serde(default)]
+    pub params: BTreeMap<String, String>,
+}
+
+/// One JSON object holding an [`IngestSpec`] and its [`IngestRunInfo`]
+/// (both deserialize from it; older workers ignore the extra keys).
+pub fn ingest_spec_json(spec: &IngestSpec, info: &IngestRunInfo) -> String {
+    let mut v = serde_json::to_value(spec).unwrap_or_default();
+    if let (Some(obj), Ok(serde_json::Value::Object(extra))) =
+        (v.as_object_mut(), serde_json::to_value(info))
+    {
+        for (k, x) in extra {
+            obj.entry(k).or_insert(x);
+        }
+    }
+    v.to_string()
+}
+
+/// The spec of a `checks` job: the verdicts of the rows one ingest job
+/// committed for the run, against the same schedule's earlier runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChecksSpec {
+    /// Ingest kind the figures come from (`ior`, `pio`, `mdtest`, `linktest`).
+    pub format: String,
+    /// The ingest job whose committed parts (`part-{job}*.parquet`) hold the rows.
+    pub ingest_job_id: String,
+    /// `source` column of the checks rows (the raw files' keys).
+    pub source: String,
+    /// Schedule of the run: history is read from its earlier runs.
+    #[serde(default)]
+    pub schedule_id: Option<String>,
+    /// The run's parameters (`check_*` thresholds).
+    #[serde(default)]
+    pub params: BTreeMap<String, String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ingest_spec_carries_run_info_beside_it() {
+        let spec = IngestSpec {
+            format: "pio".into(),
+            keys: vec!["raw/r/t/pio-result.json".into()],
+            task_id: "t".into(),
+            agent: "a".into(),
+        };
+        let info = IngestRunInfo {
+            schedule_id: Some("S".into()),
+            benchmark: Some("pio".into()),
+            params: [("check_window".to_string(), "3".to_string())].into(),
+        };
+        let json = ingest_spec_json(&spec, &info);
+        assert_eq!(serde_json::from_str::<IngestSpec>(&json).unwrap(), spec);
+        assert_eq!(serde_json::from_str::<IngestRunInfo>(&json).unwrap(), info);
+        // A spec without the info (older coordinators) reads as no info.
+        let plain = serde_json::to_string(&spec).unwrap();
+        assert_eq!(
+            serde_json::from_str::<IngestRunInfo>(&plain).unwrap(),
+            IngestRunInfo::default()
+        );
+    }
+}

@@ -45,9 +45,16 @@ impl Executor for Ingest {
                 run_id: ctx.run_id.clone(),
             },
         )?;
+        // The run's health verdicts follow the I/O and LinkTest ingests.
+        let info: benchlake_core::jobs::IngestRunInfo =
+            serde_json::from_str(&ctx.spec_json).unwrap_or_default();
         Ok(ExecOutput {
             tables,
-            follow_ups: crate::analyze::follow_up_of_ingest(&s),
+            follow_ups: {
+                let mut f = crate::analyze::follow_up_of_ingest(&s);
+                f.extend(crate::checks::follow_up(&s, &info, &ctx.job_id));
+                f
+            },
         })
     }
 }

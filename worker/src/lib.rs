@@ -6,6 +6,7 @@
 //!
 //! [`run`] is the entry point of `benchlake worker`.
 pub mod analyze;
+pub mod checks;
 pub mod executors;
 
 use std::collections::BTreeMap;
@@ -143,6 +144,7 @@ impl Executors {
         e.add(analyze::AnalyzePlan);
         e.add(analyze::AnalyzePart);
         e.add(analyze::AnalyzeMerge);
+        e.add(checks::Checks);
         e
     }
     /// Adds (or replaces) an executor.

@@ -1,0 +1,293 @@
+//! LinkTest health checks: a run's `linktest_runs` and `linktest_timings`
+//! rows → `checks` rows, with the same rules and verdicts as the I/O checks
+//! ([`crate::io_checks::evaluate`]: absolute bound and/or rolling median of
+//! the same schedule's previous runs). Pure: no I/O, no clock.
+//!
+//! Figures:
+//! - `linktest.max_time_s`: the slowest pair's time per message (LinkTest's
+//!   own maximum, `linktest_runs.max_time_s`; the largest over files), lower
+//!   is better: one bad link or port shows here first;
+//! - `linktest.avg_time_s`: the mean of the files' average pair times;
+//! - `linktest.slow_pairs`: pairs measured slower than the slow-pair
+//!   threshold (an absolute time when configured, else a factor of the run's
+//!   median pair time, 2 by default like the LinkTest report's host-pair
+//!   listing). Any slow pair fails by default (bound 0).
+use std::collections::BTreeMap;
+
+use arrow::array::{Array, Float64Array, RecordBatch};
+
+use crate::io_checks::{Better, IoCheckConfig, IoCheckError, rule};
+
+/// Parameters that set the slow-pair threshold (not thresholds of a figure).
+pub const SLOW_PAIR_PARAMS: &[&str] = &["check_slow_pair_factor", "check_slow_pair_time_s"];
+
+/// How a slow pair is recognised.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlowPair {
+    /// A pair slower than this factor × the run's median pair time is slow.
+    pub factor: f64,
+    /// Absolute threshold (s); replaces the factor when set.
+    pub time_s: Option<f64>,
+}
+
+impl Default for SlowPair {
+    fn default() -> Self {
+        SlowPair {
+            factor: 2.0,
+            time_s: None,
+        }
+    }
+}
+
+impl SlowPair {
+    /// Reads `check_slow_pair_factor` / `check_slow_pair_time_s` from run
+    /// parameters (absent = default).
+    pub fn from_params(params: &BTreeMap<String, String>) -> Result<Self, String> {
+        let mut s = SlowPair::default();
+        let num = |k: &str| -> Result<Option<f64>, String> {
+            params
+                .get(k)
+                .map(|v| {
+                    v.trim()
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|x| x.is_finite() && *x > 0.0)
+                        .ok_or_else(|| format!("params.{k}: '{v}' is not a positive number"))
+                })
+                .transpose()
+        };
+        if let Some(f) = num("check_slow_pair_factor")? {
+            s.factor = f;
+        }
+        s.time_s = num("check_slow_pair_time_s")?;
+        Ok(s)
+    }
+}
+
+/// The default rules: max and mean pair time relative to the rolling median
+/// (doubling resp. +25 % fails), no slow pair at all.
+pub fn default_config() -> IoCheckConfig {
+    IoCheckConfig {
+        rules: vec![
+            rule("linktest.max_time_s", Better::Lower, "s", None, Some(1.0)),
+            rule("linktest.avg_time_s", Better::Lower, "s", None, Some(0.25)),
+            rule(
+                "linktest.slow_pairs",
+                Better::Lower,
+                "pairs",
+                Some(0.0),
+                None,
+            ),
+        ],
+        ..IoCheckConfig::default()
+    }
+}
+
+fn f64_col<'a>(b: &'a RecordBatch, name: &str) -> Result<&'a Float64Array, IoCheckError> {
+    b.schema()
+        .index_of(name)
+        .ok()
+        .and_then(|i| b.column(i).as_any().downcast_ref::<Float64Array>())
+        .ok_or_else(|| IoCheckError::Column(name.into()))
+}
+
+fn values(batches: &[RecordBatch], name: &str) -> Result<Vec<f64>, IoCheckError> {
+    let mut out = Vec::new();
+    for b in batches {
+        let c = f64_col(b, name)?;
+        out.extend((0..c.len()).filter(|i| !c.is_null(*i)).map(|i| c.value(i)));
+    }
+    Ok(out)
+}
+
+/// The figures of one run. Absent when the run has no rows for them.
+pub fn figures(
+    runs: &[RecordBatch],
+    timings: &[RecordBatch],
+    slow: &SlowPair,
+) -> Result<BTreeMap<String, f64>, IoCheckError> {
+    let mut out = BTreeMap::new();
+    let max = values(runs, "max_time_s")?;
+    let avg = values(runs, "avg_time_s")?;
+    let times = values(timings, "time_s")?;
+    if let Some(m) = max.iter().copied().reduce(f64::max) {
+        out.insert("linktest.max_time_s".into(), m);
+    } else if let Some(m) = times.iter().copied().reduce(f64::max) {
+        out.insert("linktest.max_time_s".into(), m);
+    }
+    if !avg.is_empty() {
+        out.insert(
+            "linktest.avg_time_s".into(),
+            avg.iter().sum::<f64>() / avg.len() as f64,
+        );
+    }
+    if !times.is_empty() {
+        let threshold = match slow.time_s {
+            Some(t) => t,
+            None => {
+                let mut sorted = times.clone();
+                sorted.sort_by(f64::total_cmp);
+                let n = sorted.len();
+                let med = if n % 2 == 1 {
+                    sorted.get(n / 2).copied().unwrap_or(0.0)
+                } else {
+                    (sorted.get(n / 2 - 1).copied().unwrap_or(0.0)
+                        + sorted.get(n / 2).copied().unwrap_or(0.0))
+                        / 2.0
+                };
+                slow.factor * med
+            }
+        };
+        let n = times.iter().filter(|t| **t > threshold).count();
+        out.insert("linktest.slow_pairs".into(), n as f64);
+    }
+    Ok(out)
+}
+
+/// The `checks` batch of one LinkTest run.
+pub fn linktest_checks(
+    run_id: &str,
+    source: &str,
+    runs: &[RecordBatch],
+    timings: &[RecordBatch],
+    slow: &SlowPair,
+    history: &BTreeMap<String, Vec<f64>>,
+    cfg: &IoCheckConfig,
+) -> Result<RecordBatch, IoCheckError> {
+    let rows = crate::io_checks::evaluate(&figures(runs, timings, slow)?, history, cfg);
+    crate::io_checks::to_batch(run_id, source, &rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::StringArray;
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn batch(cols: &[(&str, Vec<f64>)]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(
+            cols.iter()
+                .map(|(n, _)| Field::new(*n, DataType::Float64, false))
+                .collect::<Vec<_>>(),
+        ));
+        RecordBatch::try_new(
+            schema,
+            cols.iter()
+                .map(|(_, v)| Arc::new(Float64Array::from(v.clone())) as arrow::array::ArrayRef)
+                .collect(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn slow_pairs_against_the_median_or_an_absolute_time() {
+        let runs = batch(&[("max_time_s", vec![9e-6]), ("avg_time_s", vec![3e-6])]);
+        // Median 2e-6: 2× is 4e-6, so 5e-6 and 9e-6 are slow.
+        let t = batch(&[("time_s", vec![1e-6, 2e-6, 2e-6, 5e-6, 9e-6])]);
+        let f = figures(
+            std::slice::from_ref(&runs),
+            std::slice::from_ref(&t),
+            &SlowPair::default(),
+        )
+        .unwrap();
+        assert_eq!(f["linktest.max_time_s"], 9e-6);
+        assert_eq!(f["linktest.avg_time_s"], 3e-6);
+        assert_eq!(f["linktest.slow_pairs"], 2.0);
+        let p: BTreeMap<String, String> =
+            [("check_slow_pair_time_s".to_string(), "6e-6".to_string())].into();
+        let abs = SlowPair::from_params(&p).unwrap();
+        assert_eq!(
+            figures(std::slice::from_ref(&runs), std::slice::from_ref(&t), &abs).unwrap()["linktest.slow_pairs"],
+            1.0
+        );
+        let bad: BTreeMap<String, String> =
+            [("check_slow_pair_factor".to_string(), "0".to_string())].into();
+        assert!(SlowPair::from_params(&bad).is_err());
+
+        // Verdicts: two slow pairs FAIL the default bound 0; the max time is
+        // 3× its median of [3e-6, 3e-6, 3e-6] → FAIL (doubling allowed).
+        let history: BTreeMap<String, Vec<f64>> = [
+            ("linktest.max_time_s".to_string(), vec![3e-6; 3]),
+            ("linktest.avg_time_s".to_string(), vec![3e-6; 3]),
+        ]
+        .into();
+        let b = linktest_checks(
+            "r",
+            "s",
+            &[runs],
+            &[t],
+            &SlowPair::default(),
+            &history,
+            &default_config(),
+        )
+        .unwrap();
+        let check = b.column(2).as_any().downcast_ref::<StringArray>().unwrap();
+        let status = b.column(3).as_any().downcast_ref::<StringArray>().unwrap();
+        let reference = b.column(5).as_any().downcast_ref::<Float64Array>().unwrap();
+        let get = |c: &str| {
+            let i = (0..b.num_rows()).find(|i| check.value(*i) == c).unwrap();
+            (status.value(i).to_string(), reference.value(i))
+        };
+        assert_eq!(get("linktest.slow_pairs"), ("FAIL".into(), 0.0));
+        assert_eq!(get("linktest.max_time_s.vs_median"), ("FAIL".into(), 3e-6));
+        assert_eq!(get("linktest.avg_time_s.vs_median"), ("PASS".into(), 3e-6));
+    }
+
+    #[test]
+    fn a_run_without_rows_is_an_error_per_figure() {
+        let rows = crate::io_checks::evaluate(
+            &figures(&[], &[], &SlowPair::default()).unwrap(),
+            &BTreeMap::new(),
+            &default_config(),
+        );
+        assert_eq!(rows.len(), 3);
+        assert!(rows.iter().all(|r| r.status == "ERROR"), "{rows:?}");
+    }
+
+    /// The figures of a real LinkTest file agree with its own header figures.
+    #[test]
+    fn figures_of_a_real_linktest_run() {
+        let file = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../shared/data/linktest/v1.2p1/np16_a2a_mix/pingpong_results_bin.sion"
+        );
+        let out = benchlake_formats::ingest(
+            "linktest",
+            &[benchlake_formats::InputFile::from_path(file)],
+            &benchlake_formats::IngestContext {
+                run_id: "r1".into(),
+            },
+        )
+        .unwrap();
+        let get = |t: &str| {
+            out.iter()
+                .find(|o| o.table == t)
+                .map(|o| o.batches.clone())
+                .unwrap_or_default()
+        };
+        let (runs, timings) = (get("linktest_runs"), get("linktest_timings"));
+        let f = figures(&runs, &timings, &SlowPair::default()).unwrap();
+        let times = values(&timings, "time_s").unwrap();
+        let max_pair = times.iter().copied().reduce(f64::max).unwrap();
+        // LinkTest's header maximum is the maximum of the pair matrix.
+        assert!(
+            (f["linktest.max_time_s"] - max_pair).abs() <= 1e-9 * max_pair,
+            "{} vs {max_pair}",
+            f["linktest.max_time_s"]
+        );
+        let mut sorted = times.clone();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let med = if n % 2 == 1 {
+            sorted[n / 2]
+        } else {
+            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+        };
+        let slow = times.iter().filter(|t| **t > 2.0 * med).count();
+        assert_eq!(f["linktest.slow_pairs"], slow as f64);
+        eprintln!("np16_a2a_mix: {n} pairs, median {med:e} s, {slow} slow, max {max_pair:e} s");
+    }
+}

@@ -1,0 +1,290 @@
+//! The `checks` executor: a run's health verdicts. Queued by the `ingest`
+//! executor as a follow-up of every `ior`, `pio`, `mdtest` and `linktest`
+//! ingest job, it reads the rows that ingest job committed, computes the
+//! figures and the verdicts with `benchlake_analysis` (`io_checks`,
+//! `linktest_checks`) and writes `checks` rows.
+//!
+//! The relative references come from the lake: `runs` maps earlier runs to
+//! their schedule; the same figures are recomputed from the tables of the
+//! last `window` succeeded runs of the same schedule (newest first by run id,
+//! which is a ULID, i.e. creation order), so a change of thresholds applies
+//! to the whole history at once. Thresholds are the run's `check_*`
+//! parameters (see docs/io.md).
+use std::collections::BTreeMap;
+
+use arrow::array::{Array, RecordBatch, StringArray};
+use benchlake_analysis::io_checks::{self, CheckRow, IoCheckConfig};
+use benchlake_analysis::linktest_checks::{self, SlowPair};
+use benchlake_core::jobs::{CHECKS_JOB, ChecksSpec, FollowUp, IngestRunInfo, IngestSpec};
+use benchlake_core::lake::TableOutput;
+
+use crate::{ExecError, ExecOutput, Executor, JobContext};
+
+/// Ingest kinds whose runs get checks.
+pub const CHECKED_FORMATS: &[&str] = &["ior", "pio", "mdtest", "linktest"];
+
+/// At most this many earlier `runs` rows are read looking for the schedule's
+/// history (bounds the work of a checks job in a lake with many schedules).
+pub const MAX_HISTORY_SCAN: usize = 5000;
+
+/// The `checks` follow-up of an ingest job (none for formats without checks).
+pub fn follow_up(spec: &IngestSpec, info: &IngestRunInfo, ingest_job_id: &str) -> Vec<FollowUp> {
+    if !CHECKED_FORMATS.contains(&spec.format.as_str()) {
+        return Vec::new();
+    }
+    let c = ChecksSpec {
+        format: spec.format.clone(),
+        ingest_job_id: ingest_job_id.to_string(),
+        source: spec.keys.join(" "),
+        schedule_id: info.schedule_id.clone(),
+        params: info.params.clone(),
+    };
+    match serde_json::to_value(&c) {
+        Ok(v) => vec![FollowUp {
+            kind: CHECKS_JOB.to_string(),
+            spec: v,
+        }],
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The tables a format's figures are computed from.
+fn tables_of(format: &str) -> Option<&'static [&'static str]> {
+    match format {
+        "ior" | "pio" => Some(&["io_results"]),
+        "mdtest" => Some(&["mdtest_summary"]),
+        "linktest" => Some(&["linktest_runs", "linktest_timings"]),
+        _ => None,
+    }
+}
+
+type Tables = BTreeMap<&'static str, Vec<RecordBatch>>;
+
+fn figures(
+    format: &str,
+    t: &Tables,
+    slow: &SlowPair,
+) -> Result<BTreeMap<String, f64>, io_checks::IoCheckError> {
+    let get = |n: &str| t.get(n).map(Vec::as_slice).unwrap_or(&[]);
+    match format {
+        "mdtest" => io_checks::mdtest_figures(get("mdtest_summary")),
+        "linktest" => linktest_checks::figures(get("linktest_runs"), get("linktest_timings"), slow),
+        _ => io_checks::figures(get("io_results")),
+    }
+}
+
+fn decode(key: &str, data: bytes::Bytes) -> Result<Vec<RecordBatch>, String> {
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(data)
+        .and_then(|b| b.build())
+        .map_err(|e| format!("{key}: {e}"))?;
+    reader
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{key}: {e}"))
+}
+
+/// Batches of `table` for one run; only the parts of `job` when given.
+fn read_run_table(
+    ctx: &JobContext,
+    table: &str,
+    date: &str,
+    run_id: &str,
+    job: Option<&str>,
+) -> Result<Vec<RecordBatch>, ExecError> {
+    let prefix = format!("tables/{table}/date={date}/run_id={run_id}/");
+    let mut out = Vec::new();
+    for (key, _) in ctx.block_on(ctx.lake.list(&prefix))? {
+        let name = key.rsplit('/').next().unwrap_or_default();
+        let wanted = match job {
+            Some(j) => name
+                .strip_prefix(&format!("part-{j}"))
+                .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('-')),
+            None => name.starts_with("part-"),
+        };
+        if !name.ends_with(".parquet") || !wanted {
+            continue;
+        }
+        let data = ctx.block_on(ctx.lake.get(&key))?;
+        out.extend(decode(&key, data).map_err(ExecError::Permanent)?);
+    }
+    Ok(out)
+}
+
+/// `(run_id, date, key)` of every `runs` object, newest run first.
+fn runs_objects(ctx: &JobContext) -> Result<Vec<(String, String, String)>, ExecError> {
+    let mut out = Vec::new();
+    for (key, _) in ctx.block_on(ctx.lake.list("tables/runs/"))? {
+        let mut date = None;
+        let mut run = None;
+        for part in key.split('/') {
+            if let Some(d) = part.strip_prefix("date=") {
+                date = Some(d.to_string());
+            } else if let Some(r) = part.strip_prefix("run_id=") {
+                run = Some(r.to_string());
+            }
+        }
+        if let (Some(d), Some(r)) = (date, run)
+            && key.ends_with(".parquet")
+        {
+            out.push((r, d, key));
+        }
+    }
+    out.sort_by(|a, b| b.0.cmp(&a.0));
+    Ok(out)
+}
+
+/// Whether a `runs` object records a succeeded run of `schedule`.
+fn of_schedule(batches: &[RecordBatch], schedule: &str) -> bool {
+    batches.iter().any(|b| {
+        let col = |n: &str| {
+            b.schema()
+                .index_of(n)
+                .ok()
+                .and_then(|i| b.column(i).as_any().downcast_ref::<StringArray>())
+        };
+        let (Some(s), Some(st)) = (col("schedule_id"), col("status")) else {
+            return false;
+        };
+        (0..b.num_rows())
+            .any(|i| !s.is_null(i) && s.value(i) == schedule && st.value(i) == "SUCCEEDED")
+    })
+}
+
+/// Figure → values of the last `window` succeeded runs of `schedule` that
+/// have figures (oldest first), excluding the current run.
+fn history(
+    ctx: &JobContext,
+    schedule: &str,
+    format: &str,
+    window: usize,
+    slow: &SlowPair,
+) -> Result<BTreeMap<String, Vec<f64>>, ExecError> {
+    let tables = tables_of(format).unwrap_or(&[]);
+    let mut found: Vec<BTreeMap<String, f64>> = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (run_id, date, key) in runs_objects(ctx)?.into_iter().take(MAX_HISTORY_SCAN) {
+        if found.len() >= window {
+            break;
+        }
+        if run_id == ctx.run_id || !seen.insert(run_id.clone()) {
+            continue;
+        }
+        if ctx.cancelled() {
+            return Err(ExecError::Cancelled);
+        }
+        let data = ctx.block_on(ctx.lake.get(&key))?;
+        let runs = match decode(&key, data) {
+            Ok(b) => b,
+            Err(e) => {
+                // One unreadable old object must not block every later verdict.
+                tracing::warn!(error = %e, "skipping an unreadable runs object");
+                continue;
+            }
+        };
+        if !of_schedule(&runs, schedule) {
+            continue;
+        }
+        let mut t: Tables = BTreeMap::new();
+        for table in tables {
+            match read_run_table(ctx, table, &date, &run_id, None) {
+                Ok(b) => {
+                    t.insert(table, b);
+                }
+                Err(ExecError::Permanent(e)) => {
+                    tracing::warn!(error = %e, run = %run_id, "skipping a run's unreadable table");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        match figures(format, &t, slow) {
+            Ok(f) if !f.is_empty() => found.push(f),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, run = %run_id, "no figures for an earlier run"),
+        }
+    }
+    let mut out: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for f in found.into_iter().rev() {
+        for (k, v) in f {
+            out.entry(k).or_default().push(v);
+        }
+    }
+    Ok(out)
+}
+
+fn error_row(check: &str, message: String) -> CheckRow {
+    CheckRow {
+        check: check.into(),
+        status: "ERROR".into(),
+        value: None,
+        reference: None,
+        unit: String::new(),
+        message,
+    }
+}
+
+/// The verdict rows of one checks job.
+pub fn check_rows(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<CheckRow>, ExecError> {
+    let Some(tables) = tables_of(&s.format) else {
+        return Err(ExecError::Permanent(format!(
+            "checks: no checks for format '{}'",
+            s.format
+        )));
+    };
+    let slow = match SlowPair::from_params(&s.params) {
+        Ok(x) => x,
+        Err(e) => return Ok(vec![error_row("checks.config", e)]),
+    };
+    let mut current: Tables = BTreeMap::new();
+    for table in tables {
+        let b = read_run_table(
+            ctx,
+            table,
+            &ctx.run_date,
+            &ctx.run_id,
+            Some(&s.ingest_job_id),
+        )?;
+        current.insert(table, b);
+    }
+    let figs = match figures(&s.format, &current, &slow) {
+        Ok(f) => f,
+        Err(e) => return Ok(vec![error_row("checks.input", e.to_string())]),
+    };
+    let mut cfg = match s.format.as_str() {
+        "mdtest" => io_checks::mdtest_config(&figs),
+        "linktest" => linktest_checks::default_config(),
+        _ => IoCheckConfig::default(),
+    };
+    if let Err(e) = io_checks::apply_params(&mut cfg, &s.params, linktest_checks::SLOW_PAIR_PARAMS)
+    {
+        return Ok(vec![error_row("checks.config", e)]);
+    }
+    let hist = match &s.schedule_id {
+        Some(sched) => history(ctx, sched, &s.format, cfg.window, &slow)?,
+        None => BTreeMap::new(),
+    };
+    Ok(io_checks::evaluate(&figs, &hist, &cfg))
+}
+
+/// Computes and writes the `checks` rows of a run.
+pub struct Checks;
+
+impl Executor for Checks {
+    fn kind(&self) -> &'static str {
+        CHECKS_JOB
+    }
+    fn execute(&self, ctx: &JobContext) -> Result<ExecOutput, ExecError> {
+        let s: ChecksSpec = serde_json::from_str(&ctx.spec_json)
+            .map_err(|e| ExecError::Permanent(format!("checks job spec: {e}")))?;
+        let rows = check_rows(ctx, &s)?;
+        let batch = io_checks::to_batch(&ctx.run_id, &s.source, &rows)
+            .map_err(|e| ExecError::Permanent(format!("checks: {e}")))?;
+        let tables = if batch.num_rows() > 0 {
+            vec![TableOutput::new("checks", vec![batch])]
+        } else {
+            Vec::new()
+        };
+        Ok(ExecOutput {
+            tables,
+            follow_ups: Vec::new(),
+        })
+    }
+}
