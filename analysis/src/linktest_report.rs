@@ -203,7 +203,12 @@ pub fn summarize(run: &LinkTestRun, opts: &ReportOptions) -> Result<Summary, Rep
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), t| {
             (a.min(*t), b.max(*t))
         });
-    let avg_s = if pairs > 0 {
+    // The average LinkTest recorded for the permutation (its own summation
+    // order, so the page shows the same value as LinkTest's output); the mean
+    // of the matrix when the file has none.
+    let avg_s = if p.avg_time_s.is_finite() && p.avg_time_s >= min_s && p.avg_time_s <= max_s {
+        p.avg_time_s
+    } else if pairs > 0 {
         all.iter().sum::<f64>() / pairs as f64
     } else {
         0.0

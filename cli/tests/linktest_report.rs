@@ -41,7 +41,20 @@ fn reference(case: &Path) -> (Vec<String>, f64, f64, f64) {
         .iter()
         .map(|r| r["location"].as_str().unwrap().to_string())
         .collect();
-    let f = |k: &str| v[k].as_f64().unwrap();
+    // serde_json's float parsing may be off by one ulp: parse the literal itself.
+    let text =
+        std::fs::read_to_string(case.join("pingpong_results_bin.sion.sionref.json")).unwrap();
+    let f = |k: &str| -> f64 {
+        let at = text.find(&format!("\"{k}\":")).unwrap() + k.len() + 3;
+        let lit: String = text[at..]
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || "+-.eE".contains(*c))
+            .collect();
+        let x: f64 = lit.parse().unwrap();
+        assert!((x - v[k].as_f64().unwrap()).abs() <= x.abs() * 1e-15);
+        x
+    };
     (hosts, f("min_time"), f("avg_time"), f("max_time"))
 }
 
