@@ -3,4 +3,5 @@
 pub mod counts;
 pub mod io_checks;
 pub mod linktest_checks;
+pub mod linktest_lake;
 pub mod linktest_report;

@@ -121,6 +121,28 @@ pub struct Summary {
     pub host_matrix_max: Vec<f64>,
     /// Binned rank×rank matrix side and cells (maximum per bin; NaN = nothing measured).
     pub matrix: (usize, usize, Vec<f64>),
+    /// The run's `checks` verdicts (empty when none were recorded or the report
+    /// is drawn from a file).
+    pub checks: Vec<Check>,
+}
+
+/// One `checks` verdict of the run (rows of the `checks` table).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Check {
+    /// File or component the check is about.
+    pub source: String,
+    /// Check name, e.g. `linktest.max_time_s`.
+    pub check: String,
+    /// PASS, FAIL or ERROR.
+    pub status: String,
+    /// Measured figure.
+    pub value: Option<f64>,
+    /// Bound or median it was compared with.
+    pub reference: Option<f64>,
+    /// Unit of value and reference.
+    pub unit: Option<String>,
+    /// Human-readable verdict.
+    pub message: Option<String>,
 }
 
 /// Errors of the report.
@@ -129,6 +151,9 @@ pub enum ReportError {
     /// The requested permutation does not exist.
     #[error("permutation {0} not in the run ({1} stored)")]
     NoPermutation(usize, usize),
+    /// The SVG could not be rasterised.
+    #[error("PNG rendering: {0}")]
+    Png(String),
 }
 
 /// Computes the report's numbers.
@@ -178,7 +203,12 @@ pub fn summarize(run: &LinkTestRun, opts: &ReportOptions) -> Result<Summary, Rep
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), t| {
             (a.min(*t), b.max(*t))
         });
-    let avg_s = if pairs > 0 {
+    // The average LinkTest recorded for the permutation (its own summation
+    // order, so the page shows the same value as LinkTest's output); the mean
+    // of the matrix when the file has none.
+    let avg_s = if p.avg_time_s.is_finite() && p.avg_time_s >= min_s && p.avg_time_s <= max_s {
+        p.avg_time_s
+    } else if pairs > 0 {
         all.iter().sum::<f64>() / pairs as f64
     } else {
         0.0
@@ -317,6 +347,7 @@ pub fn summarize(run: &LinkTestRun, opts: &ReportOptions) -> Result<Summary, Rep
         hot_host_pairs,
         host_matrix_max: hmax,
         matrix: (side, bin, mat),
+        checks: Vec::new(),
     })
 }
 
@@ -372,10 +403,69 @@ fn mib_s(size: u64, t: f64) -> String {
     }
 }
 
+/// Page width of the report (px; also the PNG's width).
+pub const PAGE_W: u32 = 1400;
+/// Page height of the report (px; also the PNG's height).
+pub const PAGE_H: u32 = 1500;
+
+/// Font database for [`render_png`]: the system's fonts. Without any installed
+/// font the PNG has no text (the SVG is unaffected).
+fn fonts() -> std::sync::Arc<resvg::usvg::fontdb::Database> {
+    static DB: std::sync::OnceLock<std::sync::Arc<resvg::usvg::fontdb::Database>> =
+        std::sync::OnceLock::new();
+    DB.get_or_init(|| {
+        let mut db = resvg::usvg::fontdb::Database::new();
+        db.load_system_fonts();
+        if db.is_empty() {
+            tracing::warn!("no system fonts found: the PNG report will have no text");
+        }
+        std::sync::Arc::new(db)
+    })
+    .clone()
+}
+
+/// Parses an SVG (as the PNG renderer does) and returns its size in pixels.
+pub fn svg_size(svg: &str) -> Result<(u32, u32), ReportError> {
+    let opt = resvg::usvg::Options::default();
+    let tree =
+        resvg::usvg::Tree::from_str(svg, &opt).map_err(|e| ReportError::Png(e.to_string()))?;
+    let size = tree.size().to_int_size();
+    Ok((size.width(), size.height()))
+}
+
+/// Rasterises the page (pure Rust: resvg/tiny-skia) to PNG bytes.
+pub fn render_png(svg: &str) -> Result<Vec<u8>, ReportError> {
+    let opt = resvg::usvg::Options {
+        fontdb: fonts(),
+        font_family: "DejaVu Sans".into(),
+        ..Default::default()
+    };
+    let tree =
+        resvg::usvg::Tree::from_str(svg, &opt).map_err(|e| ReportError::Png(e.to_string()))?;
+    let size = tree.size().to_int_size();
+    let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height())
+        .ok_or_else(|| ReportError::Png(format!("empty page {size:?}")))?;
+    resvg::render(
+        &tree,
+        resvg::tiny_skia::Transform::default(),
+        &mut pixmap.as_mut(),
+    );
+    pixmap
+        .encode_png()
+        .map_err(|e| ReportError::Png(e.to_string()))
+}
+
+/// Width and height of a PNG (decoded, so a broken PNG is an error).
+pub fn png_size(png: &[u8]) -> Result<(u32, u32), ReportError> {
+    let p =
+        resvg::tiny_skia::Pixmap::decode_png(png).map_err(|e| ReportError::Png(e.to_string()))?;
+    Ok((p.width(), p.height()))
+}
+
 /// Draws the page.
 pub fn render_svg(s: &Summary) -> String {
     let mut o = String::new();
-    let (w, h) = (1400, 1500);
+    let (w, h) = (PAGE_W, PAGE_H);
     let _ = writeln!(
         o,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
@@ -562,21 +652,32 @@ pub fn render_svg(s: &Summary) -> String {
             "parallel".into()
         },
     );
-    row(
-        &mut o,
-        "min time",
-        format!("{} ({})", us(s.min_s), mib_s(s.message_size, s.min_s)),
-    );
-    row(
-        &mut o,
-        "avg time",
-        format!("{} ({})", us(s.avg_s), mib_s(s.message_size, s.avg_s)),
-    );
-    row(
-        &mut o,
-        "max time",
-        format!("{} ({})", us(s.max_s), mib_s(s.message_size, s.max_s)),
-    );
+    // The exact values (seconds, shortest round-trip form) ride along as
+    // tooltips and data attributes, for tools that read the page.
+    for (k, v) in [
+        ("min time", s.min_s),
+        ("avg time", s.avg_s),
+        ("max time", s.max_s),
+    ] {
+        let _ = writeln!(
+            o,
+            r#"<text x="{tx}" y="{ty}">{k}</text><text x="{}" y="{ty}" data-seconds="{v:e}">{} ({})<title>{v:e} s</title></text>"#,
+            tx + 170.0,
+            us(v),
+            esc(&mib_s(s.message_size, v))
+        );
+        ty += 16.0;
+    }
+    let mut row = |o: &mut String, k: &str, v: String| {
+        let _ = writeln!(
+            o,
+            r#"<text x="{tx}" y="{ty}">{}</text><text x="{}" y="{ty}">{}</text>"#,
+            esc(k),
+            tx + 170.0,
+            esc(&v)
+        );
+        ty += 16.0;
+    };
     row(&mut o, "median time", us(s.median_s));
     match s.a2a {
         Some((a, b, c)) => row(
@@ -626,6 +727,41 @@ pub fn render_svg(s: &Summary) -> String {
             hp.pairs
         );
         ty += 14.0;
+    }
+
+    // Checks of the run.
+    if !s.checks.is_empty() {
+        let (cx, mut cy) = (140.0, 1150.0);
+        let failed = s.checks.iter().filter(|c| c.status != "PASS").count();
+        let _ = writeln!(
+            o,
+            r#"<text x="{cx}" y="{cy}" font-size="14" font-weight="bold">checks: {} of {} not passed</text>"#,
+            failed,
+            s.checks.len()
+        );
+        cy += 18.0;
+        for c in s.checks.iter().take(18) {
+            let colour = match c.status.as_str() {
+                "PASS" => "#1a7f37",
+                "FAIL" => "#cf222e",
+                _ => "#9a6700",
+            };
+            let unit = c.unit.as_deref().unwrap_or("");
+            let fig = |v: Option<f64>| v.map(|v| format!("{v} {unit}")).unwrap_or("-".into());
+            let _ = writeln!(
+                o,
+                r#"<text x="{cx}" y="{cy}" font-size="11"><tspan fill="{colour}" font-weight="bold">{}</tspan> {}: {} (reference {}){}</text>"#,
+                esc(&c.status),
+                esc(&c.check),
+                esc(&fig(c.value)),
+                esc(&fig(c.reference)),
+                c.message
+                    .as_deref()
+                    .map(|m| format!(" — {}", esc(m)))
+                    .unwrap_or_default()
+            );
+            cy += 14.0;
+        }
     }
 
     // Host × host matrix.

@@ -130,7 +130,7 @@ fn main() -> std::process::ExitCode {
             Cmd::Replay(c) => replay::replay_cmd(c).await,
             Cmd::Analyze(c) => user::analyze(c).await,
             Cmd::Inspect(a) => user::inspect(a),
-            Cmd::Report(c) => user::report(c),
+            Cmd::Report(c) => user::report(c).await,
             Cmd::Pio { .. } => Ok(()),
             Cmd::Netprobe(_) => Ok(()),
         }

@@ -1152,29 +1152,110 @@ pub fn inspect(a: InspectArgs) -> anyhow::Result<()> {
 
 #[derive(Debug, Subcommand)]
 pub enum ReportCmd {
-    /// LinkTest report page (SVG): rank×rank time matrix with host boundaries,
-    /// histogram, summary table with the slowest pairs and retests, host×host matrix.
-    Linktest {
-        /// A LinkTest SION file (1.x or 2.1.17, or a netprobe file).
-        file: PathBuf,
-        /// Output SVG file.
-        #[arg(long, default_value = "linktest-report.svg")]
-        out: PathBuf,
-    },
+    /// LinkTest report page (SVG and PNG): rank×rank time matrix with host
+    /// boundaries, histogram, summary table with the slowest pairs and retests,
+    /// host pairs above a threshold, host×host matrix, and the run's checks.
+    Linktest(LinktestReportArgs),
 }
 
-pub fn report(c: ReportCmd) -> anyhow::Result<()> {
+/// `benchlake report linktest`.
+#[derive(Debug, Args)]
+pub struct LinktestReportArgs {
+    /// A LinkTest SION file (1.x, 2.1.17 or netprobe), or the id of a run whose
+    /// linktest tables are in the lake (`--lake`).
+    pub target: String,
+    /// Output: a `.svg` file (the PNG is written beside it, same name `.png`), or
+    /// a directory (created; `linktest-<run id or file name>.svg/.png` in it).
+    #[arg(long, default_value = "linktest-report.svg")]
+    pub out: PathBuf,
+    /// Host pairs whose maximum time is above this many microseconds are listed
+    /// (default: 2 × the median pair time).
+    #[arg(long, env = "BENCHLAKE_REPORT_THRESHOLD_US")]
+    pub threshold_us: Option<f64>,
+    /// Rank permutation to draw.
+    #[arg(long, default_value_t = 0)]
+    pub permutation: usize,
+    /// Slowest pairs listed.
+    #[arg(long, default_value_t = 10)]
+    pub top_pairs: usize,
+    /// With a run id holding several LinkTest files: the `source` to draw (default:
+    /// the first in sort order).
+    #[arg(long)]
+    pub source: Option<String>,
+    /// Skip the PNG.
+    #[arg(long)]
+    pub no_png: bool,
+    #[command(flatten)]
+    pub lake: crate::opts::LakeArgs,
+}
+
+pub async fn report(c: ReportCmd) -> anyhow::Result<()> {
+    use benchlake_analysis::{linktest_lake, linktest_report as lr};
     match c {
-        ReportCmd::Linktest { file, out } => {
-            let run = benchlake_formats::linktest::read_file(&file)?;
-            let summary =
-                benchlake_analysis::linktest_report::summarize(&run, &Default::default())?;
-            std::fs::write(
-                &out,
-                benchlake_analysis::linktest_report::render_svg(&summary),
-            )
-            .with_context(|| out.display().to_string())?;
-            println!("wrote {}", out.display());
+        ReportCmd::Linktest(a) => {
+            let path = PathBuf::from(&a.target);
+            let (run, name, checks, title) = if path.exists() {
+                let run = benchlake_formats::linktest::read_file(&path)?;
+                let name = path
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "file".into());
+                (run, name, Vec::new(), format!("{}", path.display()))
+            } else {
+                benchlake_core::ids::validate_id("run_id", &a.target)
+                    .with_context(|| format!("'{}' is neither a file nor a run id", a.target))?;
+                if a.lake.lake.is_none() {
+                    bail!(
+                        "a run id needs the lake: give --lake DIR|s3://bucket (or BENCHLAKE_LAKE)"
+                    );
+                }
+                let lake = benchlake_core::lake::Lake::open(&a.lake.store(""))?;
+                let (run, source) =
+                    linktest_lake::load_run(&lake, &a.target, a.source.as_deref()).await?;
+                let checks = linktest_lake::load_checks(&lake, &a.target).await?;
+                (
+                    run,
+                    a.target.clone(),
+                    checks,
+                    format!("run {} ({source})", a.target),
+                )
+            };
+            let opts = lr::ReportOptions {
+                permutation: a.permutation,
+                threshold_s: a.threshold_us.map(|t| t * 1e-6),
+                top_pairs: a.top_pairs,
+                title,
+                ..Default::default()
+            };
+            let mut summary = lr::summarize(&run, &opts)?;
+            summary.checks = checks;
+            let svg_path = if a.out.is_dir() || a.out.extension().is_none() {
+                std::fs::create_dir_all(&a.out).with_context(|| a.out.display().to_string())?;
+                a.out.join(format!("linktest-{name}.svg"))
+            } else {
+                a.out.clone()
+            };
+            let svg = lr::render_svg(&summary);
+            std::fs::write(&svg_path, &svg).with_context(|| svg_path.display().to_string())?;
+            println!("wrote {}", svg_path.display());
+            if !a.no_png {
+                let png_path = svg_path.with_extension("png");
+                std::fs::write(&png_path, lr::render_png(&svg)?)
+                    .with_context(|| png_path.display().to_string())?;
+                println!("wrote {}", png_path.display());
+            }
+            println!(
+                "{} ranks on {} hosts: min {:.3} us, avg {:.3} us, max {:.3} us; {} host pairs above {:.3} us; {} checks ({} not passed)",
+                summary.num_tasks,
+                summary.hosts.len(),
+                summary.min_s * 1e6,
+                summary.avg_s * 1e6,
+                summary.max_s * 1e6,
+                summary.hot_host_pairs.len(),
+                summary.threshold_s * 1e6,
+                summary.checks.len(),
+                summary.checks.iter().filter(|c| c.status != "PASS").count()
+            );
         }
     }
     Ok(())

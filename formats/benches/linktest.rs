@@ -220,8 +220,7 @@ fn main() {
             cpu[3]
         );
     }
-    // Where the Parquet time goes: the timings table alone, with the lake's
-    // properties (ZSTD 3) and with lighter compression, for the lead's choice.
+    // Where the Parquet time goes: each table on its own (CPU seconds).
     {
         let set = SionSet::open(&path).expect("open");
         let run = linktest::decode(&set).expect("decode");
@@ -231,63 +230,45 @@ fn main() {
             "raw/01JBENCH/task/pingpong_results_bin.sion",
         )
         .expect("tables");
-        let timings = &tables[2];
-        let schema = timings.batches[0].schema();
-        use parquet::basic::Compression;
-        use parquet::basic::ZstdLevel;
-        use parquet::file::properties::WriterProperties;
-        let zstd = |l: i32| Compression::ZSTD(ZstdLevel::try_new(l).unwrap_or_default());
-        let variants: [(&str, WriterProperties); 5] = [
-            (
-                "ZSTD 3, no dictionary",
-                WriterProperties::builder()
-                    .set_compression(zstd(3))
-                    .set_dictionary_enabled(false)
-                    .set_max_row_group_row_count(Some(1 << 20))
-                    .build(),
-            ),
-            (
-                "ZSTD 1, dictionary only for run_id/source/from_rank",
-                WriterProperties::builder()
-                    .set_compression(zstd(1))
-                    .set_dictionary_enabled(false)
-                    .set_column_dictionary_enabled("run_id".into(), true)
-                    .set_column_dictionary_enabled("source".into(), true)
-                    .set_column_dictionary_enabled("from_rank".into(), true)
-                    .set_max_row_group_row_count(Some(1 << 20))
-                    .build(),
-            ),
-            ("lake (ZSTD 3)", benchlake_core::lake::writer_properties()),
-            (
-                "snappy",
-                WriterProperties::builder()
-                    .set_compression(Compression::SNAPPY)
-                    .set_max_row_group_row_count(Some(1 << 20))
-                    .build(),
-            ),
-            (
-                "uncompressed",
-                WriterProperties::builder()
-                    .set_compression(Compression::UNCOMPRESSED)
-                    .set_max_row_group_row_count(Some(1 << 20))
-                    .build(),
-            ),
-        ];
-        for (name, props) in variants {
-            let t = Instant::now();
-            let mut buf = Vec::new();
-            let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, schema.clone(), Some(props))
-                .expect("writer");
-            for b in &timings.batches {
-                w.write(b).expect("write");
+        // LINKTEST_BENCH_OUT=DIR keeps the Parquet files (for reading them back
+        // with DuckDB/Spark) and prints checksums of the timings to compare.
+        let keep = std::env::var_os("LINKTEST_BENCH_OUT").map(std::path::PathBuf::from);
+        for t in &tables {
+            let c0 = cpu_s();
+            let data = encode_parquet(&t.table, &t.batches).expect("parquet");
+            let bytes = data.len();
+            if let Some(dir) = &keep {
+                std::fs::write(dir.join(format!("{}.parquet", t.table)), &data).expect("keep");
             }
-            w.close().expect("close");
             println!(
-                "  linktest_timings parquet, {name}: {:.3} s, {:.1} MB",
-                secs(t.elapsed()),
-                buf.len() as f64 / 1e6
+                "  {}: {} rows, parquet cpu {:.3} s, {:.1} MB",
+                t.table,
+                t.rows(),
+                cpu_s() - c0,
+                bytes as f64 / 1e6
             );
         }
+    }
+    if std::env::var_os("LINKTEST_BENCH_OUT").is_some() {
+        let set = SionSet::open(&path).expect("open");
+        let run = linktest::decode(&set).expect("decode");
+        let (mut rows, mut st, mut sf, mut sto, mut ss) = (0u64, 0f64, 0i64, 0i64, 0i64);
+        for pm in &run.permutations {
+            for i in 0..n {
+                for j in 0..n {
+                    if i != j {
+                        rows += 1;
+                        st += pm.times[i * n + j];
+                        sf += i as i64;
+                        sto += j as i64;
+                        ss += i64::from(pm.steps[i * n + j]);
+                    }
+                }
+            }
+        }
+        println!(
+            "checksums: rows {rows} sum(from_rank) {sf} sum(to_rank) {sto} sum(step) {ss} sum(time_s) {st:.9e}"
+        );
     }
     let gb = size as f64 / 1e9;
     println!(

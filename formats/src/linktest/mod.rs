@@ -18,6 +18,7 @@ use serde::Serialize;
 use crate::error::{FormatError, Position, Result};
 use crate::sion::{ByteOrder, SionSet, TaskStream};
 
+mod bulk;
 pub mod inspect;
 pub mod tables;
 pub mod v1;

@@ -19,6 +19,7 @@ use benchlake_core::catalog;
 use benchlake_core::lake::TableOutput;
 use chrono::{DateTime, NaiveDateTime};
 
+use super::bulk::ColumnBuf;
 use super::{LinkTestRun, read_file};
 use crate::error::Result;
 use crate::ingest::{IngestContext, InputFile};
@@ -223,56 +224,115 @@ fn ranks_batch(run: &LinkTestRun, run_id: &str, source: &str) -> Result<RecordBa
 
 fn timings_batches(run: &LinkTestRun, run_id: &str, source: &str) -> Result<Vec<RecordBatch>> {
     let n = run.num_tasks;
+    // Upper bound of the rows; the columns are filled in place (see `bulk`) and
+    // the untouched tail of a mapping costs nothing.
     let cap = n * n.saturating_sub(1) * run.permutations.len();
-    let mut perm = Vec::with_capacity(cap);
-    let mut from = Vec::with_capacity(cap);
-    let mut to = Vec::with_capacity(cap);
-    let mut step = Vec::with_capacity(cap);
-    let mut time = Vec::with_capacity(cap);
-    let all_ranks: Vec<i32> = (0..n as i32).collect();
-    for (p, pm) in run.permutations.iter().enumerate() {
-        let rows = pm
-            .times
-            .chunks_exact(n.max(1))
-            .zip(pm.steps.chunks_exact(n.max(1)));
-        for (i, (trow, srow)) in rows.enumerate() {
-            let unmeasured = |(j, (t, s)): (usize, (&f64, &i32))| j != i && *t == 0.0 && *s == 0;
-            if !trow.iter().zip(srow).enumerate().any(unmeasured) {
-                // Every off-diagonal pair measured (the normal case): bulk copies.
-                let k = n - 1;
-                perm.resize(perm.len() + k, p as i32);
-                from.resize(from.len() + k, i as i32);
-                for part in [0..i, i + 1..n] {
-                    to.extend_from_slice(all_ranks.get(part.clone()).unwrap_or_default());
-                    step.extend_from_slice(srow.get(part.clone()).unwrap_or_default());
-                    time.extend_from_slice(trow.get(part).unwrap_or_default());
-                }
-                continue;
-            }
-            for (j, (t, s)) in trow.iter().zip(srow).enumerate() {
-                if i == j || (*t == 0.0 && *s == 0) {
+    let mut from_buf = ColumnBuf::<i32>::zeroed(cap);
+    let mut to_buf = ColumnBuf::<i32>::zeroed(cap);
+    let mut step_buf = ColumnBuf::<i32>::zeroed(cap);
+    let mut time_buf = ColumnBuf::<f64>::zeroed(cap);
+    // Row where each permutation starts, for the permutation column.
+    let mut perm_start = Vec::with_capacity(run.permutations.len() + 1);
+    let mut k = 0;
+    {
+        let (from, to) = (from_buf.as_mut_slice(), to_buf.as_mut_slice());
+        let (step, time) = (step_buf.as_mut_slice(), time_buf.as_mut_slice());
+        let all_ranks: Vec<i32> = (0..n as i32).collect();
+        for pm in &run.permutations {
+            perm_start.push(k);
+            let rows = pm
+                .times
+                .chunks_exact(n.max(1))
+                .zip(pm.steps.chunks_exact(n.max(1)));
+            for (i, (trow, srow)) in rows.enumerate() {
+                let unmeasured =
+                    |(j, (t, s)): (usize, (&f64, &i32))| j != i && *t == 0.0 && *s == 0;
+                if !trow.iter().zip(srow).enumerate().any(unmeasured) && k + n - 1 <= cap {
+                    // Every off-diagonal pair measured (the normal case): bulk copies.
+                    let end = k + n - 1;
+                    from[k..end].fill(i as i32);
+                    for part in [0..i, i + 1..n] {
+                        let len = part.len();
+                        to[k..k + len].copy_from_slice(&all_ranks[part.clone()]);
+                        step[k..k + len].copy_from_slice(&srow[part.clone()]);
+                        time[k..k + len].copy_from_slice(&trow[part]);
+                        k += len;
+                    }
                     continue;
                 }
-                perm.push(p as i32);
-                from.push(i as i32);
-                to.push(j as i32);
-                step.push(*s);
-                time.push(*t);
+                for (j, (t, s)) in trow.iter().zip(srow).enumerate() {
+                    if i == j || (*t == 0.0 && *s == 0) || k >= cap {
+                        continue;
+                    }
+                    from[k] = i as i32;
+                    to[k] = j as i32;
+                    step[k] = *s;
+                    time[k] = *t;
+                    k += 1;
+                }
             }
         }
+        perm_start.push(k);
     }
-    batches(
-        "linktest_timings",
-        run_id,
-        source,
-        vec![
-            Arc::new(Int32Array::from(perm)),
-            Arc::new(Int32Array::from(from)),
-            Arc::new(Int32Array::from(to)),
-            Arc::new(Int32Array::from(step)),
-            Arc::new(Float64Array::from(time)),
-        ],
-    )
+    let rows = k;
+    let from: ArrayRef = Arc::new(Int32Array::new(from_buf.into_scalar(rows), None));
+    let to: ArrayRef = Arc::new(Int32Array::new(to_buf.into_scalar(rows), None));
+    let step: ArrayRef = Arc::new(Int32Array::new(step_buf.into_scalar(rows), None));
+    let time: ArrayRef = Arc::new(Float64Array::new(time_buf.into_scalar(rows), None));
+
+    // The constant columns: one array of a batch's length, sliced by every batch.
+    let widest = run_id.len().max(source.len()).max(1);
+    let per = BATCH_ROWS.min((i32::MAX as usize / widest).max(1));
+    let first = rows.min(per);
+    let rid = repeated(run_id, first);
+    let src = repeated(source, first);
+    let mut shared_perm: Vec<(i32, ArrayRef)> = Vec::new();
+    let mut out = Vec::with_capacity(rows.div_ceil(per).max(1));
+    let mut at = 0;
+    loop {
+        let len = per.min(rows - at);
+        // The permutations this batch covers.
+        let mut spans = Vec::new();
+        for (p, w) in perm_start.windows(2).enumerate() {
+            let (s, e) = (w[0].max(at), w[1].min(at + len));
+            if s < e {
+                spans.push((p as i32, e - s));
+            }
+        }
+        let perm: ArrayRef = match spans.as_slice() {
+            [(p, _)] => {
+                let shared = match shared_perm.iter().find(|(q, _)| q == p) {
+                    Some((_, a)) => a.clone(),
+                    None => {
+                        let a: ArrayRef = Arc::new(Int32Array::from(vec![*p; first]));
+                        shared_perm.push((*p, a.clone()));
+                        a
+                    }
+                };
+                shared.slice(0, len)
+            }
+            _ => Arc::new(Int32Array::from_iter_values(
+                spans.iter().flat_map(|(p, l)| std::iter::repeat_n(*p, *l)),
+            )),
+        };
+        out.push(batch(
+            "linktest_timings",
+            vec![
+                rid.slice(0, len),
+                src.slice(0, len),
+                perm,
+                from.slice(at, len),
+                to.slice(at, len),
+                step.slice(at, len),
+                time.slice(at, len),
+            ],
+        )?);
+        at += len;
+        if at >= rows {
+            break;
+        }
+    }
+    Ok(out)
 }
 
 fn alltoall_batches(run: &LinkTestRun, run_id: &str, source: &str) -> Result<Vec<RecordBatch>> {
