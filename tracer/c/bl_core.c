@@ -675,14 +675,12 @@ void bl_init_after(int fn) {
     bl.a2a_late = (int)env_u64("BENCHLAKE_TRACE_A2A_LATE", 0);
     bl.env_on = bl.barrier_start == 0;
 
-    /* MPI_COMM_WORLD = 1, MPI_COMM_SELF = 2 (prv2dim numbers WORLD 1) */
+    /* MPI_COMM_WORLD = 1 (prv2dim numbers WORLD 1); MPI_COMM_SELF and communicators
+     * from routines we do not intercept get a membership-derived id on first use */
     int *ww = malloc((size_t)bl.world_size * sizeof(int));
-    int *sw = malloc(sizeof(int));
-    if (!ww || !sw) die("allocating");
+    if (!ww) die("allocating");
     for (int i = 0; i < bl.world_size; i++) ww[i] = i;
-    sw[0] = bl.world_rank;
     push_comm_rec(comm_add(MPI_COMM_WORLD, 1, bl.world_size, bl.world_rank, ww));
-    push_comm_rec(comm_add(MPI_COMM_SELF, 2, 1, 0, sw));
     bl.active = 0;
     set_active();
     bl.t_last = bl_now();

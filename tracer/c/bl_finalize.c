@@ -765,7 +765,8 @@ static void merge_dimemas(void) {
         char *line = NULL;
         size_t lc = 0;
         while (getline(&line, &lc, f) > 0) {
-            int64_t id = strtoll(line, NULL, 10);
+            if (strncmp(line, "d:1:", 4) != 0) continue;
+            int64_t id = strtoll(line + 4, NULL, 10);
             int seen = 0;
             for (size_t i = 0; i < n; i++)
                 if (ids[i] == id) seen = 1;
