@@ -593,13 +593,13 @@ static void convert(const char *host_ids_line, int host) {
             st_comm_total += rec.dur_ns;
             col_idx = 0;
             if (pending_ignore) {
-                if (rec.type == BL_R_COLL) {
-                    col_idx = pending_ignore;
-                } else {
-                    out_s(&bo, "M ignore_next_col ");
-                    out_u(&bo, (uint64_t)pending_ignore);
-                    out_c(&bo, '\n');
-                }
+                /* the meta record lets the model skip the whole routine (its waits
+                 * too) or apply ignore_safely; col= also marks the collective's
+                 * send/receive kernels, as the manual's "in" column does */
+                if (rec.type == BL_R_COLL) col_idx = pending_ignore;
+                out_s(&bo, "M ignore_next_col ");
+                out_u(&bo, (uint64_t)pending_ignore);
+                out_c(&bo, '\n');
                 pending_ignore = 0;
             }
         }
