@@ -29,13 +29,24 @@ pub fn build(name: &str, dir: &Path) -> PathBuf {
     let fortran = name.ends_with(".f90");
     let cc = if fortran { "mpifort" } else { "mpicc" };
     let inc = Path::new(env!("CARGO_MANIFEST_DIR")).join("c");
-    let out = Command::new(cc)
-        .arg("-O1")
+    let mut cmd = Command::new(cc);
+    cmd.arg("-O1")
         .arg("-I")
         .arg(&inc)
         .arg("-o")
         .arg(&exe)
-        .arg(&src)
+        .arg(&src);
+    if fortran {
+        // Fortran has no weak declarations: the Bandela controls come from linking
+        // the tracer itself (as the manual's relink with libbandela.so)
+        if let Some(l) = benchlake_tracer::library_path() {
+            cmd.arg(&l);
+            if let Some(d) = l.parent() {
+                cmd.arg(format!("-Wl,-rpath,{}", d.display()));
+            }
+        }
+    }
+    let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("{cc}: {e}"));
     assert!(
