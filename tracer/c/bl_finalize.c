@@ -162,6 +162,8 @@ static int in_next(in_t *in, bl_rec *rec, const int64_t **pay, int64_t **paybuf,
     if (pn) memcpy(*paybuf, in->buf + in->pos + sizeof(bl_rec), pn);
     *pay = *paybuf;
     in->pos += sizeof(bl_rec) + pn;
+    rec->comp_ns = bl_ticks_ns(rec->comp_ns); /* the log holds clock ticks */
+    rec->dur_ns = bl_ticks_ns(rec->dur_ns);
     return 1;
 }
 
@@ -960,6 +962,7 @@ void bl_finalize_before(void) {
         if (comp) bl_push(BL_R_END, BL_FN_NONE, comp, 0, 0);
     }
     bl.active = 0;
+    bl_calibrate();
     /* flush the log */
     if (bl.len) {
         bl_log_write(bl.buf, bl.len);

@@ -131,11 +131,20 @@ typedef struct {
     int a2a_late;           /* BENCHLAKE_TRACE_A2A_LATE=1: time a barrier before */
     int a2a_ncomms;
     uint64_t mpi_buffer_max;
+    /* clock: TSC ticks when the CPU has an invariant TSC (x86-64, constant_tsc and
+     * nonstop_tsc), else CLOCK_MONOTONIC ns; ticks become ns with the ratio measured
+     * between MPI_Init and the conversion (bl_ticks_ns) */
+    int use_tsc;
+    uint64_t tsc0, mono0;
+    double ns_per_tick;
 } bl_state;
 
 extern bl_state bl;
 
 uint64_t bl_now(void);
+uint64_t bl_mono_ns(void);
+void bl_calibrate(void);               /* sets ns_per_tick from init to now */
+static inline uint64_t bl_ticks_ns(uint64_t t) { return (uint64_t)((double)t * bl.ns_per_tick + 0.5); }
 void bl_init_after(int fn);                      /* after PMPI_Init */
 void bl_finalize_before(void);                   /* before PMPI_Finalize */
 
