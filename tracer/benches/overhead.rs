@@ -16,12 +16,21 @@ fn run(exe: &Path, lib: Option<&Path>, dir: &Path) -> f64 {
         .env("OMPI_MCA_btl", "self,vader")
         .env("BENCHLAKE_TRACE_DIR", dir)
         .env("BENCHLAKE_TRACE_KEEP_LOG", "1")
-        .args(["-x", "BENCHLAKE_TRACE_DIR", "-x", "BENCHLAKE_TRACE_KEEP_LOG"]);
+        .args([
+            "-x",
+            "BENCHLAKE_TRACE_DIR",
+            "-x",
+            "BENCHLAKE_TRACE_KEEP_LOG",
+        ]);
     if let Some(l) = lib {
         c.env("LD_PRELOAD", l).args(["-x", "LD_PRELOAD"]);
     }
     let out = c.arg(exe).arg(ITERS.to_string()).output().expect("mpirun");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     text.lines()
         .find_map(|l| l.strip_prefix("loop_ns "))
@@ -57,11 +66,19 @@ fn main() {
     let records = log / 72;
     let bandela = size(&dir.join("bandela.0.txt"));
     let dim = size(&dir.join("trace.dim"));
-    println!("isend/irecv/wait loop, 2 ranks, {ITERS} iterations ({calls} intercepted calls per rank)");
+    println!(
+        "isend/irecv/wait loop, 2 ranks, {ITERS} iterations ({calls} intercepted calls per rank)"
+    );
     println!("  untraced: {:.1} ns per call", base / calls);
     println!("  traced:   {:.1} ns per call", traced / calls);
-    println!("  overhead: {:.1} ns per intercepted call", (traced - base) / calls);
-    println!("  binary log: {log} bytes, {records} records, {} bytes per record", log.checked_div(records).unwrap_or(0));
+    println!(
+        "  overhead: {:.1} ns per intercepted call",
+        (traced - base) / calls
+    );
+    println!(
+        "  binary log: {log} bytes, {records} records, {} bytes per record",
+        log.checked_div(records).unwrap_or(0)
+    );
     println!(
         "  Bandela text (rank 0): {bandela} bytes, {:.1} bytes per record",
         bandela as f64 / records.max(1) as f64

@@ -135,7 +135,12 @@ impl<'a> Lines<'a> {
         if l == text {
             Ok(())
         } else {
-            Err(bad(self.line, 1, text, format!("expected '{text}', found '{l}'")))
+            Err(bad(
+                self.line,
+                1,
+                text,
+                format!("expected '{text}', found '{l}'"),
+            ))
         }
     }
 }
@@ -203,7 +208,12 @@ pub fn parse(text: &str) -> Result<Stats, StatsError> {
     l.expect("Lines are receivers, columns are senders")?;
     let h = l.next("CPU")?;
     if words(h).count() != n + 1 || !h.starts_with("CPU") {
-        return Err(bad(l.line, 1, "CPU", format!("expected 'CPU' and {n} sender columns")));
+        return Err(bad(
+            l.line,
+            1,
+            "CPU",
+            format!("expected 'CPU' and {n} sender columns"),
+        ));
     }
     for r in 0..n {
         let line = l.next("matrix row")?;
@@ -211,13 +221,23 @@ pub fn parse(text: &str) -> Result<Stats, StatsError> {
         let (c, first) = w.next().unwrap_or((1, ""));
         let rr: usize = num(l.line, c, "matrix receiver", first)?;
         if rr != r {
-            return Err(bad(l.line, c, "matrix receiver", format!("expected row {r}")));
+            return Err(bad(
+                l.line,
+                c,
+                "matrix receiver",
+                format!("expected row {r}"),
+            ));
         }
         let row = w
             .map(|(c, x)| num::<u64>(l.line, c, "matrix bytes", x))
             .collect::<Result<Vec<_>, _>>()?;
         if row.len() != n {
-            return Err(bad(l.line, line.len() + 1, "matrix row", format!("expected {n} values")));
+            return Err(bad(
+                l.line,
+                line.len() + 1,
+                "matrix row",
+                format!("expected {n} values"),
+            ));
         }
         s.recv.push(row);
     }
@@ -283,7 +303,12 @@ pub fn parse(text: &str) -> Result<Stats, StatsError> {
             s.routines = names;
             s.routine = vec![vec![RoutineStats::default(); s.routines.len()]; n];
         } else if names != s.routines {
-            return Err(bad(l.line, 5, "columns", "routine columns differ between tables"));
+            return Err(bad(
+                l.line,
+                5,
+                "columns",
+                "routine columns differ between tables",
+            ));
         }
         for r in 0..n {
             let line = l.next("rank row")?;
@@ -295,7 +320,12 @@ pub fn parse(text: &str) -> Result<Stats, StatsError> {
             }
             let vals: Vec<(usize, &str)> = w.collect();
             if vals.len() != fixed[t].len() + s.routines.len() {
-                return Err(bad(l.line, line.len() + 1, "row", "wrong number of columns"));
+                return Err(bad(
+                    l.line,
+                    line.len() + 1,
+                    "row",
+                    "wrong number of columns",
+                ));
             }
             let (fx, rt) = vals.split_at(fixed[t].len());
             let rs = &mut s.per_rank[r];

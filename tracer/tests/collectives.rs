@@ -14,6 +14,9 @@ use benchlake_formats::counts::compact::{CompactReader, Row};
 use benchlake_formats::counts::{meta, ranklist, timings};
 use benchlake_formats::dimemas::DimRecord;
 
+/// (comm size, datatype size, calls, matrix rows by comm rank) of a count block.
+type Block = (u64, u64, Vec<u64>, Vec<Vec<u64>>);
+
 #[derive(Default, Debug, Clone, PartialEq)]
 struct Flow {
     sends: u64,
@@ -62,12 +65,22 @@ fn check(np: usize) {
         fl.iter().map(|m| m.get(name).map_or(0, f)).sum()
     };
     let get = |r: usize, name: &str| fl[r].get(name).cloned().unwrap_or_default();
-    let sub_size = |r: usize| -> u64 { if r % 2 == 0 { n.div_ceil(2) } else { n / 2 } };
+    let sub_size = |r: usize| -> u64 {
+        if r.is_multiple_of(2) {
+            n.div_ceil(2)
+        } else {
+            n / 2
+        }
+    };
     for r in 0..np {
         let ru = r as u64;
         // Bcast 4000 B from root 1 % N: every other rank receives it exactly once
         let b = get(r, "MPI_Bcast");
-        assert_eq!((b.recvs, b.recvd), if r == 1 % np { (0, 0) } else { (1, 4000) }, "bcast rank {r}");
+        assert_eq!(
+            (b.recvs, b.recvd),
+            if r == 1 % np { (0, 0) } else { (1, 4000) },
+            "bcast rank {r}"
+        );
         // Reduce 80 B to root 0: every non-root sends once
         let red = get(r, "MPI_Reduce");
         assert_eq!((red.sends, red.sent), if r == 0 { (0, 0) } else { (1, 80) });
@@ -76,7 +89,8 @@ fn check(np: usize) {
         let gv = get(r, "MPI_Gatherv");
         if r == 0 {
             assert_eq!((g.recvs, g.recvd), (n - 1, 20 * (n - 1)));
-            let want: BTreeMap<u32, u64> = (1..np as u32).map(|i| (i, 4 * (i as u64 + 1))).collect();
+            let want: BTreeMap<u32, u64> =
+                (1..np as u32).map(|i| (i, 4 * (i as u64 + 1))).collect();
             assert_eq!(gv.from, want);
         } else {
             assert_eq!((g.sends, g.sent), (1, 20));
@@ -96,10 +110,19 @@ fn check(np: usize) {
         assert_eq!((ag.sends, ag.recvs, ag.recvd), (n - 1, n - 1, 4 * (n - 1)));
         // Allgatherv: every block but its own, 2(i+1) B each
         let agv = get(r, "MPI_Allgatherv");
-        assert_eq!(agv.recvd, (0..n).filter(|&i| i != ru).map(|i| 2 * (i + 1)).sum::<u64>());
+        assert_eq!(
+            agv.recvd,
+            (0..n)
+                .filter(|&i| i != ru)
+                .map(|i| 2 * (i + 1))
+                .sum::<u64>()
+        );
         // Alltoall 8 B to every other rank
         let a = get(r, "MPI_Alltoall");
-        assert_eq!((a.sends, a.sent, a.recvd), (n - 1, 8 * (n - 1), 8 * (n - 1)));
+        assert_eq!(
+            (a.sends, a.sent, a.recvd),
+            (n - 1, 8 * (n - 1), 8 * (n - 1))
+        );
         // Alltoallv: two int calls ((r+j)%3), one char call ((r*j)%2+1), one on sub
         let av = get(r, "MPI_Alltoallv");
         let want_from: BTreeMap<u32, u64> = (0..n)
@@ -122,8 +145,14 @@ fn check(np: usize) {
         assert_eq!(barriers, 2);
     }
     // recursive doubling: as many sends as receives overall, all of 24 or 4 bytes
-    assert_eq!(total("MPI_Allreduce", |f| f.sends), total("MPI_Allreduce", |f| f.recvs));
-    assert_eq!(total("MPI_Allreduce", |f| f.sent), total("MPI_Allreduce", |f| f.recvd));
+    assert_eq!(
+        total("MPI_Allreduce", |f| f.sends),
+        total("MPI_Allreduce", |f| f.recvs)
+    );
+    assert_eq!(
+        total("MPI_Allreduce", |f| f.sent),
+        total("MPI_Allreduce", |f| f.recvd)
+    );
     assert_eq!(total("MPI_Reduce", |f| f.recvs), n - 1);
     assert_eq!(total("MPI_Bcast", |f| f.sends), n - 1);
 
@@ -148,11 +177,23 @@ fn check(np: usize) {
         let a2av_char: u64 = (0..n).map(|j| (ru * j) % 2 + 1).sum();
         let want = vec![
             (0, 0, 0),
-            (1, if r == 1 % np { 4000 } else { 0 }, if r == 1 % np { 0 } else { 4000 }),
+            (
+                1,
+                if r == 1 % np { 4000 } else { 0 },
+                if r == 1 % np { 0 } else { 4000 },
+            ),
             (10, 80, if root0 { 80 } else { 0 }),
             (11, 24, 24),
             (2, 20, if root0 { 20 * n } else { 0 }),
-            (3, 4 * (ru + 1), if root0 { (1..=n).map(|i| 4 * i).sum() } else { 0 }),
+            (
+                3,
+                4 * (ru + 1),
+                if root0 {
+                    (1..=n).map(|i| 4 * i).sum()
+                } else {
+                    0
+                },
+            ),
             (4, if root0 { 8 * n } else { 0 }, 8),
             (5, if r == np - 1 { (1..=n).sum() } else { 0 }, ru + 1),
             (6, 4, 4 * n),
@@ -184,7 +225,7 @@ fn check(np: usize) {
     }
 
     // count files: lead world rank 0 (WORLD and its half), lead 1 (the other half)
-    let matrix = |dir: &Path, kind: &str, lead: u32| -> Vec<(u64, u64, Vec<u64>, Vec<Vec<u64>>)> {
+    let matrix = |dir: &Path, kind: &str, lead: u32| -> Vec<Block> {
         let mut rd =
             CompactReader::open(&dir.join(format!("{kind}-counters.job0.rank{lead}.txt"))).unwrap();
         let mut blocks = Vec::new();
@@ -203,8 +244,22 @@ fn check(np: usize) {
     };
     let h0 = n.div_ceil(2);
     let want0 = vec![
-        (n, 4, vec![0, 1], (0..n).map(|i| (0..n).map(|j| (i + j) % 3).collect()).collect()),
-        (n, 1, vec![2], (0..n).map(|i| (0..n).map(|j| (i * j) % 2 + 1).collect()).collect()),
+        (
+            n,
+            4,
+            vec![0, 1],
+            (0..n)
+                .map(|i| (0..n).map(|j| (i + j) % 3).collect())
+                .collect(),
+        ),
+        (
+            n,
+            1,
+            vec![2],
+            (0..n)
+                .map(|i| (0..n).map(|j| (i * j) % 2 + 1).collect())
+                .collect(),
+        ),
         (h0, 4, vec![3], vec![vec![1; h0 as usize]; h0 as usize]),
     ];
     assert_eq!(matrix(&out, "send", 0), want0);
@@ -214,10 +269,13 @@ fn check(np: usize) {
     assert_eq!(matrix(&out, "send", 1), want1);
     // timing files: one value per rank and call
     let mut seen = Vec::new();
-    timings::read_file(&out.join("alltoallv_execution_times.rank0_comm0_job0.md"), |c, r, s| {
-        assert!(s >= 0.0);
-        seen.push((c, r));
-    })
+    timings::read_file(
+        &out.join("alltoallv_execution_times.rank0_comm0_job0.md"),
+        |c, r, s| {
+            assert!(s >= 0.0);
+            seen.push((c, r));
+        },
+    )
     .unwrap();
     let want: Vec<(u64, u64)> = (0..3).flat_map(|c| (0..n).map(move |r| (c, r))).collect();
     assert_eq!(seen, want);

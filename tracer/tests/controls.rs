@@ -176,12 +176,33 @@ fn calipers_and_ignore_next_col() {
     }
     // the model: a caliper boost of 1000 for caliper 2 shrinks the computation; an
     // ignore index of 1 drops the Bcast
-    let base = replay(&out, &input(t.path(), "block_max_calipers 2\ncalipers_boost 1 1\nblock_max_ignore_collective 1\nignore_index 0\n"));
-    let fast = replay(&out, &input(t.path(), "block_max_calipers 2\ncalipers_boost 1 1000\nblock_max_ignore_collective 1\nignore_index 1\n"));
+    let base = replay(
+        &out,
+        &input(
+            t.path(),
+            "block_max_calipers 2\ncalipers_boost 1 1\nblock_max_ignore_collective 1\nignore_index 0\n",
+        ),
+    );
+    let fast = replay(
+        &out,
+        &input(
+            t.path(),
+            "block_max_calipers 2\ncalipers_boost 1 1000\nblock_max_ignore_collective 1\nignore_index 1\n",
+        ),
+    );
     for r in 0..2 {
         let (b, f) = (&base.ranks[r], &fast.ranks[r]);
-        assert!(f.computation_s < b.computation_s, "rank {r}: {} vs {}", f.computation_s, b.computation_s);
+        assert!(
+            f.computation_s < b.computation_s,
+            "rank {r}: {} vs {}",
+            f.computation_s,
+            b.computation_s
+        );
         assert!(b.functions.contains_key("MPI_Bcast"));
-        assert!(!f.functions.contains_key("MPI_Bcast"), "{:?}", f.functions.keys());
+        assert!(
+            !f.functions.contains_key("MPI_Bcast"),
+            "{:?}",
+            f.functions.keys()
+        );
     }
 }

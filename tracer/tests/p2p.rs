@@ -17,7 +17,7 @@ fn expected_kernels(r: usize, n: usize) -> Vec<String> {
         v.push(format!("MPI_Recv irecv {left} {tag} {b}"));
         v.push("MPI_Recv wait".into());
     };
-    if r % 2 == 0 {
+    if r.is_multiple_of(2) {
         send(&mut v, "MPI_Send", 10, 400);
         recv(&mut v, 10, 400);
     } else {
@@ -38,7 +38,7 @@ fn expected_kernels(r: usize, n: usize) -> Vec<String> {
     v.push(format!("MPI_Sendrecv irecv {left} 40 3"));
     v.push("MPI_Sendrecv wait".into());
     v.push("MPI_Sendrecv wait".into());
-    if r % 2 == 0 {
+    if r.is_multiple_of(2) {
         send(&mut v, "MPI_Ssend", 50, 8);
         recv(&mut v, 50, 8);
     } else {
@@ -60,7 +60,11 @@ fn check(np: usize) {
         // as `test 0` and must all come before the successful one
         let fails = got.iter().filter(|k| *k == "MPI_Test test 0").count();
         got.retain(|k| k != "MPI_Test test 0");
-        assert_eq!(got, expected_kernels(r, np), "rank {r} of {np} ({fails} failed tests)");
+        assert_eq!(
+            got,
+            expected_kernels(r, np),
+            "rank {r} of {np} ({fails} failed tests)"
+        );
     }
     // Dimemas: the same messages, as Send/Isend/Recv/Irecv/Wait records
     let dim = common::dimemas(&out.join("trace.dim"));
@@ -71,7 +75,11 @@ fn check(np: usize) {
             .iter()
             .filter_map(|x| match x {
                 DimRecord::Send {
-                    dst, size, tag, sync, ..
+                    dst,
+                    size,
+                    tag,
+                    sync,
+                    ..
                 } => Some((*dst, *size, *tag, *sync)),
                 _ => None,
             })
@@ -93,7 +101,11 @@ fn check(np: usize) {
             .iter()
             .filter_map(|x| match x {
                 DimRecord::Recv {
-                    src, size, tag, kind, ..
+                    src,
+                    size,
+                    tag,
+                    kind,
+                    ..
                 } => Some((*src, *size, *tag, *kind)),
                 _ => None,
             })

@@ -46,9 +46,7 @@ pub fn build(name: &str, dir: &Path) -> PathBuf {
             }
         }
     }
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{cc}: {e}"));
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cc}: {e}"));
     assert!(
         out.status.success(),
         "{cc} {}: {}",
