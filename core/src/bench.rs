@@ -214,6 +214,7 @@ pub const BUILTINS: &[&str] = &[
     "np",
     "agent",
     "self_exe",
+    "tracer_lib",
 ];
 
 fn is_ident(s: &str) -> bool {
