@@ -486,6 +486,20 @@ async fn read_tail(path: &Path) -> String {
     String::from_utf8_lossy(&buf).into_owned()
 }
 
+/// The benchlake tracer library for `traced` benchmarks (docs/tracer.md):
+/// `$BENCHLAKE_TRACER_LIB`, else `libbenchlake_tracer.so` next to the agent's
+/// executable (where the build puts it).
+fn tracer_lib() -> String {
+    if let Some(p) = std::env::var_os("BENCHLAKE_TRACER_LIB").filter(|p| !p.is_empty()) {
+        return p.to_string_lossy().into_owned();
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join("libbenchlake_tracer.so")))
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "libbenchlake_tracer.so".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -610,18 +624,4 @@ default = "1"
                 .contains("not in this agent's catalog")
         );
     }
-}
-
-/// The benchlake tracer library for `traced` benchmarks (docs/tracer.md):
-/// `$BENCHLAKE_TRACER_LIB`, else `libbenchlake_tracer.so` next to the agent's
-/// executable (where the build puts it).
-fn tracer_lib() -> String {
-    if let Some(p) = std::env::var_os("BENCHLAKE_TRACER_LIB").filter(|p| !p.is_empty()) {
-        return p.to_string_lossy().into_owned();
-    }
-    std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(|d| d.join("libbenchlake_tracer.so")))
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|| "libbenchlake_tracer.so".into())
 }
