@@ -10,8 +10,8 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 VENV="${BENCHLAKE_VENV:-$HOME/.cache/benchlake-venv}"
 
 echo "== system packages"
-# Open MPI for the mpirun launcher tests.
-if ! command -v mpirun >/dev/null 2>&1; then
+# Open MPI for the mpirun launcher tests and the tracer (mpicc, mpi.h: libopenmpi-dev).
+if ! command -v mpirun >/dev/null 2>&1 || ! command -v mpicc >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev >/dev/null
   else

@@ -158,6 +158,7 @@ pub fn build_argv(
         ("run_id", t.run_id.clone()),
         ("task_id", t.task_id.clone()),
         ("agent", cfg.name.clone()),
+        ("tracer_lib", tracer_lib()),
         ("self_exe", self_exe),
         ("addresses", peer_addresses(t)),
     ]
@@ -512,6 +513,20 @@ async fn read_tail(path: &Path) -> String {
     String::from_utf8_lossy(&buf).into_owned()
 }
 
+/// The benchlake tracer library for `traced` benchmarks (docs/tracer.md):
+/// `$BENCHLAKE_TRACER_LIB`, else `libbenchlake_tracer.so` next to the agent's
+/// executable (where the build puts it).
+fn tracer_lib() -> String {
+    if let Some(p) = std::env::var_os("BENCHLAKE_TRACER_LIB").filter(|p| !p.is_empty()) {
+        return p.to_string_lossy().into_owned();
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join("libbenchlake_tracer.so")))
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "libbenchlake_tracer.so".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -551,6 +566,34 @@ mod tests {
             ],
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn traced_runs_the_application_under_the_tracer_through_mpirun() {
+        let mut cfg = AgentConfig::new("127.0.0.1:1", "/tmp/x").unwrap();
+        cfg.catalog = crate::builtin_catalog().unwrap();
+        cfg.mpirun = vec!["mpirun".into(), "--oversubscribe".into()];
+        let mut t = task(pb::Launcher::Mpirun, &[("app", "/apps/ring"), ("np", "4")]);
+        t.benchmark = "traced".into();
+        let (argv, _) = build_argv(&cfg, &t, Path::new("/o")).unwrap();
+        let lib = super::tracer_lib();
+        assert!(lib.ends_with("libbenchlake_tracer.so"));
+        assert_eq!(
+            argv,
+            [
+                "mpirun".to_string(),
+                "--oversubscribe".into(),
+                "-np".into(),
+                "4".into(),
+                "--host".into(),
+                "n1:2,n2:2".into(),
+                "-x".into(),
+                format!("LD_PRELOAD={lib}"),
+                "-x".into(),
+                "BENCHLAKE_TRACE_DIR=/o".into(),
+                "/apps/ring".into(),
+            ]
+        );
     }
 
     #[test]

@@ -241,6 +241,7 @@ pub const BUILTINS: &[&str] = &[
     // Comma-separated advertised addresses of the run's agents, in rank order
     // (netprobe's rendezvous: rank 0's is where the others find it).
     "addresses",
+    "tracer_lib",
 ];
 
 fn is_ident(s: &str) -> bool {
