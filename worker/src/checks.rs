@@ -43,6 +43,8 @@ pub fn follow_up(spec: &IngestSpec, info: &IngestRunInfo, ingest_job_id: &str) -
         Ok(v) => vec![FollowUp {
             kind: CHECKS_JOB.to_string(),
             spec: v,
+            group: None,
+            wait_for: None,
         }],
         Err(_) => Vec::new(),
     }
