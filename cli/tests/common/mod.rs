@@ -133,34 +133,8 @@ impl Cluster {
     }
 
     pub async fn add_agent(&mut self, name: &str, token: Option<&str>) {
-        let mut cfg =
-            benchlake_agent::AgentConfig::new(&self.addr, self.dir.path().join("work").join(name))
-                .unwrap();
-        cfg.name = name.to_string();
-        cfg.token = token.map(String::from);
-        cfg.catalog = benchlake_core::bench::Catalog::from_toml(&catalog(&bin())).unwrap();
-        cfg.poll_interval = Duration::from_millis(30);
-        let (tx, rx) = watch::channel(false);
-        tokio::spawn(async move {
-            if let Err(e) = benchlake_agent::run(cfg, rx).await {
-                eprintln!("agent ended: {e}");
-            }
-        });
-        self.agents.insert(name.to_string(), tx);
-        // Wait for registration.
-        for _ in 0..200 {
-            let listed = self
-                .cluster()
-                .list_agents(pb::ListAgentsRequest {})
-                .await
-                .map(|r| r.into_inner().agents.iter().any(|a| a.name == name))
-                .unwrap_or(false);
-            if listed {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("agent {name} did not register");
+        let token = token.map(String::from);
+        self.add_agent_with(name, |cfg| cfg.token = token).await;
     }
 
     /// An agent with its own catalog (TOML) instead of [`catalog`].
@@ -207,24 +181,7 @@ impl Cluster {
 
     /// A worker offering only `executors`.
     pub fn add_worker_with(&mut self, name: &str, executors: benchlake_worker::Executors) {
-        let cfg = benchlake_worker::WorkerConfig {
-            coordinator: self.addr.clone(),
-            token: None,
-            name: name.to_string(),
-            store: StoreConfig {
-                url: self.lake_dir().display().to_string(),
-                ..Default::default()
-            },
-            concurrency: 1,
-            scratch_dir: self.dir.path().join("scratch"),
-            lease_wait: Duration::from_millis(200),
-            commit_delay: Duration::ZERO,
-        };
-        let (tx, rx) = watch::channel(false);
-        tokio::spawn(async move {
-            let _ = benchlake_worker::run(cfg, executors, rx).await;
-        });
-        self.workers.push(tx);
+        self.spawn_worker(name, None, executors);
     }
 
     /// Stops every worker started so far.
@@ -241,6 +198,15 @@ impl Cluster {
     }
 
     pub fn add_worker(&mut self, name: &str, token: Option<&str>) {
+        self.spawn_worker(name, token, benchlake_worker::Executors::builtin());
+    }
+
+    fn spawn_worker(
+        &mut self,
+        name: &str,
+        token: Option<&str>,
+        executors: benchlake_worker::Executors,
+    ) {
         let cfg = benchlake_worker::WorkerConfig {
             coordinator: self.addr.clone(),
             token: token.map(String::from),
@@ -256,7 +222,7 @@ impl Cluster {
         };
         let (tx, rx) = watch::channel(false);
         tokio::spawn(async move {
-            let _ = benchlake_worker::run(cfg, benchlake_worker::Executors::builtin(), rx).await;
+            let _ = benchlake_worker::run(cfg, executors, rx).await;
         });
         self.workers.push(tx);
     }
