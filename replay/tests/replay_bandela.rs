@@ -331,6 +331,13 @@ fn ignore_next_collective_skips_its_kernels() {
     let (_d, dir, p) = setup_with(&ranks, "block_max_ignore_collective 1\nignore_index 0\n");
     let r = run(&dir, &p);
     assert_eq!(r.ranks[1].bytes_received, 400000);
+    // The marker acts once: a second Bcast after a computation burst is replayed.
+    let twice = [
+        "M ignore_next_col 1\nK 0 MPI_Bcast isend 1 1 -3 400000 1 0\nK 1 MPI_Bcast wait 1\nC 0.001\nK 2 MPI_Bcast isend 1 1 -3 1000 2 0\nK 3 MPI_Bcast wait 2\n",
+        "M ignore_next_col 1\nK 0 MPI_Bcast irecv 0 1 -3 400000 1 0\nK 1 MPI_Bcast wait 1\nC 0.001\nK 2 MPI_Bcast irecv 0 1 -3 1000 2 0\nK 3 MPI_Bcast wait 2\n",
+    ];
+    let (_d, dir, p) = setup_with(&twice, "block_max_ignore_collective 1\nignore_index 1\n");
+    assert_eq!(run(&dir, &p).ranks[1].bytes_received, 1000);
     // A marker not followed by a collective stops the model with ignore_safely N.
     let bad = [
         "M ignore_next_col 1\nK 0 MPI_Send isend 1 1 1 8 1 0\nK 1 MPI_Send wait 1\n",

@@ -472,6 +472,12 @@ impl Model<'_, '_> {
                 }
             },
         };
+        // The skipped collective's kernels are contiguous: any other record (a
+        // computation burst between two calls, a marker) ends the skipped call, so
+        // a second call of the same collective right after it is replayed.
+        if !matches!(rec, BRecord::Kernel { .. }) {
+            r.ignoring = None;
+        }
         match rec {
             BRecord::Compute { seconds, caliper } => {
                 let idx = caliper.or(r.calipers.last().copied());
