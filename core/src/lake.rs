@@ -25,6 +25,9 @@ use crate::catalog;
 use crate::error::{Error, Result};
 use crate::layout;
 
+mod chunks;
+use chunks::{ConstantCache, NumericScratch, constant_chunk, numeric_chunk};
+
 /// Rows for one table produced by a reader or an executor.
 #[derive(Debug, Clone)]
 pub struct TableOutput {
@@ -410,16 +413,28 @@ pub fn bulk_writer_properties(schema: &arrow::datatypes::Schema) -> WriterProper
 /// [`writer_properties`]. The files carry the Arrow schema, so arrow-rs reads
 /// back the catalog types.
 pub fn encode_parquet(table: &str, batches: &[RecordBatch]) -> Result<Bytes> {
-    use parquet::arrow::arrow_writer::{ArrowRowGroupWriterFactory, compute_leaves};
-    use parquet::arrow::{ArrowSchemaConverter, add_encoded_arrow_schema_to_metadata};
-    use parquet::file::writer::SerializedFileWriter;
-
     let schema = catalog::schema(table)?;
     for b in batches {
         check_schema(table, &b.schema())?;
     }
     let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-    let mut props = if rows >= BULK_ROWS {
+    encode_with_schema(schema, batches, rows >= BULK_ROWS, chunks::PAGE_VALUES)
+}
+
+/// [`encode_parquet`] for a schema already checked; `bulk` selects the large
+/// table path (bulk properties, hand-written numeric chunks of `page_values`
+/// values per page).
+fn encode_with_schema(
+    schema: SchemaRef,
+    batches: &[RecordBatch],
+    bulk: bool,
+    page_values: usize,
+) -> Result<Bytes> {
+    use parquet::arrow::arrow_writer::{ArrowRowGroupWriterFactory, compute_leaves};
+    use parquet::arrow::{ArrowSchemaConverter, add_encoded_arrow_schema_to_metadata};
+    use parquet::file::writer::SerializedFileWriter;
+
+    let mut props = if bulk {
         bulk_writer_properties(&schema)
     } else {
         writer_properties()
@@ -433,6 +448,7 @@ pub fn encode_parquet(table: &str, batches: &[RecordBatch]) -> Result<Bytes> {
         SerializedFileWriter::new(&mut buf, parquet_schema.root_schema_ptr(), Arc::new(props))?;
     let factory = ArrowRowGroupWriterFactory::new(&file, schema.clone());
     let mut cache = ConstantCache::default();
+    let mut scratch = NumericScratch::new(page_values);
 
     // Cut the batches into row groups of ROW_GROUP_ROWS rows.
     let mut groups: Vec<Vec<RecordBatch>> = Vec::new();
@@ -463,7 +479,14 @@ pub fn encode_parquet(table: &str, batches: &[RecordBatch]) -> Result<Bytes> {
             let cols: Vec<&arrow::array::ArrayRef> = group.iter().map(|b| b.column(i)).collect();
             let descr = parquet_schema.column(i);
             if let Some(value) = cache.constant(&cols)
-                && let Some((data, close)) = constant_chunk(descr, &value, group_rows)?
+                && let Some((data, close)) = constant_chunk(descr.clone(), &value, group_rows)?
+            {
+                rg.append_column(&data, close)?;
+                continue;
+            }
+            if bulk
+                && let Some((data, close)) =
+                    numeric_chunk(descr.clone(), &cols, group_rows, &mut scratch)?
             {
                 rg.append_column(&data, close)?;
                 continue;
@@ -479,234 +502,6 @@ pub fn encode_parquet(table: &str, batches: &[RecordBatch]) -> Result<Bytes> {
     }
     file.close()?;
     Ok(Bytes::from(buf))
-}
-
-/// The single value of a constant column.
-#[derive(Debug, Clone, PartialEq)]
-enum ConstValue {
-    Utf8(Vec<u8>),
-    Int32(i32),
-    Int64(i64),
-}
-
-/// Remembers string buffers already proven constant: the constant columns of
-/// large tables are slices of one repeated array, so the byte comparison runs
-/// once per buffer and not once per row group.
-#[derive(Default)]
-struct ConstantCache {
-    /// (values buffer address, offsets address, rows verified, value)
-    verified: Vec<(usize, usize, usize, Vec<u8>)>,
-}
-
-impl ConstantCache {
-    /// The value when every array holds the same single non-null value.
-    fn constant(&mut self, cols: &[&arrow::array::ArrayRef]) -> Option<ConstValue> {
-        let mut value: Option<ConstValue> = None;
-        for c in cols {
-            if c.is_empty() {
-                continue;
-            }
-            if c.null_count() > 0 {
-                return None;
-            }
-            let v = self.constant_one(c)?;
-            match &value {
-                Some(prev) if *prev != v => return None,
-                _ => value = Some(v),
-            }
-        }
-        value
-    }
-
-    fn constant_one(&mut self, c: &arrow::array::ArrayRef) -> Option<ConstValue> {
-        use arrow::array::AsArray;
-        use arrow::datatypes::{DataType, Int32Type, Int64Type};
-        match c.data_type() {
-            DataType::Int32 => {
-                let v = c.as_primitive::<Int32Type>().values();
-                let first = *v.first()?;
-                all_equal(v, first).then_some(ConstValue::Int32(first))
-            }
-            DataType::Int64 => {
-                let v = c.as_primitive::<Int64Type>().values();
-                let first = *v.first()?;
-                all_equal(v, first).then_some(ConstValue::Int64(first))
-            }
-            DataType::Utf8 => {
-                let s = c.as_string::<i32>();
-                let offsets = s.value_offsets();
-                let values = s.values().as_slice();
-                let rows = arrow::array::Array::len(s);
-                let key = (values.as_ptr() as usize, offsets.as_ptr() as usize);
-                for (vp, op, n, val) in &self.verified {
-                    if (*vp, *op) == key && rows <= *n {
-                        return Some(ConstValue::Utf8(val.clone()));
-                    }
-                }
-                let (o0, o1) = (*offsets.first()?, *offsets.get(1)?);
-                let w = o1.checked_sub(o0)?;
-                // Every value has the same length...
-                let same_len = offsets
-                    .windows(2)
-                    .fold(true, |ok, p| ok & (p[1].wrapping_sub(p[0]) == w));
-                if !same_len {
-                    return None;
-                }
-                let start = usize::try_from(o0).ok()?;
-                let end = usize::try_from(*offsets.last()?).ok()?;
-                let bytes = values.get(start..end)?;
-                let w = usize::try_from(w).ok()?;
-                // ... and the bytes repeat with period w.
-                if w > 0 && bytes.get(w..)? != bytes.get(..bytes.len() - w)? {
-                    return None;
-                }
-                let val = bytes.get(..w)?.to_vec();
-                self.verified.push((key.0, key.1, rows, val.clone()));
-                Some(ConstValue::Utf8(val))
-            }
-            _ => None,
-        }
-    }
-}
-
-/// True when every element equals `first` (branch-free inner loop, early exit
-/// per block so non-constant columns cost little).
-fn all_equal<T: Copy + PartialEq>(v: &[T], first: T) -> bool {
-    v.chunks(4096)
-        .all(|c| c.iter().fold(true, |ok, x| ok & (*x == first)))
-}
-
-/// ULEB128 varint.
-fn push_varint(out: &mut Vec<u8>, mut v: u64) {
-    loop {
-        let b = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
-
-/// A column chunk of `rows` copies of `value`: a PLAIN dictionary page with the
-/// value and one v1 data page whose dictionary indices (and, for a nullable
-/// column, definition levels) are a single RLE run. Uncompressed: it is a few
-/// dozen bytes. `None` for columns this does not cover (nested or repeated).
-fn constant_chunk(
-    descr: parquet::schema::types::ColumnDescPtr,
-    value: &ConstValue,
-    rows: usize,
-) -> Result<Option<(Bytes, parquet::column::writer::ColumnCloseResult)>> {
-    use parquet::basic::{Encoding, Type as PhysicalType};
-    use parquet::column::page::{CompressedPage, Page, PageWriter};
-    use parquet::column::writer::ColumnCloseResult;
-    use parquet::data_type::ByteArray;
-    use parquet::file::metadata::ColumnChunkMetaData;
-    use parquet::file::page_index::offset_index::{OffsetIndexMetaData, PageLocation};
-    use parquet::file::statistics::{Statistics, ValueStatistics};
-    use parquet::file::writer::{SerializedPageWriter, TrackedWrite};
-
-    if descr.max_rep_level() != 0 || descr.max_def_level() > 1 || rows == 0 {
-        return Ok(None);
-    }
-    let (dict, stats) = match (value, descr.physical_type()) {
-        (ConstValue::Utf8(b), PhysicalType::BYTE_ARRAY) => {
-            let mut d = (b.len() as u32).to_le_bytes().to_vec();
-            d.extend_from_slice(b);
-            let v = ByteArray::from(b.clone());
-            let s = ValueStatistics::new(Some(v.clone()), Some(v), None, Some(0), false);
-            (d, Statistics::ByteArray(s))
-        }
-        (ConstValue::Int32(v), PhysicalType::INT32) => (
-            v.to_le_bytes().to_vec(),
-            Statistics::int32(Some(*v), Some(*v), None, Some(0), false),
-        ),
-        (ConstValue::Int64(v), PhysicalType::INT64) => (
-            v.to_le_bytes().to_vec(),
-            Statistics::int64(Some(*v), Some(*v), None, Some(0), false),
-        ),
-        _ => return Ok(None),
-    };
-    let run = (rows as u64) << 1;
-    let mut data = Vec::with_capacity(32);
-    if descr.max_def_level() == 1 {
-        // Definition levels (v1 page): u32 length, then an RLE run of 1s (bit width 1).
-        let mut levels = Vec::new();
-        push_varint(&mut levels, run);
-        levels.push(1);
-        data.extend_from_slice(&(levels.len() as u32).to_le_bytes());
-        data.extend_from_slice(&levels);
-    }
-    // Dictionary indices: bit width 1, an RLE run of index 0.
-    data.push(1);
-    push_varint(&mut data, run);
-    data.push(0);
-
-    let mut sink = TrackedWrite::new(Vec::with_capacity(128));
-    let (dict_spec, data_spec) = {
-        let mut pages = SerializedPageWriter::new(&mut sink);
-        let dict_len = dict.len();
-        let dict_spec = pages.write_page(CompressedPage::new(
-            Page::DictionaryPage {
-                buf: Bytes::from(dict),
-                num_values: 1,
-                encoding: Encoding::PLAIN,
-                is_sorted: true,
-            },
-            dict_len,
-        ))?;
-        let data_len = data.len();
-        let data_spec = pages.write_page(CompressedPage::new(
-            Page::DataPage {
-                buf: Bytes::from(data),
-                num_values: u32::try_from(rows)
-                    .map_err(|_| Error::Config(format!("{rows} rows in one row group")))?,
-                encoding: Encoding::RLE_DICTIONARY,
-                def_level_encoding: Encoding::RLE,
-                rep_level_encoding: Encoding::RLE,
-                statistics: None,
-            },
-            data_len,
-        ))?;
-        (dict_spec, data_spec)
-    };
-    let bytes = sink.into_inner()?;
-    let total = bytes.len() as i64;
-    let uncompressed = (dict_spec.uncompressed_size + data_spec.uncompressed_size) as i64;
-    let metadata = ColumnChunkMetaData::builder(descr)
-        .set_compression_codec(Compression::UNCOMPRESSED.into())
-        .set_encodings(vec![
-            Encoding::PLAIN,
-            Encoding::RLE,
-            Encoding::RLE_DICTIONARY,
-        ])
-        .set_num_values(rows as i64)
-        .set_total_compressed_size(total)
-        .set_total_uncompressed_size(uncompressed)
-        .set_dictionary_page_offset(Some(dict_spec.offset as i64))
-        .set_data_page_offset(data_spec.offset as i64)
-        .set_statistics(stats)
-        .build()?;
-    let offset_index = OffsetIndexMetaData {
-        page_locations: vec![PageLocation {
-            offset: data_spec.offset as i64,
-            compressed_page_size: data_spec.compressed_size as i32,
-            first_row_index: 0,
-        }],
-        unencoded_byte_array_data_bytes: None,
-    };
-    Ok(Some((
-        Bytes::from(bytes),
-        ColumnCloseResult {
-            bytes_written: total as u64,
-            rows_written: rows as u64,
-            metadata,
-            bloom_filter: None,
-            column_index: None,
-            offset_index: Some(offset_index),
-        },
-    )))
 }
 
 /// SHA-256 of bytes, lower-case hex.
@@ -843,6 +638,196 @@ mod tests {
         assert_eq!(back, vec![b]);
         let empty = encode_parquet("linktest_ranks", &[]).unwrap();
         assert!(read_back(empty).is_empty());
+    }
+
+    /// Int32, Int64 and Float64 columns, required and optional (without nulls),
+    /// through the hand-written numeric chunks.
+    fn numeric_batch(i32s: Vec<i32>, i64s: Vec<i64>, f64s: Vec<f64>) -> RecordBatch {
+        use arrow::array::Int64Array;
+        use arrow::datatypes::{DataType, Field, Schema};
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int32, false),
+            Field::new("b", DataType::Int64, true),
+            Field::new("c", DataType::Float64, false),
+            Field::new("d", DataType::Float64, true),
+            Field::new("e", DataType::Int32, true),
+        ]));
+        let e: Vec<i32> = i32s.iter().rev().copied().collect();
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int32Array::from(i32s)),
+                Arc::new(Int64Array::from(i64s)),
+                Arc::new(Float64Array::from(f64s.clone())),
+                Arc::new(Float64Array::from(
+                    f64s.into_iter().rev().collect::<Vec<_>>(),
+                )),
+                Arc::new(Int32Array::from(e)),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// Encodes `b` (split into batches at `cuts`) on the bulk path with
+    /// `page_values` values per page, reads it back with arrow-rs and checks
+    /// values (floats bit for bit) and chunk statistics.
+    fn numeric_round_trip(b: &RecordBatch, cuts: &[usize], page_values: usize) {
+        use arrow::array::AsArray;
+        use arrow::datatypes::{Float64Type, Int32Type, Int64Type};
+        use parquet::file::statistics::Statistics;
+        let mut batches = Vec::new();
+        let mut at = 0;
+        for c in cuts.iter().copied().chain([b.num_rows()]) {
+            let c = c.clamp(at, b.num_rows());
+            batches.push(b.slice(at, c - at));
+            at = c;
+        }
+        let data = encode_with_schema(b.schema(), &batches, true, page_values).unwrap();
+        let reader =
+            parquet::file::serialized_reader::SerializedFileReader::new(data.clone()).unwrap();
+        let meta = parquet::file::reader::FileReader::metadata(&reader).clone();
+        let back = read_back(data);
+        let got = arrow::compute::concat_batches(&b.schema(), &back).unwrap();
+        assert_eq!(got.num_rows(), b.num_rows());
+        for col in [0, 4] {
+            assert_eq!(
+                got.column(col).as_primitive::<Int32Type>().values(),
+                b.column(col).as_primitive::<Int32Type>().values(),
+                "column {col}"
+            );
+        }
+        assert_eq!(
+            got.column(1).as_primitive::<Int64Type>().values(),
+            b.column(1).as_primitive::<Int64Type>().values()
+        );
+        for col in [2, 3] {
+            let bits = |a: &arrow::array::ArrayRef| -> Vec<u64> {
+                a.as_primitive::<Float64Type>()
+                    .values()
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect()
+            };
+            assert_eq!(bits(got.column(col)), bits(b.column(col)), "column {col}");
+        }
+        if b.num_rows() == 0 {
+            return;
+        }
+        let rg = meta.row_group(0);
+        // Every non-constant column chunk is the hand-written numeric one (no
+        // dictionary page; constant integer chunks are a one-entry dictionary).
+        for (i, c) in rg.columns().iter().enumerate() {
+            let col = b.column(i);
+            let constant = col.data_type().is_integer()
+                && (1..col.len()).all(|r| {
+                    arrow::array::make_comparator(col, col, Default::default()).unwrap()(0, r)
+                        .is_eq()
+                });
+            assert_eq!(
+                c.dictionary_page_offset().is_some(),
+                constant,
+                "{:?}",
+                c.column_path()
+            );
+        }
+        let a = b.column(0).as_primitive::<Int32Type>().values();
+        match rg.column(0).statistics() {
+            Some(Statistics::Int32(s)) => {
+                assert_eq!(s.min_opt(), a.iter().min());
+                assert_eq!(s.max_opt(), a.iter().max());
+                assert_eq!(s.null_count_opt(), Some(0));
+            }
+            other => panic!("statistics of a: {other:?}"),
+        }
+        let c = b.column(2).as_primitive::<Float64Type>().values();
+        let finite: Vec<f64> = c.iter().copied().filter(|v| !v.is_nan()).collect();
+        match rg.column(2).statistics() {
+            Some(Statistics::Double(s)) if finite.is_empty() => {
+                assert_eq!(s.min_opt(), None);
+            }
+            Some(Statistics::Double(s)) => {
+                let lo = finite.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                assert_eq!(s.min_opt().copied(), Some(lo));
+                assert_eq!(s.max_opt().copied(), Some(hi));
+            }
+            other => panic!("statistics of c: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn numeric_chunks_read_back_on_linktest_shapes() {
+        // Runs, ascending sequences with a gap and a wrap, f32-widened times;
+        // pages of 1,000 values so blocks, miniblocks and pages end unevenly.
+        let n = 4095 * 7 + 13;
+        let from: Vec<i32> = (0..n).map(|i| (i / 4095) as i32).collect();
+        let to: Vec<i64> = (0..n)
+            .map(|i| (i % 4095) as i64 + i64::from(i % 4095 >= 3))
+            .collect();
+        let t: Vec<f64> = (0..n)
+            .map(|i| f64::from((i as f32) * 1e-9 + 2e-6))
+            .collect();
+        let b = numeric_batch(from, to, t);
+        numeric_round_trip(&b, &[100, 5000, 5001], 1000);
+        numeric_round_trip(&b, &[], chunks::PAGE_VALUES);
+    }
+
+    #[test]
+    fn numeric_chunks_handle_extremes() {
+        let i32s = vec![i32::MIN, i32::MAX, 0, -1, i32::MAX, i32::MIN, 1, 1, 1];
+        let i64s = vec![i64::MIN, i64::MAX, 0, -1, i64::MAX, i64::MIN, 1, 1, 1];
+        let f64s = vec![
+            f64::NAN,
+            -0.0,
+            0.0,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::MIN_POSITIVE,
+            f64::MAX,
+            -f64::MAX,
+            1.5,
+        ];
+        let b = numeric_batch(i32s, i64s, f64s);
+        for page in [1, 2, 5, 100] {
+            numeric_round_trip(&b, &[3], page);
+        }
+        // A zero maximum is written as +0.0, a zero minimum as -0.0.
+        let b = numeric_batch(vec![0; 3], vec![0; 3], vec![0.0, -0.0, 0.0]);
+        numeric_round_trip(&b, &[], 100);
+        // Only NaNs: no min/max.
+        let b = numeric_batch(vec![0; 2], vec![0; 2], vec![f64::NAN; 2]);
+        numeric_round_trip(&b, &[], 100);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        #[test]
+        fn numeric_chunks_round_trip(
+            rows in proptest::collection::vec(
+                (proptest::prelude::any::<i32>(), proptest::prelude::any::<i64>(),
+                 proptest::prelude::any::<f64>(), 0u8..4),
+                1..700,
+            ),
+            cut in 0usize..700,
+            page in 1usize..300,
+        ) {
+            // Mix full-range values with runs and small steps (bit widths 0..64).
+            let mut prev = (0i32, 0i64);
+            let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+            for (x, y, z, mode) in rows {
+                let v = match mode {
+                    0 => (x, y),
+                    1 => prev,
+                    2 => (prev.0.wrapping_add(x % 5), prev.1.wrapping_add(y % 1000)),
+                    _ => (x >> 20, y >> 40),
+                };
+                prev = v;
+                a.push(v.0);
+                b.push(v.1);
+                c.push(z);
+            }
+            numeric_round_trip(&numeric_batch(a, b, c), &[cut], page);
+        }
     }
 
     #[test]
