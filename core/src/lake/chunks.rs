@@ -375,7 +375,8 @@ pub(super) fn numeric_chunk(
                 .iter()
                 .map(|c| c.as_primitive::<Int32Type>().values().as_ref())
                 .collect();
-            let Some((pages, min, max)) = delta_pages::<i32>(&parts, optional, scratch.page_values)
+            let Some((pages, min, max)) =
+                delta_pages::<i32>(&parts, optional, scratch.page_values)?
             else {
                 return Ok(None);
             };
@@ -387,7 +388,8 @@ pub(super) fn numeric_chunk(
                 .iter()
                 .map(|c| c.as_primitive::<Int64Type>().values().as_ref())
                 .collect();
-            let Some((pages, min, max)) = delta_pages::<i64>(&parts, optional, scratch.page_values)
+            let Some((pages, min, max)) =
+                delta_pages::<i64>(&parts, optional, scratch.page_values)?
             else {
                 return Ok(None);
             };
@@ -423,23 +425,24 @@ fn integer_chunk(
 /// Integer types written with `DELTA_BINARY_PACKED`. Deltas wrap in the
 /// column's own width, as parquet-mr computes them, so every decoder that adds
 /// modulo 2^32 or 2^64 and truncates gets the values back.
-trait DeltaInt: Copy + Ord {
+trait DeltaInt: Copy + Ord + Default {
+    /// Sign-extended value (the zigzag-encoded first value and min delta).
     fn to_i64(self) -> i64;
-    /// `self - prev` wrapped to the type's width, sign-extended.
-    fn delta(self, prev: Self) -> i64;
-    /// `delta - min` wrapped to the type's width, as an unsigned value.
-    fn offset(delta: i64, min: i64) -> u64;
+    /// `self - other`, wrapping in the type's width.
+    fn wsub(self, other: Self) -> Self;
+    /// The bits of the value as an unsigned number of the type's width.
+    fn unsigned(self) -> u64;
 }
 
 impl DeltaInt for i32 {
     fn to_i64(self) -> i64 {
         i64::from(self)
     }
-    fn delta(self, prev: Self) -> i64 {
-        i64::from(self.wrapping_sub(prev))
+    fn wsub(self, other: Self) -> Self {
+        self.wrapping_sub(other)
     }
-    fn offset(delta: i64, min: i64) -> u64 {
-        u64::from((delta as i32).wrapping_sub(min as i32) as u32)
+    fn unsigned(self) -> u64 {
+        u64::from(self as u32)
     }
 }
 
@@ -447,136 +450,138 @@ impl DeltaInt for i64 {
     fn to_i64(self) -> i64 {
         self
     }
-    fn delta(self, prev: Self) -> i64 {
-        self.wrapping_sub(prev)
+    fn wsub(self, other: Self) -> Self {
+        self.wrapping_sub(other)
     }
-    fn offset(delta: i64, min: i64) -> u64 {
-        delta.wrapping_sub(min) as u64
+    fn unsigned(self) -> u64 {
+        self as u64
     }
+}
+
+/// Calls `f` with consecutive runs of at most `per_page` values of the
+/// concatenation of `parts`, each run as a list of sub-slices (a page may
+/// straddle the batches of a row group).
+fn for_each_page<'a, T>(
+    parts: &[&'a [T]],
+    per_page: usize,
+    mut f: impl FnMut(&[&'a [T]], usize) -> Result<()>,
+) -> Result<()> {
+    let mut page: Vec<&'a [T]> = Vec::new();
+    let mut filled = 0;
+    for part in parts {
+        let mut rest: &'a [T] = part;
+        while !rest.is_empty() {
+            let take = (per_page - filled).min(rest.len());
+            let (head, tail) = rest.split_at(take);
+            page.push(head);
+            filled += take;
+            rest = tail;
+            if filled == per_page {
+                f(&page, filled)?;
+                page.clear();
+                filled = 0;
+            }
+        }
+    }
+    if filled > 0 {
+        f(&page, filled)?;
+    }
+    Ok(())
 }
 
 /// Encodes the concatenation of `parts` as `DELTA_BINARY_PACKED` pages of at
-/// most [`PAGE_VALUES`] values; returns the pages and the minimum and maximum
+/// most `per_page` values; returns the pages and the minimum and maximum
 /// (`None` when there are no values).
-fn delta_pages<T: DeltaInt + Default>(
+fn delta_pages<T: DeltaInt>(
     parts: &[&[T]],
     optional: bool,
     per_page: usize,
-) -> Option<(Vec<DataPage>, T, T)> {
-    let values = parts.iter().flat_map(|p| p.iter().copied());
+) -> Result<Option<(Vec<DataPage>, T, T)>> {
     let total: usize = parts.iter().map(|p| p.len()).sum();
+    let Some(first) = parts.iter().find_map(|p| p.first().copied()) else {
+        return Ok(None);
+    };
+    let (mut lo, mut hi) = (first, first);
     let mut pages = Vec::with_capacity(total.div_ceil(per_page));
-    let mut min_max: Option<(T, T)> = None;
-    let mut page = DeltaPage::<T>::new(optional, total.min(per_page));
-    for v in values {
-        min_max = Some(match min_max {
-            None => (v, v),
-            Some((lo, hi)) => (lo.min(v), hi.max(v)),
-        });
-        page.push(v);
-        if page.count == per_page {
-            let left = total - (pages.len() + 1) * per_page;
-            let next = DeltaPage::new(optional, left.min(per_page));
-            pages.push(std::mem::replace(&mut page, next).finish());
+    let mut values: Vec<T> = Vec::with_capacity(total.min(per_page));
+    for_each_page(parts, per_page, |page, _| {
+        values.clear();
+        for s in page {
+            values.extend_from_slice(s);
+            lo = s.iter().copied().fold(lo, T::min);
+            hi = s.iter().copied().fold(hi, T::max);
         }
-    }
-    if page.count > 0 {
-        pages.push(page.finish());
-    }
-    min_max.map(|(lo, hi)| (pages, lo, hi))
+        pages.push(delta_page(&values, optional));
+        Ok(())
+    })?;
+    Ok(Some((pages, lo, hi)))
 }
 
-/// One `DELTA_BINARY_PACKED` page being filled.
-struct DeltaPage<T: DeltaInt> {
-    /// Page body after the header: the blocks.
-    blocks: Vec<u8>,
-    optional: bool,
-    first: Option<T>,
-    prev: T,
-    /// Deltas of the block being filled.
-    deltas: [i64; BLOCK],
-    pending: usize,
-    count: usize,
-}
-
-impl<T: DeltaInt + Default> DeltaPage<T> {
-    fn new(optional: bool, expect: usize) -> Self {
-        Self {
-            // Runs and ascending sequences take a few bytes per block; this is
-            // only a first guess for the capacity.
-            blocks: Vec::with_capacity(expect / 8 + 64),
-            optional,
-            first: None,
-            prev: T::default(),
-            deltas: [0; BLOCK],
-            pending: 0,
-            count: 0,
-        }
+/// One `DELTA_BINARY_PACKED` page of `values` (not empty): header (block size,
+/// miniblocks per block, value count, first value), then per block of 128
+/// deltas the minimum delta, the four miniblock bit widths and the miniblocks
+/// that hold deltas (padded to 32 values).
+fn delta_page<T: DeltaInt>(values: &[T], optional: bool) -> DataPage {
+    let n = values.len();
+    // Runs and ascending sequences take a few bytes per block; a first guess.
+    let mut body = Vec::with_capacity(n / 8 + 64);
+    if optional {
+        all_defined_levels(&mut body, n);
     }
-
-    fn push(&mut self, v: T) {
-        self.count += 1;
-        if self.first.is_none() {
-            self.first = Some(v);
-            self.prev = v;
-            return;
-        }
-        self.deltas[self.pending] = v.delta(self.prev);
-        self.prev = v;
-        self.pending += 1;
-        if self.pending == BLOCK {
-            self.flush_block();
-        }
-    }
-
-    /// Writes the pending deltas as one block: min delta, the four miniblock
-    /// bit widths, then the miniblocks that hold deltas (padded to 32 values).
-    fn flush_block(&mut self) {
-        let n = self.pending;
-        if n == 0 {
-            return;
-        }
-        let deltas = &self.deltas[..n];
-        // Deltas are sign-extended from the type's width, so they order as
-        // values of that width.
-        let min = deltas.iter().copied().fold(i64::MAX, i64::min);
-        push_zigzag(&mut self.blocks, min);
-        let used = n.div_ceil(MINI);
-        let mut offsets = [[0u64; MINI]; MINIBLOCKS];
-        let mut widths = [0u8; MINIBLOCKS];
-        for (m, chunk) in deltas.chunks(MINI).enumerate() {
-            let mut or = 0u64;
-            for (slot, d) in offsets[m].iter_mut().zip(chunk) {
-                *slot = T::offset(*d, min);
-                or |= *slot;
-            }
-            widths[m] = (64 - or.leading_zeros()) as u8;
-        }
-        self.blocks.extend_from_slice(&widths);
-        for m in 0..used {
-            pack(&mut self.blocks, &offsets[m], u32::from(widths[m]));
-        }
-        self.pending = 0;
-    }
-
-    fn finish(mut self) -> DataPage {
-        self.flush_block();
-        let mut body = Vec::with_capacity(self.blocks.len() + 32);
-        if self.optional {
-            all_defined_levels(&mut body, self.count);
-        }
-        push_varint(&mut body, BLOCK as u64);
-        push_varint(&mut body, MINIBLOCKS as u64);
-        push_varint(&mut body, self.count as u64);
-        push_zigzag(&mut body, self.first.map(T::to_i64).unwrap_or_default());
-        body.extend_from_slice(&self.blocks);
+    push_varint(&mut body, BLOCK as u64);
+    push_varint(&mut body, MINIBLOCKS as u64);
+    push_varint(&mut body, n as u64);
+    let Some((&first, rest)) = values.split_first() else {
+        push_zigzag(&mut body, 0);
         let len = body.len();
-        DataPage {
+        return DataPage {
             body,
             uncompressed: len,
-            values: self.count,
+            values: 0,
             encoding: Encoding::DELTA_BINARY_PACKED,
+        };
+    };
+    push_zigzag(&mut body, first.to_i64());
+    let mut prev = first;
+    let mut deltas = [T::default(); BLOCK];
+    let mut offsets = [0u64; BLOCK];
+    for block in rest.chunks(BLOCK) {
+        let len = block.len();
+        let d = &mut deltas[..len];
+        d[0] = block[0].wsub(prev);
+        for (slot, w) in d[1..].iter_mut().zip(block.windows(2)) {
+            *slot = w[1].wsub(w[0]);
         }
+        prev = block[len - 1];
+        let min = d.iter().copied().fold(d[0], T::min);
+        push_zigzag(&mut body, min.to_i64());
+        let o = &mut offsets[..len];
+        for (slot, v) in o.iter_mut().zip(d.iter()) {
+            *slot = v.wsub(min).unsigned();
+        }
+        let mut widths = [0u8; MINIBLOCKS];
+        for (w, chunk) in widths.iter_mut().zip(o.chunks(MINI)) {
+            let or = chunk.iter().fold(0u64, |a, v| a | v);
+            *w = (64 - or.leading_zeros()) as u8;
+        }
+        body.extend_from_slice(&widths);
+        for (m, chunk) in o.chunks(MINI).enumerate() {
+            let width = u32::from(widths[m]);
+            if width == 0 {
+                continue;
+            }
+            // The last miniblock is padded with zero offsets to 32 values.
+            let mut mini = [0u64; MINI];
+            mini[..chunk.len()].copy_from_slice(chunk);
+            pack(&mut body, &mini, width);
+        }
+    }
+    let len = body.len();
+    DataPage {
+        body,
+        uncompressed: len,
+        values: n,
+        encoding: Encoding::DELTA_BINARY_PACKED,
     }
 }
 
@@ -610,59 +615,32 @@ fn float_chunk(
     scratch: &mut NumericScratch,
 ) -> Result<(Bytes, ColumnCloseResult)> {
     let level = ZstdLevel::try_new(FLOAT_ZSTD_LEVEL)?;
-    if scratch.zstd.is_none() {
-        scratch.zstd = Some(
-            zstd::bulk::Compressor::new(FLOAT_ZSTD_LEVEL)
-                .map_err(|e| Error::Config(format!("zstd compressor: {e}")))?,
-        );
-    }
+    let mut zstd = match scratch.zstd.take() {
+        Some(z) => z,
+        None => zstd::bulk::Compressor::new(FLOAT_ZSTD_LEVEL)
+            .map_err(|e| Error::Config(format!("zstd compressor: {e}")))?,
+    };
     let per_page = scratch.page_values;
     let mut pages = Vec::with_capacity(rows.div_ceil(per_page));
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-    let mut any = false;
-    // Walk the parts page by page without concatenating them.
-    let mut part = 0;
-    let mut at = 0;
-    let mut left = rows;
-    let mut page_vals: Vec<f64> = Vec::with_capacity(rows.min(per_page));
-    while left > 0 {
-        let n = left.min(per_page);
-        page_vals.clear();
-        while page_vals.len() < n {
-            let Some(p) = parts.get(part) else { break };
-            let take = (n - page_vals.len()).min(p.len() - at);
-            page_vals.extend_from_slice(&p[at..at + take]);
-            at += take;
-            if at == p.len() {
-                part += 1;
-                at = 0;
-            }
-        }
-        let n = page_vals.len();
-        if n == 0 {
-            break;
-        }
-        left -= n;
-        for v in &page_vals {
-            if !v.is_nan() {
-                any = true;
-                lo = lo.min(*v);
-                hi = hi.max(*v);
-            }
-        }
-        let buf = &mut scratch.page;
+    let buf = &mut scratch.page;
+    for_each_page(parts, per_page, |page, n| {
         buf.clear();
         if optional {
             all_defined_levels(buf, n);
         }
         let start = buf.len();
         buf.resize(start + 8 * n, 0);
-        split_streams(&page_vals, &mut buf[start..]);
+        let mut at = 0;
+        for s in page {
+            split_streams(s, &mut buf[start..], n, at);
+            at += s.len();
+            // f64::min/max ignore a NaN operand: NaNs stay out of the statistics.
+            let (l, h) = min_max(s);
+            lo = lo.min(l);
+            hi = hi.max(h);
+        }
         let uncompressed = buf.len();
-        let zstd = scratch
-            .zstd
-            .as_mut()
-            .ok_or_else(|| Error::Config("zstd compressor missing".into()))?;
         let body = zstd
             .compress(buf)
             .map_err(|e| Error::Config(format!("zstd: {e}")))?;
@@ -672,10 +650,12 @@ fn float_chunk(
             values: n,
             encoding: Encoding::BYTE_STREAM_SPLIT,
         });
-    }
+        Ok(())
+    })?;
+    scratch.zstd = Some(zstd);
     // Parquet's rules for float statistics: NaNs are left out, a zero minimum
     // is written as -0.0 and a zero maximum as +0.0.
-    let stats = if any {
+    let stats = if lo <= hi {
         let lo = if lo == 0.0 { -0.0 } else { lo };
         let hi = if hi == 0.0 { 0.0 } else { hi };
         Statistics::double(Some(lo), Some(hi), None, Some(0), false)
@@ -691,26 +671,55 @@ fn float_chunk(
     assemble(descr, None, pages, spec)
 }
 
-/// `BYTE_STREAM_SPLIT` of 8-byte values: byte k of value i goes to
-/// `out[k * n + i]`.
-fn split_streams(values: &[f64], out: &mut [u8]) {
-    let n = values.len();
-    let (s0, rest) = out.split_at_mut(n);
-    let (s1, rest) = rest.split_at_mut(n);
-    let (s2, rest) = rest.split_at_mut(n);
-    let (s3, rest) = rest.split_at_mut(n);
-    let (s4, rest) = rest.split_at_mut(n);
-    let (s5, rest) = rest.split_at_mut(n);
-    let (s6, s7) = rest.split_at_mut(n);
-    for (i, v) in values.iter().enumerate() {
-        let b = v.to_le_bytes();
-        s0[i] = b[0];
-        s1[i] = b[1];
-        s2[i] = b[2];
-        s3[i] = b[3];
-        s4[i] = b[4];
-        s5[i] = b[5];
-        s6[i] = b[6];
-        s7[i] = b[7];
+/// Minimum and maximum of `values` ignoring NaNs ((+inf, -inf) when there is
+/// no other value); four independent lanes so the loop vectorises.
+fn min_max(values: &[f64]) -> (f64, f64) {
+    let mut lo = [f64::INFINITY; 4];
+    let mut hi = [f64::NEG_INFINITY; 4];
+    let chunks = values.chunks_exact(4);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for k in 0..4 {
+            lo[k] = lo[k].min(c[k]);
+            hi[k] = hi[k].max(c[k]);
+        }
+    }
+    for v in tail {
+        lo[0] = lo[0].min(*v);
+        hi[0] = hi[0].max(*v);
+    }
+    (
+        lo[0].min(lo[1]).min(lo[2].min(lo[3])),
+        hi[0].max(hi[1]).max(hi[2].max(hi[3])),
+    )
+}
+
+/// `BYTE_STREAM_SPLIT` of 8-byte values into a page of `n` values: byte k of
+/// value i goes to `out[k * n + at + i]`. Eight values at a time are
+/// transposed as an 8×8 byte matrix held in eight u64 words.
+fn split_streams(values: &[f64], out: &mut [u8], n: usize, at: usize) {
+    let chunks = values.chunks_exact(8);
+    let tail = chunks.remainder();
+    let mut i = at;
+    for c in chunks {
+        let x: [u64; 8] = std::array::from_fn(|j| c[j].to_bits());
+        for k in 0..8 {
+            let mut w = 0u64;
+            for (j, v) in x.iter().enumerate() {
+                w |= ((v >> (8 * k)) & 0xff) << (8 * j);
+            }
+            if let Some(dst) = out.get_mut(k * n + i..k * n + i + 8) {
+                dst.copy_from_slice(&w.to_le_bytes());
+            }
+        }
+        i += 8;
+    }
+    for v in tail {
+        for (k, b) in v.to_le_bytes().into_iter().enumerate() {
+            if let Some(dst) = out.get_mut(k * n + i) {
+                *dst = b;
+            }
+        }
+        i += 1;
     }
 }
