@@ -832,5 +832,9 @@ command = ["{self_exe}", "probe"]
             "{}",
             dropped[1]
         );
+        // The built-in catalog is offered whole: `traced` starts with mpirun's `-x`.
+        let builtin = crate::builtin_catalog().unwrap();
+        let (kept, _) = crate::runnable_catalog(&builtin);
+        assert!(kept.benchmarks.iter().any(|b| b.name == "traced"));
     }
 }

@@ -474,6 +474,14 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
             );
         }
     }
+    for ((r, f), g) in &got {
+        eprintln!(
+            "trace_comparison rank {r} {f:<14} calls {:>2} measured {:>10.3} us modelled {:>10.3} us",
+            g.0,
+            g.1 * 1e6,
+            g.2 * 1e6
+        );
+    }
     assert_eq!(n, want.len(), "one row per key");
     assert_eq!(
         got.keys().collect::<Vec<_>>(),
