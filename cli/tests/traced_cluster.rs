@@ -137,6 +137,9 @@ fn jobs_of<'a>(d: &'a pb::RunDetail, kind: &str) -> Vec<&'a pb::Job> {
     d.jobs.iter().filter(|j| j.kind == kind).collect()
 }
 
+/// (rank, function) → (calls, measured comm, modelled comm, measured comp, modelled comp).
+type Rows = BTreeMap<(i32, String), (i64, f64, f64, f64, Option<f64>)>;
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-12 * a.abs().max(b.abs()).max(1.0)
 }
@@ -162,7 +165,11 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
         .arg(&src)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let mut c = Cluster::start(Tokens::default()).await;
     c.add_agent_with("a1", |cfg| {
@@ -286,7 +293,13 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
     }
     for r in 0..NP as i32 {
         let want: Vec<i64> = (0..NP as i64)
-            .map(|p| if p == r as i64 { 0 } else { (r as i64 + 1) * (p + 1) })
+            .map(|p| {
+                if p == r as i64 {
+                    0
+                } else {
+                    (r as i64 + 1) * (p + 1)
+                }
+            })
             .collect();
         assert_eq!(send_rows.get(&r), Some(&want), "send counts of rank {r}");
     }
@@ -335,7 +348,11 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
     // Modelled figures, read from the replay rows.
     let mut func: BTreeMap<(i32, String), f64> = BTreeMap::new();
     for b in batches(&lake, "replay_functions", id) {
-        let (rid, rk, f) = (strs(&b, "replay_id"), i32s(&b, "rank"), strs(&b, "function"));
+        let (rid, rk, f) = (
+            strs(&b, "replay_id"),
+            i32s(&b, "rank"),
+            strs(&b, "function"),
+        );
         let (w, l, s, g) = (
             f64s(&b, "wait_s"),
             f64s(&b, "latency_s"),
@@ -383,7 +400,7 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
     assert_eq!(moved, stats.recv);
 
     // The comparison: one row per (rank, routine called or charged) plus `all`.
-    let mut want: BTreeMap<(i32, String), (i64, f64, f64, f64, Option<f64>)> = BTreeMap::new();
+    let mut want: Rows = BTreeMap::new();
     for r in 0..NP {
         let rank = r as i32;
         let mut total = 0i64;
@@ -396,7 +413,13 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
             }
             want.insert(
                 (rank, name.clone()),
-                (rs.calls as i64, rs.comm_s, m.unwrap_or(0.0), rs.comp_s, None),
+                (
+                    rs.calls as i64,
+                    rs.comm_s,
+                    m.unwrap_or(0.0),
+                    rs.comp_s,
+                    None,
+                ),
             );
         }
         for ((fr, name), v) in &func {
@@ -432,7 +455,7 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
         // Everything the program does is modelled as communication somewhere.
         assert!(want[&(r, "all".to_string())].2 > 0.0, "rank {r}");
     }
-    let mut got: BTreeMap<(i32, String), (i64, f64, f64, f64, Option<f64>)> = BTreeMap::new();
+    let mut got: Rows = BTreeMap::new();
     let mut n = 0;
     for b in batches(&lake, "trace_comparison", id) {
         let (rid, model, rk, f, calls) = (

@@ -110,7 +110,11 @@ fn fortran_v_collectives_completions_and_communicators_are_traced() {
                 .collect();
             assert_eq!(g, want, "rank 0 Gatherv");
         } else {
-            assert_eq!(g, [("isend".to_string(), 0, 4 * (r as u64 + 1))], "rank {r}");
+            assert_eq!(
+                g,
+                [("isend".to_string(), 0, 4 * (r as u64 + 1))],
+                "rank {r}"
+            );
         }
         // Scatterv from root 0: rank i receives 8(i+1) bytes.
         let mut s: Vec<(String, i64, u64)> = p2p_of(&k, "MPI_Scatterv")
@@ -124,7 +128,11 @@ fn fortran_v_collectives_completions_and_communicators_are_traced() {
                 .collect();
             assert_eq!(s, want, "rank 0 Scatterv");
         } else {
-            assert_eq!(s, [("irecv".to_string(), 0, 8 * (r as u64 + 1))], "rank {r}");
+            assert_eq!(
+                s,
+                [("irecv".to_string(), 0, 8 * (r as u64 + 1))],
+                "rank {r}"
+            );
         }
         // Allgatherv (ring): N-1 blocks to the right, N-1 from the left; every
         // block but the right neighbour's is sent, every block but its own received.
@@ -181,7 +189,12 @@ fn fortran_v_collectives_completions_and_communicators_are_traced() {
             assert!(calls(r, routine) >= 1, "rank {r}: {routine} calls");
         }
         assert_eq!(calls(r, "MPI_Waitany"), 2);
-        for f in ["MPI_Gatherv", "MPI_Scatterv", "MPI_Allgatherv", "MPI_Sendrecv"] {
+        for f in [
+            "MPI_Gatherv",
+            "MPI_Scatterv",
+            "MPI_Allgatherv",
+            "MPI_Sendrecv",
+        ] {
             assert_eq!(calls(r, f), 1, "rank {r}: {f}");
         }
         // Communicators: ids from their creation (rank 0 of each is world rank 0:
@@ -196,7 +209,11 @@ fn fortran_v_collectives_completions_and_communicators_are_traced() {
             .collect();
         let all: Vec<u32> = (0..np as u32).collect();
         for id in [1_000_001, 1_000_002, 1_000_003] {
-            assert_eq!(comms.get(&id), Some(&all), "rank {r}: comm {id} in {comms:?}");
+            assert_eq!(
+                comms.get(&id),
+                Some(&all),
+                "rank {r}: comm {id} in {comms:?}"
+            );
         }
         assert_eq!(
             comms.get(&1_000_004),

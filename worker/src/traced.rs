@@ -46,7 +46,11 @@ pub const ALL_FUNCTIONS: &str = "all";
 pub const REPLAY_PARAMS: &[(&str, &str, &str)] = &[
     ("replay_latency_us", "2", "INTRA_HOST_LATENCY"),
     ("replay_bandwidth_mbs", "700", "INTRA_HOST_BANDWIDTH_PEAK"),
-    ("replay_barrier_latency_us", "10", "INTRA_HOST_BARRIER_LATENCY"),
+    (
+        "replay_barrier_latency_us",
+        "10",
+        "INTRA_HOST_BARRIER_LATENCY",
+    ),
 ];
 
 /// Spec of a `trace_compare` job.
@@ -67,10 +71,7 @@ pub fn group_of(ingest_job: &str) -> String {
 
 /// The replaympi input of the default replay for `ranks` ranks with the run's
 /// parameters (`replay_*`, defaults in [`REPLAY_PARAMS`]).
-pub fn default_input(
-    ranks: usize,
-    params: &BTreeMap<String, String>,
-) -> Result<String, ExecError> {
+pub fn default_input(ranks: usize, params: &BTreeMap<String, String>) -> Result<String, ExecError> {
     if ranks == 0 {
         return Err(ExecError::Permanent(
             "traced run: no Bandela rank files to replay".into(),
@@ -83,11 +84,14 @@ pub fn default_input(
     for (name, default, keyword) in REPLAY_PARAMS {
         let raw = params.get(*name).map(String::as_str).unwrap_or(default);
         let v: f64 = raw.trim().parse().map_err(|_| {
-            ExecError::Permanent(format!(
-                "run parameter {name}: '{raw}' is not a number"
-            ))
+            ExecError::Permanent(format!("run parameter {name}: '{raw}' is not a number"))
         })?;
-        let ok = v.is_finite() && if *name == "replay_bandwidth_mbs" { v > 0.0 } else { v >= 0.0 };
+        let ok = v.is_finite()
+            && if *name == "replay_bandwidth_mbs" {
+                v > 0.0
+            } else {
+                v >= 0.0
+            };
         if !ok {
             return Err(ExecError::Permanent(format!(
                 "run parameter {name}: {raw} is out of range (bandwidth > 0, latencies >= 0)"
@@ -132,10 +136,7 @@ pub fn follow_up_of_ingest(
     let input = default_input(s.keys.len(), &info.params)?;
     validate_id("run_id", &ctx.run_id)?;
     validate_id("job_id", &ctx.job_id)?;
-    let input_key = format!(
-        "_work/{}/traced/{}/replaympi.input",
-        ctx.run_id, ctx.job_id
-    );
+    let input_key = format!("_work/{}/traced/{}/replaympi.input", ctx.run_id, ctx.job_id);
     ctx.block_on(ctx.lake.put(&input_key, bytes::Bytes::from(input)))?;
     // Deterministic per ingest job: a retried ingest names the same replay.
     let replay_id = format!("{}-default", ctx.job_id);
@@ -241,7 +242,8 @@ fn modelled(ctx: &JobContext, replay_id: &str) -> Result<Modelled, ExecError> {
         let comp = col::<Float64Array>(&b, "computation_s", t)?;
         for i in 0..b.num_rows() {
             if id.value(i) == replay_id {
-                m.ranks.insert(rank.value(i), (comm.value(i), comp.value(i)));
+                m.ranks
+                    .insert(rank.value(i), (comm.value(i), comp.value(i)));
             }
         }
     }
