@@ -163,6 +163,9 @@ pub fn runnable_catalog(catalog: &Catalog) -> (Catalog, Vec<String>) {
         match b.program(&builtins) {
             // The program depends on a task value: it can only be checked at run time.
             None => kept.benchmarks.push(b.clone()),
+            // Launcher options first (`traced`: `-x LD_PRELOAD=…`): the program is a
+            // parameter further on, checked at run time.
+            Some(p) if p.starts_with('-') => kept.benchmarks.push(b.clone()),
             Some(p) if find_program(&p).is_some() => kept.benchmarks.push(b.clone()),
             Some(p) => dropped.push(format!(
                 "benchmark '{}' not offered: its program '{p}' is not an executable file{}",

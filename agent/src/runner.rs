@@ -515,10 +515,19 @@ async fn read_tail(path: &Path) -> String {
 
 /// The benchlake tracer library for `traced` benchmarks (docs/tracer.md):
 /// `$BENCHLAKE_TRACER_LIB`, else `libbenchlake_tracer.so` next to the agent's
-/// executable (where the build puts it).
+/// executable (where the build puts it), or in its parent directory (test
+/// binaries run from `target/<profile>/deps`).
 fn tracer_lib() -> String {
     if let Some(p) = std::env::var_os("BENCHLAKE_TRACER_LIB").filter(|p| !p.is_empty()) {
         return p.to_string_lossy().into_owned();
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        for dir in exe.ancestors().skip(1).take(2) {
+            let p = dir.join("libbenchlake_tracer.so");
+            if p.is_file() {
+                return p.display().to_string();
+            }
+        }
     }
     std::env::current_exe()
         .ok()
@@ -591,6 +600,12 @@ mod tests {
                 format!("LD_PRELOAD={lib}"),
                 "-x".into(),
                 "BENCHLAKE_TRACE_DIR=/o".into(),
+                "-x".into(),
+                "BANDELA_LATENCY=2".into(),
+                "-x".into(),
+                "BANDELA_BANDWIDTH=700".into(),
+                "-x".into(),
+                "BANDELA_BARRIER_LATENCY=10".into(),
                 "/apps/ring".into(),
             ]
         );
@@ -817,5 +832,9 @@ command = ["{self_exe}", "probe"]
             "{}",
             dropped[1]
         );
+        // The built-in catalog is offered whole: `traced` starts with mpirun's `-x`.
+        let builtin = crate::builtin_catalog().unwrap();
+        let (kept, _) = crate::runnable_catalog(&builtin);
+        assert!(kept.benchmarks.iter().any(|b| b.name == "traced"));
     }
 }

@@ -92,6 +92,9 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
     let mut agent = benchlake_agent::AgentConfig::new(&addr, data.join("work"))?;
     agent.token = agent_token;
     agent.poll_interval = Duration::from_millis(200);
+    if a.demo {
+        agent.mpirun = demo_mpirun();
+    }
     if let Some(p) = &a.catalog {
         agent.catalog = benchlake_agent::load_catalog(p)?;
     }
@@ -205,6 +208,33 @@ async fn demo(
         println!("submitted {bench} run {}", r.run_id);
         ids.push((bench, r.run_id));
     }
+    // A traced MPI run: the tracer's traces, counts and statistics are ingested,
+    // the counts analysed, the trace replayed and compared with the measurement.
+    let traced = traced_demo_app();
+    if let Some(app) = &traced {
+        let spec = pb::BenchmarkSpec {
+            benchmark: "traced".into(),
+            params: [
+                ("np".to_string(), "2".to_string()),
+                ("app".to_string(), app.display().to_string()),
+            ]
+            .into_iter()
+            .collect(),
+            launcher: pb::Launcher::Mpirun as i32,
+            ..Default::default()
+        };
+        let r = conn
+            .runs()?
+            .submit_run(pb::SubmitRunRequest {
+                spec: Some(spec),
+                idempotency_key: String::new(),
+            })
+            .await
+            .context("submitting the traced demo run")?
+            .into_inner();
+        println!("submitted traced run {}", r.run_id);
+        ids.push(("traced", r.run_id));
+    }
     // A what-if sweep: a synthetic 16-rank halo exchange under 3 latencies x 2
     // bandwidths, one worker job per point.
     let trace =
@@ -252,6 +282,9 @@ async fn demo(
             println!("{bench} run {id} landed");
         }
     }
+    if let Some(dir) = traced.as_ref().and_then(|p| p.parent()) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     let tables = conn
         .cluster()?
         .list_tables(pb::ListTablesRequest {})
@@ -282,6 +315,11 @@ async fn demo(
     println!(
         "  duckdb -c \"SELECT lead_rank, pattern_id, direction, num_ranks, num_peers, num_calls FROM read_parquet('{root}/tables/alltoallv_patterns/**/*.parquet', hive_partitioning=true) ORDER BY lead_rank, pattern_id, direction\""
     );
+    if traced.is_some() {
+        println!(
+            "  duckdb -c \"SELECT rank, function, calls, round(measured_comm_s * 1e6, 1) AS measured_us, round(modelled_comm_s * 1e6, 1) AS modelled_us, round(ratio, 2) AS ratio FROM read_parquet('{root}/tables/trace_comparison/**/*.parquet', hive_partitioning=true) ORDER BY rank, function\""
+        );
+    }
     println!(
         "  duckdb -c \"SELECT run_id, benchmark, status, finished_at FROM read_parquet('{root}/tables/runs/**/*.parquet', hive_partitioning=true) ORDER BY finished_at\""
     );
@@ -293,4 +331,104 @@ async fn demo(
         bail!("demo runs did not succeed: {}", failed.join(", "));
     }
     Ok(())
+}
+
+/// The demo agent's `mpirun`: `$BENCHLAKE_MPIRUN` when set, else `mpirun
+/// --oversubscribe` (plus `--allow-run-as-root` when running as root, which
+/// Open MPI otherwise refuses).
+fn demo_mpirun() -> Vec<String> {
+    if let Ok(v) = std::env::var("BENCHLAKE_MPIRUN") {
+        let w: Vec<String> = v.split_whitespace().map(String::from).collect();
+        if !w.is_empty() {
+            return w;
+        }
+    }
+    let mut w = vec!["mpirun".to_string(), "--oversubscribe".to_string()];
+    let root = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+    };
+    if root {
+        w.push("--allow-run-as-root".into());
+    }
+    w
+}
+
+/// The traced demo's MPI program: per iteration a ring exchange, a Bcast, an
+/// Alltoallv (so count files exist) and a Barrier, with some computation.
+const TRACED_DEMO_C: &str = r#"#include <mpi.h>
+static volatile double sink;
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int r, n, sc[64], sd[64], rc[64], rd[64], a[256], b[256];
+    char s[4096], q[4096];
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    for (int p = 0; p < n && p < 64; p++) { sc[p] = rc[p] = 2; sd[p] = rd[p] = 2 * p; }
+    for (int it = 0; it < 20; it++) {
+        double x = 0;
+        for (int i = 0; i < 100000; i++) x += i * 0.5;
+        sink = x;
+        MPI_Request rq[2];
+        MPI_Irecv(q, 4096, MPI_CHAR, (r + n - 1) % n, 1, MPI_COMM_WORLD, &rq[0]);
+        MPI_Isend(s, 1024 * (r + 1), MPI_CHAR, (r + 1) % n, 1, MPI_COMM_WORLD, &rq[1]);
+        MPI_Waitall(2, rq, MPI_STATUSES_IGNORE);
+        MPI_Bcast(s, 2048, MPI_CHAR, 0, MPI_COMM_WORLD);
+        MPI_Alltoallv(a, sc, sd, MPI_INT, b, rc, rd, MPI_INT, MPI_COMM_WORLD);
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+/// Builds the traced demo's program with `mpicc` in a temporary directory;
+/// `None` (with the reason printed) when the tracer library, `mpicc` or
+/// `mpirun` is missing.
+fn traced_demo_app() -> Option<PathBuf> {
+    if benchlake_tracer::library_path().is_none() {
+        println!(
+            "skipping the traced demo run: the tracer library was not built (mpicc was missing at build time)"
+        );
+        return None;
+    }
+    for tool in ["mpicc", "mpirun"] {
+        let ok = std::process::Command::new(tool)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !ok {
+            println!(
+                "skipping the traced demo run: {tool} not found (install openmpi-bin and libopenmpi-dev)"
+            );
+            return None;
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("benchlake-demo-traced-{}", std::process::id()));
+    let src = dir.join("traced_demo.c");
+    let exe = dir.join("traced_demo");
+    let built = std::fs::create_dir_all(&dir)
+        .and_then(|_| std::fs::write(&src, TRACED_DEMO_C))
+        .and_then(|_| {
+            std::process::Command::new("mpicc")
+                .arg("-O1")
+                .arg("-o")
+                .arg(&exe)
+                .arg(&src)
+                .output()
+        });
+    match built {
+        Ok(o) if o.status.success() => Some(exe),
+        Ok(o) => {
+            println!(
+                "skipping the traced demo run: mpicc failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            None
+        }
+        Err(e) => {
+            println!("skipping the traced demo run: {}: {e}", dir.display());
+            None
+        }
+    }
 }

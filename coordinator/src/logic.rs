@@ -521,6 +521,7 @@ fn ingest_jobs(run: &RunRow, tasks: &[TaskRow], cfg: &CoordinatorConfig, now: i6
                 schedule_id: run.schedule_id.clone(),
                 benchmark: Some(run.benchmark.clone()),
                 params: run.spec.params.clone(),
+                kind: Some(run.kind.clone()),
             };
             out.push(new_job(
                 run,

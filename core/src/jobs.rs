@@ -123,6 +123,10 @@ pub struct IngestRunInfo {
     /// The run's canonical parameters (the `check_*` thresholds among them).
     #[serde(default)]
     pub params: BTreeMap<String, String>,
+    /// The run's benchmark kind (`traced` runs get a default replay and the
+    /// `trace_comparison` table, docs/tracer.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 /// One JSON object holding an [`IngestSpec`] and its [`IngestRunInfo`]
@@ -157,6 +161,10 @@ pub struct ChecksSpec {
     pub params: BTreeMap<String, String>,
 }
 
+/// Job kind that writes the `trace_comparison` table of a traced run once its
+/// default replay has committed (docs/tracer.md).
+pub const TRACE_COMPARE_JOB: &str = "trace_compare";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +181,7 @@ mod tests {
             schedule_id: Some("S".into()),
             benchmark: Some("pio".into()),
             params: [("check_window".to_string(), "3".to_string())].into(),
+            kind: Some("pio".into()),
         };
         let json = ingest_spec_json(&spec, &info);
         assert_eq!(serde_json::from_str::<IngestSpec>(&json).unwrap(), spec);

@@ -326,3 +326,278 @@ static void f_comm_dup(F *comm, F *nc, F *ierr) {
     }
 }
 ALIAS(mpi_comm_dup, f_comm_dup)
+
+/* ---- v-collectives, the other completions, communicator creation ---------- */
+
+/* per-peer byte sizes of a Fortran count array (the root's view of a v-collective) */
+static int64_t *fpeer_bytes(const F *counts, const F *type, int n, uint64_t *tot) {
+    int64_t *p = malloc((size_t)(n > 0 ? n : 1) * 8);
+    if (!p) PMPI_Abort(MPI_COMM_WORLD, 70);
+    MPI_Datatype t = MPI_Type_f2c(*type);
+    *tot = 0;
+    for (int i = 0; i < n; i++) *tot += (uint64_t)(p[i] = (int64_t)bl_type_bytes((int)counts[i], t));
+    return p;
+}
+
+static void fcomm_rank_size(const F *comm, MPI_Comm *c, int *me, int *n) {
+    *c = MPI_Comm_f2c(*comm);
+    PMPI_Comm_rank(*c, me);
+    PMPI_Comm_size(*c, n);
+}
+
+typedef void (*gathv_t)(void *, F *, F *, void *, F *, F *, F *, F *, F *, F *);
+CACHE(gatherv);
+static void f_gatherv(void *sb, F *sc, F *st, void *rb, F *rc, F *displs, F *rt, F *root, F *comm,
+                      F *ierr) {
+    uint64_t t0 = bl_now();
+    REAL(gathv_t, gatherv)(sb, sc, st, rb, rc, displs, rt, root, comm, ierr);
+    uint64_t t1 = bl_now();
+    if (!LIVE) return;
+    MPI_Comm c;
+    int me, n;
+    fcomm_rank_size(comm, &c, &me, &n);
+    if (me == *root) {
+        uint64_t tot;
+        int64_t *p = fpeer_bytes(rc, rt, n, &tot);
+        bl_rec_coll(BL_FN_GATHERV, t0, t1, c, *root, (uint64_t)p[me], tot, p, (uint32_t)n);
+        free(p);
+    } else {
+        bl_rec_coll(BL_FN_GATHERV, t0, t1, c, *root, fbytes(sc, st), 0, NULL, 0);
+    }
+}
+ALIAS(mpi_gatherv, f_gatherv)
+
+CACHE(scatterv);
+static void f_scatterv(void *sb, F *scounts, F *displs, F *st, void *rb, F *rc, F *rt, F *root,
+                       F *comm, F *ierr) {
+    uint64_t t0 = bl_now();
+    REAL(gathv_t, scatterv)(sb, scounts, displs, st, rb, rc, rt, root, comm, ierr);
+    uint64_t t1 = bl_now();
+    if (!LIVE) return;
+    MPI_Comm c;
+    int me, n;
+    fcomm_rank_size(comm, &c, &me, &n);
+    if (me == *root) {
+        uint64_t tot;
+        int64_t *p = fpeer_bytes(scounts, st, n, &tot);
+        bl_rec_coll(BL_FN_SCATTERV, t0, t1, c, *root, tot, (uint64_t)p[me], p, (uint32_t)n);
+        free(p);
+    } else {
+        bl_rec_coll(BL_FN_SCATTERV, t0, t1, c, *root, 0, fbytes(rc, rt), NULL, 0);
+    }
+}
+ALIAS(mpi_scatterv, f_scatterv)
+
+CACHE(allgatherv);
+static void f_allgatherv(void *sb, F *sc, F *st, void *rb, F *rc, F *displs, F *rt, F *comm,
+                         F *ierr) {
+    uint64_t t0 = bl_now();
+    REAL(void (*)(void *, F *, F *, void *, F *, F *, F *, F *, F *), allgatherv)
+    (sb, sc, st, rb, rc, displs, rt, comm, ierr);
+    uint64_t t1 = bl_now();
+    if (!LIVE) return;
+    MPI_Comm c;
+    int me, n;
+    fcomm_rank_size(comm, &c, &me, &n);
+    uint64_t tot;
+    int64_t *p = fpeer_bytes(rc, rt, n, &tot);
+    bl_rec_coll(BL_FN_ALLGATHERV, t0, t1, c, -1, (uint64_t)p[me], tot, p, (uint32_t)n);
+    free(p);
+}
+ALIAS(mpi_allgatherv, f_allgatherv)
+
+/* The requests of a Fortran array as C handles (taken before the call frees them). */
+static MPI_Request *fbefore(const F *reqs, int n) {
+    MPI_Request *b = malloc((size_t)(n > 0 ? n : 1) * sizeof *b);
+    if (!b) PMPI_Abort(MPI_COMM_WORLD, 70);
+    for (int i = 0; i < n; i++) b[i] = MPI_Request_f2c(reqs[i]);
+    return b;
+}
+
+/* Records the completions of a waitsome/testsome: Fortran indices are 1-based. */
+static void f_some_done(int fn, uint64_t t0, uint64_t t1, int n, const MPI_Request *before,
+                        int outcount, const F *idx, const F *sts) {
+    if (outcount == MPI_UNDEFINED || outcount <= 0) {
+        int *none = calloc((size_t)(n > 0 ? n : 1), sizeof *none);
+        if (!none) PMPI_Abort(MPI_COMM_WORLD, 70);
+        bl_rec_complete(fn, t0, t1, n, before, NULL, none);
+        free(none);
+        return;
+    }
+    MPI_Request *sel = malloc((size_t)outcount * sizeof *sel);
+    MPI_Status *cs = malloc((size_t)outcount * sizeof *cs);
+    int *one = malloc((size_t)outcount * sizeof *one);
+    if (!sel || !cs || !one) PMPI_Abort(MPI_COMM_WORLD, 70);
+    int k = 0;
+    for (int i = 0; i < outcount; i++) {
+        int j = (int)idx[i] - 1;
+        if (j < 0 || j >= n) continue;
+        sel[k] = before[j];
+        MPI_Status_f2c(sts + (size_t)i * FSTATUS_WORDS, &cs[k]);
+        one[k++] = 1;
+    }
+    bl_rec_complete(fn, t0, t1, k, sel, cs, one);
+    free(sel);
+    free(cs);
+    free(one);
+}
+
+CACHE(waitany);
+static void f_waitany(F *n, F *reqs, F *index, F *st, F *ierr) {
+    int cnt = (int)*n;
+    typedef void (*waitany_t)(F *, F *, F *, F *, F *);
+    if (!LIVE || cnt <= 0) {
+        REAL(waitany_t, waitany)(n, reqs, index, st, ierr);
+        return;
+    }
+    MPI_Request *before = fbefore(reqs, cnt);
+    F local[16];
+    F *s = fstatus_ignored(st) ? local : st;
+    uint64_t t0 = bl_now();
+    REAL(waitany_t, waitany)(n, reqs, index, s, ierr);
+    uint64_t t1 = bl_now();
+    int i = (int)*index; /* 1-based */
+    if (i != MPI_UNDEFINED && i >= 1 && i <= cnt) {
+        MPI_Status cs;
+        MPI_Status_f2c(s, &cs);
+        int done = 1;
+        bl_rec_complete(BL_FN_WAITANY, t0, t1, 1, &before[i - 1], &cs, &done);
+    } else {
+        bl_rec_complete(BL_FN_WAITANY, t0, t1, 0, NULL, NULL, NULL);
+    }
+    free(before);
+}
+ALIAS(mpi_waitany, f_waitany)
+
+typedef void (*some_t)(F *, F *, F *, F *, F *, F *);
+static void f_some(int fn, some_t real_fn, F *n, F *reqs, F *outcount, F *idx, F *sts, F *ierr) {
+    int cnt = (int)*n;
+    if (!LIVE || cnt <= 0) {
+        real_fn(n, reqs, outcount, idx, sts, ierr);
+        return;
+    }
+    MPI_Request *before = fbefore(reqs, cnt);
+    F *fs = NULL, *s = sts;
+    if (sts == MPI_F_STATUSES_IGNORE) {
+        fs = malloc((size_t)cnt * FSTATUS_WORDS * sizeof(F));
+        if (!fs) PMPI_Abort(MPI_COMM_WORLD, 70);
+        s = fs;
+    }
+    uint64_t t0 = bl_now();
+    real_fn(n, reqs, outcount, idx, s, ierr);
+    uint64_t t1 = bl_now();
+    f_some_done(fn, t0, t1, cnt, before, (int)*outcount, idx, s);
+    free(before);
+    free(fs);
+}
+
+CACHE(waitsome);
+static void f_waitsome(F *n, F *reqs, F *outcount, F *idx, F *sts, F *ierr) {
+    f_some(BL_FN_WAITSOME, REAL(some_t, waitsome), n, reqs, outcount, idx, sts, ierr);
+}
+ALIAS(mpi_waitsome, f_waitsome)
+
+CACHE(testsome);
+static void f_testsome(F *n, F *reqs, F *outcount, F *idx, F *sts, F *ierr) {
+    f_some(BL_FN_TESTSOME, REAL(some_t, testsome), n, reqs, outcount, idx, sts, ierr);
+}
+ALIAS(mpi_testsome, f_testsome)
+
+CACHE(testall);
+static void f_testall(F *n, F *reqs, F *flag, F *sts, F *ierr) {
+    int cnt = (int)*n;
+    typedef void (*testall_t)(F *, F *, F *, F *, F *);
+    if (!LIVE || cnt <= 0) {
+        REAL(testall_t, testall)(n, reqs, flag, sts, ierr);
+        return;
+    }
+    MPI_Request *before = fbefore(reqs, cnt);
+    F *fs = malloc((size_t)cnt * FSTATUS_WORDS * sizeof(F));
+    MPI_Status *cs = malloc((size_t)cnt * sizeof *cs);
+    int *done = malloc((size_t)cnt * sizeof *done);
+    if (!fs || !cs || !done) PMPI_Abort(MPI_COMM_WORLD, 70);
+    F *s = sts == MPI_F_STATUSES_IGNORE ? fs : sts;
+    uint64_t t0 = bl_now();
+    REAL(testall_t, testall)(n, reqs, flag, s, ierr);
+    uint64_t t1 = bl_now();
+    for (int i = 0; i < cnt; i++) {
+        done[i] = *flag != 0;
+        if (done[i]) MPI_Status_f2c(s + (size_t)i * FSTATUS_WORDS, &cs[i]);
+    }
+    bl_rec_complete(BL_FN_TESTALL, t0, t1, cnt, before, *flag ? cs : NULL, done);
+    free(before);
+    free(fs);
+    free(cs);
+    free(done);
+}
+ALIAS(mpi_testall, f_testall)
+
+CACHE(testany);
+static void f_testany(F *n, F *reqs, F *index, F *flag, F *st, F *ierr) {
+    int cnt = (int)*n;
+    typedef void (*testany_t)(F *, F *, F *, F *, F *, F *);
+    if (!LIVE || cnt <= 0) {
+        REAL(testany_t, testany)(n, reqs, index, flag, st, ierr);
+        return;
+    }
+    MPI_Request *before = fbefore(reqs, cnt);
+    F local[16];
+    F *s = fstatus_ignored(st) ? local : st;
+    uint64_t t0 = bl_now();
+    REAL(testany_t, testany)(n, reqs, index, flag, s, ierr);
+    uint64_t t1 = bl_now();
+    int i = (int)*index; /* 1-based */
+    if (*flag && i != MPI_UNDEFINED && i >= 1 && i <= cnt) {
+        MPI_Status cs;
+        MPI_Status_f2c(s, &cs);
+        int done = 1;
+        bl_rec_complete(BL_FN_TESTANY, t0, t1, 1, &before[i - 1], &cs, &done);
+    } else {
+        int *none = calloc((size_t)cnt, sizeof *none);
+        if (!none) PMPI_Abort(MPI_COMM_WORLD, 70);
+        bl_rec_complete(BL_FN_TESTANY, t0, t1, cnt, before, NULL, none);
+        free(none);
+    }
+    free(before);
+}
+ALIAS(mpi_testany, f_testany)
+
+static void f_created(int fn, uint64_t t0, uint64_t t1, const F *nc, const F *ierr) {
+    if (LIVE && *ierr == MPI_SUCCESS) {
+        MPI_Comm c = MPI_Comm_f2c(*nc);
+        bl_comm_created(fn, t0, t1, &c);
+    }
+}
+
+CACHE(comm_create);
+static void f_comm_create(F *comm, F *group, F *nc, F *ierr) {
+    uint64_t t0 = bl_now();
+    REAL(void (*)(F *, F *, F *, F *), comm_create)(comm, group, nc, ierr);
+    f_created(BL_FN_COMM_CREATE, t0, bl_now(), nc, ierr);
+}
+ALIAS(mpi_comm_create, f_comm_create)
+
+CACHE(comm_split_type);
+static void f_comm_split_type(F *comm, F *type, F *key, F *info, F *nc, F *ierr) {
+    uint64_t t0 = bl_now();
+    REAL(void (*)(F *, F *, F *, F *, F *, F *), comm_split_type)(comm, type, key, info, nc, ierr);
+    f_created(BL_FN_COMM_SPLIT_TYPE, t0, bl_now(), nc, ierr);
+}
+ALIAS(mpi_comm_split_type, f_comm_split_type)
+
+CACHE(cart_create);
+static void f_cart_create(F *comm, F *ndims, F *dims, F *periods, F *reorder, F *nc, F *ierr) {
+    uint64_t t0 = bl_now();
+    REAL(void (*)(F *, F *, F *, F *, F *, F *, F *), cart_create)
+    (comm, ndims, dims, periods, reorder, nc, ierr);
+    f_created(BL_FN_CART_CREATE, t0, bl_now(), nc, ierr);
+}
+ALIAS(mpi_cart_create, f_cart_create)
+
+CACHE(cart_sub);
+static void f_cart_sub(F *comm, F *remain, F *nc, F *ierr) {
+    uint64_t t0 = bl_now();
+    REAL(void (*)(F *, F *, F *, F *), cart_sub)(comm, remain, nc, ierr);
+    f_created(BL_FN_CART_SUB, t0, bl_now(), nc, ierr);
+}
+ALIAS(mpi_cart_sub, f_cart_sub)

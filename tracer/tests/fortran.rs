@@ -59,3 +59,192 @@ fn which(cmd: &str) -> Option<std::path::PathBuf> {
             .find(|c| c.is_file())
     })
 }
+
+/// `(kind, peer, tag, bytes)` of the send/receive kernels of `routine`.
+fn p2p_of(k: &[String], routine: &str) -> Vec<(String, i64, i64, u64)> {
+    k.iter()
+        .filter_map(|x| {
+            let w: Vec<&str> = x.split_whitespace().collect();
+            (w.len() == 5 && w[0] == routine).then(|| {
+                (
+                    w[1].to_string(),
+                    w[2].parse().unwrap(),
+                    w[3].parse().unwrap(),
+                    w[4].parse().unwrap(),
+                )
+            })
+        })
+        .collect()
+}
+
+/// The bindings added for v-collectives, the other completion routines,
+/// Sendrecv and communicator creation (`programs/fortran2.f90`, 4 ranks).
+#[test]
+fn fortran_v_collectives_completions_and_communicators_are_traced() {
+    use benchlake_formats::bandela::{BRecord, Kernel};
+    let Some(lib) = common::lib() else { return };
+    if which("mpifort").is_none() {
+        eprintln!("SKIPPED: mpifort (gfortran) is not installed");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = common::build("fortran2.f90", tmp.path());
+    let out = tmp.path().join("trace");
+    let np = 4usize;
+    common::run(&lib, &exe, np, &out, &[]);
+    let stats = benchlake_tracer::stats::read(&out.join("bandela_stats")).unwrap();
+    let calls = |r: usize, f: &str| {
+        let i = stats.routines.iter().position(|x| x == f);
+        i.map(|i| stats.routine[r][i].calls).unwrap_or(0)
+    };
+    for r in 0..np {
+        let (right, left) = (((r + 1) % np) as i64, ((r + np - 1) % np) as i64);
+        let k = common::kernels(&out, r);
+        // Gatherv (linear to root 0): rank i sends 4(i+1) bytes.
+        let g = p2p_of(&k, "MPI_Gatherv");
+        let mut g: Vec<(String, i64, u64)> = g.into_iter().map(|x| (x.0, x.1, x.3)).collect();
+        g.sort();
+        if r == 0 {
+            let want: Vec<(String, i64, u64)> = (1..np as i64)
+                .map(|p| ("irecv".to_string(), p, 4 * (p as u64 + 1)))
+                .collect();
+            assert_eq!(g, want, "rank 0 Gatherv");
+        } else {
+            assert_eq!(
+                g,
+                [("isend".to_string(), 0, 4 * (r as u64 + 1))],
+                "rank {r}"
+            );
+        }
+        // Scatterv from root 0: rank i receives 8(i+1) bytes.
+        let mut s: Vec<(String, i64, u64)> = p2p_of(&k, "MPI_Scatterv")
+            .into_iter()
+            .map(|x| (x.0, x.1, x.3))
+            .collect();
+        s.sort();
+        if r == 0 {
+            let want: Vec<(String, i64, u64)> = (1..np as i64)
+                .map(|p| ("isend".to_string(), p, 8 * (p as u64 + 1)))
+                .collect();
+            assert_eq!(s, want, "rank 0 Scatterv");
+        } else {
+            assert_eq!(
+                s,
+                [("irecv".to_string(), 0, 8 * (r as u64 + 1))],
+                "rank {r}"
+            );
+        }
+        // Allgatherv (ring): N-1 blocks to the right, N-1 from the left; every
+        // block but the right neighbour's is sent, every block but its own received.
+        let a = p2p_of(&k, "MPI_Allgatherv");
+        let total: u64 = (1..=np as u64).map(|i| 4 * i).sum();
+        let sends: Vec<_> = a.iter().filter(|x| x.0 == "isend").collect();
+        let recvs: Vec<_> = a.iter().filter(|x| x.0 == "irecv").collect();
+        assert_eq!(sends.len(), np - 1, "rank {r}");
+        assert_eq!(recvs.len(), np - 1, "rank {r}");
+        assert!(sends.iter().all(|x| x.1 == right) && recvs.iter().all(|x| x.1 == left));
+        assert_eq!(
+            sends.iter().map(|x| x.3).sum::<u64>(),
+            total - 4 * (right as u64 + 1)
+        );
+        assert_eq!(
+            recvs.iter().map(|x| x.3).sum::<u64>(),
+            total - 4 * (r as u64 + 1)
+        );
+        // Sendrecv.
+        assert_eq!(
+            p2p_of(&k, "MPI_Sendrecv"),
+            [
+                ("isend".to_string(), right, 14, 24),
+                ("irecv".to_string(), left, 14, 24)
+            ]
+        );
+        // Each completion routine completed the exchange's two requests.
+        for (tag, routine, done) in [
+            (11, "MPI_Waitany", "MPI_Waitany wait"),
+            (12, "MPI_Waitsome", "MPI_Waitsome wait"),
+            (13, "MPI_Testall", "MPI_Testall test 1"),
+            (15, "MPI_Testany", "MPI_Testany test 1"),
+            (16, "MPI_Testsome", "MPI_Testsome test 1"),
+        ] {
+            let mut x: Vec<_> = [p2p_of(&k, "MPI_Irecv"), p2p_of(&k, "MPI_Isend")]
+                .concat()
+                .into_iter()
+                .filter(|x| x.2 == tag)
+                .collect();
+            x.sort();
+            assert_eq!(
+                x,
+                [
+                    ("irecv".to_string(), left, tag, 16),
+                    ("isend".to_string(), right, tag, 16)
+                ],
+                "rank {r} tag {tag}"
+            );
+            assert_eq!(
+                k.iter().filter(|x| *x == done).count(),
+                2,
+                "rank {r}: {routine}"
+            );
+            assert!(calls(r, routine) >= 1, "rank {r}: {routine} calls");
+        }
+        assert_eq!(calls(r, "MPI_Waitany"), 2);
+        for f in [
+            "MPI_Gatherv",
+            "MPI_Scatterv",
+            "MPI_Allgatherv",
+            "MPI_Sendrecv",
+        ] {
+            assert_eq!(calls(r, f), 1, "rank {r}: {f}");
+        }
+        // Communicators: ids from their creation (rank 0 of each is world rank 0:
+        // 10^6 + creation count), memberships, and the collectives on them.
+        let recs = common::bandela(&out, r);
+        let comms: std::collections::BTreeMap<i64, Vec<u32>> = recs
+            .iter()
+            .filter_map(|x| match x {
+                BRecord::Comm { id, ranks } => Some((*id, ranks.clone())),
+                _ => None,
+            })
+            .collect();
+        let all: Vec<u32> = (0..np as u32).collect();
+        for id in [1_000_001, 1_000_002, 1_000_003] {
+            assert_eq!(
+                comms.get(&id),
+                Some(&all),
+                "rank {r}: comm {id} in {comms:?}"
+            );
+        }
+        assert_eq!(
+            comms.get(&1_000_004),
+            (r % 2 == 0).then_some(&vec![0u32, 2]),
+            "rank {r}"
+        );
+        let mut on: std::collections::BTreeMap<&str, std::collections::BTreeSet<i64>> =
+            Default::default();
+        for x in &recs {
+            if let BRecord::Kernel {
+                main_fn, kernel, ..
+            } = x
+            {
+                let c = match kernel {
+                    Kernel::Isend { comm, .. }
+                    | Kernel::Irecv { comm, .. }
+                    | Kernel::Barrier { comm } => *comm,
+                    _ => continue,
+                };
+                on.entry(main_fn.as_str()).or_default().insert(c);
+            }
+        }
+        assert_eq!(on["MPI_Bcast"], [1_000_001].into(), "rank {r}");
+        assert_eq!(on["MPI_Allreduce"], [1_000_003].into(), "rank {r}");
+        let barriers: std::collections::BTreeSet<i64> = if r % 2 == 0 {
+            [1_000_002, 1_000_004].into()
+        } else {
+            [1_000_002].into()
+        };
+        assert_eq!(on["MPI_Barrier"], barriers, "rank {r}");
+    }
+    common::replay_dimemas(&out, np);
+    common::replay_bandela(&out, np);
+}

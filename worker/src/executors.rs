@@ -53,6 +53,8 @@ impl Executor for Ingest {
             follow_ups: {
                 let mut f = crate::analyze::follow_up_of_ingest(&s);
                 f.extend(crate::checks::follow_up(&s, &info, &ctx.job_id));
+                // A traced run's default replay and comparison (docs/tracer.md).
+                f.extend(crate::traced::follow_up_of_ingest(ctx, &s, &info)?);
                 f
             },
         })

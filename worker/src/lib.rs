@@ -8,6 +8,7 @@
 pub mod analyze;
 pub mod checks;
 pub mod executors;
+pub mod traced;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -145,6 +146,7 @@ impl Executors {
         e.add(analyze::AnalyzePart);
         e.add(analyze::AnalyzeMerge);
         e.add(checks::Checks);
+        e.add(traced::TraceCompare);
         e
     }
     /// Adds (or replaces) an executor.

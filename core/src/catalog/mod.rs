@@ -12,6 +12,7 @@ pub mod io;
 pub mod linktest;
 pub mod replay;
 pub mod system;
+pub mod tracer;
 
 /// One table of the lake.
 #[derive(Debug, Clone)]
@@ -80,6 +81,7 @@ pub fn all() -> &'static [TableDef] {
         v.extend(io::tables());
         v.extend(counts::tables());
         v.extend(replay::tables());
+        v.extend(tracer::tables());
         v
     })
 }

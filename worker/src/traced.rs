@@ -1,0 +1,493 @@
+//! What follows a `traced` run (docs/tracer.md, "After a traced run"):
+//!
+//! - the `bandela` ingest job of a run whose benchmark kind is `traced` asks,
+//!   besides its own tables, for the run's **default replay**: one `replay` job
+//!   (the Bandela model, host type 0, one host holding every rank, latency,
+//!   bandwidth and barrier latency from the run's `replay_*` parameters, whose
+//!   defaults are the tracer's Bandelalight defaults) in the job group
+//!   `traced-{ingest job}`, and one `trace_compare` job waiting for that group;
+//! - `trace_compare` reads the tracer's `bandela_stats` file (measured) and the
+//!   replay's committed `replay_functions` / `replay_ranks` rows (modelled) and
+//!   writes the `trace_comparison` table: per rank and MPI routine, measured
+//!   and modelled communication with their difference and ratio, plus one
+//!   `all` row per rank.
+//!
+//! The count files' pattern analysis needs nothing here: every `counts` ingest
+//! is followed by one (`analyze::follow_up_of_ingest`).
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
+};
+use benchlake_core::catalog;
+use benchlake_core::ids::validate_id;
+use benchlake_core::jobs::{
+    FollowUp, IngestRunInfo, IngestSpec, REPLAY_JOB, ReplaySpec, TRACE_COMPARE_JOB,
+};
+use benchlake_core::lake::TableOutput;
+use serde::{Deserialize, Serialize};
+
+use crate::{ExecError, ExecOutput, Executor, JobContext};
+
+/// The benchmark kind whose runs get a default replay and a comparison.
+pub const TRACED_KIND: &str = "traced";
+
+/// The model of the default replay.
+pub const DEFAULT_MODEL: &str = "bandela";
+
+/// `function` value of a rank's total row in `trace_comparison`.
+pub const ALL_FUNCTIONS: &str = "all";
+
+/// Run parameters of the default replay: (name, default, keyword of the
+/// replaympi input it sets). The defaults are the tracer's own defaults for
+/// `BANDELA_LATENCY`, `BANDELA_BANDWIDTH` and `BANDELA_BARRIER_LATENCY`, so the
+/// replay models the machine the statistics file's estimates assume.
+pub const REPLAY_PARAMS: &[(&str, &str, &str)] = &[
+    ("replay_latency_us", "2", "INTRA_HOST_LATENCY"),
+    ("replay_bandwidth_mbs", "700", "INTRA_HOST_BANDWIDTH_PEAK"),
+    (
+        "replay_barrier_latency_us",
+        "10",
+        "INTRA_HOST_BARRIER_LATENCY",
+    ),
+];
+
+/// Spec of a `trace_compare` job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompareSpec {
+    /// Raw key of the tracer's `bandela_stats` file.
+    pub stats_key: String,
+    /// The default replay's id.
+    pub replay_id: String,
+    /// The replay's model.
+    pub model: String,
+}
+
+/// The job group of a traced run's default replay.
+pub fn group_of(ingest_job: &str) -> String {
+    format!("traced-{ingest_job}")
+}
+
+/// The replaympi input of the default replay for `ranks` ranks with the run's
+/// parameters (`replay_*`, defaults in [`REPLAY_PARAMS`]).
+pub fn default_input(ranks: usize, params: &BTreeMap<String, String>) -> Result<String, ExecError> {
+    if ranks == 0 {
+        return Err(ExecError::Permanent(
+            "traced run: no Bandela rank files to replay".into(),
+        ));
+    }
+    let mut text = String::from(
+        "# default replay of a traced run (benchlake worker, docs/tracer.md)\n\
+         NUMBER_OF_HOSTS 1\nHOST_TYPE 0\n",
+    );
+    for (name, default, keyword) in REPLAY_PARAMS {
+        let raw = params.get(*name).map(String::as_str).unwrap_or(default);
+        let v: f64 = raw.trim().parse().map_err(|_| {
+            ExecError::Permanent(format!("run parameter {name}: '{raw}' is not a number"))
+        })?;
+        let ok = v.is_finite()
+            && if *name == "replay_bandwidth_mbs" {
+                v > 0.0
+            } else {
+                v >= 0.0
+            };
+        if !ok {
+            return Err(ExecError::Permanent(format!(
+                "run parameter {name}: {raw} is out of range (bandwidth > 0, latencies >= 0)"
+            )));
+        }
+        text.push_str(&format!("{keyword} {v}\n"));
+    }
+    text.push_str(&format!(
+        "BLOCK_HOST 0\nNUMBER_OF_PROCS {ranks}\nMPI_RANKS 0-{}\nADAPTERS 0\n",
+        ranks - 1
+    ));
+    Ok(text)
+}
+
+/// The follow-ups of an ingest job that belong to a traced run: for its
+/// `bandela` ingest, the default replay and the comparison waiting for it.
+/// Writes the replay's input to `_work/{run}/traced/{job}/replaympi.input`.
+pub fn follow_up_of_ingest(
+    ctx: &JobContext,
+    s: &IngestSpec,
+    info: &IngestRunInfo,
+) -> Result<Vec<FollowUp>, ExecError> {
+    if info.kind.as_deref() != Some(TRACED_KIND) || s.format != "bandela" || s.keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Every rank file of the task lies under the task's raw prefix.
+    let prefix = match s.keys[0].rsplit_once('/') {
+        Some((dir, _)) => format!("{dir}/"),
+        None => {
+            return Err(ExecError::Permanent(format!(
+                "trace key {} has no directory",
+                s.keys[0]
+            )));
+        }
+    };
+    if let Some(k) = s.keys.iter().find(|k| !k.starts_with(&prefix)) {
+        return Err(ExecError::Permanent(format!(
+            "traced run: Bandela files in two directories ({} and {k})",
+            s.keys[0]
+        )));
+    }
+    let input = default_input(s.keys.len(), &info.params)?;
+    validate_id("run_id", &ctx.run_id)?;
+    validate_id("job_id", &ctx.job_id)?;
+    let input_key = format!("_work/{}/traced/{}/replaympi.input", ctx.run_id, ctx.job_id);
+    ctx.block_on(ctx.lake.put(&input_key, bytes::Bytes::from(input)))?;
+    // Deterministic per ingest job: a retried ingest names the same replay.
+    let replay_id = format!("{}-default", ctx.job_id);
+    let replay = ReplaySpec {
+        model: DEFAULT_MODEL.into(),
+        trace_key: prefix.clone(),
+        files: [("input".to_string(), input_key)].into(),
+        params: BTreeMap::new(),
+        point: BTreeMap::new(),
+        replay_id: replay_id.clone(),
+    };
+    let compare = CompareSpec {
+        stats_key: format!("{prefix}bandela_stats"),
+        replay_id,
+        model: DEFAULT_MODEL.into(),
+    };
+    let json = |v: serde_json::Result<serde_json::Value>| {
+        v.map_err(|e| ExecError::Permanent(format!("traced follow-up spec: {e}")))
+    };
+    let group = group_of(&ctx.job_id);
+    Ok(vec![
+        FollowUp {
+            kind: REPLAY_JOB.into(),
+            spec: json(serde_json::to_value(&replay))?,
+            group: Some(group.clone()),
+            wait_for: None,
+        },
+        FollowUp {
+            kind: TRACE_COMPARE_JOB.into(),
+            spec: json(serde_json::to_value(&compare))?,
+            group: None,
+            wait_for: Some(group),
+        },
+    ])
+}
+
+/// Modelled figures of one replay, read back from the lake.
+#[derive(Debug, Default)]
+struct Modelled {
+    /// (rank, function) → wait + latency + small + big transfer.
+    functions: BTreeMap<(i32, String), f64>,
+    /// rank → (communication_s, computation_s).
+    ranks: BTreeMap<i32, (f64, f64)>,
+}
+
+fn col<'a, T: 'static>(b: &'a RecordBatch, name: &str, table: &str) -> Result<&'a T, ExecError> {
+    b.column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<T>())
+        .ok_or_else(|| ExecError::Permanent(format!("{table}: column {name} missing or mistyped")))
+}
+
+/// Batches of `table` for this job's run (every committed part).
+fn run_table(ctx: &JobContext, table: &str) -> Result<Vec<RecordBatch>, ExecError> {
+    let prefix = format!(
+        "tables/{table}/date={}/run_id={}/",
+        ctx.run_date, ctx.run_id
+    );
+    let mut out = Vec::new();
+    for (key, _) in ctx.block_on(ctx.lake.list(&prefix))? {
+        let name = key.rsplit('/').next().unwrap_or_default();
+        if !(name.starts_with("part-") && name.ends_with(".parquet")) {
+            continue;
+        }
+        let data = ctx.block_on(ctx.lake.get(&key))?;
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(data)
+            .and_then(|b| b.build())
+            .map_err(|e| ExecError::Permanent(format!("{key}: {e}")))?;
+        for b in reader {
+            out.push(b.map_err(|e| ExecError::Permanent(format!("{key}: {e}")))?);
+        }
+    }
+    Ok(out)
+}
+
+fn modelled(ctx: &JobContext, replay_id: &str) -> Result<Modelled, ExecError> {
+    let mut m = Modelled::default();
+    for b in run_table(ctx, "replay_functions")? {
+        let t = "replay_functions";
+        let id = col::<StringArray>(&b, "replay_id", t)?;
+        let rank = col::<Int32Array>(&b, "rank", t)?;
+        let func = col::<StringArray>(&b, "function", t)?;
+        let parts = [
+            col::<Float64Array>(&b, "wait_s", t)?,
+            col::<Float64Array>(&b, "latency_s", t)?,
+            col::<Float64Array>(&b, "small_transfer_s", t)?,
+            col::<Float64Array>(&b, "big_transfer_s", t)?,
+        ];
+        for i in 0..b.num_rows() {
+            if id.value(i) != replay_id {
+                continue;
+            }
+            let v: f64 = parts.iter().map(|p| p.value(i)).sum();
+            *m.functions
+                .entry((rank.value(i), func.value(i).to_string()))
+                .or_default() += v;
+        }
+    }
+    for b in run_table(ctx, "replay_ranks")? {
+        let t = "replay_ranks";
+        let id = col::<StringArray>(&b, "replay_id", t)?;
+        let rank = col::<Int32Array>(&b, "rank", t)?;
+        let comm = col::<Float64Array>(&b, "communication_s", t)?;
+        let comp = col::<Float64Array>(&b, "computation_s", t)?;
+        for i in 0..b.num_rows() {
+            if id.value(i) == replay_id {
+                m.ranks
+                    .insert(rank.value(i), (comm.value(i), comp.value(i)));
+            }
+        }
+    }
+    Ok(m)
+}
+
+/// One `trace_comparison` row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ComparisonRow {
+    pub rank: i32,
+    pub function: String,
+    pub calls: i64,
+    pub measured_comm_s: f64,
+    pub modelled_comm_s: f64,
+    pub measured_comp_s: f64,
+    pub modelled_comp_s: Option<f64>,
+}
+
+/// The comparison rows of a statistics file and a replay's modelled figures:
+/// per rank, one row per routine the rank called or the replay charged
+/// (statistics order, then the replay's extra routines by name), then `all`.
+fn compare(
+    stats: &benchlake_tracer::stats::Stats,
+    m: &Modelled,
+) -> Result<Vec<ComparisonRow>, ExecError> {
+    let mut rows = Vec::new();
+    for (r, per) in stats.per_rank.iter().enumerate() {
+        let rank = i32::try_from(r)
+            .map_err(|_| ExecError::Permanent(format!("bandela_stats: rank {r} too large")))?;
+        let Some(&(comm, comp)) = m.ranks.get(&rank) else {
+            return Err(ExecError::Permanent(format!(
+                "the replay has no replay_ranks row for rank {rank} (the statistics file has {} ranks)",
+                stats.ranks
+            )));
+        };
+        let mut calls_total = 0i64;
+        let mut seen = Vec::new();
+        for (i, name) in stats.routines.iter().enumerate() {
+            let Some(rs) = stats.routine.get(r).and_then(|v| v.get(i)) else {
+                continue;
+            };
+            let calls = i64::try_from(rs.calls).unwrap_or(i64::MAX);
+            calls_total = calls_total.saturating_add(calls);
+            let modelled = m.functions.get(&(rank, name.clone())).copied();
+            if calls == 0 && modelled.is_none() {
+                continue;
+            }
+            seen.push(name.as_str());
+            rows.push(ComparisonRow {
+                rank,
+                function: name.clone(),
+                calls,
+                measured_comm_s: rs.comm_s,
+                modelled_comm_s: modelled.unwrap_or(0.0),
+                measured_comp_s: rs.comp_s,
+                modelled_comp_s: None,
+            });
+        }
+        for ((fr, name), v) in m.functions.range((rank, String::new())..) {
+            if *fr != rank {
+                break;
+            }
+            if !seen.contains(&name.as_str()) {
+                rows.push(ComparisonRow {
+                    rank,
+                    function: name.clone(),
+                    calls: 0,
+                    measured_comm_s: 0.0,
+                    modelled_comm_s: *v,
+                    measured_comp_s: 0.0,
+                    modelled_comp_s: None,
+                });
+            }
+        }
+        rows.push(ComparisonRow {
+            rank,
+            function: ALL_FUNCTIONS.into(),
+            calls: calls_total,
+            measured_comm_s: per.wait_s + per.latency_s + per.transfer_s,
+            modelled_comm_s: comm,
+            measured_comp_s: per.comput_s,
+            modelled_comp_s: Some(comp),
+        });
+    }
+    Ok(rows)
+}
+
+/// The `trace_comparison` batch of `rows`.
+fn comparison_batch(
+    run_id: &str,
+    s: &CompareSpec,
+    rows: &[ComparisonRow],
+) -> Result<RecordBatch, ExecError> {
+    let n = rows.len();
+    let f = |g: &dyn Fn(&ComparisonRow) -> f64| -> ArrayRef {
+        Arc::new(Float64Array::from(rows.iter().map(g).collect::<Vec<_>>()))
+    };
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(vec![run_id; n])),
+        Arc::new(StringArray::from(vec![s.replay_id.as_str(); n])),
+        Arc::new(StringArray::from(vec![s.model.as_str(); n])),
+        Arc::new(Int32Array::from(
+            rows.iter().map(|r| r.rank).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            rows.iter().map(|r| r.function.as_str()).collect::<Vec<_>>(),
+        )),
+        Arc::new(Int64Array::from(
+            rows.iter().map(|r| r.calls).collect::<Vec<_>>(),
+        )),
+        f(&|r| r.measured_comm_s),
+        f(&|r| r.modelled_comm_s),
+        f(&|r| r.modelled_comm_s - r.measured_comm_s),
+        Arc::new(Float64Array::from(
+            rows.iter()
+                .map(|r| (r.measured_comm_s > 0.0).then(|| r.modelled_comm_s / r.measured_comm_s))
+                .collect::<Vec<_>>(),
+        )),
+        f(&|r| r.measured_comp_s),
+        Arc::new(Float64Array::from(
+            rows.iter().map(|r| r.modelled_comp_s).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(vec![s.stats_key.as_str(); n])),
+    ];
+    RecordBatch::try_new(catalog::schema("trace_comparison")?, cols)
+        .map_err(|e| ExecError::Permanent(format!("trace_comparison: {e}")))
+}
+
+/// Measured vs modelled communication of a traced run → `trace_comparison`.
+pub struct TraceCompare;
+
+impl Executor for TraceCompare {
+    fn kind(&self) -> &'static str {
+        TRACE_COMPARE_JOB
+    }
+    fn execute(&self, ctx: &JobContext) -> Result<ExecOutput, ExecError> {
+        let s: CompareSpec = serde_json::from_str(&ctx.spec_json)
+            .map_err(|e| ExecError::Permanent(format!("{} job spec: {e}", ctx.kind)))?;
+        let path = ctx.fetch(&s.stats_key)?;
+        let stats = benchlake_tracer::stats::read(&path).map_err(|e| {
+            ExecError::Permanent(
+                e.to_string()
+                    .replace(&path.display().to_string(), &s.stats_key),
+            )
+        })?;
+        let m = modelled(ctx, &s.replay_id)?;
+        if m.ranks.is_empty() {
+            return Err(ExecError::Permanent(format!(
+                "replay {} of run {} committed no replay_ranks rows",
+                s.replay_id, ctx.run_id
+            )));
+        }
+        let rows = compare(&stats, &m)?;
+        let batch = comparison_batch(&ctx.run_id, &s, &rows)?;
+        Ok(ExecOutput {
+            tables: vec![TableOutput::new("trace_comparison", vec![batch])],
+            follow_ups: Vec::new(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_input_reads_as_a_replaympi_input() {
+        let params = [("replay_latency_us".to_string(), "3.5".to_string())].into();
+        let text = default_input(4, &params).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("in");
+        std::fs::write(&p, &text).unwrap();
+        let inp = benchlake_formats::bandela::BandelaInput::read(p.to_str().unwrap()).unwrap();
+        assert_eq!(inp.hosts, 1, "{text}");
+        assert!(text.contains("INTRA_HOST_LATENCY 3.5\n"), "{text}");
+        assert!(text.contains("INTRA_HOST_BANDWIDTH_PEAK 700\n"), "{text}");
+        assert!(text.contains("INTRA_HOST_BARRIER_LATENCY 10\n"), "{text}");
+        assert!(text.contains("MPI_RANKS 0-3\n"), "{text}");
+        for bad in ["x", "-1", "inf"] {
+            let p = [("replay_latency_us".to_string(), bad.to_string())].into();
+            let e = default_input(2, &p).unwrap_err().to_string();
+            assert!(e.contains("replay_latency_us"), "{e}");
+        }
+        let p = [("replay_bandwidth_mbs".to_string(), "0".to_string())].into();
+        assert!(default_input(2, &p).is_err());
+        assert!(default_input(0, &BTreeMap::new()).is_err());
+    }
+
+    #[test]
+    fn rows_pair_measured_and_modelled_per_rank_and_routine() {
+        let text = "Ranks: 2\nBandwidth (MB/s): 700\nLatency (us): 2\nBarrier latency (us): 10\nMPI_BUFFER_MAX: 1048575\n\n\
+>>>> Receive Matrix (bytes) <<<<\nLines are receivers, columns are senders\nCPU 0 1\n0 0 8\n1 8 0\n\n\
+rank 0 bytes_buffered=8 internal_requests=2 barrier_requests=0 bytes_sent=8 bytes_received=8 records=2\n\
+rank 1 bytes_buffered=8 internal_requests=2 barrier_requests=0 bytes_sent=8 bytes_received=8 records=2\n\n\
+>>>> Request times in seconds <<<<\nCPU Comput Wait Latency Transfer MPI_Send MPI_Recv\n\
+0000 0.5 0.25 0.125 0.0625 0.3 0.1375\n0001 0.4 0.0 0.0 0.0 0.0 0.0\n\n\
+>>>> Computation before requests in seconds <<<<\nCPU Trailing MPI_Send MPI_Recv\n0000 0.01 0.2 0.3\n0001 0.0 0.0 0.0\n\n\
+>>>> Number of requests <<<<\nCPU MPI_Send MPI_Recv\n0000 1 1\n0001 0 0\n";
+        let stats = benchlake_tracer::stats::parse(text).unwrap();
+        let mut m = Modelled::default();
+        m.functions.insert((0, "MPI_Send".into()), 0.5);
+        m.functions.insert((1, "MPI_Wait".into()), 0.25);
+        m.ranks.insert(0, (0.75, 0.45));
+        m.ranks.insert(1, (0.25, 0.4));
+        let rows = compare(&stats, &m).unwrap();
+        let short: Vec<(i32, &str, i64, f64, f64)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r.rank,
+                    r.function.as_str(),
+                    r.calls,
+                    r.measured_comm_s,
+                    r.modelled_comm_s,
+                )
+            })
+            .collect();
+        assert_eq!(
+            short,
+            vec![
+                (0, "MPI_Send", 1, 0.3, 0.5),
+                (0, "MPI_Recv", 1, 0.1375, 0.0),
+                (0, "all", 2, 0.4375, 0.75),
+                (1, "MPI_Wait", 0, 0.0, 0.25),
+                (1, "all", 0, 0.0, 0.25),
+            ]
+        );
+        assert_eq!(rows[2].measured_comp_s, 0.5);
+        assert_eq!(rows[2].modelled_comp_s, Some(0.45));
+        assert_eq!(rows[1].measured_comp_s, 0.3);
+        let spec = CompareSpec {
+            stats_key: "raw/r/t/bandela_stats".into(),
+            replay_id: "x-default".into(),
+            model: "bandela".into(),
+        };
+        let b = comparison_batch("R", &spec, &rows).unwrap();
+        let ratio = col::<Float64Array>(&b, "ratio", "t").unwrap();
+        assert_eq!(ratio.value(0), 0.5 / 0.3);
+        assert!(ratio.is_null(3), "nothing measured: no ratio");
+        let diff = col::<Float64Array>(&b, "diff_s", "t").unwrap();
+        assert_eq!(diff.value(1), -0.1375);
+        // A replay without a rank of the statistics is an error naming it.
+        m.ranks.remove(&1);
+        let e = compare(&stats, &m).unwrap_err().to_string();
+        assert!(e.contains("rank 1"), "{e}");
+    }
+}
