@@ -1,6 +1,7 @@
 //! LinkTest ingest speed: a synthetic 4,096-rank LinkTest 2.1.17 file (16.8 M
 //! timings, written with our own writer) is opened (mmap), decoded, turned into
-//! the `linktest_*` Arrow tables and encoded as Parquet; prints GB/s of SION
+//! the `linktest_*` Arrow tables (`into_run_tables`, as the ingest does) and
+//! encoded as Parquet; prints GB/s of SION
 //! input per core (everything runs on one thread). Then the real 1.2p1 files are
 //! decoded repeatedly for a per-file figure comparable with LinkTest's own reader.
 //!
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 use benchlake_core::lake::encode_parquet;
 use benchlake_formats::linktest::{
     self, AllToAllTime, Flags, LinkTestRun, PayloadFormat, Permutation, RankInfo, SlowLink,
-    run_tables,
+    into_run_tables, run_tables,
 };
 use benchlake_formats::sion::{ChunkLayout, SionSet, SionWriteOptions, TaskData};
 
@@ -187,8 +188,8 @@ fn main() {
         let set = SionSet::open(&path).expect("open");
         let run = linktest::decode(&set).expect("decode");
         let (t1, c1) = (Instant::now(), cpu_s());
-        let tables = run_tables(
-            &run,
+        let tables = into_run_tables(
+            run,
             "01JBENCH000000000000000000",
             "raw/01JBENCH/task/pingpong_results_bin.sion",
         )
@@ -224,8 +225,8 @@ fn main() {
     {
         let set = SionSet::open(&path).expect("open");
         let run = linktest::decode(&set).expect("decode");
-        let tables = run_tables(
-            &run,
+        let tables = into_run_tables(
+            run,
             "01JBENCH000000000000000000",
             "raw/01JBENCH/task/pingpong_results_bin.sion",
         )

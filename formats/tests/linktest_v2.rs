@@ -8,7 +8,7 @@ use arrow::array::{Array, Float64Array, Int32Array, StringArray, TimestampMicros
 use benchlake_formats::linktest::v2::{self, encode_file};
 use benchlake_formats::linktest::{
     AllToAllTime, Flags, LinkTestRun, PayloadFormat, Permutation, RankInfo, SlowLink, decode,
-    inspect_set, run_tables,
+    inspect_set, into_run_tables, run_tables,
 };
 use benchlake_formats::sion::{
     ByteOrder, ChunkLayout, SionSet, SionWriteOptions, TaskData, encode_sion_set,
@@ -498,6 +498,27 @@ proptest! {
         let n = run.num_tasks;
         prop_assert_eq!(tables[2].rows(), n * (n - 1) * run.permutations.len());
         prop_assert_eq!(tables[3].rows(), if run.flags.all_to_all { n * run.permutations.len() } else { 0 });
+        // The consuming variant (timing matrices turned into columns in place
+        // for one fully measured permutation) gives the same rows, also when a
+        // pair was not measured (copying path).
+        let mut partial = back.clone();
+        if n > 1 {
+            partial.permutations[0].times[1] = 0.0;
+            partial.permutations[0].steps[1] = 0;
+        }
+        for r in [back, partial] {
+            let want = run_tables(&r, "R", "rt.sion").unwrap();
+            let got = into_run_tables(r, "R", "rt.sion").unwrap();
+            prop_assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                prop_assert_eq!(&g.table, &w.table);
+                let schema = benchlake_core::catalog::schema(&w.table).unwrap();
+                prop_assert_eq!(
+                    arrow::compute::concat_batches(&schema, &g.batches).unwrap(),
+                    arrow::compute::concat_batches(&schema, &w.batches).unwrap()
+                );
+            }
+        }
     }
 
     #[test]

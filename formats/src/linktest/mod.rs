@@ -25,7 +25,7 @@ pub mod v1;
 pub mod v2;
 
 pub use inspect::{Inspection, inspect_file, inspect_set};
-pub use tables::{ingest_linktest, run_tables};
+pub use tables::{ingest_linktest, into_run_tables, run_tables};
 
 /// Which payload layout a file has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -5,7 +5,7 @@
 //! measured, `from_rank` being the rank that initiated the ping-pong and `step`
 //! the access-pattern step; a pair whose time and step are both 0 was not
 //! measured (bisection) and has no row. Large tables are cut into batches of at
-//! most [`BATCH_ROWS`] rows (one Parquet row group each).
+//! most [`BATCH_ROWS`] rows ([`TIMING_BATCH_ROWS`] for `linktest_timings`).
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,6 +26,10 @@ use crate::ingest::{IngestContext, InputFile};
 
 /// Rows per batch of the large tables.
 pub const BATCH_ROWS: usize = 1 << 20;
+
+/// Rows per batch of `linktest_timings` (its row groups are still 2^20 rows:
+/// the lake cuts row groups itself).
+pub const TIMING_BATCH_ROWS: usize = 1 << 16;
 
 /// The table names, in output order.
 pub const TABLES: [&str; 5] = [
@@ -52,7 +56,7 @@ pub fn ingest_linktest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<
         let run = read_file(&input.path)?;
         for (acc, t) in out
             .iter_mut()
-            .zip(run_tables(&run, &ctx.run_id, &input.source)?)
+            .zip(into_run_tables(run, &ctx.run_id, &input.source)?)
         {
             acc.batches.extend(t.batches);
         }
@@ -71,6 +75,30 @@ fn is_continuation_of_given(p: &Path, given: &HashSet<PathBuf>) -> bool {
     }
 }
 
+/// The five tables of one run, consuming it: the timing matrices become the
+/// `linktest_timings` columns in place where possible (see
+/// `timing_columns_owned`), which saves copying and zeroing hundreds of MB
+/// for thousands of ranks. Same rows as [`run_tables`].
+pub fn into_run_tables(
+    mut run: LinkTestRun,
+    run_id: &str,
+    source: &str,
+) -> Result<Vec<TableOutput>> {
+    let Some(cols) = timing_columns_owned(&mut run) else {
+        return run_tables(&run, run_id, source);
+    };
+    Ok(vec![
+        TableOutput::new("linktest_runs", vec![runs_batch(&run, run_id, source)?]),
+        TableOutput::new("linktest_ranks", vec![ranks_batch(&run, run_id, source)?]),
+        TableOutput::new(
+            "linktest_timings",
+            timings_batches_of(cols, run_id, source)?,
+        ),
+        TableOutput::new("linktest_alltoall", alltoall_batches(&run, run_id, source)?),
+        TableOutput::new("linktest_slow_links", slow_batches(&run, run_id, source)?),
+    ])
+}
+
 /// The five tables of one run.
 pub fn run_tables(run: &LinkTestRun, run_id: &str, source: &str) -> Result<Vec<TableOutput>> {
     Ok(vec![
@@ -82,9 +110,24 @@ pub fn run_tables(run: &LinkTestRun, run_id: &str, source: &str) -> Result<Vec<T
     ])
 }
 
-/// A string column repeating `s`, `len` times.
+/// A string column repeating `s`, `len` times (offsets computed, bytes
+/// repeated: no per-value builder).
 fn repeated(s: &str, len: usize) -> ArrayRef {
-    Arc::new(StringArray::from_iter_values(std::iter::repeat_n(s, len)))
+    let w = s.len();
+    let total = w.checked_mul(len).filter(|t| *t <= i32::MAX as usize);
+    match total {
+        Some(_) => {
+            let offsets = arrow::buffer::OffsetBuffer::new(
+                (0..=len)
+                    .map(|i| (i * w) as i32)
+                    .collect::<Vec<i32>>()
+                    .into(),
+            );
+            let values = arrow::buffer::Buffer::from(s.as_bytes().repeat(len));
+            Arc::new(StringArray::new(offsets, values, None))
+        }
+        None => Arc::new(StringArray::from_iter_values(std::iter::repeat_n(s, len))),
+    }
 }
 
 fn batch(table: &str, cols: Vec<ArrayRef>) -> Result<RecordBatch> {
@@ -222,7 +265,92 @@ fn ranks_batch(run: &LinkTestRun, run_id: &str, source: &str) -> Result<RecordBa
     )
 }
 
+/// The value columns of `linktest_timings` and the row at which each
+/// permutation starts (one more entry: the row count).
+struct TimingColumns {
+    from: ArrayRef,
+    to: ArrayRef,
+    step: ArrayRef,
+    time: ArrayRef,
+    perm_start: Vec<usize>,
+}
+
+/// True when every off-diagonal pair of the n × n matrices was measured.
+fn all_measured(n: usize, times: &[f64], steps: &[i32]) -> bool {
+    times
+        .chunks_exact(n.max(1))
+        .zip(steps.chunks_exact(n.max(1)))
+        .enumerate()
+        .all(|(i, (trow, srow))| {
+            !trow
+                .iter()
+                .zip(srow)
+                .enumerate()
+                .any(|(j, (t, s))| j != i && *t == 0.0 && *s == 0)
+        })
+}
+
+/// Removes the diagonal of an n × n row-major matrix in place: row i's
+/// off-diagonal entries end up at `i * (n - 1)..(i + 1) * (n - 1)`.
+fn drop_diagonal<T: Copy>(m: &mut Vec<T>, n: usize) {
+    for i in 0..n {
+        let dst = i * (n - 1);
+        let row = i * n;
+        // Entries before the diagonal, then after it; both move left, so
+        // copying front to back never overwrites what is still to be read.
+        m.copy_within(row..row + i, dst);
+        m.copy_within(row + i + 1..row + n, dst + i);
+    }
+    m.truncate(n * n.saturating_sub(1));
+}
+
+/// The timing columns built by taking the decoded matrices out of `run`: with
+/// one permutation in which every pair was measured (the normal case), the
+/// time and step matrices become the Arrow columns in place (their diagonal
+/// dropped), with no new memory. `None` otherwise (`run` is left untouched).
+fn timing_columns_owned(run: &mut LinkTestRun) -> Option<TimingColumns> {
+    let n = run.num_tasks;
+    let [pm] = run.permutations.as_mut_slice() else {
+        return None;
+    };
+    if n < 2 || pm.times.len() != n * n || pm.steps.len() != n * n {
+        return None;
+    }
+    if !all_measured(n, &pm.times, &pm.steps) {
+        return None;
+    }
+    let mut times = std::mem::take(&mut pm.times);
+    let mut steps = std::mem::take(&mut pm.steps);
+    drop_diagonal(&mut times, n);
+    drop_diagonal(&mut steps, n);
+    let rows = n * (n - 1);
+    let mut from_buf = ColumnBuf::<i32>::zeroed(rows);
+    let mut to_buf = ColumnBuf::<i32>::zeroed(rows);
+    {
+        let (from, to) = (from_buf.as_mut_slice(), to_buf.as_mut_slice());
+        let all_ranks: Vec<i32> = (0..n as i32).collect();
+        for i in 0..n {
+            let k = i * (n - 1);
+            from[k..k + n - 1].fill(i as i32);
+            to[k..k + i].copy_from_slice(&all_ranks[..i]);
+            to[k + i..k + n - 1].copy_from_slice(&all_ranks[i + 1..]);
+        }
+    }
+    Some(TimingColumns {
+        from: Arc::new(Int32Array::new(from_buf.into_scalar(rows), None)),
+        to: Arc::new(Int32Array::new(to_buf.into_scalar(rows), None)),
+        step: Arc::new(Int32Array::new(steps.into(), None)),
+        time: Arc::new(Float64Array::new(times.into(), None)),
+        perm_start: vec![0, rows],
+    })
+}
+
 fn timings_batches(run: &LinkTestRun, run_id: &str, source: &str) -> Result<Vec<RecordBatch>> {
+    timings_batches_of(timing_columns(run), run_id, source)
+}
+
+/// The timing columns copied out of the run's matrices.
+fn timing_columns(run: &LinkTestRun) -> TimingColumns {
     let n = run.num_tasks;
     // Upper bound of the rows; the columns are filled in place (see `bulk`) and
     // the untouched tail of a mapping costs nothing.
@@ -275,14 +403,33 @@ fn timings_batches(run: &LinkTestRun, run_id: &str, source: &str) -> Result<Vec<
         perm_start.push(k);
     }
     let rows = k;
-    let from: ArrayRef = Arc::new(Int32Array::new(from_buf.into_scalar(rows), None));
-    let to: ArrayRef = Arc::new(Int32Array::new(to_buf.into_scalar(rows), None));
-    let step: ArrayRef = Arc::new(Int32Array::new(step_buf.into_scalar(rows), None));
-    let time: ArrayRef = Arc::new(Float64Array::new(time_buf.into_scalar(rows), None));
+    TimingColumns {
+        from: Arc::new(Int32Array::new(from_buf.into_scalar(rows), None)),
+        to: Arc::new(Int32Array::new(to_buf.into_scalar(rows), None)),
+        step: Arc::new(Int32Array::new(step_buf.into_scalar(rows), None)),
+        time: Arc::new(Float64Array::new(time_buf.into_scalar(rows), None)),
+        perm_start,
+    }
+}
 
-    // The constant columns: one array of a batch's length, sliced by every batch.
+/// Cuts the timing columns into batches of at most [`TIMING_BATCH_ROWS`] rows with
+/// the constant run_id, source and permutation columns.
+fn timings_batches_of(cols: TimingColumns, run_id: &str, source: &str) -> Result<Vec<RecordBatch>> {
+    let TimingColumns {
+        from,
+        to,
+        step,
+        time,
+        perm_start,
+    } = cols;
+    let rows = from.len();
+
+    // The constant columns: one array of a batch's length, sliced by every
+    // batch. Batches of this table are kept small (TIMING_BATCH_ROWS) so the
+    // repeated run_id/source strings stay a few MB; encode_parquet regroups
+    // batches into row groups of its own size anyway.
     let widest = run_id.len().max(source.len()).max(1);
-    let per = BATCH_ROWS.min((i32::MAX as usize / widest).max(1));
+    let per = TIMING_BATCH_ROWS.min((i32::MAX as usize / widest).max(1));
     let first = rows.min(per);
     let rid = repeated(run_id, first);
     let src = repeated(source, first);
