@@ -455,6 +455,11 @@ fn encode_with_schema(
         .sum();
     let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
     let mut buf = Vec::with_capacity(if bulk { rows * row_bytes / 2 } else { 0 });
+    if bulk {
+        // The file is written into fresh memory: huge pages save ~13k faults
+        // for a 50 MB file.
+        crate::mem::advise_huge_pages(&mut buf);
+    }
     let mut file =
         SerializedFileWriter::new(&mut buf, parquet_schema.root_schema_ptr(), Arc::new(props))?;
     let factory = ArrowRowGroupWriterFactory::new(&file, schema.clone());
@@ -770,7 +775,7 @@ mod tests {
     fn numeric_chunks_read_back_on_linktest_shapes() {
         // Runs, ascending sequences with a gap and a wrap, f32-widened times;
         // pages of 1,000 values so blocks, miniblocks and pages end unevenly.
-        let n = 4095 * 7 + 13;
+        let n: usize = 4095 * 7 + 13;
         let from: Vec<i32> = (0..n).map(|i| (i / 4095) as i32).collect();
         let to: Vec<i64> = (0..n)
             .map(|i| (i % 4095) as i64 + i64::from(i % 4095 >= 3))

@@ -14,5 +14,6 @@ pub mod ids;
 pub mod jobs;
 pub mod lake;
 pub mod layout;
+pub mod mem;
 
 pub use error::{Error, Result};
