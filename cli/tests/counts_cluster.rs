@@ -76,31 +76,7 @@ format = "counts"
 
 /// Every batch of `table` for one run in the lake, concatenated.
 fn lake_table(lake: &Path, table: &str, run_id: &str) -> Option<RecordBatch> {
-    let mut batches = Vec::new();
-    let mut stack = vec![lake.join("tables").join(table)];
-    let mut files = Vec::new();
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.to_string_lossy().contains(&format!("run_id={run_id}")) {
-                files.push(p);
-            }
-        }
-    }
-    files.sort();
-    for p in files {
-        let f = std::fs::File::open(&p).unwrap();
-        let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
-            .unwrap()
-            .build()
-            .unwrap();
-        batches.extend(r.map(|b| b.unwrap()));
-    }
+    let batches = table_batches(lake, table, Some(run_id));
     let schema = batches.first()?.schema();
     Some(arrow::compute::concat_batches(&schema, &batches).unwrap())
 }

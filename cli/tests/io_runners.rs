@@ -20,29 +20,7 @@ const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/io");
 
 /// Every batch of `table` for `run_id` in a local lake.
 fn read_table(lake: &Path, table: &str, run_id: &str) -> Vec<RecordBatch> {
-    let mut out = Vec::new();
-    let mut stack = vec![lake.join("tables").join(table)];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "parquet")
-                && p.to_string_lossy().contains(&format!("run_id={run_id}"))
-            {
-                let f = std::fs::File::open(&p).unwrap();
-                let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
-                    .unwrap()
-                    .build()
-                    .unwrap();
-                out.extend(r.map(|b| b.unwrap()));
-            }
-        }
-    }
-    out
+    table_batches(lake, table, Some(run_id))
 }
 
 fn strs(b: &RecordBatch, c: &str) -> Vec<Option<String>> {

@@ -7,7 +7,8 @@
 //! pyspark (vectorized and row readers) must return the row count and the exact
 //! sums computed here from the run. Needs the e2e venv's python on PATH (the
 //! README's test command puts it there); prints SKIPPED without duckdb/pyspark.
-use std::path::Path;
+mod common;
+
 use std::process::Command;
 
 use benchlake_formats::linktest::{
@@ -136,7 +137,7 @@ fn duckdb_and_spark_read_the_bulk_chunks_exactly() {
     let want = format!("{rows} {sf} {st} {ss} {bits}");
     let glob = format!("{}/tables/linktest_timings/**/*.parquet", lake.display());
     assert!(rows >= 65_536, "must exercise the bulk path");
-    let files: Vec<_> = walk(&lake.join("tables/linktest_timings"));
+    let files = common::table_files(&lake, "linktest_timings", None);
     assert_eq!(files.len(), 1, "{files:?}");
 
     if !python_has("duckdb") {
@@ -172,20 +173,4 @@ fn duckdb_and_spark_read_the_bulk_chunks_exactly() {
     ));
     let lines: Vec<&str> = got.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines, vec![want.as_str(), want.as_str()], "spark");
-}
-
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in rd.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else if p.extension().is_some_and(|x| x == "parquet") {
-            out.push(p);
-        }
-    }
-    out
 }

@@ -41,29 +41,7 @@ fn catalog_with(def: BenchmarkDef) -> Catalog {
 
 /// Every batch of `table` for `run_id`.
 fn batches(lake: &Path, table: &str, run_id: &str) -> Vec<RecordBatch> {
-    let mut out = Vec::new();
-    let mut stack = vec![lake.join("tables").join(table)];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "parquet")
-                && p.to_string_lossy().contains(&format!("run_id={run_id}"))
-            {
-                let f = std::fs::File::open(&p).unwrap();
-                let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
-                    .unwrap()
-                    .build()
-                    .unwrap();
-                out.extend(r.map(|b| b.unwrap()));
-            }
-        }
-    }
-    out
+    table_batches(lake, table, Some(run_id))
 }
 
 fn col<'a, T: 'static>(b: &'a RecordBatch, name: &str) -> &'a T {

@@ -375,11 +375,11 @@ pub fn state(d: &pb::RunDetail) -> pb::RunState {
     pb::RunState::try_from(d.run.as_ref().unwrap().state).unwrap()
 }
 
-/// Rows of every Parquet file of `table` under `lake`, optionally of one run.
-pub fn table_rows(lake: &Path, table: &str, run_id: Option<&str>) -> usize {
-    let mut n = 0;
-    let root = lake.join("tables").join(table);
-    let mut stack = vec![root];
+/// The Parquet files of `table` under a local `lake`, optionally of one run,
+/// in sorted order.
+pub fn table_files(lake: &Path, table: &str, run_id: Option<&str>) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![lake.join("tables").join(table)];
     while let Some(d) = stack.pop() {
         let Ok(rd) = std::fs::read_dir(&d) else {
             continue;
@@ -391,14 +391,37 @@ pub fn table_rows(lake: &Path, table: &str, run_id: Option<&str>) -> usize {
             } else if p.extension().is_some_and(|x| x == "parquet")
                 && run_id.is_none_or(|r| p.to_string_lossy().contains(&format!("run_id={r}")))
             {
-                let f = std::fs::File::open(&p).unwrap();
-                let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
-                    .unwrap()
-                    .build()
-                    .unwrap();
-                n += r.map(|b| b.unwrap().num_rows()).sum::<usize>();
+                files.push(p);
             }
         }
     }
-    n
+    files.sort();
+    files
+}
+
+/// Every batch of `table` under a local `lake`, optionally of one run (files
+/// in sorted order).
+pub fn table_batches(
+    lake: &Path,
+    table: &str,
+    run_id: Option<&str>,
+) -> Vec<arrow::array::RecordBatch> {
+    let mut out = Vec::new();
+    for p in table_files(lake, table, run_id) {
+        let f = std::fs::File::open(&p).unwrap();
+        let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+            .unwrap()
+            .build()
+            .unwrap();
+        out.extend(r.map(|b| b.unwrap()));
+    }
+    out
+}
+
+/// Rows of every Parquet file of `table` under `lake`, optionally of one run.
+pub fn table_rows(lake: &Path, table: &str, run_id: Option<&str>) -> usize {
+    table_batches(lake, table, run_id)
+        .iter()
+        .map(|b| b.num_rows())
+        .sum()
 }
