@@ -99,17 +99,8 @@ async fn add_agent_with(c: &mut Cluster, name: &str, catalog: &str, mpirun: Vec<
 
 fn spec(bench: &str, params: &[(&str, &str)], launcher: pb::Launcher) -> pb::BenchmarkSpec {
     pb::BenchmarkSpec {
-        benchmark: bench.into(),
-        params: params
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        nodes: Some(pb::NodeSelector {
-            count: 1,
-            ..Default::default()
-        }),
         launcher: launcher as i32,
-        ..Default::default()
+        ..bench_spec(bench, params)
     }
 }
 

@@ -82,18 +82,13 @@ async fn linktest_runs_through_mpirun_and_lands_in_the_tables() {
         .runs()
         .submit_run(pb::SubmitRunRequest {
             spec: Some(pb::BenchmarkSpec {
-                benchmark: "linktest".into(),
-                params: params
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
                 nodes: Some(pb::NodeSelector {
                     count: 2,
                     ..Default::default()
                 }),
                 launcher: pb::Launcher::Mpirun as i32,
                 max_attempts: 1,
-                ..Default::default()
+                ..bench_spec("linktest", &params)
             }),
             idempotency_key: String::new(),
         })

@@ -173,18 +173,9 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
         .runs()
         .submit_run(pb::SubmitRunRequest {
             spec: Some(pb::BenchmarkSpec {
-                benchmark: "traced".into(),
-                params: params
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-                nodes: Some(pb::NodeSelector {
-                    count: 1,
-                    ..Default::default()
-                }),
                 launcher: pb::Launcher::Mpirun as i32,
                 max_attempts: 1,
-                ..Default::default()
+                ..bench_spec("traced", &params)
             }),
             idempotency_key: String::new(),
         })

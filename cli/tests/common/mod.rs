@@ -375,6 +375,23 @@ pub fn state(d: &pb::RunDetail) -> pb::RunState {
     pb::RunState::try_from(d.run.as_ref().unwrap().state).unwrap()
 }
 
+/// A benchmark spec with typed params on one node (callers override nodes,
+/// launcher or attempts with struct update syntax).
+pub fn bench_spec(bench: &str, params: &[(&str, &str)]) -> pb::BenchmarkSpec {
+    pb::BenchmarkSpec {
+        benchmark: bench.into(),
+        params: params
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        nodes: Some(pb::NodeSelector {
+            count: 1,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// The Parquet files of `table` under a local `lake`, optionally of one run,
 /// in sorted order.
 pub fn table_files(lake: &Path, table: &str, run_id: Option<&str>) -> Vec<PathBuf> {
