@@ -189,25 +189,17 @@ async fn demo(
             .collect(),
         ),
     ];
-    let mut ids = Vec::new();
-    for (bench, params) in runs {
-        let spec = pb::BenchmarkSpec {
-            benchmark: bench.to_string(),
-            params: params.into_iter().collect(),
-            ..Default::default()
-        };
-        let r = conn
-            .runs()?
-            .submit_run(pb::SubmitRunRequest {
-                spec: Some(spec),
-                idempotency_key: String::new(),
-            })
-            .await
-            .with_context(|| format!("submitting the {bench} demo run"))?
-            .into_inner();
-        println!("submitted {bench} run {}", r.run_id);
-        ids.push((bench, r.run_id));
-    }
+    let mut specs: Vec<(&str, pb::BenchmarkSpec)> = runs
+        .into_iter()
+        .map(|(bench, params)| {
+            let spec = pb::BenchmarkSpec {
+                benchmark: bench.to_string(),
+                params: params.into_iter().collect(),
+                ..Default::default()
+            };
+            (bench, spec)
+        })
+        .collect();
     // A traced MPI run: the tracer's traces, counts and statistics are ingested,
     // the counts analysed, the trace replayed and compared with the measurement.
     let traced = traced_demo_app();
@@ -223,6 +215,10 @@ async fn demo(
             launcher: pb::Launcher::Mpirun as i32,
             ..Default::default()
         };
+        specs.push(("traced", spec));
+    }
+    let mut ids = Vec::new();
+    for (bench, spec) in specs {
         let r = conn
             .runs()?
             .submit_run(pb::SubmitRunRequest {
@@ -230,10 +226,10 @@ async fn demo(
                 idempotency_key: String::new(),
             })
             .await
-            .context("submitting the traced demo run")?
+            .with_context(|| format!("submitting the {bench} demo run"))?
             .into_inner();
-        println!("submitted traced run {}", r.run_id);
-        ids.push(("traced", r.run_id));
+        println!("submitted {bench} run {}", r.run_id);
+        ids.push((bench, r.run_id));
     }
     // A what-if sweep: a synthetic 16-rank halo exchange under 3 latencies x 2
     // bandwidths, one worker job per point.
