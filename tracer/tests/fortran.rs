@@ -248,3 +248,122 @@ fn fortran_v_collectives_completions_and_communicators_are_traced() {
     common::replay_dimemas(&out, np);
     common::replay_bandela(&out, np);
 }
+
+/// The `use mpi_f08` bindings (`programs/fortran_f08.f90`, 4 ranks): Open MPI's
+/// `mpi_xxx_f08_` entry points bypass the C and mpif.h wrappers, so every record here
+/// comes from the f08 wrappers — including calls that leave out the optional
+/// `ierror` (`MPI_Init`, `MPI_Wait`, `MPI_Send`, `MPI_Finalize`).
+#[test]
+fn fortran_f08_calls_are_traced() {
+    let Some(lib) = common::lib() else { return };
+    if which("mpifort").is_none() {
+        eprintln!("SKIPPED: mpifort (gfortran) is not installed");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = common::build("fortran_f08.f90", tmp.path());
+    let out = tmp.path().join("trace");
+    let np = 4usize;
+    common::run(&lib, &exe, np, &out, &[]);
+    let stats = benchlake_tracer::stats::read(&out.join("bandela_stats")).unwrap();
+    assert_eq!(stats.ranks, np);
+    let calls = |r: usize, f: &str| {
+        let i = stats.routines.iter().position(|x| x == f);
+        i.map(|i| stats.routine[r][i].calls).unwrap_or(0)
+    };
+    let sorted = |mut v: Vec<(String, i64, i64, u64)>| {
+        v.sort();
+        v
+    };
+    let k_of = |kind: &str, peer: i64, tag: i64, bytes: u64| (kind.to_string(), peer, tag, bytes);
+    let mut bcast_sent = 0u64;
+    for r in 0..np {
+        let (right, left) = (((r + 1) % np) as i64, ((r + np - 1) % np) as i64);
+        let k = common::kernels(&out, r);
+        // Point-to-point: peers, tags and bytes of every call.
+        assert_eq!(
+            sorted(p2p_of(&k, "MPI_Irecv")),
+            [k_of("irecv", left, 7, 40), k_of("irecv", left, 9, 8)],
+            "rank {r}"
+        );
+        assert_eq!(
+            sorted(p2p_of(&k, "MPI_Isend")),
+            [k_of("isend", right, 7, 40), k_of("isend", right, 9, 8)],
+            "rank {r}"
+        );
+        assert_eq!(p2p_of(&k, "MPI_Send"), [k_of("isend", right, 8, 24)]);
+        assert_eq!(p2p_of(&k, "MPI_Recv"), [k_of("irecv", left, 8, 24)]);
+        assert_eq!(
+            p2p_of(&k, "MPI_Sendrecv"),
+            [k_of("isend", right, 14, 24), k_of("irecv", left, 14, 24)]
+        );
+        // Completions: Waitall completed both requests, each Wait one.
+        assert_eq!(k.iter().filter(|x| *x == "MPI_Waitall wait").count(), 2);
+        assert_eq!(k.iter().filter(|x| *x == "MPI_Wait wait").count(), 2);
+        // Bcast of 20 B from root 0: every other rank receives it once.
+        let b = p2p_of(&k, "MPI_Bcast");
+        let got: u64 = b.iter().filter(|x| x.0 == "irecv").map(|x| x.3).sum();
+        assert_eq!(got, if r == 0 { 0 } else { 20 }, "rank {r} Bcast");
+        assert!(b.iter().all(|x| x.3 == 20), "rank {r}: {b:?}");
+        bcast_sent += b.iter().filter(|x| x.0 == "isend").map(|x| x.3).sum::<u64>();
+        // Allreduce of 16 B: every message carries the whole vector.
+        let a = p2p_of(&k, "MPI_Allreduce");
+        assert!(!a.is_empty() && a.iter().all(|x| x.3 == 16), "rank {r}: {a:?}");
+        // Alltoallv: rank i sends i+1 integers to every other rank.
+        let mut v: Vec<(String, i64, u64)> = p2p_of(&k, "MPI_Alltoallv")
+            .into_iter()
+            .map(|x| (x.0, x.1, x.3))
+            .collect();
+        v.sort();
+        let mut want: Vec<(String, i64, u64)> = (0..np as i64)
+            .filter(|&p| p != r as i64)
+            .flat_map(|p| {
+                [
+                    ("irecv".to_string(), p, 4 * (p as u64 + 1)),
+                    ("isend".to_string(), p, 4 * (r as u64 + 1)),
+                ]
+            })
+            .collect();
+        want.sort();
+        assert_eq!(v, want, "rank {r} Alltoallv");
+        // Statistics: the call counts, and the bytes of the kernels above.
+        for (f, n) in [
+            ("MPI_Isend", 2),
+            ("MPI_Irecv", 2),
+            ("MPI_Wait", 2),
+            ("MPI_Waitall", 1),
+            ("MPI_Send", 1),
+            ("MPI_Recv", 1),
+            ("MPI_Sendrecv", 1),
+            ("MPI_Bcast", 1),
+            ("MPI_Allreduce", 1),
+            ("MPI_Alltoallv", 1),
+        ] {
+            assert_eq!(calls(r, f), n, "rank {r}: {f}");
+        }
+        let all: Vec<(String, i64, i64, u64)> = k
+            .iter()
+            .filter_map(|x| {
+                let w: Vec<&str> = x.split_whitespace().collect();
+                (w.len() == 5).then(|| k_of(w[1], w[2].parse().unwrap(), 0, w[4].parse().unwrap()))
+            })
+            .collect();
+        let sum = |kind: &str| -> u64 { all.iter().filter(|x| x.0 == kind).map(|x| x.3).sum() };
+        let rs = &stats.per_rank[r];
+        assert_eq!(rs.bytes_sent, sum("isend"), "rank {r} bytes_sent");
+        assert_eq!(rs.bytes_received, sum("irecv"), "rank {r} bytes_received");
+        assert_eq!(stats.recv[r].iter().sum::<u64>(), rs.bytes_received);
+        // the point-to-point bytes from the left neighbour alone: 40 + 8 + 24 + 24
+        assert!(stats.recv[r][left as usize] >= 96, "rank {r}: {:?}", stats.recv);
+    }
+    assert_eq!(bcast_sent, 20 * (np as u64 - 1));
+    let text = std::fs::read_to_string(out.join("send-counters.job0.rank0.txt")).unwrap();
+    assert!(
+        text.contains(
+            "Rank(s) 0: 1 1 1 1 \nRank(s) 1: 2 2 2 2 \nRank(s) 2: 3 3 3 3 \nRank(s) 3: 4 4 4 4 \n"
+        ),
+        "{text}"
+    );
+    common::replay_dimemas(&out, np);
+    common::replay_bandela(&out, np);
+}
