@@ -81,6 +81,16 @@ fn p2p_of(k: &[String], routine: &str) -> Vec<(String, i64, i64, u64)> {
 /// Sendrecv and communicator creation (`programs/fortran2.f90`, 4 ranks).
 #[test]
 fn fortran_v_collectives_completions_and_communicators_are_traced() {
+    v_collectives_completions_and_communicators("fortran2.f90");
+}
+
+/// The same calls through `use mpi_f08` (`programs/fortran2_f08.f90`): the same trace.
+#[test]
+fn fortran_f08_v_collectives_completions_and_communicators_are_traced() {
+    v_collectives_completions_and_communicators("fortran2_f08.f90");
+}
+
+fn v_collectives_completions_and_communicators(program: &str) {
     use benchlake_formats::bandela::{BRecord, Kernel};
     let Some(lib) = common::lib() else { return };
     if which("mpifort").is_none() {
@@ -88,7 +98,7 @@ fn fortran_v_collectives_completions_and_communicators_are_traced() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let exe = common::build("fortran2.f90", tmp.path());
+    let exe = common::build(program, tmp.path());
     let out = tmp.path().join("trace");
     let np = 4usize;
     common::run(&lib, &exe, np, &out, &[]);
