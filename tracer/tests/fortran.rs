@@ -315,10 +315,17 @@ fn fortran_f08_calls_are_traced() {
         let got: u64 = b.iter().filter(|x| x.0 == "irecv").map(|x| x.3).sum();
         assert_eq!(got, if r == 0 { 0 } else { 20 }, "rank {r} Bcast");
         assert!(b.iter().all(|x| x.3 == 20), "rank {r}: {b:?}");
-        bcast_sent += b.iter().filter(|x| x.0 == "isend").map(|x| x.3).sum::<u64>();
+        bcast_sent += b
+            .iter()
+            .filter(|x| x.0 == "isend")
+            .map(|x| x.3)
+            .sum::<u64>();
         // Allreduce of 16 B: every message carries the whole vector.
         let a = p2p_of(&k, "MPI_Allreduce");
-        assert!(!a.is_empty() && a.iter().all(|x| x.3 == 16), "rank {r}: {a:?}");
+        assert!(
+            !a.is_empty() && a.iter().all(|x| x.3 == 16),
+            "rank {r}: {a:?}"
+        );
         // Alltoallv: rank i sends i+1 integers to every other rank.
         let mut v: Vec<(String, i64, u64)> = p2p_of(&k, "MPI_Alltoallv")
             .into_iter()
@@ -364,7 +371,11 @@ fn fortran_f08_calls_are_traced() {
         assert_eq!(rs.bytes_received, sum("irecv"), "rank {r} bytes_received");
         assert_eq!(stats.recv[r].iter().sum::<u64>(), rs.bytes_received);
         // the point-to-point bytes from the left neighbour alone: 40 + 8 + 24 + 24
-        assert!(stats.recv[r][left as usize] >= 96, "rank {r}: {:?}", stats.recv);
+        assert!(
+            stats.recv[r][left as usize] >= 96,
+            "rank {r}: {:?}",
+            stats.recv
+        );
     }
     assert_eq!(bcast_sent, 20 * (np as u64 - 1));
     let text = std::fs::read_to_string(out.join("send-counters.job0.rank0.txt")).unwrap();
