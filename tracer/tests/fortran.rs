@@ -1,5 +1,7 @@
-//! The Fortran bindings (mpif.h) on `programs/fortran.f90` (see its header comment):
-//! the Fortran calls are traced like the C ones, with converted handles.
+//! The Fortran bindings on the programs in `programs/` (see their header comments):
+//! mpif.h (`fortran.f90`, `fortran2.f90`) and `use mpi_f08` (`fortran_f08.f90`,
+//! `fortran2_f08.f90`); the Fortran calls are traced like the C ones, with converted
+//! handles.
 mod common;
 
 #[test]
