@@ -44,33 +44,25 @@ pub fn router(coord: Shared) -> Result<tonic::transport::server::Router> {
     const AGENTS: &[Role] = &[Role::Agent];
     const WORKERS: &[Role] = &[Role::Worker];
     let svc = Svc(coord.clone());
+    // Every gRPC service: the shared implementation behind a token check for
+    // the roles that may call it.
+    macro_rules! guarded {
+        ($server:ident, $roles:expr, $name:literal) => {
+            InterceptedService::new(
+                $server::new(svc.clone()).max_decoding_message_size(max),
+                interceptor(t.clone(), $roles, $name),
+            )
+        };
+    }
     Ok(tonic::transport::Server::builder()
         .add_service(refl1)
         .add_service(refl1a)
-        .add_service(InterceptedService::new(
-            RunServiceServer::new(svc.clone()).max_decoding_message_size(max),
-            interceptor(t.clone(), USERS, "RunService"),
-        ))
-        .add_service(InterceptedService::new(
-            ScheduleServiceServer::new(svc.clone()).max_decoding_message_size(max),
-            interceptor(t.clone(), USERS, "ScheduleService"),
-        ))
-        .add_service(InterceptedService::new(
-            ClusterServiceServer::new(svc.clone()).max_decoding_message_size(max),
-            interceptor(t.clone(), USERS, "ClusterService"),
-        ))
-        .add_service(InterceptedService::new(
-            ReplayServiceServer::new(svc.clone()).max_decoding_message_size(max),
-            interceptor(t.clone(), USERS, "ReplayService"),
-        ))
-        .add_service(InterceptedService::new(
-            AgentServiceServer::new(svc.clone()).max_decoding_message_size(max),
-            interceptor(t.clone(), AGENTS, "AgentService"),
-        ))
-        .add_service(InterceptedService::new(
-            WorkerServiceServer::new(svc.clone()).max_decoding_message_size(max),
-            interceptor(t.clone(), WORKERS, "WorkerService"),
-        ))
+        .add_service(guarded!(RunServiceServer, USERS, "RunService"))
+        .add_service(guarded!(ScheduleServiceServer, USERS, "ScheduleService"))
+        .add_service(guarded!(ClusterServiceServer, USERS, "ClusterService"))
+        .add_service(guarded!(ReplayServiceServer, USERS, "ReplayService"))
+        .add_service(guarded!(AgentServiceServer, AGENTS, "AgentService"))
+        .add_service(guarded!(WorkerServiceServer, WORKERS, "WorkerService"))
         .add_service(InterceptedService::new(
             arrow_flight::flight_service_server::FlightServiceServer::new(
                 crate::flight::FlightSvc(coord),
