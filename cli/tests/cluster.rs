@@ -241,9 +241,9 @@ async fn overlapping_fires_are_skipped_unless_allowed() {
         })
         .await
         .unwrap();
-    c.advance(60_000);
+    c.advance_with_heartbeats(60_000).await;
     assert_eq!(c.tick().fired.len(), 1);
-    c.advance(60_000);
+    c.advance_with_heartbeats(60_000).await;
     assert_eq!(c.tick().fired.len(), 0, "the first run is still active");
     let e = c
         .schedules()

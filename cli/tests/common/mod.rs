@@ -305,6 +305,32 @@ impl Cluster {
         self.clock.advance(ms);
     }
 
+    /// Advances the clock, then waits until every running agent has sent a
+    /// heartbeat at the new time, so a tick right after does not see them as
+    /// silent (agents heartbeat on real time, the coordinator judges on the
+    /// manual clock).
+    pub async fn advance_with_heartbeats(&self, ms: i64) {
+        self.clock.advance(ms);
+        let now = self.clock_now();
+        for _ in 0..500 {
+            let agents = self
+                .cluster()
+                .list_agents(pb::ListAgentsRequest {})
+                .await
+                .map(|r| r.into_inner().agents)
+                .unwrap_or_default();
+            let fresh = agents
+                .iter()
+                .filter(|a| self.agents.contains_key(&a.name))
+                .all(|a| a.last_heartbeat_ms >= now);
+            if fresh {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("agents did not heartbeat after the clock moved");
+    }
+
     pub fn clock_now(&self) -> i64 {
         use benchlake_core::clock::Clock;
         self.clock.now_ms()
