@@ -1,6 +1,6 @@
 //! The Fortran bindings on the programs in `programs/` (see their header comments):
-//! mpif.h (`fortran.f90`, `fortran2.f90`) and `use mpi_f08` (`fortran_f08.f90`,
-//! `fortran2_f08.f90`); the Fortran calls are traced like the C ones, with converted
+//! mpif.h (`fortran.f90`, `fortran2.F90`) and `use mpi_f08` (`fortran_f08.f90`,
+//! `fortran2.F90` with `-DBL_F08`); the Fortran calls are traced like the C ones, with converted
 //! handles.
 mod common;
 
@@ -80,19 +80,20 @@ fn p2p_of(k: &[String], routine: &str) -> Vec<(String, i64, i64, u64)> {
 }
 
 /// The bindings added for v-collectives, the other completion routines,
-/// Sendrecv and communicator creation (`programs/fortran2.f90`, 4 ranks).
+/// Sendrecv and communicator creation (`programs/fortran2.F90`, 4 ranks).
 #[test]
 fn fortran_v_collectives_completions_and_communicators_are_traced() {
-    v_collectives_completions_and_communicators("fortran2.f90");
+    v_collectives_completions_and_communicators(&[]);
 }
 
-/// The same calls through `use mpi_f08` (`programs/fortran2_f08.f90`): the same trace.
+/// The same calls through `use mpi_f08` (`programs/fortran2.F90` built with
+/// `-DBL_F08`): the same trace.
 #[test]
 fn fortran_f08_v_collectives_completions_and_communicators_are_traced() {
-    v_collectives_completions_and_communicators("fortran2_f08.f90");
+    v_collectives_completions_and_communicators(&["-DBL_F08"]);
 }
 
-fn v_collectives_completions_and_communicators(program: &str) {
+fn v_collectives_completions_and_communicators(flags: &[&str]) {
     use benchlake_formats::bandela::{BRecord, Kernel};
     let Some(lib) = common::lib() else { return };
     if which("mpifort").is_none() {
@@ -100,7 +101,7 @@ fn v_collectives_completions_and_communicators(program: &str) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let exe = common::build(program, tmp.path());
+    let exe = common::build_with("fortran2.F90", tmp.path(), flags);
     let out = tmp.path().join("trace");
     let np = 4usize;
     common::run(&lib, &exe, np, &out, &[]);

@@ -22,17 +22,24 @@ pub fn lib() -> Option<PathBuf> {
 
 /// Compiles `tests/programs/<name>` (C with mpicc, Fortran with mpifort) into `dir`.
 pub fn build(name: &str, dir: &Path) -> PathBuf {
+    build_with(name, dir, &[])
+}
+
+/// [`build`] with extra compiler flags (e.g. `-DBL_F08` for a `.F90` program
+/// that the C preprocessor switches to `use mpi_f08`).
+pub fn build_with(name: &str, dir: &Path, flags: &[&str]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/programs")
         .join(name);
     let exe = dir.join(name.split('.').next().unwrap_or(name));
-    let fortran = name.ends_with(".f90");
+    let fortran = name.to_ascii_lowercase().ends_with(".f90");
     let cc = if fortran { "mpifort" } else { "mpicc" };
     let inc = Path::new(env!("CARGO_MANIFEST_DIR")).join("c");
     let mut cmd = Command::new(cc);
     cmd.arg("-O1")
         .arg("-I")
         .arg(&inc)
+        .args(flags)
         .arg("-o")
         .arg(&exe)
         .arg(&src);

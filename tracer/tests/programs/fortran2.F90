@@ -1,22 +1,36 @@
-! fortran2.f90 with the `use mpi_f08` bindings (handles as TYPE(MPI_Comm),
-! TYPE(MPI_Request), TYPE(MPI_Status), ...), run on N = 4; the calls and their
-! arguments are those of fortran2.f90, so the same trace is expected:
-!   MPI_Gatherv, MPI_Scatterv, MPI_Allgatherv (root 0, rank r contributes r+1 integers,
-!   receives 2(r+1) from the Scatterv); MPI_Sendrecv of 6 integers tag 14; Irecv+Isend
-!   pairs of 4 integers completed by MPI_Waitany (tag 11), MPI_Waitsome (12),
-!   MPI_Testall (13), MPI_Testany (15), MPI_Testsome (16); MPI_Comm_split_type + Bcast,
-!   MPI_Cart_create + Barrier, MPI_Cart_sub + Allreduce, MPI_Comm_create of the even
-!   ranks + Barrier.
-program fortran2_f08_test
+! Second Fortran test program, run on N = 4, built twice: with the mpif.h bindings,
+! and with -DBL_F08 through `use mpi_f08` (handles as TYPE(MPI_Comm), ...; the same
+! calls, so the same trace is expected):
+!   MPI_Gatherv to root 0: rank r sends r+1 integers (root receives i+1 from rank i);
+!   MPI_Scatterv from root 0: rank i receives 2(i+1) integers;
+!   MPI_Allgatherv: rank r contributes r+1 integers;
+!   MPI_Sendrecv of 6 integers (24 B) tag 14 to right / from left;
+!   Irecv(left)+Isend(right) of 4 integers completed by: MPI_Waitany twice (tag 11),
+!   MPI_Waitsome until both are done (tag 12), MPI_Testall until done (tag 13),
+!   MPI_Testany until both are done (tag 15), MPI_Testsome until both are done (tag 16);
+!   MPI_Comm_split_type(SHARED) + MPI_Bcast of 3 integers on it; MPI_Cart_create
+!   (1-D, periodic) + MPI_Barrier on it; MPI_Cart_sub + MPI_Allreduce of 2 integers on
+!   it; MPI_Comm_create of the even ranks + MPI_Barrier on it (members only).
+program fortran2_test
+#ifdef BL_F08
   use mpi_f08
   implicit none
+#else
+  implicit none
+  include 'mpif.h'
+#endif
   integer :: ierr, r, n, right, left, i, idx, outcount, done, nsub
+  integer :: a(64), b(64), sc(4), sd(4), rc(4), rd(4)
+  integer :: idxs(2)
+#ifdef BL_F08
   type(MPI_Request) :: reqs(2)
   type(MPI_Status) :: sts(2), st
-  integer :: idxs(2)
-  integer :: a(64), b(64), sc(4), sd(4), rc(4), rd(4)
   type(MPI_Comm) :: shm, cart, sub, evencomm
   type(MPI_Group) :: grp, evengrp
+#else
+  integer :: reqs(2), sts(MPI_STATUS_SIZE, 2), st(MPI_STATUS_SIZE)
+  integer :: shm, cart, sub, grp, evengrp, evencomm
+#endif
   integer :: dims(1), evens(2)
   logical :: periods(1), remain(1), flag
   call MPI_Init(ierr)
@@ -90,4 +104,4 @@ program fortran2_f08_test
   call MPI_Comm_create(MPI_COMM_WORLD, evengrp, evencomm, ierr)
   if (evencomm /= MPI_COMM_NULL) call MPI_Barrier(evencomm, ierr)
   call MPI_Finalize(ierr)
-end program fortran2_f08_test
+end program fortran2_test
