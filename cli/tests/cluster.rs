@@ -303,23 +303,18 @@ async fn attempts_run_out_and_the_run_fails_with_the_reason() {
     c.add_agent("solo", None).await;
     c.add_worker("w1", None);
     let run = c
-        .runs()
-        .submit_run(pb::SubmitRunRequest {
-            spec: Some(pb::BenchmarkSpec {
-                benchmark: "sleep".into(),
-                params: [("seconds".to_string(), "60".to_string())].into(),
-                nodes: Some(pb::NodeSelector {
-                    names: vec!["solo".into()],
-                    ..Default::default()
-                }),
-                max_attempts: 1,
+        .submit_spec(pb::BenchmarkSpec {
+            benchmark: "sleep".into(),
+            params: [("seconds".to_string(), "60".to_string())].into(),
+            nodes: Some(pb::NodeSelector {
+                names: vec!["solo".into()],
                 ..Default::default()
             }),
-            idempotency_key: String::new(),
+            max_attempts: 1,
+            ..Default::default()
         })
         .await
-        .unwrap()
-        .into_inner();
+        .unwrap();
     c.wait_run(&run.run_id, 20, |d| {
         d.tasks[0].state == pb::TaskState::Running as i32
     })

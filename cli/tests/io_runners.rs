@@ -189,30 +189,25 @@ optional = true
 
     // --- IOR ---
     let run = c
-        .runs()
-        .submit_run(pb::SubmitRunRequest {
-            spec: Some(spec(
-                "ior",
-                &[
-                    ("np", "4"),
-                    ("block_size", "4m"),
-                    ("transfer_size", "256k"),
-                    ("iterations", "3"),
-                    ("fsync", "false"),
-                    ("reorder", "false"),
-                    ("striping_factor", "4"),
-                    ("romio_cb_write", "enable"),
-                    ("hints", "cb_buffer_size=16777216"),
-                    ("check_io_write_bw_mib_s", "100000"),
-                    ("check_io_read_bw_mib_s", "1000"),
-                ],
-                pb::Launcher::Mpirun,
-            )),
-            idempotency_key: String::new(),
-        })
+        .submit_spec(spec(
+            "ior",
+            &[
+                ("np", "4"),
+                ("block_size", "4m"),
+                ("transfer_size", "256k"),
+                ("iterations", "3"),
+                ("fsync", "false"),
+                ("reorder", "false"),
+                ("striping_factor", "4"),
+                ("romio_cb_write", "enable"),
+                ("hints", "cb_buffer_size=16777216"),
+                ("check_io_write_bw_mib_s", "100000"),
+                ("check_io_read_bw_mib_s", "1000"),
+            ],
+            pb::Launcher::Mpirun,
+        ))
         .await
-        .unwrap()
-        .into_inner();
+        .unwrap();
     let d = c.wait_settled(&run.run_id, 120).await;
     assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}");
     assert_eq!(d.tasks.len(), 1, "the mpirun launcher runs one task");
@@ -345,24 +340,19 @@ optional = true
 
     // --- mdtest ---
     let run = c
-        .runs()
-        .submit_run(pb::SubmitRunRequest {
-            spec: Some(spec(
-                "mdtest",
-                &[
-                    ("np", "4"),
-                    ("items", "1000"),
-                    ("iterations", "3"),
-                    ("check_mdtest_file_creation_rate", "5000"),
-                    ("check_mdtest_file_rename_rate", "1"),
-                ],
-                pb::Launcher::Mpirun,
-            )),
-            idempotency_key: String::new(),
-        })
+        .submit_spec(spec(
+            "mdtest",
+            &[
+                ("np", "4"),
+                ("items", "1000"),
+                ("iterations", "3"),
+                ("check_mdtest_file_creation_rate", "5000"),
+                ("check_mdtest_file_rename_rate", "1"),
+            ],
+            pb::Launcher::Mpirun,
+        ))
         .await
-        .unwrap()
-        .into_inner();
+        .unwrap();
     let d = c.wait_settled(&run.run_id, 120).await;
     assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}");
     let md: serde_json::Value =
@@ -483,14 +473,9 @@ async fn a_pio_schedule_gets_verdicts_against_its_rolling_median() {
         .into_inner();
     // An on-demand run of the same benchmark is not part of the schedule's history.
     let lone = c
-        .runs()
-        .submit_run(pb::SubmitRunRequest {
-            spec: Some(spec("pio", &params, pb::Launcher::Local)),
-            idempotency_key: String::new(),
-        })
+        .submit_spec(spec("pio", &params, pb::Launcher::Local))
         .await
-        .unwrap()
-        .into_inner();
+        .unwrap();
     let d = c.wait_settled(&lone.run_id, 120).await;
     assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}");
 

@@ -79,22 +79,17 @@ async fn linktest_runs_through_mpirun_and_lands_in_the_tables() {
         ("bisection", "true"),
     ];
     let run = c
-        .runs()
-        .submit_run(pb::SubmitRunRequest {
-            spec: Some(pb::BenchmarkSpec {
-                nodes: Some(pb::NodeSelector {
-                    count: 2,
-                    ..Default::default()
-                }),
-                launcher: pb::Launcher::Mpirun as i32,
-                max_attempts: 1,
-                ..bench_spec("linktest", &params)
+        .submit_spec(pb::BenchmarkSpec {
+            nodes: Some(pb::NodeSelector {
+                count: 2,
+                ..Default::default()
             }),
-            idempotency_key: String::new(),
+            launcher: pb::Launcher::Mpirun as i32,
+            max_attempts: 1,
+            ..bench_spec("linktest", &params)
         })
         .await
-        .unwrap()
-        .into_inner();
+        .unwrap();
     let d = c.wait_settled(&run.run_id, 120).await;
     assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}");
     assert_eq!(d.tasks.len(), 1, "mpirun: one task, on the first agent");

@@ -192,26 +192,21 @@ async fn a_rank_that_never_starts_fails_the_run_with_a_clear_error() {
     .await;
     c.add_worker("w1", None);
     let run = c
-        .runs()
-        .submit_run(pb::SubmitRunRequest {
-            spec: Some(pb::BenchmarkSpec {
-                benchmark: "netprobe".into(),
-                params: [("rendezvous_timeout_s", "2")]
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-                nodes: Some(pb::NodeSelector {
-                    names: vec!["n0".into(), "n1".into()],
-                    ..Default::default()
-                }),
-                max_attempts: 1,
+        .submit_spec(pb::BenchmarkSpec {
+            benchmark: "netprobe".into(),
+            params: [("rendezvous_timeout_s", "2")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            nodes: Some(pb::NodeSelector {
+                names: vec!["n0".into(), "n1".into()],
                 ..Default::default()
             }),
-            idempotency_key: String::new(),
+            max_attempts: 1,
+            ..Default::default()
         })
         .await
-        .unwrap()
-        .into_inner();
+        .unwrap();
     let d = c.wait_settled(&run.run_id, 120).await;
     assert_eq!(state(&d), pb::RunState::Failed);
     let r0 = d.tasks.iter().find(|t| t.rank == 0).unwrap();

@@ -170,18 +170,13 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
         ("replay_bandwidth_mbs", "500"),
     ];
     let run = c
-        .runs()
-        .submit_run(pb::SubmitRunRequest {
-            spec: Some(pb::BenchmarkSpec {
-                launcher: pb::Launcher::Mpirun as i32,
-                max_attempts: 1,
-                ..bench_spec("traced", &params)
-            }),
-            idempotency_key: String::new(),
+        .submit_spec(pb::BenchmarkSpec {
+            launcher: pb::Launcher::Mpirun as i32,
+            max_attempts: 1,
+            ..bench_spec("traced", &params)
         })
         .await
-        .unwrap()
-        .into_inner();
+        .unwrap();
     let d = c.wait_settled(&run.run_id, 300).await;
     assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}");
     for j in &d.jobs {

@@ -270,20 +270,21 @@ impl Cluster {
         params: &[(&str, &str)],
         count: u32,
     ) -> Result<pb::Run, tonic::Status> {
+        self.submit_spec(pb::BenchmarkSpec {
+            nodes: Some(pb::NodeSelector {
+                count,
+                ..Default::default()
+            }),
+            ..bench_spec(bench, params)
+        })
+        .await
+    }
+
+    /// Submits a run of `spec` (no idempotency key).
+    pub async fn submit_spec(&self, spec: pb::BenchmarkSpec) -> Result<pb::Run, tonic::Status> {
         self.runs()
             .submit_run(pb::SubmitRunRequest {
-                spec: Some(pb::BenchmarkSpec {
-                    benchmark: bench.into(),
-                    params: params
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect(),
-                    nodes: Some(pb::NodeSelector {
-                        count,
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }),
+                spec: Some(spec),
                 idempotency_key: String::new(),
             })
             .await
