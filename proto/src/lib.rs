@@ -15,3 +15,4 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 pub const PROTOCOL_VERSION: v1::ProtocolVersion = v1::ProtocolVersion::ProtocolVersion1;
 
 pub mod client;
+pub mod retry;
