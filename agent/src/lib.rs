@@ -5,6 +5,7 @@
 //! and uploads the outputs.
 //!
 //! [`run`] is the entry point of `benchlake agent`.
+pub mod contain;
 pub mod host;
 pub mod runner;
 
@@ -13,8 +14,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use benchlake_core::bench::{BenchmarkDef, Catalog, ParamType};
+use benchlake_core::bench::{BenchmarkDef, Catalog};
 use benchlake_proto::client::{Auth, channel};
+use benchlake_proto::retry::RetryPolicy;
 use benchlake_proto::v1 as pb;
 use pb::agent_service_client::AgentServiceClient;
 use tokio::sync::watch;
@@ -49,13 +51,7 @@ impl AgentError {
     /// Whether retrying may help.
     pub fn is_retryable(&self) -> bool {
         match self {
-            AgentError::Rpc(s) => matches!(
-                s.code(),
-                tonic::Code::Unavailable
-                    | tonic::Code::DeadlineExceeded
-                    | tonic::Code::Unknown
-                    | tonic::Code::ResourceExhausted
-            ),
+            AgentError::Rpc(s) => benchlake_proto::retry::is_transient(s),
             AgentError::Io { .. } => true,
             _ => false,
         }
@@ -90,6 +86,18 @@ pub struct AgentConfig {
     pub poll_interval: Duration,
     /// Keep task directories after upload (debugging).
     pub keep_work: bool,
+    /// How long every call to the coordinator (poll, heartbeat, upload,
+    /// completion) is retried through an outage before it gives up
+    /// (`--retry-for`; see [`benchlake_proto::retry`]).
+    pub retry_for: Duration,
+    /// The user benchmarks run as when their catalog entry names none (an
+    /// agent running as root refuses entries without one; `root` allows it).
+    pub run_as: Option<String>,
+    /// Where the applications of `traced` runs must live (`{apps_dir}`, a root
+    /// of path parameters); None allows none.
+    pub apps_dir: Option<PathBuf>,
+    /// A scratch directory benchmarks may name in path parameters (`{scratch_dir}`).
+    pub scratch_dir: Option<PathBuf>,
 }
 
 impl AgentConfig {
@@ -108,6 +116,10 @@ impl AgentConfig {
             mpirun: vec!["mpirun".into()],
             poll_interval: Duration::from_millis(1000),
             keep_work: false,
+            retry_for: benchlake_proto::retry::DEFAULT_RETRY_FOR,
+            run_as: None,
+            apps_dir: None,
+            scratch_dir: None,
         })
     }
 }
@@ -187,20 +199,13 @@ fn def_to_pb(b: &BenchmarkDef) -> pb::BenchmarkDef {
             .iter()
             .map(|p| pb::ParamDef {
                 name: p.name.clone(),
-                r#type: match p.ty {
-                    ParamType::Int => "int",
-                    ParamType::Float => "float",
-                    ParamType::Bool => "bool",
-                    ParamType::Size => "size",
-                    ParamType::Choice => "choice",
-                    ParamType::String => "string",
-                }
-                .into(),
+                r#type: p.ty.as_str().into(),
                 default: p.default.clone(),
                 optional: p.optional,
                 min: p.min,
                 max: p.max,
                 choices: p.choices.clone(),
+                within: p.within.clone(),
                 description: p.description.clone(),
             })
             .collect(),
@@ -293,11 +298,35 @@ pub async fn run(cfg: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Resul
         source,
     })?;
     let mut cfg = cfg;
+    // The mark of this agent's task processes names the absolute work directory.
+    if let Ok(abs) = std::fs::canonicalize(&cfg.work_dir) {
+        cfg.work_dir = abs;
+    }
+    let killed = contain::kill_leftovers(&cfg.work_dir);
+    if !killed.is_empty() {
+        tracing::warn!(pids = ?killed, "killed processes an earlier run of this agent left");
+    }
+    if !cfg.keep_work {
+        let n = contain::remove_stale_dirs(&cfg.work_dir);
+        if n > 0 {
+            tracing::info!(runs = n, "removed task directories an earlier run of this agent left");
+        }
+    }
+    for d in [&mut cfg.apps_dir, &mut cfg.scratch_dir].into_iter().flatten() {
+        if let Ok(abs) = std::fs::canonicalize(&*d) {
+            *d = abs;
+        }
+    }
     let (kept, dropped) = runnable_catalog(&cfg.catalog);
     for m in &dropped {
         tracing::warn!("{m}");
     }
     cfg.catalog = kept;
+    for b in &cfg.catalog.benchmarks {
+        if let Err(e) = contain::run_as_for(b, cfg.run_as.as_deref()) {
+            tracing::warn!("{e}");
+        }
+    }
     let cfg = Arc::new(cfg);
     let mut c = client(&cfg)?;
     let reg = register(&mut c, &cfg, &mut shutdown).await?;
@@ -311,8 +340,9 @@ pub async fn run(cfg: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Resul
         let running = running.clone();
         let draining = draining.clone();
         let mut shutdown = shutdown.clone();
-        let mut c = c.clone();
+        let c = c.clone();
         let every = Duration::from_millis(reg.heartbeat_interval_ms.max(50));
+        let policy = RetryPolicy::new(cfg.retry_for);
         tokio::spawn(async move {
             let mut iv = tokio::time::interval(every);
             iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -321,19 +351,25 @@ pub async fn run(cfg: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Resul
                     _ = iv.tick() => {}
                     _ = shutdown.changed() => return,
                 }
-                let ids: Vec<String> = running
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .keys()
-                    .cloned()
-                    .collect();
-                match c
-                    .heartbeat(pb::HeartbeatRequest {
+                // Retried through an outage; each attempt lists the tasks running then.
+                let beat = policy.call("heartbeat", || {
+                    let mut c = c.clone();
+                    let req = pb::HeartbeatRequest {
                         name: cfg.name.clone(),
-                        running_task_ids: ids,
-                    })
-                    .await
-                {
+                        running_task_ids: running
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .keys()
+                            .cloned()
+                            .collect(),
+                    };
+                    async move { c.heartbeat(req).await }
+                });
+                let res = tokio::select! {
+                    r = beat => r,
+                    _ = shutdown.changed() => return,
+                };
+                match res {
                     Ok(r) => {
                         let r = r.into_inner();
                         draining.store(r.drain, std::sync::atomic::Ordering::Relaxed);
@@ -347,17 +383,31 @@ pub async fn run(cfg: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Resul
                     }
                     Err(s) if s.code() == tonic::Code::NotFound => {
                         // The coordinator lost us (e.g. a fresh state database).
-                        if let Err(e) = c.register(register_request(&cfg)).await {
+                        let again = policy.call("register", || {
+                            let mut c = c.clone();
+                            let req = register_request(&cfg);
+                            async move { c.register(req).await }
+                        });
+                        let res = tokio::select! {
+                            r = again => r,
+                            _ = shutdown.changed() => return,
+                        };
+                        if let Err(e) = res {
                             tracing::warn!(error = %e.message(), "re-registration failed");
                         }
                     }
-                    Err(s) => tracing::warn!(error = %s.message(), "heartbeat failed"),
+                    Err(s) => tracing::error!(
+                        code = ?s.code(),
+                        error = %s.message(),
+                        "heartbeat failed (retried for the whole budget if transient)"
+                    ),
                 }
             }
         })
     };
 
     let slots = cfg.slots.max(1) as usize;
+    let policy = RetryPolicy::new(cfg.retry_for);
     let mut tasks = tokio::task::JoinSet::new();
     loop {
         if *shutdown.borrow() {
@@ -367,13 +417,19 @@ pub async fn run(cfg: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Resul
         let busy = running.lock().unwrap_or_else(|p| p.into_inner()).len();
         let mut got = false;
         if busy < slots && !draining.load(std::sync::atomic::Ordering::Relaxed) {
-            match c
-                .poll_task(pb::PollTaskRequest {
+            let poll = policy.call("poll", || {
+                let mut c = c.clone();
+                let req = pb::PollTaskRequest {
                     name: cfg.name.clone(),
                     free_slots: (slots - busy) as u32,
-                })
-                .await
-            {
+                };
+                async move { c.poll_task(req).await }
+            });
+            let res = tokio::select! {
+                r = poll => r,
+                _ = shutdown.changed() => continue,
+            };
+            match res {
                 Ok(r) => {
                     if let Some(t) = r.into_inner().task {
                         got = true;
@@ -396,7 +452,11 @@ pub async fn run(cfg: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Resul
                 Err(s) if s.code() == tonic::Code::NotFound => {
                     let _ = c.register(register_request(&cfg)).await;
                 }
-                Err(s) => tracing::warn!(error = %s.message(), "poll failed"),
+                Err(s) => tracing::error!(
+                    code = ?s.code(),
+                    error = %s.message(),
+                    "poll failed (retried for the whole budget if transient)"
+                ),
             }
         }
         if !got {

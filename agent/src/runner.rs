@@ -53,6 +53,7 @@ pub async fn run_task(
         .join(&t.run_id)
         .join(format!("{}-{}", t.task_id, t.attempt));
     tracing::info!(task = %t.task_id, benchmark = %t.benchmark, attempt = t.attempt, "task starting");
+    let mut shutdown = stop.clone();
     let res = execute(cfg, &mut c, &t, stop, &dir).await;
     let Some(o) = res else {
         tracing::warn!(task = %t.task_id, "agent stopping; task abandoned to its lease");
@@ -77,19 +78,27 @@ pub async fn run_task(
         stderr_tail: read_tail(&dir.join("stderr.txt")).await,
         wall_s: started.elapsed().as_secs_f64(),
     };
-    // Completion is retried: losing it would leave the task to lease expiry.
-    for i in 0..5u32 {
-        match c.complete_task(req.clone()).await {
-            Ok(_) => break,
-            Err(s)
-                if matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown) && i < 4 =>
-            {
-                tokio::time::sleep(Duration::from_millis(200 << i)).await;
-            }
-            Err(s) => {
-                tracing::warn!(task = %t.task_id, error = %s.message(), "completion refused");
-                break;
-            }
+    // Completion is retried through a coordinator outage (the retry policy):
+    // losing it would leave the task to lease expiry. An agent shutting down
+    // stops retrying and leaves the task to its lease.
+    let policy = benchlake_proto::retry::RetryPolicy::new(cfg.retry_for);
+    let complete = policy.call("complete", || {
+        let mut c = c.clone();
+        let req = req.clone();
+        async move { c.complete_task(req).await }
+    });
+    let res = tokio::select! {
+        r = complete => Some(r),
+        _ = shutdown.wait_for(|s| *s == Stop::Shutdown) => None,
+    };
+    match res {
+        Some(Ok(_)) => {}
+        Some(Err(s)) => {
+            tracing::warn!(task = %t.task_id, code = ?s.code(), error = %s.message(), "completion refused")
+        }
+        None => {
+            tracing::warn!(task = %t.task_id, "agent stopping; completion abandoned to the lease");
+            return;
         }
     }
     tracing::info!(task = %t.task_id, success = o.success, error = %o.error, "task finished");
@@ -161,10 +170,22 @@ pub fn build_argv(
         ("tracer_lib", tracer_lib()),
         ("self_exe", self_exe),
         ("addresses", peer_addresses(t)),
+        ("apps_dir", dir_builtin(cfg.apps_dir.as_deref())),
+        ("scratch_dir", dir_builtin(cfg.scratch_dir.as_deref())),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
+    def.check_paths(&params, &builtins)?;
+    if def.uses_builtin("tracer_lib") {
+        let lib = &builtins["tracer_lib"];
+        if !Path::new(lib).is_file() {
+            return Err(format!(
+                "the tracer library {lib} does not exist: build it (cargo build -p benchlake-tracer) \
+                 or set BENCHLAKE_TRACER_LIB; a traced run never starts untraced"
+            ));
+        }
+    }
     let mut argv = def.argv(&params, &builtins)?;
     match launcher {
         LauncherKind::Local => {}
@@ -194,6 +215,12 @@ pub fn build_argv(
     }
     let env = def.environment(&params, &builtins)?;
     Ok((argv, env))
+}
+
+/// A directory built-in: the path, or empty when the agent has none (a root
+/// naming it then admits nothing).
+fn dir_builtin(d: Option<&Path>) -> String {
+    d.map(|d| d.display().to_string()).unwrap_or_default()
 }
 
 /// The `addresses` built-in: each peer's advertised address (`--address` of
@@ -258,6 +285,15 @@ async fn execute(
     let Some((prog, args)) = argv.split_first() else {
         return fail("empty command");
     };
+    let run_as = match crate::contain::run_as_for(def, cfg.run_as.as_deref()) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    if let Some(ra) = &run_as
+        && let Err(e) = crate::contain::give_dir(dir, ra)
+    {
+        return fail(e);
+    }
     let mut cmd = tokio::process::Command::new(prog);
     cmd.args(args)
         .current_dir(dir)
@@ -267,8 +303,8 @@ async fn execute(
         .envs(&env)
         .env("BENCHLAKE_RUN_ID", &t.run_id)
         .env("BENCHLAKE_TASK_ID", &t.task_id)
-        .env("BENCHLAKE_OUT_DIR", dir)
-        .process_group(0);
+        .env("BENCHLAKE_OUT_DIR", dir);
+    crate::contain::contain(&mut cmd, &cfg.work_dir, run_as.as_ref());
     tracing::debug!(task = %t.task_id, argv = ?argv, "exec");
     let mut child = match cmd.spawn() {
         Ok(ch) => ch,
@@ -364,8 +400,15 @@ async fn execute(
         }
     }
     let mut outputs = Vec::new();
+    let policy = benchlake_proto::retry::RetryPolicy::new(cfg.retry_for);
     for (path, name, format) in files {
-        match upload(c, t, &path, &name, &format).await {
+        // Retried through a coordinator outage; an agent shutting down stops
+        // and leaves the task to its lease.
+        let res = tokio::select! {
+            r = upload(c, t, &path, &name, &format, &policy) => r,
+            _ = stop.wait_for(|s| *s == Stop::Shutdown) => return None,
+        };
+        match res {
             Ok(rf) => outputs.push(rf),
             Err(e) => {
                 error = format!("upload of {name} failed: {e}");
@@ -382,16 +425,65 @@ async fn execute(
 }
 
 /// Streams one file to the coordinator; returns the stored object's record.
+///
+/// Retried under `policy` while the failure is transient (the coordinator
+/// down or restarting): every attempt streams the file again from its first
+/// byte, and the coordinator writes it afresh under the same key (the object
+/// appears only when complete and its SHA-256 matches), so a repeated upload
+/// replaces the object, never duplicates it.
 pub async fn upload(
     c: &mut Client,
     t: &pb::TaskAssignment,
     path: &Path,
     name: &str,
     format: &str,
+    policy: &benchlake_proto::retry::RetryPolicy,
 ) -> Result<pb::RawFile, String> {
+    let transient = |e: &UploadError| match e {
+        // RESOURCE_EXHAUSTED is the coordinator's upload size limit here.
+        UploadError::Rpc(s) => {
+            s.code() != tonic::Code::ResourceExhausted && benchlake_proto::retry::is_transient(s)
+        }
+        UploadError::Local(_) => false,
+    };
+    policy
+        .retry(&format!("upload of {name}"), transient, || {
+            let mut c = c.clone();
+            async move { upload_once(&mut c, t, path, name, format).await }
+        })
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Why one upload attempt failed.
+#[derive(Debug)]
+enum UploadError {
+    /// Reading the local file.
+    Local(String),
+    /// The call.
+    Rpc(tonic::Status),
+}
+
+impl std::fmt::Display for UploadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UploadError::Local(m) => f.write_str(m),
+            UploadError::Rpc(s) => f.write_str(s.message()),
+        }
+    }
+}
+
+/// One attempt of [`upload`]: the whole file, from its first byte.
+async fn upload_once(
+    c: &mut Client,
+    t: &pb::TaskAssignment,
+    path: &Path,
+    name: &str,
+    format: &str,
+) -> Result<pb::RawFile, UploadError> {
     let mut f = tokio::fs::File::open(path)
         .await
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(|e| UploadError::Local(format!("{}: {e}", path.display())))?;
     let (tx, rx) = tokio::sync::mpsc::channel::<pb::UploadChunk>(4);
     let (task_id, lease_id, name_s, format_s) = (
         t.task_id.clone(),
@@ -453,11 +545,11 @@ pub async fn upload(
         .upload_output(tokio_stream::wrappers::ReceiverStream::new(rx))
         .await;
     match reader.await {
-        Ok(Err(e)) => return Err(e),
-        Err(e) => return Err(e.to_string()),
+        Ok(Err(e)) => return Err(UploadError::Local(e)),
+        Err(e) => return Err(UploadError::Local(e.to_string())),
         Ok(Ok(())) => {}
     }
-    let mut rf = res.map_err(|s| s.message().to_string())?.into_inner();
+    let mut rf = res.map_err(UploadError::Rpc)?.into_inner();
     rf.format = format.to_string();
     Ok(rf)
 }

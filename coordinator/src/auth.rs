@@ -1,17 +1,42 @@
 //! Bearer-token authentication: a tonic interceptor per service that maps the
-//! `authorization: Bearer <token>` header to a [`Role`], refuses roles the
-//! service does not serve, and leaves the role in the request extensions for
-//! finer checks (draining agents is admin-only). Tokens are never logged.
+//! `authorization: Bearer <token>` header to an [`Identity`] (role, bound
+//! agent or worker name, credential fingerprint), refuses roles the service
+//! does not serve, and leaves the identity in the request extensions for finer
+//! checks (draining agents is admin-only; an agent acts only as itself).
+//!
+//! Failed authentications are counted per peer address: each peer has a
+//! budget of [`FAIL_BURST`] failures refilled at [`FAIL_REFILL_PER_S`] per
+//! second; a peer that exhausts it is refused outright (`RESOURCE_EXHAUSTED`,
+//! whatever token it sends, so guessing learns nothing) until the budget has
+//! refilled. Failures are logged with the peer and the service, never the token;
+//! while a peer is blocked only the block and its end are logged.
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
 use tonic::{Request, Status};
 
-use crate::config::{Role, Tokens};
+use crate::config::{Identity, Role, Tokens};
+
+/// Failed authentications a peer may make at once.
+pub const FAIL_BURST: f64 = 30.0;
+/// Failures a peer regains per second.
+pub const FAIL_REFILL_PER_S: f64 = 2.0;
+/// Peers tracked at most (the oldest entries are forgotten beyond).
+const MAX_PEERS: usize = 100_000;
+
+/// The identity of the caller, as set by the interceptor.
+pub fn identity_of<T>(req: &Request<T>) -> Identity {
+    req.extensions()
+        .get::<Identity>()
+        .cloned()
+        .unwrap_or_else(Identity::anonymous_admin)
+}
 
 /// The role of the caller, as set by the interceptor.
 pub fn role_of<T>(req: &Request<T>) -> Role {
-    req.extensions()
-        .get::<Role>()
-        .copied()
-        .unwrap_or(Role::Admin)
+    identity_of(req).role
 }
 
 /// Requires one of `allowed` roles (admin always passes).
@@ -27,16 +52,107 @@ pub fn require<T>(req: &Request<T>, allowed: &[Role]) -> Result<(), Status> {
     }
 }
 
-/// An interceptor admitting `allowed` roles (and admin).
-pub fn interceptor(
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    left: f64,
+    at: Instant,
+    blocked: bool,
+    refused: u64,
+}
+
+/// The per-peer budget of failed authentications, shared by every service.
+#[derive(Debug, Default)]
+pub struct FailLimiter {
+    peers: Mutex<HashMap<IpAddr, Budget>>,
+}
+
+impl FailLimiter {
+    fn refill(b: &mut Budget, now: Instant) {
+        let dt = now.duration_since(b.at).as_secs_f64();
+        b.left = (b.left + dt * FAIL_REFILL_PER_S).min(FAIL_BURST);
+        b.at = now;
+    }
+
+    /// Whether `peer` is blocked now (and counts the refusal).
+    fn blocked(&self, peer: IpAddr) -> bool {
+        let mut m = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(b) = m.get_mut(&peer) else {
+            return false;
+        };
+        Self::refill(b, Instant::now());
+        if b.blocked && b.left >= FAIL_BURST / 2.0 {
+            tracing::warn!(peer = %peer, refused = b.refused, "peer unblocked after failed authentications");
+            b.blocked = false;
+            b.refused = 0;
+        }
+        if b.blocked {
+            b.refused += 1;
+        }
+        b.blocked
+    }
+
+    /// Records one failed authentication of `peer`.
+    fn failed(&self, peer: IpAddr, service: &str, reason: &str) {
+        let mut m = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if m.len() >= MAX_PEERS && !m.contains_key(&peer) {
+            m.retain(|_, b| b.blocked);
+        }
+        let now = Instant::now();
+        let b = m.entry(peer).or_insert(Budget {
+            left: FAIL_BURST,
+            at: now,
+            blocked: false,
+            refused: 0,
+        });
+        Self::refill(b, now);
+        b.left -= 1.0;
+        tracing::warn!(peer = %peer, service, reason, "authentication failed");
+        if b.left < 1.0 && !b.blocked {
+            b.blocked = true;
+            tracing::warn!(
+                peer = %peer,
+                burst = FAIL_BURST,
+                "peer blocked: too many failed authentications"
+            );
+        }
+    }
+}
+
+/// What every interceptor shares: the tokens and the failure budget.
+#[derive(Debug, Clone)]
+pub struct Guard {
     tokens: Tokens,
-    allowed: &'static [Role],
-    service: &'static str,
-) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone + Send + Sync + 'static {
-    move |mut req: Request<()>| {
-        if !tokens.enabled() {
-            req.extensions_mut().insert(Role::Admin);
-            return Ok(req);
+    limiter: Arc<FailLimiter>,
+}
+
+impl Guard {
+    /// A guard over `tokens` with a fresh failure budget.
+    pub fn new(tokens: Tokens) -> Self {
+        Self {
+            tokens,
+            limiter: Arc::new(FailLimiter::default()),
+        }
+    }
+
+    /// Authenticates `req` for a service admitting `allowed` (and admin).
+    pub fn check<T>(
+        &self,
+        req: &mut Request<T>,
+        allowed: &[Role],
+        service: &str,
+    ) -> Result<(), Status> {
+        if !self.tokens.enabled() {
+            req.extensions_mut().insert(Identity::anonymous_admin());
+            return Ok(());
+        }
+        let peer = req
+            .remote_addr()
+            .map(|a| a.ip())
+            .unwrap_or(IpAddr::from([0, 0, 0, 0]));
+        if self.limiter.blocked(peer) {
+            return Err(Status::resource_exhausted(
+                "too many failed authentications from this address; try again later",
+            ));
         }
         let header = req
             .metadata()
@@ -49,20 +165,95 @@ pub fn interceptor(
             .unwrap_or("")
             .trim();
         if token.is_empty() {
+            self.limiter.failed(peer, service, "no bearer token");
             return Err(Status::unauthenticated(
                 "missing 'authorization: Bearer <token>' metadata",
             ));
         }
-        let Some(role) = tokens.role_of(token) else {
+        let Some(id) = self.tokens.identify(token) else {
+            self.limiter.failed(peer, service, "unknown token");
             return Err(Status::unauthenticated("unknown token"));
         };
-        if role != Role::Admin && !allowed.contains(&role) {
+        if id.role != Role::Admin && !allowed.contains(&id.role) {
             return Err(Status::permission_denied(format!(
                 "the {} role may not call {service}",
-                role.as_str()
+                id.role.as_str()
             )));
         }
-        req.extensions_mut().insert(role);
+        req.extensions_mut().insert(id.role);
+        req.extensions_mut().insert(id);
+        Ok(())
+    }
+}
+
+/// An interceptor admitting `allowed` roles (and admin).
+pub fn interceptor(
+    guard: Guard,
+    allowed: &'static [Role],
+    service: &'static str,
+) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone + Send + Sync + 'static {
+    move |mut req: Request<()>| {
+        guard.check(&mut req, allowed, service)?;
         Ok(req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(token: &str) -> Request<()> {
+        let mut r = Request::new(());
+        r.metadata_mut()
+            .insert("authorization", format!("Bearer {token}").parse().unwrap());
+        r
+    }
+
+    #[test]
+    fn bound_tokens_name_their_agent_and_failures_block_the_peer() {
+        let g = Guard::new(Tokens {
+            agent: vec![
+                "a1:0123456789abcdef-a1".into(),
+                "shared-agent-token-xyz".into(),
+            ],
+            user: vec!["user-token-0123456789".into()],
+            ..Default::default()
+        });
+        let mut r = req("0123456789abcdef-a1");
+        g.check(&mut r, &[Role::Agent], "AgentService").unwrap();
+        let id = identity_of(&r);
+        assert_eq!(
+            (id.role, id.name.as_deref()),
+            (Role::Agent, Some("a1"))
+        );
+        assert!(id.may_act_as("a1") && !id.may_act_as("a2"));
+        let mut r = req("shared-agent-token-xyz");
+        g.check(&mut r, &[Role::Agent], "AgentService").unwrap();
+        assert_eq!(identity_of(&r).name, None);
+        // The user token may not call the agent protocol.
+        let e = g
+            .check(&mut req("user-token-0123456789"), &[Role::Agent], "AgentService")
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied);
+        // Wrong tokens: unauthenticated until the budget is spent, then every
+        // call of the peer is refused, the right token included.
+        let mut codes = Vec::new();
+        for i in 0..40 {
+            let e = g
+                .check(&mut req(&format!("wrong-token-{i:08}")), &[Role::Agent], "AgentService")
+                .unwrap_err();
+            codes.push(e.code());
+        }
+        assert_eq!(codes[0], tonic::Code::Unauthenticated);
+        assert_eq!(codes[39], tonic::Code::ResourceExhausted);
+        let n_unauth = codes
+            .iter()
+            .filter(|c| **c == tonic::Code::Unauthenticated)
+            .count();
+        assert!((29..=31).contains(&n_unauth), "{n_unauth}");
+        let e = g
+            .check(&mut req("0123456789abcdef-a1"), &[Role::Agent], "AgentService")
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
     }
 }

@@ -32,12 +32,67 @@ impl Role {
 /// Bearer tokens per role. With no token at all configured, authentication is off
 /// (the single-user `benchlake up` default on loopback); otherwise every call must
 /// carry a token of an allowed role.
+///
+/// Agent and worker tokens may be bound to a name, written `NAME:TOKEN`: the
+/// holder may then act only as that agent or worker. A token without a name is
+/// shared by every agent (or worker) that has it and cannot tell them apart.
 #[derive(Clone, Default)]
 pub struct Tokens {
     pub admin: Vec<String>,
     pub user: Vec<String>,
     pub agent: Vec<String>,
     pub worker: Vec<String>,
+}
+
+/// Who a caller is: its role, the agent or worker name its token is bound to,
+/// and a fingerprint of its credential (never the token itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The role.
+    pub role: Role,
+    /// The name the credential is bound to (agents and workers).
+    pub name: Option<String>,
+    /// SHA-256 prefix of the token (empty when authentication is off).
+    pub credential: String,
+}
+
+impl Identity {
+    /// The identity of every caller when authentication is off.
+    pub fn anonymous_admin() -> Self {
+        Self {
+            role: Role::Admin,
+            name: None,
+            credential: String::new(),
+        }
+    }
+
+    /// Whether this caller may act as agent or worker `name`: admins and
+    /// unbound credentials may (subject to [`Identity::credential`] checks),
+    /// bound ones only as their own name.
+    pub fn may_act_as(&self, name: &str) -> bool {
+        self.role == Role::Admin || self.name.as_deref().is_none_or(|n| n == name)
+    }
+}
+
+/// Splits `NAME:TOKEN` (agent and worker lists) into its name and token.
+pub fn split_bound(entry: &str) -> (Option<&str>, &str) {
+    match entry.split_once(':') {
+        Some((n, t))
+            if !n.is_empty()
+                && n.len() <= 128
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) =>
+        {
+            (Some(n), t)
+        }
+        _ => (None, entry),
+    }
+}
+
+/// Fingerprint of a token: the first 16 hex digits of its SHA-256.
+pub fn fingerprint(token: &str) -> String {
+    use sha2::Digest;
+    hex::encode(&sha2::Sha256::digest(token.as_bytes())[..8])
 }
 
 impl std::fmt::Debug for Tokens {
@@ -63,22 +118,70 @@ impl Tokens {
             && self.worker.is_empty())
     }
 
-    /// The role of a presented token, compared in constant time.
-    pub fn role_of(&self, token: &str) -> Option<Role> {
-        let mut found = None;
-        for (role, list) in [
+    /// Checks every token (at least 16 characters; bound names valid).
+    pub fn check(&self) -> std::result::Result<(), String> {
+        for (role, list) in self.lists() {
+            for e in list {
+                let t = if matches!(role, Role::Agent | Role::Worker) {
+                    split_bound(e).1
+                } else {
+                    e.as_str()
+                };
+                if t.len() < 16 {
+                    return Err(format!(
+                        "{} tokens must be at least 16 characters",
+                        role.as_str()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Agent and worker tokens not bound to a name.
+    pub fn shared(&self) -> usize {
+        self.agent
+            .iter()
+            .chain(&self.worker)
+            .filter(|e| split_bound(e).0.is_none())
+            .count()
+    }
+
+    fn lists(&self) -> [(Role, &Vec<String>); 4] {
+        [
             (Role::Admin, &self.admin),
             (Role::User, &self.user),
             (Role::Agent, &self.agent),
             (Role::Worker, &self.worker),
-        ] {
-            for t in list {
+        ]
+    }
+
+    /// The identity of a presented token; every configured token is compared,
+    /// in constant time.
+    pub fn identify(&self, token: &str) -> Option<Identity> {
+        let mut found = None;
+        for (role, list) in self.lists() {
+            for e in list {
+                let (name, t) = if matches!(role, Role::Agent | Role::Worker) {
+                    split_bound(e)
+                } else {
+                    (None, e.as_str())
+                };
                 if ct_eq(t.as_bytes(), token.as_bytes()) && found.is_none() {
-                    found = Some(role);
+                    found = Some(Identity {
+                        role,
+                        name: name.map(String::from),
+                        credential: fingerprint(token),
+                    });
                 }
             }
         }
         found
+    }
+
+    /// The role of a presented token.
+    pub fn role_of(&self, token: &str) -> Option<Role> {
+        self.identify(token).map(|i| i.role)
     }
 }
 

@@ -18,7 +18,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::Coordinator;
-use crate::auth::{interceptor, require};
+use crate::auth::{Guard, identity_of, interceptor, require};
 use crate::config::Role;
 use crate::error::{CoordError, Result};
 use crate::logic::{self, Origin};
@@ -30,7 +30,7 @@ type Shared = Arc<Coordinator>;
 
 /// Builds the tonic router with every service.
 pub fn router(coord: Shared) -> Result<tonic::transport::server::Router> {
-    let t = coord.cfg.tokens.clone();
+    let guard = Guard::new(coord.cfg.tokens.clone());
     let max = coord.cfg.max_message_bytes;
     let refl1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(benchlake_proto::FILE_DESCRIPTOR_SET)
@@ -43,6 +43,9 @@ pub fn router(coord: Shared) -> Result<tonic::transport::server::Router> {
     const USERS: &[Role] = &[Role::User];
     const AGENTS: &[Role] = &[Role::Agent];
     const WORKERS: &[Role] = &[Role::Worker];
+    // Reflection describes the API to any authenticated caller (grpcurl sends
+    // its -H headers with the reflection calls too); nothing to anonymous ones.
+    const ANY: &[Role] = &[Role::User, Role::Agent, Role::Worker];
     let svc = Svc(coord.clone());
     // Every gRPC service: the shared implementation behind a token check for
     // the roles that may call it.
@@ -50,13 +53,19 @@ pub fn router(coord: Shared) -> Result<tonic::transport::server::Router> {
         ($server:ident, $roles:expr, $name:literal) => {
             InterceptedService::new(
                 $server::new(svc.clone()).max_decoding_message_size(max),
-                interceptor(t.clone(), $roles, $name),
+                interceptor(guard.clone(), $roles, $name),
             )
         };
     }
     Ok(tonic::transport::Server::builder()
-        .add_service(refl1)
-        .add_service(refl1a)
+        .add_service(InterceptedService::new(
+            refl1,
+            interceptor(guard.clone(), ANY, "ServerReflection"),
+        ))
+        .add_service(InterceptedService::new(
+            refl1a,
+            interceptor(guard.clone(), ANY, "ServerReflection"),
+        ))
         .add_service(guarded!(RunServiceServer, USERS, "RunService"))
         .add_service(guarded!(ScheduleServiceServer, USERS, "ScheduleService"))
         .add_service(guarded!(ClusterServiceServer, USERS, "ClusterService"))
@@ -67,7 +76,7 @@ pub fn router(coord: Shared) -> Result<tonic::transport::server::Router> {
             arrow_flight::flight_service_server::FlightServiceServer::new(
                 crate::flight::FlightSvc(coord),
             ),
-            interceptor(t, USERS, "FlightService"),
+            interceptor(guard, USERS, "FlightService"),
         )))
 }
 
@@ -76,6 +85,41 @@ pub fn router(coord: Shared) -> Result<tonic::transport::server::Router> {
 pub struct Svc(pub Shared);
 
 impl Svc {
+    /// Refuses a caller that may not act as agent `name`: a credential bound
+    /// to another name, or not the credential the agent registered with.
+    fn check_agent(&self, id: &crate::config::Identity, name: &str) -> Result<()> {
+        if !id.may_act_as(name) {
+            return Err(CoordError::PermissionDenied(format!(
+                "name: this credential belongs to '{}', not to agent '{name}'",
+                id.name.as_deref().unwrap_or_default()
+            )));
+        }
+        if id.role != Role::Admin && !id.credential.is_empty() {
+            let creds = self.0.credentials.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(c) = creds.get(name)
+                && !c.is_empty()
+                && *c != id.credential
+            {
+                return Err(CoordError::PermissionDenied(format!(
+                    "name: agent '{name}' registered with another credential"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a caller that may not act as worker `name`.
+    fn check_worker(id: &crate::config::Identity, name: &str) -> std::result::Result<(), Status> {
+        if id.may_act_as(name) {
+            Ok(())
+        } else {
+            Err(Status::permission_denied(format!(
+                "worker: this credential belongs to '{}', not to worker '{name}'",
+                id.name.as_deref().unwrap_or_default()
+            )))
+        }
+    }
+
     fn tx<T>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T>) -> std::result::Result<T, Status> {
         self.0.store.transact(f).map_err(Status::from)
     }
@@ -850,16 +894,19 @@ impl ReplayService for Svc {
     }
 }
 
+/// A bound worker credential acts only on jobs its worker leased.
+fn worker_holds(id: &crate::config::Identity, j: &JobRow) -> Result<()> {
+    match (&id.name, &j.leased_by) {
+        (Some(n), Some(by)) if id.role != Role::Admin && n != by => Err(CoordError::PermissionDenied(
+            format!("job {}: leased by worker '{by}', not '{n}'", j.job_id),
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn param_from_pb(p: pb::ParamDef, field: &str) -> std::result::Result<ParamDef, Status> {
-    let ty = match p.r#type.as_str() {
-        "int" => ParamType::Int,
-        "float" => ParamType::Float,
-        "bool" => ParamType::Bool,
-        "size" => ParamType::Size,
-        "choice" => ParamType::Choice,
-        "string" => ParamType::String,
-        other => return Err(invalid(field, format!("unknown parameter type '{other}'"))),
-    };
+    let ty = ParamType::parse(&p.r#type)
+        .ok_or_else(|| invalid(field, format!("unknown parameter type '{}'", p.r#type)))?;
     Ok(ParamDef {
         name: p.name,
         ty,
@@ -868,6 +915,7 @@ fn param_from_pb(p: pb::ParamDef, field: &str) -> std::result::Result<ParamDef, 
         min: p.min,
         max: p.max,
         choices: p.choices,
+        within: p.within,
         description: p.description,
     })
 }
@@ -973,9 +1021,17 @@ impl AgentService for Svc {
         &self,
         req: Request<pb::RegisterRequest>,
     ) -> std::result::Result<Response<pb::RegisterResponse>, Status> {
+        let id = identity_of(&req);
         let r = req.into_inner();
         check_protocol(r.protocol_version)?;
         check_name("name", &r.name, 128)?;
+        if !id.may_act_as(&r.name) {
+            return Err(Status::permission_denied(format!(
+                "name: this credential belongs to '{}', not to agent '{}'",
+                id.name.as_deref().unwrap_or_default(),
+                r.name
+            )));
+        }
         if r.labels.len() > 64 {
             return Err(invalid("labels", "more than 64 labels"));
         }
@@ -988,8 +1044,24 @@ impl AgentService for Svc {
         let catalog = catalog_from_pb(r.catalog)?;
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
+        let live_after = now - cfg.agent_lost_after_ms as i64;
+        let last_seen = self.0.last_heartbeat(&r.name);
         let (restarted, drain) = self.tx(|tx| {
             let prev = tx.get_agent(&r.name)?;
+            // A name held by a live agent is not taken over with another
+            // credential: that would end its tasks and replace its catalog.
+            if let Some(p) = &prev
+                && !p.credential.is_empty()
+                && p.credential != id.credential
+                && id.role != Role::Admin
+                && p.state != AgentState::Lost
+                && last_seen.unwrap_or(p.last_heartbeat_ms) >= live_after
+            {
+                return Err(CoordError::PermissionDenied(format!(
+                    "name: agent '{}' is registered and alive with another credential",
+                    r.name
+                )));
+            }
             let drain = prev.as_ref().map(|p| p.drain).unwrap_or(false);
             let a = AgentRow {
                 name: r.name.clone(),
@@ -1005,6 +1077,7 @@ impl AgentService for Svc {
                 drain,
                 registered_ms: now,
                 last_heartbeat_ms: now,
+                credential: id.credential.clone(),
             };
             tx.upsert_agent(&a)?;
             // A (re-)registering agent knows none of the tasks leased to an earlier
@@ -1027,6 +1100,11 @@ impl AgentService for Svc {
         for run in restarted {
             self.0.notify_run(&run);
         }
+        self.0
+            .credentials
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(r.name.clone(), id.credential.clone());
         self.0
             .heartbeats
             .lock()
@@ -1051,7 +1129,9 @@ impl AgentService for Svc {
         &self,
         req: Request<pb::HeartbeatRequest>,
     ) -> std::result::Result<Response<pb::HeartbeatResponse>, Status> {
+        let id = identity_of(&req);
         let r = req.into_inner();
+        self.check_agent(&id, &r.name).map_err(Status::from)?;
         let now = self.0.now();
         {
             let mut hb = self.0.heartbeats.lock().unwrap_or_else(|p| p.into_inner());
@@ -1108,7 +1188,9 @@ impl AgentService for Svc {
         &self,
         req: Request<pb::PollTaskRequest>,
     ) -> std::result::Result<Response<pb::PollTaskResponse>, Status> {
+        let id = identity_of(&req);
         let r = req.into_inner();
+        self.check_agent(&id, &r.name).map_err(Status::from)?;
         if r.free_slots == 0 {
             return Ok(Response::new(pb::PollTaskResponse { task: None }));
         }
@@ -1175,6 +1257,7 @@ impl AgentService for Svc {
         &self,
         req: Request<pb::ReportProgressRequest>,
     ) -> std::result::Result<Response<pb::ReportProgressResponse>, Status> {
+        let id = identity_of(&req);
         let r = req.into_inner();
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
@@ -1184,6 +1267,7 @@ impl AgentService for Svc {
                 Err(CoordError::LeaseLost(_)) => return Ok(true),
                 Err(e) => return Err(e),
             };
+            self.check_agent(&id, &t.agent)?;
             if t.state == TaskState::Leased {
                 t.state = TaskState::Running;
                 t.started_at_ms = Some(now);
@@ -1206,6 +1290,7 @@ impl AgentService for Svc {
         &self,
         req: Request<Streaming<pb::UploadChunk>>,
     ) -> std::result::Result<Response<pb::RawFile>, Status> {
+        let id = identity_of(&req);
         let mut stream = req.into_inner();
         let first = stream
             .message()
@@ -1215,6 +1300,7 @@ impl AgentService for Svc {
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         check_name("format", &first.format, 64)?;
         let t = self.tx(|tx| Self::leased_task(tx, &first.task_id, &first.lease_id))?;
+        self.check_agent(&id, &t.agent).map_err(Status::from)?;
         let key = layout::raw_key(&t.run_id, &t.task_id, &first.file_name)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let max = self.0.cfg.max_upload_bytes;
@@ -1271,11 +1357,13 @@ impl AgentService for Svc {
         &self,
         req: Request<pb::CompleteTaskRequest>,
     ) -> std::result::Result<Response<pb::CompleteTaskResponse>, Status> {
+        let id = identity_of(&req);
         let r = req.into_inner();
         if r.outputs.len() > 100_000 {
             return Err(invalid("outputs", "more than 100000 files"));
         }
         let t = self.tx(|tx| Self::leased_task(tx, &r.task_id, &r.lease_id))?;
+        self.check_agent(&id, &t.agent).map_err(Status::from)?;
         let prefix = layout::raw_prefix(&t.run_id, &t.task_id)
             .map_err(|e| Status::internal(e.to_string()))?;
         let mut outputs = Vec::new();
@@ -1423,9 +1511,11 @@ impl WorkerService for Svc {
         &self,
         req: Request<pb::LeaseJobRequest>,
     ) -> std::result::Result<Response<pb::LeaseJobResponse>, Status> {
+        let id = identity_of(&req);
         let r = req.into_inner();
         check_protocol(r.protocol_version)?;
         check_name("worker", &r.worker, 128)?;
+        Self::check_worker(&id, &r.worker)?;
         if r.kinds.len() > 64 {
             return Err(invalid("kinds", "more than 64 kinds"));
         }
@@ -1455,11 +1545,13 @@ impl WorkerService for Svc {
         &self,
         req: Request<pb::RenewLeaseRequest>,
     ) -> std::result::Result<Response<pb::RenewLeaseResponse>, Status> {
+        let id = identity_of(&req);
         let r = req.into_inner();
         let now = self.0.now();
         let lease_ms = self.0.cfg.job_lease_timeout_ms as i64;
         let cancel = self.tx(|tx| match logic::leased_job(tx, &r.job_id, &r.lease_id) {
             Ok(mut j) => {
+                worker_holds(&id, &j)?;
                 j.lease_expires_ms = Some(now + lease_ms);
                 tx.update_job(&j)?;
                 Ok(false)
@@ -1474,7 +1566,9 @@ impl WorkerService for Svc {
         &self,
         req: Request<pb::CompleteJobRequest>,
     ) -> std::result::Result<Response<pb::CompleteJobResponse>, Status> {
+        let id = identity_of(&req);
         let r = req.into_inner();
+        self.tx(|tx| worker_holds(&id, &logic::leased_job(tx, &r.job_id, &r.lease_id)?))?;
         let keys = crate::commit::commit_job(&self.0, r).await?;
         Ok(Response::new(pb::CompleteJobResponse {
             committed_keys: keys,
@@ -1485,11 +1579,13 @@ impl WorkerService for Svc {
         &self,
         req: Request<pb::FailJobRequest>,
     ) -> std::result::Result<Response<pb::FailJobResponse>, Status> {
+        let id = identity_of(&req);
         let r = req.into_inner();
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
         let (run_id, worker) = self.tx(|tx| {
             let j = logic::leased_job(tx, &r.job_id, &r.lease_id)?;
+            worker_holds(&id, &j)?;
             let run_id = j.run_id.clone();
             let worker = j.leased_by.clone().unwrap_or_default();
             let mut msg = r.error.clone();

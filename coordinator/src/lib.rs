@@ -14,6 +14,7 @@ pub mod flight;
 pub mod grpc;
 pub mod logic;
 pub mod model;
+pub mod reconcile;
 pub mod scheduler;
 pub mod store;
 
@@ -66,6 +67,9 @@ pub struct Coordinator {
     pub(crate) workers: Mutex<HashMap<String, WorkerSeen>>,
     /// Names of draining agents (mirrors the stored flag; read by every heartbeat).
     pub(crate) draining: Mutex<std::collections::HashSet<String>>,
+    /// Agent name → fingerprint of the credential it registered with (mirrors
+    /// the stored rows; read by every agent call).
+    pub(crate) credentials: Mutex<HashMap<String, String>>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -98,6 +102,10 @@ impl Coordinator {
             .filter(|a| a.drain)
             .map(|a| a.name.clone())
             .collect();
+        let credentials = agents
+            .iter()
+            .map(|a| (a.name.clone(), a.credential.clone()))
+            .collect();
         let c = Arc::new(Self {
             store,
             lake,
@@ -108,6 +116,7 @@ impl Coordinator {
             heartbeats: Mutex::new(heartbeats),
             workers: Mutex::new(HashMap::new()),
             draining: Mutex::new(draining),
+            credentials: Mutex::new(credentials),
         });
         // Runs left mid-transition by a crash are moved on now.
         let ids = c.store.transact(|tx| tx.unfinished_runs())?;
@@ -158,7 +167,8 @@ impl Coordinator {
     }
 
     /// One round of background work at the current clock time: fire due schedules,
-    /// expire task and job leases, mark silent agents LOST.
+    /// expire task and job leases, mark silent agents LOST, and every minute of
+    /// clock time remove leftover lake objects ([`Coordinator::reconcile`]).
     pub fn tick(&self) -> Result<TickReport> {
         let now = self.now();
         let cfg = &self.cfg;
@@ -250,6 +260,9 @@ impl Coordinator {
             self.notify_run(&r.run_id);
             report.fired.push(r.run_id.clone());
         }
+        // Lake garbage: staging of ended job attempts, scratch of ended runs
+        // (a pass every `reconcile::RECONCILE_EVERY_MS` of clock time).
+        self.reconcile_if_due(now);
         // Retries whose backoff ended and new jobs may be waiting.
         self.job_notify.notify_waiters();
         Ok(report)

@@ -315,6 +315,10 @@ pub struct AgentRow {
     pub drain: bool,
     pub registered_ms: i64,
     pub last_heartbeat_ms: i64,
+    /// Fingerprint of the credential that registered the agent (empty with
+    /// authentication off); another credential may not act as this agent.
+    #[serde(default)]
+    pub credential: String,
 }
 
 /// A cron schedule.

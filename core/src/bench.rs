@@ -35,6 +35,40 @@ pub enum ParamType {
     Choice,
     /// A string of safe characters (`[A-Za-z0-9._,:=+@/-]`, not starting with `-`).
     String,
+    /// An absolute path that must lie inside one of the parameter's `within`
+    /// roots (directories, or patterns with `*`). The coordinator checks the
+    /// literal roots; the agent checks every root again after resolving
+    /// symbolic links ([`BenchmarkDef::check_paths`]).
+    Path,
+}
+
+impl ParamType {
+    /// The catalog's (and the protocol's) name of the type.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParamType::Int => "int",
+            ParamType::Float => "float",
+            ParamType::Bool => "bool",
+            ParamType::Size => "size",
+            ParamType::Choice => "choice",
+            ParamType::String => "string",
+            ParamType::Path => "path",
+        }
+    }
+
+    /// The type named `s`.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "int" => ParamType::Int,
+            "float" => ParamType::Float,
+            "bool" => ParamType::Bool,
+            "size" => ParamType::Size,
+            "choice" => ParamType::Choice,
+            "string" => ParamType::String,
+            "path" => ParamType::Path,
+            _ => return None,
+        })
+    }
 }
 
 /// One typed parameter of a benchmark.
@@ -63,6 +97,11 @@ pub struct ParamDef {
     /// Allowed values (choice).
     #[serde(default)]
     pub choices: Vec<String>,
+    /// Path parameters: the directories (or `*` patterns) a value must lie in.
+    /// Entries are absolute, or start with a built-in directory placeholder
+    /// (`{out_dir}`, `{apps_dir}`, `{scratch_dir}`) that the agent fills in.
+    #[serde(default)]
+    pub within: Vec<String>,
     /// What it means.
     #[serde(default)]
     pub description: String,
@@ -179,6 +218,12 @@ pub struct BenchmarkDef {
     /// mdtest). Declare it as an output too to upload it with its format.
     #[serde(default)]
     pub stdout: Option<String>,
+    /// The user the benchmark runs as. An agent running as root switches to
+    /// this user before `exec` (its `--run-as` gives the default for entries
+    /// without one); it refuses to run an entry as root unless the entry or the
+    /// agent's configuration says `root`.
+    #[serde(default)]
+    pub run_as: Option<String>,
 }
 
 /// A string parameter expanded into environment variables (see
@@ -242,7 +287,14 @@ pub const BUILTINS: &[&str] = &[
     // (netprobe's rendezvous: rank 0's is where the others find it).
     "addresses",
     "tracer_lib",
+    // Directories an agent declares (`--apps-dir`, `--scratch-dir`), usable as
+    // roots of path parameters.
+    "apps_dir",
+    "scratch_dir",
 ];
+
+/// Built-ins that may start a `within` root of a path parameter.
+pub const DIR_BUILTINS: &[&str] = &["out_dir", "apps_dir", "scratch_dir"];
 
 fn is_ident(s: &str) -> bool {
     !s.is_empty()
@@ -352,6 +404,21 @@ impl ParamDef {
                     ))
                 }
             }
+            ParamType::Path => {
+                let norm = normalize_path(value).ok_or_else(|| {
+                    format!(
+                        "{field}: '{value}' is not an absolute path of [A-Za-z0-9._,:=+@/-] without '..'"
+                    )
+                })?;
+                // Roots naming a built-in are known only to the agent, which
+                // checks them (and symbolic links) before the run starts.
+                if self.within.iter().all(|r| !r.contains('{'))
+                    && !self.within.iter().any(|r| path_within(&norm, r))
+                {
+                    return Err(outside(field, value, &self.within));
+                }
+                Ok(norm)
+            }
             ParamType::String => {
                 if safe_string(value) {
                     Ok(value.to_string())
@@ -362,6 +429,79 @@ impl ParamDef {
                 }
             }
         }
+    }
+}
+
+fn outside(field: &str, value: &str, within: &[String]) -> String {
+    format!(
+        "{field}: '{value}' is outside the directories this benchmark allows ({})",
+        within.join(", ")
+    )
+}
+
+/// An absolute path in canonical form (no `.` or empty components, no
+/// trailing `/`), or None when it is relative, holds characters outside
+/// `[A-Za-z0-9._,:=+@/-]` or a `..` component, or a component starts with `-`.
+pub fn normalize_path(v: &str) -> Option<String> {
+    if !v.starts_with('/') || v.len() > MAX_VALUE_LEN {
+        return None;
+    }
+    if !v
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"._,:=+@/-".contains(&b))
+    {
+        return None;
+    }
+    let mut out = String::with_capacity(v.len());
+    for c in v.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => return None,
+            c if c.starts_with('-') => return None,
+            c => {
+                out.push('/');
+                out.push_str(c);
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    Some(out)
+}
+
+/// Whether the canonical path `p` lies in `root`: the directory itself or
+/// below it, or (a root holding `*`) a path the pattern matches, where `*`
+/// matches within one path component.
+pub fn path_within(p: &str, root: &str) -> bool {
+    let root = root.trim_end_matches('/');
+    if root.contains('*') {
+        return glob_component(root.as_bytes(), p.as_bytes());
+    }
+    if root.is_empty() {
+        // `/`: everything. Allowed, but the admin said so explicitly.
+        return true;
+    }
+    p == root || (p.starts_with(root) && p.as_bytes().get(root.len()) == Some(&b'/'))
+}
+
+fn glob_component(pat: &[u8], s: &[u8]) -> bool {
+    match pat.split_first() {
+        None => s.is_empty(),
+        Some((b'*', rest)) => {
+            // `*` never crosses a `/`.
+            let mut i = 0;
+            loop {
+                if glob_component(rest, &s[i..]) {
+                    return true;
+                }
+                if i >= s.len() || s[i] == b'/' {
+                    return false;
+                }
+                i += 1;
+            }
+        }
+        Some((c, rest)) => s.first() == Some(c) && glob_component(rest, &s[1..]),
     }
 }
 
@@ -459,6 +599,34 @@ impl BenchmarkDef {
             if !names.insert(p.name.as_str()) {
                 return Err(bad(format!("parameter '{}' twice", p.name)));
             }
+            if p.ty == ParamType::Path {
+                if p.within.is_empty() {
+                    return Err(bad(format!(
+                        "path parameter '{}' must declare `within` (the directories its values may name)",
+                        p.name
+                    )));
+                }
+                for r in &p.within {
+                    let ok = match r.strip_prefix('{') {
+                        Some(rest) => DIR_BUILTINS
+                            .iter()
+                            .any(|b| rest.strip_prefix(b).is_some_and(|t| t.starts_with('}'))),
+                        None => r.starts_with('/'),
+                    };
+                    if !ok || r.contains("..") {
+                        return Err(bad(format!(
+                            "parameter '{}': within entry '{r}' must be an absolute directory or start with one of {{{}}}",
+                            p.name,
+                            DIR_BUILTINS.join("}, {")
+                        )));
+                    }
+                }
+            } else if !p.within.is_empty() {
+                return Err(bad(format!(
+                    "parameter '{}': `within` is only for path parameters",
+                    p.name
+                )));
+            }
             if p.ty == ParamType::Choice && p.choices.is_empty() {
                 return Err(bad(format!("choice parameter '{}' has no choices", p.name)));
             }
@@ -516,6 +684,15 @@ impl BenchmarkDef {
                 )));
             }
         }
+        if let Some(u) = &self.run_as
+            && (u.is_empty()
+                || u.len() > 32
+                || !u
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)))
+        {
+            return Err(bad(format!("run_as '{u}' is not a user name")));
+        }
         if let Some(f) = &self.stdout {
             crate::layout::validate_name("stdout file", f).map_err(|e| bad(e.to_string()))?;
             if f == "stderr.txt" {
@@ -523,6 +700,15 @@ impl BenchmarkDef {
             }
         }
         Ok(())
+    }
+
+    /// Whether the command or the environment names the built-in `name`.
+    pub fn uses_builtin(&self, name: &str) -> bool {
+        let has = |s: &str| placeholders(s).is_ok_and(|v| v.iter().any(|p| p == name));
+        self.command.iter().any(|a| match a {
+            ArgTemplate::Arg(s) => has(s),
+            ArgTemplate::When { args, .. } => args.iter().any(|s| has(s)),
+        }) || self.env.values().any(|v| has(v))
     }
 
     /// The program (first command element) with only built-ins substituted;
@@ -602,6 +788,52 @@ impl BenchmarkDef {
         Ok(argv)
     }
 
+    /// The agent's check of path parameters: each value (already canonical
+    /// from [`BenchmarkDef::validate_params`]) must lie in one of its `within`
+    /// roots with the built-ins substituted (empty built-ins drop the root),
+    /// both as written and after resolving symbolic links of the value and of
+    /// the root, so a link inside an allowed directory cannot lead outside it.
+    pub fn check_paths(
+        &self,
+        params: &BTreeMap<String, String>,
+        builtins: &BTreeMap<String, String>,
+    ) -> std::result::Result<(), String> {
+        for p in self.params.iter().filter(|p| p.ty == ParamType::Path) {
+            let Some(v) = params.get(&p.name) else {
+                continue;
+            };
+            let field = format!("params.{}", p.name);
+            let mut roots = Vec::new();
+            for r in &p.within {
+                let r = substitute(r, builtins)?;
+                if r.contains('*') {
+                    roots.push(r.trim_end_matches('/').to_string());
+                } else if let Some(n) = normalize_path(&r) {
+                    roots.push(n);
+                }
+            }
+            if !roots.iter().any(|r| path_within(v, r)) {
+                return Err(outside(&field, v, &roots));
+            }
+            let real = resolve_existing(std::path::Path::new(v));
+            let real_ok = roots.iter().any(|r| {
+                let rr = if r.contains('*') {
+                    r.clone()
+                } else {
+                    resolve_existing(std::path::Path::new(r))
+                };
+                path_within(&real, &rr)
+            });
+            if !real_ok {
+                return Err(format!(
+                    "{field}: '{v}' resolves to '{real}', outside the directories this benchmark allows ({})",
+                    roots.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The coordinator's view of this benchmark.
     pub fn info(&self) -> BenchmarkInfo {
         BenchmarkInfo {
@@ -655,6 +887,29 @@ impl BenchmarkInfo {
             t => Err(format!(
                 "spec.timeout_s: {t} is above this benchmark's maximum {cap}"
             )),
+        }
+    }
+}
+
+/// `p` with symbolic links resolved: the longest existing prefix is
+/// canonicalised and the rest appended as written.
+fn resolve_existing(p: &std::path::Path) -> String {
+    let mut rest = Vec::new();
+    let mut cur = p;
+    loop {
+        if let Ok(c) = std::fs::canonicalize(cur) {
+            let mut out = c;
+            for r in rest.iter().rev() {
+                out.push(r);
+            }
+            return out.display().to_string();
+        }
+        match (cur.parent(), cur.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                cur = parent;
+            }
+            _ => return p.display().to_string(),
         }
     }
 }
@@ -878,6 +1133,95 @@ type = "int"
         let bad_stdout =
             "[[benchmark]]\nname = \"x\"\nkind = \"io\"\ncommand = [\"x\"]\nstdout = \"../x\"\n";
         assert!(Catalog::from_toml(bad_stdout).is_err());
+    }
+
+    const PATHS: &str = r#"
+[[benchmark]]
+name = "pio"
+kind = "io"
+command = ["pio", "--dir={dir}"]
+run_as = "nobody"
+[[benchmark.param]]
+name = "dir"
+type = "path"
+optional = true
+within = ["/scratch", "/tmp/x/apps/*.x"]
+[[benchmark.param]]
+name = "app"
+type = "path"
+optional = true
+within = ["{apps_dir}"]
+"#;
+
+    #[test]
+    fn path_params_stay_inside_their_roots() {
+        let c = Catalog::from_toml(PATHS).unwrap();
+        let b = c.get("pio").unwrap();
+        assert_eq!(b.run_as.as_deref(), Some("nobody"));
+        let ok = |v: &str| b.validate_params(&p(&[("dir", v)]), "spec.params");
+        assert_eq!(ok("/scratch//a/./b/").unwrap()["dir"], "/scratch/a/b");
+        assert_eq!(ok("/scratch").unwrap()["dir"], "/scratch");
+        assert_eq!(ok("/tmp/x/apps/ring.x").unwrap()["dir"], "/tmp/x/apps/ring.x");
+        for bad in [
+            "/proc/sys",
+            "/scratchy",
+            "/scratch/../etc",
+            "relative/dir",
+            "/tmp/x/apps/sub/ring.x",
+            "/scratch/-rf",
+            "/scratch/a b",
+        ] {
+            let e = ok(bad).unwrap_err();
+            assert!(e.contains("spec.params.dir"), "{bad}: {e}");
+        }
+        let e = ok("/proc/sys").unwrap_err();
+        assert!(e.contains("outside the directories"), "{e}");
+        // A root naming a built-in is the agent's to check.
+        let v = b
+            .validate_params(&p(&[("app", "/usr/bin/id")]), "spec.params")
+            .unwrap();
+        let builtins = p(&[("apps_dir", "/opt/apps")]);
+        let e = b.check_paths(&v, &builtins).unwrap_err();
+        assert!(e.contains("params.app") && e.contains("/opt/apps"), "{e}");
+        let v = b
+            .validate_params(&p(&[("app", "/opt/apps/ring")]), "spec.params")
+            .unwrap();
+        b.check_paths(&v, &builtins).unwrap();
+        // No apps directory configured: nothing is allowed.
+        assert!(b.check_paths(&v, &p(&[("apps_dir", "")])).is_err());
+    }
+
+    #[test]
+    fn symlinks_out_of_a_root_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let apps = d.path().join("apps");
+        std::fs::create_dir(&apps).unwrap();
+        std::os::unix::fs::symlink("/usr/bin/id", apps.join("id")).unwrap();
+        std::fs::write(apps.join("ring"), "x").unwrap();
+        let c = Catalog::from_toml(PATHS).unwrap();
+        let b = c.get("pio").unwrap();
+        let builtins = p(&[("apps_dir", apps.to_str().unwrap())]);
+        let v = b
+            .validate_params(&p(&[("app", apps.join("id").to_str().unwrap())]), "x")
+            .unwrap();
+        let e = b.check_paths(&v, &builtins).unwrap_err();
+        assert!(e.contains("resolves to '/usr/bin/id'"), "{e}");
+        let v = b
+            .validate_params(&p(&[("app", apps.join("ring").to_str().unwrap())]), "x")
+            .unwrap();
+        b.check_paths(&v, &builtins).unwrap();
+    }
+
+    #[test]
+    fn path_params_need_roots() {
+        let no_within = PATHS.replace("within = [\"{apps_dir}\"]", "");
+        assert!(Catalog::from_toml(&no_within).is_err());
+        let bad_root = PATHS.replace("{apps_dir}", "{run_id}");
+        assert!(Catalog::from_toml(&bad_root).is_err());
+        let rel_root = PATHS.replace("\"/scratch\"", "\"scratch\"");
+        assert!(Catalog::from_toml(&rel_root).is_err());
+        let bad_user = PATHS.replace("nobody", "no body");
+        assert!(Catalog::from_toml(&bad_user).is_err());
     }
 
     #[test]
