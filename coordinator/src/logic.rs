@@ -27,6 +27,20 @@ pub fn backoff_ms(cfg: &CoordinatorConfig, attempt: u32) -> i64 {
     (cfg.retry_backoff_ms.saturating_mul(1u64 << exp)).min(cfg.retry_backoff_max_ms) as i64
 }
 
+/// Largest delay between two attempts of a `record` job (5 min). Record jobs
+/// retry retryable failures without limit (see [`retry_or_fail_job`]); this
+/// keeps a long outage (a full lake) from stretching the retries to hours.
+/// TODO: a `CoordinatorConfig` knob.
+pub const RECORD_RETRY_MAX_MS: u64 = 5 * 60_000;
+
+/// Backoff of a `record` job after `attempt`: base · 2^(attempt−1), capped at
+/// [`RECORD_RETRY_MAX_MS`] (or the configured cap when that is larger).
+pub fn record_backoff_ms(cfg: &CoordinatorConfig, attempt: u32) -> i64 {
+    let exp = attempt.saturating_sub(1).min(30);
+    let cap = RECORD_RETRY_MAX_MS.max(cfg.retry_backoff_max_ms);
+    (cfg.retry_backoff_ms.max(1).saturating_mul(1u64 << exp)).min(cap) as i64
+}
+
 /// Where a run comes from.
 #[derive(Debug, Clone, Default)]
 pub struct Origin {
@@ -715,6 +729,13 @@ pub fn retry_or_fail_task(
 
 /// Ends a job attempt: retried with backoff while attempts remain (and the failure
 /// is retryable), else FAILED.
+///
+/// A `record` job (the run's row in `runs`) never runs out of attempts on a
+/// retryable failure or an expired lease: it is retried with
+/// [`record_backoff_ms`] for as long as its run exists, so a run that ended
+/// while the lake was full or unreachable still gets its row once the lake is
+/// back; the run stays PROCESSING with its decided outcome meanwhile. A
+/// non-retryable failure fails it at once, and the run with it.
 pub fn retry_or_fail_job(
     tx: &mut dyn Tx,
     cfg: &CoordinatorConfig,
@@ -726,7 +747,18 @@ pub fn retry_or_fail_job(
     j.lease_id = None;
     j.leased_by = None;
     j.lease_expires_ms = None;
-    if retryable && j.attempt < j.max_attempts {
+    let record_retry = retryable && j.kind == RECORD_JOB && tx.get_run(&j.run_id)?.is_some();
+    if record_retry {
+        j.attempt = j.attempt.saturating_add(1);
+        j.state = JobState::Queued;
+        j.not_before_ms = now + record_backoff_ms(cfg, j.attempt - 1);
+        j.error = Some(format!(
+            "attempt {} ended: {reason} (record jobs retry until they succeed)",
+            j.attempt - 1
+        ));
+        tracing::warn!(job = %j.job_id, run = %j.run_id, attempt = j.attempt - 1,
+            retry_in_ms = j.not_before_ms - now, error = %reason, "run record not written; retrying");
+    } else if retryable && j.attempt < j.max_attempts {
         j.attempt += 1;
         j.state = JobState::Queued;
         j.not_before_ms = now + backoff_ms(cfg, j.attempt - 1);
@@ -874,4 +906,196 @@ pub fn release_waiting(
         }
     }
     Ok(released)
+}
+
+#[cfg(test)]
+mod record_retry_tests {
+    use std::sync::Arc;
+
+    use benchlake_core::clock::ManualClock;
+    use benchlake_core::lake::Lake;
+
+    use super::*;
+    use crate::Coordinator;
+    use crate::store::{SqliteStore, StateStore};
+
+    const T0: i64 = 1_795_392_000_000;
+
+    fn cfg() -> CoordinatorConfig {
+        CoordinatorConfig {
+            job_max_attempts: 3,
+            retry_backoff_ms: 1_000,
+            retry_backoff_max_ms: 10_000,
+            job_lease_timeout_ms: 10_000,
+            background: false,
+            ..Default::default()
+        }
+    }
+
+    /// A coordinator on a manual clock with one run whose work has ended, so
+    /// its record job is queued; returns the run id.
+    fn setup(dir: &std::path::Path) -> (Arc<Coordinator>, ManualClock, String) {
+        let clock = ManualClock::new(T0);
+        let store: Arc<dyn StateStore> = Arc::new(SqliteStore::in_memory().unwrap());
+        let lake = Lake::local(dir).unwrap();
+        let c = Coordinator::new(store, lake, Arc::new(clock.clone()), cfg()).unwrap();
+        let run = RunRow {
+            run_id: ids::new_id_at(T0),
+            schedule_id: None,
+            benchmark: "b".into(),
+            kind: "noop".into(),
+            state: RunState::Processing,
+            spec: Spec {
+                benchmark: "b".into(),
+                params: BTreeMap::new(),
+                nodes: Nodes::default(),
+                launcher: LauncherKind::Local,
+                max_attempts: 1,
+                timeout_s: 60,
+            },
+            submitted_at_ms: T0,
+            started_at_ms: Some(T0),
+            finished_at_ms: None,
+            scheduled_for_ms: None,
+            error: None,
+            idempotency_key: None,
+            rerun_of: None,
+            date: "2026-11-23".into(),
+            outcome: None,
+        };
+        let id = run.run_id.clone();
+        c.store()
+            .transact(|tx| {
+                tx.insert_run(&run)?;
+                advance_run(tx, &cfg(), &run.run_id, T0)
+            })
+            .unwrap();
+        (c, clock, id)
+    }
+
+    fn record(c: &Coordinator, run_id: &str) -> JobRow {
+        c.store()
+            .transact(|tx| tx.job_of_kind(run_id, RECORD_JOB))
+            .unwrap()
+            .unwrap()
+    }
+
+    fn run(c: &Coordinator, run_id: &str) -> RunRow {
+        c.store()
+            .transact(|tx| tx.get_run(run_id))
+            .unwrap()
+            .unwrap()
+    }
+
+    /// Leases the record job at `now` (as `LeaseJob` does).
+    fn lease(c: &Coordinator, run_id: &str, now: i64) -> JobRow {
+        let mut j = record(c, run_id);
+        assert_eq!(j.state, JobState::Queued);
+        assert!(j.not_before_ms <= now, "leased before its backoff ended");
+        j.state = JobState::Leased;
+        j.lease_id = Some(ids::new_id_at(now));
+        j.leased_by = Some("w".into());
+        j.lease_expires_ms = Some(now + 10_000);
+        c.store().transact(|tx| tx.update_job(&j)).unwrap();
+        j
+    }
+
+    #[test]
+    fn record_backoff_doubles_up_to_five_minutes() {
+        let cfg = cfg();
+        assert_eq!(record_backoff_ms(&cfg, 1), 1_000);
+        assert_eq!(record_backoff_ms(&cfg, 2), 2_000);
+        assert_eq!(record_backoff_ms(&cfg, 9), 256_000);
+        assert_eq!(record_backoff_ms(&cfg, 10), RECORD_RETRY_MAX_MS as i64);
+        assert_eq!(
+            record_backoff_ms(&cfg, u32::MAX),
+            RECORD_RETRY_MAX_MS as i64
+        );
+        // Other jobs keep the configured cap.
+        assert_eq!(backoff_ms(&cfg, 10), 10_000);
+    }
+
+    #[test]
+    fn a_record_job_retries_past_max_attempts_until_it_lands() {
+        let dir = tempfile::tempdir().unwrap();
+        let (c, clock, id) = setup(dir.path());
+        let cfg = cfg();
+        assert_eq!(run(&c, &id).outcome, Some(RunState::Succeeded));
+        // The lake is full: the record fails retryably 8 times (max_attempts 3),
+        // and once its lease expires on a killed worker.
+        for attempt in 1..=8u32 {
+            let now = clock_now(&clock);
+            let j = lease(&c, &id, now);
+            assert_eq!(j.attempt, attempt);
+            c.store()
+                .transact(|tx| {
+                    retry_or_fail_job(tx, &cfg, j, "lake: no space left on device", true, now)
+                })
+                .unwrap();
+            let j = record(&c, &id);
+            assert_eq!(j.state, JobState::Queued, "attempt {attempt}: {j:?}");
+            assert_eq!(j.attempt, attempt + 1);
+            assert_eq!(j.not_before_ms, now + record_backoff_ms(&cfg, attempt));
+            assert!(
+                j.error.as_deref().unwrap().contains("no space left"),
+                "{j:?}"
+            );
+            let r = run(&c, &id);
+            assert_eq!(r.state, RunState::Processing);
+            assert_eq!(r.outcome, Some(RunState::Succeeded));
+            clock.advance(record_backoff_ms(&cfg, attempt));
+        }
+        let j = lease(&c, &id, clock_now(&clock));
+        clock.advance(10_001);
+        assert_eq!(c.tick().unwrap().expired_jobs, 1);
+        let j2 = record(&c, &id);
+        assert_eq!((j2.state, j2.attempt), (JobState::Queued, j.attempt + 1));
+        assert_eq!(run(&c, &id).state, RunState::Processing);
+
+        // Space came back: the record lands and the run ends as decided.
+        clock.advance(RECORD_RETRY_MAX_MS as i64);
+        let now = clock_now(&clock);
+        let mut j = lease(&c, &id, now);
+        c.store()
+            .transact(|tx| {
+                j.state = JobState::Done;
+                j.lease_id = None;
+                tx.update_job(&j)?;
+                advance_run(tx, &cfg, &id, now)
+            })
+            .unwrap();
+        let r = run(&c, &id);
+        assert_eq!(
+            (r.state, r.outcome, r.error),
+            (RunState::Succeeded, None, None)
+        );
+        let jobs = c.store().transact(|tx| tx.jobs_of_run(&id)).unwrap();
+        assert_eq!(jobs.len(), 1, "one record job: {jobs:?}");
+    }
+
+    #[test]
+    fn a_non_retryable_record_failure_still_fails_the_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let (c, clock, id) = setup(dir.path());
+        let now = clock_now(&clock);
+        let j = lease(&c, &id, now);
+        c.store()
+            .transact(|tx| retry_or_fail_job(tx, &cfg(), j, "record: bad schema", false, now))
+            .unwrap();
+        assert_eq!(record(&c, &id).state, JobState::Failed);
+        let r = run(&c, &id);
+        assert_eq!(r.state, RunState::Failed);
+        assert!(
+            r.error
+                .as_deref()
+                .unwrap()
+                .contains("run record not written: record: bad schema"),
+            "{r:?}"
+        );
+    }
+
+    fn clock_now(c: &ManualClock) -> i64 {
+        use benchlake_core::clock::Clock;
+        c.now_ms()
+    }
 }

@@ -96,6 +96,12 @@ pub trait Tx {
     fn failed_jobs_in_group(&mut self, run_id: &str, group: &str) -> Result<Vec<JobRow>>;
     /// QUEUED jobs of a run waiting for `group`.
     fn jobs_waiting_for(&mut self, run_id: &str, group: &str) -> Result<Vec<JobRow>>;
+
+    // Coordinator bookkeeping (the `meta` table), e.g. the reconciler's last pass.
+    /// A value of the `meta` table.
+    fn get_meta(&mut self, key: &str) -> Result<Option<String>>;
+    /// Sets a value of the `meta` table.
+    fn set_meta(&mut self, key: &str, value: &str) -> Result<()>;
 }
 
 /// A durable state store.
@@ -705,6 +711,21 @@ impl Tx for SqliteTx<'_> {
              ORDER BY created_ms, job_id",
             params![run_id, group],
         )
+    }
+    fn get_meta(&mut self, key: &str) -> Result<Option<String>> {
+        Ok(self
+            .c
+            .prepare_cached("SELECT v FROM meta WHERE k=?1")?
+            .query_row(params![key], |r| r.get(0))
+            .optional()?)
+    }
+    fn set_meta(&mut self, key: &str, value: &str) -> Result<()> {
+        self.c
+            .prepare_cached(
+                "INSERT INTO meta(k, v) VALUES (?1, ?2) ON CONFLICT(k) DO UPDATE SET v=excluded.v",
+            )?
+            .execute(params![key, value])?;
+        Ok(())
     }
 }
 

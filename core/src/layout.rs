@@ -5,7 +5,12 @@
 //! raw/{run_id}/{task_id}/{file}                                            immutable raw outputs
 //! tables/{table}/date={YYYY-MM-DD}/run_id={run_id}/part-{job_id}.parquet   committed results
 //! _staging/{job_id}/{attempt}/...                                          in-flight, never read by users
+//! _work/{run_id}/...                                                       jobs' scratch of a run, never read by users
 //! ```
+//!
+//! `_staging/` and `_work/` are garbage once their job attempt or run has ended;
+//! the coordinator's reconciler removes them (it parses keys with
+//! [`parse_staging_key`] and [`parse_work_key`]).
 use crate::error::{Error, Result};
 use crate::ids::validate_id;
 
@@ -15,6 +20,8 @@ pub const RAW: &str = "raw";
 pub const TABLES: &str = "tables";
 /// Top-level prefix of in-flight job outputs.
 pub const STAGING: &str = "_staging";
+/// Top-level prefix of jobs' scratch objects, per run.
+pub const WORK: &str = "_work";
 
 /// Checks a plain file or part name: non-empty, ≤ 200 bytes, no path separators,
 /// no `..`, only printable ASCII without spaces or quotes.
@@ -60,6 +67,35 @@ pub fn raw_key(run_id: &str, task_id: &str, file: &str) -> Result<String> {
 pub fn staging_prefix(job_id: &str, attempt: u32) -> Result<String> {
     validate_id("job_id", job_id)?;
     Ok(format!("{STAGING}/{job_id}/{attempt}/"))
+}
+
+/// The job id and attempt of a key `_staging/{job_id}/{attempt}/{name…}`, or
+/// None when the key does not have that shape.
+pub fn parse_staging_key(key: &str) -> Option<(&str, u32)> {
+    let rest = key.strip_prefix(STAGING)?.strip_prefix('/')?;
+    let (job, rest) = rest.split_once('/')?;
+    let (attempt, name) = rest.split_once('/')?;
+    if name.is_empty() || validate_id("job_id", job).is_err() {
+        return None;
+    }
+    let attempt = attempt.parse().ok()?;
+    Some((job, attempt))
+}
+
+/// `_work/{run_id}/` (with the trailing slash): scratch objects of a run's jobs
+/// (analysis part results, generated replay inputs). Removed by the
+/// coordinator's reconciler once the run and all its jobs have ended.
+pub fn work_prefix(run_id: &str) -> Result<String> {
+    validate_id("run_id", run_id)?;
+    Ok(format!("{WORK}/{run_id}/"))
+}
+
+/// The run id of a key `_work/{run_id}/{name…}`, or None when the key does not
+/// have that shape.
+pub fn parse_work_key(key: &str) -> Option<&str> {
+    let rest = key.strip_prefix(WORK)?.strip_prefix('/')?;
+    let (run, name) = rest.split_once('/')?;
+    (!name.is_empty() && validate_id("run_id", run).is_ok()).then_some(run)
 }
 
 /// The final, deterministic key of a job's output for one table:
@@ -123,6 +159,34 @@ mod tests {
         );
         assert_eq!(staging_prefix(&j, 2).unwrap(), format!("_staging/{j}/2/"));
         assert_eq!(date_of_ms(0), "1970-01-01");
+        assert_eq!(work_prefix(&r).unwrap(), format!("_work/{r}/"));
+    }
+
+    #[test]
+    fn staging_and_work_keys_parse_back() {
+        let (r, j) = (new_id(), new_id());
+        let staged = format!("{}runs.parquet", staging_prefix(&j, 3).unwrap());
+        assert_eq!(parse_staging_key(&staged), Some((j.as_str(), 3)));
+        let work = format!("{}counts/x/part-00001.json", work_prefix(&r).unwrap());
+        assert_eq!(parse_work_key(&work), Some(r.as_str()));
+        for bad in [
+            format!("_staging/{j}/x/a"),
+            format!("_staging/{j}/1/"),
+            format!("_staging/{j}/1"),
+            "_staging/not-an-id/1/a".to_string(),
+            format!("_stagingx/{j}/1/a"),
+            format!("tables/{j}/1/a"),
+        ] {
+            assert_eq!(parse_staging_key(&bad), None, "{bad}");
+        }
+        for bad in [
+            format!("_work/{r}/"),
+            format!("_work/{r}"),
+            "_work/nope/a".to_string(),
+            format!("_workx/{r}/a"),
+        ] {
+            assert_eq!(parse_work_key(&bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -68,10 +68,10 @@ pub fn group_of(analysis: &str) -> String {
 
 /// Scratch key of a part result.
 pub fn part_key(run_id: &str, analysis: &str, index: usize) -> Result<String, ExecError> {
-    validate_id("run_id", run_id)?;
     validate_id("analysis", analysis)?;
     Ok(format!(
-        "_work/{run_id}/counts/{analysis}/part-{index:05}.json"
+        "{}counts/{analysis}/part-{index:05}.json",
+        benchlake_core::layout::work_prefix(run_id)?
     ))
 }
 

@@ -134,9 +134,12 @@ pub fn follow_up_of_ingest(
         )));
     }
     let input = default_input(s.keys.len(), &info.params)?;
-    validate_id("run_id", &ctx.run_id)?;
     validate_id("job_id", &ctx.job_id)?;
-    let input_key = format!("_work/{}/traced/{}/replaympi.input", ctx.run_id, ctx.job_id);
+    let input_key = format!(
+        "{}traced/{}/replaympi.input",
+        benchlake_core::layout::work_prefix(&ctx.run_id)?,
+        ctx.job_id
+    );
     ctx.block_on(ctx.lake.put(&input_key, bytes::Bytes::from(input)))?;
     // Deterministic per ingest job: a retried ingest names the same replay.
     let replay_id = format!("{}-default", ctx.job_id);
