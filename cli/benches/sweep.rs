@@ -85,6 +85,7 @@ async fn sweep(workers: usize, trace: &[u8]) -> f64 {
             scratch_dir: dir.path().join(format!("scratch-{w}")),
             lease_wait: Duration::from_millis(500),
             commit_delay: Duration::ZERO,
+            retry_for: benchlake_proto::retry::DEFAULT_RETRY_FOR,
         };
         tokio::spawn(async move {
             let _ = benchlake_worker::run(wcfg, benchlake_worker::Executors::builtin(), rx).await;

@@ -248,6 +248,11 @@ pub struct AgentArgs {
     /// Idle poll period (ms).
     #[arg(long, env = "BENCHLAKE_POLL_MS", default_value_t = 1000)]
     pub poll_ms: u64,
+    /// How long calls to the coordinator (poll, heartbeat, upload, completion)
+    /// are retried through an outage before giving up: seconds, or with a unit
+    /// (`500ms`, `90s`, `5m`, `1h`).
+    #[arg(long, env = "BENCHLAKE_RETRY_FOR", default_value = "120", value_parser = parse_duration)]
+    pub retry_for: Duration,
     /// Keep task directories after upload.
     #[arg(long, env = "BENCHLAKE_KEEP_WORK")]
     pub keep_work: bool,
@@ -280,6 +285,7 @@ impl AgentArgs {
             bail!("--mpirun is empty");
         }
         c.poll_interval = Duration::from_millis(self.poll_ms.max(10));
+        c.retry_for = self.retry_for;
         c.keep_work = self.keep_work;
         Ok(c)
     }
@@ -317,6 +323,11 @@ pub struct WorkerArgs {
         hide = true
     )]
     pub fault_commit_delay_ms: u64,
+    /// How long calls to the coordinator (lease, renew, complete, fail) and
+    /// staging writes to the lake are retried through an outage before giving
+    /// up: seconds, or with a unit (`500ms`, `90s`, `5m`, `1h`).
+    #[arg(long, env = "BENCHLAKE_RETRY_FOR", default_value = "120", value_parser = parse_duration)]
+    pub retry_for: Duration,
 }
 
 impl WorkerArgs {
@@ -340,8 +351,29 @@ impl WorkerArgs {
             scratch_dir: self.scratch.clone(),
             lease_wait: Duration::from_secs(10),
             commit_delay: Duration::from_millis(self.fault_commit_delay_ms),
+            retry_for: self.retry_for,
         }
     }
+}
+
+/// A duration flag: seconds (`120`, `1.5`), or a number with `ms`, `s`, `m` or `h`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration (e.g. 120, 90s, 5m, 500ms)"))?;
+    let secs = match unit.trim() {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "m" | "min" => n * 60.0,
+        "h" => n * 3600.0,
+        u => return Err(format!("'{s}': unknown unit '{u}' (ms, s, m or h)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("'{s}': {e}"))
 }
 
 /// A watch that turns true on Ctrl-C or SIGTERM.

@@ -110,6 +110,7 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
         scratch_dir: data.join("scratch"),
         lease_wait: Duration::from_secs(5),
         commit_delay: Duration::ZERO,
+        retry_for: benchlake_proto::retry::DEFAULT_RETRY_FOR,
     };
     let worker_task = tokio::spawn(benchlake_worker::run(
         worker,

@@ -19,6 +19,7 @@ use std::time::Duration;
 use benchlake_core::jobs::FollowUp;
 use benchlake_core::lake::{Lake, StoreConfig, TableOutput, encode_parquet};
 use benchlake_proto::client::{Auth, channel};
+use benchlake_proto::retry::RetryPolicy;
 use benchlake_proto::v1 as pb;
 use pb::worker_service_client::WorkerServiceClient;
 use tokio::sync::watch;
@@ -180,6 +181,10 @@ pub struct WorkerConfig {
     /// Fault injection for tests: wait this long between staging and the commit
     /// request (the window in which a killed worker leaves staged objects behind).
     pub commit_delay: Duration,
+    /// How long calls to the coordinator (lease, renew, complete, fail) and
+    /// staging writes to the lake are retried through an outage before they
+    /// give up (`--retry-for`; see [`benchlake_proto::retry`]).
+    pub retry_for: Duration,
 }
 
 /// Connects a client.
@@ -234,24 +239,27 @@ async fn slot_loop(
         cfg.name.clone()
     };
     let kinds = ex.kinds();
-    let mut backoff = Duration::from_millis(100);
+    let policy = RetryPolicy::new(cfg.retry_for);
     loop {
         if *shutdown.borrow() {
             return;
         }
-        let req = pb::LeaseJobRequest {
-            protocol_version: benchlake_proto::PROTOCOL_VERSION as i32,
-            worker: name.clone(),
-            kinds: kinds.clone(),
-            wait_ms: cfg.lease_wait.as_millis() as u32,
-        };
+        let lease = policy.call("lease", || {
+            let mut c = c.clone();
+            let req = pb::LeaseJobRequest {
+                protocol_version: benchlake_proto::PROTOCOL_VERSION as i32,
+                worker: name.clone(),
+                kinds: kinds.clone(),
+                wait_ms: cfg.lease_wait.as_millis() as u32,
+            };
+            async move { c.lease_job(req).await }
+        });
         let res = tokio::select! {
-            r = c.lease_job(req) => r,
+            r = lease => r,
             _ = shutdown.changed() => return,
         };
         match res {
             Ok(r) => {
-                backoff = Duration::from_millis(100);
                 if let Some(job) = r.into_inner().job {
                     let sd = shutdown.clone();
                     run_job(&cfg, &ex, &lake, &mut c, job, sd).await;
@@ -262,12 +270,13 @@ async fn slot_loop(
                 return;
             }
             Err(s) => {
-                tracing::warn!(error = %s.message(), "lease request failed; retrying");
+                // Transient failures were retried for the whole budget: the
+                // worker stays up and starts over (it has no job to lose).
+                tracing::error!(code = ?s.code(), error = %s.message(), "lease request failed; retrying");
                 tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(policy.max_delay) => {}
                     _ = shutdown.changed() => return,
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
             }
         }
     }
@@ -283,29 +292,41 @@ pub async fn run_job(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let cancel = Arc::new(AtomicBool::new(false));
-    // Lease renewal on its own task, every third of the lease.
+    let policy = RetryPolicy::new(cfg.retry_for);
+    // Set when renewal failed for good: the lease is as good as gone, so the
+    // job is abandoned to it (not committed, not failed) and runs again.
+    let lost = Arc::new(AtomicBool::new(false));
+    // Lease renewal on its own task, every third of the lease; each renewal
+    // is retried through a coordinator outage.
     let renew = {
-        let mut c = c.clone();
+        let c = c.clone();
         let (job_id, lease_id) = (job.job_id.clone(), job.lease_id.clone());
-        let cancel = cancel.clone();
+        let (cancel, lost) = (cancel.clone(), lost.clone());
         let every = Duration::from_millis((job.lease_timeout_ms / 3).max(20));
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
-                match c
-                    .renew_lease(pb::RenewLeaseRequest {
-                        job_id: job_id.clone(),
-                        lease_id: lease_id.clone(),
+                let res = policy
+                    .call("renew", || {
+                        let mut c = c.clone();
+                        let req = pb::RenewLeaseRequest {
+                            job_id: job_id.clone(),
+                            lease_id: lease_id.clone(),
+                        };
+                        async move { c.renew_lease(req).await }
                     })
-                    .await
-                {
+                    .await;
+                match res {
                     Ok(r) if r.get_ref().cancel => {
                         cancel.store(true, Ordering::Relaxed);
                         return;
                     }
                     Ok(_) => {}
                     Err(s) => {
-                        tracing::warn!(job = %job_id, error = %s.message(), "lease renewal failed")
+                        tracing::error!(job = %job_id, code = ?s.code(), error = %s.message(), "lease renewal failed for good; abandoning the job");
+                        lost.store(true, Ordering::Relaxed);
+                        cancel.store(true, Ordering::Relaxed);
+                        return;
                     }
                 }
             }
@@ -318,6 +339,7 @@ pub async fn run_job(
             &job,
             &format!("this worker has no executor for job kind '{}'", job.kind),
             false,
+            &policy,
         )
         .await;
         return;
@@ -329,7 +351,7 @@ pub async fn run_job(
         Ok(d) => d,
         Err(e) => {
             renew.abort();
-            fail(c, &job, &format!("scratch directory: {e}"), true).await;
+            fail(c, &job, &format!("scratch directory: {e}"), true, &policy).await;
             return;
         }
     };
@@ -362,12 +384,31 @@ pub async fn run_job(
         Ok((r, _ctx)) => r,
         Err(e) => Err(ExecError::Permanent(format!("executor panicked: {e}"))),
     };
+    if lost.load(Ordering::Relaxed) {
+        renew.abort();
+        tracing::warn!(job = %job.job_id, "lease renewal failed for good; job abandoned to its lease");
+        return;
+    }
     let result = match out {
-        Ok(out) => stage_and_commit(lake, c, &job, out, cfg.commit_delay).await,
+        Ok(out) => {
+            let commit = stage_and_commit(lake, c, &job, out, cfg.commit_delay, &policy);
+            tokio::select! {
+                r = commit => r,
+                _ = shutdown.changed() => {
+                    renew.abort();
+                    tracing::warn!(job = %job.job_id, "worker stopping; job abandoned to its lease");
+                    return;
+                }
+            }
+        }
         Err(e) => Err(e),
     };
     renew.abort();
     drop(scratch);
+    if lost.load(Ordering::Relaxed) && result.is_err() {
+        tracing::warn!(job = %job.job_id, "lease renewal failed for good; job abandoned to its lease");
+        return;
+    }
     match result {
         Ok(keys) => {
             tracing::info!(job = %job.job_id, kind = %job.kind, files = keys.len(), secs = started.elapsed().as_secs_f64(), "job done")
@@ -377,20 +418,36 @@ pub async fn run_job(
         }
         Err(e) => {
             tracing::warn!(job = %job.job_id, kind = %job.kind, error = %e, "job failed");
-            fail(c, &job, &e.to_string(), e.is_retryable()).await;
+            fail(c, &job, &e.to_string(), e.is_retryable(), &policy).await;
         }
     }
 }
 
-async fn fail(c: &mut Client, job: &pb::JobAssignment, error: &str, retryable: bool) {
-    let _ = c
-        .fail_job(pb::FailJobRequest {
-            job_id: job.job_id.clone(),
-            lease_id: job.lease_id.clone(),
-            error: error.to_string(),
-            retryable,
+/// Reports a failed job, retried through a coordinator outage (if that fails
+/// too, the job's lease expires and it is retried).
+async fn fail(
+    c: &mut Client,
+    job: &pb::JobAssignment,
+    error: &str,
+    retryable: bool,
+    policy: &RetryPolicy,
+) {
+    let req = pb::FailJobRequest {
+        job_id: job.job_id.clone(),
+        lease_id: job.lease_id.clone(),
+        error: error.to_string(),
+        retryable,
+    };
+    let res = policy
+        .call("fail", || {
+            let mut c = c.clone();
+            let req = req.clone();
+            async move { c.fail_job(req).await }
         })
         .await;
+    if let Err(s) = res {
+        tracing::warn!(job = %job.job_id, code = ?s.code(), error = %s.message(), "could not report the failure; the job is left to its lease");
+    }
 }
 
 /// Encodes every table, puts it under the staging prefix and asks for the commit.
@@ -400,6 +457,7 @@ async fn stage_and_commit(
     job: &pb::JobAssignment,
     out: ExecOutput,
     delay: Duration,
+    policy: &RetryPolicy,
 ) -> Result<Vec<String>, ExecError> {
     let mut files = Vec::new();
     for t in &out.tables {
@@ -412,7 +470,15 @@ async fn stage_and_commit(
         };
         let key = format!("{}{name}", job.staging_prefix);
         let bytes = data.len() as u64;
-        lake.put(&key, data).await?;
+        // A full lake disk (ENOSPC) or a flaky store is retried in place
+        // before the job fails (retryably).
+        policy
+            .retry(
+                &format!("staging write {key}"),
+                benchlake_core::Error::is_retryable,
+                || lake.put(&key, data.clone()),
+            )
+            .await?;
         files.push(pb::StagedFile {
             staged_key: key,
             table: t.table.clone(),
@@ -434,30 +500,43 @@ async fn stage_and_commit(
         files,
         result_json,
     };
-    let mut delay = Duration::from_millis(100);
-    for i in 0..6 {
-        match c.complete_job(req.clone()).await {
-            Ok(r) => return Ok(r.into_inner().committed_keys),
-            Err(s) if s.code() == tonic::Code::Aborted => return Err(ExecError::Cancelled),
-            Err(s)
-                if matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown) && i < 5 =>
-            {
-                tokio::time::sleep(delay).await;
-                delay *= 2;
-            }
-            Err(s) if s.code() == tonic::Code::InvalidArgument => {
-                return Err(ExecError::Permanent(format!(
-                    "commit refused: {}",
-                    s.message()
-                )));
-            }
-            Err(s) => {
-                return Err(ExecError::Retryable(format!(
-                    "commit failed: {}",
-                    s.message()
-                )));
-            }
-        }
+    // Retried through an outage (and through the coordinator's own lake
+    // failures, ENOSPC included, which it reports as UNAVAILABLE): the commit
+    // is idempotent under one lease (deterministic final keys).
+    let res = policy
+        .call("complete", || {
+            let mut c = c.clone();
+            let req = req.clone();
+            async move { c.complete_job(req).await }
+        })
+        .await;
+    match res {
+        Ok(r) => Ok(r.into_inner().committed_keys),
+        Err(s) if s.code() == tonic::Code::Aborted => Err(ExecError::Cancelled),
+        Err(s) if s.code() == tonic::Code::InvalidArgument => Err(ExecError::Permanent(format!(
+            "commit refused: {}",
+            s.message()
+        ))),
+        Err(s) => Err(ExecError::Retryable(format!(
+            "commit failed: {}",
+            s.message()
+        ))),
     }
-    Err(ExecError::Retryable("commit failed repeatedly".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// ENOSPC from the lake (a full disk) is transient: retried in place by the
+    /// retry policy, and reported as retryable if the budget runs out.
+    #[test]
+    fn a_full_lake_disk_is_retryable() {
+        let io = benchlake_core::Error::Io {
+            path: "/lake/_staging/x.parquet".into(),
+            source: std::io::Error::from_raw_os_error(28),
+        };
+        assert!(io.is_retryable());
+        assert!(ExecError::from(io).is_retryable());
+    }
 }

@@ -219,6 +219,7 @@ impl Cluster {
             scratch_dir: self.dir.path().join("scratch"),
             lease_wait: Duration::from_millis(200),
             commit_delay: Duration::ZERO,
+            retry_for: benchlake_proto::retry::DEFAULT_RETRY_FOR,
         };
         let (tx, rx) = watch::channel(false);
         tokio::spawn(async move {
@@ -468,4 +469,64 @@ pub fn table_rows(lake: &Path, table: &str, run_id: Option<&str>) -> usize {
         .iter()
         .map(|b| b.num_rows())
         .sum()
+}
+
+/// A coordinator outage: stopping the server and starting a new one on the
+/// same address over the same state file and lake.
+impl Cluster {
+    /// Stops the coordinator's server (its listener closes at once, open
+    /// connections are told to go away) and closes its state file; the file
+    /// and the lake stay. Until [`Cluster::restart_coordinator`], agents and
+    /// workers get "connection refused"; `coord` is a stand-in over an empty
+    /// in-memory store meanwhile.
+    pub async fn stop_coordinator(&mut self) {
+        let _ = self.stop.send(true);
+        // The server holds the coordinator until its last connection closed.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while Arc::strong_count(&self.coord) > 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the coordinator's server did not stop"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Dropping the last handle closes the state file (and its exclusive lock).
+        let cfg = config(self.dir.path(), Tokens::default());
+        let stand_in: Arc<dyn StateStore> = Arc::new(SqliteStore::in_memory().unwrap());
+        let lake = Lake::open(&cfg.store).unwrap();
+        self.coord = Coordinator::new(stand_in, lake, Arc::new(self.clock.clone()), cfg).unwrap();
+    }
+
+    /// Starts a new coordinator on the address the old one served, over the
+    /// same state file, lake and clock (after [`Cluster::stop_coordinator`]).
+    pub async fn restart_coordinator(&mut self, tokens: Tokens) {
+        let cfg = config(self.dir.path(), tokens);
+        let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open(&cfg.state_path).unwrap());
+        let lake = Lake::open(&cfg.store).unwrap();
+        let coord = Coordinator::new(store, lake, Arc::new(self.clock.clone()), cfg).unwrap();
+        let mut tries = 0;
+        let listener = loop {
+            match tokio::net::TcpListener::bind(&self.addr).await {
+                Ok(l) => break l,
+                Err(e) if tries < 100 => {
+                    tries += 1;
+                    eprintln!("rebinding {}: {e}", self.addr);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("cannot bind {} again: {e}", self.addr),
+            }
+        };
+        let (stop, rx) = watch::channel(false);
+        let c2 = coord.clone();
+        tokio::spawn(async move {
+            let mut rx = rx;
+            benchlake_coordinator::serve(c2, listener, async move {
+                let _ = rx.wait_for(|v| *v).await;
+            })
+            .await
+            .unwrap();
+        });
+        self.coord = coord;
+        self.stop = stop;
+    }
 }

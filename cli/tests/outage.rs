@@ -1,0 +1,108 @@
+//! Agents and workers ride out a coordinator outage (issue 13, item 6): the
+//! coordinator's server is stopped while tasks run, a new coordinator starts
+//! on the same address over the same state file and lake a few seconds later,
+//! and the runs still succeed with their rows in the lake exactly once. Real
+//! gRPC on loopback, in process (see `common`).
+mod common;
+
+use std::time::{Duration, Instant};
+
+use benchlake_coordinator::Tokens;
+use benchlake_proto::v1 as pb;
+use common::*;
+
+/// `hostinfo` that first sleeps, so its output is uploaded during the outage.
+fn slow_hostinfo(bin: &str) -> String {
+    format!(
+        r#"
+[[benchmark]]
+name = "slow-hostinfo"
+kind = "noop"
+command = ["sh", "-c", "sleep 2 && exec \"$0\" probe host --out \"$1\"", "{bin}", "{{out_dir}}/host.json"]
+timeout_s = 60
+[[benchmark.output]]
+file = "host.json"
+format = "hostinfo"
+required = true
+"#
+    )
+}
+
+fn task_states(d: &pb::RunDetail) -> Vec<pb::TaskState> {
+    d.tasks
+        .iter()
+        .map(|t| pb::TaskState::try_from(t.state).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn agents_and_workers_ride_out_a_coordinator_restart() {
+    let t0 = Instant::now();
+    let mut c = Cluster::start(Tokens::default()).await;
+    let toml = catalog(&bin()) + &slow_hostinfo(&bin());
+    c.add_agent_with("a1", |cfg| {
+        cfg.catalog = benchlake_core::bench::Catalog::from_toml(&toml).unwrap();
+        cfg.slots = 2;
+    })
+    .await;
+    c.add_worker("w1", None);
+
+    let sleep = c.submit("sleep", &[("seconds", "2")], 1).await.unwrap();
+    let facts = c.submit("slow-hostinfo", &[], 1).await.unwrap();
+    for r in [&sleep, &facts] {
+        c.wait_run(&r.run_id, 30, |d| {
+            task_states(d) == [pb::TaskState::Running]
+        })
+        .await;
+    }
+
+    // The outage: both benchmarks end, and their outputs are due for upload,
+    // while nothing listens on the coordinator's address.
+    let down = Instant::now();
+    c.stop_coordinator().await;
+    let stopped_in = down.elapsed();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    c.restart_coordinator(Tokens::default()).await;
+    let outage = down.elapsed();
+
+    let back = Instant::now();
+    let ds = c.wait_settled(&sleep.run_id, 120).await;
+    let df = c.wait_settled(&facts.run_id, 120).await;
+    let settled_after = back.elapsed();
+    eprintln!(
+        "server stopped in {stopped_in:?}; outage {outage:?}; runs settled {settled_after:?} after the restart; test {:?}",
+        t0.elapsed()
+    );
+    for d in [&ds, &df] {
+        assert_eq!(state(d), pb::RunState::Succeeded, "{d:#?}");
+        // Ridden out: the first attempt of each task succeeded, nothing was retried.
+        assert_eq!(d.tasks.len(), 1);
+        let t = &d.tasks[0];
+        assert_eq!(
+            (pb::TaskState::try_from(t.state).unwrap(), t.attempt),
+            (pb::TaskState::Done, 1),
+            "{t:#?}"
+        );
+        assert!(d.jobs.iter().all(|j| j.state == pb::JobState::Done as i32));
+    }
+    // Outputs uploaded once each (host.json, stdout.txt, stderr.txt).
+    let names = |d: &pb::RunDetail| {
+        let mut n: Vec<String> = d.tasks[0]
+            .outputs
+            .iter()
+            .map(|o| o.key.rsplit('/').next().unwrap().to_string())
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(names(&df), ["host.json", "stderr.txt", "stdout.txt"]);
+    assert_eq!(names(&ds), ["stderr.txt", "stdout.txt"]);
+
+    // The rows landed exactly once.
+    let lake = c.lake_dir();
+    assert_eq!(table_rows(&lake, "node_facts", Some(&facts.run_id)), 1);
+    assert_eq!(table_rows(&lake, "runs", Some(&facts.run_id)), 1);
+    assert_eq!(table_rows(&lake, "runs", Some(&sleep.run_id)), 1);
+    assert_eq!(table_rows(&lake, "raw_files", Some(&facts.run_id)), 3);
+    assert_eq!(table_rows(&lake, "raw_files", Some(&sleep.run_id)), 2);
+}
