@@ -119,8 +119,18 @@ pub fn ingest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutp
                 "document larger than 1 MiB",
             ));
         }
-        let text = std::fs::read_to_string(&i.path).map_err(|e| FormatError::io(&i.path, e))?;
-        rows.push((i.source.clone(), parse(&i.path, &text)?));
+        let bytes = std::fs::read(&i.path).map_err(|e| FormatError::io(&i.path, e))?;
+        // A binary file (a SION container, a trace) is a foreign format, not an
+        // I/O failure to retry.
+        let text = std::str::from_utf8(&bytes).map_err(|e| {
+            FormatError::malformed(
+                &i.path,
+                "hostinfo",
+                Position::Offset(e.valid_up_to() as u64),
+                "not UTF-8 text: not a node facts JSON document",
+            )
+        })?;
+        rows.push((i.source.clone(), parse(&i.path, text)?));
     }
     let n = rows.len();
     let s = |f: &dyn Fn(&HostFacts) -> &str| -> ArrayRef {

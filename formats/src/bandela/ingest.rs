@@ -5,7 +5,7 @@ use benchlake_core::lake::TableOutput;
 
 use super::trace::{BRecord, Kernel, RankTrace};
 use crate::dimemas::ingest::{TraceRow, TraceRowsBuilder};
-use crate::error::Result;
+use crate::error::{FormatError, Position, Result};
 use crate::ingest::{IngestContext, InputFile};
 
 fn clamp(v: u64) -> i64 {
@@ -116,11 +116,28 @@ pub fn rank_rows(t: &mut RankTrace, out: &mut TraceRowsBuilder) -> Result<u64> {
 /// Ingest entry point for kind `bandela`: one rank trace per input file.
 pub fn ingest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutput>> {
     let mut b = TraceRowsBuilder::new(&ctx.run_id, "");
+    let mut total = 0u64;
     for input in inputs {
         b.set_source(&input.source)?;
         let mut t = RankTrace::open(&input.path)?;
         let n = rank_rows(&mut t, &mut b)?;
+        total += n;
         tracing::debug!(file = %input.path.display(), rows = n, "bandela rank trace ingested");
+    }
+    // A rank may make no MPI call, but a whole trace without one is a header
+    // cut short (or not a trace): never an ingest of nothing.
+    if total == 0
+        && let Some(first) = inputs.first()
+    {
+        let len = std::fs::metadata(&first.path)
+            .map_err(|e| FormatError::io(&first.path, e))?
+            .len();
+        return Err(FormatError::malformed(
+            &first.path,
+            "K record",
+            Position::Offset(len),
+            "no MPI call (K record or format_event record) in the trace: it is cut short or empty",
+        ));
     }
     Ok(vec![b.finish()?])
 }

@@ -103,6 +103,8 @@ pub struct RankTrace {
     path: PathBuf,
     reader: BufReader<File>,
     line: u64,
+    /// Bytes read so far.
+    offset: u64,
     buf: Vec<u8>,
     layout: Layout,
     /// The header (format_event files get rank from their first record, host 0).
@@ -152,6 +154,7 @@ impl RankTrace {
             reader: BufReader::with_capacity(16 * 1024, f),
             path,
             line: 0,
+            offset: 0,
             buf: Vec::new(),
             layout: Layout::V1,
             header: RankHeader {
@@ -227,6 +230,8 @@ impl RankTrace {
                 return Ok(None);
             }
             self.line += 1;
+            let start = self.offset;
+            self.offset += n as u64;
             if n as u64 >= MAX_LINE && self.buf.last() != Some(&b'\n') {
                 return Err(err(
                     &self.path,
@@ -234,6 +239,22 @@ impl RankTrace {
                     self.line,
                     0,
                     "line longer than 64 KiB",
+                ));
+            }
+            // Every record ends with a newline; a last line without one was cut
+            // short (`C 0.` of `C 0.5`), and must not be read as a shorter value.
+            if self.buf.last() != Some(&b'\n') {
+                let head = self.buf.get(..self.buf.len().min(60)).unwrap_or_default();
+                return Err(FormatError::malformed(
+                    &self.path,
+                    "record",
+                    Position::Offset(start),
+                    format!(
+                        "the file ends at byte {} in the middle of line {} ('{}'): it is cut short",
+                        self.offset,
+                        self.line,
+                        String::from_utf8_lossy(head)
+                    ),
                 ));
             }
             let s = String::from_utf8_lossy(&self.buf);

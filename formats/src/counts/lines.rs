@@ -21,6 +21,8 @@ pub struct Lines<R> {
     path: PathBuf,
     /// A line pushed back by [`Lines::unread`].
     pending: bool,
+    /// The field named when the last line is cut short (see [`Lines::record`]).
+    record: &'static str,
 }
 
 impl<R: BufRead> Lines<R> {
@@ -34,7 +36,15 @@ impl<R: BufRead> Lines<R> {
             next: 0,
             path: path.as_ref().to_path_buf(),
             pending: false,
+            record: "record",
         }
+    }
+
+    /// Names the field reported when the file ends in the middle of a line
+    /// (`time` for a timing file, whose lines are nearly all times).
+    pub fn record(mut self, field: &'static str) -> Self {
+        self.record = field;
+        self
     }
 
     /// Starts numbering at `line` (the line before the first one read), for readers
@@ -50,7 +60,31 @@ impl<R: BufRead> Lines<R> {
         self.start
     }
 
+    /// Bytes read so far (the file's length once [`Lines::advance`] returned `false`).
+    pub fn consumed(&self) -> u64 {
+        self.next
+    }
+
+    /// The error of a file that has its header but none of the records it exists
+    /// for: named at the end of the file.
+    pub fn no_records(&self, field: &str, what: &str) -> FormatError {
+        FormatError::malformed(
+            &self.path,
+            field,
+            Position::Offset(self.next),
+            format!(
+                "no {what} in the file ({} bytes): it is cut short or not a profiler file",
+                self.next
+            ),
+        )
+    }
+
     /// Advances to the next line (without `\n`/`\r\n`); `false` at end of file.
+    ///
+    /// The profiler ends every line with `\n`, so a last line without one is a
+    /// record cut short (a copy or a job killed mid-write): it is an error naming
+    /// the byte offset where that line starts, never a shorter value (`0` for
+    /// `0.000023`).
     pub fn advance(&mut self) -> Result<bool> {
         if self.pending {
             self.pending = false;
@@ -72,6 +106,18 @@ impl<R: BufRead> Lines<R> {
         }
         if self.buf.last() == Some(&b'\n') {
             self.buf.pop();
+        } else {
+            let head = self.buf.get(..self.buf.len().min(60)).unwrap_or_default();
+            let shown = String::from_utf8_lossy(head).into_owned();
+            return Err(FormatError::malformed(
+                &self.path,
+                self.record,
+                Position::Offset(self.start),
+                format!(
+                    "the file ends at byte {} in the middle of line {} ('{shown}'): it is cut short",
+                    self.next, self.line
+                ),
+            ));
         }
         if self.buf.last() == Some(&b'\r') {
             self.buf.pop();

@@ -174,6 +174,9 @@ pub fn read_locations_from<R: BufRead>(mut l: Lines<R>) -> Result<Vec<Location>>
             hosts,
         });
     }
+    if out.is_empty() {
+        return Err(l.no_records("Communicator ID", "'Communicator ID:' block"));
+    }
     Ok(out)
 }
 
@@ -238,6 +241,9 @@ pub fn read_backtrace_from<R: BufRead>(mut l: Lines<R>) -> Result<Backtrace> {
             calls,
         });
     }
+    if contexts.is_empty() {
+        return Err(l.no_records("# Context", "'# Context' block"));
+    }
     Ok(Backtrace {
         executable,
         pid,
@@ -268,6 +274,9 @@ pub fn read_comm_data_from<R: BufRead>(mut l: Lines<R>) -> Result<Vec<(u64, u64)
         let w = super::lines::parse_uint(rest.get(s + 14..).unwrap_or_default(), i64::MAX as u64)
             .map_err(|_| l.error("world rank", 4 + s + 15, "expected a rank"))?;
         out.push((k, w));
+    }
+    if out.is_empty() {
+        return Err(l.no_records("ID", "'ID: K; world rank: L' line"));
     }
     Ok(out)
 }

@@ -418,6 +418,19 @@ pub fn ingest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutp
             None => tracing::debug!(file = %f.source, "not a profiler file, skipped"),
         }
     }
+    // Unrelated files next to the profiler's (a run's logs, `COMMANDS.txt`) are
+    // skipped, but an input with no profiler file at all is a foreign format or
+    // the wrong path, never an ingest of nothing.
+    let recognised = |f: &InputFile| {
+        classify(&f.path)
+            .or_else(|| classify(std::path::Path::new(&f.source)))
+            .is_some()
+    };
+    if let Some(first) = inputs.first()
+        && !inputs.iter().any(recognised)
+    {
+        return Err(not_a_profiler_file(first));
+    }
     let run = ctx.run_id.as_str();
     let mut calls_t = Calls::new(run);
     let mut rows_t = CountRows::new(run);
@@ -464,7 +477,30 @@ pub fn ingest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutp
     push("alltoallv_locations", loc);
     push("alltoallv_comms", comms);
     push("alltoallv_backtraces", backtrace_table(run, &backtraces)?);
+    if out.is_empty()
+        && let Some(first) = inputs.iter().find(|f| recognised(f))
+    {
+        return Err(FormatError::malformed(
+            &first.path,
+            "file name",
+            Position::None,
+            "the profiler files given yield no rows (profile summaries, \
+             profile_alltoallv_job<J>.rank<L>.md, carry no figures: the profiler compiles them out)",
+        ));
+    }
     Ok(out)
+}
+
+/// The error of an input that is not a profiler output file.
+pub fn not_a_profiler_file(f: &InputFile) -> FormatError {
+    FormatError::malformed(
+        &f.path,
+        "file name",
+        Position::None,
+        "not an alltoallv profiler file (counts reads send-counters.job<J>.rank<L>.txt, \
+         recv-counters…, counts.rank<L>_call<C>.md and alltoallv_*.md files by name; \
+         see docs/counts.md)",
+    )
 }
 
 type Times = BTreeMap<(u64, u64, u64), (Option<f64>, Option<f64>, usize)>;

@@ -36,11 +36,14 @@ pub fn read_file(path: &Path, f: impl FnMut(u64, u64, f64)) -> Result<()> {
 
 /// As [`read_file`] over any reader.
 pub fn read<R: BufRead>(reader: R, path: &Path, mut f: impl FnMut(u64, u64, f64)) -> Result<()> {
-    let mut l = Lines::new(reader, path);
+    let mut l = Lines::new(reader, path).record("time");
     format_version(&mut l)?;
     let mut ranks_per_call: Option<u64> = None;
     let mut call: Option<(u64, u64)> = None; // (call id, values so far)
     let mut last_call: Option<u64> = None;
+    // The profiler (and our tracer) write a blank line after each call's values;
+    // a file that ends without it was cut at a line boundary inside the call.
+    let mut closed = true;
     let close = |l: &Lines<R>, call: Option<(u64, u64)>, per: &mut Option<u64>| -> Result<()> {
         if let Some((c, n)) = call {
             match *per {
@@ -63,6 +66,7 @@ pub fn read<R: BufRead>(reader: R, path: &Path, mut f: impl FnMut(u64, u64, f64)
     while l.advance()? {
         let t = trim_end(l.text());
         if t.is_empty() {
+            closed = true;
             continue;
         }
         if t.starts_with(b"# Call ") {
@@ -77,6 +81,7 @@ pub fn read<R: BufRead>(reader: R, path: &Path, mut f: impl FnMut(u64, u64, f64)
             }
             last_call = Some(c);
             call = Some((c, 0));
+            closed = false;
             continue;
         }
         let Some((c, n)) = call.as_mut() else {
@@ -88,8 +93,26 @@ pub fn read<R: BufRead>(reader: R, path: &Path, mut f: impl FnMut(u64, u64, f64)
             .filter(|v: &f64| v.is_finite() && *v >= 0.0)
             .ok_or_else(|| l.error("time", 1, "expected a non-negative time in seconds"))?;
         f(*c, *n, v);
+        closed = false;
         *n += 1;
     }
     close(&l, call, &mut ranks_per_call)?;
+    if let Some((c, n)) = call
+        && !closed
+    {
+        return Err(FormatError::malformed(
+            l.path(),
+            "time",
+            crate::error::Position::Offset(l.consumed()),
+            format!(
+                "the file ends at byte {} after {n} value(s) of call {c}, without the blank line \
+                 that closes every call: it is cut short",
+                l.consumed()
+            ),
+        ));
+    }
+    if last_call.is_none() {
+        return Err(l.no_records("call", "'# Call C' section"));
+    }
     Ok(())
 }

@@ -297,6 +297,7 @@ pub fn parse_rank_csv(path: &Path, text: &str) -> Result<Vec<IorRankRecord>> {
             ));
         }
     }
+    text::require_complete(path, text, "row")?;
     let mut seen: std::collections::HashMap<(String, i32), i64> = Default::default();
     let mut out = Vec::new();
     for (i, line) in lines {
@@ -364,6 +365,25 @@ pub fn parse_rank_csv(path: &Path, text: &str) -> Result<Vec<IorRankRecord>> {
             throughput_with_openclose,
             throughput,
         });
+    }
+    if out.is_empty() {
+        return Err(text::no_rows(path, text, "row", "per-rank row"));
+    }
+    // IOR writes one row per rank, in rank order, for every access of every
+    // repetition: a last group shorter than the one before was cut short.
+    if let Some((n, prev)) =
+        text::short_last_group(out.iter().map(|r| (r.access.as_str(), i64::from(r.rank))))
+    {
+        return Err(FormatError::malformed(
+            path,
+            "row",
+            Position::Offset(text.len() as u64),
+            format!(
+                "the last group of rows has {n} rank(s) where the one before has {prev}: \
+                 the file is cut short at byte {}",
+                text.len()
+            ),
+        ));
     }
     Ok(out)
 }

@@ -102,6 +102,11 @@ pub fn parse(path: &Path, input: &str) -> Result<IorText> {
             ));
         }
     }
+    // A last line without its newline was cut short: say so before its
+    // fields are read as numbers.
+    text::require_complete(path, input, "line")?;
+    // Whether IOR's closing 'Finished : DATE' line follows the last test.
+    let mut finished = false;
     while let Some((i, raw)) = lines.next() {
         let line_no = i as u64 + 1;
         let line = raw.trim_end_matches('\r');
@@ -165,7 +170,9 @@ pub fn parse(path: &Path, input: &str) -> Result<IorText> {
         }
         match key {
             "Command line" => out.command_line = value.to_string(),
+            "Finished" => finished = true,
             "TestID" => {
+                finished = false;
                 let id = value.parse::<i64>().map_err(|_| {
                     FormatError::malformed(
                         path,
@@ -192,6 +199,20 @@ pub fn parse(path: &Path, input: &str) -> Result<IorText> {
             "TestID",
             Position::None,
             "no test in the output",
+        ));
+    }
+    // IOR closes its output with 'Finished : DATE' (after the summary): without
+    // it the output was cut short or the run died, and its tables would be
+    // missing rows.
+    if !finished {
+        return Err(FormatError::malformed(
+            path,
+            "Finished",
+            Position::Offset(input.len() as u64),
+            format!(
+                "the output ends at byte {} without IOR's closing 'Finished : DATE' line: it is cut short (IOR run with -q does not print it and is not accepted)",
+                input.len()
+            ),
         ));
     }
     Ok(out)

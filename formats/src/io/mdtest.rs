@@ -55,10 +55,21 @@ pub fn parse_text(path: &Path, text: &str) -> Result<MdtestText> {
     let mut ctx: Option<(i64, Option<i64>)> = None;
     let mut lines = text.lines().enumerate().peekable();
     let mut saw_mdtest = false;
+    // An mdtest output whose last line has no newline was cut short: say so
+    // before its fields are read as numbers (foreign text gets the banner error).
+    if text.contains("mdtest-") {
+        text::require_complete(path, text, "line")?;
+    }
+    // Whether the closing '-- finished at DATE --' line follows the last table.
+    let mut finished = false;
     while let Some((i, raw)) = lines.next() {
         let line_no = i as u64 + 1;
         let line = raw.trim_end_matches('\r');
         let t = line.trim();
+        if t.starts_with("-- finished at ") {
+            finished = true;
+            continue;
+        }
         if let Some(rest) = t.strip_prefix("mdtest-") {
             saw_mdtest = true;
             // "mdtest-4.1.0+dev was launched with 4 total task(s) on 1 node(s)"
@@ -155,6 +166,7 @@ pub fn parse_text(path: &Path, text: &str) -> Result<MdtestText> {
                 "table has no rows",
             ));
         }
+        finished = false;
         out.summaries.push(MdtestSummary {
             statistic: statistic.to_string(),
             iterations,
@@ -169,6 +181,24 @@ pub fn parse_text(path: &Path, text: &str) -> Result<MdtestText> {
             "mdtest output",
             Position::LineCol(1, 1),
             "no 'mdtest-' banner and no SUMMARY table",
+        ));
+    }
+    // mdtest ends every line with a newline, prints its SUMMARY tables, then
+    // '-- finished at DATE --': an output without them was cut short (or the run
+    // died), and must not land as a run without results.
+    text::require_complete(path, text, "line")?;
+    if out.summaries.is_empty() {
+        return Err(text::no_rows(path, text, "SUMMARY", "SUMMARY table"));
+    }
+    if !finished {
+        return Err(FormatError::malformed(
+            path,
+            "-- finished at",
+            Position::Offset(text.len() as u64),
+            format!(
+                "the output ends at byte {} without mdtest's closing '-- finished at DATE --' line: it is cut short",
+                text.len()
+            ),
         ));
     }
     Ok(out)
@@ -272,9 +302,11 @@ pub fn parse_rank_csv(path: &Path, text: &str) -> Result<MdtestRankCsv> {
         }
         operations.push(op.to_string());
     }
+    text::require_complete(path, text, "row")?;
     let mut figures = Vec::new();
     let mut items: Option<i64> = None;
     let mut per_rank: std::collections::BTreeMap<i32, i64> = Default::default();
+    let mut ranks: Vec<i32> = Vec::new();
     for (i, raw) in lines {
         let line_no = i as u64 + 1;
         let line = raw.trim_end_matches('\r');
@@ -318,6 +350,7 @@ pub fn parse_rank_csv(path: &Path, text: &str) -> Result<MdtestRankCsv> {
         let iteration = match rank {
             None => 0,
             Some(r) => {
+                ranks.push(r);
                 let c = per_rank.entry(r).or_insert(0);
                 let it = *c;
                 *c += 1;
@@ -345,6 +378,23 @@ pub fn parse_rank_csv(path: &Path, text: &str) -> Result<MdtestRankCsv> {
                 time,
             });
         }
+    }
+    if figures.is_empty() || ranks.is_empty() {
+        return Err(text::no_rows(path, text, "row", "per-rank row"));
+    }
+    // One line per rank, in rank order, per iteration: a last group shorter
+    // than the one before was cut short.
+    if let Some((n, prev)) = text::short_last_group(ranks.iter().map(|r| ("", i64::from(*r)))) {
+        return Err(FormatError::malformed(
+            path,
+            "row",
+            Position::Offset(text.len() as u64),
+            format!(
+                "the last group of rows has {n} rank(s) where the one before has {prev}: \
+                 the file is cut short at byte {}",
+                text.len()
+            ),
+        ));
     }
     for f in &mut figures {
         f.items = items;

@@ -38,6 +38,67 @@ pub fn utf8<'a>(path: &Path, bytes: &'a [u8]) -> Result<&'a str> {
     })
 }
 
+/// Fails unless `text` ends with a newline. IOR, mdtest and their per-rank CSVs
+/// end every line with `\n`, so a last line without one was cut short (a copy
+/// interrupted, a job killed mid-write): the error names `field` and the byte
+/// offset where that line starts, instead of a row with a shortened number.
+pub fn require_complete(path: &Path, text: &str, field: &str) -> Result<()> {
+    if text.is_empty() || text.ends_with('\n') {
+        return Ok(());
+    }
+    let start = text.rfind('\n').map_or(0, |i| i + 1);
+    let (line, _) = line_col(text, start);
+    let last = text.get(start..).unwrap_or_default();
+    let shown: String = last.chars().take(60).collect();
+    Err(FormatError::malformed(
+        path,
+        field,
+        Position::Offset(start as u64),
+        format!(
+            "the file ends at byte {} in the middle of line {line} ('{shown}'): it is cut short",
+            text.len()
+        ),
+    ))
+}
+
+/// The error of an input with no rows where its format requires at least one:
+/// named at the end of the file.
+pub fn no_rows(path: &Path, text: &str, field: &str, what: &str) -> FormatError {
+    FormatError::malformed(
+        path,
+        field,
+        Position::Offset(text.len() as u64),
+        format!(
+            "no {what} in the file ({} bytes): it is cut short or not this format",
+            text.len()
+        ),
+    )
+}
+
+/// Per-rank files (IOR's and mdtest's CSVs) hold one row per rank, in rank
+/// order, for every phase: a group is a run of rows with the same `tag` and
+/// increasing ranks. Returns `(rows of the last group, rows of the one before)`
+/// when the last group is the shorter, which is how a file cut at a line
+/// boundary looks (a later group with fewer tasks would need a task count that
+/// decreases, which neither tool does).
+pub fn short_last_group<'a>(
+    rows: impl IntoIterator<Item = (&'a str, i64)>,
+) -> Option<(usize, usize)> {
+    let (mut prev, mut cur) = (0usize, 0usize);
+    let mut last: Option<(&str, i64)> = None;
+    for (tag, rank) in rows {
+        match last {
+            Some((t, r)) if t == tag && rank > r => cur += 1,
+            _ => {
+                prev = cur;
+                cur = 1;
+            }
+        }
+        last = Some((tag, rank));
+    }
+    (prev > 0 && cur < prev).then_some((cur, prev))
+}
+
 /// 1-based line and column (in characters) of byte offset `at` of `text`.
 pub fn line_col(text: &str, at: usize) -> (u64, u64) {
     let at = at.min(text.len());

@@ -237,8 +237,31 @@ pub fn parse_header(path: &Path, data: &[u8]) -> Result<FileHeader> {
         order: byte_order,
         path,
     };
+    // SIONlib writes 1000 * major + minor (1007 for 1.7) and its patch level;
+    // formats 3 to 5 come from SIONlib 1.x and 2.x. Anything else (0xFFFFFFFF,
+    // zeros) is not a SION file of ours, or a damaged one.
     let version = r.i32(8, "SIONlib version")?;
+    if !(1000..3000).contains(&version) {
+        return Err(r.err(
+            8,
+            "SIONlib version",
+            format!(
+                "{version} (0x{:08x}) is not a SIONlib version word (1000 * major + minor, major 1 or 2)",
+                version as u32
+            ),
+        ));
+    }
     let patch = r.i32(12, "SIONlib patch level")?;
+    if !(0..1000).contains(&patch) {
+        return Err(r.err(
+            12,
+            "SIONlib patch level",
+            format!(
+                "{patch} (0x{:08x}) is not a patch level (0 to 999)",
+                patch as u32
+            ),
+        ));
+    }
     let format_version = r.i32(16, "file format version")?;
     if !(3..=5).contains(&format_version) {
         return Err(r.err(
