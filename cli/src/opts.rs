@@ -71,7 +71,7 @@ pub struct TokenArgs {
         hide_env_values = true
     )]
     pub user_tokens: String,
-    /// Agent tokens, comma-separated.
+    /// Agent tokens, comma-separated; `NAME:TOKEN` binds a token to agent NAME.
     #[arg(
         long,
         env = "BENCHLAKE_AGENT_TOKENS",
@@ -79,7 +79,7 @@ pub struct TokenArgs {
         hide_env_values = true
     )]
     pub agent_tokens: String,
-    /// Worker tokens, comma-separated.
+    /// Worker tokens, comma-separated; `NAME:TOKEN` binds a token to worker NAME.
     #[arg(
         long,
         env = "BENCHLAKE_WORKER_TOKENS",
@@ -129,16 +129,13 @@ impl TokenArgs {
             t.agent.extend(f.agent);
             t.worker.extend(f.worker);
         }
-        for v in t
-            .admin
-            .iter()
-            .chain(&t.user)
-            .chain(&t.agent)
-            .chain(&t.worker)
-        {
-            if v.len() < 16 {
-                bail!("tokens must be at least 16 characters");
-            }
+        t.check().map_err(|e| anyhow::anyhow!(e))?;
+        if t.shared() > 0 {
+            tracing::warn!(
+                shared = t.shared(),
+                "agent or worker tokens without a name: any holder can act as any agent or worker; \
+                 bind each token to its agent or worker as NAME:TOKEN"
+            );
         }
         Ok(t)
     }
@@ -256,6 +253,18 @@ pub struct AgentArgs {
     /// Keep task directories after upload.
     #[arg(long, env = "BENCHLAKE_KEEP_WORK")]
     pub keep_work: bool,
+    /// User that benchmarks whose catalog entry names no `run_as` run as. An
+    /// agent running as root refuses such entries without it; `root` allows root.
+    #[arg(long, env = "BENCHLAKE_RUN_AS")]
+    pub run_as: Option<String>,
+    /// Directory of the applications `traced` runs may start (`{apps_dir}`);
+    /// without it no traced run is accepted.
+    #[arg(long, env = "BENCHLAKE_APPS_DIR")]
+    pub apps_dir: Option<PathBuf>,
+    /// Scratch directory path parameters may name (`{scratch_dir}`, e.g. a
+    /// parallel file system for pio/IOR test files).
+    #[arg(long, env = "BENCHLAKE_SCRATCH_DIR")]
+    pub scratch_dir: Option<PathBuf>,
 }
 
 impl AgentArgs {
@@ -287,6 +296,9 @@ impl AgentArgs {
         c.poll_interval = Duration::from_millis(self.poll_ms.max(10));
         c.retry_for = self.retry_for;
         c.keep_work = self.keep_work;
+        c.run_as = self.run_as.clone();
+        c.apps_dir = self.apps_dir.clone();
+        c.scratch_dir = self.scratch_dir.clone();
         Ok(c)
     }
 }

@@ -92,6 +92,13 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
     let mut agent = benchlake_agent::AgentConfig::new(&addr, data.join("work"))?;
     agent.token = agent_token;
     agent.poll_interval = Duration::from_millis(200);
+    // `up` is one user's own cluster: benchmarks run as that user (root
+    // included), and traced runs start applications under DATA/apps.
+    agent.run_as = Some(benchlake_agent::contain::current_user_name());
+    let apps = data.join("apps");
+    std::fs::create_dir_all(&apps).with_context(|| format!("creating {}", apps.display()))?;
+    agent.apps_dir = Some(apps.clone());
+    let apps = std::fs::canonicalize(&apps).unwrap_or(apps);
     if a.demo {
         agent.mpirun = demo_mpirun();
     }
@@ -124,7 +131,7 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
         data.join("state.db").display()
     );
     let result = if a.demo {
-        demo(&addr, user_token, &store.url, started).await
+        demo(&addr, user_token, &store.url, &apps, started).await
     } else {
         eprintln!(
             "try: benchlake run submit hostinfo --watch --coordinator {addr}   (Ctrl-C stops)"
@@ -163,6 +170,7 @@ async fn demo(
     addr: &str,
     token: Option<String>,
     lake: &str,
+    apps: &std::path::Path,
     started: Instant,
 ) -> anyhow::Result<()> {
     let conn = Conn {
@@ -203,7 +211,7 @@ async fn demo(
         .collect();
     // A traced MPI run: the tracer's traces, counts and statistics are ingested,
     // the counts analysed, the trace replayed and compared with the measurement.
-    let traced = traced_demo_app();
+    let traced = traced_demo_app(apps);
     if let Some(app) = &traced {
         let spec = pb::BenchmarkSpec {
             benchmark: "traced".into(),
@@ -379,10 +387,10 @@ int main(int argc, char **argv) {
 }
 "#;
 
-/// Builds the traced demo's program with `mpicc` in a temporary directory;
-/// `None` (with the reason printed) when the tracer library, `mpicc` or
-/// `mpirun` is missing.
-fn traced_demo_app() -> Option<PathBuf> {
+/// Builds the traced demo's program with `mpicc` in `apps/traced_demo/` (the
+/// agent's applications directory); `None` (with the reason printed) when the
+/// tracer library, `mpicc` or `mpirun` is missing.
+fn traced_demo_app(apps: &std::path::Path) -> Option<PathBuf> {
     if benchlake_tracer::library_path().is_none() {
         println!(
             "skipping the traced demo run: the tracer library was not built (mpicc was missing at build time)"
@@ -401,7 +409,9 @@ fn traced_demo_app() -> Option<PathBuf> {
             return None;
         }
     }
-    let dir = std::env::temp_dir().join(format!("benchlake-demo-traced-{}", std::process::id()));
+    let dir = std::fs::canonicalize(apps)
+        .unwrap_or_else(|_| apps.to_path_buf())
+        .join("traced_demo");
     let src = dir.join("traced_demo.c");
     let exe = dir.join("traced_demo");
     let built = std::fs::create_dir_all(&dir)

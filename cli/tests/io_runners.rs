@@ -75,6 +75,7 @@ async fn add_agent_with(c: &mut Cluster, name: &str, catalog: &str, mpirun: Vec<
     cfg.catalog = benchlake_core::bench::Catalog::from_toml(catalog).unwrap();
     cfg.poll_interval = Duration::from_millis(30);
     cfg.mpirun = mpirun;
+    cfg.run_as = Some(benchlake_agent::contain::current_user_name());
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         if let Err(e) = benchlake_agent::run(cfg, rx).await {

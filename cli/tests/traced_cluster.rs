@@ -152,6 +152,7 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
     let mut c = Cluster::start(Tokens::default()).await;
     c.add_agent_with("a1", |cfg| {
         cfg.catalog = benchlake_agent::builtin_catalog().unwrap();
+        cfg.apps_dir = exe.parent().map(|p| p.to_path_buf());
         cfg.address = "127.0.0.1".into();
         cfg.mpirun = ["mpirun", "--oversubscribe", "--allow-run-as-root"]
             .iter()

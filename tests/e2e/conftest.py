@@ -1,6 +1,7 @@
 """End-to-end harness: the real `benchlake` binary as separate processes
 (coordinator, agents, workers), real gRPC clients generated with grpcio-tools,
 DuckDB and pyarrow reading the lake."""
+import getpass
 import os
 import signal
 import socket
@@ -127,7 +128,7 @@ class Cluster:
     def agent(self, name, extra_env=None):
         return self._spawn(name, ["agent", "--coordinator", self.addr, "--name", name, "--catalog",
                                   str(self.tmp / "catalog.toml"), "--work-dir", str(self.tmp / "work" / name),
-                                  "--poll-ms", "100"], extra_env)
+                                  "--poll-ms", "100", "--run-as", getpass.getuser()], extra_env)
 
     def worker(self, name, extra_env=None):
         return self._spawn(name, ["worker", "--coordinator", self.addr, "--name", name, "--lake", self.lake,

@@ -156,6 +156,8 @@ impl Cluster {
         cfg.name = name.to_string();
         cfg.catalog = benchlake_core::bench::Catalog::from_toml(&catalog(&bin())).unwrap();
         cfg.poll_interval = Duration::from_millis(30);
+        // Benchmarks run as the test's own user (root in CI: said explicitly).
+        cfg.run_as = Some(benchlake_agent::contain::current_user_name());
         f(&mut cfg);
         let (tx, rx) = watch::channel(false);
         tokio::spawn(async move {

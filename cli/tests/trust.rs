@@ -1,0 +1,365 @@
+//! Issue 13's security reproductions, each against a real in-process cluster
+//! over gRPC: a user token cannot make an agent run an arbitrary program or
+//! write outside the directories its catalog entry declares; benchmarks do not
+//! run as root unless said; one agent's credential cannot act as another
+//! agent; failed authentications are budgeted per peer.
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use benchlake_coordinator::Tokens;
+use benchlake_proto::v1 as pb;
+use common::*;
+
+fn task_error(d: &pb::RunDetail) -> String {
+    d.tasks
+        .iter()
+        .map(|t| t.error.clone())
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+fn euid() -> u32 {
+    benchlake_agent::contain::euid()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn user_tokens_cannot_run_programs_or_paths_the_catalog_does_not_allow() {
+    let mut c = Cluster::start(Tokens::default()).await;
+    let apps = c.dir.path().join("apps");
+    std::fs::create_dir_all(&apps).unwrap();
+    let marker = c.dir.path().join("touched");
+    c.add_agent_with("a1", |cfg| {
+        cfg.catalog = benchlake_agent::builtin_catalog().unwrap();
+        cfg.apps_dir = Some(apps.clone());
+    })
+    .await;
+    c.add_worker("w1", None);
+    // `traced` with a system program: refused by the agent before anything runs.
+    for (app, arg) in [("/usr/bin/id", None), ("/usr/bin/touch", Some(&marker))] {
+        let mut params = vec![("app", app), ("np", "1")];
+        let arg_s = arg.map(|p| p.display().to_string());
+        if let Some(a) = &arg_s {
+            params.push(("arg", a.as_str()));
+        }
+        let run = c
+            .submit_spec(pb::BenchmarkSpec {
+                launcher: pb::Launcher::Mpirun as i32,
+                max_attempts: 1,
+                ..bench_spec("traced", &params)
+            })
+            .await
+            .unwrap();
+        let d = c.wait_settled(&run.run_id, 60).await;
+        assert_eq!(state(&d), pb::RunState::Failed, "{d:#?}");
+        let e = task_error(&d);
+        assert!(
+            e.contains("params.app") && e.contains("outside the directories"),
+            "{e}"
+        );
+        assert!(!e.contains("uid="), "{e}");
+    }
+    assert!(!marker.exists(), "the refused program ran");
+    // A symbolic link inside the apps directory that leads out of it.
+    std::os::unix::fs::symlink("/usr/bin/id", apps.join("id")).unwrap();
+    let app = apps.join("id").display().to_string();
+    let run = c
+        .submit_spec(pb::BenchmarkSpec {
+            launcher: pb::Launcher::Mpirun as i32,
+            max_attempts: 1,
+            ..bench_spec("traced", &[("app", &app), ("np", "1")])
+        })
+        .await
+        .unwrap();
+    let d = c.wait_settled(&run.run_id, 60).await;
+    assert!(task_error(&d).contains("resolves to '/usr/bin/id'"), "{d:#?}");
+
+    // pio's test directory stays inside the task directory (no --scratch-dir).
+    for dir in ["/proc/sys", "/etc", "/tmp"] {
+        let run = c
+            .submit_spec(pb::BenchmarkSpec {
+                max_attempts: 1,
+                ..bench_spec("pio", &[("dir", dir), ("np", "1")])
+            })
+            .await
+            .unwrap();
+        let d = c.wait_settled(&run.run_id, 60).await;
+        assert_eq!(state(&d), pb::RunState::Failed);
+        let e = task_error(&d);
+        assert!(e.contains("params.dir") && e.contains(dir), "{e}");
+    }
+    // Relative paths and `..` are refused at submission already.
+    for dir in ["x/y", "/tmp/../etc"] {
+        let e = c
+            .submit_spec(bench_spec("pio", &[("dir", dir)]))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{dir}");
+        assert!(e.message().contains("params.dir"), "{}", e.message());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_missing_tracer_library_fails_the_run() {
+    // SAFETY (env): this test binary's other tests do not read the variable.
+    unsafe { std::env::set_var("BENCHLAKE_TRACER_LIB", "/nonexistent/libbenchlake_tracer.so") };
+    let mut c = Cluster::start(Tokens::default()).await;
+    let apps = c.dir.path().join("apps");
+    std::fs::create_dir_all(&apps).unwrap();
+    std::fs::copy("/bin/true", apps.join("app")).unwrap();
+    c.add_agent_with("a1", |cfg| {
+        cfg.catalog = benchlake_agent::builtin_catalog().unwrap();
+        cfg.apps_dir = Some(apps.clone());
+    })
+    .await;
+    c.add_worker("w1", None);
+    let app = apps.join("app").display().to_string();
+    let run = c
+        .submit_spec(pb::BenchmarkSpec {
+            launcher: pb::Launcher::Mpirun as i32,
+            max_attempts: 1,
+            ..bench_spec("traced", &[("app", &app), ("np", "1")])
+        })
+        .await
+        .unwrap();
+    let d = c.wait_settled(&run.run_id, 60).await;
+    unsafe { std::env::remove_var("BENCHLAKE_TRACER_LIB") };
+    assert_eq!(state(&d), pb::RunState::Failed);
+    let e = task_error(&d);
+    assert!(
+        e.contains("tracer library /nonexistent/libbenchlake_tracer.so does not exist"),
+        "{e}"
+    );
+}
+
+const WHO: &str = r#"
+[[benchmark]]
+name = "who"
+kind = "noop"
+command = ["id", "-u"]
+run_as = "nobody"
+timeout_s = 60
+
+[[benchmark]]
+name = "who-default"
+kind = "noop"
+command = ["id", "-u"]
+timeout_s = 60
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn benchmarks_run_as_their_catalog_user_never_root_by_default() {
+    if euid() != 0 {
+        eprintln!("skipped: switching users needs root");
+        return;
+    }
+    let mut c = Cluster::start(Tokens::default()).await;
+    // The user `nobody` must reach its task directory.
+    std::fs::set_permissions(c.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    c.add_agent_with("a1", |cfg| {
+        cfg.catalog = benchlake_core::bench::Catalog::from_toml(WHO).unwrap();
+        // No default user: entries without `run_as` are refused as root.
+        cfg.run_as = None;
+    })
+    .await;
+    c.add_worker("w1", None);
+    let nobody = benchlake_agent::contain::lookup_user("nobody").unwrap();
+    let run = c.submit("who", &[], 1).await.unwrap();
+    let d = c.wait_settled(&run.run_id, 60).await;
+    assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}");
+    assert_eq!(d.tasks[0].stdout_tail.trim(), nobody.uid.to_string());
+    let run = c.submit("who-default", &[], 1).await.unwrap();
+    let d = c.wait_settled(&run.run_id, 60).await;
+    assert_eq!(state(&d), pb::RunState::Failed);
+    let e = task_error(&d);
+    assert!(
+        e.contains("refusing to run benchmark 'who-default' as root"),
+        "{e}"
+    );
+    // The agent's --run-as gives the default; `root` is allowed when said.
+    c.stop_agent("a1");
+    c.add_agent_with("a2", |cfg| {
+        cfg.catalog = benchlake_core::bench::Catalog::from_toml(WHO).unwrap();
+        cfg.run_as = Some("root".into());
+    })
+    .await;
+    let run = c
+        .submit_spec(pb::BenchmarkSpec {
+            nodes: Some(pb::NodeSelector {
+                names: vec!["a2".into()],
+                ..Default::default()
+            }),
+            ..bench_spec("who-default", &[])
+        })
+        .await
+        .unwrap();
+    let d = c.wait_settled(&run.run_id, 60).await;
+    assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}");
+    assert_eq!(d.tasks[0].stdout_tail.trim(), "0");
+}
+
+const A1: &str = "a1:agent-one-token-0123456789";
+const A2: &str = "a2:agent-two-token-0123456789";
+const S1: &str = "shared-agent-token-one-0123";
+const S2: &str = "shared-agent-token-two-0123";
+const USER: &str = "user-token-0123456789abc";
+const W1: &str = "w1:worker-one-token-0123456789";
+
+fn secret(bound: &str) -> &str {
+    bound.split_once(':').map(|x| x.1).unwrap_or(bound)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_agents_credential_cannot_act_as_another_agent() {
+    let tokens = Tokens {
+        user: vec![USER.into()],
+        agent: vec![A1.into(), A2.into(), S1.into(), S2.into()],
+        worker: vec![W1.into()],
+        ..Default::default()
+    };
+    let mut c = Cluster::start(tokens).await;
+    c.token = Some(USER.into());
+    c.add_agent("a1", Some(secret(A1))).await;
+    let run = c.submit("sleep", &[("seconds", "30")], 1).await.unwrap();
+    c.wait_run(&run.run_id, 30, |d| {
+        d.tasks
+            .iter()
+            .any(|t| t.state == pb::TaskState::Running as i32)
+    })
+    .await;
+    // a2's token registers as a1: refused, a1 keeps its task, host and catalog.
+    let mut evil = c.agents_client(Some(secret(A2)));
+    let e = evil
+        .register(pb::RegisterRequest {
+            protocol_version: benchlake_proto::PROTOCOL_VERSION as i32,
+            name: "a1".into(),
+            hostname: "evil".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied);
+    assert!(e.message().contains("not to agent 'a1'"), "{}", e.message());
+    for e in [
+        evil.heartbeat(pb::HeartbeatRequest {
+            name: "a1".into(),
+            running_task_ids: vec![],
+        })
+        .await
+        .unwrap_err(),
+        evil.poll_task(pb::PollTaskRequest {
+            name: "a1".into(),
+            free_slots: 1,
+        })
+        .await
+        .unwrap_err(),
+    ] {
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    }
+    // A shared token other than the one a1 registered with is refused too.
+    let e = c
+        .agents_client(Some(S1))
+        .register(pb::RegisterRequest {
+            protocol_version: benchlake_proto::PROTOCOL_VERSION as i32,
+            name: "a1".into(),
+            hostname: "evil".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied);
+    let d = c.detail(&run.run_id).await;
+    assert_eq!(d.tasks[0].state, pb::TaskState::Running as i32, "{d:#?}");
+    let agents = c
+        .cluster()
+        .list_agents(pb::ListAgentsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .agents;
+    let a1 = agents.iter().find(|a| a.name == "a1").unwrap();
+    assert_ne!(a1.hostname, "evil");
+    assert!(a1.benchmarks.iter().any(|b| b == "sleep"), "{a1:?}");
+
+    // Two agents on shared tokens: a live name is not taken over by the other token.
+    c.add_agent("b1", Some(S1)).await;
+    let e = c
+        .agents_client(Some(S2))
+        .register(pb::RegisterRequest {
+            protocol_version: benchlake_proto::PROTOCOL_VERSION as i32,
+            name: "b1".into(),
+            hostname: "evil".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied);
+    assert!(e.message().contains("alive with another credential"), "{}", e.message());
+
+    // A bound worker token leases only as its worker.
+    let e = c
+        .workers_client(Some(secret(W1)))
+        .lease_job(pb::LeaseJobRequest {
+            protocol_version: benchlake_proto::PROTOCOL_VERSION as i32,
+            worker: "w2".into(),
+            kinds: vec![],
+            wait_ms: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied);
+    c.runs()
+        .cancel_run(pb::CancelRunRequest {
+            run_id: run.run_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failed_authentications_are_budgeted_per_peer() {
+    let tokens = Tokens {
+        user: vec![USER.into()],
+        ..Default::default()
+    };
+    let mut c = Cluster::start(tokens).await;
+    c.token = Some("wrong-token-0123456789".into());
+    let started = std::time::Instant::now();
+    let mut unauth = 0;
+    let mut exhausted = 0;
+    for _ in 0..300 {
+        let code = c.submit("sleep", &[], 1).await.unwrap_err().code();
+        match code {
+            tonic::Code::Unauthenticated => unauth += 1,
+            tonic::Code::ResourceExhausted => exhausted += 1,
+            other => panic!("{other:?}"),
+        }
+        if exhausted == 1 {
+            // Blocked: the right token is refused as well, so guessing learns nothing.
+            let wrong = c.token.replace(USER.into());
+            assert_eq!(
+                c.submit("sleep", &[], 1).await.unwrap_err().code(),
+                tonic::Code::ResourceExhausted
+            );
+            c.token = wrong;
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    // 30 at once, then 2 per second of the loop's own time (a blocked peer
+    // regains calls once half the budget has refilled).
+    let allowed = 30.0 + 2.0 * secs + 1.0;
+    assert!(
+        unauth as f64 <= allowed && unauth >= 29 && exhausted > 0,
+        "{unauth} guesses answered in {secs:.2} s, {exhausted} refused"
+    );
+    eprintln!("{unauth} of 300 wrong tokens answered in {secs:.2} s");
+    // The budget refills.
+    c.token = Some(USER.into());
+    tokio::time::sleep(Duration::from_millis(9_000)).await;
+    c.runs()
+        .list_runs(pb::ListRunsRequest::default())
+        .await
+        .unwrap();
+}
