@@ -178,7 +178,7 @@ async fn the_scratch_of_an_ended_run_goes_and_that_of_a_running_run_stays() {
 
     c.advance_with_heartbeats(WORK_KEEP_MS).await;
     c.tick();
-    assert_eq!(files_under(&lake, layout::WORK), [kept.clone()]);
+    assert_eq!(files_under(&lake, layout::WORK), [kept.as_str()]);
     assert!(!lake.join(layout::WORK).join(&ended.run_id).exists());
     // The running run is untouched: its task still runs.
     let d = c.detail(&running.run_id).await;

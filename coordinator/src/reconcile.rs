@@ -103,14 +103,13 @@ impl Coordinator {
             }
         }
         let jobs: BTreeMap<String, Option<JobRow>> = {
-            let ids: Vec<String> = staged.keys().map(|(j, _)| j.clone()).collect();
+            let ids: std::collections::BTreeSet<String> =
+                staged.keys().map(|(j, _)| j.clone()).collect();
             self.store.transact(|tx| {
                 let mut out = BTreeMap::new();
                 for id in ids {
-                    if !out.contains_key(&id) {
-                        let j = tx.get_job(&id)?;
-                        out.insert(id, j);
-                    }
+                    let j = tx.get_job(&id)?;
+                    out.insert(id, j);
                 }
                 Ok(out)
             })?
@@ -504,7 +503,7 @@ mod tests {
         c.tick().unwrap();
         assert_eq!(
             keys(&c, layout::STAGING).await,
-            [key.clone()],
+            [key.as_str()],
             "not due yet"
         );
         clock.advance(1);
