@@ -363,3 +363,98 @@ async fn failed_authentications_are_budgeted_per_peer() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_cannot_commit_objects_that_are_not_the_tables_parquet() {
+    use benchlake_core::lake::{Lake, encode_parquet};
+    let mut c = Cluster::start(Tokens::default()).await;
+    c.add_agent("a1", None).await;
+    let run = c.submit("hostinfo", &[], 1).await.unwrap();
+    c.wait_run(&run.run_id, 30, |d| !d.jobs.is_empty()).await;
+    let mut w = c.workers_client(None);
+    let job = w
+        .lease_job(pb::LeaseJobRequest {
+            protocol_version: benchlake_proto::PROTOCOL_VERSION as i32,
+            worker: "rogue".into(),
+            kinds: vec!["ingest".into()],
+            wait_ms: 5_000,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .expect("the ingest job");
+    let lake = Lake::local(&c.lake_dir()).unwrap();
+    let put = |name: &str, data: Vec<u8>| {
+        let key = format!("{}{name}", job.staging_prefix);
+        let lake = lake.clone();
+        async move {
+            lake.put(&key, data.into()).await.unwrap();
+            key
+        }
+    };
+    let junk = put("junk.parquet", b"not parquet".to_vec()).await;
+    let empty = encode_parquet(
+        "node_facts",
+        &[arrow::array::RecordBatch::new_empty(
+            benchlake_core::catalog::schema("node_facts").unwrap(),
+        )],
+    )
+    .unwrap();
+    let empty = put("empty.parquet", empty.to_vec()).await;
+    let other = encode_parquet(
+        "linktest_ranks",
+        &[arrow::array::RecordBatch::new_empty(
+            benchlake_core::catalog::schema("linktest_ranks").unwrap(),
+        )],
+    )
+    .unwrap();
+    let other = put("other.parquet", other.to_vec()).await;
+    for (key, rows, want) in [
+        (&junk, 123, "11 bytes is too small for a Parquet file (no footer)"),
+        (&empty, 123, "holds 0 rows (0 in its row groups), the worker claimed 123"),
+        (&other, 0, "does not match the catalog schema"),
+    ] {
+        let e = w
+            .complete_job(pb::CompleteJobRequest {
+                job_id: job.job_id.clone(),
+                lease_id: job.lease_id.clone(),
+                files: vec![pb::StagedFile {
+                    staged_key: key.clone(),
+                    table: "node_facts".into(),
+                    rows,
+                    bytes: 11,
+                    part: String::new(),
+                }],
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(
+            e.message().contains(key.as_str()) && e.message().contains(want),
+            "{}",
+            e.message()
+        );
+    }
+    // Nothing was committed: no node_facts file exists.
+    let tables = c.lake_dir().join("tables").join("node_facts");
+    assert!(!tables.exists(), "a refused commit left {tables:?}");
+    // A real worker takes the job over once the rogue's lease expires.
+    w.fail_job(pb::FailJobRequest {
+        job_id: job.job_id.clone(),
+        lease_id: job.lease_id.clone(),
+        error: "giving up".into(),
+        retryable: true,
+    })
+    .await
+    .unwrap();
+    c.add_worker("w1", None);
+    let d = c.wait_settled(&run.run_id, 60).await;
+    assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}");
+    let rows: usize = table_batches(&c.lake_dir(), "node_facts", Some(&run.run_id))
+        .iter()
+        .map(|b| b.num_rows())
+        .sum();
+    assert_eq!(rows, 1);
+}

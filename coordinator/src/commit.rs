@@ -57,6 +57,33 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
             "more than 10000",
         ));
     }
+    // Every staged object is checked before anything is recorded: a worker
+    // cannot commit bytes that readers of the table would choke on.
+    let own = format!("{}/{}/", layout::STAGING, req.job_id);
+    for (i, f) in req.files.iter().enumerate() {
+        if !f.staged_key.starts_with(&own) || f.staged_key.contains("..") {
+            return Err(CoordError::invalid(
+                &format!("files[{i}].staged_key"),
+                format!("'{}' is not under the job's staging prefix {own}", f.staged_key),
+            ));
+        }
+        if benchlake_core::catalog::get(&f.table).is_none() {
+            return Err(CoordError::invalid(
+                &format!("files[{i}].table"),
+                format!("unknown table '{}'", f.table),
+            ));
+        }
+        c.lake
+            .verify_parquet(&f.staged_key, &f.table, f.rows)
+            .await
+            .map_err(|e| match e {
+                benchlake_core::Error::Invalid { message, .. } => CoordError::invalid(
+                    &format!("files[{i}] (table {})", f.table),
+                    message,
+                ),
+                e => CoordError::from(e),
+            })?;
+    }
     let now = c.now();
 
     // A job that staged nothing and never committed anything (no-op, record-less

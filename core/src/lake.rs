@@ -238,6 +238,67 @@ impl Lake {
         }
     }
 
+    /// Checks an object a worker staged as part of `table` before it is
+    /// committed: a Parquet footer that decodes, the catalog's schema of the
+    /// table, and `rows` rows. Errors name the object key; a malformed object
+    /// is [`Error::Invalid`] (not retryable), a store failure stays retryable.
+    pub async fn verify_parquet(&self, key: &str, table: &str, rows: u64) -> Result<()> {
+        let bad = |m: String| Error::invalid("staged object", format!("{key}: {m}"));
+        let size = self
+            .size(key)
+            .await?
+            .ok_or_else(|| bad("does not exist".into()))?;
+        if size < 12 {
+            return Err(bad(format!(
+                "{size} bytes is too small for a Parquet file (no footer)"
+            )));
+        }
+        let path = self.path(key);
+        let tail = self
+            .store
+            .get_ranges(&path, &[size - 8..size])
+            .await?
+            .pop()
+            .unwrap_or_default();
+        if tail.len() != 8 || &tail[4..] != b"PAR1" {
+            return Err(bad(format!(
+                "no Parquet footer magic 'PAR1' at byte offset {}",
+                size - 4
+            )));
+        }
+        let meta_len = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]) as u64;
+        if meta_len + 12 > size {
+            return Err(bad(format!(
+                "footer length {meta_len} at byte offset {} exceeds the object ({size} bytes)",
+                size - 8
+            )));
+        }
+        let start = size - 8 - meta_len;
+        let meta = self
+            .store
+            .get_ranges(&path, &[start..size - 8])
+            .await?
+            .pop()
+            .unwrap_or_default();
+        let md = parquet::file::metadata::ParquetMetaDataReader::decode_metadata(&meta)
+            .map_err(|e| bad(format!("footer at byte offset {start} does not decode: {e}")))?;
+        let fm = md.file_metadata();
+        let schema = parquet::arrow::parquet_to_arrow_schema(
+            fm.schema_descr(),
+            fm.key_value_metadata(),
+        )
+        .map_err(|e| bad(format!("schema: {e}")))?;
+        check_schema(table, &Arc::new(schema)).map_err(|e| bad(e.to_string()))?;
+        let n = fm.num_rows();
+        let in_groups: i64 = md.row_groups().iter().map(|g| g.num_rows()).sum();
+        if n < 0 || n as u64 != rows || in_groups != n {
+            return Err(bad(format!(
+                "holds {n} rows ({in_groups} in its row groups), the worker claimed {rows}"
+            )));
+        }
+        Ok(())
+    }
+
     /// Copies an object (used by the commit of staged outputs).
     pub async fn copy(&self, from: &str, to: &str) -> Result<()> {
         self.store.copy(&self.path(from), &self.path(to)).await?;
