@@ -366,3 +366,130 @@ fn bandela_trace_cut_mid_number_is_an_error() {
     std::fs::write(&p, "H 0 2 0\n").unwrap();
     expect_err(run("bandela", &[&p]), &p, "K record", 8);
 }
+
+#[test]
+fn json_summaries_without_results_are_errors() {
+    let d = tempfile::tempdir().unwrap();
+    // IOR: a summary whose tests (or a test's results) are gone lands nothing
+    // but its summary table; it is not a run's output.
+    let src = shared("io/fpp_posix_np4/summary.json");
+    let full: serde_json::Value = serde_json::from_slice(&std::fs::read(&src).unwrap()).unwrap();
+    for (field, edit) in [
+        (
+            "tests",
+            &(|v: &mut serde_json::Value| v["tests"] = serde_json::json!([]))
+                as &dyn Fn(&mut serde_json::Value),
+        ),
+        ("tests[0].Results", &|v: &mut serde_json::Value| {
+            v["tests"][0]["Results"] = serde_json::json!([])
+        }),
+    ] {
+        let mut v = full.clone();
+        edit(&mut v);
+        let p = d.path().join("summary.json");
+        std::fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
+        let e = run("ior", &[&p]).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}: {field}: no ", p.display())),
+            "{e}"
+        );
+    }
+    assert_eq!(run("ior", &[&src]).unwrap()[0].rows(), 6);
+    // pio (a result of `benchlake pio --np 2` on this machine): no phases.
+    let src = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/pio_np2_result.json"
+    ));
+    let out = run("pio", &[src]).unwrap();
+    assert_eq!(
+        out.iter().find(|t| t.table == "io_results").unwrap().rows(),
+        2
+    );
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(src).unwrap()).unwrap();
+    v["phases"] = serde_json::json!([]);
+    let p = d.path().join("pio-result.json");
+    std::fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
+    let e = run("pio", &[&p]).unwrap_err().to_string();
+    assert!(
+        e.starts_with(&format!("{}: phases: no phase", p.display())),
+        "{e}"
+    );
+    // Cut anywhere: an error naming the file, never a panic or a shorter run.
+    let data = std::fs::read(src).unwrap();
+    for n in (0..data.len() - 1).step_by(97) {
+        let p = cut(d.path(), "pio-result.json", &data, n);
+        let e = run("pio", &[&p]).unwrap_err().to_string();
+        assert!(e.starts_with(&p.display().to_string()), "{e}");
+    }
+}
+
+#[test]
+fn no_cut_of_a_real_file_panics_or_changes_a_value() {
+    // Every prefix of the small real text files: an error naming the file, or
+    // (at a record boundary of a format without a closing line) a subset of the
+    // intact file's rows. Never a panic.
+    let d = tempfile::tempdir().unwrap();
+    let cases: [(&str, &str); 6] = [
+        (
+            "counts",
+            "counts/a2av_cases_np4/location/alltoallv_locations_comm0_rank0.md",
+        ),
+        (
+            "counts",
+            "counts/a2av_cases_np4/backtrace/alltoallv_comm_data_rank0.md",
+        ),
+        (
+            "counts",
+            "counts/a2av_cases_np4/counts_notcompact/counts.rank0_call0.md",
+        ),
+        ("ior", "io/fpp_posix_np4/human.txt"),
+        ("mdtest", "io/mdtest_files_dirs_np4/human.txt"),
+        ("dimemas", "replay/dimemas/traces/ring_np4.dim"),
+    ];
+    for (kind, rel) in cases {
+        let src = shared(rel);
+        let data = std::fs::read(&src).unwrap();
+        let name = src.file_name().unwrap().to_str().unwrap();
+        let full: usize = run(kind, &[&src]).unwrap().iter().map(|t| t.rows()).sum();
+        for n in 0..data.len() {
+            let p = cut(d.path(), name, &data, n);
+            let r = std::panic::catch_unwind(|| run(kind, &[&p]));
+            match r {
+                Err(_) => panic!("{kind} {rel} cut at {n} panicked"),
+                Ok(Err(e)) => assert!(e.to_string().starts_with(&p.display().to_string()), "{e}"),
+                Ok(Ok(out)) => {
+                    let rows: usize = out.iter().map(|t| t.rows()).sum();
+                    let blank_tail = data[n..].iter().all(u8::is_ascii_whitespace);
+                    assert!(
+                        rows > 0 && (rows < full || blank_tail),
+                        "{kind} {rel} cut at {n}: {rows} rows"
+                    );
+                    assert_eq!(
+                        data[n - 1],
+                        b'\n',
+                        "{kind} {rel} cut at {n} mid-line accepted"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn dimemas_offsets_block_cut_short_is_an_error() {
+    // "s:3:5282" cut to "s:3:528" would send task 3 to byte 528.
+    let src = shared("replay/dimemas/traces/ring_np4.dim");
+    let data = std::fs::read(&src).unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let last = data[..data.len() - 1]
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .unwrap()
+        + 1;
+    assert_eq!(&data[last..], b"s:3:5282\n");
+    for n in [data.len() - 2, data.len() - 1] {
+        let p = cut(d.path(), "ring_np4.dim", &data, n);
+        expect_err(run("dimemas", &[&p]), &p, "s (offsets)", last as u64);
+    }
+    assert_eq!(run("dimemas", &[&src]).unwrap()[0].rows(), 168);
+}

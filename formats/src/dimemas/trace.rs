@@ -109,6 +109,26 @@ fn read_line_limited<R: BufRead>(r: &mut R, buf: &mut Vec<u8>) -> std::io::Resul
     Ok(n)
 }
 
+/// A last line without its newline: Dimemas and our tracer end every line with
+/// one, so the file was cut short (`s:3:528` of `s:3:5282` would point a task
+/// at the wrong record). `n` is the line's length as read, `buf` its bytes.
+fn cut_short(path: &Path, field: &str, at: u64, n: usize, buf: &[u8]) -> Option<FormatError> {
+    if buf.last() == Some(&b'\n') || n == 0 || n as u64 >= MAX_LINE {
+        return None;
+    }
+    let head = buf.get(..buf.len().min(60)).unwrap_or_default();
+    Some(FormatError::malformed(
+        path,
+        field,
+        crate::error::Position::Offset(at),
+        format!(
+            "the file ends at byte {} in the middle of a line ('{}'): it is cut short",
+            at + n as u64,
+            String::from_utf8_lossy(head)
+        ),
+    ))
+}
+
 fn strip_eol(line: &[u8]) -> &[u8] {
     let mut l = line;
     while let Some((&last, rest)) = l.split_last() {
@@ -260,6 +280,9 @@ impl TaskStream {
             if n == 0 {
                 self.done = true;
                 return Ok(None);
+            }
+            if let Some(e) = cut_short(&self.path, "record", at, n, &self.buf) {
+                return Err(e);
             }
             let line = strip_eol(&self.buf);
             if trim(line).is_empty() {
@@ -431,6 +454,9 @@ fn read_offsets(path: &Path, off: u64, ntasks: usize) -> Result<Vec<u64>> {
         let n = read_line_limited(&mut r, &mut buf).map_err(|e| FormatError::io(path, e))?;
         if n == 0 {
             break;
+        }
+        if let Some(e) = cut_short(path, "s (offsets)", pos, n, &buf) {
+            return Err(e);
         }
         let line = strip_eol(&buf);
         if !trim(line).is_empty() {

@@ -216,7 +216,15 @@ pub fn parse_json(path: &Path, bytes: &[u8]) -> Result<IorSummary> {
 fn validate(path: &Path, s: &IorSummary) -> Result<()> {
     let bad =
         |field: String, msg: String| Err(FormatError::malformed(path, field, Position::None, msg));
+    // IOR prints at least one test with at least one result; a summary without
+    // them is not a run's output (and would land as a run without rows).
+    if s.tests.is_empty() {
+        return bad("tests".to_string(), "no test in the summary".to_string());
+    }
     for (ti, t) in s.tests.iter().enumerate() {
+        if t.results.is_empty() {
+            return bad(format!("tests[{ti}].Results"), "no result".to_string());
+        }
         let p = &t.parameters;
         for (name, v) in [
             ("segmentCount", p.segment_count),

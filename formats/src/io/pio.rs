@@ -211,6 +211,11 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<PioResult> {
             format!("{} hosts for {} tasks", r.hosts.len(), r.num_tasks),
         ));
     }
+    // Every iteration has a write and a read phase: a result without phases
+    // is not a run's output (and would land as a run without rows).
+    if r.phases.is_empty() {
+        return Err(bad("phases".into(), "no phase in the result".into()));
+    }
     for (i, p) in r.phases.iter().enumerate() {
         if !matches!(p.operation.as_str(), "write" | "read") {
             return Err(bad(
