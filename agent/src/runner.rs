@@ -676,8 +676,18 @@ mod tests {
         cfg.mpirun = vec!["mpirun".into(), "--oversubscribe".into()];
         let mut t = task(pb::Launcher::Mpirun, &[("app", "/apps/ring"), ("np", "4")]);
         t.benchmark = "traced".into();
-        let (argv, _) = build_argv(&cfg, &t, Path::new("/o")).unwrap();
+        // No applications directory: no application is allowed.
+        let e = build_argv(&cfg, &t, Path::new("/o")).unwrap_err();
+        assert!(e.contains("params.app") && e.contains("outside"), "{e}");
+        cfg.apps_dir = Some("/apps".into());
         let lib = super::tracer_lib();
+        if !Path::new(&lib).is_file() {
+            // The tracer was not built (no mpicc): the run must not start untraced.
+            let e = build_argv(&cfg, &t, Path::new("/o")).unwrap_err();
+            assert!(e.contains("does not exist"), "{e}");
+            return;
+        }
+        let (argv, _) = build_argv(&cfg, &t, Path::new("/o")).unwrap();
         assert!(lib.ends_with("libbenchlake_tracer.so"));
         assert_eq!(
             argv,
@@ -820,6 +830,10 @@ default = "1"
         );
         t.benchmark = "ior".into();
         t.run_id = "R1".into();
+        // The test directory lies outside the task directory: only with a scratch root.
+        let e = build_argv(&cfg, &t, Path::new("/o")).unwrap_err();
+        assert!(e.contains("params.dir: '/lustre/health' is outside"), "{e}");
+        cfg.scratch_dir = Some("/lustre".into());
         let (argv, env) = build_argv(&cfg, &t, Path::new("/o")).unwrap();
         let tail: Vec<&str> = argv.iter().skip(5).map(String::as_str).collect();
         assert_eq!(&argv[..5], ["mpirun", "-np", "4", "--host", "n1:2,n2:2"]);
