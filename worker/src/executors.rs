@@ -44,7 +44,15 @@ impl Executor for Ingest {
             &IngestContext {
                 run_id: ctx.run_id.clone(),
             },
-        )?;
+        )
+        .map_err(|e| {
+            // Users know the raw object, not this worker's scratch copy of it.
+            let mut err = ExecError::from(e);
+            if let ExecError::Permanent(m) | ExecError::Retryable(m) = &mut err {
+                *m = name_objects(m, &inputs);
+            }
+            err
+        })?;
         // The run's health verdicts follow the I/O and LinkTest ingests.
         let info: benchlake_core::jobs::IngestRunInfo =
             serde_json::from_str(&ctx.spec_json).unwrap_or_default();
@@ -59,6 +67,22 @@ impl Executor for Ingest {
             },
         })
     }
+}
+
+/// `msg` with every local scratch path of `inputs` replaced by the object key
+/// it was fetched from.
+fn name_objects(msg: &str, inputs: &[InputFile]) -> String {
+    let mut out = msg.to_string();
+    // Longest paths first, so a path that prefixes another is not split.
+    let mut by_len: Vec<&InputFile> = inputs.iter().collect();
+    by_len.sort_by_key(|i| std::cmp::Reverse(i.path.as_os_str().len()));
+    for i in by_len {
+        let p = i.path.display().to_string();
+        if !p.is_empty() && out.contains(&p) {
+            out = out.replace(&p, &i.source);
+        }
+    }
+    out
 }
 
 /// A finished run → one `runs` row and its `raw_files` rows.
@@ -199,5 +223,31 @@ impl Executor for Replay {
             tables,
             follow_ups: Vec::new(),
         })
+    }
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_raw_object_not_the_scratch_copy() {
+        let inputs = [
+            InputFile {
+                path: "/scratch/w1/raw/R/T/a.sion".into(),
+                source: "raw/R/T/a.sion".into(),
+            },
+            InputFile {
+                path: "/scratch/w1/raw/R/T/a.sion.1".into(),
+                source: "raw/R/T/a.sion.1".into(),
+            },
+        ];
+        assert_eq!(
+            name_objects(
+                "/scratch/w1/raw/R/T/a.sion.1: byte offset 8: bad magic; see /scratch/w1/raw/R/T/a.sion",
+                &inputs
+            ),
+            "raw/R/T/a.sion.1: byte offset 8: bad magic; see raw/R/T/a.sion"
+        );
     }
 }
