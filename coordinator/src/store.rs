@@ -177,6 +177,36 @@ impl SqliteStore {
             std::fs::create_dir_all(dir)
                 .map_err(|e| CoordError::Setup(format!("cannot create {}: {e}", dir.display())))?;
         }
+        // SQLite writes the database and its -wal and -shm files beside each
+        // other: say plainly when the directory cannot take them.
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let probe = dir.join(format!(".benchlake-write-test-{}", std::process::id()));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)
+        {
+            Ok(_) => {
+                let _ = std::fs::remove_file(&probe);
+            }
+            Err(e) => {
+                return Err(CoordError::Setup(format!(
+                    "state directory {} is read-only or not writable by this user ({e}): the \
+                     coordinator writes its database {} and the -wal and -shm files beside it there",
+                    dir.display(),
+                    path.display()
+                )));
+            }
+        }
+        if path.exists() && std::fs::OpenOptions::new().write(true).open(path).is_err() {
+            return Err(CoordError::Setup(format!(
+                "state database {} is read-only: the coordinator must write it",
+                path.display()
+            )));
+        }
         let conn = Connection::open(path)?;
         Self::init(conn)
     }

@@ -254,12 +254,7 @@ impl Lake {
             )));
         }
         let path = self.path(key);
-        let tail = self
-            .store
-            .get_ranges(&path, &[size - 8..size])
-            .await?
-            .pop()
-            .unwrap_or_default();
+        let tail = self.store.get_range(&path, size - 8..size).await?;
         if tail.len() != 8 || &tail[4..] != b"PAR1" {
             return Err(bad(format!(
                 "no Parquet footer magic 'PAR1' at byte offset {}",
@@ -274,20 +269,18 @@ impl Lake {
             )));
         }
         let start = size - 8 - meta_len;
-        let meta = self
-            .store
-            .get_ranges(&path, &[start..size - 8])
-            .await?
-            .pop()
-            .unwrap_or_default();
-        let md = parquet::file::metadata::ParquetMetaDataReader::decode_metadata(&meta)
-            .map_err(|e| bad(format!("footer at byte offset {start} does not decode: {e}")))?;
+        let meta = self.store.get_range(&path, start..size - 8).await?;
+        let md = parquet::file::metadata::ParquetMetaDataReader::decode_metadata(&meta).map_err(
+            |e| {
+                bad(format!(
+                    "footer at byte offset {start} does not decode: {e}"
+                ))
+            },
+        )?;
         let fm = md.file_metadata();
-        let schema = parquet::arrow::parquet_to_arrow_schema(
-            fm.schema_descr(),
-            fm.key_value_metadata(),
-        )
-        .map_err(|e| bad(format!("schema: {e}")))?;
+        let schema =
+            parquet::arrow::parquet_to_arrow_schema(fm.schema_descr(), fm.key_value_metadata())
+                .map_err(|e| bad(format!("schema: {e}")))?;
         check_schema(table, &Arc::new(schema)).map_err(|e| bad(e.to_string()))?;
         let n = fm.num_rows();
         let in_groups: i64 = md.row_groups().iter().map(|g| g.num_rows()).sum();
