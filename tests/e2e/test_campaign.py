@@ -1,0 +1,144 @@
+"""Fault campaign: runs of mixed kinds (sleep, hostinfo, pio, the alltoallv
+counts demo with its fanned-out analysis) while the coordinator, a worker and an
+agent are each killed with -9 at random moments and restarted. Afterwards,
+through the API and DuckDB over the lake: every run is final and SUCCEEDED,
+every run has exactly one `runs` row, no table holds a duplicated row of a
+run, and no `_staging/` object is left once the reconciler has passed.
+
+Short form in the suite (BENCHLAKE_CAMPAIGN_RUNS, default 40); the long form is
+`bash scripts/fault-campaign.sh [RUNS] [SEED]`. Figures go to stdout (and
+docs/testing.md)."""
+import os
+import random
+import time
+
+from conftest import ROOT, Api
+
+RUNS = int(os.environ.get("BENCHLAKE_CAMPAIGN_RUNS", "40"))
+SEED = int(os.environ.get("BENCHLAKE_CAMPAIGN_SEED", "13"))
+
+KINDS = [
+    ("sleep", {"seconds": "0.5"}, 2),
+    ("hostinfo", {}, 2),
+    ("pio", {"np": "1", "block_size": "4MiB", "transfer_size": "1MiB", "fsync": "false"}, 1),
+    ("a2av-demo", {}, 1),
+]
+
+# Rows one run writes per table never repeat these columns together.
+UNIQUE = {
+    "runs": ["run_id"],
+    "raw_files": ["run_id", "key"],
+    "node_facts": ["run_id", "source"],
+    "io_results": ["run_id", "source", "iteration", "operation"],
+    "alltoallv_calls": ["run_id", "source", "job", "lead_rank", "call_id"],
+    "alltoallv_patterns": ["run_id", "source", "lead_rank", "pattern_id", "direction"],
+}
+
+
+def duck(q):
+    import duckdb
+
+    return duckdb.sql(q).fetchall()
+
+
+def table(lake, name):
+    return f"read_parquet('{lake}/tables/{name}/**/*.parquet', hive_partitioning=true)"
+
+
+def test_fault_campaign(cluster, pb):
+    rng = random.Random(SEED)
+    # The agents run the built-in catalog (pio and the counts demo included).
+    (cluster.tmp / "catalog.toml").write_text((ROOT / "agent" / "src" / "builtin.toml").read_text())
+    cluster.coordinator()
+    agents = ["a1", "a2"]
+    for a in agents:
+        cluster.agent(a)
+    workers = ["w1", "w2"]
+    for w in workers:
+        cluster.worker(w)
+    api = Api(pb, cluster.addr)
+    api.wait_agents(len(agents))
+
+    started = time.time()
+    submitted = []
+    kills = {"coordinator": 0, "worker": 0, "agent": 0}
+    i = 0
+    while len(submitted) < RUNS:
+        bench, params, count = KINDS[i % len(KINDS)]
+        i += 1
+        try:
+            r = api.submit(bench, params, count=count, key=f"campaign-{SEED}-{i}")
+            submitted.append((bench, count, r.run_id))
+        except Exception:  # the coordinator is down: the same key goes again
+            i -= 1
+            time.sleep(0.2)
+            continue
+        # About one kill every three runs, of a random role at a random moment.
+        if rng.random() < 0.35:
+            role = rng.choice(["coordinator", "worker", "agent"])
+            time.sleep(rng.uniform(0.0, 1.5))
+            if role == "coordinator":
+                cluster.kill9("coordinator")
+                time.sleep(rng.uniform(0.2, 2.0))
+                cluster.coordinator()
+            elif role == "worker":
+                w = rng.choice(workers)
+                cluster.kill9(w)
+                time.sleep(rng.uniform(0.1, 1.0))
+                cluster.worker(w)
+            else:
+                a = rng.choice(agents)
+                cluster.kill9(a)
+                time.sleep(rng.uniform(0.1, 1.0))
+                cluster.agent(a)
+            kills[role] += 1
+        else:
+            time.sleep(rng.uniform(0.0, 0.3))
+
+    # Every run final and SUCCEEDED.
+    final = {}
+    for bench, count, run_id in submitted:
+        d = api.wait(run_id, timeout=240)
+        final[run_id] = d
+        assert d.run.state == pb["common"].RUN_STATE_SUCCEEDED, (bench, d)
+    elapsed = time.time() - started
+    lake = cluster.lake
+    ids = [r for _, _, r in submitted]
+    id_list = ",".join(f"'{r}'" for r in ids)
+
+    # One `runs` row per run, and the expected rows of each kind.
+    rows = dict(duck(f"SELECT run_id, count(*) FROM {table(lake, 'runs')} WHERE run_id IN ({id_list}) GROUP BY 1"))
+    assert sorted(rows) == sorted(ids), set(ids) ^ set(rows)
+    assert set(rows.values()) == {1}, rows
+    status = duck(f"SELECT DISTINCT status FROM {table(lake, 'runs')} WHERE run_id IN ({id_list})")
+    assert status == [("SUCCEEDED",)], status
+    for bench, count, run_id in submitted:
+        if bench == "hostinfo":
+            n = duck(f"SELECT count(*) FROM {table(lake, 'node_facts')} WHERE run_id = '{run_id}'")[0][0]
+            assert n == count, (run_id, n)
+    # No duplicated rows anywhere.
+    dup = {}
+    for name, cols in UNIQUE.items():
+        c = ", ".join(f'"{x}"' for x in cols)
+        dup[name] = duck(
+            f"SELECT count(*) FROM (SELECT {c}, count(*) n FROM {table(lake, name)} "
+            f"WHERE run_id IN ({id_list}) GROUP BY ALL HAVING n > 1)"
+        )[0][0]
+    assert all(v == 0 for v in dup.values()), dup
+
+    # No staging leftovers once the reconciler has passed (every 60 s).
+    staging = cluster.tmp / "lake" / "_staging"
+    deadline = time.time() + 150
+    left = []
+    while time.time() < deadline:
+        left = [p for p in staging.rglob("*") if p.is_file()] if staging.exists() else []
+        if not left:
+            break
+        time.sleep(1)
+    assert left == [], left[:10]
+    attempts = sum(t.attempt - 1 for d in final.values() for t in d.tasks)
+    print(
+        f"\nfault campaign: {len(submitted)} runs (seed {SEED}) in {elapsed:.1f} s, "
+        f"kill -9: {kills}; all SUCCEEDED, {len(rows)} runs rows, duplicates {sum(dup.values())}, "
+        f"staging leftovers 0, task retries {attempts}"
+    )
