@@ -290,6 +290,40 @@ async fn demo(
     if let Some(dir) = traced.as_ref().and_then(|p| p.parent()) {
         let _ = std::fs::remove_dir_all(dir);
     }
+    // What a user token may not do: a path outside the directories the catalog
+    // entry allows is refused by the agent before anything runs.
+    let r = conn
+        .runs()?
+        .submit_run(pb::SubmitRunRequest {
+            spec: Some(pb::BenchmarkSpec {
+                benchmark: "pio".into(),
+                params: [("dir".to_string(), "/proc/sys".to_string())]
+                    .into_iter()
+                    .collect(),
+                max_attempts: 1,
+                ..Default::default()
+            }),
+            idempotency_key: String::new(),
+        })
+        .await
+        .context("submitting the refused demo run")?
+        .into_inner();
+    let d = user::watch(&conn, &r.run_id, false).await?;
+    let refused = d
+        .tasks
+        .iter()
+        .map(|t| t.error.as_str())
+        .find(|e| !e.is_empty())
+        .unwrap_or_default()
+        .to_string();
+    if d.run.as_ref().map(|r| r.state) == Some(pb::RunState::Failed as i32)
+        && refused.contains("outside the directories")
+    {
+        println!("pio -p dir=/proc/sys run {} refused, as it must be: {refused}", r.run_id);
+    } else {
+        user::print_detail(&d);
+        failed.push(format!("refused pio ({}): it was not refused", r.run_id));
+    }
     let tables = conn
         .cluster()?
         .list_tables(pb::ListTablesRequest {})

@@ -140,7 +140,9 @@ def test_up_demo(tmp_path):
     traced = "submitted traced run" in r.stdout
     assert traced or "skipping the traced demo run" in r.stdout, r.stdout
     assert duck_count(lake, "node_facts") == 1
-    assert duck_count(lake, "runs") == 4 + traced
+    # The demo's pio run with dir=/proc/sys is refused by the agent (a FAILED run).
+    assert "pio -p dir=/proc/sys run" in r.stdout and "refused, as it must be" in r.stdout, r.stdout
+    assert duck_count(lake, "runs") == 5 + traced
     assert duck_count(lake, "replays") == 6 + traced
     assert duck_count(lake, "io_results") == 4
     # a2av-demo: ingest, then the pattern analysis (2 lead ranks = 2 part jobs
