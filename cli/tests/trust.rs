@@ -73,7 +73,10 @@ async fn user_tokens_cannot_run_programs_or_paths_the_catalog_does_not_allow() {
         .await
         .unwrap();
     let d = c.wait_settled(&run.run_id, 60).await;
-    assert!(task_error(&d).contains("resolves to '/usr/bin/id'"), "{d:#?}");
+    assert!(
+        task_error(&d).contains("resolves to '/usr/bin/id'"),
+        "{d:#?}"
+    );
 
     // pio's test directory stays inside the task directory (no --scratch-dir).
     for dir in ["/proc/sys", "/etc", "/tmp"] {
@@ -103,7 +106,12 @@ async fn user_tokens_cannot_run_programs_or_paths_the_catalog_does_not_allow() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_missing_tracer_library_fails_the_run() {
     // SAFETY (env): this test binary's other tests do not read the variable.
-    unsafe { std::env::set_var("BENCHLAKE_TRACER_LIB", "/nonexistent/libbenchlake_tracer.so") };
+    unsafe {
+        std::env::set_var(
+            "BENCHLAKE_TRACER_LIB",
+            "/nonexistent/libbenchlake_tracer.so",
+        )
+    };
     let mut c = Cluster::start(Tokens::default()).await;
     let apps = c.dir.path().join("apps");
     std::fs::create_dir_all(&apps).unwrap();
@@ -206,6 +214,19 @@ const S2: &str = "shared-agent-token-two-0123";
 const USER: &str = "user-token-0123456789abc";
 const W1: &str = "w1:worker-one-token-0123456789";
 
+/// Registers `name` with host name "evil" using `token`; the refusal.
+async fn register_evil(c: &Cluster, token: &str, name: &str) -> tonic::Status {
+    c.agents_client(Some(token))
+        .register(pb::RegisterRequest {
+            protocol_version: benchlake_proto::PROTOCOL_VERSION as i32,
+            name: name.into(),
+            hostname: "evil".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err()
+}
+
 fn secret(bound: &str) -> &str {
     bound.split_once(':').map(|x| x.1).unwrap_or(bound)
 }
@@ -230,15 +251,7 @@ async fn one_agents_credential_cannot_act_as_another_agent() {
     .await;
     // a2's token registers as a1: refused, a1 keeps its task, host and catalog.
     let mut evil = c.agents_client(Some(secret(A2)));
-    let e = evil
-        .register(pb::RegisterRequest {
-            protocol_version: benchlake_proto::PROTOCOL_VERSION as i32,
-            name: "a1".into(),
-            hostname: "evil".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let e = register_evil(&c, secret(A2), "a1").await;
     assert_eq!(e.code(), tonic::Code::PermissionDenied);
     assert!(e.message().contains("not to agent 'a1'"), "{}", e.message());
     for e in [
@@ -258,16 +271,7 @@ async fn one_agents_credential_cannot_act_as_another_agent() {
         assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
     }
     // A shared token other than the one a1 registered with is refused too.
-    let e = c
-        .agents_client(Some(S1))
-        .register(pb::RegisterRequest {
-            protocol_version: benchlake_proto::PROTOCOL_VERSION as i32,
-            name: "a1".into(),
-            hostname: "evil".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let e = register_evil(&c, S1, "a1").await;
     assert_eq!(e.code(), tonic::Code::PermissionDenied);
     let d = c.detail(&run.run_id).await;
     assert_eq!(d.tasks[0].state, pb::TaskState::Running as i32, "{d:#?}");
@@ -284,18 +288,13 @@ async fn one_agents_credential_cannot_act_as_another_agent() {
 
     // Two agents on shared tokens: a live name is not taken over by the other token.
     c.add_agent("b1", Some(S1)).await;
-    let e = c
-        .agents_client(Some(S2))
-        .register(pb::RegisterRequest {
-            protocol_version: benchlake_proto::PROTOCOL_VERSION as i32,
-            name: "b1".into(),
-            hostname: "evil".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let e = register_evil(&c, S2, "b1").await;
     assert_eq!(e.code(), tonic::Code::PermissionDenied);
-    assert!(e.message().contains("alive with another credential"), "{}", e.message());
+    assert!(
+        e.message().contains("alive with another credential"),
+        "{}",
+        e.message()
+    );
 
     // A bound worker token leases only as its worker.
     let e = c
@@ -411,8 +410,16 @@ async fn a_worker_cannot_commit_objects_that_are_not_the_tables_parquet() {
     .unwrap();
     let other = put("other.parquet", other.to_vec()).await;
     for (key, rows, want) in [
-        (&junk, 123, "11 bytes is too small for a Parquet file (no footer)"),
-        (&empty, 123, "holds 0 rows (0 in its row groups), the worker claimed 123"),
+        (
+            &junk,
+            123,
+            "11 bytes is too small for a Parquet file (no footer)",
+        ),
+        (
+            &empty,
+            123,
+            "holds 0 rows (0 in its row groups), the worker claimed 123",
+        ),
         (&other, 0, "does not match the catalog schema"),
     ] {
         let e = w
