@@ -379,19 +379,10 @@ pub fn parse_rank_csv(path: &Path, text: &str) -> Result<Vec<IorRankRecord>> {
     }
     // IOR writes one row per rank, in rank order, for every access of every
     // repetition: a last group shorter than the one before was cut short.
-    if let Some((n, prev)) =
-        text::short_last_group(out.iter().map(|r| (r.access.as_str(), i64::from(r.rank))))
-    {
-        return Err(FormatError::malformed(
-            path,
-            "row",
-            Position::Offset(text.len() as u64),
-            format!(
-                "the last group of rows has {n} rank(s) where the one before has {prev}: \
-                 the file is cut short at byte {}",
-                text.len()
-            ),
-        ));
-    }
+    text::check_last_group(
+        path,
+        text,
+        out.iter().map(|r| (r.access.as_str(), i64::from(r.rank))),
+    )?;
     Ok(out)
 }

@@ -384,18 +384,7 @@ pub fn parse_rank_csv(path: &Path, text: &str) -> Result<MdtestRankCsv> {
     }
     // One line per rank, in rank order, per iteration: a last group shorter
     // than the one before was cut short.
-    if let Some((n, prev)) = text::short_last_group(ranks.iter().map(|r| ("", i64::from(*r)))) {
-        return Err(FormatError::malformed(
-            path,
-            "row",
-            Position::Offset(text.len() as u64),
-            format!(
-                "the last group of rows has {n} rank(s) where the one before has {prev}: \
-                 the file is cut short at byte {}",
-                text.len()
-            ),
-        ));
-    }
+    text::check_last_group(path, text, ranks.iter().map(|r| ("", i64::from(*r))))?;
     for f in &mut figures {
         f.items = items;
     }

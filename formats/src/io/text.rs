@@ -99,6 +99,28 @@ pub fn short_last_group<'a>(
     (prev > 0 && cur < prev).then_some((cur, prev))
 }
 
+/// [`short_last_group`] as the reader's error: the per-rank file `path` (its
+/// `text`) is cut short when its last group of rows is the shorter.
+pub fn check_last_group<'a>(
+    path: &std::path::Path,
+    text: &str,
+    rows: impl IntoIterator<Item = (&'a str, i64)>,
+) -> Result<()> {
+    match short_last_group(rows) {
+        None => Ok(()),
+        Some((n, prev)) => Err(FormatError::malformed(
+            path,
+            "row",
+            Position::Offset(text.len() as u64),
+            format!(
+                "the last group of rows has {n} rank(s) where the one before has {prev}: \
+                 the file is cut short at byte {}",
+                text.len()
+            ),
+        )),
+    }
+}
+
 /// 1-based line and column (in characters) of byte offset `at` of `text`.
 pub fn line_col(text: &str, at: usize) -> (u64, u64) {
     let at = at.min(text.len());
