@@ -6,6 +6,16 @@
 //!
 //! Knobs (environment): BENCH_AGENTS (1000), BENCH_WORKERS (16 concurrent
 //! worker clients), BENCH_SECS (10), BENCH_JOBS (60000 pre-queued jobs).
+//!
+//! `BENCH_MODE=submit`: for each count of BENCH_REGISTERED (`1000,10000`)
+//! registered agents (each offering 6 benchmarks), a fresh coordinator with
+//! SQLite on disk and its background loop; BENCH_HEARTBEATING (1000) of the
+//! agents heartbeat once a second while BENCH_SUBMITTERS (8) concurrent user
+//! clients submit one-agent runs (`sleep`, least loaded of all eligible agents)
+//! as fast as they can for BENCH_SECS (10, at most 30). With BENCH_HB_TASKS=1
+//! every heartbeat also lists a running task (an unknown id, so the coordinator
+//! answers "cancel it"). Prints submits per second and submit and heartbeat
+//! latency percentiles.
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -40,7 +50,247 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    rt.block_on(bench());
+    if std::env::var("BENCH_MODE").as_deref() == Ok("submit") {
+        rt.block_on(bench_submit());
+    } else {
+        rt.block_on(bench());
+    }
+}
+
+/// A catalog like a real agent's: six benchmarks with typed parameters.
+fn catalog() -> Vec<pb::BenchmarkDef> {
+    let p = |name: &str, ty: &str, default: &str| pb::ParamDef {
+        name: name.into(),
+        r#type: ty.into(),
+        default: Some(default.into()),
+        description: format!("the {name} parameter"),
+        ..Default::default()
+    };
+    ["hostinfo", "sleep", "pio", "netprobe", "ior", "mdtest"]
+        .iter()
+        .map(|b| pb::BenchmarkDef {
+            name: (*b).into(),
+            kind: (*b).into(),
+            description: format!("{b}: a benchmark of the load test's catalog"),
+            params: vec![
+                p("seconds", "int", "1"),
+                p("size", "size", "1M"),
+                p("verify", "bool", "false"),
+            ],
+            outputs: vec![pb::OutputDef {
+                file: "out.json".into(),
+                format: (*b).into(),
+                required: false,
+            }],
+            timeout_s: 60,
+            max_timeout_s: 600,
+            launchers: vec!["local".into()],
+        })
+        .collect()
+}
+
+async fn bench_submit() {
+    let counts: Vec<u64> = std::env::var("BENCH_REGISTERED")
+        .unwrap_or_else(|_| "1000,10000".into())
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    for n in counts {
+        submit_scenario(n).await;
+    }
+}
+
+async fn submit_scenario(registered: u64) {
+    let heartbeating = env("BENCH_HEARTBEATING", 1000).min(registered);
+    let submitters = env("BENCH_SUBMITTERS", 8);
+    let secs = env("BENCH_SECS", 10).min(30);
+    let hb_with_task = env("BENCH_HB_TASKS", 0) == 1;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = CoordinatorConfig {
+        state_path: dir.path().join("state.db"),
+        store: StoreConfig {
+            url: dir.path().join("lake").display().to_string(),
+            ..Default::default()
+        },
+        heartbeat_interval_ms: 1000,
+        ..Default::default()
+    };
+    let coord = Coordinator::open(cfg, Arc::new(SystemClock)).expect("coordinator");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(benchlake_coordinator::serve(coord, listener, async {
+        let _ = stop_rx.await;
+    }));
+
+    // Register every agent (8 concurrent clients).
+    let t = Instant::now();
+    let mut regs = Vec::new();
+    for g in 0..8u64 {
+        let mut ac = pb::agent_service_client::AgentServiceClient::with_interceptor(
+            channel(&addr).expect("ch"),
+            Auth::default(),
+        );
+        regs.push(tokio::spawn(async move {
+            for i in (0..registered).filter(|i| i % 8 == g) {
+                ac.register(pb::RegisterRequest {
+                    protocol_version: benchlake_proto::PROTOCOL_VERSION as i32,
+                    name: format!("sim-{i:05}"),
+                    hostname: format!("node{i:05}"),
+                    cores: 128,
+                    labels: [
+                        ("rack".to_string(), format!("r{}", i % 40)),
+                        ("partition".to_string(), "batch".to_string()),
+                    ]
+                    .into_iter()
+                    .collect(),
+                    catalog: catalog(),
+                    ..Default::default()
+                })
+                .await
+                .expect("register");
+            }
+        }));
+    }
+    for r in regs {
+        r.await.expect("register task");
+    }
+    let reg_s = t.elapsed().as_secs_f64();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let hb_lat = Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
+    let hb_err = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    let hb_tasks = 20u64;
+    for g in 0..hb_tasks {
+        let (stop, hb_lat, hb_err) = (stop.clone(), hb_lat.clone(), hb_err.clone());
+        let mut ac = pb::agent_service_client::AgentServiceClient::with_interceptor(
+            channel(&addr).expect("ch"),
+            Auth::default(),
+        );
+        // Spread over the registered agents.
+        let step = (registered / heartbeating).max(1);
+        let mine: Vec<u64> = (0..heartbeating)
+            .filter(|i| i % hb_tasks == g)
+            .map(|i| i * step)
+            .collect();
+        handles.push(tokio::spawn(async move {
+            let gap = Duration::from_secs_f64(1.0 / mine.len().max(1) as f64);
+            let mut iv = tokio::time::interval(gap);
+            let mut lat = Vec::new();
+            let mut k = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                iv.tick().await;
+                let name = format!("sim-{:05}", mine[k % mine.len()]);
+                k += 1;
+                let running_task_ids = if hb_with_task {
+                    vec![benchlake_core::ids::new_id()]
+                } else {
+                    vec![]
+                };
+                let t = Instant::now();
+                match ac
+                    .heartbeat(pb::HeartbeatRequest {
+                        name,
+                        running_task_ids,
+                    })
+                    .await
+                {
+                    Ok(_) => lat.push(t.elapsed().as_micros() as u64),
+                    Err(_) => {
+                        hb_err.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            hb_lat.lock().expect("lock").extend(lat);
+        }));
+    }
+    // Let the heartbeats settle for a second before the submits start.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let done = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let sub_lat = Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
+    let start = Instant::now();
+    let mut subs = Vec::new();
+    for _ in 0..submitters {
+        let (stop, done, failed, sub_lat) =
+            (stop.clone(), done.clone(), failed.clone(), sub_lat.clone());
+        let mut rc = pb::run_service_client::RunServiceClient::with_interceptor(
+            channel(&addr).expect("ch"),
+            Auth::default(),
+        );
+        subs.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                let r = rc
+                    .submit_run(pb::SubmitRunRequest {
+                        spec: Some(pb::BenchmarkSpec {
+                            benchmark: "sleep".into(),
+                            params: [("seconds".to_string(), "1".to_string())]
+                                .into_iter()
+                                .collect(),
+                            nodes: Some(pb::NodeSelector {
+                                count: 1,
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    })
+                    .await;
+                lat.push(t.elapsed().as_micros() as u64);
+                match r {
+                    Ok(_) => done.fetch_add(1, Ordering::Relaxed),
+                    Err(e) => {
+                        if failed.fetch_add(1, Ordering::Relaxed) == 0 {
+                            eprintln!("submit failed: {e}");
+                        }
+                        0
+                    }
+                };
+            }
+            sub_lat.lock().expect("lock").extend(lat);
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = start.elapsed().as_secs_f64();
+    for h in subs.into_iter().chain(handles) {
+        let _ = h.await;
+    }
+    let _ = stop_tx.send(());
+    let _ = server.await;
+    let n = done.load(Ordering::Relaxed);
+    let mut sl = sub_lat.lock().expect("lock").clone();
+    let mut hl = hb_lat.lock().expect("lock").clone();
+    println!(
+        "submit load: {registered} registered agents (registered in {reg_s:.1} s), {heartbeating} heartbeating at 1/s{}, {submitters} submitters, {elapsed:.1} s, SQLite on disk",
+        if hb_with_task {
+            " with a running task"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "  submits: {n} = {:.0} /s ({} failed); latency ms p50 {:.2} p99 {:.2} max {:.2}",
+        n as f64 / elapsed,
+        failed.load(Ordering::Relaxed),
+        pct(&mut sl, 0.50),
+        pct(&mut sl, 0.99),
+        pct(&mut sl, 1.0)
+    );
+    println!(
+        "  heartbeats: {} ({} failed); latency ms p50 {:.2} p99 {:.2} max {:.2}",
+        hl.len(),
+        hb_err.load(Ordering::Relaxed),
+        pct(&mut hl, 0.50),
+        pct(&mut hl, 0.99),
+        pct(&mut hl, 1.0)
+    );
 }
 
 async fn bench() {

@@ -205,23 +205,30 @@ impl RunService for Svc {
         let key = (!r.idempotency_key.is_empty()).then_some(r.idempotency_key);
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
-        let run = self.tx(|tx| {
-            if let Some(k) = &key
-                && let Some(run) = tx.run_by_idempotency_key(k)?
-            {
-                return run_pb_tx(tx, &run);
-            }
-            let agents = tx.list_agents()?;
-            let (spec, kind) = logic::validate_spec(&cfg, &agents, &spec)?;
-            let chosen = logic::select_agents(tx, &spec, &[])?;
-            let origin = Origin {
-                idempotency_key: key.clone(),
-                ..Default::default()
-            };
-            let run = logic::create_run(tx, &cfg, spec, kind, origin, chosen, now)?;
-            logic::advance_run(tx, &cfg, &run.run_id, now)?;
-            run_pb_tx(tx, &run)
-        })?;
+        // The transaction runs on a blocking thread: waiting for the store's
+        // lock must not hold an async worker that heartbeats need.
+        let coord = self.0.clone();
+        let run = tokio::task::spawn_blocking(move || {
+            coord.store.transact(|tx| {
+                if let Some(k) = &key
+                    && let Some(run) = tx.run_by_idempotency_key(k)?
+                {
+                    return run_pb_tx(tx, &run);
+                }
+                // Validation and selection read the placement index, not the rows.
+                let (spec, kind) = logic::validate_spec_tx(&cfg, tx, &spec)?;
+                let chosen = logic::select_agents(tx, &spec, &[])?;
+                let origin = Origin {
+                    idempotency_key: key.clone(),
+                    ..Default::default()
+                };
+                let run = logic::create_run(tx, &cfg, spec, kind, origin, chosen, now)?;
+                logic::advance_run(tx, &cfg, &run.run_id, now)?;
+                run_pb_tx(tx, &run)
+            })
+        })
+        .await
+        .map_err(|e| Status::internal(format!("submit: {e}")))??;
         tracing::info!(run = %run.run_id, benchmark = %run.benchmark, "run submitted");
         self.0.notify_run(&run.run_id);
         Ok(Response::new(run))
@@ -1155,6 +1162,12 @@ impl AgentService for Svc {
         if !r.running_task_ids.is_empty() {
             if r.running_task_ids.len() > 10_000 {
                 return Err(invalid("running_task_ids", "more than 10000"));
+            }
+            if let Some(cancel) = self.0.heartbeat_tasks(&r.name, &r.running_task_ids, now) {
+                return Ok(Response::new(pb::HeartbeatResponse {
+                    cancel_task_ids: cancel,
+                    drain,
+                }));
             }
             let lease_ms = self.0.cfg.lease_timeout_ms as i64;
             cancel = self.tx(|tx| {

@@ -14,6 +14,7 @@ pub mod flight;
 pub mod grpc;
 pub mod logic;
 pub mod model;
+pub mod placement;
 pub mod reconcile;
 pub mod scheduler;
 pub mod store;
@@ -70,7 +71,23 @@ pub struct Coordinator {
     /// Agent name → fingerprint of the credential it registered with (mirrors
     /// the stored rows; read by every agent call).
     pub(crate) credentials: Mutex<HashMap<String, String>>,
+    /// The store's placement index (agents, loads, tasks not ended), when it
+    /// keeps one: heartbeats check their running tasks against it, so they
+    /// never wait for the store's lock.
+    pub(crate) placement: Option<placement::SharedPlacement>,
+    /// Task id → (agent, heartbeat time) of leases a heartbeat asked to
+    /// extend, written by [`Coordinator::flush_lease_extensions`] off the
+    /// request path (a blocking task, and every tick).
+    pub(crate) lease_ext: Mutex<HashMap<String, (String, i64)>>,
+    /// Whether a flush of `lease_ext` is already on its way.
+    pub(crate) lease_flush_queued: std::sync::atomic::AtomicBool,
 }
+
+/// How far the stored `last_heartbeat_ms` of an agent may lag its in-memory
+/// last heartbeat before the reaper writes it (state changes are written at
+/// once). Nothing reads the stored value while the coordinator runs; after a
+/// restart every agent gets a lease period of grace anyway.
+pub const LAST_SEEN_PERSIST_MS: i64 = 60_000;
 
 impl std::fmt::Debug for Coordinator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -106,7 +123,11 @@ impl Coordinator {
             .iter()
             .map(|a| (a.name.clone(), a.credential.clone()))
             .collect();
+        let placement = store.placement();
         let c = Arc::new(Self {
+            placement,
+            lease_ext: Mutex::new(HashMap::new()),
+            lease_flush_queued: std::sync::atomic::AtomicBool::new(false),
             store,
             lake,
             clock,
@@ -166,6 +187,91 @@ impl Coordinator {
             .copied()
     }
 
+    /// The running tasks of a heartbeat checked against the placement index:
+    /// the ids to cancel (not this agent's, or not LEASED/RUNNING any more).
+    /// Leases more than half used are queued for
+    /// [`Coordinator::flush_lease_extensions`]. None without an index (the
+    /// caller then uses the database).
+    pub(crate) fn heartbeat_tasks(
+        self: &Arc<Self>,
+        agent: &str,
+        ids: &[String],
+        now: i64,
+    ) -> Option<Vec<String>> {
+        let p = self.placement.as_ref()?;
+        let lease_ms = self.cfg.lease_timeout_ms as i64;
+        let mut cancel = Vec::new();
+        let mut extend = Vec::new();
+        {
+            let p = p.read().unwrap_or_else(|e| e.into_inner());
+            for id in ids {
+                match p.task(id) {
+                    Some(t)
+                        if t.agent == agent
+                            && matches!(t.state, TaskState::Leased | TaskState::Running) =>
+                    {
+                        // Extend only when half the lease is used: one write per
+                        // half-lease per task, not per heartbeat.
+                        if t.lease_expires_ms.unwrap_or(0) - now < lease_ms / 2 {
+                            extend.push(id.clone());
+                        }
+                    }
+                    _ => cancel.push(id.clone()),
+                }
+            }
+        }
+        if !extend.is_empty() {
+            {
+                let mut q = self.lease_ext.lock().unwrap_or_else(|e| e.into_inner());
+                for id in extend {
+                    q.insert(id, (agent.to_string(), now));
+                }
+            }
+            use std::sync::atomic::Ordering;
+            if !self.lease_flush_queued.swap(true, Ordering::AcqRel)
+                && let Ok(rt) = tokio::runtime::Handle::try_current()
+            {
+                let c = self.clone();
+                rt.spawn_blocking(move || {
+                    c.lease_flush_queued.store(false, Ordering::Release);
+                    if let Err(e) = c.flush_lease_extensions() {
+                        tracing::warn!(error = %e, "lease extension failed (the reaper retries)");
+                    }
+                });
+            } else {
+                // No runtime (a test driving the coordinator by hand): the next
+                // tick flushes.
+                self.lease_flush_queued
+                    .store(false, std::sync::atomic::Ordering::Release);
+            }
+        }
+        Some(cancel)
+    }
+
+    /// Writes the lease extensions heartbeats queued: each task still held by
+    /// that agent (LEASED or RUNNING) whose lease was more than half used at
+    /// the heartbeat gets `heartbeat + lease_timeout_ms`, in one transaction.
+    pub fn flush_lease_extensions(&self) -> Result<()> {
+        let q = std::mem::take(&mut *self.lease_ext.lock().unwrap_or_else(|e| e.into_inner()));
+        if q.is_empty() {
+            return Ok(());
+        }
+        let lease_ms = self.cfg.lease_timeout_ms as i64;
+        self.store.transact(|tx| {
+            for (id, (agent, at)) in &q {
+                if let Some(mut t) = tx.get_task(id)?
+                    && t.agent == *agent
+                    && matches!(t.state, TaskState::Leased | TaskState::Running)
+                    && t.lease_expires_ms.unwrap_or(0) - at < lease_ms / 2
+                {
+                    t.lease_expires_ms = Some(at + lease_ms);
+                    tx.update_task(&t)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
     /// One round of background work at the current clock time: fire due schedules,
     /// expire task and job leases, mark silent agents LOST, and every minute of
     /// clock time remove leftover lake objects ([`Coordinator::reconcile`]).
@@ -173,6 +279,10 @@ impl Coordinator {
         let now = self.now();
         let cfg = &self.cfg;
         let mut report = TickReport::default();
+        // Lease extensions heartbeats asked for and no flush has written yet.
+        if let Err(e) = self.flush_lease_extensions() {
+            tracing::warn!(error = %e, "lease extension failed");
+        }
 
         // Agents: persist heartbeats and mark silent ones LOST.
         let hb: HashMap<String, i64> = self
@@ -180,9 +290,32 @@ impl Coordinator {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        let lost_after = cfg.agent_lost_after_ms as i64;
         let lost = self.store.transact(|tx| {
             let mut lost = Vec::new();
-            for mut a in tx.list_agents()? {
+            // With the placement index only the rows to write are read: a state
+            // to change, or a stored last-seen more than LAST_SEEN_PERSIST_MS old.
+            let due = tx.placement().map(|v| {
+                v.agents_where(|name, e| {
+                    let last = hb.get(name).copied().unwrap_or(e.stored_heartbeat_ms);
+                    let silent = now - last > lost_after;
+                    (e.state != AgentState::Lost && silent)
+                        || (e.state == AgentState::Lost && !silent)
+                        || last < e.stored_heartbeat_ms
+                        || last - e.stored_heartbeat_ms >= LAST_SEEN_PERSIST_MS
+                })
+            });
+            let rows = match due {
+                Some(names) => {
+                    let mut rows = Vec::with_capacity(names.len());
+                    for n in names {
+                        rows.extend(tx.get_agent(&n)?);
+                    }
+                    rows
+                }
+                None => tx.list_agents()?,
+            };
+            for mut a in rows {
                 let last = hb.get(&a.name).copied().unwrap_or(a.last_heartbeat_ms);
                 let mut changed = last != a.last_heartbeat_ms;
                 a.last_heartbeat_ms = last;

@@ -66,16 +66,55 @@ pub fn validate_spec(
     agents: &[AgentRow],
     raw: &benchlake_proto::v1::BenchmarkSpec,
 ) -> Result<(Spec, String)> {
+    validate_spec_with(
+        cfg,
+        raw,
+        |b| find_benchmark(agents, b),
+        || {
+            let mut known: Vec<_> = agents
+                .iter()
+                .flat_map(|a| a.catalog.iter().map(|b| b.name.clone()))
+                .collect();
+            known.sort();
+            known.dedup();
+            known
+        },
+        |n| agents.iter().any(|a| a.name == n),
+    )
+}
+
+/// [`validate_spec`] against the store's placement index when it keeps one
+/// (no agent row read or decoded), else against every agent row.
+pub fn validate_spec_tx(
+    cfg: &CoordinatorConfig,
+    tx: &mut dyn Tx,
+    raw: &benchlake_proto::v1::BenchmarkSpec,
+) -> Result<(Spec, String)> {
+    if let Some(v) = tx.placement() {
+        return validate_spec_with(
+            cfg,
+            raw,
+            |b| v.benchmark(b),
+            || v.known_benchmarks(),
+            |n| v.agent(n).is_some(),
+        );
+    }
+    let agents = tx.list_agents()?;
+    validate_spec(cfg, &agents, raw)
+}
+
+fn validate_spec_with(
+    cfg: &CoordinatorConfig,
+    raw: &benchlake_proto::v1::BenchmarkSpec,
+    find: impl Fn(&str) -> Option<BenchmarkInfo>,
+    known: impl Fn() -> Vec<String>,
+    exists: impl Fn(&str) -> bool,
+) -> Result<(Spec, String)> {
     if raw.benchmark.is_empty() {
         return Err(CoordError::invalid("spec.benchmark", "is required"));
     }
-    let info = find_benchmark(agents, &raw.benchmark).ok_or_else(|| {
-        let mut known: Vec<_> = agents
-            .iter()
-            .flat_map(|a| a.catalog.iter().map(|b| b.name.clone()))
-            .collect();
-        known.sort();
-        known.dedup();
+    let info = find(&raw.benchmark).ok_or_else(|| {
+        let known = known();
         CoordError::invalid(
             "spec.benchmark",
             format!(
@@ -143,7 +182,7 @@ pub fn validate_spec(
         ));
     }
     for n in &sel.names {
-        if !agents.iter().any(|a| &a.name == n) {
+        if !exists(n) {
             return Err(CoordError::invalid(
                 "spec.nodes.names",
                 format!("unknown agent '{n}'"),
@@ -187,7 +226,80 @@ fn eligible(a: &AgentRow, spec: &Spec) -> bool {
 }
 
 /// Chooses the agents of a run. `exclude` are agents that must not be chosen.
+///
+/// With the store's placement index (the SQLite store keeps one) this reads no
+/// row: named agents are looked up, and the least loaded eligible ones are
+/// picked among the agents offering the benchmark with their in-memory loads.
+/// [`select_agents_from_rows`] is the same rule over every agent row.
 pub fn select_agents(tx: &mut dyn Tx, spec: &Spec, exclude: &[String]) -> Result<Vec<String>> {
+    let Some(v) = tx.placement() else {
+        return select_agents_from_rows(tx, spec, exclude);
+    };
+    if !spec.nodes.names.is_empty() {
+        let mut out = Vec::new();
+        for n in &spec.nodes.names {
+            let a = v.agent(n).ok_or_else(|| {
+                CoordError::invalid("spec.nodes.names", format!("unknown agent '{n}'"))
+            })?;
+            if !a.eligible(spec) {
+                return Err(CoordError::FailedPrecondition(format!(
+                    "spec.nodes.names: agent '{n}' cannot take the run (state {}, draining {}, or it lacks benchmark '{}' or the labels)",
+                    a.state.as_str(),
+                    a.drain,
+                    spec.benchmark
+                )));
+            }
+            out.push(n.clone());
+        }
+        return named_count(spec, out);
+    }
+    let want = spec.nodes.count.max(1) as usize;
+    let cands = v.candidates(spec, exclude);
+    least_loaded(spec, want, cands)
+}
+
+/// The first `spec.nodes.count` of the named agents (all when 0).
+fn named_count(spec: &Spec, mut out: Vec<String>) -> Result<Vec<String>> {
+    let want = if spec.nodes.count == 0 {
+        out.len()
+    } else {
+        spec.nodes.count as usize
+    };
+    if want > out.len() {
+        return Err(CoordError::invalid(
+            "spec.nodes.count",
+            format!("{want} agents requested but only {} named", out.len()),
+        ));
+    }
+    out.truncate(want);
+    Ok(out)
+}
+
+/// The `want` least loaded of `(load, name)` candidates, ties by name.
+fn least_loaded(spec: &Spec, want: usize, mut cands: Vec<(usize, String)>) -> Result<Vec<String>> {
+    if cands.len() < want {
+        return Err(CoordError::FailedPrecondition(format!(
+            "spec.nodes.count: {want} agent(s) requested, {} eligible (online, not draining, offering '{}', matching labels)",
+            cands.len(),
+            spec.benchmark
+        )));
+    }
+    // Least loaded first, then by name, so repeated runs spread over the agents.
+    if want < cands.len() {
+        cands.select_nth_unstable(want);
+        cands.truncate(want);
+    }
+    cands.sort_unstable();
+    Ok(cands.into_iter().map(|c| c.1).collect())
+}
+
+/// [`select_agents`] over every agent row, counting each eligible agent's tasks
+/// in SQL (stores without a placement index; the tests compare both).
+pub fn select_agents_from_rows(
+    tx: &mut dyn Tx,
+    spec: &Spec,
+    exclude: &[String],
+) -> Result<Vec<String>> {
     let agents = tx.list_agents()?;
     if !spec.nodes.names.is_empty() {
         let mut out = Vec::new();
@@ -205,19 +317,7 @@ pub fn select_agents(tx: &mut dyn Tx, spec: &Spec, exclude: &[String]) -> Result
             }
             out.push(n.clone());
         }
-        let want = if spec.nodes.count == 0 {
-            out.len()
-        } else {
-            spec.nodes.count as usize
-        };
-        if want > out.len() {
-            return Err(CoordError::invalid(
-                "spec.nodes.count",
-                format!("{want} agents requested but only {} named", out.len()),
-            ));
-        }
-        out.truncate(want);
-        return Ok(out);
+        return named_count(spec, out);
     }
     let want = spec.nodes.count.max(1) as usize;
     let mut cands: Vec<(usize, String)> = Vec::new();
@@ -233,16 +333,7 @@ pub fn select_agents(tx: &mut dyn Tx, spec: &Spec, exclude: &[String]) -> Result
             .len();
         cands.push((load, a.name.clone()));
     }
-    if cands.len() < want {
-        return Err(CoordError::FailedPrecondition(format!(
-            "spec.nodes.count: {want} agent(s) requested, {} eligible (online, not draining, offering '{}', matching labels)",
-            cands.len(),
-            spec.benchmark
-        )));
-    }
-    // Least loaded first, then by name, so repeated runs spread over the agents.
-    cands.sort();
-    Ok(cands.into_iter().take(want).map(|c| c.1).collect())
+    least_loaded(spec, want, cands)
 }
 
 /// Creates a run and its tasks (one per agent for `local`; one on the first agent,

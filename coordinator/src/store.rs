@@ -6,12 +6,13 @@
 //! Each record is stored as JSON next to the columns that queries filter on; the
 //! JSON is the truth, the columns are indexes kept in step by every write.
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, RwLock};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::{CoordError, Result};
 use crate::model::*;
+use crate::placement::{ActiveTask, Pending, Placement, SharedPlacement, View};
 
 /// Filter of [`Tx::list_runs`].
 #[derive(Debug, Clone, Default)]
@@ -102,12 +103,24 @@ pub trait Tx {
     fn get_meta(&mut self, key: &str) -> Result<Option<String>>;
     /// Sets a value of the `meta` table.
     fn set_meta(&mut self, key: &str, value: &str) -> Result<()>;
+
+    /// The placement index as this transaction sees it (its own writes
+    /// included), when the store keeps one; callers fall back to the rows.
+    fn placement(&mut self) -> Option<crate::placement::View<'_>> {
+        None
+    }
 }
 
 /// A durable state store.
 pub trait StateStore: Send + Sync + 'static {
     /// Runs `f` in one transaction: committed if it returns Ok, rolled back otherwise.
     fn transact_dyn(&self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()>;
+
+    /// The in-memory placement index kept equal to the committed rows, when
+    /// the store keeps one (see [`crate::placement`]).
+    fn placement(&self) -> Option<SharedPlacement> {
+        None
+    }
 }
 
 impl dyn StateStore {
@@ -129,6 +142,9 @@ impl dyn StateStore {
 /// The SQLite store (WAL, one writer connection).
 pub struct SqliteStore {
     conn: Mutex<Connection>,
+    /// Agents and tasks not ended, in memory; written only at commit, under
+    /// `conn`'s lock, so it always equals the committed rows.
+    placement: SharedPlacement,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -249,10 +265,54 @@ impl SqliteStore {
                 )));
             }
         }
+        let placement = Arc::new(RwLock::new(load_placement(&conn)?));
         Ok(Self {
             conn: Mutex::new(conn),
+            placement,
         })
     }
+}
+
+/// Builds the placement index from the rows: every agent, every task that
+/// has not ended.
+fn load_placement(conn: &Connection) -> Result<Placement> {
+    let mut agents = Vec::new();
+    {
+        let mut st = conn.prepare("SELECT data FROM agents")?;
+        let rows = st.query_map([], |r| r.get::<_, String>(0))?;
+        for r in rows {
+            agents.push(dec::<AgentRow>(r?)?);
+        }
+    }
+    let mut tasks = Vec::new();
+    {
+        let mut st = conn.prepare(
+            "SELECT task_id, agent, state, lease_expires_ms FROM tasks
+             WHERE state IN ('QUEUED','LEASED','RUNNING')",
+        )?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, Option<i64>>(3)?,
+            ))
+        })?;
+        for r in rows {
+            let (id, agent, state, lease) = r?;
+            let state = TaskState::parse(&state)
+                .ok_or_else(|| CoordError::Setup(format!("task {id}: unknown state {state}")))?;
+            tasks.push((
+                id,
+                ActiveTask {
+                    agent,
+                    state,
+                    lease_expires_ms: lease,
+                },
+            ));
+        }
+    }
+    Ok(Placement::build(agents, tasks))
 }
 
 /// Adds the job-dependency columns and their indexes to a database created
@@ -286,6 +346,10 @@ fn migrate_job_groups(conn: &Connection) -> Result<()> {
 pub const PARKED: i64 = i64::MAX;
 
 impl StateStore for SqliteStore {
+    fn placement(&self) -> Option<SharedPlacement> {
+        Some(self.placement.clone())
+    }
+
     fn transact_dyn(&self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
         // A poisoned lock only means another thread panicked mid-transaction; that
         // transaction is rolled back below, so the connection is still consistent.
@@ -297,11 +361,23 @@ impl StateStore for SqliteStore {
         // BEGIN/COMMIT as cached statements: `Connection::transaction` re-parses them
         // on every call, which showed up in the lease path's profile.
         conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-        let mut t = SqliteTx { c: &conn };
+        let mut t = SqliteTx {
+            c: &conn,
+            placement: &self.placement,
+            pending: Pending::default(),
+        };
         let out = f(&mut t).and_then(|()| {
             conn.prepare_cached("COMMIT")?.execute([])?;
             Ok(())
         });
+        if out.is_ok() && !t.pending.is_empty() {
+            // Still under the connection's lock: the index follows the commits
+            // in their order. A rolled-back transaction's journal is dropped.
+            self.placement
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .apply(std::mem::take(&mut t.pending));
+        }
         if out.is_err()
             && !conn.is_autocommit()
             && let Err(e) = conn
@@ -316,6 +392,9 @@ impl StateStore for SqliteStore {
 
 struct SqliteTx<'a> {
     c: &'a Connection,
+    placement: &'a SharedPlacement,
+    /// This transaction's changes to the placement index.
+    pending: Pending,
 }
 
 fn enc<T: serde::Serialize>(v: &T) -> Result<String> {
@@ -437,6 +516,8 @@ impl Tx for SqliteTx<'_> {
                 t.lease_expires_ms,
                 enc(t)?
             ])?;
+        let base = self.placement.read().unwrap_or_else(|p| p.into_inner());
+        self.pending.task_written(&base, t);
         Ok(())
     }
     fn update_task(&mut self, t: &TaskRow) -> Result<()> {
@@ -453,6 +534,8 @@ impl Tx for SqliteTx<'_> {
                 t.lease_expires_ms,
                 enc(t)?
             ])?;
+        let base = self.placement.read().unwrap_or_else(|p| p.into_inner());
+        self.pending.task_written(&base, t);
         Ok(())
     }
     fn get_task(&mut self, id: &str) -> Result<Option<TaskRow>> {
@@ -591,6 +674,7 @@ impl Tx for SqliteTx<'_> {
                  ON CONFLICT(name) DO UPDATE SET data=excluded.data",
             )?
             .execute(params![a.name, enc(a)?])?;
+        self.pending.agent_written(a);
         Ok(())
     }
     fn get_agent(&mut self, name: &str) -> Result<Option<AgentRow>> {
@@ -756,6 +840,13 @@ impl Tx for SqliteTx<'_> {
             )?
             .execute(params![key, value])?;
         Ok(())
+    }
+
+    fn placement(&mut self) -> Option<View<'_>> {
+        Some(View {
+            base: self.placement.read().unwrap_or_else(|p| p.into_inner()),
+            pending: &self.pending,
+        })
     }
 }
 

@@ -1,0 +1,523 @@
+//! The placement index: what agent selection and heartbeats need, in memory.
+//!
+//! The SQLite store keeps it in step with its rows: every `upsert_agent`,
+//! `insert_task` and `update_task` of a transaction is recorded in a
+//! [`Pending`] journal, read through (a [`View`]) by the rest of the same
+//! transaction, and applied to the shared [`Placement`] when the transaction
+//! commits (dropped when it rolls back). So the index always equals the
+//! committed rows, and a submit picks its agents without reading every agent
+//! row, decoding every catalog, or counting every agent's tasks in SQL.
+//!
+//! It holds, per agent, what [`crate::logic::select_agents`] looks at (state,
+//! drain, labels, catalog) and its load (QUEUED, LEASED and RUNNING tasks);
+//! per benchmark, the agents offering it (sorted by name); and every task that
+//! has not ended (agent, state, lease end), which is what a heartbeat checks
+//! its running tasks against without touching the database.
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, RwLock};
+
+use benchlake_core::bench::BenchmarkInfo;
+
+use crate::model::*;
+
+/// The index shared by the store (writer, at commit) and the coordinator
+/// (heartbeats, the reaper).
+pub type SharedPlacement = Arc<RwLock<Placement>>;
+
+/// What selection needs of an agent (mirrors its row).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentEntry {
+    pub state: AgentState,
+    pub drain: bool,
+    pub labels: BTreeMap<String, String>,
+    pub catalog: Vec<BenchmarkInfo>,
+    /// `last_heartbeat_ms` as stored (the reaper decides when to write it).
+    pub stored_heartbeat_ms: i64,
+}
+
+impl AgentEntry {
+    /// The entry of a row.
+    pub fn of(a: &AgentRow) -> Self {
+        Self {
+            state: a.state,
+            drain: a.drain,
+            labels: a.labels.clone(),
+            catalog: a.catalog.clone(),
+            stored_heartbeat_ms: a.last_heartbeat_ms,
+        }
+    }
+
+    /// Whether it can take a new task of `spec` (the rule of
+    /// [`crate::logic::select_agents`]).
+    pub fn eligible(&self, spec: &Spec) -> bool {
+        self.state == AgentState::Online
+            && !self.drain
+            && self.catalog.iter().any(|b| b.name == spec.benchmark)
+            && spec
+                .nodes
+                .labels
+                .iter()
+                .all(|(k, v)| self.labels.get(k) == Some(v))
+    }
+}
+
+/// A task that has not ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActiveTask {
+    pub agent: String,
+    pub state: TaskState,
+    pub lease_expires_ms: Option<i64>,
+}
+
+impl ActiveTask {
+    /// The entry of a task row; None once the task has ended.
+    pub fn of(t: &TaskRow) -> Option<Self> {
+        (!t.state.is_final()).then(|| Self {
+            agent: t.agent.clone(),
+            state: t.state,
+            lease_expires_ms: t.lease_expires_ms,
+        })
+    }
+}
+
+/// The committed index.
+#[derive(Debug, Default)]
+pub struct Placement {
+    agents: HashMap<String, AgentEntry>,
+    /// Benchmark name → agents offering it (any state), by name.
+    by_benchmark: HashMap<String, BTreeSet<String>>,
+    /// Agent → tasks not ended (QUEUED, LEASED, RUNNING). No zero entries.
+    load: HashMap<String, u64>,
+    /// Task id → task not ended.
+    tasks: HashMap<String, ActiveTask>,
+}
+
+impl Placement {
+    /// An index of these rows (`tasks`: at least every task not ended).
+    pub fn build(
+        agents: Vec<AgentRow>,
+        tasks: impl IntoIterator<Item = (String, ActiveTask)>,
+    ) -> Self {
+        let mut p = Self::default();
+        for a in agents {
+            p.set_agent(&a.name, Some(AgentEntry::of(&a)));
+        }
+        for (id, t) in tasks {
+            p.set_task(&id, Some(t));
+        }
+        p
+    }
+
+    /// The entry of agent `name`.
+    pub fn agent(&self, name: &str) -> Option<&AgentEntry> {
+        self.agents.get(name)
+    }
+
+    /// Every agent (the reaper's loop).
+    pub fn agents(&self) -> impl Iterator<Item = (&String, &AgentEntry)> {
+        self.agents.iter()
+    }
+
+    /// Number of agents.
+    pub fn agent_count(&self) -> usize {
+        self.agents.len()
+    }
+
+    /// A task that has not ended.
+    pub fn task(&self, id: &str) -> Option<&ActiveTask> {
+        self.tasks.get(id)
+    }
+
+    /// Tasks of `agent` that have not ended.
+    pub fn load(&self, agent: &str) -> u64 {
+        self.load.get(agent).copied().unwrap_or(0)
+    }
+
+    fn set_agent(&mut self, name: &str, e: Option<AgentEntry>) {
+        if let Some(old) = self.agents.remove(name) {
+            for b in &old.catalog {
+                if let Some(s) = self.by_benchmark.get_mut(&b.name) {
+                    s.remove(name);
+                    if s.is_empty() {
+                        self.by_benchmark.remove(&b.name);
+                    }
+                }
+            }
+        }
+        if let Some(e) = e {
+            for b in &e.catalog {
+                self.by_benchmark
+                    .entry(b.name.clone())
+                    .or_default()
+                    .insert(name.to_string());
+            }
+            self.agents.insert(name.to_string(), e);
+        }
+    }
+
+    fn set_task(&mut self, id: &str, t: Option<ActiveTask>) {
+        if let Some(old) = self.tasks.remove(id)
+            && let Some(n) = self.load.get_mut(&old.agent)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.load.remove(&old.agent);
+            }
+        }
+        if let Some(t) = t {
+            *self.load.entry(t.agent.clone()).or_default() += 1;
+            self.tasks.insert(id.to_string(), t);
+        }
+    }
+
+    /// Applies a committed transaction's journal.
+    pub fn apply(&mut self, p: Pending) {
+        for (name, e) in p.agents {
+            self.set_agent(&name, Some(e));
+        }
+        for (id, t) in p.tasks {
+            self.set_task(&id, t);
+        }
+    }
+}
+
+/// The changes of a transaction not yet committed (last write wins).
+#[derive(Debug, Default)]
+pub struct Pending {
+    agents: HashMap<String, AgentEntry>,
+    tasks: HashMap<String, Option<ActiveTask>>,
+    load_delta: HashMap<String, i64>,
+}
+
+impl Pending {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.agents.is_empty() && self.tasks.is_empty()
+    }
+
+    /// Records an agent row written.
+    pub fn agent_written(&mut self, a: &AgentRow) {
+        self.agents.insert(a.name.clone(), AgentEntry::of(a));
+    }
+
+    /// Records a task row written; `base` is the committed index.
+    pub fn task_written(&mut self, base: &Placement, t: &TaskRow) {
+        let old = match self.tasks.get(&t.task_id) {
+            Some(o) => o.clone(),
+            None => base.task(&t.task_id).cloned(),
+        };
+        if let Some(o) = &old {
+            *self.load_delta.entry(o.agent.clone()).or_default() -= 1;
+        }
+        let new = ActiveTask::of(t);
+        if let Some(n) = &new {
+            *self.load_delta.entry(n.agent.clone()).or_default() += 1;
+        }
+        self.tasks.insert(t.task_id.clone(), new);
+    }
+}
+
+/// The index as one transaction sees it: committed state plus its own changes.
+pub struct View<'a> {
+    pub base: std::sync::RwLockReadGuard<'a, Placement>,
+    pub pending: &'a Pending,
+}
+
+impl View<'_> {
+    /// The entry of agent `name`.
+    pub fn agent(&self, name: &str) -> Option<&AgentEntry> {
+        self.pending
+            .agents
+            .get(name)
+            .or_else(|| self.base.agent(name))
+    }
+
+    /// Tasks of `agent` that have not ended.
+    pub fn load(&self, agent: &str) -> u64 {
+        let d = self.pending.load_delta.get(agent).copied().unwrap_or(0);
+        (self.base.load(agent) as i64 + d).max(0) as u64
+    }
+
+    /// Names of the agents offering `benchmark` (any state), by name.
+    fn offering<'s>(&'s self, benchmark: &'s str) -> Vec<&'s str> {
+        let mut names: Vec<&str> = self
+            .base
+            .by_benchmark
+            .get(benchmark)
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+            .filter(|n| !self.pending.agents.contains_key(*n))
+            .collect();
+        if !self.pending.agents.is_empty() {
+            names.extend(
+                self.pending
+                    .agents
+                    .iter()
+                    .filter(|(_, e)| e.catalog.iter().any(|b| b.name == benchmark))
+                    .map(|(n, _)| n.as_str()),
+            );
+            names.sort_unstable();
+        }
+        names
+    }
+
+    /// The catalog entry of `benchmark` of the first agent (by name) offering
+    /// it, like [`crate::logic::find_benchmark`] over every agent row.
+    pub fn benchmark(&self, benchmark: &str) -> Option<BenchmarkInfo> {
+        let first = *self.offering(benchmark).first()?;
+        self.agent(first)?
+            .catalog
+            .iter()
+            .find(|b| b.name == benchmark)
+            .cloned()
+    }
+
+    /// Names of the agents whose entry satisfies `f` (the reaper's loop).
+    pub fn agents_where(&self, mut f: impl FnMut(&str, &AgentEntry) -> bool) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .base
+            .agents
+            .iter()
+            .filter(|(n, _)| !self.pending.agents.contains_key(*n))
+            .chain(self.pending.agents.iter())
+            .filter(|(n, e)| f(n, e))
+            .map(|(n, _)| n.clone())
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Every benchmark some agent offers (error messages).
+    pub fn known_benchmarks(&self) -> Vec<String> {
+        let mut known: BTreeSet<String> = self.base.by_benchmark.keys().cloned().collect();
+        for e in self.pending.agents.values() {
+            known.extend(e.catalog.iter().map(|b| b.name.clone()));
+        }
+        known.into_iter().collect()
+    }
+
+    /// The eligible agents of `spec` that are not in `exclude`, with their
+    /// load: O(agents offering the benchmark), no row read or decoded.
+    pub fn candidates(&self, spec: &Spec, exclude: &[String]) -> Vec<(usize, String)> {
+        self.offering(&spec.benchmark)
+            .into_iter()
+            .filter(|n| !exclude.iter().any(|x| x == n))
+            .filter(|n| self.agent(n).is_some_and(|e| e.eligible(spec)))
+            .map(|n| (self.load(n) as usize, n.to_string()))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use benchlake_core::bench::LauncherKind;
+
+    use super::*;
+    use crate::error::CoordError;
+    use crate::logic;
+    use crate::store::{SqliteStore, StateStore};
+
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.0 >> 33) % n
+        }
+    }
+
+    fn bench(name: &str, kind: &str) -> BenchmarkInfo {
+        BenchmarkInfo {
+            name: name.into(),
+            kind: kind.into(),
+            description: String::new(),
+            params: vec![],
+            outputs: vec![],
+            timeout_s: 60,
+            max_timeout_s: 600,
+            launchers: vec![LauncherKind::Local],
+        }
+    }
+
+    fn agent(r: &mut Lcg, i: u64) -> AgentRow {
+        let catalog = ["a", "b", "c"]
+            .iter()
+            .filter(|_| r.next(3) > 0)
+            // Kinds differ by agent: validation takes the first agent's entry.
+            .map(|b| bench(b, &format!("{b}-{i}")))
+            .collect();
+        AgentRow {
+            name: format!("ag-{:03}", r.next(60)),
+            labels: [("rack".to_string(), format!("r{}", r.next(3)))]
+                .into_iter()
+                .collect(),
+            hostname: String::new(),
+            cores: 1,
+            memory_bytes: 0,
+            address: String::new(),
+            version: String::new(),
+            slots: 1,
+            catalog,
+            state: if r.next(5) == 0 {
+                AgentState::Lost
+            } else {
+                AgentState::Online
+            },
+            drain: r.next(6) == 0,
+            registered_ms: 0,
+            last_heartbeat_ms: 0,
+            credential: String::new(),
+        }
+    }
+
+    fn spec(r: &mut Lcg, names: Vec<String>) -> Spec {
+        Spec {
+            benchmark: ["a", "b", "c", "zz"][r.next(4) as usize].into(),
+            params: Default::default(),
+            nodes: Nodes {
+                names,
+                labels: if r.next(2) == 0 {
+                    [("rack".to_string(), format!("r{}", r.next(3)))]
+                        .into_iter()
+                        .collect()
+                } else {
+                    Default::default()
+                },
+                count: r.next(4) as u32,
+            },
+            launcher: LauncherKind::Local,
+            max_attempts: 3,
+            timeout_s: 60,
+        }
+    }
+
+    fn task(r: &mut Lcg, agent: &str, i: u64) -> TaskRow {
+        TaskRow {
+            task_id: format!("t{i:05}"),
+            run_id: "r".into(),
+            agent: agent.into(),
+            rank: 0,
+            num_tasks: 1,
+            state: [
+                TaskState::Queued,
+                TaskState::Leased,
+                TaskState::Running,
+                TaskState::Done,
+                TaskState::Failed,
+                TaskState::Cancelled,
+            ][r.next(6) as usize],
+            attempt: 1,
+            max_attempts: 1,
+            lease_id: None,
+            lease_expires_ms: Some(r.next(1000) as i64),
+            not_before_ms: 0,
+            error: None,
+            exit_code: None,
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+            outputs: vec![],
+            started_at_ms: None,
+            finished_at_ms: None,
+            peers: vec![],
+        }
+    }
+
+    /// Selection and validation through the index equal the same rules over
+    /// the rows, after random agent and task writes, committed and rolled back,
+    /// and after a reopen (index rebuilt from the file).
+    #[test]
+    fn the_index_selects_like_the_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let mut r = Lcg(7);
+        let mut chose = 0;
+        for round in 0..2 {
+            let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open(&path).unwrap());
+            for step in 0..60u64 {
+                let commit = step % 5 != 4;
+                let out = store.transact(|tx| {
+                    for _ in 0..3 {
+                        let a = agent(&mut r, step);
+                        tx.upsert_agent(&a)?;
+                    }
+                    let agents = tx.list_agents()?;
+                    for _ in 0..8 {
+                        let a = &agents[r.next(agents.len() as u64) as usize].name;
+                        // Rewrites of existing tasks move them between agents and states.
+                        let id = r.next(200);
+                        let t = task(&mut r, a, id);
+                        if tx.get_task(&t.task_id)?.is_some() {
+                            tx.update_task(&t)?;
+                        } else {
+                            tx.insert_task(&t)?;
+                        }
+                    }
+                    // Inside the transaction the index sees its own writes.
+                    compare(tx, &mut r, &agents)?;
+                    if commit {
+                        Ok(())
+                    } else {
+                        Err(CoordError::Setup("roll back".into()))
+                    }
+                });
+                assert_eq!(out.is_ok(), commit, "round {round} step {step}: {out:?}");
+                chose += store
+                    .transact(|tx| {
+                        let agents = tx.list_agents()?;
+                        compare(tx, &mut r, &agents)
+                    })
+                    .unwrap();
+            }
+        }
+        // Both outcomes were exercised (2 × 60 × 20 selections).
+        assert!(
+            (300..2100).contains(&chose),
+            "{chose} selections chose agents"
+        );
+    }
+
+    /// Compares 20 random selections; returns how many chose agents.
+    fn compare(
+        tx: &mut dyn crate::store::Tx,
+        r: &mut Lcg,
+        agents: &[AgentRow],
+    ) -> Result<usize, CoordError> {
+        let mut chose = 0;
+        for _ in 0..20 {
+            let names: Vec<String> = if r.next(4) == 0 {
+                (0..1 + r.next(3))
+                    .map(|_| format!("ag-{:03}", r.next(60)))
+                    .collect()
+            } else {
+                vec![]
+            };
+            let s = spec(r, names);
+            let exclude: Vec<String> = (0..r.next(3))
+                .map(|_| format!("ag-{:03}", r.next(60)))
+                .collect();
+            let fast = logic::select_agents(tx, &s, &exclude).map_err(|e| e.to_string());
+            let slow = logic::select_agents_from_rows(tx, &s, &exclude).map_err(|e| e.to_string());
+            assert_eq!(fast, slow, "spec {s:?} exclude {exclude:?}");
+            chose += usize::from(fast.is_ok());
+            let raw = benchlake_proto::v1::BenchmarkSpec {
+                benchmark: s.benchmark.clone(),
+                nodes: Some(benchlake_proto::v1::NodeSelector {
+                    names: s.nodes.names.clone(),
+                    labels: Default::default(),
+                    count: s.nodes.count,
+                }),
+                ..Default::default()
+            };
+            let cfg = crate::config::CoordinatorConfig::default();
+            let fast = logic::validate_spec_tx(&cfg, tx, &raw).map_err(|e| e.to_string());
+            let slow = logic::validate_spec(&cfg, agents, &raw).map_err(|e| e.to_string());
+            assert_eq!(fast, slow);
+        }
+        Ok(chose)
+    }
+}
