@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use benchlake_core::bench::{BenchmarkDef, Catalog};
-use benchlake_proto::client::{Auth, channel};
+use benchlake_proto::client::{Auth, channel_with};
 use benchlake_proto::retry::RetryPolicy;
 use benchlake_proto::v1 as pb;
 use pb::agent_service_client::AgentServiceClient;
@@ -98,6 +98,8 @@ pub struct AgentConfig {
     pub apps_dir: Option<PathBuf>,
     /// A scratch directory benchmarks may name in path parameters (`{scratch_dir}`).
     pub scratch_dir: Option<PathBuf>,
+    /// TLS to an `https://` coordinator: CA and client certificate.
+    pub tls: benchlake_proto::client::ClientTls,
 }
 
 impl AgentConfig {
@@ -120,6 +122,7 @@ impl AgentConfig {
             run_as: None,
             apps_dir: None,
             scratch_dir: None,
+            tls: Default::default(),
         })
     }
 }
@@ -226,7 +229,7 @@ fn def_to_pb(b: &BenchmarkDef) -> pb::BenchmarkDef {
 
 /// Connects a client to the coordinator.
 pub fn client(cfg: &AgentConfig) -> Result<Client> {
-    let ch = channel(&cfg.coordinator).map_err(AgentError::Config)?;
+    let ch = channel_with(&cfg.coordinator, &cfg.tls).map_err(AgentError::Config)?;
     let auth = Auth::new(cfg.token.as_deref()).map_err(AgentError::Config)?;
     Ok(AgentServiceClient::with_interceptor(ch, auth)
         .max_decoding_message_size(64 << 20)

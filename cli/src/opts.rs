@@ -141,6 +141,47 @@ impl TokenArgs {
     }
 }
 
+/// TLS on the coordinator's port (`coordinator`, `up`): gRPC and Flight alike.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ServerTlsArgs {
+    /// TLS certificate chain (PEM): the port then speaks TLS only (needs --tls-key).
+    #[arg(long, env = "BENCHLAKE_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert; should be readable by its owner only.
+    #[arg(long, env = "BENCHLAKE_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// Mutual TLS: clients must present a certificate signed by this CA (PEM).
+    #[arg(long, env = "BENCHLAKE_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
+}
+
+/// TLS of a client (agent, worker, user commands) to an `https://` coordinator.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ClientTlsArgs {
+    /// CA (PEM) the coordinator's certificate must chain to (default: the
+    /// system roots); used only with an https:// coordinator address.
+    #[arg(long, env = "BENCHLAKE_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for a coordinator that requires mutual TLS.
+    #[arg(long, env = "BENCHLAKE_TLS_CLIENT_CERT")]
+    pub tls_client_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-client-cert.
+    #[arg(long, env = "BENCHLAKE_TLS_CLIENT_KEY")]
+    pub tls_client_key: Option<PathBuf>,
+}
+
+impl ClientTlsArgs {
+    /// Reads the files.
+    pub fn load(&self) -> anyhow::Result<benchlake_proto::client::ClientTls> {
+        benchlake_proto::client::ClientTls::from_files(
+            self.tls_ca.as_deref(),
+            self.tls_client_cert.as_deref(),
+            self.tls_client_key.as_deref(),
+        )
+        .map_err(anyhow::Error::msg)
+    }
+}
+
 /// Coordinator tuning shared by `coordinator` and `up`.
 #[derive(Debug, Clone, Args)]
 pub struct CoordTuning {
@@ -186,6 +227,8 @@ pub struct CoordinatorArgs {
     pub tokens: TokenArgs,
     #[command(flatten)]
     pub tuning: CoordTuning,
+    #[command(flatten)]
+    pub tls: ServerTlsArgs,
 }
 
 impl CoordinatorArgs {
@@ -203,6 +246,9 @@ impl CoordinatorArgs {
             retry_backoff_ms: t.retry_backoff_ms,
             tick_ms: t.tick_ms,
             tokens: self.tokens.tokens()?,
+            tls_cert: self.tls.tls_cert.clone(),
+            tls_key: self.tls.tls_key.clone(),
+            tls_client_ca: self.tls.tls_client_ca.clone(),
             ..Default::default()
         })
     }
@@ -265,6 +311,8 @@ pub struct AgentArgs {
     /// parallel file system for pio/IOR test files).
     #[arg(long, env = "BENCHLAKE_SCRATCH_DIR")]
     pub scratch_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub tls: ClientTlsArgs,
 }
 
 impl AgentArgs {
@@ -299,6 +347,7 @@ impl AgentArgs {
         c.run_as = self.run_as.clone();
         c.apps_dir = self.apps_dir.clone();
         c.scratch_dir = self.scratch_dir.clone();
+        c.tls = self.tls.load()?;
         Ok(c)
     }
 }
@@ -340,6 +389,8 @@ pub struct WorkerArgs {
     /// up: seconds, or with a unit (`500ms`, `90s`, `5m`, `1h`).
     #[arg(long, env = "BENCHLAKE_RETRY_FOR", default_value = "120", value_parser = parse_duration)]
     pub retry_for: Duration,
+    #[command(flatten)]
+    pub tls: ClientTlsArgs,
 }
 
 impl WorkerArgs {
@@ -421,8 +472,14 @@ pub async fn until(mut rx: tokio::sync::watch::Receiver<bool>) {
 
 pub async fn run_coordinator(a: CoordinatorArgs) -> anyhow::Result<()> {
     let cfg = a.config("benchlake-data/lake")?;
-    if !cfg.tokens.enabled() && !a.listen.starts_with("127.") && !a.listen.starts_with("localhost")
-    {
+    let public = !a.listen.starts_with("127.") && !a.listen.starts_with("localhost");
+    if public && cfg.tls_cert.is_none() {
+        tracing::warn!(
+            "no TLS certificate: tokens and data cross the network in plaintext; \
+             give --tls-cert and --tls-key"
+        );
+    }
+    if !cfg.tokens.enabled() && public {
         tracing::warn!(
             "no tokens configured: anyone who reaches {} can use the coordinator",
             a.listen
@@ -443,8 +500,9 @@ pub async fn run_agent(a: AgentArgs) -> anyhow::Result<()> {
 }
 
 pub async fn run_worker(a: WorkerArgs) -> anyhow::Result<()> {
-    benchlake_worker::run(
+    benchlake_worker::run_with_tls(
         a.config(),
+        a.tls.load()?,
         benchlake_worker::Executors::builtin(),
         shutdown_signal(),
     )

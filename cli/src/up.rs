@@ -9,7 +9,9 @@ use anyhow::{Context, bail};
 use benchlake_proto::v1 as pb;
 use clap::Args;
 
-use crate::opts::{CoordTuning, LakeArgs, TokenArgs, shutdown_signal, until};
+use crate::opts::{
+    ClientTlsArgs, CoordTuning, LakeArgs, ServerTlsArgs, TokenArgs, shutdown_signal, until,
+};
 use crate::user::{self, Conn};
 
 #[derive(Debug, Clone, Args)]
@@ -35,6 +37,13 @@ pub struct UpArgs {
     pub tokens: TokenArgs,
     #[command(flatten)]
     pub tuning: CoordTuning,
+    #[command(flatten)]
+    pub tls: ServerTlsArgs,
+    /// With --tls-client-ca: the certificate (--tls-client-cert/--tls-client-key)
+    /// up's own agent, worker and demo present. They trust exactly the
+    /// certificate of --tls-cert (pinned), so --tls-ca is not needed.
+    #[command(flatten)]
+    pub client_tls: ClientTlsArgs,
 }
 
 pub async fn up(a: UpArgs) -> anyhow::Result<()> {
@@ -57,6 +66,18 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
             format!("cannot listen on {listen} (is another benchlake running? use --listen)")
         })?;
     let addr = listener.local_addr()?.to_string();
+    // up's own clients: https:// with the server certificate pinned when the
+    // port speaks TLS.
+    let (client_addr, client_tls) = match &a.tls.tls_cert {
+        Some(cert) => {
+            let mut t = a.client_tls.load()?;
+            t.ca = None;
+            t.pinned =
+                Some(std::fs::read(cert).with_context(|| format!("reading {}", cert.display()))?);
+            (format!("https://{addr}"), t)
+        }
+        None => (addr.clone(), Default::default()),
+    };
 
     let coord_args = crate::opts::CoordinatorArgs {
         listen: addr.clone(),
@@ -68,6 +89,7 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
             heartbeat_ms: a.tuning.heartbeat_ms.min(2_000),
             ..a.tuning.clone()
         },
+        tls: a.tls.clone(),
     };
     let lake_default = data.join("lake").display().to_string();
     let cfg = coord_args.config(&lake_default)?;
@@ -89,8 +111,9 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
         }
     }));
 
-    let mut agent = benchlake_agent::AgentConfig::new(&addr, data.join("work"))?;
+    let mut agent = benchlake_agent::AgentConfig::new(&client_addr, data.join("work"))?;
     agent.token = agent_token;
+    agent.tls = client_tls.clone();
     agent.poll_interval = Duration::from_millis(200);
     // `up` is one user's own cluster: benchmarks run as that user (root
     // included), and traced runs start applications under DATA/apps.
@@ -109,7 +132,7 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
     let agent_task = tokio::spawn(benchlake_agent::run(agent, stop_rx.clone()));
 
     let worker = benchlake_worker::WorkerConfig {
-        coordinator: addr.clone(),
+        coordinator: client_addr.clone(),
         token: worker_token,
         name: format!("worker-{agent_name}"),
         store: store.clone(),
@@ -119,22 +142,31 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
         commit_delay: Duration::ZERO,
         retry_for: benchlake_proto::retry::DEFAULT_RETRY_FOR,
     };
-    let worker_task = tokio::spawn(benchlake_worker::run(
+    let worker_task = tokio::spawn(benchlake_worker::run_with_tls(
         worker,
+        client_tls.clone(),
         benchlake_worker::Executors::builtin(),
         stop_rx.clone(),
     ));
 
     eprintln!(
-        "benchlake is up: coordinator {addr}, lake {}, state {}",
+        "benchlake is up: coordinator {client_addr}, lake {}, state {}",
         store.url,
         data.join("state.db").display()
     );
     let result = if a.demo {
-        demo(&addr, user_token, &store.url, &apps, started).await
+        demo(
+            &client_addr,
+            client_tls,
+            user_token,
+            &store.url,
+            &apps,
+            started,
+        )
+        .await
     } else {
         eprintln!(
-            "try: benchlake run submit hostinfo --watch --coordinator {addr}   (Ctrl-C stops)"
+            "try: benchlake run submit hostinfo --watch --coordinator {client_addr}   (Ctrl-C stops)"
         );
         until(sd).await;
         Ok(())
@@ -168,6 +200,7 @@ async fn wait_for_agent(conn: &Conn) -> anyhow::Result<()> {
 
 async fn demo(
     addr: &str,
+    tls: benchlake_proto::client::ClientTls,
     token: Option<String>,
     lake: &str,
     apps: &std::path::Path,
@@ -177,6 +210,8 @@ async fn demo(
         coordinator: addr.to_string(),
         token,
         json: false,
+        tls: Default::default(),
+        client_tls: Some(tls.clone()),
     };
     wait_for_agent(&conn).await?;
     // The demo runs: one per capability that exists.
@@ -252,7 +287,7 @@ async fn demo(
         values: v.iter().map(|x| x.to_string()).collect(),
     };
     let (ch, auth) = (
-        benchlake_proto::client::channel(addr).map_err(anyhow::Error::msg)?,
+        benchlake_proto::client::channel_with(addr, &tls).map_err(anyhow::Error::msg)?,
         benchlake_proto::client::Auth::new(conn.token.as_deref()).map_err(anyhow::Error::msg)?,
     );
     let r = pb::replay_service_client::ReplayServiceClient::with_interceptor(ch, auth)

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use benchlake_proto::client::{Auth, channel};
+use benchlake_proto::client::{Auth, channel_with};
 use benchlake_proto::v1 as pb;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -25,12 +25,24 @@ pub struct Conn {
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub tls: crate::opts::ClientTlsArgs,
+    /// TLS settings used instead of `tls` (`benchlake up`'s own clients).
+    #[arg(skip)]
+    pub client_tls: Option<benchlake_proto::client::ClientTls>,
 }
 
 impl Conn {
     fn ch(&self) -> anyhow::Result<(Channel, Auth)> {
         Ok((
-            channel(&self.coordinator).map_err(anyhow::Error::msg)?,
+            channel_with(
+                &self.coordinator,
+                &match &self.client_tls {
+                    Some(t) => t.clone(),
+                    None => self.tls.load()?,
+                },
+            )
+            .map_err(anyhow::Error::msg)?,
             Auth::new(self.token.as_deref()).map_err(anyhow::Error::msg)?,
         ))
     }

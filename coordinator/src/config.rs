@@ -225,6 +225,14 @@ pub struct CoordinatorConfig {
     pub tokens: Tokens,
     /// Run the background scheduler/reaper loop (tests drive ticks by hand when false).
     pub background: bool,
+    /// TLS certificate chain (PEM); with [`CoordinatorConfig::tls_key`], every
+    /// service on the port (gRPC, Flight) speaks TLS only.
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) of `tls_cert`.
+    pub tls_key: Option<PathBuf>,
+    /// CA (PEM) client certificates must be signed by: mutual TLS, no client
+    /// without a certificate gets through the handshake.
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 impl Default for CoordinatorConfig {
@@ -248,6 +256,9 @@ impl Default for CoordinatorConfig {
             max_message_bytes: 16 << 20,
             tokens: Tokens::default(),
             background: true,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod placement;
 pub mod reconcile;
 pub mod scheduler;
 pub mod store;
+pub mod tls;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -424,12 +425,14 @@ impl Coordinator {
 
 /// Serves the coordinator on `listener` until `shutdown` resolves: all gRPC
 /// services, reflection (v1 and v1alpha) and Arrow Flight, behind the token
-/// interceptor; starts the background loop when the config asks for it.
+/// interceptor, over TLS when the config has a certificate ([`tls`]); starts
+/// the background loop when the config asks for it.
 pub async fn serve(
     coord: Arc<Coordinator>,
     listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    let acceptor = tls::acceptor(&coord.cfg).map_err(CoordError::Setup)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let bg = if coord.cfg.background {
         Some(tokio::spawn(coord.clone().background(stop_rx)))
@@ -437,11 +440,20 @@ pub async fn serve(
         None
     };
     let router = grpc::router(coord.clone())?;
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    let res = router
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
-        .map_err(|e| CoordError::Setup(format!("gRPC server: {e}")));
+    let res = match acceptor {
+        Some(acceptor) => {
+            router
+                .serve_with_incoming_shutdown(tls::incoming(listener, acceptor), shutdown)
+                .await
+        }
+        None => {
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            router
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+        }
+    }
+    .map_err(|e| CoordError::Setup(format!("gRPC server: {e}")));
     let _ = stop_tx.send(true);
     if let Some(bg) = bg {
         let _ = bg.await;
@@ -456,11 +468,15 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    // A TLS misconfiguration stops the start before anything is opened.
+    tls::acceptor(&cfg).map_err(CoordError::Setup)?;
     let coord = Coordinator::open(cfg, Arc::new(SystemClock))?;
     tracing::info!(
         addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
         lake = %coord.lake.root(),
         auth = coord.cfg.tokens.enabled(),
+        tls = coord.cfg.tls_cert.is_some(),
+        mutual_tls = coord.cfg.tls_client_ca.is_some(),
         "coordinator listening"
     );
     serve(coord, listener, shutdown).await

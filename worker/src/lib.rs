@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use benchlake_core::jobs::FollowUp;
 use benchlake_core::lake::{Lake, StoreConfig, TableOutput, encode_parquet};
-use benchlake_proto::client::{Auth, channel};
+use benchlake_proto::client::{Auth, ClientTls, channel_with};
 use benchlake_proto::retry::RetryPolicy;
 use benchlake_proto::v1 as pb;
 use pb::worker_service_client::WorkerServiceClient;
@@ -187,9 +187,14 @@ pub struct WorkerConfig {
     pub retry_for: Duration,
 }
 
-/// Connects a client.
+/// Connects a client (default TLS settings for an `https://` coordinator).
 pub fn client(cfg: &WorkerConfig) -> Result<Client, String> {
-    let ch = channel(&cfg.coordinator)?;
+    client_with(cfg, &ClientTls::default())
+}
+
+/// Connects a client with `tls` for an `https://` coordinator.
+pub fn client_with(cfg: &WorkerConfig, tls: &ClientTls) -> Result<Client, String> {
+    let ch = channel_with(&cfg.coordinator, tls)?;
     Ok(
         WorkerServiceClient::with_interceptor(ch, Auth::new(cfg.token.as_deref())?)
             .max_decoding_message_size(64 << 20)
@@ -204,10 +209,20 @@ pub async fn run(
     executors: Executors,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), String> {
+    run_with_tls(cfg, ClientTls::default(), executors, shutdown).await
+}
+
+/// [`run`] with `tls` (CA, client certificate) for an `https://` coordinator.
+pub async fn run_with_tls(
+    cfg: WorkerConfig,
+    tls: ClientTls,
+    executors: Executors,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), String> {
     let lake = Lake::open(&cfg.store).map_err(|e| format!("lake: {e}"))?;
     std::fs::create_dir_all(&cfg.scratch_dir)
         .map_err(|e| format!("{}: {e}", cfg.scratch_dir.display()))?;
-    let c = client(&cfg)?;
+    let c = client_with(&cfg, &tls)?;
     tracing::info!(worker = %cfg.name, kinds = ?executors.kinds(), concurrency = cfg.concurrency, "worker started");
     let mut slots = tokio::task::JoinSet::new();
     for slot in 0..cfg.concurrency.max(1) {

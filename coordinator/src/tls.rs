@@ -1,0 +1,131 @@
+//! TLS on the coordinator's listener (rustls with the ring provider; no system
+//! OpenSSL). Every service the coordinator serves on its port, gRPC and Arrow
+//! Flight alike, goes through the same acceptor. With a client CA configured
+//! (`--tls-client-ca`), every connection must present a certificate signed by
+//! it (mutual TLS); bearer tokens are still checked on top.
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use benchlake_proto::client::tokio_rustls::rustls::pki_types::pem::PemObject;
+use benchlake_proto::client::tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use benchlake_proto::client::tokio_rustls::rustls::server::WebPkiClientVerifier;
+use benchlake_proto::client::tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
+use benchlake_proto::client::tokio_rustls::{TlsAcceptor, server::TlsStream};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::config::CoordinatorConfig;
+
+/// How long a client may take to complete its handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn certs(p: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let v = CertificateDer::pem_file_iter(p)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("{}: {e}", p.display()))?;
+    if v.is_empty() {
+        return Err(format!("{}: no PEM certificate in the file", p.display()));
+    }
+    Ok(v)
+}
+
+/// Warns when a private key file is readable by group or others.
+fn check_key_mode(p: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(m) = std::fs::metadata(p) {
+        let mode = m.permissions().mode();
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                key = %p.display(),
+                mode = format!("{:o}", mode & 0o777),
+                "the TLS private key is readable by group or others; chmod 600 it"
+            );
+        }
+    }
+}
+
+/// The TLS acceptor of `cfg` (None: plaintext). Refuses a certificate without
+/// a key and the other way round, and a client CA without both.
+pub fn acceptor(cfg: &CoordinatorConfig) -> Result<Option<TlsAcceptor>, String> {
+    let (cert, key) = match (&cfg.tls_cert, &cfg.tls_key) {
+        (None, None) => {
+            if cfg.tls_client_ca.is_some() {
+                return Err(
+                    "--tls-client-ca needs TLS: give --tls-cert and --tls-key too".to_string(),
+                );
+            }
+            return Ok(None);
+        }
+        (Some(c), Some(k)) => (c, k),
+        (Some(_), None) => return Err("--tls-cert needs --tls-key (both PEM files)".into()),
+        (None, Some(_)) => return Err("--tls-key needs --tls-cert (both PEM files)".into()),
+    };
+    let chain = certs(cert)?;
+    check_key_mode(key);
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("{}: {e}", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?;
+    let builder = match &cfg.tls_client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for c in certs(ca)? {
+                roots.add(c).map_err(|e| format!("{}: {e}", ca.display()))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| format!("{}: {e}", ca.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut sc = builder
+        .with_single_cert(chain, key)
+        .map_err(|e| format!("TLS certificate and key: {e}"))?;
+    // gRPC clients (tonic, grpc-core behind grpcio and pyarrow) insist on h2.
+    sc.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Some(TlsAcceptor::from(Arc::new(sc))))
+}
+
+/// The connections of `listener` after their TLS handshake, which runs per
+/// connection (a slow or silent client holds up no other) within
+/// [`HANDSHAKE_TIMEOUT`]; failed handshakes are logged and dropped. Accepting
+/// stops when the stream is dropped (server shutdown).
+pub fn incoming(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let (tcp, peer) = tokio::select! {
+                _ = tx.closed() => break,
+                r = listener.accept() => match r {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off a little.
+                        tracing::warn!(error = %e, "accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let _ = tcp.set_nodelay(true);
+            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(s)) => {
+                        let _ = tx.send(Ok(s)).await;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(peer = %peer, error = %e, "TLS handshake failed")
+                    }
+                    Err(_) => tracing::warn!(peer = %peer, "TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    ReceiverStream::new(rx)
+}
