@@ -211,7 +211,7 @@ async fn demo(
         token,
         json: false,
         tls: Default::default(),
-        client_tls: Some(tls.clone()),
+        client_tls: Some(std::sync::Arc::new(tls.clone())),
     };
     wait_for_agent(&conn).await?;
     // The demo runs: one per capability that exists.

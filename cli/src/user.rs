@@ -26,10 +26,10 @@ pub struct Conn {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub tls: crate::opts::ClientTlsArgs,
+    pub tls: Box<crate::opts::ClientTlsArgs>,
     /// TLS settings used instead of `tls` (`benchlake up`'s own clients).
     #[arg(skip)]
-    pub client_tls: Option<benchlake_proto::client::ClientTls>,
+    pub client_tls: Option<std::sync::Arc<benchlake_proto::client::ClientTls>>,
 }
 
 impl Conn {
@@ -38,7 +38,7 @@ impl Conn {
             channel_with(
                 &self.coordinator,
                 &match &self.client_tls {
-                    Some(t) => t.clone(),
+                    Some(t) => (**t).clone(),
                     None => self.tls.load()?,
                 },
             )
