@@ -254,7 +254,7 @@ pub fn select_agents(tx: &mut dyn Tx, spec: &Spec, exclude: &[String]) -> Result
         return named_count(spec, out);
     }
     let want = spec.nodes.count.max(1) as usize;
-    let cands = v.candidates(spec, exclude);
+    let cands = v.candidates(spec, exclude, want);
     least_loaded(spec, want, cands)
 }
 

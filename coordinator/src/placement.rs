@@ -86,6 +86,9 @@ pub struct Placement {
     agents: HashMap<String, AgentEntry>,
     /// Benchmark name → agents offering it (any state), by name.
     by_benchmark: HashMap<String, BTreeSet<String>>,
+    /// Benchmark name → (load, agent) of the agents offering it: selection
+    /// walks it from the least loaded and stops after the agents it needs.
+    ranked: HashMap<String, BTreeSet<(u64, String)>>,
     /// Agent → tasks not ended (QUEUED, LEASED, RUNNING). No zero entries.
     load: HashMap<String, u64>,
     /// Task id → task not ended.
@@ -134,12 +137,19 @@ impl Placement {
     }
 
     fn set_agent(&mut self, name: &str, e: Option<AgentEntry>) {
+        let load = self.load(name);
         if let Some(old) = self.agents.remove(name) {
             for b in &old.catalog {
                 if let Some(s) = self.by_benchmark.get_mut(&b.name) {
                     s.remove(name);
                     if s.is_empty() {
                         self.by_benchmark.remove(&b.name);
+                    }
+                }
+                if let Some(s) = self.ranked.get_mut(&b.name) {
+                    s.remove(&(load, name.to_string()));
+                    if s.is_empty() {
+                        self.ranked.remove(&b.name);
                     }
                 }
             }
@@ -150,22 +160,43 @@ impl Placement {
                     .entry(b.name.clone())
                     .or_default()
                     .insert(name.to_string());
+                self.ranked
+                    .entry(b.name.clone())
+                    .or_default()
+                    .insert((load, name.to_string()));
             }
             self.agents.insert(name.to_string(), e);
         }
     }
 
-    fn set_task(&mut self, id: &str, t: Option<ActiveTask>) {
-        if let Some(old) = self.tasks.remove(id)
-            && let Some(n) = self.load.get_mut(&old.agent)
-        {
-            *n -= 1;
-            if *n == 0 {
-                self.load.remove(&old.agent);
+    /// Moves `agent`'s load by `delta`, in the load map and the ranked sets.
+    fn add_load(&mut self, agent: &str, delta: i64) {
+        let old = self.load(agent);
+        let new = (old as i64 + delta).max(0) as u64;
+        if new == old {
+            return;
+        }
+        if new == 0 {
+            self.load.remove(agent);
+        } else {
+            self.load.insert(agent.to_string(), new);
+        }
+        if let Some(e) = self.agents.get(agent) {
+            for b in &e.catalog {
+                if let Some(s) = self.ranked.get_mut(&b.name) {
+                    s.remove(&(old, agent.to_string()));
+                    s.insert((new, agent.to_string()));
+                }
             }
         }
+    }
+
+    fn set_task(&mut self, id: &str, t: Option<ActiveTask>) {
+        if let Some(old) = self.tasks.remove(id) {
+            self.add_load(&old.agent, -1);
+        }
         if let Some(t) = t {
-            *self.load.entry(t.agent.clone()).or_default() += 1;
+            self.add_load(&t.agent, 1);
             self.tasks.insert(id.to_string(), t);
         }
     }
@@ -238,34 +269,25 @@ impl View<'_> {
         (self.base.load(agent) as i64 + d).max(0) as u64
     }
 
-    /// Names of the agents offering `benchmark` (any state), by name.
-    fn offering<'s>(&'s self, benchmark: &'s str) -> Vec<&'s str> {
-        let mut names: Vec<&str> = self
-            .base
-            .by_benchmark
-            .get(benchmark)
-            .into_iter()
-            .flatten()
-            .map(String::as_str)
-            .filter(|n| !self.pending.agents.contains_key(*n))
-            .collect();
-        if !self.pending.agents.is_empty() {
-            names.extend(
-                self.pending
-                    .agents
-                    .iter()
-                    .filter(|(_, e)| e.catalog.iter().any(|b| b.name == benchmark))
-                    .map(|(n, _)| n.as_str()),
-            );
-            names.sort_unstable();
-        }
-        names
-    }
-
     /// The catalog entry of `benchmark` of the first agent (by name) offering
     /// it, like [`crate::logic::find_benchmark`] over every agent row.
     pub fn benchmark(&self, benchmark: &str) -> Option<BenchmarkInfo> {
-        let first = *self.offering(benchmark).first()?;
+        let base = self.base.by_benchmark.get(benchmark).and_then(|s| {
+            s.iter()
+                .find(|n| !self.pending.agents.contains_key(*n))
+                .map(String::as_str)
+        });
+        let pending = self
+            .pending
+            .agents
+            .iter()
+            .filter(|(_, e)| e.catalog.iter().any(|b| b.name == benchmark))
+            .map(|(n, _)| n.as_str())
+            .min();
+        let first = match (base, pending) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b)?,
+        };
         self.agent(first)?
             .catalog
             .iter()
@@ -297,15 +319,45 @@ impl View<'_> {
         known.into_iter().collect()
     }
 
-    /// The eligible agents of `spec` that are not in `exclude`, with their
-    /// load: O(agents offering the benchmark), no row read or decoded.
-    pub fn candidates(&self, spec: &Spec, exclude: &[String]) -> Vec<(usize, String)> {
-        self.offering(&spec.benchmark)
-            .into_iter()
-            .filter(|n| !exclude.iter().any(|x| x == n))
-            .filter(|n| self.agent(n).is_some_and(|e| e.eligible(spec)))
-            .map(|n| (self.load(n) as usize, n.to_string()))
-            .collect()
+    /// The eligible agents of `spec` not in `exclude`, with their load; when
+    /// there are more than `want`, only a part that holds the `want` least
+    /// loaded (ties by name). Walks the benchmark's agents from the least
+    /// loaded and stops after `want` eligible ones: O(want + ineligible agents
+    /// skipped) plus the agents this transaction changed, no row read.
+    pub fn candidates(&self, spec: &Spec, exclude: &[String], want: usize) -> Vec<(usize, String)> {
+        let changed = |n: &str| {
+            self.pending.agents.contains_key(n)
+                || self.pending.load_delta.get(n).is_some_and(|d| *d != 0)
+        };
+        let mut out = Vec::new();
+        if let Some(set) = self.base.ranked.get(&spec.benchmark) {
+            for (load, n) in set {
+                if out.len() >= want {
+                    break;
+                }
+                if changed(n) || exclude.contains(n) {
+                    continue;
+                }
+                if self.base.agent(n).is_some_and(|e| e.eligible(spec)) {
+                    out.push((*load as usize, n.clone()));
+                }
+            }
+        }
+        // Agents this transaction wrote or loaded: their entry and load as it sees them.
+        let mut touched: BTreeSet<&String> = self.pending.agents.keys().collect();
+        touched.extend(
+            self.pending
+                .load_delta
+                .iter()
+                .filter(|(_, d)| **d != 0)
+                .map(|(n, _)| n),
+        );
+        for n in touched {
+            if !exclude.contains(n) && self.agent(n).is_some_and(|e| e.eligible(spec)) {
+                out.push((self.load(n) as usize, n.clone()));
+            }
+        }
+        out
     }
 }
 
