@@ -71,7 +71,11 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
     let (client_addr, client_tls) = match &a.tls.tls_cert {
         Some(cert) => {
             let mut t = a.client_tls.load()?;
-            t.ca = None;
+            if t.ca.take().is_some() {
+                tracing::warn!(
+                    "--tls-ca is not used by up: its own clients trust --tls-cert itself"
+                );
+            }
             t.pinned =
                 Some(std::fs::read(cert).with_context(|| format!("reading {}", cert.display()))?);
             (format!("https://{addr}"), t)
