@@ -79,7 +79,8 @@ pub fn current_user_name() -> String {
     let mut buf = vec![0u8; 16 * 1024];
     let mut out: *mut libc::passwd = std::ptr::null_mut();
     // SAFETY: as in lookup_user: valid pointers, `buf.len()` passed.
-    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut out) };
+    let rc =
+        unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut out) };
     if rc != 0 || out.is_null() || pw.pw_name.is_null() {
         return uid.to_string();
     }
@@ -155,7 +156,14 @@ pub fn contain(cmd: &mut tokio::process::Command, work_dir: &Path, ra: Option<&R
         cmd.pre_exec(move || {
             // Set after the user switch (which would clear it): the first
             // process of the task dies with the agent's thread that started it.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
             // The agent died between fork and prctl: do not run orphaned.

@@ -312,10 +312,16 @@ pub async fn run(cfg: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Resul
     if !cfg.keep_work {
         let n = contain::remove_stale_dirs(&cfg.work_dir);
         if n > 0 {
-            tracing::info!(runs = n, "removed task directories an earlier run of this agent left");
+            tracing::info!(
+                runs = n,
+                "removed task directories an earlier run of this agent left"
+            );
         }
     }
-    for d in [&mut cfg.apps_dir, &mut cfg.scratch_dir].into_iter().flatten() {
+    for d in [&mut cfg.apps_dir, &mut cfg.scratch_dir]
+        .into_iter()
+        .flatten()
+    {
         if let Ok(abs) = std::fs::canonicalize(&*d) {
             *d = abs;
         }

@@ -277,7 +277,8 @@ async fn submit(a: SubmitArgs) -> anyhow::Result<()> {
         });
     }
     let (ch, auth) = (
-        benchlake_proto::client::channel(&a.conn.coordinator).map_err(anyhow::Error::msg)?,
+        benchlake_proto::client::channel_with(&a.conn.coordinator, &a.conn.tls.load()?)
+            .map_err(anyhow::Error::msg)?,
         benchlake_proto::client::Auth::new(a.conn.token.as_deref()).map_err(anyhow::Error::msg)?,
     );
     let mut rc = pb::replay_service_client::ReplayServiceClient::with_interceptor(ch, auth)

@@ -358,7 +358,10 @@ async fn demo(
     if d.run.as_ref().map(|r| r.state) == Some(pb::RunState::Failed as i32)
         && refused.contains("outside the directories")
     {
-        println!("pio -p dir=/proc/sys run {} refused, as it must be: {refused}", r.run_id);
+        println!(
+            "pio -p dir=/proc/sys run {} refused, as it must be: {refused}",
+            r.run_id
+        );
     } else {
         user::print_detail(&d);
         failed.push(format!("refused pio ({}): it was not refused", r.run_id));

@@ -122,8 +122,12 @@ impl Drop for TlsCoord {
 
 impl TlsCoord {
     async fn start(pki: &Pki, mutual: bool) -> Self {
+        Self::start_with(pki, mutual, Tokens::default()).await
+    }
+
+    async fn start_with(pki: &Pki, mutual: bool, tokens: Tokens) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let mut cfg = config(dir.path(), Tokens::default());
+        let mut cfg = config(dir.path(), tokens);
         cfg.tls_cert = Some(pki.path("server.pem"));
         cfg.tls_key = Some(pki.path("server.key"));
         if mutual {
@@ -367,6 +371,46 @@ async fn mutual_tls_refuses_clients_without_a_ca_signed_certificate() {
     assert!(list_agents(&c.url, &wrong).await.is_err());
     // The CA-signed certificate.
     assert!(list_agents(&c.url, &pki.client(true)).await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_names_the_agent() {
+    let pki = Pki::new();
+    const SHARED: &str = "shared-agent-token-0123456";
+    const BOUND_A2: &str = "a2-bound-token-0123456789";
+    let tokens = Tokens {
+        agent: vec![SHARED.into(), format!("a2:{BOUND_A2}")],
+        ..Default::default()
+    };
+    let c = TlsCoord::start_with(&pki, true, tokens).await;
+    let register = |token: &'static str, name: &'static str| {
+        let ch = channel_with(&c.url, &pki.client(true)).unwrap();
+        async move {
+            pb::agent_service_client::AgentServiceClient::with_interceptor(
+                ch,
+                Auth::new(Some(token)).unwrap(),
+            )
+            .register(pb::RegisterRequest {
+                protocol_version: benchlake_proto::PROTOCOL_VERSION as i32,
+                name: name.into(),
+                ..Default::default()
+            })
+            .await
+        }
+    };
+    // The certificate's DNS name is `a1`: a shared token registers only as a1.
+    let e = register(SHARED, "a2").await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied);
+    assert!(e.message().contains("not to agent 'a2'"), "{}", e.message());
+    // A token bound to another name than the certificate's is refused.
+    let e = register(BOUND_A2, "a2").await.unwrap_err();
+    assert!(
+        e.message()
+            .contains("bound to 'a2' but the client certificate names 'a1'"),
+        "{}",
+        e.message()
+    );
+    register(SHARED, "a1").await.unwrap();
 }
 
 #[tokio::test]

@@ -4,6 +4,10 @@
 //! does not serve, and leaves the identity in the request extensions for finer
 //! checks (draining agents is admin-only; an agent acts only as itself).
 //!
+//! With mutual TLS, an agent's or worker's client certificate names it (its
+//! first DNS subject alternative name, else its common name): the caller may
+//! then act only under that name, and a token bound to another name is refused.
+//!
 //! Failed authentications are counted per peer address: each peer has a
 //! budget of [`FAIL_BURST`] failures refilled at [`FAIL_REFILL_PER_S`] per
 //! second; a peer that exhausts it is refused outright (`RESOURCE_EXHAUSTED`,
@@ -180,10 +184,43 @@ impl Guard {
                 id.role.as_str()
             )));
         }
+        let mut id = id;
+        if matches!(id.role, Role::Agent | Role::Worker)
+            && let Some(name) = req
+                .peer_certs()
+                .and_then(|c| c.first().and_then(|c| cert_name(c.as_ref())))
+        {
+            match &id.name {
+                Some(bound) if *bound != name => {
+                    return Err(Status::permission_denied(format!(
+                        "this token is bound to '{bound}' but the client certificate names '{name}'"
+                    )));
+                }
+                _ => id.name = Some(name),
+            }
+        }
         req.extensions_mut().insert(id.role);
         req.extensions_mut().insert(id);
         Ok(())
     }
+}
+
+/// The agent or worker name a client certificate (DER) carries: its first DNS
+/// subject alternative name, else its subject's common name.
+pub fn cert_name(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for n in &san.value.general_names {
+            if let x509_parser::extensions::GeneralName::DNSName(d) = n {
+                return Some(d.to_string());
+            }
+        }
+    }
+    cert.subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .map(String::from)
 }
 
 /// An interceptor admitting `allowed` roles (and admin).
@@ -222,17 +259,18 @@ mod tests {
         let mut r = req("0123456789abcdef-a1");
         g.check(&mut r, &[Role::Agent], "AgentService").unwrap();
         let id = identity_of(&r);
-        assert_eq!(
-            (id.role, id.name.as_deref()),
-            (Role::Agent, Some("a1"))
-        );
+        assert_eq!((id.role, id.name.as_deref()), (Role::Agent, Some("a1")));
         assert!(id.may_act_as("a1") && !id.may_act_as("a2"));
         let mut r = req("shared-agent-token-xyz");
         g.check(&mut r, &[Role::Agent], "AgentService").unwrap();
         assert_eq!(identity_of(&r).name, None);
         // The user token may not call the agent protocol.
         let e = g
-            .check(&mut req("user-token-0123456789"), &[Role::Agent], "AgentService")
+            .check(
+                &mut req("user-token-0123456789"),
+                &[Role::Agent],
+                "AgentService",
+            )
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::PermissionDenied);
         // Wrong tokens: unauthenticated until the budget is spent, then every
@@ -240,7 +278,11 @@ mod tests {
         let mut codes = Vec::new();
         for i in 0..40 {
             let e = g
-                .check(&mut req(&format!("wrong-token-{i:08}")), &[Role::Agent], "AgentService")
+                .check(
+                    &mut req(&format!("wrong-token-{i:08}")),
+                    &[Role::Agent],
+                    "AgentService",
+                )
                 .unwrap_err();
             codes.push(e.code());
         }
@@ -252,7 +294,11 @@ mod tests {
             .count();
         assert!((29..=31).contains(&n_unauth), "{n_unauth}");
         let e = g
-            .check(&mut req("0123456789abcdef-a1"), &[Role::Agent], "AgentService")
+            .check(
+                &mut req("0123456789abcdef-a1"),
+                &[Role::Agent],
+                "AgentService",
+            )
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::ResourceExhausted);
     }

@@ -64,7 +64,10 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
         if !f.staged_key.starts_with(&own) || f.staged_key.contains("..") {
             return Err(CoordError::invalid(
                 &format!("files[{i}].staged_key"),
-                format!("'{}' is not under the job's staging prefix {own}", f.staged_key),
+                format!(
+                    "'{}' is not under the job's staging prefix {own}",
+                    f.staged_key
+                ),
             ));
         }
         if benchlake_core::catalog::get(&f.table).is_none() {
@@ -77,10 +80,9 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
             .verify_parquet(&f.staged_key, &f.table, f.rows)
             .await
             .map_err(|e| match e {
-                benchlake_core::Error::Invalid { message, .. } => CoordError::invalid(
-                    &format!("files[{i}] (table {})", f.table),
-                    message,
-                ),
+                benchlake_core::Error::Invalid { message, .. } => {
+                    CoordError::invalid(&format!("files[{i}] (table {})", f.table), message)
+                }
                 e => CoordError::from(e),
             })?;
     }

@@ -1161,7 +1161,10 @@ within = ["{apps_dir}"]
         let ok = |v: &str| b.validate_params(&p(&[("dir", v)]), "spec.params");
         assert_eq!(ok("/scratch//a/./b/").unwrap()["dir"], "/scratch/a/b");
         assert_eq!(ok("/scratch").unwrap()["dir"], "/scratch");
-        assert_eq!(ok("/tmp/x/apps/ring.x").unwrap()["dir"], "/tmp/x/apps/ring.x");
+        assert_eq!(
+            ok("/tmp/x/apps/ring.x").unwrap()["dir"],
+            "/tmp/x/apps/ring.x"
+        );
         for bad in [
             "/proc/sys",
             "/scratchy",
