@@ -51,10 +51,10 @@ pub fn router(coord: Shared) -> Result<tonic::transport::server::Router> {
     // the roles that may call it.
     macro_rules! guarded {
         ($server:ident, $roles:expr, $name:literal) => {
-            InterceptedService::new(
+            SizeLimitCode(InterceptedService::new(
                 $server::new(svc.clone()).max_decoding_message_size(max),
                 interceptor(guard.clone(), $roles, $name),
-            )
+            ))
         };
     }
     Ok(tonic::transport::Server::builder()
@@ -78,6 +78,49 @@ pub fn router(coord: Shared) -> Result<tonic::transport::server::Router> {
             ),
             interceptor(guard, USERS, "FlightService"),
         )))
+}
+
+/// A service whose over-limit messages answer `RESOURCE_EXHAUSTED`, the gRPC
+/// convention for a message larger than the receiver accepts (tonic's decoder
+/// says `OUT_OF_RANGE`, a code no handler of ours uses).
+#[derive(Clone)]
+pub struct SizeLimitCode<S>(S);
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for SizeLimitCode<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, ReqB, ResB> tonic::codegen::Service<http::Request<ReqB>> for SizeLimitCode<S>
+where
+    S: tonic::codegen::Service<http::Request<ReqB>, Response = http::Response<ResB>>,
+    S::Future: Send + 'static,
+    S::Error: 'static,
+    ResB: 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = tonic::codegen::BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::result::Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<ReqB>) -> Self::Future {
+        let f = self.0.call(req);
+        Box::pin(async move {
+            let mut r = f.await?;
+            // An error before any message is a trailers-only response: the
+            // status is in the headers.
+            let h = r.headers_mut();
+            if h.get("grpc-status").map(|v| v.as_bytes()) == Some(b"11") {
+                h.insert("grpc-status", http::HeaderValue::from_static("8"));
+            }
+            Ok(r)
+        })
+    }
 }
 
 /// The service implementation (one struct for all services).
@@ -904,9 +947,12 @@ impl ReplayService for Svc {
 /// A bound worker credential acts only on jobs its worker leased.
 fn worker_holds(id: &crate::config::Identity, j: &JobRow) -> Result<()> {
     match (&id.name, &j.leased_by) {
-        (Some(n), Some(by)) if id.role != Role::Admin && n != by => Err(CoordError::PermissionDenied(
-            format!("job {}: leased by worker '{by}', not '{n}'", j.job_id),
-        )),
+        (Some(n), Some(by)) if id.role != Role::Admin && n != by => {
+            Err(CoordError::PermissionDenied(format!(
+                "job {}: leased by worker '{by}', not '{n}'",
+                j.job_id
+            )))
+        }
         _ => Ok(()),
     }
 }
