@@ -229,21 +229,23 @@ impl Coordinator {
                 }
             }
             use std::sync::atomic::Ordering;
-            if !self.lease_flush_queued.swap(true, Ordering::AcqRel)
-                && let Ok(rt) = tokio::runtime::Handle::try_current()
-            {
-                let c = self.clone();
-                rt.spawn_blocking(move || {
-                    c.lease_flush_queued.store(false, Ordering::Release);
-                    if let Err(e) = c.flush_lease_extensions() {
-                        tracing::warn!(error = %e, "lease extension failed (the reaper retries)");
+            if !self.lease_flush_queued.swap(true, Ordering::AcqRel) {
+                match tokio::runtime::Handle::try_current() {
+                    Ok(rt) => {
+                        let c = self.clone();
+                        rt.spawn_blocking(move || {
+                            // Cleared first: extensions queued from now on get
+                            // another flush.
+                            c.lease_flush_queued.store(false, Ordering::Release);
+                            if let Err(e) = c.flush_lease_extensions() {
+                                tracing::warn!(error = %e, "lease extension failed (the reaper retries)");
+                            }
+                        });
                     }
-                });
-            } else {
-                // No runtime (a test driving the coordinator by hand): the next
-                // tick flushes.
-                self.lease_flush_queued
-                    .store(false, std::sync::atomic::Ordering::Release);
+                    // No runtime (a caller driving the coordinator by hand):
+                    // the next tick flushes.
+                    Err(_) => self.lease_flush_queued.store(false, Ordering::Release),
+                }
             }
         }
         Some(cancel)

@@ -533,6 +533,81 @@ mod tests {
         );
     }
 
+    /// A heartbeat's running tasks are checked in memory; the lease it asks to
+    /// extend is written by the next flush (here the tick: no runtime).
+    #[test]
+    fn heartbeats_check_tasks_in_memory_and_extensions_are_written_later() {
+        use benchlake_core::clock::ManualClock;
+        use benchlake_core::lake::Lake;
+        const T0: i64 = 1_000_000;
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(T0);
+        let store: Arc<dyn StateStore> = Arc::new(SqliteStore::in_memory().unwrap());
+        let cfg = crate::config::CoordinatorConfig {
+            background: false,
+            lease_timeout_ms: 30_000,
+            ..Default::default()
+        };
+        let c = crate::Coordinator::new(
+            store,
+            Lake::local(dir.path()).unwrap(),
+            Arc::new(clock.clone()),
+            cfg,
+        )
+        .unwrap();
+        let mut r = Lcg(1);
+        let mut a = agent(&mut r, 0);
+        a.name = "a1".into();
+        let mut mine = task(&mut r, "a1", 1);
+        mine.state = TaskState::Running;
+        mine.lease_expires_ms = Some(T0 + 10_000); // less than half the lease left
+        let mut fresh = task(&mut r, "a1", 2);
+        fresh.state = TaskState::Leased;
+        fresh.lease_expires_ms = Some(T0 + 20_000);
+        let mut other = task(&mut r, "a2", 3);
+        other.state = TaskState::Running;
+        let mut done = task(&mut r, "a1", 4);
+        done.state = TaskState::Done;
+        c.store()
+            .transact(|tx| {
+                tx.upsert_agent(&a)?;
+                for t in [&mine, &fresh, &other, &done] {
+                    tx.insert_task(t)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        let lease = |id: &str| {
+            c.store()
+                .transact(|tx| tx.get_task(id))
+                .unwrap()
+                .unwrap()
+                .lease_expires_ms
+        };
+        let ids: Vec<String> = [&mine, &fresh, &other, &done]
+            .iter()
+            .map(|t| t.task_id.clone())
+            .chain(["t99999".to_string()])
+            .collect();
+        let cancel = c.heartbeat_tasks("a1", &ids, T0).unwrap();
+        assert_eq!(
+            cancel,
+            ids[2..].to_vec(),
+            "another agent's, ended and unknown"
+        );
+        assert_eq!(lease(&mine.task_id), Some(T0 + 10_000), "not written yet");
+        c.tick().unwrap();
+        assert_eq!(lease(&mine.task_id), Some(T0 + 30_000));
+        assert_eq!(
+            lease(&fresh.task_id),
+            Some(T0 + 20_000),
+            "half left: untouched"
+        );
+        // The index saw the extension: nothing more to queue.
+        assert!(c.heartbeat_tasks("a1", &ids[..2], T0).unwrap().is_empty());
+        assert!(c.lease_ext.lock().unwrap().is_empty());
+    }
+
     /// Compares 20 random selections; returns how many chose agents.
     fn compare(
         tx: &mut dyn crate::store::Tx,
