@@ -106,3 +106,50 @@ async fn agents_and_workers_ride_out_a_coordinator_restart() {
     assert_eq!(table_rows(&lake, "raw_files", Some(&facts.run_id)), 3);
     assert_eq!(table_rows(&lake, "raw_files", Some(&sleep.run_id)), 2);
 }
+
+/// A task whose PollTask reply never reached the agent (the coordinator
+/// committed the lease, the answer was lost): the agent keeps heartbeating
+/// without it, and when the lease ends the task is retried instead of being
+/// extended for ever because its agent is alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_task_whose_lease_reply_was_lost_is_retried() {
+    let c = Cluster::start(Tokens::default()).await;
+    let mut cfg = benchlake_agent::AgentConfig::new(&c.addr, c.dir.path().join("ghost")).unwrap();
+    cfg.name = "ghost".into();
+    cfg.catalog = benchlake_core::bench::Catalog::from_toml(&catalog(&bin())).unwrap();
+    let mut ag = c.agents_client(None);
+    ag.register(benchlake_agent::register_request(&cfg))
+        .await
+        .unwrap();
+    let run = c.submit("sleep", &[("seconds", "1")], 1).await.unwrap();
+    let lost = ag
+        .poll_task(pb::PollTaskRequest {
+            name: "ghost".into(),
+            free_slots: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .task
+        .expect("the task is leased");
+    // 12 s of heartbeats that do not list the task (the lease is 10 s).
+    for _ in 0..12 {
+        c.advance(1_000);
+        ag.heartbeat(pb::HeartbeatRequest {
+            name: "ghost".into(),
+            running_task_ids: vec![],
+        })
+        .await
+        .unwrap();
+        c.tick();
+    }
+    let d = c.detail(&run.run_id).await;
+    let t = &d.tasks[0];
+    assert_eq!(t.task_id, lost.task_id);
+    assert!(t.attempt >= 2, "{d:#?}");
+    assert!(
+        t.error.contains("heartbeats but does not run the task"),
+        "{}",
+        t.error
+    );
+}

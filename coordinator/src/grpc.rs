@@ -1204,11 +1204,19 @@ impl AgentService for Svc {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .contains(&r.name);
+        if r.running_task_ids.len() > 10_000 {
+            return Err(invalid("running_task_ids", "more than 10000"));
+        }
+        self.0
+            .running_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                r.name.clone(),
+                (now, r.running_task_ids.iter().cloned().collect()),
+            );
         let mut cancel = Vec::new();
         if !r.running_task_ids.is_empty() {
-            if r.running_task_ids.len() > 10_000 {
-                return Err(invalid("running_task_ids", "more than 10000"));
-            }
             if let Some(cancel) = self.0.heartbeat_tasks(&r.name, &r.running_task_ids, now) {
                 return Ok(Response::new(pb::HeartbeatResponse {
                     cancel_task_ids: cancel,

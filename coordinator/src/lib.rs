@@ -66,6 +66,11 @@ pub struct Coordinator {
     /// Agent name → last heartbeat (ms). Heartbeats only touch this map, so
     /// thousands of agents do not cost a database write each.
     pub(crate) heartbeats: Mutex<HashMap<String, i64>>,
+    /// Agent name → (time, task ids) of its last heartbeat: the tasks the
+    /// agent says it runs. A leased task missing from a heartbeat sent well
+    /// after the lease was granted is one the agent never got (its PollTask
+    /// reply was lost), and it is retried when its lease ends.
+    pub(crate) running_seen: Mutex<HashMap<String, (i64, std::collections::HashSet<String>)>>,
     pub(crate) workers: Mutex<HashMap<String, WorkerSeen>>,
     /// Names of draining agents (mirrors the stored flag; read by every heartbeat).
     pub(crate) draining: Mutex<std::collections::HashSet<String>>,
@@ -136,6 +141,7 @@ impl Coordinator {
             job_notify: Notify::new(),
             events,
             heartbeats: Mutex::new(heartbeats),
+            running_seen: Mutex::new(HashMap::new()),
             workers: Mutex::new(HashMap::new()),
             draining: Mutex::new(draining),
             credentials: Mutex::new(credentials),
@@ -345,10 +351,31 @@ impl Coordinator {
 
         // Task leases. A task whose agent still heartbeats keeps its lease: the
         // heartbeat extends leases lazily, so only silent agents' tasks expire here.
+        let seen = self
+            .running_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let touched = self.store.transact(|tx| {
             let mut runs = Vec::new();
             for t in tx.expired_tasks(now)? {
                 let last = hb.get(&t.agent).copied().unwrap_or(0);
+                // The lease was granted (or last extended) a lease period before
+                // it ends; a heartbeat one heartbeat period after that which does
+                // not list the task comes from an agent that never got it.
+                let granted = t.lease_expires_ms.unwrap_or(0) - cfg.lease_timeout_ms as i64;
+                let unknown_to_agent = seen.get(&t.agent).is_some_and(|(at, ids)| {
+                    *at > granted + cfg.heartbeat_interval_ms as i64 && !ids.contains(&t.task_id)
+                });
+                if unknown_to_agent {
+                    runs.push(t.run_id.clone());
+                    let reason = format!(
+                        "lease expired: agent '{}' heartbeats but does not run the task (its lease reply was lost)",
+                        t.agent
+                    );
+                    logic::retry_or_fail_task(tx, cfg, t, &reason, false, now)?;
+                    continue;
+                }
                 if now - last <= cfg.lease_timeout_ms as i64 {
                     let mut t = t;
                     t.lease_expires_ms = Some(last + cfg.lease_timeout_ms as i64);
