@@ -9,13 +9,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use benchlake_coordinator::store::{SqliteStore, StateStore};
 use benchlake_coordinator::{Coordinator, Tokens};
 use benchlake_core::clock::ManualClock;
-use benchlake_core::lake::{Lake, StoreConfig};
+use benchlake_core::lake::StoreConfig;
 use benchlake_proto::client::{Auth, ClientTls, channel_with};
 use benchlake_proto::v1 as pb;
-use common::{T0, bin, catalog, config, state, table_rows};
+use common::{T0, bin, catalog, config, open_coordinator, serve_coordinator, state, table_rows};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
 };
@@ -134,20 +133,10 @@ impl TlsCoord {
             cfg.tls_client_ca = Some(pki.path("ca.pem"));
         }
         let clock = ManualClock::new(T0);
-        let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open(&cfg.state_path).unwrap());
-        let lake = Lake::open(&cfg.store).unwrap();
-        let coord = Coordinator::new(store, lake, Arc::new(clock.clone()), cfg).unwrap();
+        let coord = open_coordinator(cfg, &clock);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("https://{}", listener.local_addr().unwrap());
-        let (stop, mut rx) = watch::channel(false);
-        let c2 = coord.clone();
-        tokio::spawn(async move {
-            benchlake_coordinator::serve(c2, listener, async move {
-                let _ = rx.wait_for(|v| *v).await;
-            })
-            .await
-            .unwrap();
-        });
+        let stop = serve_coordinator(coord.clone(), listener);
         Self {
             dir,
             coord,

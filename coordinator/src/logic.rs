@@ -242,12 +242,7 @@ pub fn select_agents(tx: &mut dyn Tx, spec: &Spec, exclude: &[String]) -> Result
                 CoordError::invalid("spec.nodes.names", format!("unknown agent '{n}'"))
             })?;
             if !a.eligible(spec) {
-                return Err(CoordError::FailedPrecondition(format!(
-                    "spec.nodes.names: agent '{n}' cannot take the run (state {}, draining {}, or it lacks benchmark '{}' or the labels)",
-                    a.state.as_str(),
-                    a.drain,
-                    spec.benchmark
-                )));
+                return Err(not_eligible(n, a.state, a.drain, spec));
             }
             out.push(n.clone());
         }
@@ -256,6 +251,15 @@ pub fn select_agents(tx: &mut dyn Tx, spec: &Spec, exclude: &[String]) -> Result
     let want = spec.nodes.count.max(1) as usize;
     let cands = v.candidates(spec, exclude, want);
     least_loaded(spec, want, cands)
+}
+
+/// Why named agent `n` cannot take a run of `spec`.
+fn not_eligible(n: &str, state: AgentState, drain: bool, spec: &Spec) -> CoordError {
+    CoordError::FailedPrecondition(format!(
+        "spec.nodes.names: agent '{n}' cannot take the run (state {}, draining {drain}, or it lacks benchmark '{}' or the labels)",
+        state.as_str(),
+        spec.benchmark
+    ))
 }
 
 /// The first `spec.nodes.count` of the named agents (all when 0).
@@ -308,12 +312,7 @@ pub fn select_agents_from_rows(
                 CoordError::invalid("spec.nodes.names", format!("unknown agent '{n}'"))
             })?;
             if !eligible(a, spec) {
-                return Err(CoordError::FailedPrecondition(format!(
-                    "spec.nodes.names: agent '{n}' cannot take the run (state {}, draining {}, or it lacks benchmark '{}' or the labels)",
-                    a.state.as_str(),
-                    a.drain,
-                    spec.benchmark
-                )));
+                return Err(not_eligible(n, a.state, a.drain, spec));
             }
             out.push(n.clone());
         }

@@ -96,26 +96,38 @@ pub fn config(dir: &Path, tokens: Tokens) -> CoordinatorConfig {
     }
 }
 
+/// A coordinator over `cfg`'s state file and lake on the manual `clock`.
+pub fn open_coordinator(cfg: CoordinatorConfig, clock: &ManualClock) -> Arc<Coordinator> {
+    let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open(&cfg.state_path).unwrap());
+    let lake = Lake::open(&cfg.store).unwrap();
+    Coordinator::new(store, lake, Arc::new(clock.clone()), cfg).unwrap()
+}
+
+/// Serves `coord` on `listener` until the returned switch turns true.
+pub fn serve_coordinator(
+    coord: Arc<Coordinator>,
+    listener: tokio::net::TcpListener,
+) -> watch::Sender<bool> {
+    let (stop, mut rx) = watch::channel(false);
+    tokio::spawn(async move {
+        benchlake_coordinator::serve(coord, listener, async move {
+            let _ = rx.wait_for(|v| *v).await;
+        })
+        .await
+        .unwrap();
+    });
+    stop
+}
+
 impl Cluster {
     pub async fn start(tokens: Tokens) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let cfg = config(dir.path(), tokens);
         let clock = ManualClock::new(T0);
-        let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open(&cfg.state_path).unwrap());
-        let lake = Lake::open(&cfg.store).unwrap();
-        let coord = Coordinator::new(store, lake, Arc::new(clock.clone()), cfg).unwrap();
+        let coord = open_coordinator(cfg, &clock);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        let (stop, rx) = watch::channel(false);
-        let c2 = coord.clone();
-        tokio::spawn(async move {
-            let mut rx = rx;
-            benchlake_coordinator::serve(c2, listener, async move {
-                let _ = rx.wait_for(|v| *v).await;
-            })
-            .await
-            .unwrap();
-        });
+        let stop = serve_coordinator(coord.clone(), listener);
         Self {
             dir,
             coord,
@@ -503,9 +515,7 @@ impl Cluster {
     /// same state file, lake and clock (after [`Cluster::stop_coordinator`]).
     pub async fn restart_coordinator(&mut self, tokens: Tokens) {
         let cfg = config(self.dir.path(), tokens);
-        let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open(&cfg.state_path).unwrap());
-        let lake = Lake::open(&cfg.store).unwrap();
-        let coord = Coordinator::new(store, lake, Arc::new(self.clock.clone()), cfg).unwrap();
+        let coord = open_coordinator(cfg, &self.clock);
         let mut tries = 0;
         let listener = loop {
             match tokio::net::TcpListener::bind(&self.addr).await {
@@ -518,17 +528,7 @@ impl Cluster {
                 Err(e) => panic!("cannot bind {} again: {e}", self.addr),
             }
         };
-        let (stop, rx) = watch::channel(false);
-        let c2 = coord.clone();
-        tokio::spawn(async move {
-            let mut rx = rx;
-            benchlake_coordinator::serve(c2, listener, async move {
-                let _ = rx.wait_for(|v| *v).await;
-            })
-            .await
-            .unwrap();
-        });
+        self.stop = serve_coordinator(coord.clone(), listener);
         self.coord = coord;
-        self.stop = stop;
     }
 }
