@@ -388,7 +388,7 @@ async fn demo(
         "  duckdb -c \"SELECT tool, pattern, num_tasks, iteration, operation, round(bw_mib_s, 1) AS mib_s, cache_mode FROM read_parquet('{root}/tables/io_results/**/*.parquet', hive_partitioning=true) ORDER BY iteration, operation\""
     );
     println!(
-        "  duckdb -c \"SELECT check, status, round(value, 3) AS value, reference, unit, message FROM read_parquet('{root}/tables/checks/**/*.parquet', hive_partitioning=true) ORDER BY check\""
+        "  duckdb -c \"SELECT \\\"check\\\", status, round(value, 3) AS value, reference, unit, message FROM read_parquet('{root}/tables/checks/**/*.parquet', hive_partitioning=true) ORDER BY \\\"check\\\"\""
     );
     println!(
         "  duckdb -c \"SELECT point, round(predicted_time_s, 6) AS predicted_s FROM read_parquet('{root}/tables/replays/**/*.parquet', hive_partitioning=true) ORDER BY predicted_s\""

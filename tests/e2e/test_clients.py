@@ -156,4 +156,12 @@ def test_up_demo(tmp_path):
     reports = list((tmp_path / "data" / "lake" / "reports").glob("*/counts/*/patterns-job0-rank0.md"))
     assert len(reports) == 1 + traced, reports
     assert any("## Pattern #2 (4/12 alltoallv calls)" in p.read_text() for p in reports)
+    # Every DuckDB query the demo prints runs as printed (shell quoting included).
+    import duckdb
+    import shlex
+    queries = [shlex.split(line.strip())[2] for line in r.stdout.splitlines() if line.strip().startswith("duckdb -c ")]
+    assert len(queries) >= 5, r.stdout
+    for q in queries:
+        rows = duckdb.sql(q).fetchall()
+        assert rows, q
     print(f"demo took {time.time() - t0:.1f} s")
