@@ -16,7 +16,9 @@ pub fn new_id_at(ms: i64) -> String {
 pub fn validate_id(field: &'static str, id: &str) -> Result<()> {
     ulid::Ulid::from_string(id)
         .map(|_| ())
-        .map_err(|e| Error::invalid(field, format!("'{id}' is not a valid id ({e})")))
+        .map_err(|e| Error::invalid(field, format!(
+            "'{id}' is not a valid id: a ULID is expected (26 characters of Crockford base32, e.g. 01JD3Q6Z5YV9C2M4T8N0R7K1PX) ({e})"
+        )))
 }
 
 #[cfg(test)]
@@ -27,7 +29,10 @@ mod tests {
         let id = new_id();
         assert_eq!(id.len(), 26);
         validate_id("run_id", &id).unwrap();
-        assert!(validate_id("run_id", "../../etc/passwd").is_err());
+        let e = validate_id("run_id", "../../etc/passwd")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a ULID is expected"), "{e}");
         assert!(new_id_at(1_000) < new_id_at(2_000));
     }
 }
