@@ -601,9 +601,55 @@ fn schedule_line(s: &pb::Schedule) -> String {
                 .trim_start_matches("CATCH_UP_")
                 .to_lowercase())
             .unwrap_or_default(),
-        fmt_ms(s.next_fire_ms),
+        fmt_ms_in(s.next_fire_ms, &s.time_zone),
         if s.paused { "  (paused)" } else { "" }
     )
+}
+
+/// `ms` in the IANA zone `tz` with the zone's abbreviation (UTC when the zone
+/// is unknown, labelled so).
+fn fmt_ms_in(ms: i64, tz: &str) -> String {
+    if ms == 0 {
+        return "-".into();
+    }
+    let Some(t) = chrono::DateTime::from_timestamp_millis(ms) else {
+        return ms.to_string();
+    };
+    match tz.parse::<chrono_tz::Tz>() {
+        Ok(z) => t
+            .with_timezone(&z)
+            .format("%Y-%m-%d %H:%M:%S %Z")
+            .to_string(),
+        Err(_) => t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+    }
+}
+
+fn schedule_json(s: &pb::Schedule) -> serde_json::Value {
+    let ts = |ms: i64| {
+        (ms != 0)
+            .then(|| chrono::DateTime::from_timestamp_millis(ms).map(|t| t.to_rfc3339()))
+            .flatten()
+    };
+    serde_json::json!({
+        "schedule_id": s.schedule_id, "name": s.name, "cron": s.cron, "time_zone": s.time_zone,
+        "catch_up": pb::CatchUp::try_from(s.catch_up)
+            .map(|c| c.as_str_name().trim_start_matches("CATCH_UP_").to_lowercase())
+            .unwrap_or_default(),
+        "max_catch_up": s.max_catch_up, "allow_overlap": s.allow_overlap, "paused": s.paused,
+        "benchmark": s.spec.as_ref().map(|p| p.benchmark.clone()),
+        "next_fire": ts(s.next_fire_ms), "next_fire_local": fmt_ms_in(s.next_fire_ms, &s.time_zone),
+        "last_fire": ts(s.last_fire_ms), "created_at": ts(s.created_at_ms),
+    })
+}
+
+/// Prints one schedule as a line, or as JSON with `--json`.
+fn print_schedule(conn: &Conn, s: &pb::Schedule) -> anyhow::Result<()> {
+    if conn.json {
+        json(&schedule_json(s))
+    } else {
+        println!("{}", schedule_line(s));
+        Ok(())
+    }
 }
 
 pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
@@ -640,16 +686,19 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
                 })
                 .await?
                 .into_inner();
-            println!("{}", schedule_line(&s));
+            print_schedule(&conn, &s)?;
         }
         ScheduleCmd::List { conn } => {
-            for s in conn
+            let all = conn
                 .schedules()?
                 .list_schedules(pb::ListSchedulesRequest {})
                 .await?
                 .into_inner()
-                .schedules
-            {
+                .schedules;
+            if conn.json {
+                return json(&all.iter().map(schedule_json).collect::<Vec<_>>());
+            }
+            for s in all {
                 println!("{}", schedule_line(&s));
             }
         }
@@ -662,7 +711,7 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
                 })
                 .await?
                 .into_inner();
-            println!("{}", schedule_line(&s));
+            print_schedule(&conn, &s)?;
         }
         ScheduleCmd::Resume { conn, schedule } => {
             let s = conn
@@ -673,7 +722,7 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
                 })
                 .await?
                 .into_inner();
-            println!("{}", schedule_line(&s));
+            print_schedule(&conn, &s)?;
         }
         ScheduleCmd::Delete { conn, schedule } => {
             conn.schedules()?
@@ -681,6 +730,9 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
                     schedule_id: schedule.clone(),
                 })
                 .await?;
+            if conn.json {
+                return json(&serde_json::json!({ "deleted": schedule }));
+            }
             println!("deleted {schedule}");
         }
         ScheduleCmd::Trigger { conn, schedule } => {
@@ -691,6 +743,9 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
                 })
                 .await?
                 .into_inner();
+            if conn.json {
+                return json(&run_json(&r));
+            }
             println!("{}", run_line(&r));
         }
         ScheduleCmd::Backfill {
@@ -711,6 +766,9 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
                 .await?
                 .into_inner()
                 .runs;
+            if conn.json {
+                return json(&runs.iter().map(run_json).collect::<Vec<_>>());
+            }
             for r in &runs {
                 println!("{}", run_line(r));
             }
@@ -779,6 +837,9 @@ pub async fn agents_cmd(c: AgentsCmd) -> anyhow::Result<()> {
                 .drain_agent(pb::DrainAgentRequest { name, undrain })
                 .await?
                 .into_inner();
+            if conn.json {
+                return json(&serde_json::json!({ "name": a.name, "state": a.state }));
+            }
             println!("{} {}", a.name, a.state);
         }
     }

@@ -102,16 +102,24 @@ def test_cli_commands(running, tmp_path):
     agents = json.loads(cluster.cli("agents", "list", "--json").stdout)
     assert {a["name"] for a in agents} == {"a1", "a2"}
     cluster.cli("schedule", "create", "nightly", "--cron", "0 2 * * *", "--tz", "Europe/Berlin", "sleep", "-p", "seconds=0")
-    assert "nightly" in cluster.cli("schedule", "list").stdout
+    listed = cluster.cli("schedule", "list").stdout
+    # The next instant prints in the schedule's zone, labelled (02:00 Berlin time).
+    assert "nightly" in listed and " 02:00:00 CE" in listed, listed
+    [sched] = json.loads(cluster.cli("schedule", "list", "--json").stdout)
+    assert sched["name"] == "nightly" and sched["time_zone"] == "Europe/Berlin" and not sched["paused"]
+    assert sched["next_fire_local"].endswith(("CET", "CEST")), sched
     assert "(paused)" in cluster.cli("schedule", "pause", "nightly").stdout
-    cluster.cli("schedule", "resume", "nightly")
+    assert json.loads(cluster.cli("schedule", "resume", "nightly", "--json").stdout)["paused"] is False
+    drained = json.loads(cluster.cli("agents", "drain", "a2", "--json").stdout)
+    assert drained["name"] == "a2", drained
+    cluster.cli("agents", "drain", "a2", "--undrain")
     out = cluster.cli("schedule", "backfill", "nightly", "--from", "2026-11-01", "--to", "2026-11-04").stdout
     assert "3 run(s) created" in out
     for line in out.splitlines()[:-1]:
         api.wait(line.split()[0])
-    trig = cluster.cli("schedule", "trigger", "nightly").stdout.split()[0]
+    trig = json.loads(cluster.cli("schedule", "trigger", "nightly", "--json").stdout)["run_id"]
     api.wait(trig)
-    cluster.cli("schedule", "delete", "nightly")
+    assert json.loads(cluster.cli("schedule", "delete", "nightly", "--json").stdout) == {"deleted": "nightly"}
     tables = json.loads(cluster.cli("tables", "list", "--json").stdout)
     assert any(t["name"] == "node_facts" and t["rows"] >= 2 for t in tables)
     r = cluster.cli("run", "submit", "nope", check=False)
