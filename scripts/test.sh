@@ -10,22 +10,33 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 VENV="${BENCHLAKE_VENV:-$HOME/.cache/benchlake-venv}"
 
 echo "== system packages"
+# Installs Debian packages, waiting up to 10 minutes for a held dpkg/apt lock
+# (another apt run); stops the script with a clear message when apt fails, so
+# the suite never carries on without what it needs.
+apt_install() {
+  if ! command -v apt-get >/dev/null 2>&1 || [ "$(id -u)" != 0 ]; then
+    echo "error: $* missing and cannot be installed here (need root and apt-get)" >&2
+    exit 1
+  fi
+  local opts=(-o DPkg::Lock::Timeout=600 -qq)
+  if ! apt-get "${opts[@]}" update; then
+    echo "error: apt-get update failed; cannot install $*" >&2
+    exit 1
+  fi
+  if ! DEBIAN_FRONTEND=noninteractive apt-get "${opts[@]}" install -y "$@" >/dev/null; then
+    echo "error: apt-get install $* failed" >&2
+    exit 1
+  fi
+}
+
 # Open MPI for the mpirun launcher tests and the tracer (mpicc, mpi.h: libopenmpi-dev).
 if ! command -v mpirun >/dev/null 2>&1 || ! command -v mpicc >/dev/null 2>&1; then
-  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev >/dev/null
-  else
-    echo "mpirun is missing and cannot be installed here (need root and apt-get)" >&2
-  fi
+  apt_install openmpi-bin libopenmpi-dev
 fi
 
 # Java for pyspark (the Spark reader test).
 if ! command -v java >/dev/null 2>&1; then
-  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
-  else
-    echo "java is missing and cannot be installed here (need root and apt-get)" >&2
-  fi
+  apt_install openjdk-17-jre-headless
 fi
 
 echo "== Python tools (venv: $VENV)"
