@@ -101,7 +101,11 @@ pub async fn run_task(
             return;
         }
     }
-    tracing::info!(task = %t.task_id, success = o.success, error = %o.error, "task finished");
+    if o.success {
+        tracing::info!(task = %t.task_id, "task finished");
+    } else {
+        tracing::warn!(task = %t.task_id, error = %o.error, "task failed");
+    }
     if !cfg.keep_work {
         let _ = tokio::fs::remove_dir_all(&dir).await;
     }
