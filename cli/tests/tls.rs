@@ -11,10 +11,11 @@ use std::time::Duration;
 
 use benchlake_coordinator::{Coordinator, Tokens};
 use benchlake_core::clock::ManualClock;
-use benchlake_core::lake::StoreConfig;
 use benchlake_proto::client::{Auth, ClientTls, channel_with};
 use benchlake_proto::v1 as pb;
-use common::{T0, bin, catalog, config, open_coordinator, serve_coordinator, state, table_rows};
+use common::{
+    T0, bin, catalog, config, open_coordinator, serve_coordinator, state, table_rows, worker_config,
+};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
 };
@@ -169,20 +170,7 @@ impl TlsCoord {
     }
 
     fn add_worker(&mut self, name: &str, tls: ClientTls) {
-        let cfg = benchlake_worker::WorkerConfig {
-            coordinator: self.url.clone(),
-            token: None,
-            name: name.to_string(),
-            store: StoreConfig {
-                url: self.lake_dir().display().to_string(),
-                ..Default::default()
-            },
-            concurrency: 1,
-            scratch_dir: self.dir.path().join("scratch"),
-            lease_wait: Duration::from_millis(200),
-            commit_delay: Duration::ZERO,
-            retry_for: benchlake_proto::retry::DEFAULT_RETRY_FOR,
-        };
+        let cfg = worker_config(&self.url, name, self.dir.path());
         let (tx, rx) = watch::channel(false);
         tokio::spawn(async move {
             let _ = benchlake_worker::run_with_tls(

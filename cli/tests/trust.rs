@@ -20,6 +20,19 @@ fn task_error(d: &pb::RunDetail) -> String {
         .join(" | ")
 }
 
+/// Runs `traced` once (mpirun, one attempt) with `params` and waits for it to end.
+async fn traced_once(c: &Cluster, params: &[(&str, &str)]) -> pb::RunDetail {
+    let run = c
+        .submit_spec(pb::BenchmarkSpec {
+            launcher: pb::Launcher::Mpirun as i32,
+            max_attempts: 1,
+            ..bench_spec("traced", params)
+        })
+        .await
+        .unwrap();
+    c.wait_settled(&run.run_id, 60).await
+}
+
 fn euid() -> u32 {
     benchlake_agent::contain::euid()
 }
@@ -43,15 +56,7 @@ async fn user_tokens_cannot_run_programs_or_paths_the_catalog_does_not_allow() {
         if let Some(a) = &arg_s {
             params.push(("arg", a.as_str()));
         }
-        let run = c
-            .submit_spec(pb::BenchmarkSpec {
-                launcher: pb::Launcher::Mpirun as i32,
-                max_attempts: 1,
-                ..bench_spec("traced", &params)
-            })
-            .await
-            .unwrap();
-        let d = c.wait_settled(&run.run_id, 60).await;
+        let d = traced_once(&c, &params).await;
         assert_eq!(state(&d), pb::RunState::Failed, "{d:#?}");
         let e = task_error(&d);
         assert!(
@@ -64,15 +69,7 @@ async fn user_tokens_cannot_run_programs_or_paths_the_catalog_does_not_allow() {
     // A symbolic link inside the apps directory that leads out of it.
     std::os::unix::fs::symlink("/usr/bin/id", apps.join("id")).unwrap();
     let app = apps.join("id").display().to_string();
-    let run = c
-        .submit_spec(pb::BenchmarkSpec {
-            launcher: pb::Launcher::Mpirun as i32,
-            max_attempts: 1,
-            ..bench_spec("traced", &[("app", &app), ("np", "1")])
-        })
-        .await
-        .unwrap();
-    let d = c.wait_settled(&run.run_id, 60).await;
+    let d = traced_once(&c, &[("app", &app), ("np", "1")]).await;
     assert!(
         task_error(&d).contains("resolves to '/usr/bin/id'"),
         "{d:#?}"
@@ -123,15 +120,7 @@ async fn a_missing_tracer_library_fails_the_run() {
     .await;
     c.add_worker("w1", None);
     let app = apps.join("app").display().to_string();
-    let run = c
-        .submit_spec(pb::BenchmarkSpec {
-            launcher: pb::Launcher::Mpirun as i32,
-            max_attempts: 1,
-            ..bench_spec("traced", &[("app", &app), ("np", "1")])
-        })
-        .await
-        .unwrap();
-    let d = c.wait_settled(&run.run_id, 60).await;
+    let d = traced_once(&c, &[("app", &app), ("np", "1")]).await;
     unsafe { std::env::remove_var("BENCHLAKE_TRACER_LIB") };
     assert_eq!(state(&d), pb::RunState::Failed);
     let e = task_error(&d);

@@ -96,6 +96,25 @@ pub fn config(dir: &Path, tokens: Tokens) -> CoordinatorConfig {
     }
 }
 
+/// A one-job-at-a-time test worker of `coordinator` on the lake and scratch
+/// under `dir`.
+pub fn worker_config(coordinator: &str, name: &str, dir: &Path) -> benchlake_worker::WorkerConfig {
+    benchlake_worker::WorkerConfig {
+        coordinator: coordinator.to_string(),
+        token: None,
+        name: name.to_string(),
+        store: StoreConfig {
+            url: dir.join("lake").display().to_string(),
+            ..Default::default()
+        },
+        concurrency: 1,
+        scratch_dir: dir.join("scratch"),
+        lease_wait: Duration::from_millis(200),
+        commit_delay: Duration::ZERO,
+        retry_for: benchlake_proto::retry::DEFAULT_RETRY_FOR,
+    }
+}
+
 /// A coordinator over `cfg`'s state file and lake on the manual `clock`.
 pub fn open_coordinator(cfg: CoordinatorConfig, clock: &ManualClock) -> Arc<Coordinator> {
     let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open(&cfg.state_path).unwrap());
@@ -221,20 +240,8 @@ impl Cluster {
         token: Option<&str>,
         executors: benchlake_worker::Executors,
     ) {
-        let cfg = benchlake_worker::WorkerConfig {
-            coordinator: self.addr.clone(),
-            token: token.map(String::from),
-            name: name.to_string(),
-            store: StoreConfig {
-                url: self.lake_dir().display().to_string(),
-                ..Default::default()
-            },
-            concurrency: 1,
-            scratch_dir: self.dir.path().join("scratch"),
-            lease_wait: Duration::from_millis(200),
-            commit_delay: Duration::ZERO,
-            retry_for: benchlake_proto::retry::DEFAULT_RETRY_FOR,
-        };
+        let mut cfg = worker_config(&self.addr, name, self.dir.path());
+        cfg.token = token.map(String::from);
         let (tx, rx) = watch::channel(false);
         tokio::spawn(async move {
             let _ = benchlake_worker::run(cfg, executors, rx).await;
