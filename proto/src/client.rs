@@ -1,8 +1,15 @@
 //! Client-side helpers shared by the agent, the worker and the CLI: connecting to
 //! the coordinator (plaintext or TLS, see [`ClientTls`]) and attaching the bearer
 //! token to every call.
+//!
+//! The coordinator address may be a comma-separated list
+//! (`host1:7070,host2:7070`, `https://a:7070,https://b:7070`): several
+//! coordinators share one state database and only the leader listens on its
+//! port, so the channel finds the leader by connecting (see [`channel_with`]).
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use tonic::metadata::MetadataValue;
 use tonic::service::Interceptor;
@@ -138,11 +145,84 @@ pub fn is_tls(addr: &str) -> bool {
     addr.starts_with("https://")
 }
 
-/// A lazily connecting plaintext-or-TLS channel to the coordinator at `addr`,
-/// with the TLS settings of the environment ([`ClientTls::from_env`]; else
-/// the system roots and no client certificate) for an `https://` address.
+/// How long one address of a coordinator address list may take to accept a
+/// TCP connection before the next one is tried (a standby coordinator does
+/// not listen, so it refuses at once; this bounds a host that is down).
+pub const LIST_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long the TLS handshake with one address of a list may take.
+const LIST_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A coordinator address list that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddressError {
+    /// An entry of the list is empty (`a:1,,b:2`, a trailing comma, or nothing).
+    #[error(
+        "coordinator address list '{list}': entry {index} is empty \
+         (give host:port or https://host:port entries separated by commas)"
+    )]
+    Empty {
+        /// The list as given.
+        list: String,
+        /// 1-based position of the empty entry.
+        index: usize,
+    },
+    /// Some entries are `https://` and others plaintext.
+    #[error(
+        "coordinator address list '{list}': '{tls}' is https:// but '{plain}' is plaintext; \
+         use https:// for every address or for none"
+    )]
+    MixedSchemes {
+        /// The list as given.
+        list: String,
+        /// The first `https://` entry.
+        tls: String,
+        /// The first plaintext entry.
+        plain: String,
+    },
+    /// An entry is not a usable address.
+    #[error("coordinator address '{addr}': {reason}")]
+    Invalid {
+        /// The entry as given.
+        addr: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// The entries of a comma-separated coordinator address list, trimmed; every
+/// entry non-empty and all of them `https://` or none.
+pub fn addresses(list: &str) -> Result<Vec<&str>, AddressError> {
+    let mut out = Vec::new();
+    for (i, a) in list.split(',').enumerate() {
+        let a = a.trim();
+        if a.is_empty() {
+            return Err(AddressError::Empty {
+                list: list.to_string(),
+                index: i + 1,
+            });
+        }
+        out.push(a);
+    }
+    let tls = out.iter().find(|a| is_tls(a));
+    let plain = out.iter().find(|a| !is_tls(a));
+    if let (Some(tls), Some(plain)) = (tls, plain) {
+        return Err(AddressError::MixedSchemes {
+            list: list.to_string(),
+            tls: tls.to_string(),
+            plain: plain.to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// A lazily connecting plaintext-or-TLS channel to the coordinator at `addr`
+/// (one address or a comma-separated list, see [`channel_with`]), with the
+/// TLS settings of the environment ([`ClientTls::from_env`]; else the system
+/// roots and no client certificate) for `https://` addresses.
 pub fn channel(addr: &str) -> Result<Channel, String> {
-    let tls = if is_tls(&endpoint_url(addr)) {
+    let first = addr.split(',').next().unwrap_or(addr).trim();
+    let tls = if is_tls(&endpoint_url(first)) {
         ClientTls::from_env()?
     } else {
         ClientTls::default()
@@ -154,7 +234,22 @@ pub fn channel(addr: &str) -> Result<Channel, String> {
 /// for `https://` (never a silent downgrade: a plaintext server fails the
 /// handshake with an error saying so), plaintext for `http://` and a bare
 /// `host:port`.
+///
+/// `addr` may be a comma-separated list of addresses of coordinators sharing
+/// one state database, all `https://` or none ([`addresses`]). Only the
+/// leader listens, so each (re)connection tries the addresses in order,
+/// starting at the one that connected last, each within
+/// [`LIST_CONNECT_TIMEOUT`] (TLS handshake included for `https://`, with
+/// each address's own host as the server name), and keeps the first that
+/// connects. When the leader dies, the channel's next call reconnects the
+/// same way and so finds the new leader; calls that fail meanwhile get
+/// `UNAVAILABLE` ([`crate::retry`] retries them). When no address connects,
+/// the error names every address and its failure. The HTTP/2 `:authority` of
+/// every call is the first address's.
 pub fn channel_with(addr: &str, tls: &ClientTls) -> Result<Channel, String> {
+    if addr.contains(',') {
+        return channel_list(addr, tls).map_err(|e| e.to_string());
+    }
     let url = endpoint_url(addr);
     let bad = |e: &dyn std::fmt::Display| format!("coordinator address '{addr}': {e}");
     let tls_on = is_tls(&url);
@@ -201,6 +296,116 @@ pub fn channel_with(addr: &str, tls: &ClientTls) -> Result<Channel, String> {
         port,
     };
     Ok(ep.origin(uri).connect_with_connector_lazy(connector))
+}
+
+/// Why [`channel_list`] cannot make a channel.
+#[derive(Debug, thiserror::Error)]
+enum ListError {
+    #[error(transparent)]
+    Address(#[from] AddressError),
+    #[error("TLS to '{list}': {reason}")]
+    Tls { list: String, reason: String },
+}
+
+/// [`channel_with`] for a comma-separated list: one lazy channel whose
+/// connector ([`ListConnector`]) finds the address that accepts.
+fn channel_list(list: &str, tls: &ClientTls) -> Result<Channel, ListError> {
+    let entries = addresses(list)?;
+    let tls_on = entries.first().is_some_and(|a| is_tls(a));
+    let tls_config = if tls_on {
+        Some(rustls_client_config(tls).map_err(|reason| ListError::Tls {
+            list: list.to_string(),
+            reason,
+        })?)
+    } else {
+        if tls.is_set() {
+            tracing::warn!(
+                coordinator = %list,
+                "TLS options given but the coordinator addresses are not https://: connecting in plaintext"
+            );
+        }
+        None
+    };
+    let mut targets = Vec::with_capacity(entries.len());
+    let mut origin = None;
+    for entry in &entries {
+        let bad = |reason: &dyn std::fmt::Display| AddressError::Invalid {
+            addr: entry.to_string(),
+            reason: reason.to_string(),
+        };
+        let url = endpoint_url(entry);
+        // Validated as tonic validates a single address.
+        Endpoint::from_shared(url.replacen("https://", "http://", 1)).map_err(|e| bad(&e))?;
+        let uri: tonic::codegen::http::Uri = url.parse().map_err(|e| bad(&e))?;
+        let host = uri
+            .host()
+            .ok_or_else(|| bad(&"no host"))?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        // `Uri::port` is None for a port that is not a number: read it here.
+        let authority = uri.authority().map_or("", |a| a.as_str());
+        let after_host = authority.rsplit_once(']').map_or(authority, |(_, r)| r);
+        let port = match after_host.rsplit_once(':') {
+            None if tls_on => 443,
+            None => 80,
+            Some((_, p)) => p
+                .parse::<u16>()
+                .map_err(|_| bad(&format_args!("port '{p}' is not a number up to 65535")))?,
+        };
+        let tls = match &tls_config {
+            None => None,
+            Some((config, asked)) => {
+                let name = pki_types::ServerName::try_from(host.clone())
+                    .map_err(|e| bad(&e))?
+                    .to_owned();
+                // Each address records on its own whether its server asked
+                // for a client certificate.
+                let (config, asked) = match asked {
+                    None => (config.clone(), None),
+                    Some(_) => {
+                        let r = Arc::new(NoClientCert::default());
+                        let mut c = (**config).clone();
+                        c.client_auth_cert_resolver = r.clone();
+                        (Arc::new(c), Some(r))
+                    }
+                };
+                Some(TlsTarget {
+                    config,
+                    asked,
+                    name,
+                })
+            }
+        };
+        origin.get_or_insert(uri);
+        targets.push(Target {
+            given: entry.to_string(),
+            host,
+            port,
+            tls,
+        });
+    }
+    let origin = origin.ok_or_else(|| AddressError::Empty {
+        list: list.to_string(),
+        index: 1,
+    })?;
+    // tonic sees a plain http:// endpoint (the connector does TLS itself) and
+    // the first address as the origin; no endpoint-wide connect timeout: the
+    // connector bounds every address on its own.
+    let plain = origin.to_string().replacen("https://", "http://", 1);
+    let ep = Endpoint::from_shared(plain)
+        .map_err(|e| AddressError::Invalid {
+            addr: list.to_string(),
+            reason: e.to_string(),
+        })?
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_while_idle(true);
+    let ep = if tls_on { ep.origin(origin) } else { ep };
+    Ok(ep.connect_with_connector_lazy(ListConnector {
+        targets: targets.into(),
+        last: Arc::new(AtomicUsize::new(NONE_YET)),
+    }))
 }
 
 /// Without a client certificate: records whether the server asked for one.
@@ -317,42 +522,249 @@ impl tower::Service<tonic::codegen::http::Uri> for TlsConnector {
             let at = format!("{}:{}", me.host, me.port);
             let tcp = tokio::net::TcpStream::connect((me.host.as_str(), me.port)).await?;
             let _ = tcp.set_nodelay(true);
-            let conn = tokio_rustls::TlsConnector::from(me.config.clone());
-            let io = match tokio::time::timeout(
-                std::time::Duration::from_secs(10),
-                conn.connect(me.name.clone(), tcp),
+            let io = tls_handshake(
+                &me.config,
+                me.asked.as_deref(),
+                me.name.clone(),
+                &at,
+                tcp,
+                Duration::from_secs(10),
             )
-            .await
-            {
-                Err(_) => {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!("TLS handshake with {at} timed out"),
-                    ));
-                }
-                Ok(Err(e)) => return Err(std::io::Error::other(handshake_error(&at, &e))),
-                Ok(Ok(io)) => io,
-            };
-            if me
-                .asked
-                .as_ref()
-                .is_some_and(|a| a.0.load(std::sync::atomic::Ordering::Relaxed))
-            {
-                // TLS 1.3: the server refuses us only after our handshake ends,
-                // which tonic would report as a bare "transport error".
-                return Err(std::io::Error::other(format!(
-                    "TLS handshake with {at}: the coordinator requires a client certificate \
-                     (mutual TLS): give --tls-client-cert and --tls-client-key"
-                )));
-            }
-            if io.get_ref().1.alpn_protocol() != Some(b"h2") {
-                return Err(std::io::Error::other(format!(
-                    "TLS handshake with {at}: the server did not agree to HTTP/2 (ALPN h2); \
-                     is it a benchlake coordinator?"
-                )));
-            }
+            .await?;
             Ok(hyper_util::rt::TokioIo::new(io))
         })
+    }
+}
+
+/// The TLS handshake over `tcp` with the server `at` (`host:port`) named
+/// `name`, within `limit`; its failures become errors that say what to check.
+async fn tls_handshake(
+    config: &Arc<rustls::ClientConfig>,
+    asked: Option<&NoClientCert>,
+    name: pki_types::ServerName<'static>,
+    at: &str,
+    tcp: tokio::net::TcpStream,
+    limit: Duration,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let conn = tokio_rustls::TlsConnector::from(config.clone());
+    let io = match tokio::time::timeout(limit, conn.connect(name, tcp)).await {
+        Err(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("TLS handshake with {at} timed out"),
+            ));
+        }
+        Ok(Err(e)) => return Err(std::io::Error::other(handshake_error(at, &e))),
+        Ok(Ok(io)) => io,
+    };
+    if asked.is_some_and(|a| a.0.load(Ordering::Relaxed)) {
+        // TLS 1.3: the server refuses us only after our handshake ends,
+        // which tonic would report as a bare "transport error".
+        return Err(std::io::Error::other(format!(
+            "TLS handshake with {at}: the coordinator requires a client certificate \
+             (mutual TLS): give --tls-client-cert and --tls-client-key"
+        )));
+    }
+    if io.get_ref().1.alpn_protocol() != Some(b"h2") {
+        return Err(std::io::Error::other(format!(
+            "TLS handshake with {at}: the server did not agree to HTTP/2 (ALPN h2); \
+             is it a benchlake coordinator?"
+        )));
+    }
+    Ok(io)
+}
+
+/// TLS settings of one address of a list.
+struct TlsTarget {
+    config: Arc<rustls::ClientConfig>,
+    /// Without a client certificate: whether this server asked for one.
+    asked: Option<Arc<NoClientCert>>,
+    /// The address's host as the server name its certificate must carry.
+    name: pki_types::ServerName<'static>,
+}
+
+/// One address of a list.
+struct Target {
+    /// The entry as given (for messages).
+    given: String,
+    host: String,
+    port: u16,
+    /// None: plaintext.
+    tls: Option<TlsTarget>,
+}
+
+impl Target {
+    /// Connects TCP within [`LIST_CONNECT_TIMEOUT`], then runs the TLS
+    /// handshake for an `https://` address.
+    async fn connect(&self) -> std::io::Result<ListIo> {
+        let at = format!("{}:{}", self.host, self.port);
+        let tcp = match tokio::time::timeout(
+            LIST_CONNECT_TIMEOUT,
+            tokio::net::TcpStream::connect((self.host.as_str(), self.port)),
+        )
+        .await
+        {
+            Err(_) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "connecting timed out after {} s",
+                        LIST_CONNECT_TIMEOUT.as_secs_f64()
+                    ),
+                ));
+            }
+            Ok(r) => r?,
+        };
+        let _ = tcp.set_nodelay(true);
+        match &self.tls {
+            None => Ok(ListIo::Plain(tcp)),
+            Some(t) => tls_handshake(
+                &t.config,
+                t.asked.as_deref(),
+                t.name.clone(),
+                &at,
+                tcp,
+                LIST_HANDSHAKE_TIMEOUT,
+            )
+            .await
+            .map(|io| ListIo::Tls(Box::new(io))),
+        }
+    }
+}
+
+/// No address of a list has connected yet.
+const NONE_YET: usize = usize::MAX;
+
+/// The connector of an address-list channel: tries the addresses in order,
+/// starting at the one that connected last, and returns the first connection
+/// (the leader's: standbys do not listen).
+#[derive(Clone)]
+struct ListConnector {
+    targets: Arc<[Target]>,
+    /// Index of the address that connected last ([`NONE_YET`] before the first).
+    last: Arc<AtomicUsize>,
+}
+
+/// Every address of a list failed to connect: each with its error.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "no coordinator reachable at any of the {} addresses (the leader is found by connecting): {}",
+    .0.len(),
+    .0.iter().map(|(a, e)| format!("{a}: {e}")).collect::<Vec<_>>().join("; ")
+)]
+pub struct Unreachable(pub Vec<(String, std::io::Error)>);
+
+impl tower::Service<tonic::codegen::http::Uri> for ListConnector {
+    type Response = hyper_util::rt::TokioIo<ListIo>;
+    type Error = Unreachable;
+    type Future = std::pin::Pin<
+        Box<dyn Future<Output = Result<Self::Response, Unreachable>> + Send + 'static>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _uri: tonic::codegen::http::Uri) -> Self::Future {
+        let me = self.clone();
+        Box::pin(async move {
+            let n = me.targets.len();
+            let last = me.last.load(Ordering::Relaxed);
+            let start = if last == NONE_YET { 0 } else { last % n };
+            let mut failed = Vec::new();
+            for k in 0..n {
+                let i = (start + k) % n;
+                let t = &me.targets[i];
+                match t.connect().await {
+                    Ok(io) => {
+                        me.last.store(i, Ordering::Relaxed);
+                        if i != last {
+                            tracing::info!(coordinator = %t.given, "connected to the coordinator");
+                        }
+                        return Ok(hyper_util::rt::TokioIo::new(io));
+                    }
+                    Err(e) => {
+                        tracing::debug!(coordinator = %t.given, error = %e, "not the leader here");
+                        failed.push((t.given.clone(), e));
+                    }
+                }
+            }
+            Err(Unreachable(failed))
+        })
+    }
+}
+
+/// A connection made by [`ListConnector`]: plaintext or TLS, as the list's
+/// scheme says.
+enum ListIo {
+    Plain(tokio::net::TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>),
+}
+
+impl tokio::io::AsyncRead for ListIo {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            Self::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for ListIo {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            Self::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => std::pin::Pin::new(s).poll_write_vectored(cx, bufs),
+            Self::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Self::Plain(s) => s.is_write_vectored(),
+            Self::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
+            Self::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            Self::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
     }
 }
 
@@ -472,5 +884,141 @@ impl rustls::client::danger::ServerCertVerifier for Pinned {
         self.provider
             .signature_verification_algorithms
             .supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_list_is_split_trimmed_and_checked() {
+        assert_eq!(addresses("a:1").unwrap(), ["a:1"]);
+        assert_eq!(addresses("a:1, b:2 ,c:3").unwrap(), ["a:1", "b:2", "c:3"]);
+        assert_eq!(
+            addresses("https://a:1,https://b:2").unwrap(),
+            ["https://a:1", "https://b:2"]
+        );
+        // http:// and bare host:port are both plaintext.
+        assert_eq!(addresses("http://a:1,b:2").unwrap(), ["http://a:1", "b:2"]);
+        for (list, index) in [("a:1,,b:2", 2), ("a:1,", 2), (",a:1", 1), (" ", 1)] {
+            assert_eq!(
+                addresses(list),
+                Err(AddressError::Empty {
+                    list: list.into(),
+                    index
+                }),
+                "{list}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_mixed_list_is_refused_naming_the_addresses() {
+        for list in ["https://a:1,b:2", "http://a:1,https://b:2"] {
+            let e = channel_with(list, &ClientTls::default()).unwrap_err();
+            assert!(e.contains("https://") && e.contains("plaintext"), "{e}");
+            let (tls, plain) = if list.starts_with("https") {
+                ("https://a:1", "b:2")
+            } else {
+                ("https://b:2", "http://a:1")
+            };
+            assert!(
+                e.contains(&format!("'{tls}' is https:// but '{plain}' is plaintext")),
+                "{e}"
+            );
+        }
+        let e = channel_with("a:1,,b:2", &ClientTls::default()).unwrap_err();
+        assert!(e.contains("entry 2 is empty"), "{e}");
+        let e = channel_with("a:1,b:notaport", &ClientTls::default()).unwrap_err();
+        assert!(e.starts_with("coordinator address 'b:notaport'"), "{e}");
+    }
+
+    /// A port with nothing listening (bound, then closed).
+    async fn dead_port() -> u16 {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        l.local_addr().unwrap().port()
+    }
+
+    #[tokio::test]
+    async fn when_no_address_connects_the_error_names_each() {
+        let (a, b) = (dead_port().await, dead_port().await);
+        for list in [
+            format!("127.0.0.1:{a},127.0.0.1:{b}"),
+            format!("https://127.0.0.1:{a},https://localhost:{b}"),
+        ] {
+            let ch = channel_with(&list, &ClientTls::default()).unwrap();
+            let e = crate::v1::cluster_service_client::ClusterServiceClient::new(ch)
+                .list_agents(crate::v1::ListAgentsRequest {})
+                .await
+                .unwrap_err();
+            assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+            let m = e.message();
+            assert!(m.contains("any of the 2 addresses"), "{m}");
+            for entry in addresses(&list).unwrap() {
+                assert!(m.contains(&format!("{entry}: ")), "{entry} missing: {m}");
+            }
+            assert!(m.matches("refused").count() >= 2, "{m}");
+        }
+    }
+
+    /// The connector of a plaintext list over `ports`.
+    fn list_connector(ports: &[u16]) -> ListConnector {
+        ListConnector {
+            targets: ports
+                .iter()
+                .map(|p| Target {
+                    given: format!("127.0.0.1:{p}"),
+                    host: "127.0.0.1".into(),
+                    port: *p,
+                    tls: None,
+                })
+                .collect::<Vec<_>>()
+                .into(),
+            last: Arc::new(AtomicUsize::new(NONE_YET)),
+        }
+    }
+
+    /// The port `conn` is connected to.
+    fn peer_port(conn: &hyper_util::rt::TokioIo<ListIo>) -> u16 {
+        match conn.inner() {
+            ListIo::Plain(s) => s.peer_addr().unwrap().port(),
+            ListIo::Tls(_) => unreachable!("plaintext list"),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_connector_starts_at_the_address_that_connected_last() {
+        use tower::Service;
+        let a = dead_port().await;
+        let lb = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let lc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (b, c) = (
+            lb.local_addr().unwrap().port(),
+            lc.local_addr().unwrap().port(),
+        );
+        let mut conn = list_connector(&[a, b, c]);
+        let uri: tonic::codegen::http::Uri = "http://127.0.0.1:1".parse().unwrap();
+        // a refuses: b, the first that accepts.
+        assert_eq!(peer_port(&conn.call(uri.clone()).await.unwrap()), b);
+        assert_eq!(conn.last.load(Ordering::Relaxed), 1);
+        // Again b (not a first, not c).
+        assert_eq!(peer_port(&conn.call(uri.clone()).await.unwrap()), b);
+        // b goes away: c.
+        drop(lb);
+        assert_eq!(peer_port(&conn.call(uri.clone()).await.unwrap()), c);
+        // b back: c stays, being the last that connected.
+        let lb = tokio::net::TcpListener::bind(("127.0.0.1", b))
+            .await
+            .unwrap();
+        assert_eq!(peer_port(&conn.call(uri.clone()).await.unwrap()), c);
+        // c gone: around the list, past a, to b.
+        drop(lc);
+        assert_eq!(peer_port(&conn.call(uri.clone()).await.unwrap()), b);
+        drop(lb);
+        let e = conn.call(uri).await.err().unwrap().to_string();
+        for p in [a, b, c] {
+            assert!(e.contains(&format!("127.0.0.1:{p}: ")), "{e}");
+        }
     }
 }
