@@ -64,7 +64,9 @@ pub type Result<T, E = AgentError> = std::result::Result<T, E>;
 /// Agent settings (flags / `BENCHLAKE_*` variables of `benchlake agent`).
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
-    /// Coordinator address (`host:port` or URL).
+    /// Coordinator address (`host:port` or URL), or a comma-separated list
+    /// of them (the leader is found by connecting; see
+    /// [`benchlake_proto::client::channel_with`]).
     pub coordinator: String,
     /// Agent-role token.
     pub token: Option<String>,

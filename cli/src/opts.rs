@@ -257,7 +257,10 @@ impl CoordinatorArgs {
 /// `benchlake agent`.
 #[derive(Debug, Clone, Args)]
 pub struct AgentArgs {
-    /// Coordinator address.
+    /// Coordinator address, `host:port` or `https://host:port`; or a
+    /// comma-separated list of the coordinators sharing one state database
+    /// (`host1:7700,host2:7700`, all https:// or none): the leader is found
+    /// by connecting, and found again when it changes.
     #[arg(long, env = "BENCHLAKE_COORDINATOR", default_value = "127.0.0.1:7700")]
     pub coordinator: String,
     /// Agent-role token.
@@ -355,7 +358,10 @@ impl AgentArgs {
 /// `benchlake worker`.
 #[derive(Debug, Clone, Args)]
 pub struct WorkerArgs {
-    /// Coordinator address.
+    /// Coordinator address, `host:port` or `https://host:port`; or a
+    /// comma-separated list of the coordinators sharing one state database
+    /// (`host1:7700,host2:7700`, all https:// or none): the leader is found
+    /// by connecting, and found again when it changes.
     #[arg(long, env = "BENCHLAKE_COORDINATOR", default_value = "127.0.0.1:7700")]
     pub coordinator: String,
     /// Worker-role token.

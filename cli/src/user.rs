@@ -16,7 +16,10 @@ type Ch = InterceptedService<Channel, Auth>;
 /// How to reach the coordinator.
 #[derive(Debug, Clone, Args)]
 pub struct Conn {
-    /// Coordinator address.
+    /// Coordinator address, `host:port` or `https://host:port`; or a
+    /// comma-separated list of the coordinators sharing one state database
+    /// (`host1:7700,host2:7700`, all https:// or none): the leader is found
+    /// by connecting, and found again when it changes.
     #[arg(long, env = "BENCHLAKE_COORDINATOR", default_value = "127.0.0.1:7700")]
     pub coordinator: String,
     /// User (or admin) token.

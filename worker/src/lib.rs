@@ -166,6 +166,9 @@ impl Executors {
 /// Worker settings (flags / `BENCHLAKE_*` variables of `benchlake worker`).
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
+    /// Coordinator address (`host:port` or URL), or a comma-separated list
+    /// of them (the leader is found by connecting; see
+    /// [`benchlake_proto::client::channel_with`]).
     pub coordinator: String,
     pub token: Option<String>,
     /// Unique worker name.
