@@ -22,6 +22,10 @@ pub struct UpArgs {
     /// Data directory (state database, lake, agent and worker scratch).
     #[arg(long, env = "BENCHLAKE_DATA", default_value = "benchlake-data")]
     pub data: PathBuf,
+    /// State database: default DATA/state.db (SQLite); `postgres://USER@HOST:PORT/DB`
+    /// keeps it in PostgreSQL.
+    #[arg(long, env = "BENCHLAKE_STATE")]
+    pub state: Option<String>,
     /// Address to listen on (the demo picks a free port when not given).
     #[arg(long, env = "BENCHLAKE_LISTEN")]
     pub listen: Option<String>,
@@ -83,9 +87,13 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
         None => (addr.clone(), Default::default()),
     };
 
+    let state = a
+        .state
+        .clone()
+        .unwrap_or_else(|| data.join("state.db").display().to_string());
     let coord_args = crate::opts::CoordinatorArgs {
         listen: addr.clone(),
-        state: data.join("state.db"),
+        state: state.clone(),
         lake: a.lake.clone(),
         tokens: a.tokens.clone(),
         tuning: CoordTuning {
@@ -156,7 +164,7 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
     eprintln!(
         "benchlake is up: coordinator {client_addr}, lake {}, state {}",
         store.url,
-        data.join("state.db").display()
+        benchlake_coordinator::store_pg::redact(&state)
     );
     let result = if a.demo {
         demo(

@@ -195,8 +195,14 @@ fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 /// Everything the coordinator needs.
 #[derive(Debug, Clone)]
 pub struct CoordinatorConfig {
-    /// SQLite state database.
+    /// SQLite state database (when `state_postgres` is not set).
     pub state_path: PathBuf,
+    /// PostgreSQL state database (`postgres://USER@HOST:PORT/DB`): several
+    /// coordinators may share it, one leads ([`crate::leader`]).
+    pub state_postgres: Option<String>,
+    /// Leader lease on PostgreSQL: a standby takes over at most this long
+    /// (plus a third of it) after the leader stopped renewing.
+    pub leader_lease_ms: u64,
     /// The lake.
     pub store: StoreConfig,
     /// Task lease: an agent that does not heartbeat for this long loses its tasks.
@@ -239,6 +245,8 @@ impl Default for CoordinatorConfig {
     fn default() -> Self {
         Self {
             state_path: PathBuf::from("benchlake-data/state.db"),
+            state_postgres: None,
+            leader_lease_ms: 3_000,
             store: StoreConfig {
                 url: "benchlake-data/lake".into(),
                 ..Default::default()

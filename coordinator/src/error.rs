@@ -21,9 +21,17 @@ pub enum CoordError {
     /// The caller's role may not do this.
     #[error("{0}")]
     PermissionDenied(String),
-    /// The state store failed.
-    #[error("state store: {0}")]
-    Store(#[from] rusqlite::Error),
+    /// The state store failed (any backend; the message comes from it).
+    #[error("state store: {message}")]
+    Store {
+        message: String,
+        /// Whether the same request may succeed later (busy, lost connection).
+        retryable: bool,
+    },
+    /// This coordinator is no longer the leader: another one took over (its
+    /// fencing token is newer), so this write was refused.
+    #[error("{0}")]
+    Fenced(String),
     /// The object store failed.
     #[error("lake: {0}")]
     Lake(#[from] benchlake_core::Error),
@@ -39,10 +47,8 @@ impl CoordError {
     /// Whether a retry of the same request may succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
-            CoordError::Store(rusqlite::Error::SqliteFailure(e, _)) => matches!(
-                e.code,
-                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
-            ),
+            CoordError::Store { retryable, .. } => *retryable,
+            CoordError::Fenced(_) => true,
             CoordError::Lake(e) => e.is_retryable(),
             _ => false,
         }
@@ -51,6 +57,44 @@ impl CoordError {
     /// Shorthand for an invalid-argument error naming `field`.
     pub fn invalid(field: &str, message: impl std::fmt::Display) -> Self {
         CoordError::Invalid(format!("{field}: {message}"))
+    }
+}
+
+impl From<rusqlite::Error> for CoordError {
+    fn from(e: rusqlite::Error) -> Self {
+        let retryable = matches!(
+            &e,
+            rusqlite::Error::SqliteFailure(f, _) if matches!(
+                f.code,
+                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+            )
+        );
+        CoordError::Store {
+            message: e.to_string(),
+            retryable,
+        }
+    }
+}
+
+impl From<tokio_postgres::Error> for CoordError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        use tokio_postgres::error::SqlState;
+        // A lost connection, a serialization conflict or a server shutting
+        // down may all pass; a constraint or syntax error will not.
+        let retryable = e.is_closed()
+            || e.code().is_some_and(|c| {
+                *c == SqlState::T_R_SERIALIZATION_FAILURE
+                    || *c == SqlState::T_R_DEADLOCK_DETECTED
+                    || *c == SqlState::ADMIN_SHUTDOWN
+                    || *c == SqlState::CANNOT_CONNECT_NOW
+                    || *c == SqlState::LOCK_NOT_AVAILABLE
+            })
+            || e.code().is_none();
+        let message = match e.as_db_error() {
+            Some(d) => format!("{}: {}", d.severity(), d.message()),
+            None => benchlake_proto::client::error_chain(&e),
+        };
+        CoordError::Store { message, retryable }
     }
 }
 

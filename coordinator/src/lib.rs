@@ -12,12 +12,15 @@ pub mod config;
 pub mod error;
 pub mod flight;
 pub mod grpc;
+pub mod leader;
 pub mod logic;
 pub mod model;
+pub mod pg_testing;
 pub mod placement;
 pub mod reconcile;
 pub mod scheduler;
 pub mod store;
+pub mod store_pg;
 pub mod tls;
 
 use std::collections::HashMap;
@@ -491,7 +494,9 @@ pub async fn serve(
 }
 
 /// Opens state and lake from `cfg` and serves until `shutdown` (the entry point of
-/// `benchlake coordinator`).
+/// `benchlake coordinator`). On PostgreSQL this coordinator first waits to
+/// lead ([`leader`]), holding no port meanwhile, and stops with an error when
+/// it loses the lead.
 pub async fn run(
     cfg: CoordinatorConfig,
     listener: TcpListener,
@@ -499,7 +504,15 @@ pub async fn run(
 ) -> Result<()> {
     // A TLS misconfiguration stops the start before anything is opened.
     tls::acceptor(&cfg).map_err(CoordError::Setup)?;
+    if let Some(url) = cfg.state_postgres.clone() {
+        return run_ha(cfg, &url, listener, shutdown).await;
+    }
     let coord = Coordinator::open(cfg, Arc::new(SystemClock))?;
+    log_listening(&coord, &listener);
+    serve(coord, listener, shutdown).await
+}
+
+fn log_listening(coord: &Coordinator, listener: &TcpListener) {
     tracing::info!(
         addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
         lake = %coord.lake.root(),
@@ -508,5 +521,151 @@ pub async fn run(
         mutual_tls = coord.cfg.tls_client_ca.is_some(),
         "coordinator listening"
     );
-    serve(coord, listener, shutdown).await
+}
+
+/// [`run`] on PostgreSQL: wait for the lead, serve while it holds.
+async fn run_ha(
+    cfg: CoordinatorConfig,
+    url: &str,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    use std::sync::Mutex as StdMutex;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| CoordError::Setup(format!("listen address: {e}")))?;
+    let store = {
+        let url = url.to_string();
+        tokio::task::spawn_blocking(move || store_pg::PgStore::open(&url))
+            .await
+            .map_err(|e| CoordError::Setup(format!("state database: {e}")))??
+    };
+    let label = format!(
+        "{}:{}",
+        std::env::var("HOSTNAME").unwrap_or_else(|_| "coordinator".into()),
+        addr.port()
+    );
+    let elector = Arc::new(StdMutex::new(leader::Elector::new(
+        url,
+        &label,
+        cfg.leader_lease_ms,
+    )));
+    let (holder, lease) = {
+        let g = elector.lock().unwrap_or_else(|p| p.into_inner());
+        (g.holder().to_string(), g.lease())
+    };
+    let poll = leader::poll_interval(lease);
+    let mut shutdown = Box::pin(shutdown);
+    let mut listener = Some(listener);
+    let token = loop {
+        match leader::with_elector(elector.clone(), |e| e.try_acquire()).await {
+            Ok(Some(token)) => break token,
+            Ok(None) => {
+                if listener.take().is_some() {
+                    // A standby holds no port: clients given every coordinator's
+                    // address connect to the one that leads.
+                    let cur = leader::with_elector(elector.clone(), |e| e.current()).await;
+                    tracing::info!(
+                        me = %holder,
+                        leader = %cur.as_ref().map(|c| c.holder.clone()).unwrap_or_default(),
+                        "standby: another coordinator leads; waiting for its lease to end"
+                    );
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "leader election: state database unreachable"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(poll) => {}
+            _ = &mut shutdown => return Ok(()),
+        }
+    };
+    tracing::info!(me = %holder, token, "leading");
+    store.set_fence(store_pg::Fence {
+        holder: holder.clone(),
+        token,
+    });
+    let store = {
+        // The rows may have changed while this coordinator waited.
+        tokio::task::spawn_blocking(move || store.reload_placement().map(|()| store))
+            .await
+            .map_err(|e| CoordError::Setup(format!("state database: {e}")))??
+    };
+    let listener = match listener {
+        Some(l) => l,
+        None => rebind(addr).await?,
+    };
+    let lake = Lake::open(&cfg.store)?;
+    let coord = Coordinator::new(Arc::new(store), lake, Arc::new(SystemClock), cfg)?;
+    log_listening(&coord, &listener);
+    // Renews the lease; resolves when it is lost.
+    let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<String>();
+    let renew = {
+        let elector = elector.clone();
+        tokio::spawn(async move {
+            let mut last_ok = std::time::Instant::now();
+            loop {
+                tokio::time::sleep(poll).await;
+                match leader::with_elector(elector.clone(), |e| e.try_acquire()).await {
+                    Ok(Some(t)) if t == token => last_ok = std::time::Instant::now(),
+                    Ok(_) => {
+                        let _ = lost_tx.send("another coordinator took the lead".into());
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot renew the leader lease");
+                        if last_ok.elapsed() >= lease {
+                            let _ = lost_tx.send(format!(
+                                "the leader lease could not be renewed for {} ms: {e}",
+                                lease.as_millis()
+                            ));
+                            return;
+                        }
+                    }
+                }
+            }
+        })
+    };
+    let lost = Arc::new(StdMutex::new(None::<String>));
+    let stop = {
+        let lost = lost.clone();
+        async move {
+            tokio::select! {
+                _ = shutdown => {}
+                r = lost_rx => if let Ok(why) = r {
+                    *lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+                }
+            }
+        }
+    };
+    let res = serve(coord, listener, stop).await;
+    renew.abort();
+    let why = lost.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match why {
+        Some(why) => Err(CoordError::Fenced(format!(
+            "this coordinator stopped leading: {why}"
+        ))),
+        None => {
+            // A clean stop hands the lead on at once.
+            if let Err(e) = leader::with_elector(elector, |e| e.release()).await {
+                tracing::warn!(error = %e, "could not release the leader lease");
+            }
+            res
+        }
+    }
+}
+
+/// Binds `addr` again once this standby leads (its port was released).
+async fn rebind(addr: std::net::SocketAddr) -> Result<TcpListener> {
+    let mut last = None;
+    for _ in 0..50 {
+        match TcpListener::bind(addr).await {
+            Ok(l) => return Ok(l),
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Err(CoordError::Setup(format!(
+        "cannot listen on {addr} after taking the lead: {}",
+        last.map(|e| e.to_string()).unwrap_or_default()
+    )))
 }

@@ -1,0 +1,574 @@
+//! One conformance suite for every state backend: each primitive operation of
+//! `Tx` (runs, tasks, leases, jobs, job groups, agents, schedules, commits,
+//! meta), transaction rollback, the placement index, and the schema's
+//! versioning, run against SQLite and against a real PostgreSQL server that
+//! the test starts (initdb + pg_ctl on a free port).
+use std::sync::Arc;
+
+use benchlake_coordinator::model::*;
+use benchlake_coordinator::pg_testing::PgServer;
+use benchlake_coordinator::store::{PARKED, RunFilter, SqliteStore, StateStore};
+use benchlake_coordinator::store_pg::{Fence, PgStore};
+use benchlake_core::bench::LauncherKind;
+
+fn spec(bench: &str) -> Spec {
+    Spec {
+        benchmark: bench.into(),
+        params: Default::default(),
+        nodes: Nodes::default(),
+        launcher: LauncherKind::Local,
+        max_attempts: 3,
+        timeout_s: 60,
+    }
+}
+
+fn run(id: &str, state: RunState, schedule: Option<&str>, bench: &str) -> RunRow {
+    RunRow {
+        run_id: id.into(),
+        schedule_id: schedule.map(String::from),
+        benchmark: bench.into(),
+        kind: "linktest".into(),
+        state,
+        spec: spec(bench),
+        submitted_at_ms: 1_000,
+        started_at_ms: None,
+        finished_at_ms: None,
+        scheduled_for_ms: None,
+        error: None,
+        idempotency_key: None,
+        rerun_of: None,
+        date: "2026-11-23".into(),
+        outcome: None,
+    }
+}
+
+fn task(id: &str, run: &str, agent: &str, rank: u32, state: TaskState, nb: i64) -> TaskRow {
+    TaskRow {
+        task_id: id.into(),
+        run_id: run.into(),
+        agent: agent.into(),
+        rank,
+        num_tasks: 2,
+        state,
+        attempt: 1,
+        max_attempts: 3,
+        lease_id: None,
+        lease_expires_ms: None,
+        not_before_ms: nb,
+        error: None,
+        exit_code: None,
+        stdout_tail: String::new(),
+        stderr_tail: "ünïcode tail".into(),
+        outputs: vec![],
+        started_at_ms: None,
+        finished_at_ms: None,
+        peers: vec![],
+    }
+}
+
+fn job(id: &str, run: &str, kind: &str, state: JobState, nb: i64, created: i64) -> JobRow {
+    JobRow {
+        job_id: id.into(),
+        run_id: run.into(),
+        kind: kind.into(),
+        state,
+        attempt: 1,
+        max_attempts: 3,
+        spec_json: "{\"x\":1}".into(),
+        error: None,
+        lease_id: None,
+        leased_by: None,
+        lease_expires_ms: None,
+        not_before_ms: nb,
+        created_ms: created,
+        committed_keys: vec![],
+        date: "2026-11-23".into(),
+    }
+}
+
+fn agent(name: &str) -> AgentRow {
+    AgentRow {
+        name: name.into(),
+        labels: [("rack".to_string(), "r1".to_string())].into(),
+        hostname: format!("{name}.cluster"),
+        cores: 8,
+        memory_bytes: 1 << 30,
+        address: String::new(),
+        version: "test".into(),
+        slots: 2,
+        catalog: vec![],
+        state: AgentState::Online,
+        drain: false,
+        registered_ms: 5,
+        last_heartbeat_ms: 6,
+        credential: "fp".into(),
+    }
+}
+
+fn schedule(id: &str, name: &str, paused: bool, next: Option<i64>) -> ScheduleRow {
+    ScheduleRow {
+        schedule_id: id.into(),
+        name: name.into(),
+        cron: "0 3 * * *".into(),
+        time_zone: "Europe/Berlin".into(),
+        catch_up: CatchUp::Latest,
+        max_catch_up: 1,
+        allow_overlap: false,
+        paused,
+        spec: spec("linktest"),
+        next_fire_ms: next,
+        last_fire_ms: None,
+        created_ms: 1,
+    }
+}
+
+fn ids<T>(v: &[T], f: impl Fn(&T) -> &str) -> Vec<String> {
+    v.iter().map(|x| f(x).to_string()).collect()
+}
+
+/// Every case, against one backend.
+fn conformance(s: &dyn StateStore) {
+    runs(s);
+    tasks(s);
+    jobs(s);
+    groups(s);
+    agents_and_placement(s);
+    schedules(s);
+    committed_and_meta(s);
+    rollback(s);
+}
+
+fn runs(s: &dyn StateStore) {
+    s.transact(|tx| {
+        tx.insert_run(&run("r1", RunState::Pending, Some("s1"), "linktest"))?;
+        let mut r2 = run("r2", RunState::Running, Some("s1"), "ior");
+        r2.idempotency_key = Some("k-2".into());
+        tx.insert_run(&r2)?;
+        tx.insert_run(&run("r3", RunState::Succeeded, None, "ior"))?;
+        let mut r4 = run("r4", RunState::Failed, None, "ior");
+        // Final state but an outcome still to act on: unfinished.
+        r4.outcome = Some(RunState::Failed);
+        tx.insert_run(&r4)
+    })
+    .unwrap();
+    s.transact(|tx| {
+        let r = tx.get_run("r2")?.unwrap();
+        assert_eq!(r.state, RunState::Running);
+        assert_eq!(r.spec.benchmark, "ior");
+        assert_eq!(tx.run_by_idempotency_key("k-2")?.unwrap().run_id, "r2");
+        assert!(tx.run_by_idempotency_key("nope")?.is_none());
+        assert!(tx.get_run("missing")?.is_none());
+        let all = tx.list_runs(&RunFilter::default())?;
+        assert_eq!(ids(&all, |r| &r.run_id), ["r4", "r3", "r2", "r1"]);
+        let f = RunFilter {
+            schedule_id: Some("s1".into()),
+            ..Default::default()
+        };
+        assert_eq!(ids(&tx.list_runs(&f)?, |r| &r.run_id), ["r2", "r1"]);
+        let f = RunFilter {
+            state: Some(RunState::Succeeded),
+            ..Default::default()
+        };
+        assert_eq!(ids(&tx.list_runs(&f)?, |r| &r.run_id), ["r3"]);
+        let f = RunFilter {
+            benchmark: Some("ior".into()),
+            limit: 2,
+            ..Default::default()
+        };
+        assert_eq!(ids(&tx.list_runs(&f)?, |r| &r.run_id), ["r4", "r3"]);
+        let mut active = ids(&tx.active_runs_of_schedule("s1")?, |r| &r.run_id);
+        active.sort();
+        assert_eq!(active, ["r1", "r2"]);
+        let mut unf = tx.unfinished_runs()?;
+        unf.sort();
+        assert_eq!(unf, ["r1", "r2", "r4"]);
+        let mut r1 = tx.get_run("r1")?.unwrap();
+        r1.state = RunState::Cancelled;
+        r1.error = Some("cancelled by 'alice'".into());
+        tx.update_run(&r1)?;
+        Ok(())
+    })
+    .unwrap();
+    s.transact(|tx| {
+        let r1 = tx.get_run("r1")?.unwrap();
+        assert_eq!(r1.state, RunState::Cancelled);
+        assert_eq!(r1.error.as_deref(), Some("cancelled by 'alice'"));
+        assert!(tx.active_runs_of_schedule("s1")?.len() == 1);
+        Ok(())
+    })
+    .unwrap();
+    // A duplicate idempotency key is an error (the caller looks it up first),
+    // and the store stays usable.
+    let mut dup = run("r9", RunState::Pending, None, "x");
+    dup.idempotency_key = Some("k-2".into());
+    let e = s.transact(|tx| tx.insert_run(&dup)).unwrap_err();
+    assert!(e.to_string().contains("state store"), "{e}");
+    assert!(s.transact(|tx| tx.get_run("r9")).unwrap().is_none());
+}
+
+fn tasks(s: &dyn StateStore) {
+    s.transact(|tx| {
+        tx.insert_task(&task("t2", "r2", "a1", 1, TaskState::Queued, 100))?;
+        tx.insert_task(&task("t1", "r2", "a1", 0, TaskState::Queued, 50))?;
+        tx.insert_task(&task("t3", "r2", "a2", 2, TaskState::Queued, 10))?;
+        let mut t4 = task("t4", "r3", "a1", 0, TaskState::Running, 0);
+        t4.lease_expires_ms = Some(500);
+        tx.insert_task(&t4)?;
+        let mut t5 = task("t5", "r3", "a2", 1, TaskState::Leased, 0);
+        t5.lease_expires_ms = Some(5_000);
+        tx.insert_task(&t5)
+    })
+    .unwrap();
+    s.transact(|tx| {
+        // Ranked order, whatever the ids.
+        let of_run = tx.tasks_of_run("r2")?;
+        assert_eq!(ids(&of_run, |t| &t.task_id), ["t1", "t2", "t3"]);
+        assert_eq!(of_run[2].stderr_tail, "ünïcode tail");
+        // Oldest due task of the agent.
+        assert_eq!(tx.next_task_for_agent("a1", 60)?.unwrap().task_id, "t1");
+        assert!(tx.next_task_for_agent("a1", 49)?.is_none());
+        assert!(tx.next_task_for_agent("a9", 1_000)?.is_none());
+        assert_eq!(ids(&tx.expired_tasks(1_000)?, |t| &t.task_id), ["t4"]);
+        // In no particular order.
+        let mut exp = ids(&tx.expired_tasks(10_000)?, |t| &t.task_id);
+        exp.sort();
+        assert_eq!(exp, ["t4", "t5"]);
+        let mut a1 = ids(
+            &tx.tasks_of_agent("a1", &[TaskState::Queued, TaskState::Running])?,
+            |t| &t.task_id,
+        );
+        a1.sort();
+        assert_eq!(a1, ["t1", "t2", "t4"]);
+        // A lease: QUEUED -> LEASED, moved to another agent.
+        let mut t1 = tx.get_task("t1")?.unwrap();
+        t1.state = TaskState::Leased;
+        t1.agent = "a2".into();
+        t1.lease_id = Some("L1".into());
+        t1.lease_expires_ms = Some(9_000);
+        tx.update_task(&t1)?;
+        Ok(())
+    })
+    .unwrap();
+    s.transact(|tx| {
+        let t1 = tx.get_task("t1")?.unwrap();
+        assert_eq!((t1.state, t1.agent.as_str()), (TaskState::Leased, "a2"));
+        assert_eq!(t1.lease_id.as_deref(), Some("L1"));
+        assert_eq!(tx.next_task_for_agent("a1", 1_000)?.unwrap().task_id, "t2");
+        assert!(tx.tasks_of_agent("a2", &[TaskState::Leased])?.len() == 2);
+        Ok(())
+    })
+    .unwrap();
+}
+
+fn jobs(s: &dyn StateStore) {
+    s.transact(|tx| {
+        tx.insert_job(&job("j1", "r2", "ingest", JobState::Queued, 0, 30))?;
+        tx.insert_job(&job("j2", "r2", "ingest", JobState::Queued, 0, 20))?;
+        tx.insert_job(&job("j3", "r2", "replay", JobState::Queued, 0, 10))?;
+        tx.insert_job(&job("j4", "r2", "commit", JobState::Queued, 500, 5))?;
+        tx.insert_job(&job("j5", "r2", "ingest", JobState::Failed, 0, 1))?;
+        tx.insert_job(&job("j6", "r2", "ingest", JobState::Queued, PARKED, 0))
+    })
+    .unwrap();
+    s.transact(|tx| {
+        // Oldest due first; a kind filter; a parked job is never due.
+        assert_eq!(tx.next_job(&[], 100)?.unwrap().job_id, "j3");
+        assert_eq!(tx.next_job(&["ingest".into()], 100)?.unwrap().job_id, "j2");
+        assert_eq!(
+            tx.next_job(&["commit".into(), "nope".into()], 100)?
+                .map(|j| j.job_id),
+            None
+        );
+        assert_eq!(tx.next_job(&["commit".into()], 500)?.unwrap().job_id, "j4");
+        assert_eq!(tx.queued_job_count()?, 5);
+        assert_eq!(tx.job_of_kind("r2", "ingest")?.unwrap().job_id, "j6");
+        assert!(tx.job_of_kind("r2", "report")?.is_none());
+        assert_eq!(tx.count_open_jobs("r2", "commit")?, 4);
+        assert_eq!(ids(&tx.failed_jobs("r2")?, |j| &j.job_id), ["j5"]);
+        assert_eq!(
+            ids(&tx.jobs_of_run("r2")?, |j| &j.job_id),
+            ["j6", "j5", "j4", "j3", "j2", "j1"]
+        );
+        // A lease.
+        let mut j = tx.get_job("j3")?.unwrap();
+        j.state = JobState::Leased;
+        j.lease_id = Some("JL".into());
+        j.leased_by = Some("w1".into());
+        j.lease_expires_ms = Some(700);
+        tx.update_job(&j)?;
+        Ok(())
+    })
+    .unwrap();
+    s.transact(|tx| {
+        assert_eq!(tx.queued_job_count()?, 4);
+        assert_eq!(tx.next_job(&[], 100)?.unwrap().job_id, "j2");
+        assert!(tx.expired_jobs(700)?.is_empty());
+        assert_eq!(ids(&tx.expired_jobs(701)?, |j| &j.job_id), ["j3"]);
+        assert_eq!(tx.get_job("j3")?.unwrap().leased_by.as_deref(), Some("w1"));
+        Ok(())
+    })
+    .unwrap();
+}
+
+fn groups(s: &dyn StateStore) {
+    s.transact(|tx| {
+        tx.insert_job(&job("g1", "r5", "part", JobState::Queued, 0, 1))?;
+        tx.insert_job(&job("g2", "r5", "part", JobState::Failed, 0, 2))?;
+        tx.insert_job(&job("g3", "r5", "merge", JobState::Queued, PARKED, 3))?;
+        tx.set_job_group("g1", Some("parts"), None)?;
+        tx.set_job_group("g2", Some("parts"), None)?;
+        tx.set_job_group("g3", None, Some("parts"))
+    })
+    .unwrap();
+    s.transact(|tx| {
+        assert_eq!(tx.job_group("g1")?, (Some("parts".into()), None));
+        assert_eq!(tx.job_group("g3")?, (None, Some("parts".into())));
+        assert_eq!(tx.job_group("missing")?, (None, None));
+        assert_eq!(tx.open_jobs_in_group("r5", "parts")?, 1);
+        assert_eq!(
+            ids(&tx.failed_jobs_in_group("r5", "parts")?, |j| &j.job_id),
+            ["g2"]
+        );
+        assert_eq!(
+            ids(&tx.jobs_waiting_for("r5", "parts")?, |j| &j.job_id),
+            ["g3"]
+        );
+        assert!(tx.jobs_waiting_for("r2", "parts")?.is_empty());
+        Ok(())
+    })
+    .unwrap();
+}
+
+fn agents_and_placement(s: &dyn StateStore) {
+    s.transact(|tx| {
+        tx.upsert_agent(&agent("b2"))?;
+        tx.upsert_agent(&agent("b1"))?;
+        let mut b2 = agent("b2");
+        b2.drain = true;
+        b2.state = AgentState::Draining;
+        tx.upsert_agent(&b2)?;
+        // The transaction sees its own writes in the index.
+        let v = tx.placement().expect("placement index");
+        assert!(v.agent("b2").unwrap().drain);
+        Ok(())
+    })
+    .unwrap();
+    s.transact(|tx| {
+        assert_eq!(ids(&tx.list_agents()?, |a| &a.name), ["b1", "b2"]);
+        let b2 = tx.get_agent("b2")?.unwrap();
+        assert_eq!((b2.state, b2.drain), (AgentState::Draining, true));
+        assert_eq!(b2.labels.get("rack").map(String::as_str), Some("r1"));
+        assert!(tx.get_agent("zz")?.is_none());
+        Ok(())
+    })
+    .unwrap();
+    let p = s.placement().expect("placement index");
+    let p = p.read().unwrap();
+    assert!(p.agent("b2").unwrap().drain);
+    // Tasks not ended are indexed with their lease: t1 moved to a2.
+    let t1 = p.task("t1").unwrap();
+    assert_eq!((t1.agent.as_str(), t1.state), ("a2", TaskState::Leased));
+    assert_eq!(p.load("a2"), 3);
+}
+
+fn schedules(s: &dyn StateStore) {
+    s.transact(|tx| {
+        tx.insert_schedule(&schedule("s1", "nightly", false, Some(100)))?;
+        tx.insert_schedule(&schedule("s2", "hourly", true, Some(50)))?;
+        tx.insert_schedule(&schedule("s3", "later", false, Some(900)))?;
+        tx.insert_schedule(&schedule("s4", "never", false, None))
+    })
+    .unwrap();
+    s.transact(|tx| {
+        assert_eq!(
+            ids(&tx.list_schedules()?, |x| &x.name),
+            ["hourly", "later", "never", "nightly"]
+        );
+        assert_eq!(ids(&tx.due_schedules(100)?, |x| &x.schedule_id), ["s1"]);
+        assert_eq!(
+            ids(&tx.due_schedules(1_000)?, |x| &x.schedule_id),
+            ["s1", "s3"]
+        );
+        assert_eq!(tx.schedule_by_name("later")?.unwrap().schedule_id, "s3");
+        let mut s2 = tx.get_schedule("s2")?.unwrap();
+        assert_eq!(s2.time_zone, "Europe/Berlin");
+        s2.paused = false;
+        s2.name = "every-hour".into();
+        tx.update_schedule(&s2)?;
+        assert!(tx.delete_schedule("s4")?);
+        assert!(!tx.delete_schedule("s4")?);
+        Ok(())
+    })
+    .unwrap();
+    s.transact(|tx| {
+        assert_eq!(
+            ids(&tx.due_schedules(100)?, |x| &x.schedule_id),
+            ["s2", "s1"]
+        );
+        assert!(tx.schedule_by_name("hourly")?.is_none());
+        assert!(tx.get_schedule("s4")?.is_none());
+        Ok(())
+    })
+    .unwrap();
+    // Names are unique.
+    let e = s
+        .transact(|tx| tx.insert_schedule(&schedule("s9", "later", false, None)))
+        .unwrap_err();
+    assert!(e.to_string().contains("state store"), "{e}");
+}
+
+fn committed_and_meta(s: &dyn StateStore) {
+    let f = |key: &str, table: &str, run: &str, rows: u64| CommittedFile {
+        key: key.into(),
+        table: table.into(),
+        run_id: run.into(),
+        job_id: "j1".into(),
+        date: "2026-11-23".into(),
+        rows,
+        bytes: 10 * rows,
+        committed_ms: 7,
+    };
+    s.transact(|tx| {
+        tx.upsert_committed(&f("tables/b/x.parquet", "b", "r2", 5))?;
+        tx.upsert_committed(&f("tables/a/y.parquet", "a", "r2", 3))?;
+        tx.upsert_committed(&f("tables/a/x.parquet", "a", "r1", 4))?;
+        // The same key again: its counts change, no second row.
+        tx.upsert_committed(&f("tables/b/x.parquet", "b", "r2", 6_000_000_000))?;
+        tx.set_meta("reconcile_ms", "1")?;
+        tx.set_meta("reconcile_ms", "2")
+    })
+    .unwrap();
+    s.transact(|tx| {
+        let all = tx.committed_files(None)?;
+        assert_eq!(
+            ids(&all, |c| &c.key),
+            [
+                "tables/a/x.parquet",
+                "tables/a/y.parquet",
+                "tables/b/x.parquet"
+            ]
+        );
+        assert_eq!(all[2].rows, 6_000_000_000);
+        assert_eq!(all[2].bytes, 60_000_000_000);
+        assert_eq!(tx.committed_files(Some("a"))?.len(), 2);
+        tx.delete_committed("tables/a/x.parquet")?;
+        assert_eq!(tx.committed_files(Some("a"))?.len(), 1);
+        assert_eq!(tx.get_meta("reconcile_ms")?.as_deref(), Some("2"));
+        assert!(tx.get_meta("nothing")?.is_none());
+        Ok(())
+    })
+    .unwrap();
+}
+
+fn rollback(s: &dyn StateStore) {
+    let e = s
+        .transact(|tx| -> benchlake_coordinator::Result<()> {
+            tx.insert_run(&run("rb", RunState::Pending, None, "x"))?;
+            tx.upsert_agent(&agent("ghost"))?;
+            let mut t = task("tb", "rb", "ghost", 0, TaskState::Queued, 0);
+            t.lease_expires_ms = Some(1);
+            tx.insert_task(&t)?;
+            Err(benchlake_coordinator::CoordError::Invalid("no".into()))
+        })
+        .unwrap_err();
+    assert_eq!(e.to_string(), "no");
+    s.transact(|tx| {
+        assert!(tx.get_run("rb")?.is_none());
+        assert!(tx.get_agent("ghost")?.is_none());
+        assert!(tx.get_task("tb")?.is_none());
+        Ok(())
+    })
+    .unwrap();
+    // Nor in the index.
+    let p = s.placement().unwrap();
+    let p = p.read().unwrap();
+    assert!(p.agent("ghost").is_none());
+    assert!(p.task("tb").is_none());
+}
+
+#[test]
+fn sqlite_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let s: Arc<dyn StateStore> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
+    conformance(s.as_ref());
+}
+
+#[test]
+fn postgres_conforms_and_fences_an_old_leader() {
+    let pg = PgServer::start().expect("PostgreSQL test server");
+    let url = pg.fresh_db().unwrap();
+    let s = Arc::new(PgStore::open(&url).unwrap());
+    conformance(s.as_ref() as &dyn StateStore);
+
+    // Reopening runs no migration twice and reloads the same index.
+    let again = PgStore::open(&url).unwrap();
+    let p = StateStore::placement(&again).unwrap();
+    assert_eq!(p.read().unwrap().load("a2"), 3);
+
+    // Fencing: two coordinators; the first leads, then loses its lease to
+    // the second; its next write is refused and nothing of it lands.
+    let mut e1 = benchlake_coordinator::leader::Elector::new(&url, "c1", 300);
+    let mut e2 = benchlake_coordinator::leader::Elector::new(&url, "c2", 300);
+    let t1 = e1.try_acquire().unwrap().expect("c1 leads");
+    assert_eq!(
+        e2.try_acquire().unwrap(),
+        None,
+        "c2 must wait for c1's lease"
+    );
+    assert_eq!(
+        e1.try_acquire().unwrap(),
+        Some(t1),
+        "renewal keeps the token"
+    );
+    s.set_fence(Fence {
+        holder: e1.holder().to_string(),
+        token: t1,
+    });
+    let ds: &dyn StateStore = s.as_ref();
+    ds.transact(|tx| tx.set_meta("written_by", "c1")).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(350));
+    let t2 = e2.try_acquire().unwrap().expect("c2 takes over");
+    assert!(t2 > t1);
+    assert_eq!(e1.try_acquire().unwrap(), None, "c1 may not take it back");
+    let cur = e2.current().unwrap();
+    assert_eq!((cur.holder.as_str(), cur.token), (e2.holder(), t2));
+    let err = ds
+        .transact(|tx| {
+            tx.insert_run(&run("late", RunState::Pending, None, "x"))?;
+            tx.set_meta("written_by", "c1-late")
+        })
+        .unwrap_err();
+    assert!(
+        matches!(err, benchlake_coordinator::CoordError::Fenced(_)),
+        "{err}"
+    );
+    assert!(err.to_string().contains("no longer the leader"), "{err}");
+    let s2 = PgStore::open(&url).unwrap();
+    s2.set_fence(Fence {
+        holder: e2.holder().to_string(),
+        token: t2,
+    });
+    (&s2 as &dyn StateStore)
+        .transact(|tx| {
+            assert!(tx.get_run("late")?.is_none());
+            assert_eq!(tx.get_meta("written_by")?.as_deref(), Some("c1"));
+            Ok(())
+        })
+        .unwrap();
+    // A clean stop hands the lead over at once.
+    e2.release().unwrap();
+    assert!(e1.try_acquire().unwrap().unwrap() > t2);
+}
+
+#[test]
+fn postgres_refuses_a_newer_schema() {
+    let pg = PgServer::start().expect("PostgreSQL test server");
+    let url = pg.fresh_db().unwrap();
+    drop(PgStore::open(&url).unwrap());
+    let admin = PgStore::open(&url).unwrap();
+    (&admin as &dyn StateStore)
+        .transact(|tx| tx.set_meta("schema_version", "99"))
+        .unwrap();
+    let e = PgStore::open(&url).unwrap_err().to_string();
+    assert!(e.contains("schema version 99"), "{e}");
+}
