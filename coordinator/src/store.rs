@@ -81,7 +81,7 @@ pub trait Tx {
     /// Committed files, of one table or all.
     fn committed_files(&mut self, table: Option<&str>) -> Result<Vec<CommittedFile>>;
 
-    // Job dependencies (see `logic::insert_follow_ups` and docs/architecture.md).
+    // Job dependencies (see `lifecycle::job` and docs/architecture.md).
     /// Sets a job's group and the group it waits for (columns `grp`, `wait_for`).
     fn set_job_group(
         &mut self,
@@ -182,7 +182,18 @@ CREATE TABLE IF NOT EXISTS committed_files (
 CREATE INDEX IF NOT EXISTS committed_table ON committed_files(table_name, date, run_id);
 "#;
 
-const SCHEMA_VERSION: &str = "1";
+/// The schema as successive steps; `meta.schema_version` says how many have
+/// been applied. Each step is idempotent (a database of release 1 may already
+/// have the job-group columns). Never edit a released step: add one.
+const MIGRATIONS: &[fn(&Connection) -> Result<()>] = &[
+    // 1: the base records.
+    |c| Ok(c.execute_batch(SCHEMA)?),
+    // 2: job groups.
+    migrate_job_groups,
+];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
 
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path`.
@@ -244,33 +255,66 @@ impl SqliteStore {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
-        conn.execute_batch(SCHEMA)?;
-        migrate_job_groups(&conn)?;
-        let v: Option<String> = conn
-            .query_row("SELECT v FROM meta WHERE k='schema_version'", [], |r| {
-                r.get(0)
-            })
-            .optional()?;
-        match v.as_deref() {
-            None => {
-                conn.execute(
-                    "INSERT INTO meta(k, v) VALUES ('schema_version', ?1)",
-                    params![SCHEMA_VERSION],
-                )?;
-            }
-            Some(SCHEMA_VERSION) => {}
-            Some(other) => {
-                return Err(CoordError::Setup(format!(
-                    "state database has schema version {other}; this build needs {SCHEMA_VERSION}"
-                )));
-            }
-        }
+        migrate(&conn)?;
         let placement = Arc::new(RwLock::new(load_placement(&conn)?));
         Ok(Self {
             conn: Mutex::new(conn),
             placement,
         })
     }
+}
+
+/// Brings the database to [`SCHEMA_VERSION`] in one transaction, refusing a
+/// newer one (a downgrade would misread it).
+fn migrate(conn: &Connection) -> Result<()> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let out = (|| {
+        let has_meta: bool = conn.query_row(
+            "SELECT COUNT(*) > 0 FROM sqlite_master WHERE type='table' AND name='meta'",
+            [],
+            |r| r.get(0),
+        )?;
+        let have: usize = if has_meta {
+            let v: Option<String> = conn
+                .query_row("SELECT v FROM meta WHERE k='schema_version'", [], |r| {
+                    r.get(0)
+                })
+                .optional()?;
+            match v {
+                None => 0,
+                Some(v) => v.parse().map_err(|_| {
+                    CoordError::Setup(format!("state database has schema version '{v}'"))
+                })?,
+            }
+        } else {
+            0
+        };
+        if have > SCHEMA_VERSION {
+            return Err(CoordError::Setup(format!(
+                "state database has schema version {have}; this build knows up to \
+                 {SCHEMA_VERSION}: upgrade benchlake before opening it"
+            )));
+        }
+        for (i, step) in MIGRATIONS.iter().enumerate().skip(have) {
+            step(conn)?;
+            conn.execute(
+                "INSERT INTO meta(k, v) VALUES ('schema_version', ?1)
+                 ON CONFLICT(k) DO UPDATE SET v=excluded.v",
+                params![(i + 1).to_string()],
+            )?;
+            if have > 0 {
+                tracing::info!(from = have, to = i + 1, "state database schema upgraded");
+            }
+        }
+        Ok(())
+    })();
+    match out {
+        Ok(()) => conn.execute_batch("COMMIT")?,
+        Err(_) => {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+    }
+    out
 }
 
 /// Builds the placement index from the rows: every agent, every task that
@@ -862,11 +906,9 @@ mod group_tests {
             // A database as created before job groups existed.
             let c = Connection::open(&path).unwrap();
             c.execute_batch(SCHEMA).unwrap();
-            c.execute(
-                "INSERT INTO meta(k, v) VALUES ('schema_version', ?1)",
-                params![SCHEMA_VERSION],
-            )
-            .unwrap();
+            // Release 1 wrote version "1".
+            c.execute("INSERT INTO meta(k, v) VALUES ('schema_version', '1')", [])
+                .unwrap();
             c.execute(
                 "INSERT INTO jobs(job_id, run_id, kind, state, not_before_ms, created_ms, data)
                  VALUES ('j1', 'r1', 'ingest', 'DONE', 0, 0, '{}')",
@@ -898,5 +940,17 @@ mod group_tests {
             )
             .unwrap();
         assert_eq!(n, 2);
+        let v: String = c
+            .query_row("SELECT v FROM meta WHERE k='schema_version'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION.to_string());
+        // A newer database is refused, untouched.
+        c.execute("UPDATE meta SET v='99' WHERE k='schema_version'", [])
+            .unwrap();
+        drop(c);
+        let e = SqliteStore::open(&path).unwrap_err().to_string();
+        assert!(e.contains("schema version 99"), "{e}");
     }
 }
