@@ -277,3 +277,82 @@ async fn an_agent_and_a_worker_given_a_list_follow_the_coordinator() {
     }
     let _ = on.stop.send(true);
 }
+
+/// A `benchlake coordinator` process, killed when dropped.
+struct Process(std::process::Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `benchlake coordinator` on `addr` over `dir`'s state file and lake.
+fn coordinator_process(dir: &std::path::Path, addr: &str) -> Process {
+    let child = std::process::Command::new(bin())
+        .arg("coordinator")
+        .args(["--listen", addr])
+        .arg("--state")
+        .arg(dir.join("state.db"))
+        .arg("--lake")
+        .arg(dir.join("lake"))
+        .env("BENCHLAKE_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    Process(child)
+}
+
+/// The coordinator process dies (SIGKILL: no goodbye to its clients) with a
+/// call in flight; that call fails with a status the retry policy retries,
+/// and the same channel reaches the coordinator started on the other address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_coordinator_is_followed_to_the_next_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dead_addr().await;
+    let b = dead_addr().await;
+    let mut on_b = coordinator_process(dir.path(), &b);
+    let ch = channel_with(&format!("{a},{b}"), &ClientTls::default()).unwrap();
+    let auth = Auth::new(None).unwrap();
+    let cluster = pb::cluster_service_client::ClusterServiceClient::with_interceptor(
+        ch.clone(),
+        auth.clone(),
+    );
+    let mut agent =
+        pb::agent_service_client::AgentServiceClient::with_interceptor(ch.clone(), auth.clone());
+    // Retried while the process starts.
+    assert!(agents(&cluster).await.is_empty());
+    agent
+        .register(pb::RegisterRequest {
+            protocol_version: benchlake_proto::PROTOCOL_VERSION as i32,
+            name: "a1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // A long poll in flight when the process dies.
+    let mut worker = pb::worker_service_client::WorkerServiceClient::with_interceptor(ch, auth);
+    let in_flight = tokio::spawn(async move {
+        worker
+            .lease_job(pb::LeaseJobRequest {
+                protocol_version: benchlake_proto::PROTOCOL_VERSION as i32,
+                worker: "w1".into(),
+                kinds: vec![],
+                wait_ms: 20_000,
+            })
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    on_b.0.kill().unwrap();
+    on_b.0.wait().unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(10), in_flight)
+        .await
+        .expect("the call in flight did not end with its coordinator")
+        .unwrap()
+        .unwrap_err();
+    eprintln!("the call in flight: {:?}: {}", e.code(), e.message());
+    assert!(benchlake_proto::retry::is_transient(&e), "{e:?}");
+    let _on_a = coordinator_process(dir.path(), &a);
+    assert_eq!(agents(&cluster).await, ["a1"]);
+}

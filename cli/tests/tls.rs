@@ -405,3 +405,41 @@ async fn a_certificate_without_its_key_is_refused() {
     cfg.tls_client_ca = Some(pki.path("ca.pem"));
     assert!(benchlake_coordinator::tls::acceptor(&cfg).is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_address_list_connects_to_the_address_that_listens() {
+    let pki = Pki::new();
+    let c = TlsCoord::start(&pki, true).await;
+    let port = c.url.rsplit(':').next().unwrap().to_string();
+    let dead = {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        l.local_addr().unwrap().port()
+    };
+    // Each address is verified under its own name (localhost, 127.0.0.1:
+    // both in the certificate).
+    let list = format!("https://localhost:{dead},https://localhost:{port}");
+    assert!(list_agents(&list, &pki.client(true)).await.is_ok());
+    let list = format!("https://127.0.0.1:{dead}, {}", c.url);
+    assert!(list_agents(&list, &pki.client(true)).await.is_ok());
+    // The handshake hints survive in the list's error, address by address.
+    let e = list_agents(&list, &pki.client(false)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    let m = e.message();
+    assert!(
+        m.contains(&format!("https://127.0.0.1:{dead}: ")) && m.contains("refused"),
+        "{m}"
+    );
+    assert!(
+        m.contains(&format!("{}: ", c.url)) && m.contains("requires a client certificate"),
+        "{m}"
+    );
+    // https:// to a plaintext coordinator in a list: still no downgrade.
+    let plain = common::Cluster::start(Tokens::default()).await;
+    let list = format!("https://127.0.0.1:{dead},https://{}", plain.addr);
+    let e = list_agents(&list, &pki.client(false)).await.unwrap_err();
+    assert!(
+        e.message().contains("does not speak TLS"),
+        "{}",
+        e.message()
+    );
+}
