@@ -30,6 +30,9 @@ pub enum Error {
     SchemaMismatch { table: String, message: String },
     #[error("object store configuration: {0}")]
     Config(String),
+    /// An object of the lake that should be Parquet does not decode.
+    #[error("{key}: {message}")]
+    Decode { key: String, message: String },
 }
 
 impl Error {

@@ -1,6 +1,7 @@
 //! The lake: the object store handle (local directory or S3-compatible), Parquet
-//! encoding checked against the catalog, and the offline writer used by
-//! `benchlake ingest ... --out DIR`.
+//! encoding checked against the catalog, the offline writer used by
+//! `benchlake ingest ... --out DIR`, and reading a run's rows of a table back
+//! ([`Lake::read_run_rows`], in `read`).
 //!
 //! Writers never expose partial data: a Parquet object is encoded fully in memory
 //! (or in a local temp file) and then put in one request; object stores make a
@@ -26,7 +27,9 @@ use crate::error::{Error, Result};
 use crate::layout;
 
 mod chunks;
+mod read;
 use chunks::{ConstantCache, NumericScratch, constant_chunk, numeric_chunk};
+pub use read::RunRows;
 
 /// Rows for one table produced by a reader or an executor.
 #[derive(Debug, Clone)]

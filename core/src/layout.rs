@@ -4,13 +4,16 @@
 //! ```text
 //! raw/{run_id}/{task_id}/{file}                                            immutable raw outputs
 //! tables/{table}/date={YYYY-MM-DD}/run_id={run_id}/part-{job_id}.parquet   committed results
+//! reports/{run_id}/counts/{analysis}/{file}                                text reports of a counts analysis
 //! _staging/{job_id}/{attempt}/...                                          in-flight, never read by users
-//! _work/{run_id}/...                                                       jobs' scratch of a run, never read by users
+//! _work/{run_id}/counts/{analysis}/part-{index}.json                       a counts analysis' part results
+//! _work/{run_id}/traced/{job_id}/replaympi.input                           a traced run's default replay input
 //! ```
 //!
 //! `_staging/` and `_work/` are garbage once their job attempt or run has ended;
 //! the coordinator's reconciler removes them (it parses keys with
-//! [`parse_staging_key`] and [`parse_work_key`]).
+//! [`parse_staging_key`] and [`parse_work_key`]). Readers of the lake parse
+//! table keys back with [`parse_table_key`].
 use crate::error::{Error, Result};
 use crate::ids::validate_id;
 
@@ -22,6 +25,8 @@ pub const TABLES: &str = "tables";
 pub const STAGING: &str = "_staging";
 /// Top-level prefix of jobs' scratch objects, per run.
 pub const WORK: &str = "_work";
+/// Top-level prefix of text reports (per run).
+pub const REPORTS: &str = "reports";
 
 /// Checks a plain file or part name: non-empty, ≤ 200 bytes, no path separators,
 /// no `..`, only printable ASCII without spaces or quotes.
@@ -63,10 +68,59 @@ pub fn raw_key(run_id: &str, task_id: &str, file: &str) -> Result<String> {
     Ok(format!("{}{file}", raw_prefix(run_id, task_id)?))
 }
 
+/// Whether `key` is a key (or a prefix ending in `/`) under `raw/` that a
+/// client may name: no `..` and no empty segment. (Raw keys are built by
+/// [`raw_key`]; this checks one handed back by a client or a job spec.)
+pub fn is_raw_key(key: &str) -> bool {
+    key.strip_prefix(RAW)
+        .is_some_and(|rest| rest.starts_with('/'))
+        && !key.contains("..")
+        && !key.contains("//")
+}
+
+/// The run id, task id and file name of a key `raw/{run_id}/{task_id}/{file}`,
+/// or None when the key does not have that shape.
+pub fn parse_raw_key(key: &str) -> Option<(&str, &str, &str)> {
+    let rest = key.strip_prefix(RAW)?.strip_prefix('/')?;
+    let (run, rest) = rest.split_once('/')?;
+    let (task, file) = rest.split_once('/')?;
+    (validate_id("run_id", run).is_ok()
+        && validate_id("task_id", task).is_ok()
+        && validate_name("file_name", file).is_ok())
+    .then_some((run, task, file))
+}
+
+/// `_staging/{job_id}/` (with the trailing slash): every attempt of a job.
+pub fn staging_job_prefix(job_id: &str) -> Result<String> {
+    validate_id("job_id", job_id)?;
+    Ok(format!("{STAGING}/{job_id}/"))
+}
+
 /// `_staging/{job_id}/{attempt}/` (with the trailing slash).
 pub fn staging_prefix(job_id: &str, attempt: u32) -> Result<String> {
     validate_id("job_id", job_id)?;
     Ok(format!("{STAGING}/{job_id}/{attempt}/"))
+}
+
+/// `{prefix}{table}[-{part}].parquet`: a job attempt's staged object of one
+/// table, under the attempt's `prefix` (built by [`staging_prefix`]; the
+/// coordinator hands it to the worker, so a prefix of another shape is
+/// refused).
+pub fn staged_key(prefix: &str, table: &str, part: &str) -> Result<String> {
+    validate_name("table", table)?;
+    let key = if part.is_empty() {
+        format!("{prefix}{table}.parquet")
+    } else {
+        validate_name("part", part)?;
+        format!("{prefix}{table}-{part}.parquet")
+    };
+    match parse_staging_key(&key) {
+        Some((job, attempt)) if prefix == staging_prefix(job, attempt)? => Ok(key),
+        _ => Err(Error::invalid(
+            "staging_prefix",
+            format!("'{prefix}' is not _staging/JOB/ATTEMPT/"),
+        )),
+    }
 }
 
 /// The job id and attempt of a key `_staging/{job_id}/{attempt}/{name…}`, or
@@ -88,6 +142,27 @@ pub fn parse_staging_key(key: &str) -> Option<(&str, u32)> {
 pub fn work_prefix(run_id: &str) -> Result<String> {
     validate_id("run_id", run_id)?;
     Ok(format!("{WORK}/{run_id}/"))
+}
+
+/// `_work/{run_id}/counts/{analysis}/part-{index:05}.json`: the result of
+/// one part of a counts analysis (`analysis` is the plan job's id). A retried
+/// part overwrites the same key.
+pub fn counts_part_key(run_id: &str, analysis: &str, index: usize) -> Result<String> {
+    validate_id("analysis", analysis)?;
+    Ok(format!(
+        "{}counts/{analysis}/part-{index:05}.json",
+        work_prefix(run_id)?
+    ))
+}
+
+/// `_work/{run_id}/traced/{job_id}/replaympi.input`: the replaympi input of
+/// the default replay a traced run's ingest job `job_id` asks for.
+pub fn traced_replay_input_key(run_id: &str, job_id: &str) -> Result<String> {
+    validate_id("job_id", job_id)?;
+    Ok(format!(
+        "{}traced/{job_id}/replaympi.input",
+        work_prefix(run_id)?
+    ))
 }
 
 /// The run id of a key `_work/{run_id}/{name…}`, or None when the key does not
@@ -127,6 +202,113 @@ pub fn table_key(
 pub fn table_prefix(table: &str) -> Result<String> {
     validate_name("table", table)?;
     Ok(format!("{TABLES}/{table}/"))
+}
+
+/// `tables/{table}/date={date}/run_id={run_id}/`: every object of one run's
+/// rows of a table.
+pub fn run_table_prefix(table: &str, date: &str, run_id: &str) -> Result<String> {
+    validate_date(date)?;
+    validate_id("run_id", run_id)?;
+    Ok(format!(
+        "{}date={date}/run_id={run_id}/",
+        table_prefix(table)?
+    ))
+}
+
+/// `tables/{table}/**/*.parquet`: the glob DuckDB and Spark read a table
+/// with (relative to the lake root; `hive_partitioning` adds `date` and
+/// `run_id`).
+pub fn table_glob(table: &str) -> Result<String> {
+    Ok(format!("{}**/*.parquet", table_prefix(table)?))
+}
+
+/// The parts of a committed table key (see [`table_key`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableKey<'a> {
+    /// Catalog table.
+    pub table: &'a str,
+    /// Date partition, `YYYY-MM-DD`.
+    pub date: &'a str,
+    /// The run the rows belong to.
+    pub run_id: &'a str,
+    /// The job that wrote the object.
+    pub job_id: &'a str,
+    /// The part suffix (empty when the job wrote one object of the table).
+    pub part: &'a str,
+}
+
+/// The parts of a key
+/// `tables/{table}/date={date}/run_id={run_id}/part-{job_id}[-{part}].parquet`,
+/// or None when the key does not have that shape (an object someone else
+/// put in the lake is no part of a table).
+pub fn parse_table_key(key: &str) -> Option<TableKey<'_>> {
+    let rest = key.strip_prefix(TABLES)?.strip_prefix('/')?;
+    let mut it = rest.split('/');
+    let (table, date, run, file) = (it.next()?, it.next()?, it.next()?, it.next()?);
+    if it.next().is_some() {
+        return None;
+    }
+    let date = date.strip_prefix("date=")?;
+    let run_id = run.strip_prefix("run_id=")?;
+    let stem = file.strip_prefix("part-")?.strip_suffix(".parquet")?;
+    let (job_id, part) = stem.split_once('-').unwrap_or((stem, ""));
+    let ok = validate_name("table", table).is_ok()
+        && validate_date(date).is_ok()
+        && validate_id("run_id", run_id).is_ok()
+        && validate_id("job_id", job_id).is_ok()
+        && (part.is_empty() || validate_name("part", part).is_ok());
+    ok.then_some(TableKey {
+        table,
+        date,
+        run_id,
+        job_id,
+        part,
+    })
+}
+
+/// `reports/{run_id}/` (with the trailing slash): every report of a run.
+pub fn reports_prefix(run_id: &str) -> Result<String> {
+    validate_id("run_id", run_id)?;
+    Ok(format!("{REPORTS}/{run_id}/"))
+}
+
+/// `reports/{run_id}/{rel}/` (with the trailing slash) for a relative prefix
+/// a client names (`counts/{analysis}`; empty = every report of the run):
+/// each of its `/`-separated segments must be a plain name.
+pub fn reports_under(run_id: &str, rel: &str) -> Result<String> {
+    let mut out = reports_prefix(run_id)?;
+    for seg in rel.split('/').filter(|s| !s.is_empty()) {
+        validate_name("prefix", seg)?;
+        out.push_str(seg);
+        out.push('/');
+    }
+    Ok(out)
+}
+
+/// The part of `prefix` below `reports/{run_id}/` (what [`reports_under`]
+/// takes back), or None when `prefix` is not under that run's reports.
+pub fn reports_rel<'a>(run_id: &str, prefix: &'a str) -> Option<&'a str> {
+    prefix
+        .strip_prefix(REPORTS)?
+        .strip_prefix('/')?
+        .strip_prefix(run_id)?
+        .strip_prefix('/')
+}
+
+/// `reports/{run_id}/counts/{analysis}/` (with the trailing slash): the text
+/// reports of one counts analysis (`analysis` is its plan job's id).
+pub fn counts_reports_prefix(run_id: &str, analysis: &str) -> Result<String> {
+    validate_id("analysis", analysis)?;
+    Ok(format!("{}counts/{analysis}/", reports_prefix(run_id)?))
+}
+
+/// `reports/{run_id}/counts/{analysis}/{file}`: one text report.
+pub fn counts_report_key(run_id: &str, analysis: &str, file: &str) -> Result<String> {
+    validate_name("report", file)?;
+    Ok(format!(
+        "{}{file}",
+        counts_reports_prefix(run_id, analysis)?
+    ))
 }
 
 /// The date partition (UTC) of a time in ms since the epoch.
@@ -186,6 +368,129 @@ mod tests {
             format!("_workx/{r}/a"),
         ] {
             assert_eq!(parse_work_key(&bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn run_table_keys_parse_back() {
+        let (r, j) = (new_id(), new_id());
+        let prefix = run_table_prefix("io_results", "2026-11-22", &r).unwrap();
+        assert_eq!(
+            prefix,
+            format!("tables/io_results/date=2026-11-22/run_id={r}/")
+        );
+        for part in ["", "p3", "a-b"] {
+            let key = table_key("io_results", "2026-11-22", &r, &j, part).unwrap();
+            assert!(key.starts_with(&prefix), "{key}");
+            assert_eq!(
+                parse_table_key(&key),
+                Some(TableKey {
+                    table: "io_results",
+                    date: "2026-11-22",
+                    run_id: &r,
+                    job_id: &j,
+                    part,
+                })
+            );
+        }
+        for bad in [
+            format!("tables/t/date=2026-11-22/run_id={r}/part-{j}.json"),
+            format!("tables/t/date=2026-11-22/run_id={r}/x-{j}.parquet"),
+            format!("tables/t/date=2026-11-22/run_id={r}/sub/part-{j}.parquet"),
+            format!("tables/t/date=2026-13-22/run_id={r}/part-{j}.parquet"),
+            format!("tables/t/date=2026-11-22/run={r}/part-{j}.parquet"),
+            format!("tables/t/date=2026-11-22/run_id=nope/part-{j}.parquet"),
+            format!("tables/t/run_id={r}/part-{j}.parquet"),
+            format!("raw/t/date=2026-11-22/run_id={r}/part-{j}.parquet"),
+        ] {
+            assert_eq!(parse_table_key(&bad), None, "{bad}");
+        }
+        assert!(run_table_prefix("t", "2026-11-22", "../x").is_err());
+        assert!(run_table_prefix("t/u", "2026-11-22", &r).is_err());
+        assert_eq!(table_glob("checks").unwrap(), "tables/checks/**/*.parquet");
+    }
+
+    #[test]
+    fn report_keys_follow_the_layout() {
+        let (r, a) = (new_id(), new_id());
+        assert_eq!(reports_prefix(&r).unwrap(), format!("reports/{r}/"));
+        let counts = counts_reports_prefix(&r, &a).unwrap();
+        assert_eq!(counts, format!("reports/{r}/counts/{a}/"));
+        assert_eq!(
+            counts_report_key(&r, &a, "pattern_summary.md").unwrap(),
+            format!("{counts}pattern_summary.md")
+        );
+        // What a client asks for, and what it reads back from a prefix.
+        assert_eq!(reports_under(&r, "").unwrap(), format!("reports/{r}/"));
+        assert_eq!(reports_under(&r, &format!("/counts/{a}")).unwrap(), counts);
+        assert_eq!(reports_under(&r, &format!("counts//{a}/")).unwrap(), counts);
+        let rel = reports_rel(&r, &counts).unwrap();
+        assert_eq!(rel, format!("counts/{a}/"));
+        assert_eq!(reports_under(&r, rel).unwrap(), counts);
+        assert_eq!(reports_rel(&new_id(), &counts), None);
+        assert_eq!(reports_rel(&r, "raw/x"), None);
+        for bad in ["../x", "counts/..", "a b", "x\n"] {
+            assert!(reports_under(&r, bad).is_err(), "{bad:?}");
+        }
+        assert!(reports_prefix("..").is_err());
+        assert!(counts_reports_prefix(&r, "x/y").is_err());
+        assert!(counts_report_key(&r, &a, "../evil").is_err());
+    }
+
+    #[test]
+    fn work_raw_and_staging_keys_follow_the_layout() {
+        let (r, t, j) = (new_id(), new_id(), new_id());
+        let part = counts_part_key(&r, &j, 7).unwrap();
+        assert_eq!(part, format!("_work/{r}/counts/{j}/part-00007.json"));
+        assert_eq!(parse_work_key(&part), Some(r.as_str()));
+        let input = traced_replay_input_key(&r, &j).unwrap();
+        assert_eq!(input, format!("_work/{r}/traced/{j}/replaympi.input"));
+        assert_eq!(parse_work_key(&input), Some(r.as_str()));
+        assert!(counts_part_key(&r, "x", 0).is_err());
+        assert!(traced_replay_input_key(&r, "../x").is_err());
+        assert_eq!(staging_job_prefix(&j).unwrap(), format!("_staging/{j}/"));
+        let sp = staging_prefix(&j, 2).unwrap();
+        assert_eq!(
+            staged_key(&sp, "runs", "").unwrap(),
+            format!("_staging/{j}/2/runs.parquet")
+        );
+        assert_eq!(
+            staged_key(&sp, "replays", "p3").unwrap(),
+            format!("_staging/{j}/2/replays-p3.parquet")
+        );
+        assert_eq!(
+            parse_staging_key(&staged_key(&sp, "runs", "").unwrap()),
+            Some((j.as_str(), 2))
+        );
+        for bad in [
+            format!("_staging/{j}/2"),
+            format!("_staging/{j}/02/"),
+            format!("x/_staging/{j}/2/"),
+            format!("_staging/{j}/2/../"),
+            String::new(),
+        ] {
+            assert!(staged_key(&bad, "runs", "").is_err(), "{bad}");
+        }
+        assert!(staged_key(&sp, "a/b", "").is_err());
+        assert!(staged_key(&sp, "runs", "../x").is_err());
+        assert!(
+            staging_prefix(&j, 1)
+                .unwrap()
+                .starts_with(&staging_job_prefix(&j).unwrap())
+        );
+        let raw = raw_key(&r, &t, "bandela.0").unwrap();
+        assert_eq!(
+            parse_raw_key(&raw),
+            Some((r.as_str(), t.as_str(), "bandela.0"))
+        );
+        assert_eq!(parse_raw_key(&raw_prefix(&r, &t).unwrap()), None);
+        assert_eq!(parse_raw_key(&format!("raw/{r}/{t}/a/b")), None);
+        assert_eq!(parse_raw_key("raw/x/y/z"), None);
+        assert!(is_raw_key(&raw) && is_raw_key(&raw_prefix(&r, &t).unwrap()));
+        for bad in [
+            "raw", "rawx/a", "raw/../x", "raw/a//b", "tables/x", "/raw/a",
+        ] {
+            assert!(!is_raw_key(bad), "{bad}");
         }
     }
 

@@ -1,0 +1,215 @@
+//! Reading committed rows back: one Parquet object ([`Lake::read_parquet`])
+//! and a run's rows of a table ([`Lake::read_run_rows`]), the one table-level
+//! read every in-process reader of the lake uses (a run's health checks and
+//! their history, a traced run's comparison, the LinkTest report of a run).
+//!
+//! Objects are found by their keys ([`crate::layout::parse_table_key`]), not
+//! through the state store, so this also reads a lake written offline.
+use arrow::array::RecordBatch;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use super::Lake;
+use crate::error::{Error, Result};
+use crate::layout;
+
+/// Which objects of a table [`Lake::read_run_rows`] reads: those of one run,
+/// optionally only in one date partition and only those one job wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunRows<'a> {
+    /// Catalog table.
+    pub table: &'a str,
+    /// The run.
+    pub run_id: &'a str,
+    /// The run's date partition; None searches every date (slower: the whole
+    /// table is listed).
+    pub date: Option<&'a str>,
+    /// Only the objects this job wrote (`part-{job_id}[-{part}].parquet`).
+    pub job_id: Option<&'a str>,
+}
+
+impl<'a> RunRows<'a> {
+    /// Every object of `table` for `run_id`, in any date partition.
+    pub fn new(table: &'a str, run_id: &'a str) -> Self {
+        Self {
+            table,
+            run_id,
+            date: None,
+            job_id: None,
+        }
+    }
+
+    /// Only the date partition `date` (the run's date: faster).
+    pub fn on(mut self, date: &'a str) -> Self {
+        self.date = Some(date);
+        self
+    }
+
+    /// Only the objects the job `job_id` wrote.
+    pub fn of_job(mut self, job_id: &'a str) -> Self {
+        self.job_id = Some(job_id);
+        self
+    }
+}
+
+impl Lake {
+    /// Every batch of the Parquet object `key`. An object that does not
+    /// decode is [`Error::Decode`] naming the key (not retryable).
+    pub async fn read_parquet(&self, key: &str) -> Result<Vec<RecordBatch>> {
+        let data = self.get(key).await?;
+        let bad = |e: &dyn std::fmt::Display| Error::Decode {
+            key: key.to_string(),
+            message: e.to_string(),
+        };
+        let reader = ParquetRecordBatchReaderBuilder::try_new(data)
+            .and_then(|b| b.build())
+            .map_err(|e| bad(&e))?;
+        reader.map(|b| b.map_err(|e| bad(&e))).collect()
+    }
+
+    /// A run's rows of a table: the batches of every committed object
+    /// `tables/{table}/date=…/run_id={run}/part-….parquet` that `q` selects,
+    /// objects in key order. Objects under the table that are no table part
+    /// (see [`layout::parse_table_key`]) are skipped; none at all is an empty
+    /// result, not an error.
+    pub async fn read_run_rows(&self, q: RunRows<'_>) -> Result<Vec<RecordBatch>> {
+        let prefix = match q.date {
+            Some(date) => layout::run_table_prefix(q.table, date, q.run_id)?,
+            None => {
+                crate::ids::validate_id("run_id", q.run_id)?;
+                layout::table_prefix(q.table)?
+            }
+        };
+        let mut out = Vec::new();
+        for (key, _) in self.list(&prefix).await? {
+            let Some(k) = layout::parse_table_key(&key) else {
+                continue;
+            };
+            if k.table != q.table || k.run_id != q.run_id || q.job_id.is_some_and(|j| j != k.job_id)
+            {
+                continue;
+            }
+            out.extend(self.read_parquet(&key).await?);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Array, Float64Array, Int32Array, StringArray};
+
+    use super::*;
+    use crate::catalog;
+    use crate::ids::new_id;
+    use crate::lake::TableOutput;
+
+    fn timings(run: &str, ranks: std::ops::Range<i32>) -> RecordBatch {
+        let n = ranks.len();
+        RecordBatch::try_new(
+            catalog::schema("linktest_timings").unwrap(),
+            vec![
+                Arc::new(StringArray::from(vec![run; n])),
+                Arc::new(StringArray::from(vec!["raw/x.sion"; n])),
+                Arc::new(Int32Array::from(vec![0; n])),
+                Arc::new(Int32Array::from_iter_values(ranks.clone())),
+                Arc::new(Int32Array::from_iter_values(ranks.map(|r| r + 1))),
+                Arc::new(Int32Array::from(vec![1; n])),
+                Arc::new(Float64Array::from(vec![1e-6; n])),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn ranks(batches: &[RecordBatch]) -> Vec<i32> {
+        let mut out = Vec::new();
+        for b in batches {
+            let c = b
+                .column_by_name("from_rank")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<Int32Array>()
+                .unwrap();
+            out.extend(c.values().iter().copied());
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_runs_rows_come_back_from_a_local_lake() {
+        let dir = tempfile::tempdir().unwrap();
+        let lake = Lake::local(dir.path()).unwrap();
+        let (run, other) = (new_id(), new_id());
+        let (j1, j2) = (new_id(), new_id());
+        let t = "linktest_timings";
+        let out = |ranks, part: &str| {
+            let mut o = TableOutput::new(t, vec![timings(&run, ranks)]);
+            o.part = part.to_string();
+            o
+        };
+        // Job 1 writes two parts, job 2 one (on another date), another run one.
+        lake.write_final(&[out(0..2, ""), out(2..4, "b")], "2026-11-22", &run, &j1)
+            .await
+            .unwrap();
+        lake.write_final(&[out(10..11, "")], "2026-11-23", &run, &j2)
+            .await
+            .unwrap();
+        lake.write_final(
+            &[TableOutput::new(t, vec![timings(&other, 50..53)])],
+            "2026-11-22",
+            &other,
+            &j1,
+        )
+        .await
+        .unwrap();
+        // Something that is no table part is skipped.
+        lake.put(
+            &format!("tables/{t}/date=2026-11-22/run_id={run}/notes.txt"),
+            bytes::Bytes::from_static(b"x"),
+        )
+        .await
+        .unwrap();
+
+        // Objects in key order: `part-{j1}-b` sorts before `part-{j1}`.
+        let all = lake.read_run_rows(RunRows::new(t, &run)).await.unwrap();
+        assert_eq!(ranks(&all), vec![2, 3, 0, 1, 10]);
+        let day = lake
+            .read_run_rows(RunRows::new(t, &run).on("2026-11-22"))
+            .await
+            .unwrap();
+        assert_eq!(ranks(&day), vec![2, 3, 0, 1]);
+        let job = lake
+            .read_run_rows(RunRows::new(t, &run).on("2026-11-23").of_job(&j2))
+            .await
+            .unwrap();
+        assert_eq!(ranks(&job), vec![10]);
+        let none = lake
+            .read_run_rows(RunRows::new(t, &run).on("2026-11-22").of_job(&j2))
+            .await
+            .unwrap();
+        assert!(none.is_empty());
+        assert!(
+            lake.read_run_rows(RunRows::new("checks", &run))
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(lake.read_run_rows(RunRows::new(t, "../x")).await.is_err());
+        assert!(
+            lake.read_run_rows(RunRows::new("../t", &run))
+                .await
+                .is_err()
+        );
+
+        // A part that does not decode is an error naming its key.
+        let bad = crate::layout::table_key(t, "2026-11-22", &run, &new_id(), "").unwrap();
+        lake.put(&bad, bytes::Bytes::from_static(b"not parquet"))
+            .await
+            .unwrap();
+        let e = lake.read_run_rows(RunRows::new(t, &run)).await.unwrap_err();
+        assert!(matches!(e, Error::Decode { .. }), "{e}");
+        assert!(e.to_string().starts_with(&bad), "{e}");
+        assert!(!e.is_retryable());
+    }
+}
