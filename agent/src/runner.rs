@@ -132,10 +132,17 @@ pub fn build_argv(
         .ok_or_else(|| format!("benchmark '{}' is not in this agent's catalog", t.benchmark))?;
     let params: BTreeMap<String, String> = t.params.clone().into_iter().collect();
     let params = def.validate_params(&params, "params")?;
-    let launcher = match pb::Launcher::try_from(t.launcher) {
-        Ok(pb::Launcher::Mpirun) => LauncherKind::Mpirun,
-        Ok(pb::Launcher::Srun) => LauncherKind::Srun,
-        _ => LauncherKind::Local,
+    // An unknown value is refused, never run as another launcher; UNSPECIFIED
+    // is the catalog entry's default (the coordinator always names one).
+    let launcher = match benchlake_proto::launcher::from_pb(t.launcher) {
+        Ok(Some(l)) => l,
+        Ok(None) => *def.launchers.first().unwrap_or(&LauncherKind::Local),
+        Err(e) => {
+            return Err(format!(
+                "task {}: {e}: refusing to run benchmark '{}' with a launcher this agent does not know",
+                t.task_id, def.name
+            ));
+        }
     };
     if !def.launchers.contains(&launcher) {
         return Err(format!(
@@ -771,6 +778,34 @@ default = "1"
                 .unwrap_err()
                 .contains("not in this agent's catalog")
         );
+    }
+
+    #[test]
+    fn a_task_with_an_unknown_launcher_is_refused_not_run_locally() {
+        let mut cfg = AgentConfig::new("127.0.0.1:1", "/tmp/x").unwrap();
+        cfg.catalog = benchlake_core::bench::Catalog::from_toml(
+            r#"
+[[benchmark]]
+name = "sleep"
+kind = "noop"
+command = ["sleep", "1"]
+launchers = ["mpirun", "local"]
+"#,
+        )
+        .unwrap();
+        cfg.mpirun = vec!["mpirun".into()];
+        let mut t = task(pb::Launcher::Local, &[]);
+        t.launcher = 7;
+        let e = build_argv(&cfg, &t, Path::new("/o")).unwrap_err();
+        assert!(
+            e.contains("unknown launcher value 7") && e.contains("refusing"),
+            "{e}"
+        );
+        assert!(e.contains("known: local, mpirun, srun"), "{e}");
+        // UNSPECIFIED is the catalog entry's default (its first launcher).
+        t.launcher = pb::Launcher::Unspecified as i32;
+        let (argv, _) = build_argv(&cfg, &t, Path::new("/o")).unwrap();
+        assert_eq!(argv[0], "mpirun", "{argv:?}");
     }
 
     #[test]

@@ -109,11 +109,14 @@ fn kv(items: &[String], what: &str) -> anyhow::Result<HashMap<String, String>> {
 impl SpecArgs {
     pub fn spec(&self) -> anyhow::Result<pb::BenchmarkSpec> {
         let launcher = match self.launcher.as_deref() {
-            None => pb::Launcher::Unspecified,
-            Some("local") => pb::Launcher::Local,
-            Some("mpirun") => pb::Launcher::Mpirun,
-            Some("srun") => pb::Launcher::Srun,
-            Some(o) => bail!("unknown launcher '{o}' (local, mpirun, srun)"),
+            None => pb::Launcher::Unspecified as i32,
+            Some(o) => match benchlake_proto::launcher::parse_to_pb(o) {
+                Some(v) => v,
+                None => bail!(
+                    "unknown launcher '{o}' ({})",
+                    benchlake_core::bench::LauncherKind::known()
+                ),
+            },
         };
         Ok(pb::BenchmarkSpec {
             benchmark: self.benchmark.clone(),
@@ -123,7 +126,7 @@ impl SpecArgs {
                 labels: kv(&self.labels, "label")?,
                 count: self.count,
             }),
-            launcher: launcher as i32,
+            launcher,
             max_attempts: self.max_attempts,
             timeout_s: self.timeout,
         })

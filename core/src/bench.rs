@@ -149,7 +149,15 @@ pub enum LauncherKind {
 }
 
 impl LauncherKind {
-    /// Lower-case name.
+    /// Every launcher, in the order messages list them.
+    pub const ALL: [LauncherKind; 3] = [Self::Local, Self::Mpirun, Self::Srun];
+
+    /// The names of every launcher, comma-separated (for messages).
+    pub fn known() -> String {
+        Self::ALL.map(Self::as_str).join(", ")
+    }
+
+    /// Lower-case name (also the catalog's and the protocol's string form).
     pub fn as_str(self) -> &'static str {
         match self {
             LauncherKind::Local => "local",
@@ -157,14 +165,11 @@ impl LauncherKind {
             LauncherKind::Srun => "srun",
         }
     }
-    /// Parses a lower-case name.
+    /// Parses a name (any case).
     pub fn parse(s: &str) -> Option<Self> {
-        match s.to_ascii_lowercase().as_str() {
-            "local" => Some(Self::Local),
-            "mpirun" => Some(Self::Mpirun),
-            "srun" => Some(Self::Srun),
-            _ => None,
-        }
+        Self::ALL
+            .into_iter()
+            .find(|l| l.as_str().eq_ignore_ascii_case(s))
     }
 }
 
@@ -981,6 +986,20 @@ impl Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn launcher_names_agree_everywhere() {
+        for l in LauncherKind::ALL {
+            // The catalog (serde) spells a launcher as `as_str` does.
+            let json = serde_json::to_string(&l).unwrap();
+            assert_eq!(json, format!("\"{}\"", l.as_str()));
+            assert_eq!(serde_json::from_str::<LauncherKind>(&json).unwrap(), l);
+            assert_eq!(LauncherKind::parse(l.as_str()), Some(l));
+            assert_eq!(LauncherKind::parse(&l.as_str().to_uppercase()), Some(l));
+        }
+        assert_eq!(LauncherKind::parse("slurm"), None);
+        assert_eq!(LauncherKind::known(), "local, mpirun, srun");
+    }
 
     const CAT: &str = r#"
 [[benchmark]]

@@ -1,5 +1,6 @@
 //! The benchlake gRPC protocol, package `benchlake.v1`: generated messages,
-//! clients and servers, plus the descriptor set for server reflection.
+//! clients and servers, plus the descriptor set for server reflection, and the
+//! one mapping of the launcher enum to the domain's ([`launcher`]).
 #![allow(clippy::large_enum_variant, clippy::doc_lazy_continuation)]
 
 /// Generated code of `benchlake.v1`.
@@ -15,4 +16,5 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 pub const PROTOCOL_VERSION: v1::ProtocolVersion = v1::ProtocolVersion::ProtocolVersion1;
 
 pub mod client;
+pub mod launcher;
 pub mod retry;

@@ -1,0 +1,76 @@
+//! The launcher mapped once: the domain's [`LauncherKind`] (catalog entries,
+//! run specs; its lower-case names live with it in `benchlake-core`) and the
+//! protocol's [`Launcher`] enum. The coordinator, the agent and the CLI
+//! convert here and nowhere else; a value with no launcher behind it (a newer
+//! peer's, or garbage) is an [`UnknownLauncher`] error, never a silent
+//! default.
+use benchlake_core::bench::LauncherKind;
+
+use crate::v1::Launcher;
+
+/// A protocol launcher value that names no launcher this build knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("unknown launcher value {0} (known: {known})", known = LauncherKind::known())]
+pub struct UnknownLauncher(pub i32);
+
+impl From<LauncherKind> for Launcher {
+    fn from(l: LauncherKind) -> Self {
+        match l {
+            LauncherKind::Local => Launcher::Local,
+            LauncherKind::Mpirun => Launcher::Mpirun,
+            LauncherKind::Srun => Launcher::Srun,
+        }
+    }
+}
+
+/// The protocol value of a launcher.
+pub fn to_pb(l: LauncherKind) -> i32 {
+    Launcher::from(l) as i32
+}
+
+/// The launcher of a protocol value: `None` for `LAUNCHER_UNSPECIFIED` (the
+/// catalog entry's default, which only the caller knows), an error for a
+/// value that names no launcher.
+pub fn from_pb(v: i32) -> Result<Option<LauncherKind>, UnknownLauncher> {
+    match Launcher::try_from(v) {
+        Ok(Launcher::Unspecified) => Ok(None),
+        Ok(Launcher::Local) => Ok(Some(LauncherKind::Local)),
+        Ok(Launcher::Mpirun) => Ok(Some(LauncherKind::Mpirun)),
+        Ok(Launcher::Srun) => Ok(Some(LauncherKind::Srun)),
+        Err(_) => Err(UnknownLauncher(v)),
+    }
+}
+
+/// The protocol value of a launcher name (any case; see
+/// [`LauncherKind::parse`]), `None` when no launcher has that name.
+pub fn parse_to_pb(name: &str) -> Option<i32> {
+    LauncherKind::parse(name).map(to_pb)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_launcher_round_trips() {
+        for l in LauncherKind::ALL {
+            assert_eq!(from_pb(to_pb(l)), Ok(Some(l)));
+            assert_eq!(parse_to_pb(l.as_str()), Some(to_pb(l)));
+        }
+        assert_eq!(from_pb(Launcher::Unspecified as i32), Ok(None));
+        // Every protocol value but UNSPECIFIED has a launcher.
+        for v in 1..=3 {
+            assert!(matches!(from_pb(v), Ok(Some(_))), "{v}");
+        }
+    }
+
+    #[test]
+    fn unknown_values_are_errors_naming_the_value() {
+        assert_eq!(from_pb(7), Err(UnknownLauncher(7)));
+        assert_eq!(
+            UnknownLauncher(-1).to_string(),
+            "unknown launcher value -1 (known: local, mpirun, srun)"
+        );
+        assert_eq!(parse_to_pb("pbsdsh"), None);
+    }
+}
