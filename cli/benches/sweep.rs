@@ -112,7 +112,7 @@ async fn sweep(workers: usize, trace: &[u8]) -> f64 {
                     data: trace.to_vec(),
                 })),
             }),
-            model: "dimemas".into(),
+            model: benchlake_replay::models::DIMEMAS.name.into(),
             params: Default::default(),
             sweep: vec![axis("latency", lat), axis("bandwidth", bw)],
         })

@@ -58,7 +58,7 @@ pub struct SubmitArgs {
     #[command(flatten)]
     pub conn: Conn,
     /// dimemas or bandela.
-    #[arg(long, default_value = "dimemas")]
+    #[arg(long, default_value = benchlake_replay::models::DIMEMAS.name)]
     pub model: String,
     /// A local trace file to upload.
     #[arg(long, conflicts_with = "raw_key")]
@@ -134,7 +134,7 @@ fn print_result(r: &benchlake_replay::ReplayResult, wall: f64, json: bool) -> an
 }
 
 async fn offline(
-    model: &str,
+    model: &'static benchlake_replay::models::Model,
     trace: PathBuf,
     mut params: BTreeMap<String, String>,
     files: Vec<(&str, Option<PathBuf>)>,
@@ -145,17 +145,17 @@ async fn offline(
             params.insert(name.to_string(), p.display().to_string());
         }
     }
-    let model_s = model.to_string();
     let trace_s = trace.clone();
     let p2 = params.clone();
     let started = std::time::Instant::now();
-    let r =
-        tokio::task::spawn_blocking(move || benchlake_replay::run_replay(&model_s, &trace_s, &p2))
-            .await??;
+    let r = tokio::task::spawn_blocking(move || model.replay(&trace_s, &p2)).await??;
     let wall = started.elapsed().as_secs_f64();
-    if model == "bandela" && !o.json {
-        // replaympi users read this layout; the generic table follows for both models.
-        print!("{}", benchlake_replay::bandela::summary_text(&r));
+    if let Some(summary) = model.summary_text
+        && !o.json
+    {
+        // The model's own tool's layout (replaympi users read it); the
+        // generic table follows for every model.
+        print!("{}", summary(&r));
     }
     print_result(&r, wall, o.json)?;
     if let Some(out) = o.out {
@@ -208,7 +208,7 @@ pub async fn replay_cmd(c: ReplayCmd) -> anyhow::Result<()> {
         } => {
             let params = kv(&common.params)?;
             offline(
-                "dimemas",
+                &benchlake_replay::models::DIMEMAS,
                 trace,
                 params,
                 vec![("config", config), ("collectives", collectives)],
@@ -223,7 +223,7 @@ pub async fn replay_cmd(c: ReplayCmd) -> anyhow::Result<()> {
         } => {
             let params = kv(&common.params)?;
             offline(
-                "bandela",
+                &benchlake_replay::models::BANDELA,
                 trace,
                 params,
                 vec![("input", Some(input))],

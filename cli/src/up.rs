@@ -310,7 +310,7 @@ async fn demo(
                     data,
                 })),
             }),
-            model: "dimemas".into(),
+            model: benchlake_replay::models::DIMEMAS.name.into(),
             params: Default::default(),
             sweep: vec![
                 axis("latency", &["1e-6", "5e-6", "2e-5"]),

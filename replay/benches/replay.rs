@@ -51,7 +51,11 @@ fn main() {
     let mut best = f64::INFINITY;
     for run in 0..3 {
         let t = Instant::now();
-        match benchlake_replay::run_replay("dimemas", &path, &BTreeMap::new()) {
+        match benchlake_replay::run_replay(
+            benchlake_replay::models::DIMEMAS.name,
+            &path,
+            &BTreeMap::new(),
+        ) {
             Ok(r) => {
                 let s = t.elapsed().as_secs_f64();
                 best = best.min(s);

@@ -14,7 +14,11 @@ fn main() {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
         })
         .collect();
-    match benchlake_replay::run_replay("dimemas", std::path::Path::new(&trace), &params) {
+    match benchlake_replay::run_replay(
+        benchlake_replay::models::DIMEMAS.name,
+        std::path::Path::new(&trace),
+        &params,
+    ) {
         Ok(r) => {
             println!(
                 "predicted {:.9} s, {} records",

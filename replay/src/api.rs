@@ -3,62 +3,19 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use benchlake_formats::dimemas::DimTrace;
-
-use crate::dimemas::Platform;
-use crate::error::{ReplayError, Result};
+use crate::error::Result;
 use crate::result::ReplayResult;
 
-/// Replays `trace` with `model` (`dimemas` or `bandela`) and the sweep-point
-/// overrides `params` (names in docs/replay.md; for Dimemas see
-/// [`crate::dimemas::PARAM_NAMES`]).
+/// Replays `trace` with the model named `model` (see [`crate::models`]) and
+/// the sweep-point overrides `params` (names in docs/replay.md; for Dimemas
+/// see [`crate::dimemas::PARAM_NAMES`]). An unknown model is an error listing
+/// the known ones.
 pub fn run_replay(
     model: &str,
     trace: &Path,
     params: &BTreeMap<String, String>,
 ) -> Result<ReplayResult> {
-    match model {
-        "dimemas" => {
-            let platform = Platform::default().apply_params(params)?;
-            let t = DimTrace::open(trace)?;
-            crate::dimemas::simulate(&t, &platform)
-        }
-        "bandela" => {
-            // `trace` is the directory of bandela.<rank> files; `input` names the
-            // replaympi input file; `topology` a host type 1 plug-in (C shared library).
-            let input = params.get("input").ok_or_else(|| {
-                ReplayError::param(
-                    "input",
-                    "the Bandela model needs input=<replaympi input file>",
-                )
-            })?;
-            if let Some(k) = params
-                .keys()
-                .find(|k| !matches!(k.as_str(), "input" | "topology" | "timeline"))
-            {
-                return Err(ReplayError::param(
-                    k,
-                    "unknown Bandela parameter (known: input, topology, timeline)",
-                ));
-            }
-            let timeline = params
-                .get("timeline")
-                .is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes"));
-            let inp = benchlake_formats::bandela::BandelaInput::read(input)?;
-            let files = crate::bandela::rank_files(trace)?;
-            match params.get("topology") {
-                Some(lib) => {
-                    let mut plugin = crate::bandela::CPlugin::load(Path::new(lib))?;
-                    crate::bandela::simulate_opts(&files, &inp, Some(&mut plugin), timeline)
-                }
-                None => crate::bandela::simulate_opts(&files, &inp, None, timeline),
-            }
-        }
-        other => Err(ReplayError::param(
-            "model",
-            format!("unknown model '{other}' (known: dimemas, bandela)"),
-        )),
-    }
+    crate::models::get(model)?.replay(trace, params)
 }
 
 /// The points of a sweep grid (parameter → values), in a deterministic order (keys

@@ -3,12 +3,14 @@
 //! * [`event`] — the discrete-event core (deterministic priority queue);
 //! * [`dimemas`] — the Dimemas 5.5 model over `.dim` traces;
 //! * [`result`] — what a replay produces, whatever the model;
+//! * [`models`] — the model registry (names, trace kinds, parameter checks);
 //! * [`api`] — [`run_replay`], the entry point a worker job calls.
 pub mod api;
 pub mod bandela;
 pub mod dimemas;
 pub mod error;
 pub mod event;
+pub mod models;
 pub mod result;
 pub mod synth;
 pub mod tables;

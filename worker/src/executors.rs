@@ -182,8 +182,10 @@ impl Executor for Replay {
     }
     fn execute(&self, ctx: &JobContext) -> Result<ExecOutput, ExecError> {
         let s: benchlake_core::jobs::ReplaySpec = spec(ctx)?;
-        let trace = if s.trace_key.ends_with('/') {
-            // A Bandela trace: every object under the prefix, in one directory.
+        let model = benchlake_replay::models::get(&s.model)
+            .map_err(|e| ExecError::Permanent(e.to_string()))?;
+        let trace = if model.trace.per_rank_files() {
+            // One file per rank: every object under the prefix, in one directory.
             let dir = ctx.scratch.join("trace");
             std::fs::create_dir_all(&dir)
                 .map_err(|e| ExecError::Retryable(format!("{}: {e}", dir.display())))?;
@@ -208,7 +210,8 @@ impl Executor for Replay {
             params.insert(name.clone(), ctx.fetch(key)?.display().to_string());
         }
         let started = std::time::Instant::now();
-        let result = benchlake_replay::run_replay(&s.model, &trace, &params)
+        let result = model
+            .replay(&trace, &params)
             .map_err(|e| ExecError::Permanent(e.to_string()))?;
         let meta = benchlake_replay::ReplayMeta {
             run_id: &ctx.run_id,

@@ -21,11 +21,11 @@ use arrow::array::{
     Array, ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
 };
 use benchlake_core::catalog;
-use benchlake_core::ids::validate_id;
 use benchlake_core::jobs::{
     FollowUp, IngestRunInfo, IngestSpec, REPLAY_JOB, ReplaySpec, TRACE_COMPARE_JOB,
 };
-use benchlake_core::lake::TableOutput;
+use benchlake_core::lake::{RunRows, TableOutput};
+use benchlake_core::layout;
 use serde::{Deserialize, Serialize};
 
 use crate::{ExecError, ExecOutput, Executor, JobContext};
@@ -33,8 +33,12 @@ use crate::{ExecError, ExecOutput, Executor, JobContext};
 /// The benchmark kind whose runs get a default replay and a comparison.
 pub const TRACED_KIND: &str = "traced";
 
-/// The model of the default replay.
-pub const DEFAULT_MODEL: &str = "bandela";
+/// The model of the default replay (the registry's default: the tracer
+/// writes Bandela traces, which is what [`default_input`] is written for).
+pub const DEFAULT_MODEL: &benchlake_replay::models::Model = benchlake_replay::models::DEFAULT;
+
+/// The tracer's statistics file, beside the rank files of its task.
+pub const STATS_FILE: &str = "bandela_stats";
 
 /// `function` value of a rank's total row in `trace_comparison`.
 pub const ALL_FUNCTIONS: &str = "all";
@@ -114,37 +118,34 @@ pub fn follow_up_of_ingest(
     s: &IngestSpec,
     info: &IngestRunInfo,
 ) -> Result<Vec<FollowUp>, ExecError> {
-    if info.kind.as_deref() != Some(TRACED_KIND) || s.format != "bandela" || s.keys.is_empty() {
+    if info.kind.as_deref() != Some(TRACED_KIND)
+        || s.format != DEFAULT_MODEL.trace.format()
+        || s.keys.is_empty()
+    {
         return Ok(Vec::new());
     }
     // Every rank file of the task lies under the task's raw prefix.
-    let prefix = match s.keys[0].rsplit_once('/') {
-        Some((dir, _)) => format!("{dir}/"),
-        None => {
-            return Err(ExecError::Permanent(format!(
-                "trace key {} has no directory",
-                s.keys[0]
-            )));
-        }
+    let Some((run, task, _)) = layout::parse_raw_key(&s.keys[0]) else {
+        return Err(ExecError::Permanent(format!(
+            "trace key {} is not a raw object key (raw/RUN/TASK/FILE)",
+            s.keys[0]
+        )));
     };
+    let prefix = layout::raw_prefix(run, task)?;
     if let Some(k) = s.keys.iter().find(|k| !k.starts_with(&prefix)) {
         return Err(ExecError::Permanent(format!(
             "traced run: Bandela files in two directories ({} and {k})",
             s.keys[0]
         )));
     }
+    let stats_key = layout::raw_key(run, task, STATS_FILE)?;
     let input = default_input(s.keys.len(), &info.params)?;
-    validate_id("job_id", &ctx.job_id)?;
-    let input_key = format!(
-        "{}traced/{}/replaympi.input",
-        benchlake_core::layout::work_prefix(&ctx.run_id)?,
-        ctx.job_id
-    );
+    let input_key = layout::traced_replay_input_key(&ctx.run_id, &ctx.job_id)?;
     ctx.block_on(ctx.lake.put(&input_key, bytes::Bytes::from(input)))?;
     // Deterministic per ingest job: a retried ingest names the same replay.
     let replay_id = format!("{}-default", ctx.job_id);
     let replay = ReplaySpec {
-        model: DEFAULT_MODEL.into(),
+        model: DEFAULT_MODEL.name.into(),
         trace_key: prefix.clone(),
         files: [("input".to_string(), input_key)].into(),
         params: BTreeMap::new(),
@@ -152,9 +153,9 @@ pub fn follow_up_of_ingest(
         replay_id: replay_id.clone(),
     };
     let compare = CompareSpec {
-        stats_key: format!("{prefix}bandela_stats"),
+        stats_key,
         replay_id,
-        model: DEFAULT_MODEL.into(),
+        model: DEFAULT_MODEL.name.into(),
     };
     let json = |v: serde_json::Result<serde_json::Value>| {
         v.map_err(|e| ExecError::Permanent(format!("traced follow-up spec: {e}")))
@@ -193,25 +194,8 @@ fn col<'a, T: 'static>(b: &'a RecordBatch, name: &str, table: &str) -> Result<&'
 
 /// Batches of `table` for this job's run (every committed part).
 fn run_table(ctx: &JobContext, table: &str) -> Result<Vec<RecordBatch>, ExecError> {
-    let prefix = format!(
-        "tables/{table}/date={}/run_id={}/",
-        ctx.run_date, ctx.run_id
-    );
-    let mut out = Vec::new();
-    for (key, _) in ctx.block_on(ctx.lake.list(&prefix))? {
-        let name = key.rsplit('/').next().unwrap_or_default();
-        if !(name.starts_with("part-") && name.ends_with(".parquet")) {
-            continue;
-        }
-        let data = ctx.block_on(ctx.lake.get(&key))?;
-        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(data)
-            .and_then(|b| b.build())
-            .map_err(|e| ExecError::Permanent(format!("{key}: {e}")))?;
-        for b in reader {
-            out.push(b.map_err(|e| ExecError::Permanent(format!("{key}: {e}")))?);
-        }
-    }
-    Ok(out)
+    let q = RunRows::new(table, &ctx.run_id).on(&ctx.run_date);
+    Ok(ctx.block_on(ctx.lake.read_run_rows(q))?)
 }
 
 fn modelled(ctx: &JobContext, replay_id: &str) -> Result<Modelled, ExecError> {
@@ -433,6 +417,8 @@ mod tests {
         let p = [("replay_bandwidth_mbs".to_string(), "0".to_string())].into();
         assert!(default_input(2, &p).is_err());
         assert!(default_input(0, &BTreeMap::new()).is_err());
+        // The follow-up's files are all the default model needs.
+        assert_eq!(DEFAULT_MODEL.missing_file(["input"]), None);
     }
 
     #[test]
@@ -480,7 +466,7 @@ rank 1 bytes_buffered=8 internal_requests=2 barrier_requests=0 bytes_sent=8 byte
         let spec = CompareSpec {
             stats_key: "raw/r/t/bandela_stats".into(),
             replay_id: "x-default".into(),
-            model: "bandela".into(),
+            model: DEFAULT_MODEL.name.into(),
         };
         let b = comparison_batch("R", &spec, &rows).unwrap();
         let ratio = col::<Float64Array>(&b, "ratio", "t").unwrap();

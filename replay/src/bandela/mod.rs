@@ -975,7 +975,7 @@ impl Model<'_, '_> {
             });
         }
         ReplayResult {
-            model: "bandela".into(),
+            model: crate::models::BANDELA.name.into(),
             predicted_time_s: predicted,
             records: self.records,
             ranks,

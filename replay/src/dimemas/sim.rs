@@ -1474,7 +1474,7 @@ impl<'a> Sim<'a> {
             });
         }
         ReplayResult {
-            model: "dimemas".into(),
+            model: crate::models::DIMEMAS.name.into(),
             predicted_time_s: predicted / 1e9,
             records: self.records,
             ranks,
