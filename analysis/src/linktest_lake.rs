@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Float64Type, Int32Type, Int64Type};
-use benchlake_core::lake::Lake;
+use benchlake_core::lake::{Lake, RunRows};
 use benchlake_formats::linktest::{
     AllToAllTime, Flags, LinkTestRun, PayloadFormat, Permutation, RankInfo, SlowLink,
 };
@@ -49,32 +49,21 @@ pub enum LakeRunError {
     },
 }
 
-/// Reads every batch of `table` written for `run_id` (all its objects, any date).
+/// Reads every batch of `table` written for `run_id` (all its objects, any
+/// date; [`Lake::read_run_rows`]).
 pub async fn read_run_table(
     lake: &Lake,
     table: &str,
     run_id: &str,
 ) -> Result<Vec<RecordBatch>, LakeRunError> {
-    let prefix = benchlake_core::layout::table_prefix(table)?;
-    let needle = format!("/run_id={run_id}/");
-    let mut out = Vec::new();
-    for (key, _) in lake.list(&prefix).await? {
-        if !key.contains(&needle) || !key.ends_with(".parquet") {
-            continue;
-        }
-        let data = lake.get(&key).await?;
-        let perr = |e: &dyn std::fmt::Display| LakeRunError::Parquet {
-            key: key.clone(),
-            message: e.to_string(),
-        };
-        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(data)
-            .and_then(|b| b.build())
-            .map_err(|e| perr(&e))?;
-        for b in reader {
-            out.push(b.map_err(|e| perr(&e))?);
-        }
-    }
-    Ok(out)
+    lake.read_run_rows(RunRows::new(table, run_id))
+        .await
+        .map_err(|e| match e {
+            benchlake_core::error::Error::Decode { key, message } => {
+                LakeRunError::Parquet { key, message }
+            }
+            e => LakeRunError::Lake(e),
+        })
 }
 
 /// Column `name` of `b`, or an error naming the table.

@@ -388,29 +388,42 @@ async fn demo(
     } else {
         tables.lake_root.clone()
     };
+    let glob = |table: &str| -> anyhow::Result<String> {
+        Ok(format!(
+            "{root}/{}",
+            benchlake_core::layout::table_glob(table)?
+        ))
+    };
     println!("\nRead them with DuckDB, for example:");
     println!(
-        "  duckdb -c \"SELECT hostname, kernel_release, cores, memory_bytes, date FROM read_parquet('{root}/tables/node_facts/**/*.parquet', hive_partitioning=true)\""
+        "  duckdb -c \"SELECT hostname, kernel_release, cores, memory_bytes, date FROM read_parquet('{}', hive_partitioning=true)\"",
+        glob("node_facts")?
     );
     println!(
-        "  duckdb -c \"SELECT tool, pattern, num_tasks, iteration, operation, round(bw_mib_s, 1) AS mib_s, cache_mode FROM read_parquet('{root}/tables/io_results/**/*.parquet', hive_partitioning=true) ORDER BY iteration, operation\""
+        "  duckdb -c \"SELECT tool, pattern, num_tasks, iteration, operation, round(bw_mib_s, 1) AS mib_s, cache_mode FROM read_parquet('{}', hive_partitioning=true) ORDER BY iteration, operation\"",
+        glob("io_results")?
     );
     println!(
-        "  duckdb -c \"SELECT \\\"check\\\", status, round(value, 3) AS value, reference, unit, message FROM read_parquet('{root}/tables/checks/**/*.parquet', hive_partitioning=true) ORDER BY \\\"check\\\"\""
+        "  duckdb -c \"SELECT \\\"check\\\", status, round(value, 3) AS value, reference, unit, message FROM read_parquet('{}', hive_partitioning=true) ORDER BY \\\"check\\\"\"",
+        glob("checks")?
     );
     println!(
-        "  duckdb -c \"SELECT point, round(predicted_time_s, 6) AS predicted_s FROM read_parquet('{root}/tables/replays/**/*.parquet', hive_partitioning=true) ORDER BY predicted_s\""
+        "  duckdb -c \"SELECT point, round(predicted_time_s, 6) AS predicted_s FROM read_parquet('{}', hive_partitioning=true) ORDER BY predicted_s\"",
+        glob("replays")?
     );
     println!(
-        "  duckdb -c \"SELECT lead_rank, pattern_id, direction, num_ranks, num_peers, num_calls FROM read_parquet('{root}/tables/alltoallv_patterns/**/*.parquet', hive_partitioning=true) ORDER BY lead_rank, pattern_id, direction\""
+        "  duckdb -c \"SELECT lead_rank, pattern_id, direction, num_ranks, num_peers, num_calls FROM read_parquet('{}', hive_partitioning=true) ORDER BY lead_rank, pattern_id, direction\"",
+        glob("alltoallv_patterns")?
     );
     if traced.is_some() {
         println!(
-            "  duckdb -c \"SELECT rank, function, calls, round(measured_comm_s * 1e6, 1) AS measured_us, round(modelled_comm_s * 1e6, 1) AS modelled_us, round(ratio, 2) AS ratio FROM read_parquet('{root}/tables/trace_comparison/**/*.parquet', hive_partitioning=true) ORDER BY rank, function\""
+            "  duckdb -c \"SELECT rank, function, calls, round(measured_comm_s * 1e6, 1) AS measured_us, round(modelled_comm_s * 1e6, 1) AS modelled_us, round(ratio, 2) AS ratio FROM read_parquet('{}', hive_partitioning=true) ORDER BY rank, function\"",
+            glob("trace_comparison")?
         );
     }
     println!(
-        "  duckdb -c \"SELECT run_id, benchmark, status, finished_at FROM read_parquet('{root}/tables/runs/**/*.parquet', hive_partitioning=true) ORDER BY finished_at\""
+        "  duckdb -c \"SELECT run_id, benchmark, status, finished_at FROM read_parquet('{}', hive_partitioning=true) ORDER BY finished_at\"",
+        glob("runs")?
     );
     println!(
         "\ndemo finished in {:.1} s",

@@ -987,11 +987,13 @@ pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {
         );
     }
     eprintln!(
-        "{} file(s) in {:.3} s; read them with: duckdb -c \"SELECT * FROM read_parquet('{}/tables/{}/**/*.parquet', hive_partitioning=true) LIMIT 10\"",
+        "{} file(s) in {:.3} s; read them with: duckdb -c \"SELECT * FROM read_parquet('{}/{}', hive_partitioning=true) LIMIT 10\"",
         files.len(),
         started.elapsed().as_secs_f64(),
         out.display(),
-        tables.first().map(|t| t.table.as_str()).unwrap_or("TABLE")
+        benchlake_core::layout::table_glob(
+            tables.first().map(|t| t.table.as_str()).unwrap_or("TABLE")
+        )?
     );
     Ok(())
 }
@@ -1386,9 +1388,7 @@ async fn analyze_counts_remote(
             d.run.as_ref().map(|x| x.error.clone()).unwrap_or_default()
         );
     }
-    let prefix = r
-        .reports_prefix
-        .strip_prefix(&format!("reports/{}/", r.run_id))
+    let prefix = benchlake_core::layout::reports_rel(&r.run_id, &r.reports_prefix)
         .unwrap_or_default()
         .to_string();
     std::fs::create_dir_all(out).with_context(|| out.display().to_string())?;

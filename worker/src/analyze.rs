@@ -18,10 +18,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use benchlake_analysis::counts::{self, Options, PartInput, PartResult, PartSpec};
-use benchlake_core::ids::validate_id;
 use benchlake_core::jobs::{
     ANALYZE_MERGE_JOB, ANALYZE_PART_JOB, ANALYZE_PLAN_JOB, FollowUp, IngestSpec,
 };
+use benchlake_core::layout;
 use serde::{Deserialize, Serialize};
 
 use crate::{ExecError, ExecOutput, Executor, JobContext};
@@ -66,20 +66,9 @@ pub fn group_of(analysis: &str) -> String {
     format!("counts-{analysis}")
 }
 
-/// Scratch key of a part result.
+/// Scratch key of a part result ([`layout::counts_part_key`]).
 pub fn part_key(run_id: &str, analysis: &str, index: usize) -> Result<String, ExecError> {
-    validate_id("analysis", analysis)?;
-    Ok(format!(
-        "{}counts/{analysis}/part-{index:05}.json",
-        benchlake_core::layout::work_prefix(run_id)?
-    ))
-}
-
-/// Prefix of an analysis' text reports (with the trailing slash).
-pub fn reports_prefix(run_id: &str, analysis: &str) -> Result<String, ExecError> {
-    validate_id("run_id", run_id)?;
-    validate_id("analysis", analysis)?;
-    Ok(format!("reports/{run_id}/counts/{analysis}/"))
+    Ok(layout::counts_part_key(run_id, analysis, index)?)
 }
 
 /// The follow-up of a `counts` ingest job: the analysis of the same files with
@@ -271,7 +260,7 @@ impl Executor for AnalyzePart {
         let mut fetched: BTreeMap<String, PathBuf> = BTreeMap::new();
         map_paths(&mut s.part, |k| {
             let k = k.to_string_lossy().into_owned();
-            if !k.starts_with("raw/") || k.contains("..") {
+            if !layout::is_raw_key(&k) {
                 return Err(ExecError::Permanent(format!(
                     "analyze_part: '{k}' is not a raw object key"
                 )));
@@ -331,7 +320,6 @@ impl Executor for AnalyzeMerge {
         let a = counts::merge(parts);
         let dir = ctx.scratch.join("reports");
         counts::report::write_all(&a, &dir).map_err(|e| analysis_err(e, &BTreeMap::new()))?;
-        let prefix = reports_prefix(&ctx.run_id, &s.analysis)?;
         let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
             .map_err(|e| ExecError::Retryable(format!("{}: {e}", dir.display())))?
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -343,10 +331,10 @@ impl Executor for AnalyzeMerge {
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            benchlake_core::layout::validate_name("report", &name)?;
+            let key = layout::counts_report_key(&ctx.run_id, &s.analysis, &name)?;
             let data = std::fs::read(&p)
                 .map_err(|e| ExecError::Retryable(format!("{}: {e}", p.display())))?;
-            ctx.block_on(ctx.lake.put(&format!("{prefix}{name}"), data.into()))?;
+            ctx.block_on(ctx.lake.put(&key, data.into()))?;
         }
         let tables = counts::tables::tables(&a, &ctx.run_id)
             .map_err(|e| analysis_err(e, &BTreeMap::new()))?;

@@ -16,7 +16,8 @@ use arrow::array::{Array, RecordBatch, StringArray};
 use benchlake_analysis::io_checks::{self, CheckRow, IoCheckConfig};
 use benchlake_analysis::linktest_checks::{self, SlowPair};
 use benchlake_core::jobs::{CHECKS_JOB, ChecksSpec, FollowUp, IngestRunInfo, IngestSpec};
-use benchlake_core::lake::TableOutput;
+use benchlake_core::lake::{RunRows, TableOutput};
+use benchlake_core::layout;
 
 use crate::{ExecError, ExecOutput, Executor, JobContext};
 
@@ -75,16 +76,8 @@ fn figures(
     }
 }
 
-fn decode(key: &str, data: bytes::Bytes) -> Result<Vec<RecordBatch>, String> {
-    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(data)
-        .and_then(|b| b.build())
-        .map_err(|e| format!("{key}: {e}"))?;
-    reader
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{key}: {e}"))
-}
-
-/// Batches of `table` for one run; only the parts of `job` when given.
+/// Batches of `table` for one run (its date partition); only the parts of
+/// `job` when given.
 fn read_run_table(
     ctx: &JobContext,
     table: &str,
@@ -92,42 +85,18 @@ fn read_run_table(
     run_id: &str,
     job: Option<&str>,
 ) -> Result<Vec<RecordBatch>, ExecError> {
-    let prefix = format!("tables/{table}/date={date}/run_id={run_id}/");
-    let mut out = Vec::new();
-    for (key, _) in ctx.block_on(ctx.lake.list(&prefix))? {
-        let name = key.rsplit('/').next().unwrap_or_default();
-        let wanted = match job {
-            Some(j) => name
-                .strip_prefix(&format!("part-{j}"))
-                .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('-')),
-            None => name.starts_with("part-"),
-        };
-        if !name.ends_with(".parquet") || !wanted {
-            continue;
-        }
-        let data = ctx.block_on(ctx.lake.get(&key))?;
-        out.extend(decode(&key, data).map_err(ExecError::Permanent)?);
-    }
-    Ok(out)
+    let mut q = RunRows::new(table, run_id).on(date);
+    q.job_id = job;
+    Ok(ctx.block_on(ctx.lake.read_run_rows(q))?)
 }
 
 /// `(run_id, date, key)` of every `runs` object, newest run first.
 fn runs_objects(ctx: &JobContext) -> Result<Vec<(String, String, String)>, ExecError> {
+    let prefix = layout::table_prefix("runs")?;
     let mut out = Vec::new();
-    for (key, _) in ctx.block_on(ctx.lake.list("tables/runs/"))? {
-        let mut date = None;
-        let mut run = None;
-        for part in key.split('/') {
-            if let Some(d) = part.strip_prefix("date=") {
-                date = Some(d.to_string());
-            } else if let Some(r) = part.strip_prefix("run_id=") {
-                run = Some(r.to_string());
-            }
-        }
-        if let (Some(d), Some(r)) = (date, run)
-            && key.ends_with(".parquet")
-        {
-            out.push((r, d, key));
+    for (key, _) in ctx.block_on(ctx.lake.list(&prefix))? {
+        if let Some(k) = layout::parse_table_key(&key) {
+            out.push((k.run_id.to_string(), k.date.to_string(), key.clone()));
         }
     }
     out.sort_by(|a, b| b.0.cmp(&a.0));
@@ -173,14 +142,14 @@ fn history(
         if ctx.cancelled() {
             return Err(ExecError::Cancelled);
         }
-        let data = ctx.block_on(ctx.lake.get(&key))?;
-        let runs = match decode(&key, data) {
+        let runs = match ctx.block_on(ctx.lake.read_parquet(&key)) {
             Ok(b) => b,
-            Err(e) => {
+            Err(e @ benchlake_core::Error::Decode { .. }) => {
                 // One unreadable old object must not block every later verdict.
                 tracing::warn!(error = %e, "skipping an unreadable runs object");
                 continue;
             }
+            Err(e) => return Err(e.into()),
         };
         if !of_schedule(&runs, schedule) {
             continue;

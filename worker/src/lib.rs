@@ -481,12 +481,8 @@ async fn stage_and_commit(
     for t in &out.tables {
         let data = encode_parquet(&t.table, &t.batches)
             .map_err(|e| ExecError::Permanent(e.to_string()))?;
-        let name = if t.part.is_empty() {
-            format!("{}.parquet", t.table)
-        } else {
-            format!("{}-{}.parquet", t.table, t.part)
-        };
-        let key = format!("{}{name}", job.staging_prefix);
+        let key = benchlake_core::layout::staged_key(&job.staging_prefix, &t.table, &t.part)
+            .map_err(|e| ExecError::Permanent(e.to_string()))?;
         let bytes = data.len() as u64;
         // A full lake disk (ENOSPC) or a flaky store is retried in place
         // before the job fails (retryably).
