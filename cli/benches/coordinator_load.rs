@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use benchlake_coordinator::model::*;
 use benchlake_coordinator::store::{SqliteStore, StateStore};
-use benchlake_coordinator::{Coordinator, CoordinatorConfig, logic};
+use benchlake_coordinator::{Coordinator, CoordinatorConfig, lifecycle};
 use benchlake_core::bench::LauncherKind;
 use benchlake_core::clock::SystemClock;
 use benchlake_core::lake::{Lake, StoreConfig};
@@ -329,33 +329,21 @@ async fn bench() {
     store
         .transact(|tx| {
             for r in 0..jobs.div_ceil(per_run) {
-                let run = RunRow {
-                    run_id: benchlake_core::ids::new_id_at(now + r as i64),
-                    schedule_id: None,
+                let spec = Spec {
                     benchmark: "noop".into(),
-                    kind: "noop".into(),
-                    state: RunState::Processing,
-                    spec: Spec {
-                        benchmark: "noop".into(),
-                        params: Default::default(),
-                        nodes: Default::default(),
-                        launcher: LauncherKind::Local,
-                        max_attempts: 1,
-                        timeout_s: 60,
-                    },
-                    submitted_at_ms: now,
-                    started_at_ms: Some(now),
-                    finished_at_ms: None,
-                    scheduled_for_ms: None,
-                    error: None,
-                    idempotency_key: None,
-                    rerun_of: None,
-                    date: benchlake_core::layout::date_of_ms(now),
-                    outcome: None,
+                    params: Default::default(),
+                    nodes: Default::default(),
+                    launcher: LauncherKind::Local,
+                    max_attempts: 1,
+                    timeout_s: 60,
                 };
+                let id = benchlake_core::ids::new_id_at(now + r as i64);
+                let mut run = RunRow::new(id, spec, "noop", Origin::default(), now);
+                run.state = RunState::Processing;
+                run.started_at_ms = Some(now);
                 tx.insert_run(&run)?;
                 for _ in 0..per_run {
-                    tx.insert_job(&logic::new_job(
+                    tx.insert_job(&lifecycle::job::new(
                         &run,
                         "noop",
                         "{}".into(),

@@ -19,7 +19,9 @@ use benchlake_proto::v1 as pb;
 
 use crate::Coordinator;
 use crate::error::{CoordError, Result};
-use crate::logic::{self, JobResult};
+use benchlake_core::jobs::{JobResult, RECORD_JOB};
+
+use crate::lifecycle::{Effects, job};
 use crate::model::*;
 
 /// Commits `req`'s staged files; returns the final keys.
@@ -38,17 +40,17 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
             && f.kind
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-        if !ok || f.kind == logic::RECORD_JOB {
+        if !ok || f.kind == RECORD_JOB {
             return Err(CoordError::invalid(
                 &format!("result_json.follow_ups[{i}].kind"),
                 format!("'{}' is not a job kind", f.kind),
             ));
         }
         if let Some(g) = &f.group {
-            logic::check_group_name(&format!("result_json.follow_ups[{i}].group"), g)?;
+            job::check_group_name(&format!("result_json.follow_ups[{i}].group"), g)?;
         }
         if let Some(g) = &f.wait_for {
-            logic::check_group_name(&format!("result_json.follow_ups[{i}].wait_for"), g)?;
+            job::check_group_name(&format!("result_json.follow_ups[{i}].wait_for"), g)?;
         }
     }
     if result.follow_ups.len() > 10_000 {
@@ -93,21 +95,21 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
     if req.files.is_empty() {
         let cfg = c.cfg.clone();
         let done = c.store.transact(|tx| {
-            let j = logic::leased_job(tx, &req.job_id, &req.lease_id)?;
+            let j = job::leased(tx, &req.job_id, &req.lease_id)?;
             if !j.committed_keys.is_empty() {
                 return Ok(None);
             }
             record(tx, &cfg, &req, &result, &[], &[], &[], now).map(Some)
         })?;
         if let Some(done) = done {
-            finish(c, &req.job_id, &done, &[], now);
+            finish(c, &req.job_id, done, &[]);
             return Ok(Vec::new());
         }
     }
 
     // 1. Intent.
     let (job, pairs, stale) = c.store.transact(|tx| {
-        let mut j = logic::leased_job(tx, &req.job_id, &req.lease_id)?;
+        let mut j = job::leased(tx, &req.job_id, &req.lease_id)?;
         let staging = layout::staging_prefix(&j.job_id, j.attempt)?;
         let mut pairs = Vec::new();
         let mut finals = BTreeSet::new();
@@ -127,7 +129,7 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
                     format!("unknown table '{}'", f.table),
                 ));
             }
-            let key = crate::grpc::final_key(&f.table, &j.date, &j.run_id, &j.job_id, &f.part)
+            let key = final_key(&f.table, &j.date, &j.run_id, &j.job_id, &f.part)
                 .map_err(|e| CoordError::invalid(&format!("files[{i}]"), e))?;
             if !finals.insert(key.clone()) {
                 return Err(CoordError::invalid(
@@ -179,13 +181,14 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
     {
         tracing::warn!(job = %job.job_id, error = %e, "could not delete staging objects");
     }
-    finish(c, &job.job_id, &done, &keys, now);
+    finish(c, &job.job_id, done, &keys);
     Ok(keys)
 }
 
 /// Step 4 inside a transaction: checks the lease again, records the committed
-/// files, marks the job DONE, queues its follow-ups and moves the run on.
-/// Returns the worker that held the lease and the job's run.
+/// files, and completes the job ([`job::complete`]: DONE, its follow-ups
+/// queued, the run moved on). Returns the worker that held the lease, the
+/// job's run and the effects to apply once committed.
 #[allow(clippy::too_many_arguments)]
 fn record(
     tx: &mut dyn crate::store::Tx,
@@ -196,8 +199,8 @@ fn record(
     sizes: &[u64],
     stale: &[String],
     now: i64,
-) -> Result<(String, String)> {
-    let mut j = logic::leased_job(tx, &req.job_id, &req.lease_id)?;
+) -> Result<Done> {
+    let j = job::leased(tx, &req.job_id, &req.lease_id)?;
     let worker = j.leased_by.clone().unwrap_or_default();
     for k in stale {
         tx.delete_committed(k)?;
@@ -214,32 +217,32 @@ fn record(
             committed_ms: now,
         })?;
     }
-    j.committed_keys = pairs.iter().map(|p| p.1.clone()).collect();
-    j.state = JobState::Done;
-    j.error = None;
-    j.lease_id = None;
-    j.lease_expires_ms = None;
-    tx.update_job(&j)?;
-    if let Some(run) = tx.get_run(&j.run_id)?
-        && !run.state.is_final()
-    {
-        logic::insert_follow_ups(tx, cfg, &run, &result.follow_ups, now)?;
-    }
-    logic::job_ended(tx, cfg, &j, now)?;
-    logic::advance_run(tx, cfg, &j.run_id, now)?;
-    Ok((worker, j.run_id))
+    let run_id = j.run_id.clone();
+    let keys = pairs.iter().map(|p| p.1.clone()).collect();
+    let effects = job::complete(tx, cfg, j, keys, &result.follow_ups, now)?;
+    Ok(Done {
+        worker,
+        run_id,
+        effects,
+    })
 }
 
-/// After a commit: log, release the worker's slot, wake watchers and pollers.
-fn finish(
-    c: &Coordinator,
-    job_id: &str,
-    (worker, run_id): &(String, String),
-    keys: &[String],
-    now: i64,
-) {
-    tracing::info!(job = %job_id, run = %run_id, worker = %worker, files = keys.len(), "job committed");
-    c.worker_seen(worker, now, -1);
-    c.notify_run(run_id);
-    c.job_notify.notify_waiters();
+/// What step 4 did.
+struct Done {
+    worker: String,
+    run_id: String,
+    effects: Effects,
+}
+
+/// After a commit: log, and apply the completion's effects (the worker's
+/// slot, watchers, pollers).
+fn finish(c: &Coordinator, job_id: &str, done: Done, keys: &[String]) {
+    tracing::info!(job = %job_id, run = %done.run_id, worker = %done.worker, files = keys.len(), "job committed");
+    c.apply(done.effects);
+}
+
+/// The final key of a committed file: deterministic per (table, run, job,
+/// part), so a retried job overwrites instead of adding rows.
+fn final_key(table: &str, date: &str, run_id: &str, job_id: &str, part: &str) -> Result<String> {
+    Ok(layout::table_key(table, date, run_id, job_id, part)?)
 }

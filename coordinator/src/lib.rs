@@ -9,10 +9,12 @@
 pub mod auth;
 pub mod commit;
 pub mod config;
+pub mod convert;
 pub mod error;
 pub mod flight;
 pub mod grpc;
 pub mod leader;
+pub mod lifecycle;
 pub mod logic;
 pub mod model;
 pub mod pg_testing;
@@ -152,8 +154,10 @@ impl Coordinator {
         // Runs left mid-transition by a crash are moved on now.
         let ids = c.store.transact(|tx| tx.unfinished_runs())?;
         for id in ids {
-            c.store
-                .transact(|tx| logic::advance_run(tx, &c.cfg, &id, now))?;
+            let fx = c
+                .store
+                .transact(|tx| lifecycle::run::advance(tx, &c.cfg, &id, now))?;
+            c.apply(fx);
         }
         Ok(c)
     }
@@ -185,10 +189,6 @@ impl Coordinator {
         self.store.as_ref()
     }
 
-    pub(crate) fn notify_run(&self, run_id: &str) {
-        let _ = self.events.send(run_id.to_string());
-    }
-
     pub(crate) fn last_heartbeat(&self, agent: &str) -> Option<i64> {
         self.heartbeats
             .lock()
@@ -209,7 +209,6 @@ impl Coordinator {
         now: i64,
     ) -> Option<Vec<String>> {
         let p = self.placement.as_ref()?;
-        let lease_ms = self.cfg.lease_timeout_ms as i64;
         let mut cancel = Vec::new();
         let mut extend = Vec::new();
         {
@@ -220,9 +219,7 @@ impl Coordinator {
                         if t.agent == agent
                             && matches!(t.state, TaskState::Leased | TaskState::Running) =>
                     {
-                        // Extend only when half the lease is used: one write per
-                        // half-lease per task, not per heartbeat.
-                        if t.lease_expires_ms.unwrap_or(0) - now < lease_ms / 2 {
+                        if lifecycle::task::lease_half_used(&self.cfg, t.lease_expires_ms, now) {
                             extend.push(id.clone());
                         }
                     }
@@ -268,17 +265,11 @@ impl Coordinator {
         if q.is_empty() {
             return Ok(());
         }
-        let lease_ms = self.cfg.lease_timeout_ms as i64;
         self.store.transact(|tx| {
             for (id, (agent, at)) in &q {
-                if let Some(mut t) = tx.get_task(id)?
-                    && t.agent == *agent
-                    && matches!(t.state, TaskState::Leased | TaskState::Running)
-                    && t.lease_expires_ms.unwrap_or(0) - at < lease_ms / 2
-                {
-                    t.lease_expires_ms = Some(at + lease_ms);
-                    tx.update_task(&t)?;
-                }
+                // A task the agent no longer holds is refused at its next
+                // heartbeat; nothing to do here.
+                lifecycle::task::heartbeat(tx, &self.cfg, agent, id, *at)?;
             }
             Ok(())
         })
@@ -359,78 +350,34 @@ impl Coordinator {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let touched = self.store.transact(|tx| {
-            let mut runs = Vec::new();
-            for t in tx.expired_tasks(now)? {
-                let last = hb.get(&t.agent).copied().unwrap_or(0);
-                // The lease was granted (or last extended) a lease period before
-                // it ends; a heartbeat one heartbeat period after that which does
-                // not list the task comes from an agent that never got it.
-                let granted = t.lease_expires_ms.unwrap_or(0) - cfg.lease_timeout_ms as i64;
-                let unknown_to_agent = seen.get(&t.agent).is_some_and(|(at, ids)| {
-                    *at > granted + cfg.heartbeat_interval_ms as i64 && !ids.contains(&t.task_id)
-                });
-                if unknown_to_agent {
-                    runs.push(t.run_id.clone());
-                    let reason = format!(
-                        "lease expired: agent '{}' heartbeats but does not run the task (its lease reply was lost)",
-                        t.agent
-                    );
-                    logic::retry_or_fail_task(tx, cfg, t, &reason, false, now)?;
-                    continue;
-                }
-                if now - last <= cfg.lease_timeout_ms as i64 {
-                    let mut t = t;
-                    t.lease_expires_ms = Some(last + cfg.lease_timeout_ms as i64);
-                    tx.update_task(&t)?;
-                    continue;
-                }
-                runs.push(t.run_id.clone());
-                let agent_gone = now - last > cfg.agent_lost_after_ms as i64;
-                let reason = format!("lease expired: agent '{}' stopped heartbeating", t.agent);
-                logic::retry_or_fail_task(tx, cfg, t, &reason, agent_gone, now)?;
-            }
-            Ok(runs)
-        })?;
-        report.expired_tasks = touched.len();
-        for r in touched {
-            self.notify_run(&r);
-        }
+        let live = lifecycle::task::Liveness {
+            heartbeats: &hb,
+            running: &seen,
+        };
+        let (n, fx) = self
+            .store
+            .transact(|tx| lifecycle::task::expire_leases(tx, cfg, live, now))?;
+        report.expired_tasks = n;
+        self.apply(fx);
 
         // Job leases.
-        let touched = self.store.transact(|tx| {
-            let mut runs = Vec::new();
-            for j in tx.expired_jobs(now)? {
-                runs.push(j.run_id.clone());
-                let reason = format!(
-                    "lease expired: worker '{}' stopped renewing",
-                    j.leased_by.clone().unwrap_or_default()
-                );
-                logic::retry_or_fail_job(tx, cfg, j, &reason, true, now)?;
-            }
-            Ok(runs)
-        })?;
-        report.expired_jobs = touched.len();
-        if !touched.is_empty() {
-            self.job_notify.notify_waiters();
-        }
-        for r in touched {
-            self.notify_run(&r);
-        }
+        let (n, fx) = self
+            .store
+            .transact(|tx| lifecycle::job::expire_leases(tx, cfg, now))?;
+        report.expired_jobs = n;
+        self.apply(fx);
 
         // Schedules.
-        let fired = self
+        let (fired, fx) = self
             .store
             .transact(|tx| scheduler::fire_due(tx, cfg, now))?;
-        for r in &fired {
-            self.notify_run(&r.run_id);
-            report.fired.push(r.run_id.clone());
-        }
+        report.fired = fired.into_iter().map(|r| r.run_id).collect();
+        self.apply(fx);
         // Lake garbage: staging of ended job attempts, scratch of ended runs
         // (a pass every `reconcile::RECONCILE_EVERY_MS` of clock time).
         self.reconcile_if_due(now);
-        // Retries whose backoff ended and new jobs may be waiting.
-        self.job_notify.notify_waiters();
+        // Retries whose backoff ended may be waiting.
+        self.apply(lifecycle::Effects::wake_workers());
         Ok(report)
     }
 
@@ -534,6 +481,10 @@ async fn run_ha(
     let addr = listener
         .local_addr()
         .map_err(|e| CoordError::Setup(format!("listen address: {e}")))?;
+    // Binding proved the address usable; until this coordinator leads the
+    // port stays closed, so no client connects to a standby (the kernel would
+    // accept connections that nobody serves).
+    drop(listener);
     let store = {
         let url = url.to_string();
         tokio::task::spawn_blocking(move || store_pg::PgStore::open(&url))
@@ -556,12 +507,12 @@ async fn run_ha(
     };
     let poll = leader::poll_interval(lease);
     let mut shutdown = Box::pin(shutdown);
-    let mut listener = Some(listener);
+    let mut waiting_logged = false;
     let token = loop {
         match leader::with_elector(elector.clone(), |e| e.try_acquire()).await {
             Ok(Some(token)) => break token,
             Ok(None) => {
-                if listener.take().is_some() {
+                if !std::mem::replace(&mut waiting_logged, true) {
                     // A standby holds no port: clients given every coordinator's
                     // address connect to the one that leads.
                     let cur = leader::with_elector(elector.clone(), |e| e.current()).await;
@@ -590,10 +541,8 @@ async fn run_ha(
             .await
             .map_err(|e| CoordError::Setup(format!("state database: {e}")))??
     };
-    let listener = match listener {
-        Some(l) => l,
-        None => rebind(addr).await?,
-    };
+    let fenced = store.fenced();
+    let listener = rebind(addr).await?;
     let lake = Lake::open(&cfg.store)?;
     let coord = Coordinator::new(Arc::new(store), lake, Arc::new(SystemClock), cfg)?;
     log_listening(&coord, &listener);
@@ -633,6 +582,10 @@ async fn run_ha(
                 _ = shutdown => {}
                 r = lost_rx => if let Ok(why) = r {
                     *lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+                },
+                _ = fenced.notified() => {
+                    *lost.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some("a write was refused: another coordinator holds a newer fencing token".into());
                 }
             }
         }
@@ -654,7 +607,7 @@ async fn run_ha(
     }
 }
 
-/// Binds `addr` again once this standby leads (its port was released).
+/// Binds `addr` again once this coordinator leads (its port was released).
 async fn rebind(addr: std::net::SocketAddr) -> Result<TcpListener> {
     let mut last = None;
     for _ in 0..50 {

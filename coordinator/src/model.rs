@@ -1,14 +1,14 @@
-//! The coordinator's records (runs, tasks, jobs, agents, schedules, files) and
-//! their conversion to the protocol messages. These are what the state store
-//! keeps; the lifecycle rules that change them live in [`crate::logic`].
+//! The coordinator's records (runs, tasks, jobs, agents, schedules, files):
+//! what the state store keeps. They know nothing of the protocol (the
+//! conversions live in [`crate::convert`]); the transitions that change their
+//! states live in [`crate::lifecycle`].
 use std::collections::BTreeMap;
 
 use benchlake_core::bench::{BenchmarkInfo, LauncherKind};
-use benchlake_proto::v1 as pb;
 use serde::{Deserialize, Serialize};
 
 macro_rules! state_enum {
-    ($name:ident, $pb:ident, $($v:ident = $s:literal),+ $(,)?) => {
+    ($name:ident, $($v:ident = $s:literal),+ $(,)?) => {
         /// Lifecycle state (stored by name).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
         pub enum $name { $($v),+ }
@@ -17,14 +17,11 @@ macro_rules! state_enum {
             pub fn as_str(self) -> &'static str { match self { $(Self::$v => $s),+ } }
             /// Parses a stored name.
             pub fn parse(s: &str) -> Option<Self> { match s { $($s => Some(Self::$v),)+ _ => None } }
-            /// The protocol enum value.
-            pub fn to_pb(self) -> i32 { match self { $(Self::$v => pb::$pb::$v as i32),+ } }
         }
     };
 }
 
 state_enum!(
-    RunState,
     RunState,
     Pending = "PENDING",
     Running = "RUNNING",
@@ -35,7 +32,6 @@ state_enum!(
 );
 state_enum!(
     TaskState,
-    TaskState,
     Queued = "QUEUED",
     Leased = "LEASED",
     Running = "RUNNING",
@@ -44,7 +40,6 @@ state_enum!(
     Cancelled = "CANCELLED"
 );
 state_enum!(
-    JobState,
     JobState,
     Queued = "QUEUED",
     Leased = "LEASED",
@@ -57,18 +52,6 @@ impl RunState {
     /// SUCCEEDED, FAILED or CANCELLED.
     pub fn is_final(self) -> bool {
         matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)
-    }
-    /// From the protocol value (UNSPECIFIED = None).
-    pub fn from_pb(v: i32) -> Option<Self> {
-        match pb::RunState::try_from(v).ok()? {
-            pb::RunState::Unspecified => None,
-            pb::RunState::Pending => Some(Self::Pending),
-            pb::RunState::Running => Some(Self::Running),
-            pb::RunState::Processing => Some(Self::Processing),
-            pb::RunState::Succeeded => Some(Self::Succeeded),
-            pb::RunState::Failed => Some(Self::Failed),
-            pb::RunState::Cancelled => Some(Self::Cancelled),
-        }
     }
 }
 impl TaskState {
@@ -115,33 +98,6 @@ pub struct Spec {
     pub timeout_s: u64,
 }
 
-impl Spec {
-    /// The protocol message.
-    pub fn to_pb(&self) -> pb::BenchmarkSpec {
-        pb::BenchmarkSpec {
-            benchmark: self.benchmark.clone(),
-            params: self.params.clone().into_iter().collect(),
-            nodes: Some(pb::NodeSelector {
-                names: self.nodes.names.clone(),
-                labels: self.nodes.labels.clone().into_iter().collect(),
-                count: self.nodes.count,
-            }),
-            launcher: launcher_to_pb(self.launcher),
-            max_attempts: self.max_attempts,
-            timeout_s: self.timeout_s,
-        }
-    }
-}
-
-/// Protocol launcher value.
-pub fn launcher_to_pb(l: LauncherKind) -> i32 {
-    match l {
-        LauncherKind::Local => pb::Launcher::Local as i32,
-        LauncherKind::Mpirun => pb::Launcher::Mpirun as i32,
-        LauncherKind::Srun => pb::Launcher::Srun as i32,
-    }
-}
-
 /// A run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRow {
@@ -166,6 +122,47 @@ pub struct RunRow {
     pub outcome: Option<RunState>,
 }
 
+/// Where a run comes from.
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    pub schedule_id: Option<String>,
+    pub scheduled_for_ms: Option<i64>,
+    pub idempotency_key: Option<String>,
+    pub rerun_of: Option<String>,
+}
+
+impl RunRow {
+    /// A new PENDING run of `spec`, submitted at `now`: the one constructor of
+    /// runs (submitted, scheduled, re-run, replay and analysis runs alike; the
+    /// lifecycle moves it on from there). Its partition date is the UTC day of
+    /// the cron instant it stands for, else of its submission.
+    pub fn new(
+        run_id: String,
+        spec: Spec,
+        kind: impl Into<String>,
+        origin: Origin,
+        now: i64,
+    ) -> Self {
+        Self {
+            run_id,
+            schedule_id: origin.schedule_id,
+            benchmark: spec.benchmark.clone(),
+            kind: kind.into(),
+            state: RunState::Pending,
+            spec,
+            submitted_at_ms: now,
+            started_at_ms: None,
+            finished_at_ms: None,
+            scheduled_for_ms: origin.scheduled_for_ms,
+            error: None,
+            idempotency_key: origin.idempotency_key,
+            rerun_of: origin.rerun_of,
+            date: benchlake_core::layout::date_of_ms(origin.scheduled_for_ms.unwrap_or(now)),
+            outcome: None,
+        }
+    }
+}
+
 /// A raw output file uploaded by an agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RawFileRow {
@@ -173,18 +170,6 @@ pub struct RawFileRow {
     pub bytes: u64,
     pub sha256: String,
     pub format: String,
-}
-
-impl RawFileRow {
-    /// The protocol message.
-    pub fn to_pb(&self) -> pb::RawFile {
-        pb::RawFile {
-            key: self.key.clone(),
-            bytes: self.bytes,
-            sha256: self.sha256.clone(),
-            format: self.format.clone(),
-        }
-    }
 }
 
 /// A task: one agent's share of a run.
@@ -213,26 +198,6 @@ pub struct TaskRow {
     pub peers: Vec<String>,
 }
 
-impl TaskRow {
-    /// The protocol message.
-    pub fn to_pb(&self) -> pb::Task {
-        pb::Task {
-            task_id: self.task_id.clone(),
-            run_id: self.run_id.clone(),
-            agent: self.agent.clone(),
-            state: self.state.to_pb(),
-            attempt: self.attempt,
-            max_attempts: self.max_attempts,
-            rank: self.rank,
-            error: self.error.clone().unwrap_or_default(),
-            outputs: self.outputs.iter().map(RawFileRow::to_pb).collect(),
-            stdout_tail: self.stdout_tail.clone(),
-            stderr_tail: self.stderr_tail.clone(),
-            exit_code: self.exit_code.unwrap_or_default(),
-        }
-    }
-}
-
 /// A worker job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRow {
@@ -252,23 +217,6 @@ pub struct JobRow {
     /// Final keys this job has committed (or is committing: see `commit`).
     pub committed_keys: Vec<String>,
     pub date: String,
-}
-
-impl JobRow {
-    /// The protocol message.
-    pub fn to_pb(&self) -> pb::Job {
-        pb::Job {
-            job_id: self.job_id.clone(),
-            run_id: self.run_id.clone(),
-            kind: self.kind.clone(),
-            state: self.state.to_pb(),
-            attempt: self.attempt,
-            max_attempts: self.max_attempts,
-            spec_json: self.spec_json.clone(),
-            error: self.error.clone().unwrap_or_default(),
-            committed_keys: self.committed_keys.clone(),
-        }
-    }
 }
 
 /// Agent liveness as users see it.
@@ -367,42 +315,6 @@ impl CatchUp {
             _ => None,
         }
     }
-    /// Protocol value.
-    pub fn to_pb(self) -> i32 {
-        match self {
-            Self::None => pb::CatchUp::None as i32,
-            Self::Latest => pb::CatchUp::Latest as i32,
-            Self::All => pb::CatchUp::All as i32,
-        }
-    }
-    /// From the protocol value (UNSPECIFIED = Latest).
-    pub fn from_pb(v: i32) -> Option<Self> {
-        match pb::CatchUp::try_from(v).ok()? {
-            pb::CatchUp::Unspecified | pb::CatchUp::Latest => Some(Self::Latest),
-            pb::CatchUp::None => Some(Self::None),
-            pb::CatchUp::All => Some(Self::All),
-        }
-    }
-}
-
-impl ScheduleRow {
-    /// The protocol message.
-    pub fn to_pb(&self) -> pb::Schedule {
-        pb::Schedule {
-            schedule_id: self.schedule_id.clone(),
-            name: self.name.clone(),
-            cron: self.cron.clone(),
-            time_zone: self.time_zone.clone(),
-            catch_up: self.catch_up.to_pb(),
-            max_catch_up: self.max_catch_up,
-            allow_overlap: self.allow_overlap,
-            paused: self.paused,
-            spec: Some(self.spec.to_pb()),
-            next_fire_ms: self.next_fire_ms.unwrap_or_default(),
-            last_fire_ms: self.last_fire_ms.unwrap_or_default(),
-            created_at_ms: self.created_ms,
-        }
-    }
 }
 
 /// A committed Parquet object of a table.
@@ -416,25 +328,4 @@ pub struct CommittedFile {
     pub rows: u64,
     pub bytes: u64,
     pub committed_ms: i64,
-}
-
-impl RunRow {
-    /// The protocol message (agents are filled in by the caller from tasks).
-    pub fn to_pb(&self, agents: Vec<String>) -> pb::Run {
-        pb::Run {
-            run_id: self.run_id.clone(),
-            schedule_id: self.schedule_id.clone().unwrap_or_default(),
-            benchmark: self.benchmark.clone(),
-            kind: self.kind.clone(),
-            state: self.state.to_pb(),
-            params_json: serde_json::to_string(&self.spec.params).unwrap_or_default(),
-            submitted_at_ms: self.submitted_at_ms,
-            started_at_ms: self.started_at_ms.unwrap_or_default(),
-            finished_at_ms: self.finished_at_ms.unwrap_or_default(),
-            agents,
-            error: self.error.clone().unwrap_or_default(),
-            spec: Some(self.spec.to_pb()),
-            scheduled_for_ms: self.scheduled_for_ms.unwrap_or_default(),
-        }
-    }
 }

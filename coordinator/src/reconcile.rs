@@ -328,35 +328,24 @@ mod tests {
     }
 
     fn run(state: RunState, finished: Option<i64>) -> RunRow {
-        RunRow {
-            run_id: new_id_at(T0),
-            schedule_id: None,
+        let spec = Spec {
             benchmark: "b".into(),
-            kind: "noop".into(),
-            state,
-            spec: Spec {
-                benchmark: "b".into(),
-                params: Default::default(),
-                nodes: Nodes::default(),
-                launcher: benchlake_core::bench::LauncherKind::Local,
-                max_attempts: 1,
-                timeout_s: 60,
-            },
-            submitted_at_ms: T0,
-            started_at_ms: Some(T0),
-            finished_at_ms: finished,
-            scheduled_for_ms: None,
-            error: None,
-            idempotency_key: None,
-            rerun_of: None,
-            date: "2026-11-23".into(),
-            outcome: None,
-        }
+            params: Default::default(),
+            nodes: Nodes::default(),
+            launcher: benchlake_core::bench::LauncherKind::Local,
+            max_attempts: 1,
+            timeout_s: 60,
+        };
+        let mut r = RunRow::new(new_id_at(T0), spec, "noop", Origin::default(), T0);
+        r.state = state;
+        r.started_at_ms = Some(T0);
+        r.finished_at_ms = finished;
+        r
     }
 
     fn job(run: &RunRow, state: JobState, attempt: u32) -> JobRow {
         let cfg = CoordinatorConfig::default();
-        let mut j = crate::logic::new_job(run, "ingest", "{}".into(), &cfg, T0);
+        let mut j = crate::lifecycle::job::new(run, "ingest", "{}".into(), &cfg, T0);
         j.state = state;
         j.attempt = attempt;
         j

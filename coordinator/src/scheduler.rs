@@ -13,7 +13,8 @@ use croner::Cron;
 
 use crate::config::CoordinatorConfig;
 use crate::error::{CoordError, Result};
-use crate::logic::{self, Origin};
+use crate::lifecycle::{self, Effects};
+use crate::logic;
 use crate::model::*;
 use crate::store::Tx;
 
@@ -101,8 +102,13 @@ impl CronSpec {
 }
 
 /// Fires every due schedule at `now`; returns the runs created.
-pub fn fire_due(tx: &mut dyn Tx, cfg: &CoordinatorConfig, now: i64) -> Result<Vec<RunRow>> {
+pub fn fire_due(
+    tx: &mut dyn Tx,
+    cfg: &CoordinatorConfig,
+    now: i64,
+) -> Result<(Vec<RunRow>, Effects)> {
     let mut created = Vec::new();
+    let mut fx = Effects::default();
     for mut s in tx.due_schedules(now)? {
         let Some(next) = s.next_fire_ms else { continue };
         let cron = match CronSpec::parse(&s.cron, &s.time_zone) {
@@ -147,13 +153,15 @@ pub fn fire_due(tx: &mut dyn Tx, cfg: &CoordinatorConfig, now: i64) -> Result<Ve
                 tracing::warn!(schedule = %s.name, instant = t, "previous run still active; instant skipped (allow_overlap is off)");
                 continue;
             }
-            created.push(fire_one(tx, cfg, &s, t, now)?);
+            let (run, f) = fire_one(tx, cfg, &s, t, now)?;
+            created.push(run);
+            fx.merge(f);
         }
         s.last_fire_ms = due.last().copied().or(s.last_fire_ms);
         s.next_fire_ms = cron.next_after(now.max(next));
         tx.update_schedule(&s)?;
     }
-    Ok(created)
+    Ok((created, fx))
 }
 
 /// Creates the run of schedule `s` for instant `t`. A run that cannot be placed
@@ -165,7 +173,7 @@ pub fn fire_one(
     s: &ScheduleRow,
     t: i64,
     now: i64,
-) -> Result<RunRow> {
+) -> Result<(RunRow, Effects)> {
     let origin = Origin {
         schedule_id: Some(s.schedule_id.clone()),
         scheduled_for_ms: Some(t),
@@ -176,15 +184,11 @@ pub fn fire_one(
         .map(|b| b.kind)
         .unwrap_or_else(|| "unknown".into());
     match logic::select_agents(tx, &s.spec, &[]) {
-        Ok(chosen) => logic::create_run(tx, cfg, s.spec.clone(), kind, origin, chosen, now),
+        Ok(chosen) => lifecycle::run::create(tx, cfg, s.spec.clone(), kind, origin, chosen, now),
         Err(e) => {
-            let mut run =
-                logic::create_run(tx, cfg, s.spec.clone(), kind, origin, Vec::new(), now)?;
             tracing::warn!(schedule = %s.name, error = %e, "scheduled run could not be placed");
-            run.error = Some(format!("could not place the run: {e}"));
-            tx.update_run(&run)?;
-            logic::advance_run(tx, cfg, &run.run_id, now)?;
-            Ok(tx.get_run(&run.run_id)?.unwrap_or(run))
+            let reason = format!("could not place the run: {e}");
+            lifecycle::run::create_unplaced(tx, cfg, s.spec.clone(), kind, origin, reason, now)
         }
     }
 }

@@ -1,0 +1,362 @@
+//! `AgentService`: registration, heartbeats, task polling, progress, output
+//! uploads and task completion.
+use benchlake_core::layout;
+use benchlake_proto::v1 as pb;
+use pb::agent_service_server::AgentService;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::{Svc, check_name, check_protocol, invalid};
+use crate::auth::identity_of;
+use crate::config::Role;
+use crate::convert;
+use crate::error::CoordError;
+use crate::lifecycle::task;
+use crate::model::*;
+
+#[tonic::async_trait]
+impl AgentService for Svc {
+    async fn register(
+        &self,
+        req: Request<pb::RegisterRequest>,
+    ) -> std::result::Result<Response<pb::RegisterResponse>, Status> {
+        let id = identity_of(&req);
+        let mut r = req.into_inner();
+        check_protocol(r.protocol_version)?;
+        check_name("name", &r.name, 128)?;
+        if !id.may_act_as(&r.name) {
+            return Err(Status::permission_denied(format!(
+                "name: this credential belongs to '{}', not to agent '{}'",
+                id.name.as_deref().unwrap_or_default(),
+                r.name
+            )));
+        }
+        if r.labels.len() > 64 {
+            return Err(invalid("labels", "more than 64 labels"));
+        }
+        for (k, v) in &r.labels {
+            check_name("labels", k, 64)?;
+            if v.len() > 256 {
+                return Err(invalid("labels", format!("value of '{k}' longer than 256")));
+            }
+        }
+        let catalog = convert::catalog(std::mem::take(&mut r.catalog))?;
+        let now = self.0.now();
+        let cfg = self.0.cfg.clone();
+        let live_after = now - cfg.agent_lost_after_ms as i64;
+        let last_seen = self.0.last_heartbeat(&r.name);
+        let (fx, drain) = self.tx(|tx| {
+            let prev = tx.get_agent(&r.name)?;
+            // A name held by a live agent is not taken over with another
+            // credential: that would end its tasks and replace its catalog.
+            if let Some(p) = &prev
+                && !p.credential.is_empty()
+                && p.credential != id.credential
+                && id.role != Role::Admin
+                && p.state != AgentState::Lost
+                && last_seen.unwrap_or(p.last_heartbeat_ms) >= live_after
+            {
+                return Err(CoordError::PermissionDenied(format!(
+                    "name: agent '{}' is registered and alive with another credential",
+                    r.name
+                )));
+            }
+            let drain = prev.as_ref().map(|p| p.drain).unwrap_or(false);
+            let a = convert::agent_row(&r, catalog.clone(), drain, id.credential.clone(), now);
+            tx.upsert_agent(&a)?;
+            // A (re-)registering agent knows none of the tasks leased to an earlier
+            // incarnation: those attempts are over.
+            let fx = task::agent_restarted(tx, &cfg, &r.name, now)?;
+            Ok((fx, drain))
+        })?;
+        self.0.apply(fx);
+        self.0
+            .credentials
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(r.name.clone(), id.credential.clone());
+        self.0
+            .heartbeats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(r.name.clone(), now);
+        if drain {
+            self.0
+                .draining
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(r.name.clone());
+        }
+        tracing::info!(agent = %r.name, host = %r.hostname, benchmarks = catalog.len(), "agent registered");
+        Ok(Response::new(pb::RegisterResponse {
+            agent_id: r.name,
+            heartbeat_interval_ms: self.0.cfg.heartbeat_interval_ms,
+            lease_timeout_ms: self.0.cfg.lease_timeout_ms,
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        req: Request<pb::HeartbeatRequest>,
+    ) -> std::result::Result<Response<pb::HeartbeatResponse>, Status> {
+        let id = identity_of(&req);
+        let r = req.into_inner();
+        self.check_agent(&id, &r.name).map_err(Status::from)?;
+        let now = self.0.now();
+        {
+            let mut hb = self.0.heartbeats.lock().unwrap_or_else(|p| p.into_inner());
+            match hb.get_mut(&r.name) {
+                Some(t) => *t = now,
+                None => {
+                    return Err(Status::not_found(format!(
+                        "name: agent '{}' is not registered (register first)",
+                        r.name
+                    )));
+                }
+            }
+        }
+        let drain = self
+            .0
+            .draining
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&r.name);
+        if r.running_task_ids.len() > 10_000 {
+            return Err(invalid("running_task_ids", "more than 10000"));
+        }
+        self.0
+            .running_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                r.name.clone(),
+                (now, r.running_task_ids.iter().cloned().collect()),
+            );
+        let mut cancel = Vec::new();
+        if !r.running_task_ids.is_empty() {
+            if let Some(cancel) = self.0.heartbeat_tasks(&r.name, &r.running_task_ids, now) {
+                return Ok(Response::new(pb::HeartbeatResponse {
+                    cancel_task_ids: cancel,
+                    drain,
+                }));
+            }
+            // A store without a placement index: the rows decide.
+            let cfg = &self.0.cfg;
+            cancel = self.tx(|tx| {
+                let mut cancel = Vec::new();
+                for id in &r.running_task_ids {
+                    if !task::heartbeat(tx, cfg, &r.name, id, now)? {
+                        cancel.push(id.clone());
+                    }
+                }
+                Ok(cancel)
+            })?;
+        }
+        Ok(Response::new(pb::HeartbeatResponse {
+            cancel_task_ids: cancel,
+            drain,
+        }))
+    }
+
+    async fn poll_task(
+        &self,
+        req: Request<pb::PollTaskRequest>,
+    ) -> std::result::Result<Response<pb::PollTaskResponse>, Status> {
+        let id = identity_of(&req);
+        let r = req.into_inner();
+        self.check_agent(&id, &r.name).map_err(Status::from)?;
+        if r.free_slots == 0 {
+            return Ok(Response::new(pb::PollTaskResponse { task: None }));
+        }
+        if self
+            .0
+            .draining
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&r.name)
+        {
+            return Ok(Response::new(pb::PollTaskResponse { task: None }));
+        }
+        let now = self.0.now();
+        let cfg = self.0.cfg.clone();
+        let got = self.tx(|tx| {
+            let Some(a) = tx.get_agent(&r.name)? else {
+                return Err(CoordError::NotFound(format!(
+                    "name: agent '{}' is not registered",
+                    r.name
+                )));
+            };
+            if a.drain {
+                return Ok(None);
+            }
+            let (Some((t, run)), fx) = task::lease(tx, &cfg, &r.name, now)? else {
+                return Ok(None);
+            };
+            let peers = convert::peers(tx, &t.peers)?;
+            let raw_prefix = layout::raw_prefix(&t.run_id, &t.task_id)?;
+            Ok(Some((t, run, peers, raw_prefix, fx)))
+        })?;
+        let Some((t, run, peers, raw_prefix, fx)) = got else {
+            return Ok(Response::new(pb::PollTaskResponse { task: None }));
+        };
+        self.0.apply(fx);
+        tracing::info!(task = %t.task_id, run = %t.run_id, agent = %r.name, attempt = t.attempt, "task leased");
+        Ok(Response::new(pb::PollTaskResponse {
+            task: Some(convert::task_assignment(&t, &run, peers, raw_prefix)),
+        }))
+    }
+
+    async fn report_progress(
+        &self,
+        req: Request<pb::ReportProgressRequest>,
+    ) -> std::result::Result<Response<pb::ReportProgressResponse>, Status> {
+        let id = identity_of(&req);
+        let r = req.into_inner();
+        let now = self.0.now();
+        let cfg = self.0.cfg.clone();
+        let fx = self.tx(|tx| {
+            let t = match task::leased(tx, &r.task_id, &r.lease_id) {
+                Ok(t) => t,
+                // The attempt is over (cancelled, expired): the agent stops it.
+                Err(CoordError::LeaseLost(_)) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            self.check_agent(&id, &t.agent)?;
+            task::progress(tx, &cfg, t, &r.stdout_tail, &r.stderr_tail, now).map(Some)
+        })?;
+        let cancel = fx.is_none();
+        if let Some(fx) = fx {
+            self.0.apply(fx);
+        }
+        Ok(Response::new(pb::ReportProgressResponse { cancel }))
+    }
+
+    async fn upload_output(
+        &self,
+        req: Request<Streaming<pb::UploadChunk>>,
+    ) -> std::result::Result<Response<pb::RawFile>, Status> {
+        let id = identity_of(&req);
+        let mut stream = req.into_inner();
+        let first = stream
+            .message()
+            .await?
+            .ok_or_else(|| invalid("chunk", "empty upload stream"))?;
+        layout::validate_name("file_name", &first.file_name)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        check_name("format", &first.format, 64)?;
+        let t = self.tx(|tx| task::leased(tx, &first.task_id, &first.lease_id))?;
+        self.check_agent(&id, &t.agent).map_err(Status::from)?;
+        let key = layout::raw_key(&t.run_id, &t.task_id, &first.file_name)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let max = self.0.cfg.max_upload_bytes;
+        let mut w = self.0.lake.writer(&key).await.map_err(CoordError::from)?;
+        let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
+        let mut size = 0u64;
+        let mut claimed = first.sha256.clone();
+        let mut chunk = Some(first);
+        let res: std::result::Result<(), Status> = async {
+            while let Some(c) = chunk.take() {
+                size += c.data.len() as u64;
+                if size > max {
+                    return Err(Status::resource_exhausted(format!(
+                        "file_name: upload of '{key}' exceeds the limit of {max} bytes"
+                    )));
+                }
+                sha2::Digest::update(&mut hasher, &c.data);
+                w.write(&c.data);
+                w.wait_for_capacity(8)
+                    .await
+                    .map_err(|e| Status::unavailable(format!("lake: {e}")))?;
+                if !c.sha256.is_empty() {
+                    claimed = c.sha256.clone();
+                }
+                chunk = stream.message().await?;
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(e) = res {
+            let _ = w.abort().await;
+            return Err(e);
+        }
+        let digest = hex::encode(sha2::Digest::finalize(hasher));
+        if !claimed.is_empty() && !claimed.eq_ignore_ascii_case(&digest) {
+            let _ = w.abort().await;
+            return Err(Status::data_loss(format!(
+                "sha256: '{key}' arrived with digest {digest}, the agent sent {claimed}"
+            )));
+        }
+        w.finish()
+            .await
+            .map_err(|e| Status::unavailable(format!("lake: {e}")))?;
+        tracing::debug!(key = %key, bytes = size, "raw output stored");
+        Ok(Response::new(pb::RawFile {
+            key,
+            bytes: size,
+            sha256: digest,
+            format: String::new(),
+        }))
+    }
+
+    async fn complete_task(
+        &self,
+        req: Request<pb::CompleteTaskRequest>,
+    ) -> std::result::Result<Response<pb::CompleteTaskResponse>, Status> {
+        let id = identity_of(&req);
+        let r = req.into_inner();
+        if r.outputs.len() > 100_000 {
+            return Err(invalid("outputs", "more than 100000 files"));
+        }
+        let t = self.tx(|tx| task::leased(tx, &r.task_id, &r.lease_id))?;
+        self.check_agent(&id, &t.agent).map_err(Status::from)?;
+        let prefix = layout::raw_prefix(&t.run_id, &t.task_id)
+            .map_err(|e| Status::internal(e.to_string()))?;
+        let mut outputs = Vec::new();
+        for (i, o) in r.outputs.iter().enumerate() {
+            if !o.key.starts_with(&prefix) {
+                return Err(invalid(
+                    &format!("outputs[{i}].key"),
+                    format!("'{}' is not under {prefix}", o.key),
+                ));
+            }
+            check_name(&format!("outputs[{i}].format"), &o.format, 64)?;
+            let size = self
+                .0
+                .lake
+                .size(&o.key)
+                .await
+                .map_err(CoordError::from)?
+                .ok_or_else(|| {
+                    invalid(
+                        &format!("outputs[{i}].key"),
+                        format!("'{}' was not uploaded", o.key),
+                    )
+                })?;
+            if size != o.bytes {
+                return Err(invalid(
+                    &format!("outputs[{i}].bytes"),
+                    format!("'{}' has {size} bytes in the lake, not {}", o.key, o.bytes),
+                ));
+            }
+            outputs.push(RawFileRow::from_pb(o));
+        }
+        let now = self.0.now();
+        let cfg = self.0.cfg.clone();
+        let run_id = t.run_id;
+        let done = task::Completion {
+            success: r.success,
+            exit_code: r.exit_code,
+            error: r.error,
+            outputs,
+            stdout_tail: r.stdout_tail,
+            stderr_tail: r.stderr_tail,
+        };
+        let fx = self.tx(|tx| {
+            // Read again: the lease may have ended while outputs were checked.
+            let t = task::leased(tx, &r.task_id, &r.lease_id)?;
+            task::complete(tx, &cfg, t, done, now)
+        })?;
+        tracing::info!(task = %r.task_id, run = %run_id, success = r.success, "task completed");
+        self.0.apply(fx);
+        Ok(Response::new(pb::CompleteTaskResponse {}))
+    }
+}

@@ -1,0 +1,139 @@
+//! `ClusterService`: the agents, workers and tables as users see them, and
+//! draining agents.
+use benchlake_proto::v1 as pb;
+use pb::cluster_service_server::ClusterService;
+use tonic::{Request, Response, Status};
+
+use super::Svc;
+use crate::auth::require;
+use crate::convert;
+use crate::error::CoordError;
+use crate::model::*;
+
+#[tonic::async_trait]
+impl ClusterService for Svc {
+    async fn list_agents(
+        &self,
+        _req: Request<pb::ListAgentsRequest>,
+    ) -> std::result::Result<Response<pb::ListAgentsResponse>, Status> {
+        let rows = self.tx(|tx| {
+            let mut out = Vec::new();
+            for a in tx.list_agents()? {
+                let running = tx
+                    .tasks_of_agent(&a.name, &[TaskState::Leased, TaskState::Running])?
+                    .len() as u32;
+                out.push((a, running));
+            }
+            Ok(out)
+        })?;
+        let agents = rows
+            .into_iter()
+            .map(|(a, running)| {
+                let state = match (a.state, a.drain) {
+                    (AgentState::Lost, _) => "LOST",
+                    (_, true) if running > 0 => "DRAINING",
+                    (_, true) => "DRAINED",
+                    _ => "ONLINE",
+                };
+                let last = self
+                    .0
+                    .last_heartbeat(&a.name)
+                    .unwrap_or(a.last_heartbeat_ms);
+                convert::agent_info(a, state, last, running)
+            })
+            .collect();
+        Ok(Response::new(pb::ListAgentsResponse { agents }))
+    }
+
+    async fn drain_agent(
+        &self,
+        req: Request<pb::DrainAgentRequest>,
+    ) -> std::result::Result<Response<pb::AgentInfo>, Status> {
+        require(&req, &[])?;
+        let r = req.into_inner();
+        let a = self.tx(|tx| {
+            let mut a = tx
+                .get_agent(&r.name)?
+                .ok_or_else(|| CoordError::NotFound(format!("name: no agent '{}'", r.name)))?;
+            a.drain = !r.undrain;
+            tx.upsert_agent(&a)?;
+            Ok(a)
+        })?;
+        {
+            let mut d = self.0.draining.lock().unwrap_or_else(|p| p.into_inner());
+            if a.drain {
+                d.insert(a.name.clone());
+            } else {
+                d.remove(&a.name);
+            }
+        }
+        tracing::info!(agent = %a.name, drain = a.drain, "agent drain changed");
+        let state = if a.drain {
+            "DRAINING"
+        } else {
+            a.state.as_str()
+        };
+        let last = a.last_heartbeat_ms;
+        Ok(Response::new(convert::agent_info(a, state, last, 0)))
+    }
+
+    async fn list_workers(
+        &self,
+        _req: Request<pb::ListWorkersRequest>,
+    ) -> std::result::Result<Response<pb::ListWorkersResponse>, Status> {
+        let w = self
+            .0
+            .workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut workers: Vec<pb::WorkerInfo> = w
+            .into_iter()
+            .map(|(name, s)| pb::WorkerInfo {
+                name,
+                last_seen_ms: s.last_seen_ms,
+                leased_jobs: s.leased_jobs,
+            })
+            .collect();
+        workers.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(Response::new(pb::ListWorkersResponse { workers }))
+    }
+
+    async fn list_tables(
+        &self,
+        _req: Request<pb::ListTablesRequest>,
+    ) -> std::result::Result<Response<pb::ListTablesResponse>, Status> {
+        let files = self.tx(|tx| tx.committed_files(None))?;
+        let tables = benchlake_core::catalog::all()
+            .iter()
+            .map(|t| {
+                let mine = files.iter().filter(|f| f.table == t.name);
+                let (n, rows, bytes) = mine.fold((0u64, 0u64, 0u64), |a, f| {
+                    (a.0 + 1, a.1 + f.rows, a.2 + f.bytes)
+                });
+                pb::TableInfo {
+                    name: t.name.to_string(),
+                    files: n,
+                    rows,
+                    bytes,
+                    columns: t
+                        .schema
+                        .fields()
+                        .iter()
+                        .map(|f| {
+                            format!(
+                                "{}: {}",
+                                f.name(),
+                                benchlake_core::catalog::type_name(f.data_type())
+                            )
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        Ok(Response::new(pb::ListTablesResponse {
+            tables,
+            lake_root: self.0.lake.root().to_string(),
+        }))
+    }
+}

@@ -1,0 +1,195 @@
+//! `ReplayService`: a replay of a trace (in the lake, or uploaded) under a
+//! model, one job per point of the parameter sweep.
+use std::collections::BTreeMap;
+
+use benchlake_core::jobs::{INGEST_JOB, REPLAY_JOB};
+use benchlake_core::{ids, layout};
+use benchlake_proto::v1 as pb;
+use pb::replay_service_server::ReplayService;
+use tonic::{Request, Response, Status};
+
+use super::{Svc, check_name, invalid};
+use crate::error::CoordError;
+use crate::lifecycle;
+
+/// Largest sweep a single TriggerReplay may ask for.
+pub const MAX_SWEEP_POINTS: usize = 10_000;
+
+/// The cartesian product of the sweep axes (one empty point when there are none).
+fn sweep_points(
+    axes: &[pb::SweepAxis],
+) -> std::result::Result<Vec<BTreeMap<String, String>>, Status> {
+    if axes.len() > 16 {
+        return Err(invalid("sweep", "more than 16 axes"));
+    }
+    let mut points = vec![BTreeMap::new()];
+    for (i, a) in axes.iter().enumerate() {
+        check_name(&format!("sweep[{i}].param"), &a.param, 64)?;
+        if a.values.is_empty() {
+            return Err(invalid(&format!("sweep[{i}].values"), "is empty"));
+        }
+        if points.iter().any(|p| p.contains_key(&a.param)) {
+            return Err(invalid(
+                &format!("sweep[{i}].param"),
+                format!("'{}' appears twice", a.param),
+            ));
+        }
+        if points.len().saturating_mul(a.values.len()) > MAX_SWEEP_POINTS {
+            return Err(invalid(
+                "sweep",
+                format!("more than {MAX_SWEEP_POINTS} points"),
+            ));
+        }
+        let mut next = Vec::with_capacity(points.len() * a.values.len());
+        for p in &points {
+            for v in &a.values {
+                let mut q = p.clone();
+                q.insert(a.param.clone(), v.clone());
+                next.push(q);
+            }
+        }
+        points = next;
+    }
+    Ok(points)
+}
+
+#[tonic::async_trait]
+impl ReplayService for Svc {
+    async fn trigger_replay(
+        &self,
+        req: Request<pb::TriggerReplayRequest>,
+    ) -> std::result::Result<Response<pb::TriggerReplayResponse>, Status> {
+        let r = req.into_inner();
+        let model = r.model.as_str();
+        if !matches!(model, "dimemas" | "bandela") {
+            return Err(invalid(
+                "model",
+                format!("'{model}' is not a model (dimemas, bandela)"),
+            ));
+        }
+        let points = sweep_points(&r.sweep)?;
+        let now = self.0.now();
+        let run_id = ids::new_id_at(now);
+        let upload_id = ids::new_id_at(now);
+        let lake = &self.0.lake;
+        let mut base: BTreeMap<String, String> = r.params.into_iter().collect();
+        let (trace_key, uploaded) = match r.trace.and_then(|t| t.source) {
+            Some(pb::trace_ref::Source::RawKey(k)) => {
+                if !k.starts_with("raw/") || k.contains("..") || k.contains("//") {
+                    return Err(invalid(
+                        "trace.raw_key",
+                        format!("'{k}' is not a raw object key (raw/RUN/TASK/FILE)"),
+                    ));
+                }
+                let found = if model == "bandela" {
+                    if !k.ends_with('/') {
+                        return Err(invalid(
+                            "trace.raw_key",
+                            "a Bandela trace is a prefix ending in '/' holding bandela.<rank> objects",
+                        ));
+                    }
+                    !lake.list(&k).await.map_err(CoordError::from)?.is_empty()
+                } else {
+                    lake.size(&k).await.map_err(CoordError::from)?.is_some()
+                };
+                if !found {
+                    return Err(Status::not_found(format!(
+                        "trace.raw_key: nothing at '{k}'"
+                    )));
+                }
+                (k, false)
+            }
+            Some(pb::trace_ref::Source::Uploaded(u)) => {
+                if model == "bandela" {
+                    return Err(invalid(
+                        "trace.uploaded",
+                        "a Bandela trace is one file per rank: put it in the lake (a traced run) and pass trace.raw_key",
+                    ));
+                }
+                let key = layout::raw_key(&run_id, &upload_id, &u.file_name)
+                    .map_err(|e| invalid("trace.uploaded.file_name", e))?;
+                if u.data.is_empty() {
+                    return Err(invalid("trace.uploaded.data", "is empty"));
+                }
+                lake.put(&key, bytes::Bytes::from(u.data))
+                    .await
+                    .map_err(CoordError::from)?;
+                (key, true)
+            }
+            None => return Err(invalid("trace", "give raw_key or uploaded")),
+        };
+        // Configuration texts travel as parameters; the model reads them as files.
+        let mut files = BTreeMap::new();
+        for name in ["config", "collectives", "input"] {
+            if let Some(text) = base.remove(name) {
+                let key = layout::raw_key(&run_id, &upload_id, &format!("{name}.txt"))
+                    .map_err(|e| invalid(&format!("params.{name}"), e))?;
+                lake.put(&key, bytes::Bytes::from(text.into_bytes()))
+                    .await
+                    .map_err(CoordError::from)?;
+                files.insert(name.to_string(), key);
+            }
+        }
+        if model == "dimemas" {
+            // Every point must be a valid platform before any job exists.
+            for p in &points {
+                let mut all = base.clone();
+                all.extend(p.clone());
+                benchlake_replay::dimemas::Platform::default()
+                    .apply_params(&all)
+                    .map_err(|e| Status::invalid_argument(format!("params: {e}")))?;
+            }
+        } else if model == "bandela" && !files.contains_key("input") {
+            return Err(invalid(
+                "params.input",
+                "the Bandela model needs the replaympi input text",
+            ));
+        }
+        let cfg = self.0.cfg.clone();
+        let n = points.len();
+        let fx = self.tx(|tx| {
+            let mut params = base.clone();
+            params.insert("model".into(), model.to_string());
+            params.insert("trace".into(), trace_key.clone());
+            params.insert("points".into(), n.to_string());
+            let mut jobs = Vec::with_capacity(points.len() + 1);
+            if uploaded {
+                let spec = benchlake_core::jobs::IngestSpec {
+                    format: model.to_string(),
+                    keys: vec![trace_key.clone()],
+                    task_id: upload_id.clone(),
+                    agent: "client".into(),
+                };
+                jobs.push((INGEST_JOB.to_string(), serde_json::to_string(&spec)?));
+            }
+            for p in &points {
+                let spec = benchlake_core::jobs::ReplaySpec {
+                    model: model.to_string(),
+                    trace_key: trace_key.clone(),
+                    files: files.clone(),
+                    params: base.clone(),
+                    point: p.clone(),
+                    replay_id: ids::new_id_at(now),
+                };
+                jobs.push((REPLAY_JOB.to_string(), serde_json::to_string(&spec)?));
+            }
+            let (_, _, fx) = lifecycle::run::create_processing(
+                tx,
+                &cfg,
+                run_id.clone(),
+                format!("replay-{model}"),
+                "replay",
+                params,
+                jobs,
+                now,
+            )?;
+            Ok(fx)
+        })?;
+        tracing::info!(run = %run_id, model, points = n, "replay triggered");
+        self.0.apply(fx);
+        Ok(Response::new(pb::TriggerReplayResponse {
+            run_id,
+            points: n as u32,
+        }))
+    }
+}

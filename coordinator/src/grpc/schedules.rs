@@ -1,0 +1,188 @@
+//! `ScheduleService`: create, list, pause, delete, backfill and trigger cron
+//! schedules (the firing itself is [`crate::scheduler`]).
+use benchlake_core::ids;
+use benchlake_proto::v1 as pb;
+use pb::schedule_service_server::ScheduleService;
+use tonic::{Request, Response, Status};
+
+use super::{Svc, check_name, invalid};
+use crate::convert;
+use crate::error::{CoordError, Result};
+use crate::lifecycle::Effects;
+use crate::logic;
+use crate::model::*;
+use crate::scheduler::{self, CronSpec};
+use crate::store::Tx;
+
+fn find_schedule(tx: &mut dyn Tx, id_or_name: &str) -> Result<ScheduleRow> {
+    if let Some(s) = tx.get_schedule(id_or_name)? {
+        return Ok(s);
+    }
+    tx.schedule_by_name(id_or_name)?
+        .ok_or_else(|| CoordError::NotFound(format!("schedule_id: no schedule '{id_or_name}'")))
+}
+
+#[tonic::async_trait]
+impl ScheduleService for Svc {
+    async fn create_schedule(
+        &self,
+        req: Request<pb::CreateScheduleRequest>,
+    ) -> std::result::Result<Response<pb::Schedule>, Status> {
+        let s = req
+            .into_inner()
+            .schedule
+            .ok_or_else(|| invalid("schedule", "is required"))?;
+        check_name("schedule.name", &s.name, 100)?;
+        let cron = CronSpec::parse(&s.cron, &s.time_zone)?;
+        let catch_up = CatchUp::from_pb(s.catch_up)
+            .ok_or_else(|| invalid("schedule.catch_up", format!("unknown value {}", s.catch_up)))?;
+        if s.max_catch_up > 1000 {
+            return Err(invalid("schedule.max_catch_up", "above 1000"));
+        }
+        let spec = s
+            .spec
+            .ok_or_else(|| invalid("schedule.spec", "is required"))?;
+        let now = self.0.now();
+        let cfg = self.0.cfg.clone();
+        let row = self.tx(|tx| {
+            if tx.schedule_by_name(&s.name)?.is_some() {
+                return Err(CoordError::FailedPrecondition(format!(
+                    "schedule.name: a schedule named '{}' exists",
+                    s.name
+                )));
+            }
+            let agents = tx.list_agents()?;
+            let (spec, _kind) =
+                logic::validate_spec(&cfg, &agents, &spec).map_err(|e| match e {
+                    CoordError::Invalid(m) => CoordError::Invalid(format!("schedule.{m}")),
+                    e => e,
+                })?;
+            let row = ScheduleRow {
+                schedule_id: ids::new_id_at(now),
+                name: s.name.clone(),
+                cron: s.cron.clone(),
+                time_zone: if s.time_zone.is_empty() {
+                    "UTC".into()
+                } else {
+                    s.time_zone.clone()
+                },
+                catch_up,
+                max_catch_up: s.max_catch_up,
+                allow_overlap: s.allow_overlap,
+                paused: s.paused,
+                spec,
+                next_fire_ms: cron.next_after(now),
+                last_fire_ms: None,
+                created_ms: now,
+            };
+            tx.insert_schedule(&row)?;
+            Ok(row)
+        })?;
+        tracing::info!(schedule = %row.name, cron = %row.cron, tz = %row.time_zone, "schedule created");
+        Ok(Response::new(row.to_pb()))
+    }
+
+    async fn list_schedules(
+        &self,
+        _req: Request<pb::ListSchedulesRequest>,
+    ) -> std::result::Result<Response<pb::ListSchedulesResponse>, Status> {
+        let schedules = self.tx(|tx| tx.list_schedules())?;
+        Ok(Response::new(pb::ListSchedulesResponse {
+            schedules: schedules.iter().map(ScheduleRow::to_pb).collect(),
+        }))
+    }
+
+    async fn pause_schedule(
+        &self,
+        req: Request<pb::PauseScheduleRequest>,
+    ) -> std::result::Result<Response<pb::Schedule>, Status> {
+        let r = req.into_inner();
+        let now = self.0.now();
+        let row = self.tx(|tx| {
+            let mut s = find_schedule(tx, &r.schedule_id)?;
+            if s.paused && !r.paused {
+                // Instants that passed while paused are not caught up on resume.
+                let cron = CronSpec::parse(&s.cron, &s.time_zone)?;
+                s.next_fire_ms = cron.next_after(now);
+            }
+            s.paused = r.paused;
+            tx.update_schedule(&s)?;
+            Ok(s)
+        })?;
+        Ok(Response::new(row.to_pb()))
+    }
+
+    async fn delete_schedule(
+        &self,
+        req: Request<pb::DeleteScheduleRequest>,
+    ) -> std::result::Result<Response<pb::DeleteScheduleResponse>, Status> {
+        let id = req.into_inner().schedule_id;
+        self.tx(|tx| {
+            let s = find_schedule(tx, &id)?;
+            tx.delete_schedule(&s.schedule_id)
+        })?;
+        Ok(Response::new(pb::DeleteScheduleResponse {}))
+    }
+
+    async fn backfill(
+        &self,
+        req: Request<pb::BackfillRequest>,
+    ) -> std::result::Result<Response<pb::BackfillResponse>, Status> {
+        let r = req.into_inner();
+        if r.from_ms >= r.to_ms {
+            return Err(invalid("to_ms", "must be after from_ms"));
+        }
+        let max = match r.max_runs {
+            0 => 100,
+            n if n <= 1000 => n,
+            n => return Err(invalid("max_runs", format!("{n} is above 1000"))),
+        } as usize;
+        let now = self.0.now();
+        let cfg = self.0.cfg.clone();
+        let (runs, fx) = self.tx(|tx| {
+            let s = find_schedule(tx, &r.schedule_id)?;
+            let cron = CronSpec::parse(&s.cron, &s.time_zone)?;
+            let instants = cron.instants(r.from_ms, r.to_ms, false, max + 1);
+            if instants.len() > max {
+                return Err(CoordError::invalid(
+                    "max_runs",
+                    format!(
+                        "the range holds more than {max} instants; narrow it or raise max_runs"
+                    ),
+                ));
+            }
+            let mut out = Vec::new();
+            let mut fx = Effects::default();
+            for t in instants {
+                let (run, f) = scheduler::fire_one(tx, &cfg, &s, t, now)?;
+                out.push(convert::run_tx(tx, &run)?);
+                fx.merge(f);
+            }
+            Ok((out, fx))
+        })?;
+        self.0.apply(fx);
+        Ok(Response::new(pb::BackfillResponse { runs }))
+    }
+
+    async fn trigger_schedule(
+        &self,
+        req: Request<pb::TriggerScheduleRequest>,
+    ) -> std::result::Result<Response<pb::Run>, Status> {
+        let id = req.into_inner().schedule_id;
+        let now = self.0.now();
+        let cfg = self.0.cfg.clone();
+        let (run, fx) = self.tx(|tx| {
+            let s = find_schedule(tx, &id)?;
+            if !s.allow_overlap && !tx.active_runs_of_schedule(&s.schedule_id)?.is_empty() {
+                return Err(CoordError::FailedPrecondition(format!(
+                    "schedule '{}' has an active run and allow_overlap is off",
+                    s.name
+                )));
+            }
+            let (run, fx) = scheduler::fire_one(tx, &cfg, &s, now, now)?;
+            Ok((convert::run_tx(tx, &run)?, fx))
+        })?;
+        self.0.apply(fx);
+        Ok(Response::new(run))
+    }
+}
