@@ -34,6 +34,12 @@ if ! command -v mpirun >/dev/null 2>&1 || ! command -v mpicc >/dev/null 2>&1; th
   apt_install openmpi-bin libopenmpi-dev
 fi
 
+# PostgreSQL server binaries (initdb, pg_ctl): the PostgreSQL state backend's
+# conformance suite and the coordinator failover tests start their own server.
+if ! command -v pg_ctl >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
+  apt_install postgresql
+fi
+
 # Java for pyspark (the Spark reader test).
 if ! command -v java >/dev/null 2>&1; then
   apt_install openjdk-17-jre-headless

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use benchlake_coordinator::store_pg::is_postgres_url;
 use benchlake_coordinator::{CoordinatorConfig, Tokens};
 use benchlake_core::lake::StoreConfig;
 use clap::Args;
@@ -206,6 +207,10 @@ pub struct CoordTuning {
     /// Scheduler/reaper period (ms).
     #[arg(long, env = "BENCHLAKE_TICK_MS", default_value_t = 500)]
     pub tick_ms: u64,
+    /// PostgreSQL state only: the leader's lease (ms). A standby takes over
+    /// within this plus a third of it after the leader stopped.
+    #[arg(long, env = "BENCHLAKE_LEADER_LEASE_MS", default_value_t = 3_000)]
+    pub leader_lease_ms: u64,
 }
 
 /// `benchlake coordinator`.
@@ -214,13 +219,15 @@ pub struct CoordinatorArgs {
     /// Address to listen on.
     #[arg(long, env = "BENCHLAKE_LISTEN", default_value = "127.0.0.1:7700")]
     pub listen: String,
-    /// SQLite state database.
+    /// State database: a SQLite file, or `postgres://USER@HOST:PORT/DB` for
+    /// PostgreSQL, which several coordinators may share (one leads, the
+    /// others wait without listening and take over when it stops).
     #[arg(
         long,
         env = "BENCHLAKE_STATE",
         default_value = "benchlake-data/state.db"
     )]
-    pub state: PathBuf,
+    pub state: String,
     #[command(flatten)]
     pub lake: LakeArgs,
     #[command(flatten)]
@@ -235,7 +242,13 @@ impl CoordinatorArgs {
     pub fn config(&self, default_lake: &str) -> anyhow::Result<CoordinatorConfig> {
         let t = &self.tuning;
         Ok(CoordinatorConfig {
-            state_path: self.state.clone(),
+            state_path: if is_postgres_url(&self.state) {
+                CoordinatorConfig::default().state_path
+            } else {
+                PathBuf::from(&self.state)
+            },
+            state_postgres: is_postgres_url(&self.state).then(|| self.state.clone()),
+            leader_lease_ms: t.leader_lease_ms,
             store: self.lake.store(default_lake),
             lease_timeout_ms: t.lease_timeout_ms,
             heartbeat_interval_ms: t.heartbeat_ms,

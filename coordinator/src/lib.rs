@@ -574,35 +574,30 @@ async fn run_ha(
             }
         })
     };
-    let lost = Arc::new(StdMutex::new(None::<String>));
-    let stop = {
-        let lost = lost.clone();
-        async move {
-            tokio::select! {
-                _ = shutdown => {}
-                r = lost_rx => if let Ok(why) = r {
-                    *lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
-                },
-                _ = fenced.notified() => {
-                    *lost.lock().unwrap_or_else(|p| p.into_inner()) =
-                        Some("a write was refused: another coordinator holds a newer fencing token".into());
-                }
+    let lost = async move {
+        tokio::select! {
+            r = lost_rx => r.unwrap_or_else(|_| "the lease renewal task ended".into()),
+            _ = fenced.notified() => {
+                "a write was refused: another coordinator holds a newer fencing token".into()
             }
         }
     };
-    let res = serve(coord, listener, stop).await;
-    renew.abort();
-    let why = lost.lock().unwrap_or_else(|p| p.into_inner()).take();
-    match why {
-        Some(why) => Err(CoordError::Fenced(format!(
-            "this coordinator stopped leading: {why}"
-        ))),
-        None => {
+    // A lost lead stops the server at once (no graceful drain: every write
+    // would be refused anyway) and the process exits with the reason; a
+    // supervisor restarts it as a standby.
+    tokio::select! {
+        res = serve(coord, listener, shutdown) => {
+            renew.abort();
             // A clean stop hands the lead on at once.
             if let Err(e) = leader::with_elector(elector, |e| e.release()).await {
                 tracing::warn!(error = %e, "could not release the leader lease");
             }
             res
+        }
+        why = lost => {
+            renew.abort();
+            tracing::error!(reason = %why, "stopped leading");
+            Err(CoordError::Fenced(format!("this coordinator stopped leading: {why}")))
         }
     }
 }

@@ -217,6 +217,9 @@ pub struct PgStore {
     conn: Mutex<Option<Conn>>,
     placement: SharedPlacement,
     fence: RwLock<Option<Fence>>,
+    /// Signalled when a transaction was refused for a stale token: the
+    /// coordinator stops serving at once instead of at its next renewal.
+    fenced: Arc<tokio::sync::Notify>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -240,6 +243,7 @@ impl PgStore {
             })),
             placement,
             fence: RwLock::new(None),
+            fenced: Arc::new(tokio::sync::Notify::new()),
         })
     }
 
@@ -247,6 +251,11 @@ impl PgStore {
     /// leader row ([`crate::leader`]).
     pub fn set_fence(&self, fence: Fence) {
         *self.fence.write().unwrap_or_else(|p| p.into_inner()) = Some(fence);
+    }
+
+    /// Resolves once a transaction was refused for a stale fencing token.
+    pub fn fenced(&self) -> Arc<tokio::sync::Notify> {
+        self.fenced.clone()
     }
 
     /// Reloads the placement index from the rows (a new leader's first step:
@@ -296,6 +305,7 @@ impl PgStore {
                 };
                 if holder != fence.holder || token != fence.token {
                     let _ = conn.client.batch_execute("ROLLBACK");
+                    self.fenced.notify_one();
                     return Err(CoordError::Fenced(format!(
                         "this coordinator is no longer the leader: its fencing token is {} \
                          and the state database's is {token} (held by {holder}); the write was refused",

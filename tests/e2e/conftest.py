@@ -180,7 +180,10 @@ class Api:
 
     def __init__(self, pb, addr, token=None):
         self.pb = pb
-        self.ch = grpc.insecure_channel(addr)
+        # A multi-address target ("ipv4:a:1,b:2") would send the whole list as
+        # the HTTP/2 authority, which servers refuse: name one host instead.
+        opts = [("grpc.default_authority", "localhost")] if addr.startswith("ipv4:") else []
+        self.ch = grpc.insecure_channel(addr, options=opts)
         self.md = [("authorization", f"Bearer {token}")] if token else []
         self.runs = pb["runs_grpc"].RunServiceStub(self.ch)
         self.schedules = pb["runs_grpc"].ScheduleServiceStub(self.ch)
@@ -243,3 +246,54 @@ def duck_count(lake, table, run_id=None):
     if run_id:
         q += f" WHERE run_id = '{run_id}'"
     return duckdb.sql(q).fetchall()[0][0]
+
+
+class Postgres:
+    """A throwaway PostgreSQL server (initdb + pg_ctl on a free port; as root
+    it runs as the `postgres` user, which the server requires)."""
+
+    def __init__(self, tmp: Path):
+        import glob
+        import shutil
+
+        bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+        self.bin = Path(os.environ.get("BENCHLAKE_PG_BIN") or (bins[-1] if bins else
+                        str(Path(shutil.which("pg_ctl") or "/usr/bin/pg_ctl").parent)))
+        # Not under pytest's tmp_path: its 0700 parents keep the postgres user out.
+        self.dir = Path(tempfile.mkdtemp(prefix="benchlake-pg-"))
+        self.root = os.geteuid() == 0
+        if self.root:
+            subprocess.run(["chown", "postgres:postgres", str(self.dir)], check=True)
+        self.port = free_port()
+        data = self.dir / "data"
+        self._run("initdb", "-N", "-A", "trust", "-U", "postgres", "-E", "UTF8", "-D", str(data))
+        self._run("pg_ctl", "-D", str(data), "-l", str(self.dir / "log"), "-w", "-o",
+                  f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, tool, *args):
+        cmd = [str(self.bin / tool), *args]
+        if self.root:
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        subprocess.run(cmd, check=True, capture_output=True, cwd=self.dir)
+
+    def sql(self, q):
+        r = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-At", "-c", q],
+                           check=True, capture_output=True, text=True)
+        return r.stdout.strip()
+
+    def stop(self):
+        try:
+            self._run("pg_ctl", "-D", str(self.dir / "data"), "-m", "immediate", "-w", "stop")
+        except subprocess.CalledProcessError:
+            pass
+        import shutil
+
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres(tmp_path):
+    pg = Postgres(tmp_path)
+    yield pg
+    pg.stop()

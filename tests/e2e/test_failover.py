@@ -1,0 +1,117 @@
+"""Coordinators that take over for each other: two coordinators on one real
+PostgreSQL, agents, a worker and the gRPC client given both addresses.
+
+1. kill -9 of the leader while a run is RUNNING: the standby leads (listens)
+   within 5 s, the run completes, and DuckDB finds exactly one `runs` row and
+   no duplicated `raw_files`/`node_facts` rows.
+2. The new leader is frozen (SIGSTOP) past its lease; the old one, restarted
+   as a standby, takes over; the frozen one, thawed, finds its fencing token
+   stale: it writes nothing more and stops with an error saying so."""
+import os
+import signal
+import socket
+import time
+
+import grpc
+
+from conftest import Api, Cluster, duck_count, free_port
+
+LEASE_MS = 2000
+
+
+def listening(port):
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wait_listening(port, timeout):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if listening(port):
+            return time.time() - t0
+        time.sleep(0.02)
+    raise AssertionError(f"nothing listens on {port} after {timeout} s")
+
+
+class Ha(Cluster):
+    def __init__(self, tmp, url):
+        super().__init__(tmp)
+        self.url = url
+        self.ports = {"c1": self.port, "c2": free_port()}
+        # Every client gets both coordinators; the leader is found by connecting.
+        self.addr = ",".join(f"127.0.0.1:{p}" for p in self.ports.values())
+
+    def coord(self, name):
+        return self._spawn(name, ["coordinator", "--listen", f"127.0.0.1:{self.ports[name]}",
+                                  "--state", self.url, "--lake", self.lake,
+                                  "--leader-lease-ms", str(LEASE_MS)])
+
+
+def api_for(pb, ha):
+    # gRPC's own multi-address target: pick_first tries them in order.
+    return Api(pb, "ipv4:" + ha.addr)
+
+
+def test_standby_takes_over_and_a_stale_leader_is_fenced(tmp_path, pb, postgres):
+    ha = Ha(tmp_path, postgres.url)
+    try:
+        ha.coord("c1")
+        wait_listening(ha.ports["c1"], 30)
+        ha.coord("c2")
+        time.sleep(1.5)
+        # The standby holds no port while c1 leads.
+        assert not listening(ha.ports["c2"]), ha.log("c2")
+        assert "standby" in ha.log("c2"), ha.log("c2")
+        for a in ("a1", "a2"):
+            ha.agent(a)
+        ha.worker("w1")
+        api = api_for(pb, ha)
+        api.wait_agents(2)
+        c = pb["common"]
+        run = api.submit("sleep", {"seconds": "3"}, count=2, key="failover-sleep")
+        api.wait(run.run_id, pred=lambda d: d.run.state == c.RUN_STATE_RUNNING)
+
+        t0 = time.time()
+        ha.kill9("c1")
+        took = wait_listening(ha.ports["c2"], 10)
+        print(f"standby listening {took:.2f} s after kill -9 of the leader (lease {LEASE_MS} ms)")
+        assert took <= 5.0, ha.log("c2")
+        d = api.wait(run.run_id, timeout=90)
+        assert d.run.state == c.RUN_STATE_SUCCEEDED, d
+        print(f"run finished {time.time() - t0:.2f} s after the kill")
+        # The idempotency key is in the shared state: a resubmission is the same run.
+        assert api.submit("sleep", {"seconds": "3"}, count=2, key="failover-sleep").run_id == run.run_id
+        h = api.submit("hostinfo", count=2)
+        assert api.wait(h.run_id).run.state == c.RUN_STATE_SUCCEEDED
+        assert duck_count(ha.lake, "runs", run.run_id) == 1
+        assert duck_count(ha.lake, "raw_files", run.run_id) == 4
+        assert duck_count(ha.lake, "node_facts", h.run_id) == 2
+        assert duck_count(ha.lake, "runs", h.run_id) == 1
+
+        # Phase 2: c1 comes back as a standby; c2 freezes past its lease.
+        ha.coord("c1")
+        time.sleep(1.0)
+        assert not listening(ha.ports["c1"]), ha.log("c1")
+        token_before = int(postgres.sql("SELECT token FROM leader"))
+        c2 = ha.procs["c2"]
+        os.killpg(c2.pid, signal.SIGSTOP)
+        took = wait_listening(ha.ports["c1"], 10)
+        print(f"c1 leads {took:.2f} s after c2 froze")
+        assert int(postgres.sql("SELECT token FROM leader")) == token_before + 1
+        os.killpg(c2.pid, signal.SIGCONT)
+        # Thawed, c2 finds the lead gone: it stops, with an error, on its own.
+        rc = c2.wait(timeout=15)
+        ha.procs.pop("c2")
+        log = ha.log("c2")
+        assert rc != 0, log
+        assert "stopped leading" in log or "no longer the leader" in log, log[-3000:]
+        # The cluster goes on under c1.
+        h2 = api.submit("hostinfo", count=2)
+        assert api.wait(h2.run_id, timeout=60).run.state == c.RUN_STATE_SUCCEEDED
+        assert duck_count(ha.lake, "runs", h2.run_id) == 1
+        assert duck_count(ha.lake, "node_facts", h2.run_id) == 2
+        # The CLI follows the leader through the same list.
+        out = ha.cli("run", "show", h2.run_id).stdout
+        assert "SUCCEEDED" in out, out
+    finally:
+        ha.stop()
