@@ -61,7 +61,7 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
     }
     // Every staged object is checked before anything is recorded: a worker
     // cannot commit bytes that readers of the table would choke on.
-    let own = format!("{}/{}/", layout::STAGING, req.job_id);
+    let own = layout::staging_job_prefix(&req.job_id)?;
     for (i, f) in req.files.iter().enumerate() {
         if !f.staged_key.starts_with(&own) || f.staged_key.contains("..") {
             return Err(CoordError::invalid(

@@ -58,6 +58,24 @@ def test_sweep_lands_one_replay_per_point(cluster, pb):
     with pytest.raises(grpc.RpcError) as e:
         stub.TriggerReplay(req, timeout=10)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "latency" in e.value.details()
+    # Models come from the replay registry: an unknown one is refused listing the
+    # known ones; a Bandela replay needs its input and knows its parameters.
+    with pytest.raises(grpc.RpcError) as e:
+        stub.TriggerReplay(rp.TriggerReplayRequest(trace=req.trace, model="booksim"), timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "'booksim' is not a model (dimemas, bandela)" in e.value.details()
+    prefix = rp.TraceRef(raw_key=f"raw/{r.run_id}/")
+    with pytest.raises(grpc.RpcError) as e:
+        stub.TriggerReplay(rp.TriggerReplayRequest(trace=prefix, model="bandela"), timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "params.input: the Bandela model needs the replaympi input text" in e.value.details()
+    with pytest.raises(grpc.RpcError) as e:
+        stub.TriggerReplay(rp.TriggerReplayRequest(trace=prefix, model="bandela",
+                                                   params={"input": "NUMBER_OF_HOSTS 1\n"},
+                                                   sweep=[rp.SweepAxis(param="latency", values=["1"])]),
+                           timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "'latency'" in e.value.details() and "input, topology, timeline" in e.value.details()
 
 
 def test_bandela_offline_cli_prints_replaympi_summary_and_writes_outputs(tmp_path):

@@ -61,12 +61,15 @@ impl ReplayService for Svc {
     ) -> std::result::Result<Response<pb::TriggerReplayResponse>, Status> {
         let r = req.into_inner();
         let model = r.model.as_str();
-        if !matches!(model, "dimemas" | "bandela") {
+        let Ok(spec_model) = benchlake_replay::models::get(model) else {
             return Err(invalid(
                 "model",
-                format!("'{model}' is not a model (dimemas, bandela)"),
+                format!(
+                    "'{model}' is not a model ({})",
+                    benchlake_replay::models::known()
+                ),
             ));
-        }
+        };
         let points = sweep_points(&r.sweep)?;
         let now = self.0.now();
         let run_id = ids::new_id_at(now);
@@ -75,18 +78,15 @@ impl ReplayService for Svc {
         let mut base: BTreeMap<String, String> = r.params.into_iter().collect();
         let (trace_key, uploaded) = match r.trace.and_then(|t| t.source) {
             Some(pb::trace_ref::Source::RawKey(k)) => {
-                if !k.starts_with("raw/") || k.contains("..") || k.contains("//") {
+                if !layout::is_raw_key(&k) {
                     return Err(invalid(
                         "trace.raw_key",
                         format!("'{k}' is not a raw object key (raw/RUN/TASK/FILE)"),
                     ));
                 }
-                let found = if model == "bandela" {
+                let found = if spec_model.trace.per_rank_files() {
                     if !k.ends_with('/') {
-                        return Err(invalid(
-                            "trace.raw_key",
-                            "a Bandela trace is a prefix ending in '/' holding bandela.<rank> objects",
-                        ));
+                        return Err(invalid("trace.raw_key", spec_model.trace.in_lake()));
                     }
                     !lake.list(&k).await.map_err(CoordError::from)?.is_empty()
                 } else {
@@ -100,10 +100,13 @@ impl ReplayService for Svc {
                 (k, false)
             }
             Some(pb::trace_ref::Source::Uploaded(u)) => {
-                if model == "bandela" {
+                if spec_model.trace.per_rank_files() {
                     return Err(invalid(
                         "trace.uploaded",
-                        "a Bandela trace is one file per rank: put it in the lake (a traced run) and pass trace.raw_key",
+                        format!(
+                            "a {} trace is one file per rank: put it in the lake (a traced run) and pass trace.raw_key",
+                            spec_model.title
+                        ),
                     ));
                 }
                 let key = layout::raw_key(&run_id, &upload_id, &u.file_name)
@@ -120,7 +123,7 @@ impl ReplayService for Svc {
         };
         // Configuration texts travel as parameters; the model reads them as files.
         let mut files = BTreeMap::new();
-        for name in ["config", "collectives", "input"] {
+        for name in benchlake_replay::models::file_params() {
             if let Some(text) = base.remove(name) {
                 let key = layout::raw_key(&run_id, &upload_id, &format!("{name}.txt"))
                     .map_err(|e| invalid(&format!("params.{name}"), e))?;
@@ -130,20 +133,16 @@ impl ReplayService for Svc {
                 files.insert(name.to_string(), key);
             }
         }
-        if model == "dimemas" {
-            // Every point must be a valid platform before any job exists.
-            for p in &points {
-                let mut all = base.clone();
-                all.extend(p.clone());
-                benchlake_replay::dimemas::Platform::default()
-                    .apply_params(&all)
-                    .map_err(|e| Status::invalid_argument(format!("params: {e}")))?;
-            }
-        } else if model == "bandela" && !files.contains_key("input") {
-            return Err(invalid(
-                "params.input",
-                "the Bandela model needs the replaympi input text",
-            ));
+        if let Some((name, msg)) = spec_model.missing_file(files.keys().map(String::as_str)) {
+            return Err(invalid(&format!("params.{name}"), msg));
+        }
+        // Every point must be valid for the model before any job exists.
+        for p in &points {
+            let mut all = base.clone();
+            all.extend(p.clone());
+            spec_model
+                .check_params(&all)
+                .map_err(|e| Status::invalid_argument(format!("params: {e}")))?;
         }
         let cfg = self.0.cfg.clone();
         let n = points.len();
@@ -155,7 +154,7 @@ impl ReplayService for Svc {
             let mut jobs = Vec::with_capacity(points.len() + 1);
             if uploaded {
                 let spec = benchlake_core::jobs::IngestSpec {
-                    format: model.to_string(),
+                    format: spec_model.trace.format().to_string(),
                     keys: vec![trace_key.clone()],
                     task_id: upload_id.clone(),
                     agent: "client".into(),

@@ -320,7 +320,8 @@ impl Svc {
         tracing::info!(run = %run_id, source = %r.run_id, "counts analysis triggered");
         self.0.apply(fx);
         Ok(Response::new(pb::AnalyzeRunResponse {
-            reports_prefix: format!("reports/{run_id}/counts/{job_id}/"),
+            reports_prefix: layout::counts_reports_prefix(&run_id, &job_id)
+                .map_err(CoordError::from)?,
             run_id,
             job_ids: vec![job_id],
         }))
@@ -333,14 +334,7 @@ impl Svc {
         r: pb::DownloadReportsRequest,
     ) -> std::result::Result<Response<BoxStream<pb::ReportChunk>>, Status> {
         check_id("run_id", &r.run_id)?;
-        let prefix = r.prefix.trim_start_matches('/');
-        for part in prefix.split('/').filter(|p| !p.is_empty()) {
-            layout::validate_name("prefix", part).map_err(|e| invalid("prefix", e))?;
-        }
-        let mut full = format!("reports/{}/{prefix}", r.run_id);
-        if !full.ends_with('/') {
-            full.push('/');
-        }
+        let full = layout::reports_under(&r.run_id, &r.prefix).map_err(|e| invalid("prefix", e))?;
         let lake = self.0.lake.clone();
         let objects = lake.list(&full).await.map_err(CoordError::from)?;
         if objects.is_empty() {
