@@ -4,8 +4,11 @@
 //! against a coordinator with SQLite state on disk. Prints the lease+complete
 //! round trips per second and the lease latency percentiles.
 //!
-//! Knobs (environment): BENCH_AGENTS (1000), BENCH_WORKERS (16 concurrent
-//! worker clients), BENCH_SECS (10), BENCH_JOBS (60000 pre-queued jobs).
+//! Knobs (environment): BENCH_AGENTS (10000), BENCH_WORKERS (16 concurrent
+//! worker clients), BENCH_SECS (10), BENCH_JOBS (60000 pre-queued jobs),
+//! BENCH_STATE (`sqlite`, or `postgres`: a PostgreSQL server the bench starts
+//! with initdb/pg_ctl and its default durability, the coordinator leading
+//! with a fencing token as in production).
 //!
 //! `BENCH_MODE=submit`: for each count of BENCH_REGISTERED (`1000,10000`)
 //! registered agents (each offering 6 benchmarks), a fresh coordinator with
@@ -307,7 +310,7 @@ async fn submit_scenario(registered: u64) {
 }
 
 async fn bench() {
-    let agents = env("BENCH_AGENTS", 1000);
+    let agents = env("BENCH_AGENTS", 10_000);
     let workers = env("BENCH_WORKERS", 16);
     let secs = env("BENCH_SECS", 10);
     let jobs = env("BENCH_JOBS", 60_000);
@@ -321,7 +324,31 @@ async fn bench() {
         heartbeat_interval_ms: 1000,
         ..Default::default()
     };
-    let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open(&cfg.state_path).expect("store"));
+    let postgres = std::env::var("BENCH_STATE").as_deref() == Ok("postgres");
+    let mut _pg = None;
+    let store: Arc<dyn StateStore> = if postgres {
+        let pg = benchlake_coordinator::pg_testing::PgServer::start_with(true).expect("postgres");
+        let url = pg.fresh_db().expect("database");
+        _pg = Some(pg);
+        let store = benchlake_coordinator::store_pg::PgStore::open(&url).expect("store");
+        let mut el = benchlake_coordinator::leader::Elector::new(&url, "bench", 10_000);
+        let token = el.try_acquire().expect("elect").expect("leads");
+        store.set_fence(benchlake_coordinator::store_pg::Fence {
+            holder: el.holder().to_string(),
+            token,
+        });
+        Arc::new(store)
+    } else {
+        Arc::new(SqliteStore::open(&cfg.state_path).expect("store"))
+    };
+    println!(
+        "state: {}",
+        if postgres {
+            "PostgreSQL (durable defaults)"
+        } else {
+            "SQLite on disk"
+        }
+    );
     let lake = Lake::open(&cfg.store).expect("lake");
     let now = chrono::Utc::now().timestamp_millis();
     // Queue no-op jobs over 1,000 runs (60 jobs each, like a sweep per run).

@@ -88,6 +88,8 @@ impl From<tokio_postgres::Error> for CoordError {
                     || *c == SqlState::ADMIN_SHUTDOWN
                     || *c == SqlState::CANNOT_CONNECT_NOW
                     || *c == SqlState::LOCK_NOT_AVAILABLE
+                    || *c == SqlState::QUERY_CANCELED
+                    || *c == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT
             })
             || e.code().is_none();
         let message = match e.as_db_error() {

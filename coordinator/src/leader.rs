@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use crate::error::{CoordError, Result};
-use crate::store_pg::{Client, connect};
+use crate::store_pg::{Client, connect_with};
 
 /// Who leads now, as the leader row says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,7 +69,13 @@ impl Elector {
 
     fn client(&mut self) -> Result<&Client> {
         if self.client.as_ref().is_none_or(|c| c.is_closed()) {
-            self.client = Some(connect(&self.url)?);
+            // A row lock held by a stalled leader's transaction must not hang
+            // the election: the attempt fails and is made again.
+            let wait = (self.lease_ms / 3).max(50) as u64;
+            self.client = Some(connect_with(
+                &self.url,
+                &[("lock_timeout", wait), ("statement_timeout", 2 * wait)],
+            )?);
         }
         self.client
             .as_ref()

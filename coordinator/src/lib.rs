@@ -487,7 +487,8 @@ async fn run_ha(
     drop(listener);
     let store = {
         let url = url.to_string();
-        tokio::task::spawn_blocking(move || store_pg::PgStore::open(&url))
+        let stall = cfg.leader_lease_ms;
+        tokio::task::spawn_blocking(move || store_pg::PgStore::open_with_stall_limit(&url, stall))
             .await
             .map_err(|e| CoordError::Setup(format!("state database: {e}")))??
     };

@@ -46,8 +46,15 @@ fn free_port() -> Result<u16, String> {
 }
 
 impl PgServer {
-    /// Starts a server (about a second).
+    /// Starts a server (about a second) with fsync off: tests need no
+    /// durability across a power cut.
     pub fn start() -> Result<Self, String> {
+        Self::start_with(false)
+    }
+
+    /// Starts a server; `durable` keeps PostgreSQL's default fsync and
+    /// synchronous commit (benchmarks measure what a site runs).
+    pub fn start_with(durable: bool) -> Result<Self, String> {
         let bin = find_bin()?;
         // /proc/self belongs to this process's effective user.
         let root = std::fs::metadata("/proc/self")
@@ -96,9 +103,9 @@ impl PgServer {
         for _ in 0..5 {
             let port = free_port()?;
             let opts = format!(
-                "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off \
-                 -c max_connections=200",
-                me.dir.display()
+                "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200{}",
+                me.dir.display(),
+                if durable { "" } else { " -c fsync=off" }
             );
             match me.run(
                 "pg_ctl",

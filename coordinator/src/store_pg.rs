@@ -160,11 +160,23 @@ impl Client {
 
 /// Opens a connection with the settings every coordinator connection uses.
 pub(crate) fn connect(url: &str) -> Result<Client> {
+    connect_with(url, &[])
+}
+
+/// [`connect`] with server settings for this session (`-c name=value`).
+pub(crate) fn connect_with(url: &str, settings: &[(&str, u64)]) -> Result<Client> {
     let mut cfg: tokio_postgres::Config = url
         .parse()
         .map_err(|e| CoordError::Setup(format!("state database URL '{}': {e}", redact(url))))?;
     cfg.application_name("benchlake-coordinator")
         .connect_timeout(std::time::Duration::from_secs(5));
+    if !settings.is_empty() {
+        let opts: Vec<String> = settings
+            .iter()
+            .map(|(k, v)| format!("-c {k}={v}"))
+            .collect();
+        cfg.options(opts.join(" "));
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("benchlake-pg")
@@ -214,6 +226,8 @@ pub struct Fence {
 /// The PostgreSQL store.
 pub struct PgStore {
     url: String,
+    /// Server settings of the store's connection.
+    settings: Vec<(&'static str, u64)>,
     conn: Mutex<Option<Conn>>,
     placement: SharedPlacement,
     fence: RwLock<Option<Fence>>,
@@ -232,11 +246,21 @@ impl PgStore {
     /// Connects, upgrades the schema to this build's version (refusing a
     /// newer one) and loads the placement index.
     pub fn open(url: &str) -> Result<Self> {
-        let client = connect(url)?;
+        Self::open_with_stall_limit(url, 5_000)
+    }
+
+    /// [`PgStore::open`] whose connection the server ends when this
+    /// coordinator leaves a transaction open for `stall_ms` (a frozen process
+    /// would otherwise hold the leader row's lock and keep a standby from
+    /// taking over); the coordinator passes its leader lease.
+    pub fn open_with_stall_limit(url: &str, stall_ms: u64) -> Result<Self> {
+        let settings = vec![("idle_in_transaction_session_timeout", stall_ms.max(100))];
+        let client = connect_with(url, &settings)?;
         migrate(&client)?;
         let placement = Arc::new(RwLock::new(load_placement(&client)?));
         Ok(Self {
             url: url.to_string(),
+            settings,
             conn: Mutex::new(Some(Conn {
                 client,
                 stmts: HashMap::new(),
@@ -273,7 +297,7 @@ impl PgStore {
         // is replaced before the next transaction; its statements with it.
         if g.as_ref().is_none_or(|c| c.client.is_closed()) {
             *g = Some(Conn {
-                client: connect(&self.url)?,
+                client: connect_with(&self.url, &self.settings)?,
                 stmts: HashMap::new(),
             });
         }

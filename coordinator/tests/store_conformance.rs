@@ -572,3 +572,49 @@ fn postgres_refuses_a_newer_schema() {
     let e = PgStore::open(&url).unwrap_err().to_string();
     assert!(e.contains("schema version 99"), "{e}");
 }
+
+#[test]
+fn postgres_a_leader_frozen_mid_transaction_does_not_block_the_takeover() {
+    let pg = PgServer::start().expect("PostgreSQL test server");
+    let url = pg.fresh_db().unwrap();
+    let s = Arc::new(PgStore::open_with_stall_limit(&url, 300).unwrap());
+    let mut e1 = benchlake_coordinator::leader::Elector::new(&url, "c1", 300);
+    let mut e2 = benchlake_coordinator::leader::Elector::new(&url, "c2", 300);
+    let t1 = e1.try_acquire().unwrap().unwrap();
+    s.set_fence(Fence {
+        holder: e1.holder().to_string(),
+        token: t1,
+    });
+    // c1 opens a transaction (it holds the leader row FOR SHARE) and stalls.
+    let stalled = {
+        let s = s.clone();
+        std::thread::spawn(move || {
+            (s.as_ref() as &dyn StateStore).transact(|tx| {
+                std::thread::sleep(std::time::Duration::from_millis(1_500));
+                tx.set_meta("late", "c1")
+            })
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let t0 = std::time::Instant::now();
+    let t2 = loop {
+        // Refused while the lease runs, or failed on the row lock: try again.
+        if let Ok(Some(t)) = e2.try_acquire() {
+            break t;
+        }
+        assert!(t0.elapsed().as_millis() < 1_300, "c2 waited for the stalled c1");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let took = t0.elapsed();
+    assert!(t2 > t1);
+    // The server ended c1's stalled session: its write never lands.
+    assert!(stalled.join().unwrap().is_err());
+    let check = PgStore::open(&url).unwrap();
+    assert!(
+        (&check as &dyn StateStore)
+            .transact(|tx| tx.get_meta("late"))
+            .unwrap()
+            .is_none()
+    );
+    println!("takeover past a stalled leader's open transaction: {took:?}");
+}
