@@ -148,11 +148,7 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
         let mut intent: BTreeSet<String> = j.committed_keys.iter().cloned().collect();
         intent.extend(finals);
         let intent: Vec<String> = intent.into_iter().collect();
-        // A job that stages nothing new has no intent to record (no write).
-        if intent != j.committed_keys {
-            j.committed_keys = intent;
-            tx.update_job(&j)?;
-        }
+        job::record_intent(tx, &mut j, intent)?;
         Ok((j, pairs, stale))
     })?;
 

@@ -122,6 +122,19 @@ pub fn renew(tx: &mut dyn Tx, cfg: &CoordinatorConfig, mut j: JobRow, now: i64) 
     tx.update_job(&j)
 }
 
+/// Commit step 1: records on a leased job the final keys it is about to
+/// write (with those of earlier attempts), so a crash between copy and record
+/// leaves the keys known. The job stays LEASED; a job that stages nothing new
+/// has no intent to record (no write).
+pub fn record_intent(tx: &mut dyn Tx, j: &mut JobRow, keys: Vec<String>) -> Result<()> {
+    must_be_leased(j, "record its commit intent")?;
+    if keys != j.committed_keys {
+        j.committed_keys = keys;
+        tx.update_job(j)?;
+    }
+    Ok(())
+}
+
 /// LEASED → DONE, the last step of the commit protocol once `committed_keys`
 /// are in place and recorded: queues the job's follow-ups (unless its run has
 /// ended), releases the jobs waiting for its group and moves the run on.

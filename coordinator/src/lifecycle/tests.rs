@@ -705,10 +705,19 @@ fn illegal_job_transitions_are_refused_and_change_nothing() {
     lease_lost(w.try_tx(|tx| job::complete(tx, &w.cfg, queued.clone(), vec![], &[], now)));
     lease_lost(w.try_tx(|tx| job::renew(tx, &w.cfg, queued.clone(), now)));
     lease_lost(w.try_tx(|tx| job::retry_or_fail(tx, &w.cfg, queued.clone(), "x", true, now)));
+    lease_lost(w.try_tx(|tx| job::record_intent(tx, &mut queued.clone(), vec!["k".into()])));
     assert_eq!(w.job(&queued.job_id), queued);
 
     let (j, _) = w.lease_job("w1");
     lease_lost(w.try_tx(|tx| job::leased(tx, &j.job_id, "not-the-lease")));
+    // The commit's intent is kept on the leased job, which stays LEASED.
+    let keys = vec!["tables/t/date=2026-11-23/run_id=r/part-j.parquet".to_string()];
+    w.tx(|tx| job::record_intent(tx, &mut j.clone(), keys.clone()));
+    let held = w.job(&j.job_id);
+    assert_eq!(
+        (held.state, held.committed_keys.clone()),
+        (JobState::Leased, keys)
+    );
     // Renewing a held lease moves its end.
     w.clock.advance(1_000);
     let now = w.now();
