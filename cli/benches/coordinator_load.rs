@@ -322,6 +322,7 @@ async fn bench() {
             ..Default::default()
         },
         heartbeat_interval_ms: 1000,
+        background: std::env::var("BENCH_TICK").as_deref() != Ok("0"),
         ..Default::default()
     };
     let postgres = std::env::var("BENCH_STATE").as_deref() == Ok("postgres");
@@ -330,7 +331,15 @@ async fn bench() {
         let pg = benchlake_coordinator::pg_testing::PgServer::start_with(true).expect("postgres");
         let url = pg.fresh_db().expect("database");
         _pg = Some(pg);
-        let store = benchlake_coordinator::store_pg::PgStore::open(&url).expect("store");
+        let sync = std::env::var("BENCH_PG_SYNC").as_deref() == Ok("1");
+        let store = benchlake_coordinator::store_pg::PgStore::open_with(
+            &url,
+            &benchlake_coordinator::store_pg::PgOptions {
+                synchronous_commit: sync,
+                ..Default::default()
+            },
+        )
+        .expect("store");
         let mut el = benchlake_coordinator::leader::Elector::new(&url, "bench", 10_000);
         let token = el.try_acquire().expect("elect").expect("leads");
         store.set_fence(benchlake_coordinator::store_pg::Fence {
@@ -341,14 +350,14 @@ async fn bench() {
     } else {
         Arc::new(SqliteStore::open(&cfg.state_path).expect("store"))
     };
-    println!(
-        "state: {}",
-        if postgres {
-            "PostgreSQL (durable defaults)"
-        } else {
-            "SQLite on disk"
-        }
-    );
+    let state = if !postgres {
+        "SQLite on disk"
+    } else if std::env::var("BENCH_PG_SYNC").as_deref() == Ok("1") {
+        "PostgreSQL, synchronous commit"
+    } else {
+        "PostgreSQL"
+    };
+    println!("state: {state}");
     let lake = Lake::open(&cfg.store).expect("lake");
     let now = chrono::Utc::now().timestamp_millis();
     // Queue no-op jobs over 1,000 runs (60 jobs each, like a sweep per run).
@@ -510,7 +519,7 @@ async fn bench() {
     let mut rl = rt_lat.lock().expect("lock").clone();
     let mut hl = hb_lat.lock().expect("lock").clone();
     println!(
-        "coordinator load: {agents} agents heartbeating at 1/s, {workers} worker clients, {elapsed:.1} s, SQLite on disk"
+        "coordinator load: {agents} agents heartbeating at 1/s, {workers} worker clients, {elapsed:.1} s, {state}"
     );
     println!(
         "  lease+complete round trips: {n} = {:.0} /s",

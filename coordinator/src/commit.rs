@@ -94,13 +94,15 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
     // work) has nothing to copy or delete: intent and record are one transaction.
     if req.files.is_empty() {
         let cfg = c.cfg.clone();
-        let done = c.store.transact(|tx| {
-            let j = job::leased(tx, &req.job_id, &req.lease_id)?;
-            if !j.committed_keys.is_empty() {
-                return Ok(None);
-            }
-            record(tx, &cfg, &req, &result, &[], &[], &[], now).map(Some)
-        })?;
+        let done = c
+            .db(|tx| {
+                let j = job::leased(tx, &req.job_id, &req.lease_id)?;
+                if !j.committed_keys.is_empty() {
+                    return Ok(None);
+                }
+                record(tx, &cfg, &req, &result, &[], &[], &[], now).map(Some)
+            })
+            .await?;
         if let Some(done) = done {
             finish(c, &req.job_id, done, &[]);
             return Ok(Vec::new());
@@ -108,49 +110,51 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
     }
 
     // 1. Intent.
-    let (job, pairs, stale) = c.store.transact(|tx| {
-        let mut j = job::leased(tx, &req.job_id, &req.lease_id)?;
-        let staging = layout::staging_prefix(&j.job_id, j.attempt)?;
-        let mut pairs = Vec::new();
-        let mut finals = BTreeSet::new();
-        for (i, f) in req.files.iter().enumerate() {
-            if !f.staged_key.starts_with(&staging) || f.staged_key.contains("..") {
-                return Err(CoordError::invalid(
-                    &format!("files[{i}].staged_key"),
-                    format!(
-                        "'{}' is not under the job's staging prefix {staging}",
-                        f.staged_key
-                    ),
-                ));
+    let (job, pairs, stale) = c
+        .db(|tx| {
+            let mut j = job::leased(tx, &req.job_id, &req.lease_id)?;
+            let staging = layout::staging_prefix(&j.job_id, j.attempt)?;
+            let mut pairs = Vec::new();
+            let mut finals = BTreeSet::new();
+            for (i, f) in req.files.iter().enumerate() {
+                if !f.staged_key.starts_with(&staging) || f.staged_key.contains("..") {
+                    return Err(CoordError::invalid(
+                        &format!("files[{i}].staged_key"),
+                        format!(
+                            "'{}' is not under the job's staging prefix {staging}",
+                            f.staged_key
+                        ),
+                    ));
+                }
+                if benchlake_core::catalog::get(&f.table).is_none() {
+                    return Err(CoordError::invalid(
+                        &format!("files[{i}].table"),
+                        format!("unknown table '{}'", f.table),
+                    ));
+                }
+                let key = final_key(&f.table, &j.date, &j.run_id, &j.job_id, &f.part)
+                    .map_err(|e| CoordError::invalid(&format!("files[{i}]"), e))?;
+                if !finals.insert(key.clone()) {
+                    return Err(CoordError::invalid(
+                        &format!("files[{i}]"),
+                        format!("two files map to {key}; give them distinct parts"),
+                    ));
+                }
+                pairs.push((f.clone(), key));
             }
-            if benchlake_core::catalog::get(&f.table).is_none() {
-                return Err(CoordError::invalid(
-                    &format!("files[{i}].table"),
-                    format!("unknown table '{}'", f.table),
-                ));
-            }
-            let key = final_key(&f.table, &j.date, &j.run_id, &j.job_id, &f.part)
-                .map_err(|e| CoordError::invalid(&format!("files[{i}]"), e))?;
-            if !finals.insert(key.clone()) {
-                return Err(CoordError::invalid(
-                    &format!("files[{i}]"),
-                    format!("two files map to {key}; give them distinct parts"),
-                ));
-            }
-            pairs.push((f.clone(), key));
-        }
-        let stale: Vec<String> = j
-            .committed_keys
-            .iter()
-            .filter(|k| !finals.contains(*k))
-            .cloned()
-            .collect();
-        let mut intent: BTreeSet<String> = j.committed_keys.iter().cloned().collect();
-        intent.extend(finals);
-        let intent: Vec<String> = intent.into_iter().collect();
-        job::record_intent(tx, &mut j, intent)?;
-        Ok((j, pairs, stale))
-    })?;
+            let stale: Vec<String> = j
+                .committed_keys
+                .iter()
+                .filter(|k| !finals.contains(*k))
+                .cloned()
+                .collect();
+            let mut intent: BTreeSet<String> = j.committed_keys.iter().cloned().collect();
+            intent.extend(finals);
+            let intent: Vec<String> = intent.into_iter().collect();
+            job::record_intent(tx, &mut j, intent)?;
+            Ok((j, pairs, stale))
+        })
+        .await?;
 
     // 2. Copy.
     let mut sizes = Vec::with_capacity(pairs.len());

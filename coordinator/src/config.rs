@@ -203,6 +203,9 @@ pub struct CoordinatorConfig {
     /// Leader lease on PostgreSQL: a standby takes over at most this long
     /// (plus a third of it) after the leader stopped renewing.
     pub leader_lease_ms: u64,
+    /// PostgreSQL: wait for the WAL flush at every commit
+    /// ([`crate::store_pg::PgOptions::synchronous_commit`]).
+    pub state_synchronous_commit: bool,
     /// The lake.
     pub store: StoreConfig,
     /// Task lease: an agent that does not heartbeat for this long loses its tasks.
@@ -247,6 +250,7 @@ impl Default for CoordinatorConfig {
             state_path: PathBuf::from("benchlake-data/state.db"),
             state_postgres: None,
             leader_lease_ms: 3_000,
+            state_synchronous_commit: false,
             store: StoreConfig {
                 url: "benchlake-data/lake".into(),
                 ..Default::default()

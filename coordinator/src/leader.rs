@@ -74,7 +74,12 @@ impl Elector {
             let wait = (self.lease_ms / 3).max(50) as u64;
             self.client = Some(connect_with(
                 &self.url,
-                &[("lock_timeout", wait), ("statement_timeout", 2 * wait)],
+                &[
+                    ("lock_timeout", wait.to_string()),
+                    ("statement_timeout", (2 * wait).to_string()),
+                    // Taking the lead is rare and must survive a database crash.
+                    ("synchronous_commit", "on".to_string()),
+                ],
             )?);
         }
         self.client

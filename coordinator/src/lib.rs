@@ -92,6 +92,9 @@ pub struct Coordinator {
     pub(crate) lease_ext: Mutex<HashMap<String, (String, i64)>>,
     /// Whether a flush of `lease_ext` is already on its way.
     pub(crate) lease_flush_queued: std::sync::atomic::AtomicBool,
+    /// Turns of a store whose transactions wait on the network
+    /// ([`StateStore::concurrent_transactions`]).
+    pub(crate) db_gate: Option<tokio::sync::Semaphore>,
 }
 
 /// How far the stored `last_heartbeat_ms` of an agent may lag its in-memory
@@ -135,7 +138,11 @@ impl Coordinator {
             .map(|a| (a.name.clone(), a.credential.clone()))
             .collect();
         let placement = store.placement();
+        let db_gate = store
+            .concurrent_transactions()
+            .map(|n| tokio::sync::Semaphore::new(n.max(1)));
         let c = Arc::new(Self {
+            db_gate,
             placement,
             lease_ext: Mutex::new(HashMap::new()),
             lease_flush_queued: std::sync::atomic::AtomicBool::new(false),
@@ -167,6 +174,25 @@ impl Coordinator {
         let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open(&cfg.state_path)?);
         let lake = Lake::open(&cfg.store)?;
         Self::new(store, lake, clock, cfg)
+    }
+
+    /// Runs `f` in one store transaction from async code. With a store on
+    /// the network the caller first waits for a turn without holding its
+    /// async thread, so while one handler's transaction waits on the
+    /// database the others (heartbeats above all) go on being served.
+    pub async fn db<T: Send>(
+        &self,
+        f: impl FnOnce(&mut dyn store::Tx) -> Result<T> + Send,
+    ) -> Result<T> {
+        let _turn = match &self.db_gate {
+            Some(g) => Some(
+                g.acquire()
+                    .await
+                    .map_err(|e| CoordError::Setup(format!("store gate: {e}")))?,
+            ),
+            None => None,
+        };
+        self.store.transact(f)
     }
 
     /// The lake.
@@ -487,8 +513,11 @@ async fn run_ha(
     drop(listener);
     let store = {
         let url = url.to_string();
-        let stall = cfg.leader_lease_ms;
-        tokio::task::spawn_blocking(move || store_pg::PgStore::open_with_stall_limit(&url, stall))
+        let opts = store_pg::PgOptions {
+            stall_ms: cfg.leader_lease_ms,
+            synchronous_commit: cfg.state_synchronous_commit,
+        };
+        tokio::task::spawn_blocking(move || store_pg::PgStore::open_with(&url, &opts))
             .await
             .map_err(|e| CoordError::Setup(format!("state database: {e}")))??
     };

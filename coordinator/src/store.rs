@@ -114,18 +114,26 @@ pub trait Tx {
 /// A durable state store.
 pub trait StateStore: Send + Sync + 'static {
     /// Runs `f` in one transaction: committed if it returns Ok, rolled back otherwise.
-    fn transact_dyn(&self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()>;
+    fn transact_dyn(&self, f: &mut (dyn FnMut(&mut dyn Tx) -> Result<()> + Send)) -> Result<()>;
 
     /// The in-memory placement index kept equal to the committed rows, when
     /// the store keeps one (see [`crate::placement`]).
     fn placement(&self) -> Option<SharedPlacement> {
         None
     }
+
+    /// How many transactions may run at once when each one waits on the
+    /// network (a database server): request handlers wait for a turn without
+    /// holding an async thread ([`crate::Coordinator::db`]). `None`: a local
+    /// store whose transactions take microseconds runs them where asked.
+    fn concurrent_transactions(&self) -> Option<usize> {
+        None
+    }
 }
 
 impl dyn StateStore {
     /// Runs `f` in one transaction and returns its value.
-    pub fn transact<T>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T>) -> Result<T> {
+    pub fn transact<T: Send>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send) -> Result<T> {
         let mut f = Some(f);
         let mut out = None;
         self.transact_dyn(&mut |tx| {
@@ -394,7 +402,7 @@ impl StateStore for SqliteStore {
         Some(self.placement.clone())
     }
 
-    fn transact_dyn(&self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
+    fn transact_dyn(&self, f: &mut (dyn FnMut(&mut dyn Tx) -> Result<()> + Send)) -> Result<()> {
         // A poisoned lock only means another thread panicked mid-transaction; that
         // transaction is rolled back below, so the connection is still consistent.
         let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());

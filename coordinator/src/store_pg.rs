@@ -89,15 +89,21 @@ pub fn is_postgres_url(state: &str) -> bool {
     state.starts_with("postgres://") || state.starts_with("postgresql://")
 }
 
-/// A blocking connection: tokio-postgres driven by a one-thread runtime of
-/// its own, its calls awaited with a plain executor on the caller's thread.
-/// It therefore works from any thread (a Tokio worker, a blocking task, a
-/// test's current-thread runtime) without nesting runtimes; callers on a
-/// Tokio worker wrap a whole transaction in `block_in_place`.
+/// A blocking connection: tokio-postgres whose connection is driven by the
+/// calling thread itself (a current-thread runtime of its own, as the
+/// `postgres` crate does), so a statement costs one network round trip and no
+/// hand-off between threads. Callers on a Tokio worker run inside
+/// `block_in_place` (which leaves the runtime's context, so a nested
+/// `block_on` is allowed); on a current-thread runtime (tests) each call runs
+/// on a scoped thread of its own.
 pub(crate) struct Client {
     client: tokio_postgres::Client,
+    connection: std::sync::Mutex<Option<ConnFuture>>,
     rt: Option<tokio::runtime::Runtime>,
 }
+
+type ConnFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), tokio_postgres::Error>> + Send>>;
 
 impl Drop for Client {
     fn drop(&mut self) {
@@ -108,8 +114,64 @@ impl Drop for Client {
     }
 }
 
-fn wait<F: std::future::Future>(f: F) -> F::Output {
-    futures::executor::block_on(f)
+/// Runs `f` to completion on this thread, or on a scoped thread where this
+/// one may not block on a runtime.
+fn on_thread<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Err(_) => f(),
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        Ok(_) => std::thread::scope(|s| match s.spawn(f).join() {
+            Ok(v) => v,
+            Err(p) => std::panic::resume_unwind(p),
+        }),
+    }
+}
+
+impl Client {
+    /// Awaits `f` while driving the connection. One caller at a time (the
+    /// store's lock, or the elector's own): a second would find no
+    /// connection to drive.
+    fn wait<T: Send>(&self, f: impl std::future::Future<Output = T> + Send) -> T {
+        on_thread(|| {
+            let Some(rt) = self.rt.as_ref() else {
+                unreachable_runtime()
+            };
+            let mut conn = self
+                .connection
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            let out = rt.block_on(async {
+                let mut f = std::pin::pin!(f);
+                loop {
+                    let Some(c) = conn.as_mut() else {
+                        // The connection ended: the client's calls fail on
+                        // their own with "connection closed".
+                        return f.await;
+                    };
+                    tokio::select! {
+                        biased;
+                        v = &mut f => return v,
+                        r = c => {
+                            if let Err(e) = r {
+                                tracing::warn!(error = %e, "state database connection ended");
+                            }
+                            conn = None;
+                        }
+                    }
+                }
+            });
+            *self.connection.lock().unwrap_or_else(|p| p.into_inner()) = conn;
+            out
+        })
+    }
+}
+
+#[cold]
+fn unreachable_runtime() -> ! {
+    // `rt` is only taken in Drop.
+    panic!("state database client used after drop")
 }
 
 impl Client {
@@ -117,44 +179,44 @@ impl Client {
         self.client.is_closed()
     }
     pub(crate) fn prepare(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
-        wait(self.client.prepare(sql))
+        self.wait(self.client.prepare(sql))
     }
     pub(crate) fn execute(
         &self,
         st: &Statement,
         p: &[P<'_>],
     ) -> Result<u64, tokio_postgres::Error> {
-        wait(self.client.execute(st, p))
+        self.wait(self.client.execute(st, p))
     }
     pub(crate) fn query(
         &self,
         st: &Statement,
         p: &[P<'_>],
     ) -> Result<Vec<Row>, tokio_postgres::Error> {
-        wait(self.client.query(st, p))
+        self.wait(self.client.query(st, p))
     }
     pub(crate) fn query_opt(
         &self,
         st: &Statement,
         p: &[P<'_>],
     ) -> Result<Option<Row>, tokio_postgres::Error> {
-        wait(self.client.query_opt(st, p))
+        self.wait(self.client.query_opt(st, p))
     }
     pub(crate) fn query_sql(
         &self,
         sql: &str,
         p: &[P<'_>],
     ) -> Result<Vec<Row>, tokio_postgres::Error> {
-        wait(self.client.query(sql, p))
+        self.wait(self.client.query(sql, p))
     }
     pub(crate) fn batch_execute(&self, sql: &str) -> Result<(), tokio_postgres::Error> {
-        wait(self.client.batch_execute(sql))
+        self.wait(self.client.batch_execute(sql))
     }
     pub(crate) fn simple_query(
         &self,
         sql: &str,
     ) -> Result<Vec<SimpleQueryMessage>, tokio_postgres::Error> {
-        wait(self.client.simple_query(sql))
+        self.wait(self.client.simple_query(sql))
     }
 }
 
@@ -164,7 +226,7 @@ pub(crate) fn connect(url: &str) -> Result<Client> {
 }
 
 /// [`connect`] with server settings for this session (`-c name=value`).
-pub(crate) fn connect_with(url: &str, settings: &[(&str, u64)]) -> Result<Client> {
+pub(crate) fn connect_with(url: &str, settings: &[(&str, String)]) -> Result<Client> {
     let mut cfg: tokio_postgres::Config = url
         .parse()
         .map_err(|e| CoordError::Setup(format!("state database URL '{}': {e}", redact(url))))?;
@@ -177,37 +239,29 @@ pub(crate) fn connect_with(url: &str, settings: &[(&str, u64)]) -> Result<Client
             .collect();
         cfg.options(opts.join(" "));
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("benchlake-pg")
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| CoordError::Setup(format!("state database runtime: {e}")))?;
-    let fail = |e: String| CoordError::Store {
-        message: format!("cannot connect to state database {}: {e}", redact(url)),
-        retryable: true,
-    };
-    let connecting = rt.spawn(async move { cfg.connect(NoTls).await });
-    let (client, connection) = match wait(connecting) {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => {
-            rt.shutdown_background();
-            return Err(fail(benchlake_proto::client::error_chain(&e)));
-        }
+    let connected = on_thread(|| rt.block_on(cfg.connect(NoTls)));
+    match connected {
+        Ok((client, connection)) => Ok(Client {
+            client,
+            connection: std::sync::Mutex::new(Some(Box::pin(connection))),
+            rt: Some(rt),
+        }),
         Err(e) => {
             rt.shutdown_background();
-            return Err(fail(e.to_string()));
+            Err(CoordError::Store {
+                message: format!(
+                    "cannot connect to state database {}: {}",
+                    redact(url),
+                    benchlake_proto::client::error_chain(&e)
+                ),
+                retryable: true,
+            })
         }
-    };
-    rt.spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::warn!(error = %e, "state database connection ended");
-        }
-    });
-    Ok(Client {
-        client,
-        rt: Some(rt),
-    })
+    }
 }
 
 /// A connection and its prepared statements.
@@ -223,14 +277,43 @@ pub struct Fence {
     pub token: i64,
 }
 
+/// How the store's connection behaves.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// The server ends the connection when this coordinator leaves a
+    /// transaction open this long (ms): a frozen process would otherwise hold
+    /// the leader row's lock and keep a standby from taking over. The
+    /// coordinator passes its leader lease.
+    pub stall_ms: u64,
+    /// Wait for the WAL flush at every commit. Off (the default), a commit
+    /// returns once PostgreSQL has it in memory: durable across coordinator
+    /// crashes and failovers (the server keeps it), while a crash of the
+    /// database server itself may lose its last fraction of a second of
+    /// transitions (never corrupts them) — the same trade SQLite's
+    /// `synchronous=NORMAL` makes, and what lets one connection reach the
+    /// lease rate of a large machine. On: every commit waits for an fsync.
+    pub synchronous_commit: bool,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        Self {
+            stall_ms: 5_000,
+            synchronous_commit: false,
+        }
+    }
+}
+
 /// The PostgreSQL store.
 pub struct PgStore {
     url: String,
     /// Server settings of the store's connection.
-    settings: Vec<(&'static str, u64)>,
+    settings: Vec<(&'static str, String)>,
     conn: Mutex<Option<Conn>>,
     placement: SharedPlacement,
     fence: RwLock<Option<Fence>>,
+    /// The thread that runs transactions asked for from async code.
+    thread: rayon_core::ThreadPool,
     /// Signalled when a transaction was refused for a stale token: the
     /// coordinator stops serving at once instead of at its next renewal.
     fenced: Arc<tokio::sync::Notify>,
@@ -246,15 +329,21 @@ impl PgStore {
     /// Connects, upgrades the schema to this build's version (refusing a
     /// newer one) and loads the placement index.
     pub fn open(url: &str) -> Result<Self> {
-        Self::open_with_stall_limit(url, 5_000)
+        Self::open_with(url, &PgOptions::default())
     }
 
-    /// [`PgStore::open`] whose connection the server ends when this
-    /// coordinator leaves a transaction open for `stall_ms` (a frozen process
-    /// would otherwise hold the leader row's lock and keep a standby from
-    /// taking over); the coordinator passes its leader lease.
-    pub fn open_with_stall_limit(url: &str, stall_ms: u64) -> Result<Self> {
-        let settings = vec![("idle_in_transaction_session_timeout", stall_ms.max(100))];
+    /// [`PgStore::open`] with `opts`.
+    pub fn open_with(url: &str, opts: &PgOptions) -> Result<Self> {
+        let settings = vec![
+            (
+                "idle_in_transaction_session_timeout",
+                opts.stall_ms.max(100).to_string(),
+            ),
+            (
+                "synchronous_commit",
+                if opts.synchronous_commit { "on" } else { "off" }.to_string(),
+            ),
+        ];
         let client = connect_with(url, &settings)?;
         migrate(&client)?;
         let placement = Arc::new(RwLock::new(load_placement(&client)?));
@@ -268,6 +357,11 @@ impl PgStore {
             placement,
             fence: RwLock::new(None),
             fenced: Arc::new(tokio::sync::Notify::new()),
+            thread: rayon_core::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .thread_name(|_| "benchlake-pg".into())
+                .build()
+                .map_err(|e| CoordError::Setup(format!("state database thread: {e}")))?,
         })
     }
 
@@ -305,7 +399,10 @@ impl PgStore {
             .ok_or_else(|| CoordError::Setup("no state database connection".into()))
     }
 
-    fn transact_blocking(&self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
+    fn transact_blocking(
+        &self,
+        f: &mut (dyn FnMut(&mut dyn Tx) -> Result<()> + Send),
+    ) -> Result<()> {
         let fence = self.fence.read().unwrap_or_else(|p| p.into_inner()).clone();
         let mut g = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         let conn = self.conn_of(&mut g)?;
@@ -376,15 +473,20 @@ impl StateStore for PgStore {
         Some(self.placement.clone())
     }
 
-    fn transact_dyn(&self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
-        // Every statement is a network round trip: on a runtime worker the
-        // transaction gives the worker's other tasks to the other workers.
-        use tokio::runtime::{Handle, RuntimeFlavor};
+    fn concurrent_transactions(&self) -> Option<usize> {
+        // One connection carries every transaction.
+        Some(1)
+    }
+
+    fn transact_dyn(&self, f: &mut (dyn FnMut(&mut dyn Tx) -> Result<()> + Send)) -> Result<()> {
+        use tokio::runtime::Handle;
         match Handle::try_current() {
-            Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(|| self.transact_blocking(f))
-            }
-            _ => self.transact_blocking(f),
+            Err(_) => self.transact_blocking(f),
+            // On a runtime's thread the connection may not be driven here
+            // (runtimes do not nest, and `block_in_place` stalls the worker's
+            // other tasks for milliseconds): the store's own thread runs the
+            // transaction while this one waits, as it would for SQLite's lock.
+            Ok(_) => self.thread.install(|| self.transact_blocking(f)),
         }
     }
 }

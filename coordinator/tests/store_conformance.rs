@@ -577,7 +577,16 @@ fn postgres_refuses_a_newer_schema() {
 fn postgres_a_leader_frozen_mid_transaction_does_not_block_the_takeover() {
     let pg = PgServer::start().expect("PostgreSQL test server");
     let url = pg.fresh_db().unwrap();
-    let s = Arc::new(PgStore::open_with_stall_limit(&url, 300).unwrap());
+    let s = Arc::new(
+        PgStore::open_with(
+            &url,
+            &benchlake_coordinator::store_pg::PgOptions {
+                stall_ms: 300,
+                synchronous_commit: true,
+            },
+        )
+        .unwrap(),
+    );
     let mut e1 = benchlake_coordinator::leader::Elector::new(&url, "c1", 300);
     let mut e2 = benchlake_coordinator::leader::Elector::new(&url, "c2", 300);
     let t1 = e1.try_acquire().unwrap().unwrap();
@@ -602,7 +611,10 @@ fn postgres_a_leader_frozen_mid_transaction_does_not_block_the_takeover() {
         if let Ok(Some(t)) = e2.try_acquire() {
             break t;
         }
-        assert!(t0.elapsed().as_millis() < 1_300, "c2 waited for the stalled c1");
+        assert!(
+            t0.elapsed().as_millis() < 1_300,
+            "c2 waited for the stalled c1"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
     let took = t0.elapsed();

@@ -44,30 +44,32 @@ impl AgentService for Svc {
         let cfg = self.0.cfg.clone();
         let live_after = now - cfg.agent_lost_after_ms as i64;
         let last_seen = self.0.last_heartbeat(&r.name);
-        let (fx, drain) = self.tx(|tx| {
-            let prev = tx.get_agent(&r.name)?;
-            // A name held by a live agent is not taken over with another
-            // credential: that would end its tasks and replace its catalog.
-            if let Some(p) = &prev
-                && !p.credential.is_empty()
-                && p.credential != id.credential
-                && id.role != Role::Admin
-                && p.state != AgentState::Lost
-                && last_seen.unwrap_or(p.last_heartbeat_ms) >= live_after
-            {
-                return Err(CoordError::PermissionDenied(format!(
-                    "name: agent '{}' is registered and alive with another credential",
-                    r.name
-                )));
-            }
-            let drain = prev.as_ref().map(|p| p.drain).unwrap_or(false);
-            let a = convert::agent_row(&r, catalog.clone(), drain, id.credential.clone(), now);
-            tx.upsert_agent(&a)?;
-            // A (re-)registering agent knows none of the tasks leased to an earlier
-            // incarnation: those attempts are over.
-            let fx = task::agent_restarted(tx, &cfg, &r.name, now)?;
-            Ok((fx, drain))
-        })?;
+        let (fx, drain) = self
+            .tx(|tx| {
+                let prev = tx.get_agent(&r.name)?;
+                // A name held by a live agent is not taken over with another
+                // credential: that would end its tasks and replace its catalog.
+                if let Some(p) = &prev
+                    && !p.credential.is_empty()
+                    && p.credential != id.credential
+                    && id.role != Role::Admin
+                    && p.state != AgentState::Lost
+                    && last_seen.unwrap_or(p.last_heartbeat_ms) >= live_after
+                {
+                    return Err(CoordError::PermissionDenied(format!(
+                        "name: agent '{}' is registered and alive with another credential",
+                        r.name
+                    )));
+                }
+                let drain = prev.as_ref().map(|p| p.drain).unwrap_or(false);
+                let a = convert::agent_row(&r, catalog.clone(), drain, id.credential.clone(), now);
+                tx.upsert_agent(&a)?;
+                // A (re-)registering agent knows none of the tasks leased to an earlier
+                // incarnation: those attempts are over.
+                let fx = task::agent_restarted(tx, &cfg, &r.name, now)?;
+                Ok((fx, drain))
+            })
+            .await?;
         self.0.apply(fx);
         self.0
             .credentials
@@ -141,15 +143,17 @@ impl AgentService for Svc {
             }
             // A store without a placement index: the rows decide.
             let cfg = &self.0.cfg;
-            cancel = self.tx(|tx| {
-                let mut cancel = Vec::new();
-                for id in &r.running_task_ids {
-                    if !task::heartbeat(tx, cfg, &r.name, id, now)? {
-                        cancel.push(id.clone());
+            cancel = self
+                .tx(|tx| {
+                    let mut cancel = Vec::new();
+                    for id in &r.running_task_ids {
+                        if !task::heartbeat(tx, cfg, &r.name, id, now)? {
+                            cancel.push(id.clone());
+                        }
                     }
-                }
-                Ok(cancel)
-            })?;
+                    Ok(cancel)
+                })
+                .await?;
         }
         Ok(Response::new(pb::HeartbeatResponse {
             cancel_task_ids: cancel,
@@ -178,23 +182,25 @@ impl AgentService for Svc {
         }
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
-        let got = self.tx(|tx| {
-            let Some(a) = tx.get_agent(&r.name)? else {
-                return Err(CoordError::NotFound(format!(
-                    "name: agent '{}' is not registered",
-                    r.name
-                )));
-            };
-            if a.drain {
-                return Ok(None);
-            }
-            let (Some((t, run)), fx) = task::lease(tx, &cfg, &r.name, now)? else {
-                return Ok(None);
-            };
-            let peers = convert::peers(tx, &t.peers)?;
-            let raw_prefix = layout::raw_prefix(&t.run_id, &t.task_id)?;
-            Ok(Some((t, run, peers, raw_prefix, fx)))
-        })?;
+        let got = self
+            .tx(|tx| {
+                let Some(a) = tx.get_agent(&r.name)? else {
+                    return Err(CoordError::NotFound(format!(
+                        "name: agent '{}' is not registered",
+                        r.name
+                    )));
+                };
+                if a.drain {
+                    return Ok(None);
+                }
+                let (Some((t, run)), fx) = task::lease(tx, &cfg, &r.name, now)? else {
+                    return Ok(None);
+                };
+                let peers = convert::peers(tx, &t.peers)?;
+                let raw_prefix = layout::raw_prefix(&t.run_id, &t.task_id)?;
+                Ok(Some((t, run, peers, raw_prefix, fx)))
+            })
+            .await?;
         let Some((t, run, peers, raw_prefix, fx)) = got else {
             return Ok(Response::new(pb::PollTaskResponse { task: None }));
         };
@@ -213,16 +219,18 @@ impl AgentService for Svc {
         let r = req.into_inner();
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
-        let fx = self.tx(|tx| {
-            let t = match task::leased(tx, &r.task_id, &r.lease_id) {
-                Ok(t) => t,
-                // The attempt is over (cancelled, expired): the agent stops it.
-                Err(CoordError::LeaseLost(_)) => return Ok(None),
-                Err(e) => return Err(e),
-            };
-            self.check_agent(&id, &t.agent)?;
-            task::progress(tx, &cfg, t, &r.stdout_tail, &r.stderr_tail, now).map(Some)
-        })?;
+        let fx = self
+            .tx(|tx| {
+                let t = match task::leased(tx, &r.task_id, &r.lease_id) {
+                    Ok(t) => t,
+                    // The attempt is over (cancelled, expired): the agent stops it.
+                    Err(CoordError::LeaseLost(_)) => return Ok(None),
+                    Err(e) => return Err(e),
+                };
+                self.check_agent(&id, &t.agent)?;
+                task::progress(tx, &cfg, t, &r.stdout_tail, &r.stderr_tail, now).map(Some)
+            })
+            .await?;
         let cancel = fx.is_none();
         if let Some(fx) = fx {
             self.0.apply(fx);
@@ -243,7 +251,9 @@ impl AgentService for Svc {
         layout::validate_name("file_name", &first.file_name)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         check_name("format", &first.format, 64)?;
-        let t = self.tx(|tx| task::leased(tx, &first.task_id, &first.lease_id))?;
+        let t = self
+            .tx(|tx| task::leased(tx, &first.task_id, &first.lease_id))
+            .await?;
         self.check_agent(&id, &t.agent).map_err(Status::from)?;
         let key = layout::raw_key(&t.run_id, &t.task_id, &first.file_name)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
@@ -306,7 +316,9 @@ impl AgentService for Svc {
         if r.outputs.len() > 100_000 {
             return Err(invalid("outputs", "more than 100000 files"));
         }
-        let t = self.tx(|tx| task::leased(tx, &r.task_id, &r.lease_id))?;
+        let t = self
+            .tx(|tx| task::leased(tx, &r.task_id, &r.lease_id))
+            .await?;
         self.check_agent(&id, &t.agent).map_err(Status::from)?;
         let prefix = layout::raw_prefix(&t.run_id, &t.task_id)
             .map_err(|e| Status::internal(e.to_string()))?;
@@ -350,11 +362,13 @@ impl AgentService for Svc {
             stdout_tail: r.stdout_tail,
             stderr_tail: r.stderr_tail,
         };
-        let fx = self.tx(|tx| {
-            // Read again: the lease may have ended while outputs were checked.
-            let t = task::leased(tx, &r.task_id, &r.lease_id)?;
-            task::complete(tx, &cfg, t, done, now)
-        })?;
+        let fx = self
+            .tx(|tx| {
+                // Read again: the lease may have ended while outputs were checked.
+                let t = task::leased(tx, &r.task_id, &r.lease_id)?;
+                task::complete(tx, &cfg, t, done, now)
+            })
+            .await?;
         tracing::info!(task = %r.task_id, run = %run_id, success = r.success, "task completed");
         self.0.apply(fx);
         Ok(Response::new(pb::CompleteTaskResponse {}))

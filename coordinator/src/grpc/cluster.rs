@@ -16,16 +16,18 @@ impl ClusterService for Svc {
         &self,
         _req: Request<pb::ListAgentsRequest>,
     ) -> std::result::Result<Response<pb::ListAgentsResponse>, Status> {
-        let rows = self.tx(|tx| {
-            let mut out = Vec::new();
-            for a in tx.list_agents()? {
-                let running = tx
-                    .tasks_of_agent(&a.name, &[TaskState::Leased, TaskState::Running])?
-                    .len() as u32;
-                out.push((a, running));
-            }
-            Ok(out)
-        })?;
+        let rows = self
+            .tx(|tx| {
+                let mut out = Vec::new();
+                for a in tx.list_agents()? {
+                    let running = tx
+                        .tasks_of_agent(&a.name, &[TaskState::Leased, TaskState::Running])?
+                        .len() as u32;
+                    out.push((a, running));
+                }
+                Ok(out)
+            })
+            .await?;
         let agents = rows
             .into_iter()
             .map(|(a, running)| {
@@ -51,14 +53,16 @@ impl ClusterService for Svc {
     ) -> std::result::Result<Response<pb::AgentInfo>, Status> {
         require(&req, &[])?;
         let r = req.into_inner();
-        let a = self.tx(|tx| {
-            let mut a = tx
-                .get_agent(&r.name)?
-                .ok_or_else(|| CoordError::NotFound(format!("name: no agent '{}'", r.name)))?;
-            a.drain = !r.undrain;
-            tx.upsert_agent(&a)?;
-            Ok(a)
-        })?;
+        let a = self
+            .tx(|tx| {
+                let mut a = tx
+                    .get_agent(&r.name)?
+                    .ok_or_else(|| CoordError::NotFound(format!("name: no agent '{}'", r.name)))?;
+                a.drain = !r.undrain;
+                tx.upsert_agent(&a)?;
+                Ok(a)
+            })
+            .await?;
         {
             let mut d = self.0.draining.lock().unwrap_or_else(|p| p.into_inner());
             if a.drain {
@@ -103,7 +107,7 @@ impl ClusterService for Svc {
         &self,
         _req: Request<pb::ListTablesRequest>,
     ) -> std::result::Result<Response<pb::ListTablesResponse>, Status> {
-        let files = self.tx(|tx| tx.committed_files(None))?;
+        let files = self.tx(|tx| tx.committed_files(None)).await?;
         let tables = benchlake_core::catalog::all()
             .iter()
             .map(|t| {

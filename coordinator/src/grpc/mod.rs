@@ -174,8 +174,12 @@ impl Svc {
         }
     }
 
-    fn tx<T>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T>) -> std::result::Result<T, Status> {
-        self.0.store.transact(f).map_err(Status::from)
+    /// Runs `f` in one store transaction ([`Coordinator::db`]).
+    async fn tx<T: Send>(
+        &self,
+        f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send,
+    ) -> std::result::Result<T, Status> {
+        self.0.db(f).await.map_err(Status::from)
     }
 }
 

@@ -146,44 +146,46 @@ impl ReplayService for Svc {
         }
         let cfg = self.0.cfg.clone();
         let n = points.len();
-        let fx = self.tx(|tx| {
-            let mut params = base.clone();
-            params.insert("model".into(), model.to_string());
-            params.insert("trace".into(), trace_key.clone());
-            params.insert("points".into(), n.to_string());
-            let mut jobs = Vec::with_capacity(points.len() + 1);
-            if uploaded {
-                let spec = benchlake_core::jobs::IngestSpec {
-                    format: spec_model.trace.format().to_string(),
-                    keys: vec![trace_key.clone()],
-                    task_id: upload_id.clone(),
-                    agent: "client".into(),
-                };
-                jobs.push((INGEST_JOB.to_string(), serde_json::to_string(&spec)?));
-            }
-            for p in &points {
-                let spec = benchlake_core::jobs::ReplaySpec {
-                    model: model.to_string(),
-                    trace_key: trace_key.clone(),
-                    files: files.clone(),
-                    params: base.clone(),
-                    point: p.clone(),
-                    replay_id: ids::new_id_at(now),
-                };
-                jobs.push((REPLAY_JOB.to_string(), serde_json::to_string(&spec)?));
-            }
-            let (_, _, fx) = lifecycle::run::create_processing(
-                tx,
-                &cfg,
-                run_id.clone(),
-                format!("replay-{model}"),
-                "replay",
-                params,
-                jobs,
-                now,
-            )?;
-            Ok(fx)
-        })?;
+        let fx = self
+            .tx(|tx| {
+                let mut params = base.clone();
+                params.insert("model".into(), model.to_string());
+                params.insert("trace".into(), trace_key.clone());
+                params.insert("points".into(), n.to_string());
+                let mut jobs = Vec::with_capacity(points.len() + 1);
+                if uploaded {
+                    let spec = benchlake_core::jobs::IngestSpec {
+                        format: spec_model.trace.format().to_string(),
+                        keys: vec![trace_key.clone()],
+                        task_id: upload_id.clone(),
+                        agent: "client".into(),
+                    };
+                    jobs.push((INGEST_JOB.to_string(), serde_json::to_string(&spec)?));
+                }
+                for p in &points {
+                    let spec = benchlake_core::jobs::ReplaySpec {
+                        model: model.to_string(),
+                        trace_key: trace_key.clone(),
+                        files: files.clone(),
+                        params: base.clone(),
+                        point: p.clone(),
+                        replay_id: ids::new_id_at(now),
+                    };
+                    jobs.push((REPLAY_JOB.to_string(), serde_json::to_string(&spec)?));
+                }
+                let (_, _, fx) = lifecycle::run::create_processing(
+                    tx,
+                    &cfg,
+                    run_id.clone(),
+                    format!("replay-{model}"),
+                    "replay",
+                    params,
+                    jobs,
+                    now,
+                )?;
+                Ok(fx)
+            })
+            .await?;
         tracing::info!(run = %run_id, model, points = n, "replay triggered");
         self.0.apply(fx);
         Ok(Response::new(pb::TriggerReplayResponse {

@@ -79,7 +79,9 @@ impl RunService for Svc {
     ) -> std::result::Result<Response<pb::RunDetail>, Status> {
         let id = req.into_inner().run_id;
         check_id("run_id", &id)?;
-        Ok(Response::new(self.tx(|tx| convert::run_detail(tx, &id))?))
+        Ok(Response::new(
+            self.tx(|tx| convert::run_detail(tx, &id)).await?,
+        ))
     }
 
     async fn list_runs(
@@ -88,12 +90,14 @@ impl RunService for Svc {
     ) -> std::result::Result<Response<pb::ListRunsResponse>, Status> {
         let r = req.into_inner();
         let f = convert::run_filter(r);
-        let runs = self.tx(|tx| {
-            let runs = tx.list_runs(&f)?;
-            runs.iter()
-                .map(|r| convert::run_tx(tx, r))
-                .collect::<Result<Vec<_>>>()
-        })?;
+        let runs = self
+            .tx(|tx| {
+                let runs = tx.list_runs(&f)?;
+                runs.iter()
+                    .map(|r| convert::run_tx(tx, r))
+                    .collect::<Result<Vec<_>>>()
+            })
+            .await?;
         Ok(Response::new(pb::ListRunsResponse { runs }))
     }
 
@@ -105,7 +109,7 @@ impl RunService for Svc {
     ) -> std::result::Result<Response<Self::WatchRunStream>, Status> {
         let id = req.into_inner().run_id;
         check_id("run_id", &id)?;
-        let first = self.tx(|tx| convert::run_detail(tx, &id))?;
+        let first = self.tx(|tx| convert::run_detail(tx, &id)).await?;
         let mut rx = self.0.events.subscribe();
         let (out, out_rx) = tokio::sync::mpsc::channel(16);
         let me = self.clone();
@@ -128,7 +132,7 @@ impl RunService for Svc {
                     Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return,
                     _ => {}
                 }
-                let d = match me.tx(|tx| convert::run_detail(tx, &id)) {
+                let d = match me.tx(|tx| convert::run_detail(tx, &id)).await {
                     Ok(d) => d,
                     Err(e) => {
                         let _ = out.send(Err(e)).await;
@@ -162,10 +166,12 @@ impl RunService for Svc {
         }
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
-        let (run, fx) = self.tx(|tx| {
-            let (run, fx) = lifecycle::run::cancel(tx, &cfg, &r.run_id, &r.reason, now)?;
-            Ok((convert::run_tx(tx, &run)?, fx))
-        })?;
+        let (run, fx) = self
+            .tx(|tx| {
+                let (run, fx) = lifecycle::run::cancel(tx, &cfg, &r.run_id, &r.reason, now)?;
+                Ok((convert::run_tx(tx, &run)?, fx))
+            })
+            .await?;
         self.0.apply(fx);
         Ok(Response::new(run))
     }
@@ -178,10 +184,12 @@ impl RunService for Svc {
         check_id("run_id", &id)?;
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
-        let (run, fx) = self.tx(|tx| {
-            let (run, fx) = lifecycle::run::rerun_failed(tx, &cfg, &id, now)?;
-            Ok((convert::run_tx(tx, &run)?, fx))
-        })?;
+        let (run, fx) = self
+            .tx(|tx| {
+                let (run, fx) = lifecycle::run::rerun_failed(tx, &cfg, &id, now)?;
+                Ok((convert::run_tx(tx, &run)?, fx))
+            })
+            .await?;
         self.0.apply(fx);
         Ok(Response::new(run))
     }
@@ -316,7 +324,7 @@ impl Svc {
                 .map(|j| j.job_id)
                 .unwrap_or_default();
             Ok((run.run_id, job_id, fx))
-        })?;
+        }).await?;
         tracing::info!(run = %run_id, source = %r.run_id, "counts analysis triggered");
         self.0.apply(fx);
         Ok(Response::new(pb::AnalyzeRunResponse {

@@ -44,40 +44,42 @@ impl ScheduleService for Svc {
             .ok_or_else(|| invalid("schedule.spec", "is required"))?;
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
-        let row = self.tx(|tx| {
-            if tx.schedule_by_name(&s.name)?.is_some() {
-                return Err(CoordError::FailedPrecondition(format!(
-                    "schedule.name: a schedule named '{}' exists",
-                    s.name
-                )));
-            }
-            let agents = tx.list_agents()?;
-            let (spec, _kind) =
-                logic::validate_spec(&cfg, &agents, &spec).map_err(|e| match e {
-                    CoordError::Invalid(m) => CoordError::Invalid(format!("schedule.{m}")),
-                    e => e,
-                })?;
-            let row = ScheduleRow {
-                schedule_id: ids::new_id_at(now),
-                name: s.name.clone(),
-                cron: s.cron.clone(),
-                time_zone: if s.time_zone.is_empty() {
-                    "UTC".into()
-                } else {
-                    s.time_zone.clone()
-                },
-                catch_up,
-                max_catch_up: s.max_catch_up,
-                allow_overlap: s.allow_overlap,
-                paused: s.paused,
-                spec,
-                next_fire_ms: cron.next_after(now),
-                last_fire_ms: None,
-                created_ms: now,
-            };
-            tx.insert_schedule(&row)?;
-            Ok(row)
-        })?;
+        let row = self
+            .tx(|tx| {
+                if tx.schedule_by_name(&s.name)?.is_some() {
+                    return Err(CoordError::FailedPrecondition(format!(
+                        "schedule.name: a schedule named '{}' exists",
+                        s.name
+                    )));
+                }
+                let agents = tx.list_agents()?;
+                let (spec, _kind) =
+                    logic::validate_spec(&cfg, &agents, &spec).map_err(|e| match e {
+                        CoordError::Invalid(m) => CoordError::Invalid(format!("schedule.{m}")),
+                        e => e,
+                    })?;
+                let row = ScheduleRow {
+                    schedule_id: ids::new_id_at(now),
+                    name: s.name.clone(),
+                    cron: s.cron.clone(),
+                    time_zone: if s.time_zone.is_empty() {
+                        "UTC".into()
+                    } else {
+                        s.time_zone.clone()
+                    },
+                    catch_up,
+                    max_catch_up: s.max_catch_up,
+                    allow_overlap: s.allow_overlap,
+                    paused: s.paused,
+                    spec,
+                    next_fire_ms: cron.next_after(now),
+                    last_fire_ms: None,
+                    created_ms: now,
+                };
+                tx.insert_schedule(&row)?;
+                Ok(row)
+            })
+            .await?;
         tracing::info!(schedule = %row.name, cron = %row.cron, tz = %row.time_zone, "schedule created");
         Ok(Response::new(row.to_pb()))
     }
@@ -86,7 +88,7 @@ impl ScheduleService for Svc {
         &self,
         _req: Request<pb::ListSchedulesRequest>,
     ) -> std::result::Result<Response<pb::ListSchedulesResponse>, Status> {
-        let schedules = self.tx(|tx| tx.list_schedules())?;
+        let schedules = self.tx(|tx| tx.list_schedules()).await?;
         Ok(Response::new(pb::ListSchedulesResponse {
             schedules: schedules.iter().map(ScheduleRow::to_pb).collect(),
         }))
@@ -98,17 +100,19 @@ impl ScheduleService for Svc {
     ) -> std::result::Result<Response<pb::Schedule>, Status> {
         let r = req.into_inner();
         let now = self.0.now();
-        let row = self.tx(|tx| {
-            let mut s = find_schedule(tx, &r.schedule_id)?;
-            if s.paused && !r.paused {
-                // Instants that passed while paused are not caught up on resume.
-                let cron = CronSpec::parse(&s.cron, &s.time_zone)?;
-                s.next_fire_ms = cron.next_after(now);
-            }
-            s.paused = r.paused;
-            tx.update_schedule(&s)?;
-            Ok(s)
-        })?;
+        let row = self
+            .tx(|tx| {
+                let mut s = find_schedule(tx, &r.schedule_id)?;
+                if s.paused && !r.paused {
+                    // Instants that passed while paused are not caught up on resume.
+                    let cron = CronSpec::parse(&s.cron, &s.time_zone)?;
+                    s.next_fire_ms = cron.next_after(now);
+                }
+                s.paused = r.paused;
+                tx.update_schedule(&s)?;
+                Ok(s)
+            })
+            .await?;
         Ok(Response::new(row.to_pb()))
     }
 
@@ -120,7 +124,8 @@ impl ScheduleService for Svc {
         self.tx(|tx| {
             let s = find_schedule(tx, &id)?;
             tx.delete_schedule(&s.schedule_id)
-        })?;
+        })
+        .await?;
         Ok(Response::new(pb::DeleteScheduleResponse {}))
     }
 
@@ -139,27 +144,29 @@ impl ScheduleService for Svc {
         } as usize;
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
-        let (runs, fx) = self.tx(|tx| {
-            let s = find_schedule(tx, &r.schedule_id)?;
-            let cron = CronSpec::parse(&s.cron, &s.time_zone)?;
-            let instants = cron.instants(r.from_ms, r.to_ms, false, max + 1);
-            if instants.len() > max {
-                return Err(CoordError::invalid(
-                    "max_runs",
-                    format!(
-                        "the range holds more than {max} instants; narrow it or raise max_runs"
-                    ),
-                ));
-            }
-            let mut out = Vec::new();
-            let mut fx = Effects::default();
-            for t in instants {
-                let (run, f) = scheduler::fire_one(tx, &cfg, &s, t, now)?;
-                out.push(convert::run_tx(tx, &run)?);
-                fx.merge(f);
-            }
-            Ok((out, fx))
-        })?;
+        let (runs, fx) = self
+            .tx(|tx| {
+                let s = find_schedule(tx, &r.schedule_id)?;
+                let cron = CronSpec::parse(&s.cron, &s.time_zone)?;
+                let instants = cron.instants(r.from_ms, r.to_ms, false, max + 1);
+                if instants.len() > max {
+                    return Err(CoordError::invalid(
+                        "max_runs",
+                        format!(
+                            "the range holds more than {max} instants; narrow it or raise max_runs"
+                        ),
+                    ));
+                }
+                let mut out = Vec::new();
+                let mut fx = Effects::default();
+                for t in instants {
+                    let (run, f) = scheduler::fire_one(tx, &cfg, &s, t, now)?;
+                    out.push(convert::run_tx(tx, &run)?);
+                    fx.merge(f);
+                }
+                Ok((out, fx))
+            })
+            .await?;
         self.0.apply(fx);
         Ok(Response::new(pb::BackfillResponse { runs }))
     }
@@ -171,17 +178,19 @@ impl ScheduleService for Svc {
         let id = req.into_inner().schedule_id;
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
-        let (run, fx) = self.tx(|tx| {
-            let s = find_schedule(tx, &id)?;
-            if !s.allow_overlap && !tx.active_runs_of_schedule(&s.schedule_id)?.is_empty() {
-                return Err(CoordError::FailedPrecondition(format!(
-                    "schedule '{}' has an active run and allow_overlap is off",
-                    s.name
-                )));
-            }
-            let (run, fx) = scheduler::fire_one(tx, &cfg, &s, now, now)?;
-            Ok((convert::run_tx(tx, &run)?, fx))
-        })?;
+        let (run, fx) = self
+            .tx(|tx| {
+                let s = find_schedule(tx, &id)?;
+                if !s.allow_overlap && !tx.active_runs_of_schedule(&s.schedule_id)?.is_empty() {
+                    return Err(CoordError::FailedPrecondition(format!(
+                        "schedule '{}' has an active run and allow_overlap is off",
+                        s.name
+                    )));
+                }
+                let (run, fx) = scheduler::fire_one(tx, &cfg, &s, now, now)?;
+                Ok((convert::run_tx(tx, &run)?, fx))
+            })
+            .await?;
         self.0.apply(fx);
         Ok(Response::new(run))
     }

@@ -26,21 +26,23 @@ fn worker_holds(id: &crate::config::Identity, j: &JobRow) -> Result<()> {
 }
 
 impl Svc {
-    fn try_lease_job(
+    async fn try_lease_job(
         &self,
         worker: &str,
         kinds: &[String],
     ) -> std::result::Result<Option<pb::JobAssignment>, Status> {
         let now = self.0.now();
         let cfg = &self.0.cfg;
-        let (got, fx) = self.tx(|tx| {
-            let (j, fx) = job::lease(tx, cfg, worker, kinds, now)?;
-            let got = match j {
-                Some(j) => Some(convert::job_assignment(&j, cfg.job_lease_timeout_ms)?),
-                None => None,
-            };
-            Ok((got, fx))
-        })?;
+        let (got, fx) = self
+            .tx(|tx| {
+                let (j, fx) = job::lease(tx, cfg, worker, kinds, now)?;
+                let got = match j {
+                    Some(j) => Some(convert::job_assignment(&j, cfg.job_lease_timeout_ms)?),
+                    None => None,
+                };
+                Ok((got, fx))
+            })
+            .await?;
         self.0.apply(fx);
         Ok(got)
     }
@@ -72,7 +74,7 @@ impl WorkerService for Svc {
             let notified = self.0.job_notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(job) = self.try_lease_job(&r.worker, &r.kinds)? {
+            if let Some(job) = self.try_lease_job(&r.worker, &r.kinds).await? {
                 return Ok(Response::new(pb::LeaseJobResponse { job: Some(job) }));
             }
             if tokio::time::Instant::now() >= deadline {
@@ -90,15 +92,17 @@ impl WorkerService for Svc {
         let r = req.into_inner();
         let now = self.0.now();
         let cfg = &self.0.cfg;
-        let cancel = self.tx(|tx| match job::leased(tx, &r.job_id, &r.lease_id) {
-            Ok(j) => {
-                worker_holds(&id, &j)?;
-                job::renew(tx, cfg, j, now)?;
-                Ok(false)
-            }
-            Err(CoordError::LeaseLost(_)) => Ok(true),
-            Err(e) => Err(e),
-        })?;
+        let cancel = self
+            .tx(|tx| match job::leased(tx, &r.job_id, &r.lease_id) {
+                Ok(j) => {
+                    worker_holds(&id, &j)?;
+                    job::renew(tx, cfg, j, now)?;
+                    Ok(false)
+                }
+                Err(CoordError::LeaseLost(_)) => Ok(true),
+                Err(e) => Err(e),
+            })
+            .await?;
         Ok(Response::new(pb::RenewLeaseResponse { cancel }))
     }
 
@@ -108,7 +112,8 @@ impl WorkerService for Svc {
     ) -> std::result::Result<Response<pb::CompleteJobResponse>, Status> {
         let id = identity_of(&req);
         let r = req.into_inner();
-        self.tx(|tx| worker_holds(&id, &job::leased(tx, &r.job_id, &r.lease_id)?))?;
+        self.tx(|tx| worker_holds(&id, &job::leased(tx, &r.job_id, &r.lease_id)?))
+            .await?;
         let keys = crate::commit::commit_job(&self.0, r).await?;
         Ok(Response::new(pb::CompleteJobResponse {
             committed_keys: keys,
@@ -123,15 +128,17 @@ impl WorkerService for Svc {
         let r = req.into_inner();
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
-        let (run_id, fx) = self.tx(|tx| {
-            let j = job::leased(tx, &r.job_id, &r.lease_id)?;
-            worker_holds(&id, &j)?;
-            let run_id = j.run_id.clone();
-            let mut msg = r.error.clone();
-            msg.truncate(8 << 10);
-            let fx = job::retry_or_fail(tx, &cfg, j, &msg, r.retryable, now)?;
-            Ok((run_id, fx))
-        })?;
+        let (run_id, fx) = self
+            .tx(|tx| {
+                let j = job::leased(tx, &r.job_id, &r.lease_id)?;
+                worker_holds(&id, &j)?;
+                let run_id = j.run_id.clone();
+                let mut msg = r.error.clone();
+                msg.truncate(8 << 10);
+                let fx = job::retry_or_fail(tx, &cfg, j, &msg, r.retryable, now)?;
+                Ok((run_id, fx))
+            })
+            .await?;
         tracing::warn!(job = %r.job_id, run = %run_id, retryable = r.retryable, error = %r.error, "job failed");
         self.0.apply(fx);
         Ok(Response::new(pb::FailJobResponse {}))

@@ -67,11 +67,14 @@ impl World {
         self.clock.now_ms()
     }
 
-    fn tx<T>(&self, f: impl FnOnce(&mut dyn Tx) -> crate::Result<T>) -> T {
+    fn tx<T: Send>(&self, f: impl FnOnce(&mut dyn Tx) -> crate::Result<T> + Send) -> T {
         self.c.store().transact(f).unwrap()
     }
 
-    fn try_tx<T>(&self, f: impl FnOnce(&mut dyn Tx) -> crate::Result<T>) -> crate::Result<T> {
+    fn try_tx<T: Send>(
+        &self,
+        f: impl FnOnce(&mut dyn Tx) -> crate::Result<T> + Send,
+    ) -> crate::Result<T> {
         self.c.store().transact(f)
     }
 
