@@ -211,6 +211,12 @@ pub struct CoordTuning {
     /// within this plus a third of it after the leader stopped.
     #[arg(long, env = "BENCHLAKE_LEADER_LEASE_MS", default_value_t = 3_000)]
     pub leader_lease_ms: u64,
+    /// PostgreSQL state only: every commit waits for PostgreSQL's WAL flush.
+    /// Off by default: transitions survive coordinator crashes and failovers,
+    /// and a crash of the database server itself may lose its last fraction
+    /// of a second of them (as SQLite's default here).
+    #[arg(long, env = "BENCHLAKE_STATE_SYNCHRONOUS_COMMIT")]
+    pub state_synchronous_commit: bool,
 }
 
 /// `benchlake coordinator`.
@@ -249,6 +255,7 @@ impl CoordinatorArgs {
             },
             state_postgres: is_postgres_url(&self.state).then(|| self.state.clone()),
             leader_lease_ms: t.leader_lease_ms,
+            state_synchronous_commit: t.state_synchronous_commit,
             store: self.lake.store(default_lake),
             lease_timeout_ms: t.lease_timeout_ms,
             heartbeat_interval_ms: t.heartbeat_ms,
