@@ -95,6 +95,9 @@ pub struct Coordinator {
     /// Turns of a store whose transactions wait on the network
     /// ([`StateStore::concurrent_transactions`]).
     pub(crate) db_gate: Option<tokio::sync::Semaphore>,
+    /// The lead [`Coordinator::open`] took on PostgreSQL, handed on when the
+    /// coordinator is dropped.
+    lead: Mutex<Option<leader::Elector>>,
 }
 
 /// How far the stored `last_heartbeat_ms` of an agent may lag its in-memory
@@ -109,6 +112,40 @@ impl std::fmt::Debug for Coordinator {
             .field("lake", &self.lake)
             .finish()
     }
+}
+
+impl Drop for Coordinator {
+    fn drop(&mut self) {
+        let lead = self.lead.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Some(mut elector) = lead.take() {
+            release_lead(&mut elector);
+        }
+    }
+}
+
+/// Gives the lead up (a clean stop): a standby takes over at once instead of
+/// after the lease.
+fn release_lead(elector: &mut leader::Elector) {
+    if let Err(e) = elector.release() {
+        tracing::warn!(error = %e, "could not release the leader lease");
+    }
+}
+
+/// The store settings of `cfg` on PostgreSQL.
+fn pg_options(cfg: &CoordinatorConfig) -> store_pg::PgOptions {
+    store_pg::PgOptions {
+        stall_ms: cfg.leader_lease_ms,
+        synchronous_commit: cfg.state_synchronous_commit,
+    }
+}
+
+/// This coordinator's name in the leader row, before the elector's unique
+/// suffix: the host and `what` (the port it serves).
+fn leader_label(what: &str) -> String {
+    format!(
+        "{}:{what}",
+        std::env::var("HOSTNAME").unwrap_or_else(|_| "coordinator".into())
+    )
 }
 
 impl Coordinator {
@@ -142,6 +179,7 @@ impl Coordinator {
             .concurrent_transactions()
             .map(|n| tokio::sync::Semaphore::new(n.max(1)));
         let c = Arc::new(Self {
+            lead: Mutex::new(None),
             db_gate,
             placement,
             lease_ext: Mutex::new(HashMap::new()),
@@ -169,11 +207,49 @@ impl Coordinator {
         Ok(c)
     }
 
-    /// Opens the SQLite store and the lake named in `cfg`.
+    /// Opens the state store and the lake named in `cfg`: the SQLite file at
+    /// `state_path`, or the PostgreSQL database of `state_postgres`. On
+    /// PostgreSQL the coordinator first takes the lead ([`leader`]) and fences
+    /// its store with it, as [`run`] does, but once: it fails while another
+    /// coordinator's lease runs, and it does not renew its own (waiting as a
+    /// standby and renewing are [`run`]'s). Once its lease ended another
+    /// coordinator may take over, and every later write of this one is
+    /// refused. Dropping the coordinator hands the lead on at once.
     pub fn open(cfg: CoordinatorConfig, clock: SharedClock) -> Result<Arc<Self>> {
-        let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open(&cfg.state_path)?);
         let lake = Lake::open(&cfg.store)?;
-        Self::new(store, lake, clock, cfg)
+        let Some(url) = cfg.state_postgres.clone() else {
+            let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open(&cfg.state_path)?);
+            return Self::new(store, lake, clock, cfg);
+        };
+        let store = store_pg::PgStore::open_with(&url, &pg_options(&cfg))?;
+        let mut elector = leader::Elector::new(&url, &leader_label("open"), cfg.leader_lease_ms);
+        let Some(token) = elector.try_acquire()? else {
+            let cur = elector.current()?;
+            return Err(CoordError::Fenced(format!(
+                "another coordinator leads the state database {} ({}, its lease ends in {} ms)",
+                store_pg::redact(&url),
+                cur.holder,
+                cur.expires_in_ms
+            )));
+        };
+        store.set_fence(store_pg::Fence {
+            holder: elector.holder().to_string(),
+            token,
+        });
+        // The rows may have changed between the store's load and the lead.
+        let opened = store
+            .reload_placement()
+            .and_then(|()| Self::new(Arc::new(store), lake, clock, cfg));
+        match opened {
+            Ok(c) => {
+                *c.lead.lock().unwrap_or_else(|p| p.into_inner()) = Some(elector);
+                Ok(c)
+            }
+            Err(e) => {
+                release_lead(&mut elector);
+                Err(e)
+            }
+        }
     }
 
     /// Runs `f` in one store transaction from async code. With a store on
@@ -513,22 +589,14 @@ async fn run_ha(
     drop(listener);
     let store = {
         let url = url.to_string();
-        let opts = store_pg::PgOptions {
-            stall_ms: cfg.leader_lease_ms,
-            synchronous_commit: cfg.state_synchronous_commit,
-        };
+        let opts = pg_options(&cfg);
         tokio::task::spawn_blocking(move || store_pg::PgStore::open_with(&url, &opts))
             .await
             .map_err(|e| CoordError::Setup(format!("state database: {e}")))??
     };
-    let label = format!(
-        "{}:{}",
-        std::env::var("HOSTNAME").unwrap_or_else(|_| "coordinator".into()),
-        addr.port()
-    );
     let elector = Arc::new(StdMutex::new(leader::Elector::new(
         url,
-        &label,
+        &leader_label(&addr.port().to_string()),
         cfg.leader_lease_ms,
     )));
     let (holder, lease) = {

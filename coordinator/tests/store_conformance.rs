@@ -630,3 +630,44 @@ fn postgres_a_leader_frozen_mid_transaction_does_not_block_the_takeover() {
     );
     println!("takeover past a stalled leader's open transaction: {took:?}");
 }
+
+/// `Coordinator::open` honours `state_postgres`: it opens PostgreSQL, takes
+/// the lead (a second coordinator is refused while the lease runs), fences
+/// its store with it, and hands the lead on when dropped.
+#[test]
+fn postgres_coordinator_open_takes_the_lead_and_hands_it_on() {
+    use benchlake_coordinator::{CoordError, Coordinator, CoordinatorConfig};
+    let pg = PgServer::start().expect("PostgreSQL test server");
+    let url = pg.fresh_db().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = CoordinatorConfig {
+        state_path: dir.path().join("unused.db"),
+        state_postgres: Some(url.clone()),
+        leader_lease_ms: 60_000,
+        store: benchlake_core::lake::StoreConfig {
+            url: dir.path().join("lake").display().to_string(),
+            ..Default::default()
+        },
+        background: false,
+        ..Default::default()
+    };
+    let clock = Arc::new(benchlake_core::clock::ManualClock::new(1_795_392_000_000));
+    let c1 = Coordinator::open(cfg.clone(), clock.clone()).unwrap();
+    c1.store()
+        .transact(|tx| tx.set_meta("written_by", "c1"))
+        .unwrap();
+    assert!(!dir.path().join("unused.db").exists(), "SQLite was opened");
+    let mut el = benchlake_coordinator::leader::Elector::new(&url, "probe", 1_000);
+    let led = el.current().unwrap();
+    assert!(led.token >= 1 && led.expires_in_ms > 50_000, "{led:?}");
+    let e = Coordinator::open(cfg.clone(), clock.clone()).unwrap_err();
+    assert!(matches!(e, CoordError::Fenced(_)), "{e}");
+    assert!(e.to_string().contains("another coordinator leads"), "{e}");
+    // Dropped: the lead is free at once, and the next one takes it over the
+    // same rows with a newer token.
+    drop(c1);
+    let c2 = Coordinator::open(cfg, clock).unwrap();
+    let by = c2.store().transact(|tx| tx.get_meta("written_by")).unwrap();
+    assert_eq!(by.as_deref(), Some("c1"));
+    assert!(el.current().unwrap().token > led.token);
+}
