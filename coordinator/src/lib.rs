@@ -92,8 +92,7 @@ pub struct Coordinator {
     pub(crate) lease_ext: Mutex<HashMap<String, (String, i64)>>,
     /// Whether a flush of `lease_ext` is already on its way.
     pub(crate) lease_flush_queued: std::sync::atomic::AtomicBool,
-    /// Turns of a store whose transactions wait on the network
-    /// ([`StateStore::concurrent_transactions`]).
+    /// Turns of the store ([`StateStore::concurrent_transactions`]).
     pub(crate) db_gate: Option<tokio::sync::Semaphore>,
     /// The lead [`Coordinator::open`] took on PostgreSQL, handed on when the
     /// coordinator is dropped.
@@ -118,7 +117,12 @@ impl Drop for Coordinator {
     fn drop(&mut self) {
         let lead = self.lead.get_mut().unwrap_or_else(|p| p.into_inner());
         if let Some(mut elector) = lead.take() {
-            release_lead(&mut elector);
+            // On a thread of its own: the last handle may go in any context
+            // (an async task, a runtime shutting down), where the elector's
+            // blocking client could not always wait.
+            std::thread::scope(|s| {
+                let _ = s.spawn(|| release_lead(&mut elector)).join();
+            });
         }
     }
 }
@@ -252,10 +256,10 @@ impl Coordinator {
         }
     }
 
-    /// Runs `f` in one store transaction from async code. With a store on
-    /// the network the caller first waits for a turn without holding its
-    /// async thread, so while one handler's transaction waits on the
-    /// database the others (heartbeats above all) go on being served.
+    /// Runs `f` in one store transaction from async code. The caller first
+    /// waits for a turn without holding its async thread
+    /// ([`StateStore::concurrent_transactions`]), so while one handler's
+    /// transaction runs the others (heartbeats above all) go on being served.
     pub async fn db<T: Send>(
         &self,
         f: impl FnOnce(&mut dyn store::Tx) -> Result<T> + Send,
