@@ -3,9 +3,11 @@
 //! client channel over the list connects to whichever address accepts, and
 //! when that coordinator goes away the same channel finds the next one. Here
 //! "the leader moves" is played with real coordinators, in process (see
-//! `common`), over one SQLite state file: the one on B stops, then one on A
-//! starts (and later the reverse), while clients, an agent and a worker keep
-//! their channels.
+//! `common`), over one state (a SQLite file, or with
+//! `BENCHLAKE_TEST_STATE=postgres` one PostgreSQL database, where each
+//! coordinator takes the lead as it starts and hands it on as it stops): the
+//! one on B stops, then one on A starts (and later the reverse), while
+//! clients, an agent and a worker keep their channels.
 mod common;
 
 use std::sync::Arc;
@@ -16,7 +18,9 @@ use benchlake_core::clock::ManualClock;
 use benchlake_proto::client::{Auth, ClientTls, channel_with};
 use benchlake_proto::retry::RetryPolicy;
 use benchlake_proto::v1 as pb;
-use common::{T0, bin, catalog, config, open_coordinator, serve_coordinator, state, worker_config};
+use common::{
+    T0, TestState, bin, catalog, config, open_coordinator, serve_coordinator, state, worker_config,
+};
 use tokio::sync::watch;
 
 /// A loopback address nothing listens on (bound, then closed).
@@ -83,7 +87,8 @@ async fn agents(cluster: &pb::cluster_service_client::ClusterServiceClient<Ch>) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_channel_over_a_list_follows_the_coordinator_that_listens() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path(), Tokens::default());
+    let st = TestState::new();
+    let cfg = config(dir.path(), &st, Tokens::default());
     let clock = ManualClock::new(T0);
     let a = dead_addr().await;
     let b = dead_addr().await;
@@ -179,7 +184,8 @@ fn a_list_mixing_http_and_https_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_agent_and_a_worker_given_a_list_follow_the_coordinator() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path(), Tokens::default());
+    let st = TestState::new();
+    let cfg = config(dir.path(), &st, Tokens::default());
     let clock = ManualClock::new(T0);
     let a = dead_addr().await;
     let b = dead_addr().await;
@@ -288,13 +294,16 @@ impl Drop for Process {
     }
 }
 
-/// Starts `benchlake coordinator` on `addr` over `dir`'s state file and lake.
-fn coordinator_process(dir: &std::path::Path, addr: &str) -> Process {
+/// Starts `benchlake coordinator` on `addr` over `state` and `dir`'s lake.
+/// On PostgreSQL a coordinator started while another's lease runs waits as
+/// a standby; the lease is short so a killed leader's ends soon.
+fn coordinator_process(dir: &std::path::Path, state: &TestState, addr: &str) -> Process {
     let child = std::process::Command::new(bin())
         .arg("coordinator")
         .args(["--listen", addr])
         .arg("--state")
-        .arg(dir.join("state.db"))
+        .arg(state.arg(dir))
+        .args(["--leader-lease-ms", "1000"])
         .arg("--lake")
         .arg(dir.join("lake"))
         .env("BENCHLAKE_LOG", "warn")
@@ -310,9 +319,10 @@ fn coordinator_process(dir: &std::path::Path, addr: &str) -> Process {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_coordinator_is_followed_to_the_next_address() {
     let dir = tempfile::tempdir().unwrap();
+    let st = TestState::new();
     let a = dead_addr().await;
     let b = dead_addr().await;
-    let mut on_b = coordinator_process(dir.path(), &b);
+    let mut on_b = coordinator_process(dir.path(), &st, &b);
     let ch = channel_with(&format!("{a},{b}"), &ClientTls::default()).unwrap();
     let auth = Auth::new(None).unwrap();
     let cluster = pb::cluster_service_client::ClusterServiceClient::with_interceptor(
@@ -353,6 +363,6 @@ async fn a_killed_coordinator_is_followed_to_the_next_address() {
         .unwrap_err();
     eprintln!("the call in flight: {:?}: {}", e.code(), e.message());
     assert!(benchlake_proto::retry::is_transient(&e), "{e:?}");
-    let _on_a = coordinator_process(dir.path(), &a);
+    let _on_a = coordinator_process(dir.path(), &st, &a);
     assert_eq!(agents(&cluster).await, ["a1"]);
 }

@@ -14,7 +14,8 @@ use benchlake_core::clock::ManualClock;
 use benchlake_proto::client::{Auth, ClientTls, channel_with};
 use benchlake_proto::v1 as pb;
 use common::{
-    T0, bin, catalog, config, open_coordinator, serve_coordinator, state, table_rows, worker_config,
+    T0, TestState, bin, catalog, config, open_coordinator, serve_coordinator, state, table_rows,
+    worker_config,
 };
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -110,6 +111,7 @@ struct TlsCoord {
     clock: ManualClock,
     url: String,
     stops: Vec<watch::Sender<bool>>,
+    _state: TestState,
 }
 
 impl Drop for TlsCoord {
@@ -127,7 +129,8 @@ impl TlsCoord {
 
     async fn start_with(pki: &Pki, mutual: bool, tokens: Tokens) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let mut cfg = config(dir.path(), tokens);
+        let state = TestState::new();
+        let mut cfg = config(dir.path(), &state, tokens);
         cfg.tls_cert = Some(pki.path("server.pem"));
         cfg.tls_key = Some(pki.path("server.key"));
         if mutual {
@@ -144,6 +147,7 @@ impl TlsCoord {
             clock,
             url,
             stops: vec![stop],
+            _state: state,
         }
     }
 
@@ -394,7 +398,7 @@ async fn a_client_certificate_names_the_agent() {
 async fn a_certificate_without_its_key_is_refused() {
     let pki = Pki::new();
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path(), Tokens::default());
+    let mut cfg = config(dir.path(), &TestState::sqlite(), Tokens::default());
     cfg.tls_cert = Some(pki.path("server.pem"));
     let e = benchlake_coordinator::tls::acceptor(&cfg).err().unwrap();
     assert!(e.contains("--tls-key"), "{e}");

@@ -1,13 +1,18 @@
 //! An in-process cluster for tests: a coordinator on a port-0 listener with a
 //! manual clock (no background loop: tests call `tick`), agents and workers as
 //! tokio tasks speaking real gRPC to it.
+//!
+//! The coordinator's state is a SQLite file under the test's directory, or
+//! with `BENCHLAKE_TEST_STATE=postgres` a database of its own on a PostgreSQL
+//! server the test binary starts ([`TestState`]).
 #![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use benchlake_coordinator::pg_testing::PgServer;
 use benchlake_coordinator::store::{SqliteStore, StateStore};
 use benchlake_coordinator::{Coordinator, CoordinatorConfig, Tokens};
 use benchlake_core::clock::ManualClock;
@@ -59,6 +64,89 @@ timeout_s = 60
     )
 }
 
+/// Whether coordinator state goes to PostgreSQL (`BENCHLAKE_TEST_STATE=postgres`)
+/// rather than SQLite (unset, or `sqlite`).
+pub fn on_postgres() -> bool {
+    match std::env::var("BENCHLAKE_TEST_STATE").as_deref() {
+        Ok("postgres") => true,
+        Ok("sqlite" | "") | Err(_) => false,
+        Ok(other) => panic!("BENCHLAKE_TEST_STATE={other}: expected `sqlite` or `postgres`"),
+    }
+}
+
+/// The PostgreSQL server of this test binary: started by the first test that
+/// needs it, shared by the tests running meanwhile, stopped (and its
+/// directory removed) when the last [`TestState`] holding it is dropped.
+fn pg_server() -> Arc<PgServer> {
+    static SERVER: Mutex<Weak<PgServer>> = Mutex::new(Weak::new());
+    let mut g = SERVER.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = g.upgrade() {
+        return s;
+    }
+    let t = std::time::Instant::now();
+    let s = Arc::new(PgServer::start().unwrap_or_else(|e| {
+        panic!("BENCHLAKE_TEST_STATE=postgres: cannot start a PostgreSQL server: {e}")
+    }));
+    eprintln!(
+        "PostgreSQL test server on port {} started in {:?}",
+        s.port(),
+        t.elapsed()
+    );
+    *g = Arc::downgrade(&s);
+    s
+}
+
+/// Where a test's coordinators keep their state: `state.db` under the test's
+/// directory, or (`BENCHLAKE_TEST_STATE=postgres`) a fresh database of this
+/// test's own. Coordinators restarted "on the same state" use the same value;
+/// the server lives at least as long as it.
+#[derive(Clone, Debug)]
+pub struct TestState {
+    pg: Option<(Arc<PgServer>, String)>,
+}
+
+impl TestState {
+    /// New empty state on the backend the environment asks for.
+    pub fn new() -> Self {
+        if !on_postgres() {
+            return Self { pg: None };
+        }
+        let server = pg_server();
+        let url = server
+            .fresh_db()
+            .unwrap_or_else(|e| panic!("PostgreSQL test database: {e}"));
+        Self {
+            pg: Some((server, url)),
+        }
+    }
+
+    /// A SQLite file whatever the environment asks for: settings that are
+    /// never opened.
+    pub fn sqlite() -> Self {
+        Self { pg: None }
+    }
+
+    /// The database URL on PostgreSQL.
+    pub fn postgres_url(&self) -> Option<&str> {
+        self.pg.as_ref().map(|(_, u)| u.as_str())
+    }
+
+    /// The `--state` of a `benchlake coordinator` process over this state
+    /// (`dir` holds the SQLite file).
+    pub fn arg(&self, dir: &Path) -> std::ffi::OsString {
+        match self.postgres_url() {
+            Some(u) => u.into(),
+            None => dir.join("state.db").into(),
+        }
+    }
+}
+
+impl Default for TestState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub coord: Arc<Coordinator>,
@@ -68,15 +156,21 @@ pub struct Cluster {
     pub workers: Vec<watch::Sender<bool>>,
     stop: watch::Sender<bool>,
     pub token: Option<String>,
+    /// The coordinator's state (restarts reuse it); last, so a PostgreSQL
+    /// server outlives the coordinator.
+    pub state: TestState,
 }
 
 pub fn bin() -> String {
     env!("CARGO_BIN_EXE_benchlake").to_string()
 }
 
-pub fn config(dir: &Path, tokens: Tokens) -> CoordinatorConfig {
+/// A coordinator's test settings over `state` (`dir` holds the SQLite file
+/// and the lake).
+pub fn config(dir: &Path, state: &TestState, tokens: Tokens) -> CoordinatorConfig {
     CoordinatorConfig {
         state_path: dir.join("state.db"),
+        state_postgres: state.postgres_url().map(String::from),
         store: StoreConfig {
             url: dir.join("lake").display().to_string(),
             ..Default::default()
@@ -115,11 +209,18 @@ pub fn worker_config(coordinator: &str, name: &str, dir: &Path) -> benchlake_wor
     }
 }
 
-/// A coordinator over `cfg`'s state file and lake on the manual `clock`.
+/// A coordinator over `cfg`'s state (SQLite file or PostgreSQL database,
+/// where it takes the lead) and lake on the manual `clock`.
 pub fn open_coordinator(cfg: CoordinatorConfig, clock: &ManualClock) -> Arc<Coordinator> {
-    let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open(&cfg.state_path).unwrap());
-    let lake = Lake::open(&cfg.store).unwrap();
-    Coordinator::new(store, lake, Arc::new(clock.clone()), cfg).unwrap()
+    let on_pg = cfg.state_postgres.is_some();
+    let file = cfg.state_path.clone();
+    let coord = Coordinator::open(cfg, Arc::new(clock.clone())).unwrap();
+    assert!(
+        !(on_pg && file.exists()),
+        "a coordinator on PostgreSQL created the SQLite file {}",
+        file.display()
+    );
+    coord
 }
 
 /// Serves `coord` on `listener` until the returned switch turns true.
@@ -141,7 +242,8 @@ pub fn serve_coordinator(
 impl Cluster {
     pub async fn start(tokens: Tokens) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = config(dir.path(), tokens);
+        let state = TestState::new();
+        let cfg = config(dir.path(), &state, tokens);
         let clock = ManualClock::new(T0);
         let coord = open_coordinator(cfg, &clock);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -149,6 +251,7 @@ impl Cluster {
         let stop = serve_coordinator(coord.clone(), listener);
         Self {
             dir,
+            state,
             coord,
             clock,
             addr,
@@ -493,10 +596,11 @@ pub fn table_rows(lake: &Path, table: &str, run_id: Option<&str>) -> usize {
 }
 
 /// A coordinator outage: stopping the server and starting a new one on the
-/// same address over the same state file and lake.
+/// same address over the same state and lake.
 impl Cluster {
     /// Stops the coordinator's server (its listener closes at once, open
-    /// connections are told to go away) and closes its state file; the file
+    /// connections are told to go away) and closes its state (the SQLite
+    /// file, or the PostgreSQL connection, handing its lead on); the state
     /// and the lake stay. Until [`Cluster::restart_coordinator`], agents and
     /// workers get "connection refused"; `coord` is a stand-in over an empty
     /// in-memory store meanwhile.
@@ -511,17 +615,21 @@ impl Cluster {
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        // Dropping the last handle closes the state file (and its exclusive lock).
-        let cfg = config(self.dir.path(), Tokens::default());
+        // Dropping the last handle closes the state file (and its exclusive
+        // lock), or releases the PostgreSQL lead.
+        let cfg = CoordinatorConfig {
+            state_postgres: None,
+            ..config(self.dir.path(), &self.state, Tokens::default())
+        };
         let stand_in: Arc<dyn StateStore> = Arc::new(SqliteStore::in_memory().unwrap());
         let lake = Lake::open(&cfg.store).unwrap();
         self.coord = Coordinator::new(stand_in, lake, Arc::new(self.clock.clone()), cfg).unwrap();
     }
 
     /// Starts a new coordinator on the address the old one served, over the
-    /// same state file, lake and clock (after [`Cluster::stop_coordinator`]).
+    /// same state, lake and clock (after [`Cluster::stop_coordinator`]).
     pub async fn restart_coordinator(&mut self, tokens: Tokens) {
-        let cfg = config(self.dir.path(), tokens);
+        let cfg = config(self.dir.path(), &self.state, tokens);
         let coord = open_coordinator(cfg, &self.clock);
         let mut tries = 0;
         let listener = loop {
