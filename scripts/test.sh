@@ -57,6 +57,8 @@ cargo build --workspace --all-targets --locked
 
 echo "== cargo test"
 cargo test --workspace --locked
+# Integration tests again with coordinator state on PostgreSQL (all: `-p benchlake --test …` would rebuild ~80 crates with other features).
+BENCHLAKE_TEST_STATE=postgres cargo test --workspace --locked --test '*'
 
 echo "== end-to-end tests"
 export BENCHLAKE_BIN="$CARGO_TARGET_DIR/debug/benchlake"
