@@ -63,3 +63,8 @@ BENCHLAKE_TEST_STATE=postgres cargo test --workspace --locked --test '*'
 echo "== end-to-end tests"
 export BENCHLAKE_BIN="$CARGO_TARGET_DIR/debug/benchlake"
 python -m pytest -q -p no:cacheprovider tests/e2e
+# The end-to-end tests whose clusters keep state, again on PostgreSQL (a server
+# per test; restarted coordinators take the lead over after a 1 s lease).
+BENCHLAKE_E2E_STATE=postgres python -m pytest -q -p no:cacheprovider \
+  tests/e2e/test_faults.py tests/e2e/test_campaign.py tests/e2e/test_clients.py \
+  tests/e2e/test_replay.py tests/e2e/test_mpirun.py

@@ -93,8 +93,10 @@ max = 64
 class Cluster:
     """Processes of one benchlake cluster on loopback."""
 
-    def __init__(self, tmp: Path, env=None, lake=None):
+    def __init__(self, tmp: Path, env=None, lake=None, state=None):
         self.tmp = tmp
+        # A SQLite file, or a postgres:// URL (BENCHLAKE_E2E_STATE=postgres).
+        self.state = state or str(tmp / "state.db")
         self.port = free_port()
         self.addr = f"127.0.0.1:{self.port}"
         self.lake = lake or str(tmp / "lake")
@@ -120,8 +122,9 @@ class Cluster:
         return p
 
     def coordinator(self):
-        p = self._spawn("coordinator", ["coordinator", "--listen", self.addr, "--state", str(self.tmp / "state.db"),
-                                        "--lake", self.lake])
+        extra = ["--leader-lease-ms", "1000"] if self.state.startswith("postgres://") else []
+        p = self._spawn("coordinator", ["coordinator", "--listen", self.addr, "--state", self.state,
+                                        "--lake", self.lake, *extra])
         self.wait_port()
         return p
 
@@ -234,9 +237,15 @@ class Api:
 
 @pytest.fixture
 def cluster(tmp_path):
-    c = Cluster(tmp_path)
+    """A cluster on SQLite, or with BENCHLAKE_E2E_STATE=postgres on a
+    PostgreSQL server of its own (a restarted coordinator then takes the lead
+    over once the killed one's 1 s lease has ended)."""
+    pg = Postgres(tmp_path) if os.environ.get("BENCHLAKE_E2E_STATE") == "postgres" else None
+    c = Cluster(tmp_path, state=pg.url if pg else None)
     yield c
     c.stop()
+    if pg:
+        pg.stop()
 
 
 def duck_count(lake, table, run_id=None):
