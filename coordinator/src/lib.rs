@@ -399,51 +399,13 @@ impl Coordinator {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let lost_after = cfg.agent_lost_after_ms as i64;
-        let lost = self.store.transact(|tx| {
-            let mut lost = Vec::new();
-            // With the placement index only the rows to write are read: a state
-            // to change, or a stored last-seen more than LAST_SEEN_PERSIST_MS old.
-            let due = tx.placement().map(|v| {
-                v.agents_where(|name, e| {
-                    let last = hb.get(name).copied().unwrap_or(e.stored_heartbeat_ms);
-                    let silent = now - last > lost_after;
-                    (e.state != AgentState::Lost && silent)
-                        || (e.state == AgentState::Lost && !silent)
-                        || last < e.stored_heartbeat_ms
-                        || last - e.stored_heartbeat_ms >= LAST_SEEN_PERSIST_MS
-                })
-            });
-            let rows = match due {
-                Some(names) => {
-                    let mut rows = Vec::with_capacity(names.len());
-                    for n in names {
-                        rows.extend(tx.get_agent(&n)?);
-                    }
-                    rows
-                }
-                None => tx.list_agents()?,
-            };
-            for mut a in rows {
-                let last = hb.get(&a.name).copied().unwrap_or(a.last_heartbeat_ms);
-                let mut changed = last != a.last_heartbeat_ms;
-                a.last_heartbeat_ms = last;
-                let silent = now - last > cfg.agent_lost_after_ms as i64;
-                if a.state != AgentState::Lost && silent {
-                    a.state = AgentState::Lost;
-                    lost.push(a.name.clone());
-                    changed = true;
-                } else if a.state == AgentState::Lost && !silent {
-                    tracing::info!(agent = %a.name, "agent is heartbeating again");
-                    a.state = AgentState::Online;
-                    changed = true;
-                }
-                if changed {
-                    tx.upsert_agent(&a)?;
-                }
-            }
-            Ok(lost)
-        })?;
+        let changes = self
+            .store
+            .transact(|tx| lifecycle::agent::check_liveness(tx, cfg, &hb, now))?;
+        for a in &changes.back {
+            tracing::info!(agent = %a, "agent is heartbeating again");
+        }
+        let lost = changes.lost;
         for a in &lost {
             tracing::warn!(agent = %a, "agent stopped heartbeating; marked LOST");
         }

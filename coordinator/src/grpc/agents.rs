@@ -10,7 +10,7 @@ use crate::auth::identity_of;
 use crate::config::Role;
 use crate::convert;
 use crate::error::CoordError;
-use crate::lifecycle::task;
+use crate::lifecycle::{agent, task};
 use crate::model::*;
 
 #[tonic::async_trait]
@@ -42,33 +42,16 @@ impl AgentService for Svc {
         let catalog = convert::catalog(std::mem::take(&mut r.catalog))?;
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
-        let live_after = now - cfg.agent_lost_after_ms as i64;
         let last_seen = self.0.last_heartbeat(&r.name);
+        // Drain, state, times and credential are the lifecycle's to set.
+        let row = convert::agent_row(&r, catalog.clone(), false, String::new(), now);
+        let who = agent::Registrant {
+            credential: &id.credential,
+            admin: id.role == Role::Admin,
+            last_seen_ms: last_seen,
+        };
         let (fx, drain) = self
-            .tx(|tx| {
-                let prev = tx.get_agent(&r.name)?;
-                // A name held by a live agent is not taken over with another
-                // credential: that would end its tasks and replace its catalog.
-                if let Some(p) = &prev
-                    && !p.credential.is_empty()
-                    && p.credential != id.credential
-                    && id.role != Role::Admin
-                    && p.state != AgentState::Lost
-                    && last_seen.unwrap_or(p.last_heartbeat_ms) >= live_after
-                {
-                    return Err(CoordError::PermissionDenied(format!(
-                        "name: agent '{}' is registered and alive with another credential",
-                        r.name
-                    )));
-                }
-                let drain = prev.as_ref().map(|p| p.drain).unwrap_or(false);
-                let a = convert::agent_row(&r, catalog.clone(), drain, id.credential.clone(), now);
-                tx.upsert_agent(&a)?;
-                // A (re-)registering agent knows none of the tasks leased to an earlier
-                // incarnation: those attempts are over.
-                let fx = task::agent_restarted(tx, &cfg, &r.name, now)?;
-                Ok((fx, drain))
-            })
+            .tx(|tx| agent::register(tx, &cfg, row, &who, now))
             .await?;
         self.0.apply(fx);
         self.0

@@ -7,7 +7,6 @@ use tonic::{Request, Response, Status};
 use super::Svc;
 use crate::auth::require;
 use crate::convert;
-use crate::error::CoordError;
 use crate::model::*;
 
 #[tonic::async_trait]
@@ -54,14 +53,7 @@ impl ClusterService for Svc {
         require(&req, &[])?;
         let r = req.into_inner();
         let a = self
-            .tx(|tx| {
-                let mut a = tx
-                    .get_agent(&r.name)?
-                    .ok_or_else(|| CoordError::NotFound(format!("name: no agent '{}'", r.name)))?;
-                a.drain = !r.undrain;
-                tx.upsert_agent(&a)?;
-                Ok(a)
-            })
+            .tx(|tx| crate::lifecycle::agent::set_drain(tx, &r.name, !r.undrain))
             .await?;
         {
             let mut d = self.0.draining.lock().unwrap_or_else(|p| p.into_inner());

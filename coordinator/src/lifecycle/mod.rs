@@ -8,6 +8,8 @@
 //!   to QUEUED with backoff while attempts remain
 //! - job ([`job`]): `QUEUED → LEASED → DONE | FAILED | CANCELLED`; a retryable
 //!   failure returns it to QUEUED with backoff
+//! - agent ([`agent`]): registration (ONLINE), drain, `ONLINE ⇄ LOST` from
+//!   the heartbeats
 //!
 //! When every task of a run has ended, the run's raw outputs become `ingest`
 //! jobs; when every job has ended, the run's outcome is decided and a `record`
@@ -22,6 +24,7 @@
 //! them to [`Coordinator::apply`] after the commit, never inside the
 //! transaction, so no watcher or worker is woken to read a state that was then
 //! rolled back.
+pub mod agent;
 pub mod job;
 pub mod run;
 pub mod task;

@@ -1120,3 +1120,137 @@ fn a_non_retryable_record_failure_still_fails_the_run() {
         "{r:?}"
     );
 }
+
+fn registrant(credential: &str, last_seen_ms: Option<i64>) -> agent::Registrant<'_> {
+    agent::Registrant {
+        credential,
+        admin: false,
+        last_seen_ms,
+    }
+}
+
+#[test]
+fn registering_keeps_the_drain_flag_and_ends_an_earlier_incarnations_attempts() {
+    let w = World::new();
+    let (r, _) = w.submit(&["a1"]);
+    let t = w.tasks(&r.run_id).remove(0);
+    let now = w.now();
+    let (leased, _) = w.tx(|tx| task::lease(tx, &w.cfg, "a1", now));
+    assert_eq!(leased.unwrap().0.task_id, t.task_id);
+    w.tx(|tx| agent::set_drain(tx, "a1", true));
+    w.clock.advance(5_000);
+    let now = w.now();
+    // a1 restarts: ONLINE again, still draining, its leased attempt is over.
+    let mut row = agent("a1");
+    row.hostname = "new-host".into();
+    row.state = AgentState::Lost;
+    let (fx, drain) = w.tx(|tx| agent::register(tx, &w.cfg, row, &registrant("", None), now));
+    assert!(drain);
+    let a = w.tx(|tx| tx.get_agent("a1")).unwrap();
+    assert_eq!(
+        (
+            a.state,
+            a.drain,
+            a.hostname.as_str(),
+            a.registered_ms,
+            a.last_heartbeat_ms
+        ),
+        (AgentState::Online, true, "new-host", now, now)
+    );
+    let t = w.task(&t.task_id);
+    assert_eq!((t.state, t.attempt), (TaskState::Queued, 2), "{t:?}");
+    assert_eq!(runs(&fx), [r.run_id.as_str()]);
+    // Undrain.
+    let a = w.tx(|tx| agent::set_drain(tx, "a1", false));
+    assert!(!a.drain);
+    let e = w
+        .try_tx(|tx| agent::set_drain(tx, "nobody", true))
+        .unwrap_err();
+    assert!(matches!(e, CoordError::NotFound(_)), "{e}");
+}
+
+#[test]
+fn a_live_agents_name_is_not_taken_with_another_credential() {
+    let w = World::new();
+    let now = w.now();
+    let _ = w.tx(|tx| agent::register(tx, &w.cfg, agent("x1"), &registrant("fp-1", None), now));
+    w.clock.advance(10_000);
+    let now = w.now();
+    // Heard from 10 s ago (lost after 30 s): refused, the row untouched.
+    let e = w
+        .try_tx(|tx| agent::register(tx, &w.cfg, agent("x1"), &registrant("fp-2", Some(T0)), now))
+        .unwrap_err();
+    assert!(matches!(e, CoordError::PermissionDenied(_)), "{e}");
+    assert_eq!(w.tx(|tx| tx.get_agent("x1")).unwrap().credential, "fp-1");
+    // The same credential re-registers; an admin may take the name over.
+    let _ = w.tx(|tx| agent::register(tx, &w.cfg, agent("x1"), &registrant("fp-1", Some(T0)), now));
+    let admin = agent::Registrant {
+        credential: "fp-admin",
+        admin: true,
+        last_seen_ms: Some(now),
+    };
+    let _ = w.tx(|tx| agent::register(tx, &w.cfg, agent("x1"), &admin, now));
+    assert_eq!(
+        w.tx(|tx| tx.get_agent("x1")).unwrap().credential,
+        "fp-admin"
+    );
+    // Silent past agent_lost_after_ms: another credential may have it.
+    w.clock.advance(31_000);
+    let now = w.now();
+    let _ = w.tx(|tx| {
+        agent::register(
+            tx,
+            &w.cfg,
+            agent("x1"),
+            &registrant("fp-3", Some(now - 31_000)),
+            now,
+        )
+    });
+    assert_eq!(w.tx(|tx| tx.get_agent("x1")).unwrap().credential, "fp-3");
+}
+
+#[test]
+fn silent_agents_become_lost_and_come_back_online() {
+    let w = World::new();
+    let mut hb: HashMap<String, i64> = ["a1", "a2", "a3"]
+        .iter()
+        .map(|a| (a.to_string(), T0))
+        .collect();
+    // Nothing to write while everyone is fresh.
+    let now = w.now();
+    let ch = w.tx(|tx| agent::check_liveness(tx, &w.cfg, &hb, now));
+    assert_eq!(ch, agent::LivenessChanges::default());
+    // a1 and a2 heartbeat on; a3 falls silent past 30 s.
+    w.clock.advance(30_001);
+    let now = w.now();
+    hb.insert("a1".into(), now);
+    hb.insert("a2".into(), now - 1_000);
+    let ch = w.tx(|tx| agent::check_liveness(tx, &w.cfg, &hb, now));
+    assert_eq!(ch.lost, ["a3"]);
+    assert!(ch.back.is_empty());
+    // Only a3's row changes: a1's and a2's last-seen lag less than a minute.
+    assert_eq!(ch.written, 1);
+    assert_eq!(
+        w.tx(|tx| tx.get_agent("a3")).unwrap().state,
+        AgentState::Lost
+    );
+    assert_eq!(w.tx(|tx| tx.get_agent("a1")).unwrap().last_heartbeat_ms, T0);
+    // a3 heartbeats again; a minute on, a1's last-seen is persisted.
+    w.clock.advance(30_000);
+    let now = w.now();
+    hb.insert("a1".into(), now);
+    hb.insert("a2".into(), now);
+    hb.insert("a3".into(), now);
+    let ch = w.tx(|tx| agent::check_liveness(tx, &w.cfg, &hb, now));
+    assert_eq!(
+        (ch.lost.len(), ch.back.as_slice()),
+        (0, &["a3".to_string()][..])
+    );
+    assert_eq!(ch.written, 3);
+    let a3 = w.tx(|tx| tx.get_agent("a3")).unwrap();
+    assert_eq!((a3.state, a3.last_heartbeat_ms), (AgentState::Online, now));
+    assert_eq!(
+        w.tx(|tx| tx.get_agent("a1")).unwrap().last_heartbeat_ms,
+        now
+    );
+}
