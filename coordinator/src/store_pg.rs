@@ -175,32 +175,32 @@ fn unreachable_runtime() -> ! {
 }
 
 impl Client {
+    /// Runs `f` with `prelude` (simple-query text: `BEGIN`, the fence check)
+    /// sent ahead of it in the same flight: one round trip for both. The
+    /// prelude's outcome comes back beside `f`'s.
+    #[allow(clippy::type_complexity)]
+    fn pipelined<T: Send>(
+        &self,
+        prelude: Option<&str>,
+        f: impl std::future::Future<Output = Result<T, tokio_postgres::Error>> + Send,
+    ) -> (
+        Option<Result<Vec<SimpleQueryMessage>, tokio_postgres::Error>>,
+        Result<T, tokio_postgres::Error>,
+    ) {
+        match prelude {
+            None => (None, self.wait(f)),
+            Some(sql) => {
+                // join! polls (and so sends) the prelude first.
+                let (a, b) = self.wait(async { futures::join!(self.client.simple_query(sql), f) });
+                (Some(a), b)
+            }
+        }
+    }
     pub(crate) fn is_closed(&self) -> bool {
         self.client.is_closed()
     }
     pub(crate) fn prepare(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
         self.wait(self.client.prepare(sql))
-    }
-    pub(crate) fn execute(
-        &self,
-        st: &Statement,
-        p: &[P<'_>],
-    ) -> Result<u64, tokio_postgres::Error> {
-        self.wait(self.client.execute(st, p))
-    }
-    pub(crate) fn query(
-        &self,
-        st: &Statement,
-        p: &[P<'_>],
-    ) -> Result<Vec<Row>, tokio_postgres::Error> {
-        self.wait(self.client.query(st, p))
-    }
-    pub(crate) fn query_opt(
-        &self,
-        st: &Statement,
-        p: &[P<'_>],
-    ) -> Result<Option<Row>, tokio_postgres::Error> {
-        self.wait(self.client.query_opt(st, p))
     }
     pub(crate) fn query_sql(
         &self,
@@ -211,12 +211,6 @@ impl Client {
     }
     pub(crate) fn batch_execute(&self, sql: &str) -> Result<(), tokio_postgres::Error> {
         self.wait(self.client.batch_execute(sql))
-    }
-    pub(crate) fn simple_query(
-        &self,
-        sql: &str,
-    ) -> Result<Vec<SimpleQueryMessage>, tokio_postgres::Error> {
-        self.wait(self.client.simple_query(sql))
     }
 }
 
@@ -406,42 +400,22 @@ impl PgStore {
         let fence = self.fence.read().unwrap_or_else(|p| p.into_inner()).clone();
         let mut g = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         let conn = self.conn_of(&mut g)?;
-        match &fence {
-            None => conn.client.batch_execute("BEGIN")?,
-            Some(fence) => {
-                // BEGIN and the fence check in one round trip.
-                let msgs = conn.client.simple_query(
-                    "BEGIN; SELECT holder, token FROM leader WHERE id = 1 FOR SHARE",
-                )?;
-                let row = msgs.iter().find_map(|m| match m {
-                    SimpleQueryMessage::Row(r) => Some(r),
-                    _ => None,
-                });
-                let (holder, token) = match row {
-                    Some(r) => (
-                        r.get(0).unwrap_or_default().to_string(),
-                        r.get(1).and_then(|t| t.parse::<i64>().ok()).unwrap_or(-1),
-                    ),
-                    None => (String::new(), -1),
-                };
-                if holder != fence.holder || token != fence.token {
-                    let _ = conn.client.batch_execute("ROLLBACK");
-                    self.fenced.notify_one();
-                    return Err(CoordError::Fenced(format!(
-                        "this coordinator is no longer the leader: its fencing token is {} \
-                         and the state database's is {token} (held by {holder}); the write was refused",
-                        fence.token
-                    )));
-                }
-            }
-        }
+        // BEGIN goes out with the first statement and the fence check with
+        // the first write (see `PgTx::prelude`): a transaction costs no
+        // round trip of its own besides COMMIT.
         let mut t = PgTx {
             conn,
             placement: &self.placement,
             pending: Pending::default(),
+            fence: fence.as_ref(),
+            fenced: &self.fenced,
+            begun: false,
+            fence_checked: false,
         };
         let out = f(&mut t).and_then(|()| {
-            t.conn.client.batch_execute("COMMIT")?;
+            if t.begun {
+                t.conn.client.batch_execute("COMMIT")?;
+            }
             Ok(())
         });
         match &out {
@@ -455,7 +429,7 @@ impl PgStore {
                         .apply(std::mem::take(&mut t.pending));
                 }
             }
-            Err(_) => {
+            Err(_) if t.begun => {
                 if let Err(e) = t.conn.client.batch_execute("ROLLBACK") {
                     // The connection is unusable: drop it, the next
                     // transaction reconnects.
@@ -463,6 +437,7 @@ impl PgStore {
                     *g = None;
                 }
             }
+            Err(_) => {}
         }
         out
     }
@@ -583,7 +558,16 @@ struct PgTx<'a> {
     conn: &'a mut Conn,
     placement: &'a SharedPlacement,
     pending: Pending,
+    /// This coordinator's lead, when it leads.
+    fence: Option<&'a Fence>,
+    fenced: &'a tokio::sync::Notify,
+    /// Whether BEGIN has gone out.
+    begun: bool,
+    /// Whether the fence row is held FOR SHARE by this transaction.
+    fence_checked: bool,
 }
+
+const FENCE_SQL: &str = "SELECT holder, token FROM leader WHERE id = 1 FOR SHARE";
 
 type P<'a> = &'a (dyn ToSql + Sync);
 
@@ -596,17 +580,86 @@ impl PgTx<'_> {
         self.conn.stmts.insert(sql.to_string(), s.clone());
         Ok(s)
     }
+    /// What must go out ahead of the next statement: BEGIN before the
+    /// first, and before the first write the fence check, which holds the
+    /// leader row FOR SHARE until COMMIT. Reads before it are safe: a
+    /// takeover that committed before the check makes the check fail (and
+    /// the whole transaction roll back); one after it waits for our COMMIT.
+    /// A read-only transaction never locks the row.
+    fn prelude(&mut self, write: bool) -> (Option<String>, bool) {
+        let fence = write && self.fence.is_some() && !self.fence_checked;
+        let mut parts = Vec::new();
+        if !self.begun {
+            parts.push("BEGIN");
+        }
+        if fence {
+            parts.push(FENCE_SQL);
+        }
+        self.begun = true;
+        self.fence_checked |= fence;
+        ((!parts.is_empty()).then(|| parts.join("; ")), fence)
+    }
+
+    /// Checks the prelude's outcome: an error, or a fence row that is no
+    /// longer ours (then the statement that went with it is rolled back).
+    fn after_prelude(
+        &self,
+        out: Option<std::result::Result<Vec<SimpleQueryMessage>, tokio_postgres::Error>>,
+        fenced: bool,
+    ) -> Result<()> {
+        let Some(out) = out else { return Ok(()) };
+        let msgs = out?;
+        let (Some(fence), true) = (self.fence, fenced) else {
+            return Ok(());
+        };
+        let row = msgs.iter().find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        });
+        let (holder, token) = match row {
+            Some(r) => (
+                r.get(0).unwrap_or_default().to_string(),
+                r.get(1).and_then(|t| t.parse::<i64>().ok()).unwrap_or(-1),
+            ),
+            None => (String::new(), -1),
+        };
+        if holder != fence.holder || token != fence.token {
+            self.fenced.notify_one();
+            return Err(CoordError::Fenced(format!(
+                "this coordinator is no longer the leader: its fencing token is {} \
+                 and the state database's is {token} (held by {holder}); the write was refused",
+                fence.token
+            )));
+        }
+        Ok(())
+    }
+
     fn exec(&mut self, sql: &str, p: &[P<'_>]) -> Result<u64> {
         let st = self.stmt(sql)?;
-        Ok(self.conn.client.execute(&st, p)?)
+        let (pre, fenced) = self.prelude(true);
+        let c = &self.conn.client;
+        let (pr, r) = c.pipelined(pre.as_deref(), c.client.execute(&st, p));
+        self.after_prelude(pr, fenced)?;
+        Ok(r?)
     }
     fn rows(&mut self, sql: &str, p: &[P<'_>]) -> Result<Vec<Row>> {
         let st = self.stmt(sql)?;
-        Ok(self.conn.client.query(&st, p)?)
+        let (pre, _) = self.prelude(false);
+        let c = &self.conn.client;
+        let (pr, r) = c.pipelined(pre.as_deref(), c.client.query(&st, p));
+        self.after_prelude(pr, false)?;
+        Ok(r?)
+    }
+    fn row_opt(&mut self, sql: &str, p: &[P<'_>]) -> Result<Option<Row>> {
+        let st = self.stmt(sql)?;
+        let (pre, _) = self.prelude(false);
+        let c = &self.conn.client;
+        let (pr, r) = c.pipelined(pre.as_deref(), c.client.query_opt(&st, p));
+        self.after_prelude(pr, false)?;
+        Ok(r?)
     }
     fn one<T: serde::de::DeserializeOwned>(&mut self, sql: &str, p: &[P<'_>]) -> Result<Option<T>> {
-        let st = self.stmt(sql)?;
-        match self.conn.client.query_opt(&st, p)? {
+        match self.row_opt(sql, p)? {
             Some(r) => Ok(Some(dec(r.get(0))?)),
             None => Ok(None),
         }
@@ -618,13 +671,7 @@ impl PgTx<'_> {
             .collect()
     }
     fn count(&mut self, sql: &str, p: &[P<'_>]) -> Result<u64> {
-        let st = self.stmt(sql)?;
-        let n: i64 = self
-            .conn
-            .client
-            .query_opt(&st, p)?
-            .map(|r| r.get(0))
-            .unwrap_or(0);
+        let n: i64 = self.row_opt(sql, p)?.map(|r| r.get(0)).unwrap_or(0);
         Ok(n.max(0) as u64)
     }
 }
@@ -966,11 +1013,12 @@ impl Tx for PgTx<'_> {
         Ok(())
     }
     fn job_group(&mut self, job_id: &str) -> Result<(Option<String>, Option<String>)> {
-        let st = self.stmt("SELECT grp, wait_for FROM jobs WHERE job_id=$1")?;
-        Ok(match self.conn.client.query_opt(&st, &[&job_id])? {
-            Some(r) => (r.get(0), r.get(1)),
-            None => (None, None),
-        })
+        Ok(
+            match self.row_opt("SELECT grp, wait_for FROM jobs WHERE job_id=$1", &[&job_id])? {
+                Some(r) => (r.get(0), r.get(1)),
+                None => (None, None),
+            },
+        )
     }
     fn open_jobs_in_group(&mut self, run_id: &str, group: &str) -> Result<u64> {
         self.count(
@@ -993,8 +1041,9 @@ impl Tx for PgTx<'_> {
         )
     }
     fn get_meta(&mut self, key: &str) -> Result<Option<String>> {
-        let st = self.stmt("SELECT v FROM meta WHERE k=$1")?;
-        Ok(self.conn.client.query_opt(&st, &[&key])?.map(|r| r.get(0)))
+        Ok(self
+            .row_opt("SELECT v FROM meta WHERE k=$1", &[&key])?
+            .map(|r| r.get(0)))
     }
     fn set_meta(&mut self, key: &str, value: &str) -> Result<()> {
         self.exec(

@@ -543,6 +543,11 @@ fn postgres_conforms_and_fences_an_old_leader() {
         "{err}"
     );
     assert!(err.to_string().contains("no longer the leader"), "{err}");
+    // Reads take no lock and need no lead: the old leader may still read.
+    assert_eq!(
+        ds.transact(|tx| tx.get_meta("written_by")).unwrap().as_deref(),
+        Some("c1")
+    );
     let s2 = PgStore::open(&url).unwrap();
     s2.set_fence(Fence {
         holder: e2.holder().to_string(),
@@ -599,6 +604,8 @@ fn postgres_a_leader_frozen_mid_transaction_does_not_block_the_takeover() {
         let s = s.clone();
         std::thread::spawn(move || {
             (s.as_ref() as &dyn StateStore).transact(|tx| {
+                // The first write takes the leader row FOR SHARE.
+                tx.set_meta("early", "c1")?;
                 std::thread::sleep(std::time::Duration::from_millis(1_500));
                 tx.set_meta("late", "c1")
             })
@@ -625,6 +632,12 @@ fn postgres_a_leader_frozen_mid_transaction_does_not_block_the_takeover() {
     assert!(
         (&check as &dyn StateStore)
             .transact(|tx| tx.get_meta("late"))
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        (&check as &dyn StateStore)
+            .transact(|tx| tx.get_meta("early"))
             .unwrap()
             .is_none()
     );
