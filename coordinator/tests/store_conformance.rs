@@ -545,7 +545,9 @@ fn postgres_conforms_and_fences_an_old_leader() {
     assert!(err.to_string().contains("no longer the leader"), "{err}");
     // Reads take no lock and need no lead: the old leader may still read.
     assert_eq!(
-        ds.transact(|tx| tx.get_meta("written_by")).unwrap().as_deref(),
+        ds.transact(|tx| tx.get_meta("written_by"))
+            .unwrap()
+            .as_deref(),
         Some("c1")
     );
     let s2 = PgStore::open(&url).unwrap();
