@@ -650,13 +650,9 @@ impl PgTx<'_> {
         self.after_prelude(pr, false)?;
         Ok(r?)
     }
+    /// The first row (the queries are by key, `LIMIT 1` or an aggregate).
     fn row_opt(&mut self, sql: &str, p: &[P<'_>]) -> Result<Option<Row>> {
-        let st = self.stmt(sql)?;
-        let (pre, _) = self.prelude(false);
-        let c = &self.conn.client;
-        let (pr, r) = c.pipelined(pre.as_deref(), c.client.query_opt(&st, p));
-        self.after_prelude(pr, false)?;
-        Ok(r?)
+        Ok(self.rows(sql, p)?.into_iter().next())
     }
     fn one<T: serde::de::DeserializeOwned>(&mut self, sql: &str, p: &[P<'_>]) -> Result<Option<T>> {
         match self.row_opt(sql, p)? {
