@@ -138,7 +138,12 @@ async fn one_channel_over_a_list_follows_the_coordinator_that_listens() {
 async fn a_list_with_nothing_listening_names_every_address() {
     let (a, b, c) = (dead_addr().await, dead_addr().await, dead_addr().await);
     let list = format!("{a},http://{b},{c}");
-    let ch = channel_with(&list, &ClientTls::default()).unwrap();
+    let ch = benchlake_proto::client::channel_with_wait(
+        &list,
+        &ClientTls::default(),
+        Duration::from_millis(300),
+    )
+    .unwrap();
     let e = pb::cluster_service_client::ClusterServiceClient::new(ch)
         .list_agents(pb::ListAgentsRequest {})
         .await

@@ -24,8 +24,15 @@ use benchlake_core::jobs::{JobResult, RECORD_JOB};
 use crate::lifecycle::{Effects, job};
 use crate::model::*;
 
-/// Commits `req`'s staged files; returns the final keys.
-pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<Vec<String>> {
+/// Commits `req`'s staged files; returns the final keys. `holds` refuses a
+/// caller that may not act on the job (another worker's lease); it is checked
+/// in every transaction that reads the lease, and before any staged object is
+/// read.
+pub async fn commit_job(
+    c: &Coordinator,
+    req: pb::CompleteJobRequest,
+    holds: &(dyn Fn(&JobRow) -> Result<()> + Sync),
+) -> Result<Vec<String>> {
     if req.files.len() > 10_000 {
         return Err(CoordError::invalid("files", "more than 10000 staged files"));
     }
@@ -58,6 +65,10 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
             "result_json.follow_ups",
             "more than 10000",
         ));
+    }
+    if !req.files.is_empty() {
+        c.db(|tx| holds(&job::leased(tx, &req.job_id, &req.lease_id)?))
+            .await?;
     }
     // Every staged object is checked before anything is recorded: a worker
     // cannot commit bytes that readers of the table would choke on.
@@ -97,10 +108,11 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
         let done = c
             .db(|tx| {
                 let j = job::leased(tx, &req.job_id, &req.lease_id)?;
+                holds(&j)?;
                 if !j.committed_keys.is_empty() {
                     return Ok(None);
                 }
-                record(tx, &cfg, &req, &result, &[], &[], &[], now).map(Some)
+                record(tx, &cfg, &req, &result, &[], &[], &[], now, holds).map(Some)
             })
             .await?;
         if let Some(done) = done {
@@ -113,6 +125,7 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
     let (job, pairs, stale) = c
         .db(|tx| {
             let mut j = job::leased(tx, &req.job_id, &req.lease_id)?;
+            holds(&j)?;
             let staging = layout::staging_prefix(&j.job_id, j.attempt)?;
             let mut pairs = Vec::new();
             let mut finals = BTreeSet::new();
@@ -172,7 +185,7 @@ pub async fn commit_job(c: &Coordinator, req: pb::CompleteJobRequest) -> Result<
     let cfg = c.cfg.clone();
     let done = c
         .store
-        .transact(|tx| record(tx, &cfg, &req, &result, &pairs, &sizes, &stale, now))?;
+        .transact(|tx| record(tx, &cfg, &req, &result, &pairs, &sizes, &stale, now, holds))?;
 
     // 5. Staging is only garbage now (a job that staged nothing left none).
     if !req.files.is_empty()
@@ -199,8 +212,10 @@ fn record(
     sizes: &[u64],
     stale: &[String],
     now: i64,
+    holds: &(dyn Fn(&JobRow) -> Result<()> + Sync),
 ) -> Result<Done> {
     let j = job::leased(tx, &req.job_id, &req.lease_id)?;
+    holds(&j)?;
     let worker = j.leased_by.clone().unwrap_or_default();
     for k in stale {
         tx.delete_committed(k)?;

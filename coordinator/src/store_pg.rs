@@ -8,16 +8,23 @@
 //! Each transaction runs off the async threads ([`off_runtime`]) because every
 //! statement is a network round trip.
 //!
-//! Fencing: once this coordinator leads, every transaction first reads the
-//! leader row `FOR SHARE` in the same round trip as its `BEGIN` and is refused
-//! ([`CoordError::Fenced`]) when the row's token is no longer ours. A takeover
-//! must update that row, so it waits for our open transaction and every later
-//! one of ours fails: a late write of an old leader never lands.
+//! Round trips: a transaction's writes are not sent when made but queued, and
+//! go out in one flight with its next read or with its COMMIT, after `BEGIN`
+//! and the fence check ([`PgTx::flight`]); nothing reads a write's outcome but
+//! its error, which fails the transaction as before.
+//!
+//! Fencing: once this coordinator leads, a transaction's first write is
+//! preceded by `benchlake_fence(holder, token)`, which locks the leader row
+//! `FOR SHARE` and raises an error (aborting the transaction, writes and
+//! COMMIT of the same flight included) when the row's token is no longer
+//! ours ([`CoordError::Fenced`]). A takeover must update that row, so it waits
+//! for our open transaction and every later one of ours fails: a late write
+//! of an old leader never lands.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{NoTls, Row, SimpleQueryMessage, Statement};
+use tokio_postgres::{NoTls, Row, Statement};
 
 use crate::error::{CoordError, Result};
 use crate::model::*;
@@ -63,6 +70,23 @@ CREATE TABLE leader (
   id INTEGER PRIMARY KEY CHECK (id = 1), holder TEXT NOT NULL, token BIGINT NOT NULL,
   expires_ms BIGINT NOT NULL);
 INSERT INTO leader(id, holder, token, expires_ms) VALUES (1, '', 0, 0);
+"#,
+    // 2: the fence check as a statement that fails, so the writes and the
+    // COMMIT sent in the same flight as it are rolled back by the server
+    // itself when this coordinator no longer leads (a SELECT that returned
+    // the row would let them commit before the client read it).
+    r#"
+CREATE OR REPLACE FUNCTION benchlake_fence(h TEXT, t BIGINT) RETURNS BIGINT
+LANGUAGE plpgsql AS $$
+DECLARE cur_h TEXT; cur_t BIGINT;
+BEGIN
+  SELECT holder, token INTO cur_h, cur_t FROM leader WHERE id = 1 FOR SHARE;
+  IF cur_h IS DISTINCT FROM h OR cur_t IS DISTINCT FROM t THEN
+    RAISE EXCEPTION 'the state database''s fencing token is % (held by %), not %', cur_t, cur_h, t
+      USING ERRCODE = 'BLF01';
+  END IF;
+  RETURN t;
+END $$;
 "#,
 ];
 
@@ -175,27 +199,6 @@ fn unreachable_runtime() -> ! {
 }
 
 impl Client {
-    /// Runs `f` with `prelude` (simple-query text: `BEGIN`, the fence check)
-    /// sent ahead of it in the same flight: one round trip for both. The
-    /// prelude's outcome comes back beside `f`'s.
-    #[allow(clippy::type_complexity)]
-    fn pipelined<T: Send>(
-        &self,
-        prelude: Option<&str>,
-        f: impl std::future::Future<Output = Result<T, tokio_postgres::Error>> + Send,
-    ) -> (
-        Option<Result<Vec<SimpleQueryMessage>, tokio_postgres::Error>>,
-        Result<T, tokio_postgres::Error>,
-    ) {
-        match prelude {
-            None => (None, self.wait(f)),
-            Some(sql) => {
-                // join! polls (and so sends) the prelude first.
-                let (a, b) = self.wait(async { futures::join!(self.client.simple_query(sql), f) });
-                (Some(a), b)
-            }
-        }
-    }
     pub(crate) fn is_closed(&self) -> bool {
         self.client.is_closed()
     }
@@ -411,13 +414,10 @@ impl PgStore {
             fenced: &self.fenced,
             begun: false,
             fence_checked: false,
+            queued: Vec::new(),
+            aborted: false,
         };
-        let out = f(&mut t).and_then(|()| {
-            if t.begun {
-                t.conn.client.batch_execute("COMMIT")?;
-            }
-            Ok(())
-        });
+        let out = f(&mut t).and_then(|()| t.commit());
         match &out {
             Ok(()) => {
                 if !t.pending.is_empty() {
@@ -565,11 +565,87 @@ struct PgTx<'a> {
     begun: bool,
     /// Whether the fence row is held FOR SHARE by this transaction.
     fence_checked: bool,
+    /// Writes not sent yet: they go out in one flight with the next read or
+    /// with COMMIT (nothing reads their outcome but the error).
+    queued: Vec<Queued>,
+    /// A statement failed: the server has aborted the transaction, so it
+    /// must not be reported committed.
+    aborted: bool,
 }
 
-const FENCE_SQL: &str = "SELECT holder, token FROM leader WHERE id = 1 FOR SHARE";
+fn aborted() -> CoordError {
+    CoordError::Store {
+        message: "the transaction was aborted by an earlier failed statement".into(),
+        retryable: false,
+    }
+}
+
+/// A deferred write: its statement and its parameters, owned.
+struct Queued {
+    st: Statement,
+    params: Vec<Owned>,
+}
+
+type Owned = Box<dyn ToSql + Sync + Send>;
+
+/// Owned statement parameters.
+macro_rules! params {
+    ($($v:expr),* $(,)?) => { vec![$(Box::new($v) as Owned),*] };
+}
+
+/// Raises SQLSTATE `BLF01` (and so aborts the transaction) unless the
+/// leader row is held by `$1` with token `$2`; locks the row FOR SHARE
+/// until the transaction ends (migration 2).
+const FENCE_SQL: &str = "SELECT benchlake_fence($1, $2)";
+const FENCE_SQLSTATE: &str = "BLF01";
 
 type P<'a> = &'a (dyn ToSql + Sync);
+
+/// The statement that ends a flight.
+enum Last<'p> {
+    /// A read: its rows come back.
+    Query(Statement, &'p [P<'p>]),
+    /// A write whose affected row count is needed.
+    Exec(Statement, &'p [P<'p>]),
+    /// The end of the transaction.
+    Commit,
+}
+
+/// What one member of a flight returned.
+enum Reply {
+    Rows(Vec<Row>),
+    Count(u64),
+    Done,
+}
+
+type Member<'f> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Reply, tokio_postgres::Error>> + Send + 'f>,
+>;
+
+/// Awaits every member, polling them first in order, so their messages go
+/// out in that order in one write (the server runs them in it).
+async fn in_order(mut members: Vec<Member<'_>>) -> Vec<Result<Reply, tokio_postgres::Error>> {
+    let mut outs: Vec<Option<Result<Reply, tokio_postgres::Error>>> =
+        members.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut waiting = false;
+        for (m, o) in members.iter_mut().zip(outs.iter_mut()) {
+            if o.is_none() {
+                match m.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => *o = Some(v),
+                    std::task::Poll::Pending => waiting = true,
+                }
+            }
+        }
+        if waiting {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    outs.into_iter().flatten().collect()
+}
 
 impl PgTx<'_> {
     fn stmt(&mut self, sql: &str) -> Result<Statement> {
@@ -580,75 +656,132 @@ impl PgTx<'_> {
         self.conn.stmts.insert(sql.to_string(), s.clone());
         Ok(s)
     }
-    /// What must go out ahead of the next statement: BEGIN before the
-    /// first, and before the first write the fence check, which holds the
-    /// leader row FOR SHARE until COMMIT. Reads before it are safe: a
-    /// takeover that committed before the check makes the check fail (and
-    /// the whole transaction roll back); one after it waits for our COMMIT.
-    /// A read-only transaction never locks the row.
-    fn prelude(&mut self, write: bool) -> (Option<String>, bool) {
-        let fence = write && self.fence.is_some() && !self.fence_checked;
-        let mut parts = Vec::new();
-        if !self.begun {
-            parts.push("BEGIN");
+
+    /// Queues a write for the next flight.
+    fn defer(&mut self, sql: &str, params: Vec<Owned>) -> Result<()> {
+        if self.aborted {
+            return Err(aborted());
         }
-        if fence {
-            parts.push(FENCE_SQL);
-        }
-        self.begun = true;
-        self.fence_checked |= fence;
-        ((!parts.is_empty()).then(|| parts.join("; ")), fence)
+        let st = self.stmt(sql)?;
+        self.queued.push(Queued { st, params });
+        Ok(())
     }
 
-    /// Checks the prelude's outcome: an error, or a fence row that is no
-    /// longer ours (then the statement that went with it is rolled back).
-    fn after_prelude(
-        &self,
-        out: Option<std::result::Result<Vec<SimpleQueryMessage>, tokio_postgres::Error>>,
-        fenced: bool,
-    ) -> Result<()> {
-        let Some(out) = out else { return Ok(()) };
-        let msgs = out?;
-        let (Some(fence), true) = (self.fence, fenced) else {
-            return Ok(());
-        };
-        let row = msgs.iter().find_map(|m| match m {
-            SimpleQueryMessage::Row(r) => Some(r),
-            _ => None,
-        });
-        let (holder, token) = match row {
-            Some(r) => (
-                r.get(0).unwrap_or_default().to_string(),
-                r.get(1).and_then(|t| t.parse::<i64>().ok()).unwrap_or(-1),
-            ),
-            None => (String::new(), -1),
-        };
-        if holder != fence.holder || token != fence.token {
-            self.fenced.notify_one();
-            return Err(CoordError::Fenced(format!(
-                "this coordinator is no longer the leader: its fencing token is {} \
-                 and the state database's is {token} (held by {holder}); the write was refused",
-                fence.token
-            )));
+    /// Sends, in one round trip: BEGIN before the transaction's first
+    /// statement; the fence check before its first write (it holds the
+    /// leader row FOR SHARE until the end: reads before it are safe, since a
+    /// takeover that committed before the check makes the check fail, and one
+    /// after it waits for our COMMIT; a read-only transaction never locks the
+    /// row); the queued writes; then `last`. The first failure is returned,
+    /// and the transaction is then aborted on the server.
+    fn flight(&mut self, last: Last<'_>) -> Result<Reply> {
+        if self.aborted {
+            return Err(aborted());
         }
-        Ok(())
+        let writes = std::mem::take(&mut self.queued);
+        if matches!(last, Last::Commit) && !self.begun && writes.is_empty() {
+            return Ok(Reply::Done);
+        }
+        let writing = !writes.is_empty() || matches!(last, Last::Exec(..));
+        let fence = match self.fence {
+            Some(f) if writing && !self.fence_checked => {
+                Some((self.stmt(FENCE_SQL)?, f.holder.clone(), f.token))
+            }
+            _ => None,
+        };
+        let begin = !self.begun;
+        self.begun = true;
+        self.fence_checked |= fence.is_some();
+
+        let refs: Vec<(&Statement, Vec<P<'_>>)> = writes
+            .iter()
+            .map(|q| {
+                (
+                    &q.st,
+                    q.params.iter().map(|b| b.as_ref() as P<'_>).collect(),
+                )
+            })
+            .collect();
+        let cl = &self.conn.client.client;
+        let mut members: Vec<Member<'_>> = Vec::with_capacity(refs.len() + 3);
+        if begin {
+            members.push(Box::pin(async move {
+                cl.batch_execute("BEGIN").await.map(|()| Reply::Done)
+            }));
+        }
+        let fence_at = fence.as_ref().map(|_| members.len());
+        if let Some((st, holder, token)) = &fence {
+            members.push(Box::pin(async move {
+                cl.execute(st, &[holder, token]).await.map(Reply::Count)
+            }));
+        }
+        for (st, p) in &refs {
+            members.push(Box::pin(async move {
+                cl.execute(*st, p).await.map(Reply::Count)
+            }));
+        }
+        members.push(match last {
+            Last::Query(st, p) => Box::pin(async move { cl.query(&st, p).await.map(Reply::Rows) }),
+            Last::Exec(st, p) => {
+                Box::pin(async move { cl.execute(&st, p).await.map(Reply::Count) })
+            }
+            Last::Commit => {
+                Box::pin(async move { cl.batch_execute("COMMIT").await.map(|()| Reply::Done) })
+            }
+        });
+        let outs = self.conn.client.wait(in_order(members));
+        let n = outs.len();
+        let mut last_out = None;
+        for (i, o) in outs.into_iter().enumerate() {
+            match o {
+                Ok(r) if i + 1 == n => last_out = Some(r),
+                Ok(_) => {}
+                Err(e) => {
+                    self.aborted = true;
+                    if Some(i) == fence_at || e.code().is_some_and(|c| c.code() == FENCE_SQLSTATE) {
+                        return Err(self.refused(e));
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
+        last_out.ok_or_else(|| CoordError::Setup("state database flight returned nothing".into()))
+    }
+
+    /// The error of a fence check that failed: refused for a stale token
+    /// (and the coordinator told to stop serving), or the failure itself.
+    fn refused(&self, e: tokio_postgres::Error) -> CoordError {
+        match (self.fence, e.as_db_error()) {
+            (Some(f), Some(d)) if d.code().code() == FENCE_SQLSTATE => {
+                self.fenced.notify_one();
+                CoordError::Fenced(format!(
+                    "this coordinator is no longer the leader: {} (its own is {}); the write was refused",
+                    d.message(),
+                    f.token
+                ))
+            }
+            _ => CoordError::from(e),
+        }
+    }
+
+    /// Ends the transaction: the queued writes and COMMIT in one flight.
+    fn commit(&mut self) -> Result<()> {
+        self.flight(Last::Commit).map(|_| ())
     }
 
     fn exec(&mut self, sql: &str, p: &[P<'_>]) -> Result<u64> {
         let st = self.stmt(sql)?;
-        let (pre, fenced) = self.prelude(true);
-        let c = &self.conn.client;
-        let (pr, r) = c.pipelined(pre.as_deref(), c.client.execute(&st, p));
-        self.after_prelude(pr, fenced)?;
-        Ok(r?)
+        match self.flight(Last::Exec(st, p))? {
+            Reply::Count(n) => Ok(n),
+            _ => Ok(0),
+        }
     }
     fn rows(&mut self, sql: &str, p: &[P<'_>]) -> Result<Vec<Row>> {
         let st = self.stmt(sql)?;
-        let (pre, _) = self.prelude(false);
-        let c = &self.conn.client;
-        let (pr, r) = c.pipelined(pre.as_deref(), c.client.query(&st, p));
-        self.after_prelude(pr, false)?;
-        Ok(r?)
+        match self.flight(Last::Query(st, p))? {
+            Reply::Rows(r) => Ok(r),
+            _ => Ok(Vec::new()),
+        }
     }
     /// The first row (the queries are by key, `LIMIT 1` or an aggregate).
     fn row_opt(&mut self, sql: &str, p: &[P<'_>]) -> Result<Option<Row>> {
@@ -674,25 +807,25 @@ impl PgTx<'_> {
 
 impl Tx for PgTx<'_> {
     fn insert_run(&mut self, r: &RunRow) -> Result<()> {
-        self.exec(
+        self.defer(
             "INSERT INTO runs(run_id, state, schedule_id, benchmark, submitted_ms, idem_key, data)
              VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            &[
-                &r.run_id,
-                &r.state.as_str(),
-                &r.schedule_id,
-                &r.benchmark,
-                &r.submitted_at_ms,
-                &r.idempotency_key,
-                &enc(r)?,
+            params![
+                r.run_id.clone(),
+                r.state.as_str(),
+                r.schedule_id.clone(),
+                r.benchmark.clone(),
+                r.submitted_at_ms,
+                r.idempotency_key.clone(),
+                enc(r)?
             ],
         )?;
         Ok(())
     }
     fn update_run(&mut self, r: &RunRow) -> Result<()> {
-        self.exec(
+        self.defer(
             "UPDATE runs SET state=$2, data=$3 WHERE run_id=$1",
-            &[&r.run_id, &r.state.as_str(), &enc(r)?],
+            params![r.run_id.clone(), r.state.as_str(), enc(r)?],
         )?;
         Ok(())
     }
@@ -740,34 +873,26 @@ impl Tx for PgTx<'_> {
     }
 
     fn insert_task(&mut self, t: &TaskRow) -> Result<()> {
-        self.exec(
+        self.defer(
             "INSERT INTO tasks(task_id, run_id, agent, state, not_before_ms, lease_expires_ms, data)
              VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            &[
-                &t.task_id,
-                &t.run_id,
-                &t.agent,
-                &t.state.as_str(),
-                &t.not_before_ms,
-                &t.lease_expires_ms,
-                &enc(t)?,
-            ],
+            params![t.task_id.clone(), t.run_id.clone(), t.agent.clone(), t.state.as_str(), t.not_before_ms, t.lease_expires_ms, enc(t)?],
         )?;
         let base = self.placement.read().unwrap_or_else(|p| p.into_inner());
         self.pending.task_written(&base, t);
         Ok(())
     }
     fn update_task(&mut self, t: &TaskRow) -> Result<()> {
-        self.exec(
+        self.defer(
             "UPDATE tasks SET agent=$2, state=$3, not_before_ms=$4, lease_expires_ms=$5, data=$6
              WHERE task_id=$1",
-            &[
-                &t.task_id,
-                &t.agent,
-                &t.state.as_str(),
-                &t.not_before_ms,
-                &t.lease_expires_ms,
-                &enc(t)?,
+            params![
+                t.task_id.clone(),
+                t.agent.clone(),
+                t.state.as_str(),
+                t.not_before_ms,
+                t.lease_expires_ms,
+                enc(t)?
             ],
         )?;
         let base = self.placement.read().unwrap_or_else(|p| p.into_inner());
@@ -808,32 +933,17 @@ impl Tx for PgTx<'_> {
     }
 
     fn insert_job(&mut self, j: &JobRow) -> Result<()> {
-        self.exec(
+        self.defer(
             "INSERT INTO jobs(job_id, run_id, kind, state, not_before_ms, lease_expires_ms, created_ms, data)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            &[
-                &j.job_id,
-                &j.run_id,
-                &j.kind,
-                &j.state.as_str(),
-                &j.not_before_ms,
-                &j.lease_expires_ms,
-                &j.created_ms,
-                &enc(j)?,
-            ],
+            params![j.job_id.clone(), j.run_id.clone(), j.kind.clone(), j.state.as_str(), j.not_before_ms, j.lease_expires_ms, j.created_ms, enc(j)?],
         )?;
         Ok(())
     }
     fn update_job(&mut self, j: &JobRow) -> Result<()> {
-        self.exec(
+        self.defer(
             "UPDATE jobs SET state=$2, not_before_ms=$3, lease_expires_ms=$4, data=$5 WHERE job_id=$1",
-            &[
-                &j.job_id,
-                &j.state.as_str(),
-                &j.not_before_ms,
-                &j.lease_expires_ms,
-                &enc(j)?,
-            ],
+            params![j.job_id.clone(), j.state.as_str(), j.not_before_ms, j.lease_expires_ms, enc(j)?],
         )?;
         Ok(())
     }
@@ -889,10 +999,10 @@ impl Tx for PgTx<'_> {
     }
 
     fn upsert_agent(&mut self, a: &AgentRow) -> Result<()> {
-        self.exec(
+        self.defer(
             "INSERT INTO agents(name, data) VALUES ($1, $2)
              ON CONFLICT (name) DO UPDATE SET data=excluded.data",
-            &[&a.name, &enc(a)?],
+            params![a.name.clone(), enc(a)?],
         )?;
         self.pending.agent_written(a);
         Ok(())
@@ -905,29 +1015,23 @@ impl Tx for PgTx<'_> {
     }
 
     fn insert_schedule(&mut self, s: &ScheduleRow) -> Result<()> {
-        self.exec(
+        self.defer(
             "INSERT INTO schedules(schedule_id, name, paused, next_fire_ms, data)
              VALUES ($1, $2, $3, $4, $5)",
-            &[
-                &s.schedule_id,
-                &s.name,
-                &s.paused,
-                &s.next_fire_ms,
-                &enc(s)?,
+            params![
+                s.schedule_id.clone(),
+                s.name.clone(),
+                s.paused,
+                s.next_fire_ms,
+                enc(s)?
             ],
         )?;
         Ok(())
     }
     fn update_schedule(&mut self, s: &ScheduleRow) -> Result<()> {
-        self.exec(
+        self.defer(
             "UPDATE schedules SET name=$2, paused=$3, next_fire_ms=$4, data=$5 WHERE schedule_id=$1",
-            &[
-                &s.schedule_id,
-                &s.name,
-                &s.paused,
-                &s.next_fire_ms,
-                &enc(s)?,
-            ],
+            params![s.schedule_id.clone(), s.name.clone(), s.paused, s.next_fire_ms, enc(s)?],
         )?;
         Ok(())
     }
@@ -952,26 +1056,20 @@ impl Tx for PgTx<'_> {
     }
 
     fn upsert_committed(&mut self, f: &CommittedFile) -> Result<()> {
-        self.exec(
+        self.defer(
             "INSERT INTO committed_files(key, table_name, run_id, job_id, date, rows, bytes, committed_ms)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
              ON CONFLICT (key) DO UPDATE SET rows=excluded.rows, bytes=excluded.bytes,
              committed_ms=excluded.committed_ms",
-            &[
-                &f.key,
-                &f.table,
-                &f.run_id,
-                &f.job_id,
-                &f.date,
-                &(f.rows as i64),
-                &(f.bytes as i64),
-                &f.committed_ms,
-            ],
+            params![f.key.clone(), f.table.clone(), f.run_id.clone(), f.job_id.clone(), f.date.clone(), f.rows as i64, f.bytes as i64, f.committed_ms],
         )?;
         Ok(())
     }
     fn delete_committed(&mut self, key: &str) -> Result<()> {
-        self.exec("DELETE FROM committed_files WHERE key=$1", &[&key])?;
+        self.defer(
+            "DELETE FROM committed_files WHERE key=$1",
+            params![key.to_owned()],
+        )?;
         Ok(())
     }
     fn committed_files(&mut self, table: Option<&str>) -> Result<Vec<CommittedFile>> {
@@ -1002,9 +1100,13 @@ impl Tx for PgTx<'_> {
         group: Option<&str>,
         wait_for: Option<&str>,
     ) -> Result<()> {
-        self.exec(
+        self.defer(
             "UPDATE jobs SET grp=$2, wait_for=$3 WHERE job_id=$1",
-            &[&job_id, &group, &wait_for],
+            params![
+                job_id.to_owned(),
+                group.map(str::to_owned),
+                wait_for.map(str::to_owned)
+            ],
         )?;
         Ok(())
     }
@@ -1042,9 +1144,9 @@ impl Tx for PgTx<'_> {
             .map(|r| r.get(0)))
     }
     fn set_meta(&mut self, key: &str, value: &str) -> Result<()> {
-        self.exec(
+        self.defer(
             "INSERT INTO meta(k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v=excluded.v",
-            &[&key, &value],
+            params![key.to_owned(), value.to_owned()],
         )?;
         Ok(())
     }

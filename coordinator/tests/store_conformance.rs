@@ -484,6 +484,63 @@ fn rollback(s: &dyn StateStore) {
     let p = p.read().unwrap();
     assert!(p.agent("ghost").is_none());
     assert!(p.task("tb").is_none());
+    drop(p);
+
+    // A write the database refuses fails its transaction, even when the
+    // backend sends writes late (PostgreSQL: with the COMMIT): nothing of it
+    // lands, and the next transaction works.
+    s.transact(|tx| tx.insert_run(&run("dup", RunState::Pending, None, "x")))
+        .unwrap();
+    let e = s
+        .transact(|tx| {
+            tx.set_meta("before_dup", "1")?;
+            tx.upsert_agent(&agent("ghost2"))?;
+            tx.insert_run(&run("dup", RunState::Pending, None, "x"))?;
+            tx.set_meta("after_dup", "1")
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            benchlake_coordinator::CoordError::Store {
+                retryable: false,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    s.transact(|tx| {
+        assert_eq!(tx.get_meta("before_dup")?, None);
+        assert_eq!(tx.get_meta("after_dup")?, None);
+        assert!(tx.get_agent("ghost2")?.is_none());
+        tx.set_meta("after_dup", "2")
+    })
+    .unwrap();
+    assert!(
+        s.placement()
+            .unwrap()
+            .read()
+            .unwrap()
+            .agent("ghost2")
+            .is_none()
+    );
+    // A failed write read back in the same transaction is not hidden either.
+    let e = s
+        .transact(|tx| {
+            tx.insert_run(&run("dup", RunState::Pending, None, "x"))?;
+            tx.get_run("dup").map(|_| ())
+        })
+        .unwrap_err();
+    assert!(
+        matches!(e, benchlake_coordinator::CoordError::Store { .. }),
+        "{e}"
+    );
+    assert_eq!(
+        s.transact(|tx| tx.get_meta("after_dup"))
+            .unwrap()
+            .as_deref(),
+        Some("2")
+    );
 }
 
 #[test]

@@ -246,9 +246,24 @@ pub fn channel(addr: &str) -> Result<Channel, String> {
 /// `UNAVAILABLE` ([`crate::retry`] retries them). When no address connects,
 /// the error names every address and its failure. The HTTP/2 `:authority` of
 /// every call is the first address's.
+///
+/// While no address of a list connects (a takeover in progress: the old
+/// leader is gone and the standby has not bound its port yet), a connection
+/// attempt keeps trying for [`LIST_LEADER_WAIT`] before failing, so a command
+/// issued during the takeover waits for the new leader instead of failing.
 pub fn channel_with(addr: &str, tls: &ClientTls) -> Result<Channel, String> {
+    channel_with_wait(addr, tls, LIST_LEADER_WAIT)
+}
+
+/// [`channel_with`] waiting `leader_wait` (instead of [`LIST_LEADER_WAIT`])
+/// for an address of a list to connect. A single address never waits.
+pub fn channel_with_wait(
+    addr: &str,
+    tls: &ClientTls,
+    leader_wait: Duration,
+) -> Result<Channel, String> {
     if addr.contains(',') {
-        return channel_list(addr, tls).map_err(|e| e.to_string());
+        return channel_list(addr, tls, leader_wait).map_err(|e| e.to_string());
     }
     let url = endpoint_url(addr);
     let bad = |e: &dyn std::fmt::Display| format!("coordinator address '{addr}': {e}");
@@ -309,7 +324,7 @@ enum ListError {
 
 /// [`channel_with`] for a comma-separated list: one lazy channel whose
 /// connector ([`ListConnector`]) finds the address that accepts.
-fn channel_list(list: &str, tls: &ClientTls) -> Result<Channel, ListError> {
+fn channel_list(list: &str, tls: &ClientTls, wait: Duration) -> Result<Channel, ListError> {
     let entries = addresses(list)?;
     let tls_on = entries.first().is_some_and(|a| is_tls(a));
     let tls_config = if tls_on {
@@ -405,6 +420,7 @@ fn channel_list(list: &str, tls: &ClientTls) -> Result<Channel, ListError> {
     Ok(ep.connect_with_connector_lazy(ListConnector {
         targets: targets.into(),
         last: Arc::new(AtomicUsize::new(NONE_YET)),
+        wait,
     }))
 }
 
@@ -632,6 +648,11 @@ impl Target {
     }
 }
 
+/// How long a connection over an address list keeps trying while no address
+/// connects: longer than a takeover with the default leader lease (a standby
+/// leads within 5 s of the leader's death).
+pub const LIST_LEADER_WAIT: Duration = Duration::from_secs(10);
+
 /// No address of a list has connected yet.
 const NONE_YET: usize = usize::MAX;
 
@@ -643,6 +664,8 @@ struct ListConnector {
     targets: Arc<[Target]>,
     /// Index of the address that connected last ([`NONE_YET`] before the first).
     last: Arc<AtomicUsize>,
+    /// How long to keep trying when no address connects.
+    wait: Duration,
 }
 
 /// Every address of a list failed to connect: each with its error.
@@ -672,27 +695,45 @@ impl tower::Service<tonic::codegen::http::Uri> for ListConnector {
         let me = self.clone();
         Box::pin(async move {
             let n = me.targets.len();
-            let last = me.last.load(Ordering::Relaxed);
-            let start = if last == NONE_YET { 0 } else { last % n };
-            let mut failed = Vec::new();
-            for k in 0..n {
-                let i = (start + k) % n;
-                let t = &me.targets[i];
-                match t.connect().await {
-                    Ok(io) => {
-                        me.last.store(i, Ordering::Relaxed);
-                        if i != last {
-                            tracing::info!(coordinator = %t.given, "connected to the coordinator");
+            let deadline = tokio::time::Instant::now() + me.wait;
+            let mut pause = Duration::from_millis(100);
+            let mut round = 0u32;
+            loop {
+                let last = me.last.load(Ordering::Relaxed);
+                let start = if last == NONE_YET { 0 } else { last % n };
+                let mut failed = Vec::new();
+                for k in 0..n {
+                    let i = (start + k) % n;
+                    let t = &me.targets[i];
+                    match t.connect().await {
+                        Ok(io) => {
+                            me.last.store(i, Ordering::Relaxed);
+                            if i != last {
+                                tracing::info!(coordinator = %t.given, "connected to the coordinator");
+                            }
+                            return Ok(hyper_util::rt::TokioIo::new(io));
                         }
-                        return Ok(hyper_util::rt::TokioIo::new(io));
-                    }
-                    Err(e) => {
-                        tracing::debug!(coordinator = %t.given, error = %e, "not the leader here");
-                        failed.push((t.given.clone(), e));
+                        Err(e) => {
+                            tracing::debug!(coordinator = %t.given, error = %e, "not the leader here");
+                            failed.push((t.given.clone(), e));
+                        }
                     }
                 }
+                // No leader listens: a takeover may be under way. Try again
+                // until the wait is spent, then report every address.
+                if tokio::time::Instant::now() + pause > deadline {
+                    return Err(Unreachable(failed));
+                }
+                if round == 0 {
+                    tracing::info!(
+                        wait_s = me.wait.as_secs_f64(),
+                        "no coordinator listens at any address; waiting for a leader"
+                    );
+                }
+                round += 1;
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
             }
-            Err(Unreachable(failed))
         })
     }
 }
@@ -947,7 +988,7 @@ mod tests {
             format!("127.0.0.1:{a},127.0.0.1:{b}"),
             format!("https://127.0.0.1:{a},https://localhost:{b}"),
         ] {
-            let ch = channel_with(&list, &ClientTls::default()).unwrap();
+            let ch = channel_with_wait(&list, &ClientTls::default(), Duration::ZERO).unwrap();
             let e = crate::v1::cluster_service_client::ClusterServiceClient::new(ch)
                 .list_agents(crate::v1::ListAgentsRequest {})
                 .await
@@ -976,7 +1017,56 @@ mod tests {
                 .collect::<Vec<_>>()
                 .into(),
             last: Arc::new(AtomicUsize::new(NONE_YET)),
+            wait: Duration::ZERO,
         }
+    }
+
+    #[tokio::test]
+    async fn a_connection_waits_for_a_leader_that_comes_within_the_wait() {
+        use tower::Service;
+        let (a, b) = (dead_port().await, dead_port().await);
+        let uri: tonic::codegen::http::Uri = "http://127.0.0.1:1".parse().unwrap();
+        // No wait: refused at once.
+        let mut now = list_connector(&[a, b]);
+        let t0 = std::time::Instant::now();
+        let e = now.call(uri.clone()).await.err().unwrap();
+        assert_eq!(e.0.len(), 2);
+        assert!(
+            t0.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            t0.elapsed()
+        );
+        // Waiting 3 s: b starts listening after 700 ms (a standby taking
+        // over) and the same call connects to it.
+        let mut waiting = list_connector(&[a, b]);
+        waiting.wait = Duration::from_secs(3);
+        let late = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            let l = tokio::net::TcpListener::bind(("127.0.0.1", b))
+                .await
+                .unwrap();
+            let _ = l.accept().await;
+        });
+        let t0 = std::time::Instant::now();
+        let conn = waiting.call(uri.clone()).await.unwrap();
+        let took = t0.elapsed();
+        assert_eq!(peer_port(&conn), b);
+        assert!(
+            took >= Duration::from_millis(650) && took < Duration::from_secs(2),
+            "{took:?}"
+        );
+        late.await.unwrap();
+        // Nobody comes: the wait is spent and every address is named.
+        let t0 = std::time::Instant::now();
+        let mut waiting = list_connector(&[a, dead_port().await]);
+        waiting.wait = Duration::from_millis(600);
+        let e = waiting.call(uri).await.err().unwrap();
+        let took = t0.elapsed();
+        assert_eq!(e.0.len(), 2);
+        assert!(
+            took >= Duration::from_millis(250) && took < Duration::from_secs(2),
+            "{took:?}"
+        );
     }
 
     /// The port `conn` is connected to.

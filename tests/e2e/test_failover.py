@@ -10,11 +10,12 @@ PostgreSQL, agents, a worker and the gRPC client given both addresses.
 import os
 import signal
 import socket
+import subprocess
 import time
 
 import grpc
 
-from conftest import Api, Cluster, duck_count, free_port
+from conftest import BIN, Api, Cluster, duck_count, free_port
 
 LEASE_MS = 2000
 
@@ -98,9 +99,18 @@ def test_standby_takes_over_and_a_stale_leader_is_fenced(tmp_path, pb, postgres)
 
         t0 = time.time()
         ha.kill9("c1")
+        # A user command issued during the takeover waits for the new leader
+        # (nothing listens at either address for a moment) instead of failing.
+        env = dict(ha.env, BENCHLAKE_COORDINATOR=ha.addr)
+        during = subprocess.Popen([BIN, "run", "show", run.run_id], env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         took = wait_listening(ha.ports["c2"], 10)
         print(f"standby listening {took:.2f} s after kill -9 of the leader (lease {LEASE_MS} ms)")
         assert took <= 5.0, ha.log("c2")
+        out, err = during.communicate(timeout=30)
+        assert during.returncode == 0, f"{out}\n{err}"
+        assert run.run_id in out, out
+        print(f"`benchlake run show` issued at the kill answered {time.time() - t0:.2f} s after it")
         d = api.wait(run.run_id, timeout=90)
         assert d.run.state == c.RUN_STATE_SUCCEEDED, d
         print(f"run finished {time.time() - t0:.2f} s after the kill")

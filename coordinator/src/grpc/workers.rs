@@ -112,9 +112,8 @@ impl WorkerService for Svc {
     ) -> std::result::Result<Response<pb::CompleteJobResponse>, Status> {
         let id = identity_of(&req);
         let r = req.into_inner();
-        self.tx(|tx| worker_holds(&id, &job::leased(tx, &r.job_id, &r.lease_id)?))
-            .await?;
-        let keys = crate::commit::commit_job(&self.0, r).await?;
+        // The ownership check runs inside the commit's own transactions.
+        let keys = crate::commit::commit_job(&self.0, r, &|j| worker_holds(&id, j)).await?;
         Ok(Response::new(pb::CompleteJobResponse {
             committed_keys: keys,
         }))
