@@ -1339,14 +1339,14 @@ pub async fn report(c: ReportCmd) -> anyhow::Result<()> {
                 println!("wrote {}", png_path.display());
             }
             println!(
-                "{} ranks on {} hosts: min {:.3} us, avg {:.3} us, max {:.3} us; {} host pairs above {:.3} us; {} checks ({} not passed)",
+                "{} ranks on {} hosts: min {}, avg {}, max {}; {} host pairs above {}; {} checks ({} not passed)",
                 summary.num_tasks,
                 summary.hosts.len(),
-                summary.min_s * 1e6,
-                summary.avg_s * 1e6,
-                summary.max_s * 1e6,
+                lr::fmt::time(summary.min_s),
+                lr::fmt::time(summary.avg_s),
+                lr::fmt::time(summary.max_s),
                 summary.hot_host_pairs.len(),
-                summary.threshold_s * 1e6,
+                lr::fmt::time(summary.threshold_s),
                 summary.checks.len(),
                 summary.checks.iter().filter(|c| c.status != "PASS").count()
             );

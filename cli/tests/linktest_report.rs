@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use arrow::array::{Float64Array, RecordBatch, StringArray};
-use benchlake_analysis::linktest_report::{PAGE_H, PAGE_W, png_size, svg_size};
+use benchlake_analysis::linktest_report::{PAGE_W, fmt, png_size, svg_size};
 
 const DATA: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -72,13 +72,9 @@ fn cases() -> Vec<PathBuf> {
 /// Checks one page against the reference reading.
 fn check_page(svg_path: &Path, case: &Path) -> String {
     let svg = std::fs::read_to_string(svg_path).unwrap();
-    // Parses as SVG (XML), at the page size.
-    assert_eq!(
-        svg_size(&svg).unwrap(),
-        (PAGE_W, PAGE_H),
-        "{}",
-        svg_path.display()
-    );
+    // Parses as SVG (XML), at the page width (the height follows the content).
+    let size = svg_size(&svg).unwrap();
+    assert_eq!(size.0, PAGE_W, "{}", svg_path.display());
     let (hosts, min, avg, max) = reference(case);
     for h in &hosts {
         assert!(svg.contains(&format!(">{h}")), "hostname {h} missing");
@@ -89,10 +85,15 @@ fn check_page(svg_path: &Path, case: &Path) -> String {
             "{}: value {v:e} s missing",
             svg_path.display()
         );
-        assert!(svg.contains(&format!("{:.3} µs", v * 1e6)));
+        // Shown with three significant digits and a unit.
+        assert!(
+            svg.contains(&format!(">{}  (", fmt::time(v))),
+            "{}",
+            fmt::time(v)
+        );
     }
     let png = std::fs::read(svg_path.with_extension("png")).unwrap();
-    assert_eq!(png_size(&png).unwrap(), (PAGE_W, PAGE_H));
+    assert_eq!(png_size(&png).unwrap(), size);
     svg
 }
 
@@ -177,13 +178,17 @@ fn report_from_a_run_id_in_the_lake_with_checks_and_threshold() {
     );
     let svg_path = out.path().join(format!("linktest-{run_id}.svg"));
     let svg = check_page(&svg_path, &case);
-    assert!(svg.contains("checks: 1 of 2 not passed"), "{stdout}");
+    assert!(svg.contains("Checks: 1 of 2 not passed"), "{stdout}");
     assert!(svg.contains("linktest.max_time_s"));
     assert!(svg.contains("max time above the bound"));
-    assert!(svg.contains(&format!("{max} s")));
+    assert!(svg.contains(&format!(
+        "linktest.max_time_s: {} (reference 10.0 µs)",
+        fmt::time(max)
+    )));
+    assert!(svg.contains(&format!(r#"data-value="{max:e}""#)));
     // Every host pair of the run is above 1 µs.
     assert!(
-        svg.contains("host pairs with max above 1.000 µs: 1"),
+        svg.contains("Host pairs with max above 1.00 µs: 1"),
         "{stdout}"
     );
     assert!(stdout.contains("2 checks (1 not passed)"), "{stdout}");
@@ -202,9 +207,11 @@ fn report_from_a_run_id_in_the_lake_with_checks_and_threshold() {
     let body = |s: &str| {
         s.lines()
             .filter(|l| {
-                !l.contains("font-size=\"20\"")
-                    && !l.contains("checks")
-                    && !l.contains("font-size=\"11\"><tspan")
+                !l.contains("<svg ")
+                    && !l.contains(r#"class="page""#)
+                    && !l.contains(r#"class="title""#)
+                    && !l.contains(r#"class="check""#)
+                    && !l.contains(">Checks: ")
             })
             .collect::<Vec<_>>()
             .join("\n")

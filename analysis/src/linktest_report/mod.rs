@@ -1,13 +1,20 @@
 //! The LinkTest report page: from a decoded run (`benchlake_formats::linktest`)
-//! to one SVG with the rank×rank time matrix (colour map with host boundaries
-//! and names), a histogram of pair times, a summary table (min/avg/max with
-//! bandwidth, slowest pairs with their retests, host pairs above a threshold)
-//! and a host×host aggregate matrix.
+//! to one SVG with the rank×rank time matrix (colour map with rank ticks, host
+//! boundaries and names), a histogram of pair times, a summary table (min,
+//! median, mean, max with bandwidth; slowest pairs with their retests; host
+//! pairs above a threshold), a host×host matrix of the slowest pair between
+//! each two hosts, and the run's checks; and the same page as PNG.
 //!
 //! [`summarize`] computes every number the page shows, so tests and the CLI can
-//! use them without parsing SVG; [`render_svg`] only draws a [`Summary`].
+//! use them without parsing SVG; [`render_svg`] only draws a [`Summary`];
+//! [`render_png`] rasterises the SVG with the embedded font ([`fonts`]).
 use std::collections::HashMap;
-use std::fmt::Write as _;
+
+pub mod fmt;
+pub mod fonts;
+mod svg;
+
+pub use svg::{PAGE_W, render_svg};
 
 use benchlake_formats::linktest::LinkTestRun;
 use serde::Serialize;
@@ -109,8 +116,11 @@ pub struct Summary {
     pub hosts: Vec<String>,
     /// First rank of each host block along the rank axis (where the host changes).
     pub host_boundaries: Vec<(usize, String)>,
-    /// Histogram: lower edge of the first bin, bin width (s), counts.
-    pub histogram: (f64, f64, Vec<usize>),
+    /// Histogram of the measured pair times.
+    pub histogram: Histogram,
+    /// Colours (and histogram bins) are on a logarithmic scale: the slowest
+    /// pair is at least [`LOG_SCALE_RATIO`] times the fastest.
+    pub log_scale: bool,
     /// The slowest pairs (recorded retests first, then the slowest matrix entries).
     pub slowest: Vec<SlowPair>,
     /// Threshold used for `hot_host_pairs` (s).
@@ -119,12 +129,29 @@ pub struct Summary {
     pub hot_host_pairs: Vec<HostPair>,
     /// Host×host maximum times (`hosts.len()²`, row = initiating host; NaN = no pair).
     pub host_matrix_max: Vec<f64>,
+    /// Host×host mean times (same layout; NaN = no pair).
+    pub host_matrix_mean: Vec<f64>,
     /// Binned rank×rank matrix side and cells (maximum per bin; NaN = nothing measured).
     pub matrix: (usize, usize, Vec<f64>),
     /// The run's `checks` verdicts (empty when none were recorded or the report
     /// is drawn from a file).
     pub checks: Vec<Check>,
 }
+
+/// Histogram of pair times.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Histogram {
+    /// Bin edges (s), one more than bins; log-spaced when `log` is set.
+    pub edges: Vec<f64>,
+    /// Pairs per bin (the last bin includes its upper edge).
+    pub counts: Vec<usize>,
+    /// Bins are spaced logarithmically.
+    pub log: bool,
+}
+
+/// Ratio of the slowest to the fastest pair from which colours and histogram
+/// bins use a logarithmic scale (a linear one shows one dark block then).
+pub const LOG_SCALE_RATIO: f64 = 10.0;
 
 /// One `checks` verdict of the run (rows of the `checks` table).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -203,6 +230,11 @@ pub fn summarize(run: &LinkTestRun, opts: &ReportOptions) -> Result<Summary, Rep
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), t| {
             (a.min(*t), b.max(*t))
         });
+    let (min_s, max_s) = if pairs == 0 {
+        (0.0, 0.0)
+    } else {
+        (min_s, max_s)
+    };
     // The average LinkTest recorded for the permutation (its own summation
     // order, so the page shows the same value as LinkTest's output); the mean
     // of the matrix when the file has none.
@@ -213,31 +245,49 @@ pub fn summarize(run: &LinkTestRun, opts: &ReportOptions) -> Result<Summary, Rep
     } else {
         0.0
     };
-    let mut sorted = all.clone();
-    sorted.sort_by(f64::total_cmp);
-    let median_s = match pairs {
-        0 => 0.0,
-        k if k % 2 == 1 => sorted[k / 2],
-        k => (sorted[k / 2 - 1] + sorted[k / 2]) / 2.0,
-    };
-    let (min_s, max_s) = if pairs == 0 {
-        (0.0, 0.0)
-    } else {
-        (min_s, max_s)
-    };
+    let log_scale = min_s > 0.0 && max_s >= LOG_SCALE_RATIO * min_s;
     let bins = opts.histogram_bins.max(1);
-    let width = if max_s > min_s {
-        (max_s - min_s) / bins as f64
-    } else {
-        1e-9
-    };
+    let edges: Vec<f64> = (0..=bins)
+        .map(|k| {
+            let f = k as f64 / bins as f64;
+            if log_scale {
+                min_s * (max_s / min_s).powf(f)
+            } else if max_s > min_s {
+                min_s + (max_s - min_s) * f
+            } else {
+                min_s + 1e-9 * k as f64
+            }
+        })
+        .collect();
     let mut counts = vec![0usize; bins];
     for t in &all {
-        let b = (((t - min_s) / width) as usize).min(bins - 1);
+        let f = if log_scale {
+            (t / min_s).ln() / (max_s / min_s).ln()
+        } else if max_s > min_s {
+            (t - min_s) / (max_s - min_s)
+        } else {
+            0.0
+        };
+        let b = ((f * bins as f64) as usize).min(bins - 1);
         if let Some(c) = counts.get_mut(b) {
             *c += 1;
         }
     }
+    // Median by selection (no sorted copy: 16.8 M pairs at 4,096 ranks).
+    let median_s = match pairs {
+        0 => 0.0,
+        k => {
+            let (left, mid, _) = all.select_nth_unstable_by(k / 2, f64::total_cmp);
+            let hi = *mid;
+            if k % 2 == 1 {
+                hi
+            } else {
+                let lo = left.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                (lo + hi) / 2.0
+            }
+        }
+    };
+    drop(all);
     // Host × host aggregates.
     let nh = hosts.len();
     let mut hsum = vec![0f64; nh * nh];
@@ -257,6 +307,11 @@ pub fn summarize(run: &LinkTestRun, opts: &ReportOptions) -> Result<Summary, Rep
             }
         }
     }
+    let hmean: Vec<f64> = hsum
+        .iter()
+        .zip(&hcnt)
+        .map(|(s, c)| if *c > 0 { s / *c as f64 } else { f64::NAN })
+        .collect();
     let threshold_s = opts.threshold_s.unwrap_or(2.0 * median_s);
     let mut hot_host_pairs: Vec<HostPair> = (0..nh * nh)
         .filter(|k| hcnt[*k] > 0 && hmax[*k] > threshold_s)
@@ -264,7 +319,7 @@ pub fn summarize(run: &LinkTestRun, opts: &ReportOptions) -> Result<Summary, Rep
             from_host: hosts[k / nh].clone(),
             to_host: hosts[k % nh].clone(),
             pairs: hcnt[k],
-            mean_s: hsum[k] / hcnt[k] as f64,
+            mean_s: hmean[k],
             max_s: hmax[k],
         })
         .collect();
@@ -283,15 +338,24 @@ pub fn summarize(run: &LinkTestRun, opts: &ReportOptions) -> Result<Summary, Rep
         })
         .collect();
     if slowest.len() < opts.top_pairs {
-        let mut cand: Vec<(f64, usize, usize)> = Vec::new();
+        // The slowest `keep` entries, kept by periodic selection (linear time).
+        let keep = opts.top_pairs + slowest.len();
+        let slower = |a: &(f64, usize, usize), b: &(f64, usize, usize)| {
+            b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2))
+        };
+        let mut cand: Vec<(f64, usize, usize)> = Vec::with_capacity(4 * keep + 1);
         for i in 0..n {
             for j in 0..n {
                 if let Some(t) = measured(i, j) {
                     cand.push((t, i, j));
+                    if cand.len() > 4 * keep {
+                        cand.select_nth_unstable_by(keep, slower);
+                        cand.truncate(keep);
+                    }
                 }
             }
         }
-        cand.sort_by(|a, b| b.0.total_cmp(&a.0));
+        cand.sort_by(slower);
         for (t, i, j) in cand {
             if slowest.len() >= opts.top_pairs {
                 break;
@@ -341,87 +405,20 @@ pub fn summarize(run: &LinkTestRun, opts: &ReportOptions) -> Result<Summary, Rep
         a2a: p.a2a.map(|[a, b, c]| (a, b, c)),
         hosts,
         host_boundaries,
-        histogram: (min_s, width, counts),
+        histogram: Histogram {
+            edges,
+            counts,
+            log: log_scale,
+        },
+        log_scale,
         slowest,
         threshold_s,
         hot_host_pairs,
         host_matrix_max: hmax,
+        host_matrix_mean: hmean,
         matrix: (side, bin, mat),
         checks: Vec::new(),
     })
-}
-
-/// Colour for `v` in [0, 1]: a perceptually ordered ramp (dark blue → green → yellow),
-/// close to viridis.
-fn ramp(v: f64) -> String {
-    const STOPS: [(f64, [u8; 3]); 5] = [
-        (0.0, [68, 1, 84]),
-        (0.25, [59, 82, 139]),
-        (0.5, [33, 145, 140]),
-        (0.75, [94, 201, 98]),
-        (1.0, [253, 231, 37]),
-    ];
-    let v = if v.is_finite() {
-        v.clamp(0.0, 1.0)
-    } else {
-        0.0
-    };
-    for w in STOPS.windows(2) {
-        let (a, ca) = w[0];
-        let (b, cb) = w[1];
-        if v <= b {
-            let f = (v - a) / (b - a);
-            let mix =
-                |x: u8, y: u8| (f64::from(x) + f * (f64::from(y) - f64::from(x))).round() as u8;
-            return format!(
-                "#{:02x}{:02x}{:02x}",
-                mix(ca[0], cb[0]),
-                mix(ca[1], cb[1]),
-                mix(ca[2], cb[2])
-            );
-        }
-    }
-    "#fde725".into()
-}
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-fn us(t: f64) -> String {
-    format!("{:.3} µs", t * 1e6)
-}
-
-fn mib_s(size: u64, t: f64) -> String {
-    if t > 0.0 {
-        format!("{:.2} MiB/s", size as f64 / t / 1_048_576.0)
-    } else {
-        "-".into()
-    }
-}
-
-/// Page width of the report (px; also the PNG's width).
-pub const PAGE_W: u32 = 1400;
-/// Page height of the report (px; also the PNG's height).
-pub const PAGE_H: u32 = 1500;
-
-/// Font database for [`render_png`]: the system's fonts. Without any installed
-/// font the PNG has no text (the SVG is unaffected).
-fn fonts() -> std::sync::Arc<resvg::usvg::fontdb::Database> {
-    static DB: std::sync::OnceLock<std::sync::Arc<resvg::usvg::fontdb::Database>> =
-        std::sync::OnceLock::new();
-    DB.get_or_init(|| {
-        let mut db = resvg::usvg::fontdb::Database::new();
-        db.load_system_fonts();
-        if db.is_empty() {
-            tracing::warn!("no system fonts found: the PNG report will have no text");
-        }
-        std::sync::Arc::new(db)
-    })
-    .clone()
 }
 
 /// Parses an SVG (as the PNG renderer does) and returns its size in pixels.
@@ -433,15 +430,11 @@ pub fn svg_size(svg: &str) -> Result<(u32, u32), ReportError> {
     Ok((size.width(), size.height()))
 }
 
-/// Rasterises the page (pure Rust: resvg/tiny-skia) to PNG bytes.
+/// Rasterises the page (pure Rust: resvg/tiny-skia) to PNG bytes, with the
+/// embedded font and the system's ([`fonts::database`]).
 pub fn render_png(svg: &str) -> Result<Vec<u8>, ReportError> {
-    let opt = resvg::usvg::Options {
-        fontdb: fonts(),
-        font_family: "DejaVu Sans".into(),
-        ..Default::default()
-    };
-    let tree =
-        resvg::usvg::Tree::from_str(svg, &opt).map_err(|e| ReportError::Png(e.to_string()))?;
+    let tree = resvg::usvg::Tree::from_str(svg, &fonts::usvg_options())
+        .map_err(|e| ReportError::Png(e.to_string()))?;
     let size = tree.size().to_int_size();
     let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height())
         .ok_or_else(|| ReportError::Png(format!("empty page {size:?}")))?;
@@ -460,347 +453,6 @@ pub fn png_size(png: &[u8]) -> Result<(u32, u32), ReportError> {
     let p =
         resvg::tiny_skia::Pixmap::decode_png(png).map_err(|e| ReportError::Png(e.to_string()))?;
     Ok((p.width(), p.height()))
-}
-
-/// Draws the page.
-pub fn render_svg(s: &Summary) -> String {
-    let mut o = String::new();
-    let (w, h) = (PAGE_W, PAGE_H);
-    let _ = writeln!(
-        o,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(o, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-    let _ = writeln!(
-        o,
-        r#"<text x="20" y="30" font-size="20" font-weight="bold">{} — LinkTest {} ({}), {} ranks on {} hosts</text>"#,
-        esc(&s.title),
-        esc(&s.version),
-        esc(&s.mode),
-        s.num_tasks,
-        s.hosts.len()
-    );
-    // Matrix.
-    let (mx, my, msz) = (140.0, 90.0, 700.0);
-    let (side, bin, cells) = (&s.matrix.0, &s.matrix.1, &s.matrix.2);
-    let cell = msz / (*side).max(1) as f64;
-    let span = (s.max_s - s.min_s).max(f64::MIN_POSITIVE);
-    let _ = writeln!(
-        o,
-        r#"<text x="{mx}" y="{}" font-size="14">time per message, initiating rank (rows) → partner (columns){}</text>"#,
-        my - 10.0,
-        if *bin > 1 {
-            format!(", {bin}×{bin} ranks per cell (max)")
-        } else {
-            String::new()
-        }
-    );
-    let _ = writeln!(
-        o,
-        r##"<rect x="{mx}" y="{my}" width="{msz}" height="{msz}" fill="#eeeeee"/>"##
-    );
-    for i in 0..*side {
-        for j in 0..*side {
-            let Some(v) = cells.get(i * side + j).copied().filter(|v| !v.is_nan()) else {
-                continue;
-            };
-            let _ = writeln!(
-                o,
-                r#"<rect x="{:.2}" y="{:.2}" width="{:.2}" height="{:.2}" fill="{}"/>"#,
-                mx + j as f64 * cell,
-                my + i as f64 * cell,
-                cell + 0.05,
-                cell + 0.05,
-                ramp((v - s.min_s) / span)
-            );
-        }
-    }
-    // Host boundaries and names.
-    let rank_px = msz / s.num_tasks.max(1) as f64;
-    let label_every = s.host_boundaries.len().div_ceil(40).max(1);
-    for (k, (r, host)) in s.host_boundaries.iter().enumerate() {
-        let pos = *r as f64 * rank_px;
-        if *r > 0 {
-            let _ = writeln!(
-                o,
-                r#"<line x1="{mx}" y1="{:.2}" x2="{:.2}" y2="{:.2}" stroke="white" stroke-width="1"/>"#,
-                my + pos,
-                mx + msz,
-                my + pos
-            );
-            let _ = writeln!(
-                o,
-                r#"<line x1="{:.2}" y1="{my}" x2="{:.2}" y2="{:.2}" stroke="white" stroke-width="1"/>"#,
-                mx + pos,
-                mx + pos,
-                my + msz
-            );
-        }
-        if k % label_every == 0 {
-            let _ = writeln!(
-                o,
-                r#"<text x="{:.2}" y="{:.2}" text-anchor="end" font-size="10">{}</text>"#,
-                mx - 4.0,
-                my + pos + 10.0,
-                esc(host)
-            );
-        }
-    }
-    // Colour legend.
-    let (lx, ly) = (mx + msz + 20.0, my);
-    for k in 0..100 {
-        let _ = writeln!(
-            o,
-            r#"<rect x="{lx}" y="{:.2}" width="20" height="{:.2}" fill="{}"/>"#,
-            ly + msz - (k + 1) as f64 * msz / 100.0,
-            msz / 100.0 + 0.5,
-            ramp(k as f64 / 99.0)
-        );
-    }
-    let _ = writeln!(
-        o,
-        r#"<text x="{}" y="{}">{}</text>"#,
-        lx + 26.0,
-        ly + 10.0,
-        us(s.max_s)
-    );
-    let _ = writeln!(
-        o,
-        r#"<text x="{}" y="{}">{}</text>"#,
-        lx + 26.0,
-        ly + msz,
-        us(s.min_s)
-    );
-
-    // Histogram.
-    let (hx, hy, hw, hh) = (140.0, 850.0, 600.0, 250.0);
-    let (lo, width, counts) = (&s.histogram.0, &s.histogram.1, &s.histogram.2);
-    let top = counts.iter().copied().max().unwrap_or(1).max(1);
-    let _ = writeln!(
-        o,
-        r#"<text x="{hx}" y="{}" font-size="14">histogram of pair times ({} pairs)</text>"#,
-        hy - 10.0,
-        s.pairs
-    );
-    let bw = hw / counts.len().max(1) as f64;
-    for (k, c) in counts.iter().enumerate() {
-        let bh = hh * *c as f64 / top as f64;
-        let _ = writeln!(
-            o,
-            r##"<rect x="{:.2}" y="{:.2}" width="{:.2}" height="{:.2}" fill="#3b528b"><title>{}–{}: {}</title></rect>"##,
-            hx + k as f64 * bw,
-            hy + hh - bh,
-            (bw - 1.0).max(0.5),
-            bh,
-            us(lo + k as f64 * width),
-            us(lo + (k + 1) as f64 * width),
-            c
-        );
-    }
-    let _ = writeln!(
-        o,
-        r#"<line x1="{hx}" y1="{}" x2="{}" y2="{}" stroke="black"/>"#,
-        hy + hh,
-        hx + hw,
-        hy + hh
-    );
-    let _ = writeln!(
-        o,
-        r#"<text x="{hx}" y="{}">{}</text>"#,
-        hy + hh + 15.0,
-        us(*lo)
-    );
-    let _ = writeln!(
-        o,
-        r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
-        hx + hw,
-        hy + hh + 15.0,
-        us(lo + width * counts.len() as f64)
-    );
-    let _ = writeln!(
-        o,
-        r#"<text x="{}" y="{}" text-anchor="end">{top}</text>"#,
-        hx - 5.0,
-        hy + 10.0
-    );
-
-    // Summary table.
-    let (tx, mut ty) = (900.0, 850.0);
-    let mut row = |o: &mut String, k: &str, v: String| {
-        let _ = writeln!(
-            o,
-            r#"<text x="{tx}" y="{ty}">{}</text><text x="{}" y="{ty}">{}</text>"#,
-            esc(k),
-            tx + 170.0,
-            esc(&v)
-        );
-        ty += 16.0;
-    };
-    row(&mut o, "message length", format!("{} B", s.message_size));
-    row(&mut o, "messages", s.num_messages.to_string());
-    row(
-        &mut o,
-        "tasks / hosts",
-        format!("{} / {}", s.num_tasks, s.hosts.len()),
-    );
-    row(
-        &mut o,
-        "order",
-        if s.serial {
-            "serial".into()
-        } else {
-            "parallel".into()
-        },
-    );
-    // The exact values (seconds, shortest round-trip form) ride along as
-    // tooltips and data attributes, for tools that read the page.
-    for (k, v) in [
-        ("min time", s.min_s),
-        ("avg time", s.avg_s),
-        ("max time", s.max_s),
-    ] {
-        let _ = writeln!(
-            o,
-            r#"<text x="{tx}" y="{ty}">{k}</text><text x="{}" y="{ty}" data-seconds="{v:e}">{} ({})<title>{v:e} s</title></text>"#,
-            tx + 170.0,
-            us(v),
-            esc(&mib_s(s.message_size, v))
-        );
-        ty += 16.0;
-    }
-    let mut row = |o: &mut String, k: &str, v: String| {
-        let _ = writeln!(
-            o,
-            r#"<text x="{tx}" y="{ty}">{}</text><text x="{}" y="{ty}">{}</text>"#,
-            esc(k),
-            tx + 170.0,
-            esc(&v)
-        );
-        ty += 16.0;
-    };
-    row(&mut o, "median time", us(s.median_s));
-    match s.a2a {
-        Some((a, b, c)) => row(
-            &mut o,
-            "all-to-all min/avg/max",
-            format!("{} / {} / {}", us(a), us(b), us(c)),
-        ),
-        None => row(&mut o, "all-to-all", "not run".into()),
-    }
-    ty += 10.0;
-    let _ = writeln!(
-        o,
-        r#"<text x="{tx}" y="{ty}" font-weight="bold">slowest pairs (retest)</text>"#
-    );
-    ty += 16.0;
-    for p in &s.slowest {
-        let _ = writeln!(
-            o,
-            r#"<text x="{tx}" y="{ty}" font-size="11">{} ({}) → {} ({}): {}{}</text>"#,
-            p.from_rank,
-            esc(&p.from_host),
-            p.to_rank,
-            esc(&p.to_host),
-            us(p.time_s),
-            p.retest_time_s
-                .map(|r| format!(", retest {}", us(r)))
-                .unwrap_or_default()
-        );
-        ty += 14.0;
-    }
-    ty += 10.0;
-    let _ = writeln!(
-        o,
-        r#"<text x="{tx}" y="{ty}" font-weight="bold">host pairs with max above {}: {}</text>"#,
-        us(s.threshold_s),
-        s.hot_host_pairs.len()
-    );
-    ty += 16.0;
-    for hp in s.hot_host_pairs.iter().take(12) {
-        let _ = writeln!(
-            o,
-            r#"<text x="{tx}" y="{ty}" font-size="11">{} → {}: max {}, mean {} ({} pairs)</text>"#,
-            esc(&hp.from_host),
-            esc(&hp.to_host),
-            us(hp.max_s),
-            us(hp.mean_s),
-            hp.pairs
-        );
-        ty += 14.0;
-    }
-
-    // Checks of the run.
-    if !s.checks.is_empty() {
-        let (cx, mut cy) = (140.0, 1150.0);
-        let failed = s.checks.iter().filter(|c| c.status != "PASS").count();
-        let _ = writeln!(
-            o,
-            r#"<text x="{cx}" y="{cy}" font-size="14" font-weight="bold">checks: {} of {} not passed</text>"#,
-            failed,
-            s.checks.len()
-        );
-        cy += 18.0;
-        for c in s.checks.iter().take(18) {
-            let colour = match c.status.as_str() {
-                "PASS" => "#1a7f37",
-                "FAIL" => "#cf222e",
-                _ => "#9a6700",
-            };
-            let unit = c.unit.as_deref().unwrap_or("");
-            let fig = |v: Option<f64>| v.map(|v| format!("{v} {unit}")).unwrap_or("-".into());
-            let _ = writeln!(
-                o,
-                r#"<text x="{cx}" y="{cy}" font-size="11"><tspan fill="{colour}" font-weight="bold">{}</tspan> {}: {} (reference {}){}</text>"#,
-                esc(&c.status),
-                esc(&c.check),
-                esc(&fig(c.value)),
-                esc(&fig(c.reference)),
-                c.message
-                    .as_deref()
-                    .map(|m| format!(" — {}", esc(m)))
-                    .unwrap_or_default()
-            );
-            cy += 14.0;
-        }
-    }
-
-    // Host × host matrix.
-    let nh = s.hosts.len();
-    if nh > 1 {
-        let (gx, gy, gs) = (1000.0, 90.0, 360.0);
-        let c = gs / nh as f64;
-        let _ = writeln!(
-            o,
-            r#"<text x="{gx}" y="{}" font-size="14">host × host maximum</text>"#,
-            gy - 10.0
-        );
-        for a in 0..nh {
-            for b in 0..nh {
-                let Some(v) = s
-                    .host_matrix_max
-                    .get(a * nh + b)
-                    .copied()
-                    .filter(|v| !v.is_nan())
-                else {
-                    continue;
-                };
-                let _ = writeln!(
-                    o,
-                    r#"<rect x="{:.2}" y="{:.2}" width="{:.2}" height="{:.2}" fill="{}"><title>{} → {}: {}</title></rect>"#,
-                    gx + b as f64 * c,
-                    gy + a as f64 * c,
-                    c + 0.05,
-                    c + 0.05,
-                    ramp((v - s.min_s) / span),
-                    esc(&s.hosts[a]),
-                    esc(&s.hosts[b]),
-                    us(v)
-                );
-            }
-        }
-    }
-    o.push_str("</svg>\n");
-    o
 }
 
 #[cfg(test)]
@@ -824,7 +476,12 @@ mod tests {
         // LinkTest's own min/max (stat[0], stat[1]) are the matrix extremes.
         assert_eq!(s.min_s, "3.3657499443506822e-05".parse::<f64>().unwrap());
         assert_eq!(s.max_s, "0.0050112479366362095".parse::<f64>().unwrap());
-        assert_eq!(s.histogram.2.iter().sum::<usize>(), 240);
+        assert_eq!(s.histogram.counts.iter().sum::<usize>(), 240);
+        // 33.7 µs to 5.01 ms: colours and bins on a log scale.
+        assert!(s.log_scale && s.histogram.log);
+        assert_eq!(s.histogram.edges.len(), 41);
+        assert_eq!(s.histogram.edges[0], s.min_s);
+        assert!((s.histogram.edges[40] - s.max_s).abs() < 1e-15);
         assert_eq!(s.hosts, vec!["vm".to_string()]);
         assert_eq!(s.host_boundaries, vec![(0, "vm".to_string())]);
         // The five retested pairs come first, with their retest times.
@@ -837,10 +494,12 @@ mod tests {
         assert!(s.slowest[5].retest_time_s.is_none());
         let svg = render_svg(&s);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-        // Background, matrix background, 240 cells, 100 legend steps, 40 bars.
-        assert_eq!(svg.matches("<rect").count(), 1 + 1 + 240 + 100 + 40);
+        // Background, matrix background, 240 cells with tooltips, the legend.
+        let bars = s.histogram.counts.iter().filter(|c| **c > 0).count();
+        assert_eq!(svg.matches("<rect").count(), 1 + 1 + 240 + 1 + bars);
         assert!(svg.contains(">vm</text>"));
-        assert!(svg.contains("5011.248 µs"));
+        assert!(svg.contains(">5.01 ms</text>"));
+        assert!(svg.contains("<title>9 (vm) → 12 (vm): 5.01 ms (817 kB/s)</title>"));
     }
 
     #[test]
@@ -889,7 +548,22 @@ mod tests {
                 .map(|(i, j)| p.times[i * 16 + j])
                 .fold(f64::NEG_INFINITY, f64::max)
         );
-        assert!(render_svg(&s).contains("host × host maximum"));
+        assert!(render_svg(&s).contains("Host × host: slowest pair"));
+        for a in 0..2 {
+            for b in 0..2 {
+                let k = a * 2 + b;
+                let (mut sum, mut cnt) = (0.0, 0);
+                for i in a * 8..a * 8 + 8 {
+                    for j in b * 8..b * 8 + 8 {
+                        if i != j {
+                            sum += p.times[i * 16 + j];
+                            cnt += 1;
+                        }
+                    }
+                }
+                assert!((s.host_matrix_mean[k] - sum / f64::from(cnt)).abs() < 1e-15);
+            }
+        }
         assert!(
             summarize(
                 &run,
