@@ -416,6 +416,8 @@ impl PgStore {
             fence_checked: false,
             queued: Vec::new(),
             aborted: false,
+            runs: HashMap::new(),
+            groups: HashMap::new(),
         };
         let out = f(&mut t).and_then(|()| t.commit());
         match &out {
@@ -571,6 +573,12 @@ struct PgTx<'a> {
     /// A statement failed: the server has aborted the transaction, so it
     /// must not be reported committed.
     aborted: bool,
+    /// Rows this transaction read or wrote, served again without a round
+    /// trip: the leader is the only writer and its transactions run one at a
+    /// time, so a row cannot change under its own transaction. Runs by id;
+    /// jobs' (group, wait_for) by job id.
+    runs: HashMap<String, RunRow>,
+    groups: HashMap<String, (Option<String>, Option<String>)>,
 }
 
 fn aborted() -> CoordError {
@@ -783,6 +791,16 @@ impl PgTx<'_> {
             _ => Ok(Vec::new()),
         }
     }
+    /// One job (`data, grp, wait_for`), its group remembered for
+    /// [`Tx::job_group`] in the same transaction.
+    fn job_with_group(&mut self, sql: &str, p: &[P<'_>]) -> Result<Option<JobRow>> {
+        let Some(r) = self.row_opt(sql, p)? else {
+            return Ok(None);
+        };
+        let j: JobRow = dec(r.get(0))?;
+        self.groups.insert(j.job_id.clone(), (r.get(1), r.get(2)));
+        Ok(Some(j))
+    }
     /// The first row (the queries are by key, `LIMIT 1` or an aggregate).
     fn row_opt(&mut self, sql: &str, p: &[P<'_>]) -> Result<Option<Row>> {
         Ok(self.rows(sql, p)?.into_iter().next())
@@ -820,6 +838,7 @@ impl Tx for PgTx<'_> {
                 enc(r)?
             ],
         )?;
+        self.runs.insert(r.run_id.clone(), r.clone());
         Ok(())
     }
     fn update_run(&mut self, r: &RunRow) -> Result<()> {
@@ -827,10 +846,18 @@ impl Tx for PgTx<'_> {
             "UPDATE runs SET state=$2, data=$3 WHERE run_id=$1",
             params![r.run_id.clone(), r.state.as_str(), enc(r)?],
         )?;
+        self.runs.insert(r.run_id.clone(), r.clone());
         Ok(())
     }
     fn get_run(&mut self, id: &str) -> Result<Option<RunRow>> {
-        self.one("SELECT data FROM runs WHERE run_id=$1", &[&id])
+        if let Some(r) = self.runs.get(id) {
+            return Ok(Some(r.clone()));
+        }
+        let r: Option<RunRow> = self.one("SELECT data FROM runs WHERE run_id=$1", &[&id])?;
+        if let Some(r) = &r {
+            self.runs.insert(r.run_id.clone(), r.clone());
+        }
+        Ok(r)
     }
     fn run_by_idempotency_key(&mut self, key: &str) -> Result<Option<RunRow>> {
         self.one("SELECT data FROM runs WHERE idem_key=$1", &[&key])
@@ -948,7 +975,10 @@ impl Tx for PgTx<'_> {
         Ok(())
     }
     fn get_job(&mut self, id: &str) -> Result<Option<JobRow>> {
-        self.one("SELECT data FROM jobs WHERE job_id=$1", &[&id])
+        self.job_with_group(
+            "SELECT data, grp, wait_for FROM jobs WHERE job_id=$1",
+            &[&id],
+        )
     }
     fn jobs_of_run(&mut self, run_id: &str) -> Result<Vec<JobRow>> {
         self.many(
@@ -958,14 +988,14 @@ impl Tx for PgTx<'_> {
     }
     fn next_job(&mut self, kinds: &[String], now: i64) -> Result<Option<JobRow>> {
         if kinds.is_empty() {
-            return self.one(
-                "SELECT data FROM jobs WHERE state='QUEUED' AND not_before_ms<=$1
+            return self.job_with_group(
+                "SELECT data, grp, wait_for FROM jobs WHERE state='QUEUED' AND not_before_ms<=$1
                  ORDER BY not_before_ms, created_ms LIMIT 1",
                 &[&now],
             );
         }
-        self.one(
-            "SELECT data FROM jobs WHERE state='QUEUED' AND not_before_ms<=$1
+        self.job_with_group(
+            "SELECT data, grp, wait_for FROM jobs WHERE state='QUEUED' AND not_before_ms<=$1
              AND kind = ANY($2) ORDER BY not_before_ms, created_ms LIMIT 1",
             &[&now, &kinds],
         )
@@ -1108,9 +1138,16 @@ impl Tx for PgTx<'_> {
                 wait_for.map(str::to_owned)
             ],
         )?;
+        self.groups.insert(
+            job_id.to_owned(),
+            (group.map(str::to_owned), wait_for.map(str::to_owned)),
+        );
         Ok(())
     }
     fn job_group(&mut self, job_id: &str) -> Result<(Option<String>, Option<String>)> {
+        if let Some(g) = self.groups.get(job_id) {
+            return Ok(g.clone());
+        }
         Ok(
             match self.row_opt("SELECT grp, wait_for FROM jobs WHERE job_id=$1", &[&job_id])? {
                 Some(r) => (r.get(0), r.get(1)),

@@ -220,46 +220,51 @@ pub(super) fn advance_into(
         return Ok(false);
     };
     let before = run.clone();
-    let tasks = tx.tasks_of_run(run_id)?;
-    // Targeted queries: a run may have thousands of jobs (sweeps), and this runs
-    // after every one of them.
-    let record = tx.job_of_kind(run_id, RECORD_JOB)?;
-    let record = record.as_ref();
-
+    // Targeted queries, each made only when the branch needs it: a run may
+    // have thousands of jobs (sweeps), and this runs after every one of them
+    // (with a database over the network, each query is a round trip).
+    let mut tasks_read = None;
     if run.state == RunState::Cancelled {
         if run.outcome.is_some() {
-            match record {
-                None => insert_record_job(tx, cfg, &run, &tasks, now, fx)?,
+            match tx.job_of_kind(run_id, RECORD_JOB)?.as_ref() {
+                None => {
+                    let tasks = tasks_of(tx, run_id, &mut tasks_read)?;
+                    insert_record_job(tx, cfg, &run, tasks, now, fx)?
+                }
                 Some(j) if j.state.is_final() => run.outcome = None,
                 Some(_) => {}
             }
         }
     } else if !run.state.is_final() {
-        if run.state == RunState::Pending
-            && tasks
+        if matches!(run.state, RunState::Pending | RunState::Running) {
+            let tasks = tasks_of(tx, run_id, &mut tasks_read)?;
+            let started = tasks
                 .iter()
-                .any(|t| matches!(t.state, TaskState::Leased | TaskState::Running))
-        {
-            run.state = RunState::Running;
-            run.started_at_ms.get_or_insert(now);
-        }
-        let tasks_done = tasks.iter().all(|t| t.state.is_final());
-        if tasks_done && matches!(run.state, RunState::Pending | RunState::Running) {
-            if run.started_at_ms.is_none() {
-                run.started_at_ms = Some(now);
+                .any(|t| matches!(t.state, TaskState::Leased | TaskState::Running));
+            let tasks_done = tasks.iter().all(|t| t.state.is_final());
+            if run.state == RunState::Pending && started {
+                run.state = RunState::Running;
+                run.started_at_ms.get_or_insert(now);
             }
-            run.state = RunState::Processing;
-            for j in ingest_jobs(&run, &tasks, cfg, now) {
-                job::insert(tx, &j, fx)?;
+            if tasks_done {
+                if run.started_at_ms.is_none() {
+                    run.started_at_ms = Some(now);
+                }
+                run.state = RunState::Processing;
+                for j in ingest_jobs(&run, tasks, cfg, now) {
+                    job::insert(tx, &j, fx)?;
+                }
             }
         }
         if run.state == RunState::Processing {
             let work_done = tx.count_open_jobs(run_id, RECORD_JOB)? == 0;
             if work_done {
-                match (run.outcome, record) {
+                let record = tx.job_of_kind(run_id, RECORD_JOB)?;
+                match (run.outcome, record.as_ref()) {
                     (None, _) => {
                         let failed = tx.failed_jobs(run_id)?;
-                        let (mut outcome, mut error) = decide(&tasks, &failed);
+                        let tasks = tasks_of(tx, run_id, &mut tasks_read)?;
+                        let (mut outcome, mut error) = decide(tasks, &failed);
                         // An error set at creation (a scheduled run that could not be
                         // placed) fails the run.
                         if let Some(pre) = run.error.take() {
@@ -272,7 +277,7 @@ pub(super) fn advance_into(
                         run.outcome = Some(outcome);
                         run.error = error;
                         run.finished_at_ms = Some(now);
-                        insert_record_job(tx, cfg, &run, &tasks, now, fx)?;
+                        insert_record_job(tx, cfg, &run, tasks, now, fx)?;
                     }
                     (Some(outcome), Some(j)) if j.state.is_final() => {
                         run.state = outcome;
@@ -289,7 +294,10 @@ pub(super) fn advance_into(
                             run.state = RunState::Failed;
                         }
                     }
-                    (Some(_), None) => insert_record_job(tx, cfg, &run, &tasks, now, fx)?,
+                    (Some(_), None) => {
+                        let tasks = tasks_of(tx, run_id, &mut tasks_read)?;
+                        insert_record_job(tx, cfg, &run, tasks, now, fx)?
+                    }
                     (Some(_), Some(_)) => {}
                 }
             }
@@ -301,6 +309,18 @@ pub(super) fn advance_into(
         return Ok(true);
     }
     Ok(false)
+}
+
+/// The run's tasks, read once per [`advance_into`] and only when needed.
+fn tasks_of<'a>(
+    tx: &mut dyn Tx,
+    run_id: &str,
+    read: &'a mut Option<Vec<TaskRow>>,
+) -> Result<&'a [TaskRow]> {
+    if read.is_none() {
+        *read = Some(tx.tasks_of_run(run_id)?);
+    }
+    Ok(read.get_or_insert_with(Vec::new))
 }
 
 /// Cancels a run: its tasks and jobs that have not ended end as CANCELLED
