@@ -5,7 +5,7 @@
 //! round trips per second and the lease latency percentiles.
 //!
 //! Knobs (environment): BENCH_AGENTS (10000), BENCH_WORKERS (16 concurrent
-//! worker clients), BENCH_SECS (10), BENCH_JOBS (60000 pre-queued jobs),
+//! worker clients), BENCH_SECS (10), BENCH_JOBS (150000 pre-queued jobs),
 //! BENCH_STATE (`sqlite`, or `postgres`: a PostgreSQL server the bench starts
 //! with initdb/pg_ctl and its default durability, the coordinator leading
 //! with a fencing token as in production).
@@ -313,7 +313,7 @@ async fn bench() {
     let agents = env("BENCH_AGENTS", 10_000);
     let workers = env("BENCH_WORKERS", 16);
     let secs = env("BENCH_SECS", 10);
-    let jobs = env("BENCH_JOBS", 60_000);
+    let jobs = env("BENCH_JOBS", 150_000);
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = CoordinatorConfig {
         state_path: dir.path().join("state.db"),
@@ -360,7 +360,7 @@ async fn bench() {
     println!("state: {state}");
     let lake = Lake::open(&cfg.store).expect("lake");
     let now = chrono::Utc::now().timestamp_millis();
-    // Queue no-op jobs over 1,000 runs (60 jobs each, like a sweep per run).
+    // Queue no-op jobs, 60 per run (like a sweep per run).
     let per_run = 60u64;
     store
         .transact(|tx| {
