@@ -181,5 +181,5 @@ def test_up_demo_lands_on_postgres(tmp_path, postgres):
     assert duck_count(lake, "runs") == finished - int(runs.get("PROCESSING", "0"))
     # A clean stop released the lead: its lease has already ended.
     assert postgres.sql("SELECT expires_ms < (extract(epoch from clock_timestamp()) * 1000)::bigint FROM leader") == "t"
-    assert postgres.sql("SELECT v FROM meta WHERE k = 'schema_version'") == "1"
+    assert postgres.sql("SELECT v FROM meta WHERE k = 'schema_version'") == "2"
     print(f"demo on PostgreSQL took {time.time() - t0:.1f} s")
