@@ -19,9 +19,25 @@ use opts::*;
     propagate_version = true
 )]
 struct Cli {
-    /// Log filter (tracing env-filter syntax).
-    #[arg(long, global = true, env = "BENCHLAKE_LOG", default_value = "info")]
-    log: String,
+    /// Log filter (tracing env-filter syntax, e.g. `info`, `warn,benchlake_worker=debug`).
+    /// Default: `info` for the services (`coordinator`, `agent`, `worker`, `up`'s log
+    /// file), `warn` for the user commands.
+    #[arg(long, global = true, env = "BENCHLAKE_LOG")]
+    log: Option<String>,
+    /// Log line format: `text` (coloured only on a terminal) or `json` (one object
+    /// per line, for log collectors).
+    #[arg(
+        long,
+        global = true,
+        env = "BENCHLAKE_LOG_FORMAT",
+        default_value = "text"
+    )]
+    log_format: LogFormat,
+    /// Write log lines to this file (appended) instead of the terminal; `-` is the
+    /// terminal. `benchlake up` logs to DATA/benchlake.log by default and shows
+    /// only warnings and errors on the terminal, so its progress stays readable.
+    #[arg(long, global = true, env = "BENCHLAKE_LOG_FILE")]
+    log_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -78,14 +94,95 @@ enum Cmd {
     Netprobe(netprobe::NetprobeArgs),
 }
 
-fn init_logging(filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Where log lines go: the terminal (stderr) and/or a file.
+struct LogPlan {
+    filter: String,
+    format: LogFormat,
+    file: Option<std::path::PathBuf>,
+    /// Only warnings and errors on the terminal (next to a file that gets all).
+    terminal_warn_only: bool,
+}
+
+impl LogPlan {
+    /// The plan for `cli`: services log `info` to stderr; user commands `warn`
+    /// (their output is what they print, not log lines); `up` logs to a file
+    /// under its data directory and keeps the terminal for its progress.
+    fn of(cli: &Cli) -> Self {
+        let service = matches!(
+            cli.cmd,
+            Cmd::Coordinator(_) | Cmd::Agent(_) | Cmd::Worker(_) | Cmd::Up(_) | Cmd::Netprobe(_)
+        );
+        let default = if service { "info" } else { "warn" };
+        let filter = cli.log.clone().unwrap_or_else(|| default.to_string());
+        let (file, terminal_warn_only) = match (&cli.log_file, &cli.cmd) {
+            (Some(f), _) if f.as_os_str() == "-" => (None, false),
+            (Some(f), _) => (Some(f.clone()), false),
+            (None, Cmd::Up(a)) => (Some(a.data.join("benchlake.log")), true),
+            (None, _) => (None, false),
+        };
+        Self {
+            filter,
+            format: cli.log_format,
+            file,
+            terminal_warn_only,
+        }
+    }
+}
+
+/// Sets up logging; returns the log file when there is one. A file that cannot
+/// be opened is an error (logs are never dropped silently).
+fn init_logging(plan: &LogPlan) -> Result<Option<std::path::PathBuf>, String> {
+    use std::io::IsTerminal;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{EnvFilter, Layer, filter::LevelFilter};
+
+    type Boxed = Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>;
+    let env_filter =
+        || EnvFilter::try_new(&plan.filter).map_err(|e| format!("--log '{}': {e}", plan.filter));
+    let layer = |w: tracing_subscriber::fmt::writer::BoxMakeWriter, ansi: bool| -> Boxed {
+        let l = tracing_subscriber::fmt::layer()
+            .with_writer(w)
+            .with_target(false);
+        match plan.format {
+            LogFormat::Json => l.json().boxed(),
+            LogFormat::Text => l.with_ansi(ansi).boxed(),
+        }
+    };
+    let stderr_ansi = std::io::stderr().is_terminal();
+    let mut layers: Vec<Boxed> = Vec::new();
+    let mut path = None;
+    if let Some(p) = &plan.file {
+        if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("log file directory {}: {e}", dir.display()))?;
+        }
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .map_err(|e| format!("log file {}: {e}", p.display()))?;
+        let w = tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::sync::Mutex::new(f));
+        layers.push(layer(w, false).with_filter(env_filter()?).boxed());
+        path = Some(p.clone());
+    }
+    if path.is_none() || plan.terminal_warn_only {
+        let w = tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::io::stderr);
+        let l = layer(w, stderr_ansi);
+        layers.push(if path.is_some() {
+            l.with_filter(LevelFilter::WARN).boxed()
+        } else {
+            l.with_filter(env_filter()?).boxed()
+        });
+    }
+    let _ = tracing_subscriber::registry().with(layers).try_init();
+    Ok(path)
 }
 
 fn main() -> std::process::ExitCode {
@@ -94,7 +191,14 @@ fn main() -> std::process::ExitCode {
         // pio is synchronous and may re-run this command line as its ranks.
         return benchlake_pio::main_with_args(args);
     }
-    init_logging(&cli.log);
+    match init_logging(&LogPlan::of(&cli)) {
+        Ok(Some(p)) if matches!(cli.cmd, Cmd::Up(_)) => eprintln!("logs: {}", p.display()),
+        Ok(_) => {}
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    }
     if let Cmd::Netprobe(a) = cli.cmd {
         // Blocking sockets and threads; no runtime needed.
         return match netprobe::netprobe(a) {

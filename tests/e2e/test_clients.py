@@ -143,6 +143,15 @@ def test_up_demo(tmp_path):
     r = subprocess.run([BIN, "up", "--demo", "--data", str(tmp_path / "data")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "landed" in r.stdout and "duckdb" in r.stdout
+    # The terminal stays readable: log lines go to the data directory's log
+    # file; only warnings (the refused pio run's) reach stderr, uncoloured.
+    log = tmp_path / "data" / "benchlake.log"
+    assert f"logs: {log}" in r.stderr, r.stderr
+    assert " INFO " not in r.stderr and "\x1b[" not in r.stderr + r.stdout, r.stderr
+    assert len(r.stderr.splitlines()) <= 6, r.stderr
+    text = log.read_text()
+    assert "coordinator listening" in text and "job committed" in text, text[:2000]
+    assert "\x1b[" not in text
     lake = tmp_path / "data" / "lake"
     # The traced run (2 ranks, 20 alltoallv calls) runs where MPI is installed.
     traced = "submitted traced run" in r.stdout
@@ -173,3 +182,40 @@ def test_up_demo(tmp_path):
         rows = duckdb.sql(q).fetchall()
         assert rows, q
     print(f"demo took {time.time() - t0:.1f} s")
+
+
+def test_json_logs_and_quiet_user_commands(tmp_path):
+    """`--log-format json` writes one JSON object per line (here to a file);
+    user commands log only warnings by default."""
+    import json
+    import socket
+
+    from conftest import BIN, free_port
+    port = free_port()
+    logf = tmp_path / "coord.jsonl"
+    p = subprocess.Popen([BIN, "--log-format", "json", "--log-file", str(logf), "coordinator",
+                          "--listen", f"127.0.0.1:{port}", "--state", str(tmp_path / "state.db"),
+                          "--lake", str(tmp_path / "lake")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                assert time.time() < deadline and p.poll() is None, p.stderr.read() if p.poll() is not None else "timeout"
+                time.sleep(0.1)
+        r = subprocess.run([BIN, "run", "list", "--coordinator", f"127.0.0.1:{port}"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and r.stderr == "", r.stdout + r.stderr
+    finally:
+        p.terminate()
+        _, err = p.communicate(timeout=30)
+    lines = [json.loads(line) for line in logf.read_text().splitlines()]
+    listening = [x for x in lines if x["fields"].get("message") == "coordinator listening"]
+    assert len(listening) == 1 and listening[0]["level"] == "INFO", lines
+    assert listening[0]["fields"]["addr"] == f"127.0.0.1:{port}"
+    assert any(x["fields"].get("message") == "shutting down" for x in lines), lines
+    # Everything went to the file.
+    assert err == "", err
