@@ -52,19 +52,52 @@ fi
 "$VENV/bin/pip" install --quiet --disable-pip-version-check -r tests/e2e/requirements.txt
 export PATH="$VENV/bin:$PATH"
 
+# Every test stage's output is also kept here, so the suite ends with one
+# total over all stages (printed on success and on failure alike).
+RESULTS="$(mktemp -d)/results.log"
+STARTED=$SECONDS
+totals() {
+  local rc=$?
+  python3 - "$RESULTS" "$rc" "$((SECONDS - STARTED))" <<'PY'
+import re, sys
+path, rc, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+try:
+    text = open(path, errors="replace").read()
+except OSError:
+    text = ""
+rust = {"passed": 0, "failed": 0, "ignored": 0}
+for m in re.finditer(r"test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored", text):
+    for k, v in zip(("passed", "failed", "ignored"), m.groups()):
+        rust[k] += int(v)
+e2e = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
+for line in text.splitlines():
+    if "test result:" not in line and re.search(r"\d+ (passed|failed|error|errors)\b.* in [\d.]+s", line):
+        for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?)\b", line):
+            e2e["errors" if k.startswith("error") else k] += int(n)
+failed = rust["failed"] + e2e["failed"] + e2e["errors"]
+verdict = "PASSED" if rc == 0 and failed == 0 else f"FAILED (exit {rc})"
+print(f"== total: {rust['passed'] + e2e['passed']} passed, {failed} failed, "
+      f"{rust['ignored'] + e2e['skipped']} skipped "
+      f"(Rust {rust['passed']} passed/{rust['failed']} failed; end-to-end {e2e['passed']} passed/"
+      f"{e2e['failed'] + e2e['errors']} failed/{e2e['skipped']} skipped) in {secs // 60} min {secs % 60} s: {verdict}")
+PY
+  exit "$rc"
+}
+trap totals EXIT
+
 echo "== build"
 cargo build --workspace --all-targets --locked
 
 echo "== cargo test"
-cargo test --workspace --locked
+cargo test --workspace --locked 2>&1 | tee -a "$RESULTS"
 # Integration tests again with coordinator state on PostgreSQL (all: `-p benchlake --test …` would rebuild ~80 crates with other features).
-BENCHLAKE_TEST_STATE=postgres cargo test --workspace --locked --test '*'
+BENCHLAKE_TEST_STATE=postgres cargo test --workspace --locked --test '*' 2>&1 | tee -a "$RESULTS"
 
 echo "== end-to-end tests"
 export BENCHLAKE_BIN="$CARGO_TARGET_DIR/debug/benchlake"
-python -m pytest -q -p no:cacheprovider tests/e2e
+python -m pytest -q -p no:cacheprovider tests/e2e 2>&1 | tee -a "$RESULTS"
 # The end-to-end tests whose clusters keep state, again on PostgreSQL (a server
 # per test; restarted coordinators take the lead over after a 1 s lease).
 BENCHLAKE_E2E_STATE=postgres python -m pytest -q -p no:cacheprovider \
   tests/e2e/test_faults.py tests/e2e/test_campaign.py tests/e2e/test_clients.py \
-  tests/e2e/test_replay.py tests/e2e/test_mpirun.py
+  tests/e2e/test_replay.py tests/e2e/test_mpirun.py 2>&1 | tee -a "$RESULTS"
