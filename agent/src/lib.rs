@@ -6,6 +6,7 @@
 //!
 //! [`run`] is the entry point of `benchlake agent`.
 pub mod contain;
+pub mod health;
 pub mod host;
 pub mod runner;
 
@@ -341,6 +342,10 @@ pub async fn run(cfg: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Resul
     let cfg = Arc::new(cfg);
     let mut c = client(&cfg)?;
     let reg = register(&mut c, &cfg, &mut shutdown).await?;
+    health::metrics()
+        .registered
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    health::contact();
     tracing::info!(agent = %cfg.name, coordinator = %cfg.coordinator, benchmarks = cfg.catalog.benchmarks.len(), "agent registered");
     let running: Running = Arc::new(Mutex::new(HashMap::new()));
     let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -383,6 +388,10 @@ pub async fn run(cfg: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Resul
                 match res {
                     Ok(r) => {
                         let r = r.into_inner();
+                        health::contact();
+                        health::metrics()
+                            .draining
+                            .store(r.drain, std::sync::atomic::Ordering::Relaxed);
                         draining.store(r.drain, std::sync::atomic::Ordering::Relaxed);
                         let map = running.lock().unwrap_or_else(|p| p.into_inner());
                         for id in r.cancel_task_ids {
@@ -452,7 +461,10 @@ pub async fn run(cfg: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Resul
                         let (cfg, c2, running) = (cfg.clone(), c.clone(), running.clone());
                         tasks.spawn(async move {
                             let id = t.task_id.clone();
+                            let m = health::metrics();
+                            m.running.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             runner::run_task(&cfg, c2, t, rx).await;
+                            m.running.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                             running
                                 .lock()
                                 .unwrap_or_else(|p| p.into_inner())

@@ -57,6 +57,7 @@ pub async fn run_task(
     let res = execute(cfg, &mut c, &t, stop, &dir).await;
     let Some(o) = res else {
         tracing::warn!(task = %t.task_id, "agent stopping; task abandoned to its lease");
+        crate::health::task(&t.benchmark, "abandoned");
         return;
     };
     let req = pb::CompleteTaskRequest {
@@ -92,12 +93,17 @@ pub async fn run_task(
         _ = shutdown.wait_for(|s| *s == Stop::Shutdown) => None,
     };
     match res {
-        Some(Ok(_)) => {}
+        Some(Ok(_)) => {
+            let outcome = if o.success { "succeeded" } else { "failed" };
+            crate::health::task(&t.benchmark, outcome);
+        }
         Some(Err(s)) => {
-            tracing::warn!(task = %t.task_id, code = ?s.code(), error = %s.message(), "completion refused")
+            tracing::warn!(task = %t.task_id, code = ?s.code(), error = %s.message(), "completion refused");
+            crate::health::task(&t.benchmark, "unreported");
         }
         None => {
             tracing::warn!(task = %t.task_id, "agent stopping; completion abandoned to the lease");
+            crate::health::task(&t.benchmark, "abandoned");
             return;
         }
     }

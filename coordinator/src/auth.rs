@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use tonic::{Request, Status};
 
-use crate::config::{Identity, Role, Tokens};
+use crate::config::{Identity, MetricsTokens, Role, Tokens};
 
 /// Failed authentications a peer may make at once.
 pub const FAIL_BURST: f64 = 30.0;
@@ -153,37 +153,14 @@ impl Guard {
             .remote_addr()
             .map(|a| a.ip())
             .unwrap_or(IpAddr::from([0, 0, 0, 0]));
-        if self.limiter.blocked(peer) {
-            return Err(Status::resource_exhausted(
-                "too many failed authentications from this address; try again later",
-            ));
-        }
         let header = req
             .metadata()
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        let token = header
-            .strip_prefix("Bearer ")
-            .or_else(|| header.strip_prefix("bearer "))
-            .unwrap_or("")
-            .trim();
-        if token.is_empty() {
-            self.limiter.failed(peer, service, "no bearer token");
-            return Err(Status::unauthenticated(
-                "missing 'authorization: Bearer <token>' metadata",
-            ));
-        }
-        let Some(id) = self.tokens.identify(token) else {
-            self.limiter.failed(peer, service, "unknown token");
-            return Err(Status::unauthenticated("unknown token"));
+        let Some(id) = self.authenticate(peer, header, allowed, service, None)? else {
+            return Err(Status::internal("no identity"));
         };
-        if id.role != Role::Admin && !allowed.contains(&id.role) {
-            return Err(Status::permission_denied(format!(
-                "the {} role may not call {service}",
-                id.role.as_str()
-            )));
-        }
         let mut id = id;
         if matches!(id.role, Role::Agent | Role::Worker)
             && let Some(name) = req
@@ -202,6 +179,69 @@ impl Guard {
         req.extensions_mut().insert(id.role);
         req.extensions_mut().insert(id);
         Ok(())
+    }
+}
+
+impl Guard {
+    /// Authenticates an `authorization` header value from `peer` outside
+    /// gRPC (the coordinator's HTTP `/metrics`): a token of `allowed` roles
+    /// (or admin), or one of `extra`. Authentication applies when tokens are
+    /// configured or `extra` is not empty; failures spend the peer's budget.
+    pub fn check_header(
+        &self,
+        peer: IpAddr,
+        header: &str,
+        allowed: &[Role],
+        extra: &MetricsTokens,
+        service: &str,
+    ) -> Result<(), Status> {
+        if !self.tokens.enabled() && extra.0.is_empty() {
+            return Ok(());
+        }
+        self.authenticate(peer, header, allowed, service, Some(extra))
+            .map(|_| ())
+    }
+
+    /// The identity of a bearer `header` (None: one of `extra`), or the
+    /// refusal; counts failures against `peer`.
+    fn authenticate(
+        &self,
+        peer: IpAddr,
+        header: &str,
+        allowed: &[Role],
+        service: &str,
+        extra: Option<&MetricsTokens>,
+    ) -> Result<Option<Identity>, Status> {
+        if self.limiter.blocked(peer) {
+            return Err(Status::resource_exhausted(
+                "too many failed authentications from this address; try again later",
+            ));
+        }
+        let token = header
+            .strip_prefix("Bearer ")
+            .or_else(|| header.strip_prefix("bearer "))
+            .unwrap_or("")
+            .trim();
+        if token.is_empty() {
+            self.limiter.failed(peer, service, "no bearer token");
+            return Err(Status::unauthenticated(
+                "missing 'authorization: Bearer <token>' metadata",
+            ));
+        }
+        if extra.is_some_and(|e| e.contains(token)) {
+            return Ok(None);
+        }
+        let Some(id) = self.tokens.identify(token) else {
+            self.limiter.failed(peer, service, "unknown token");
+            return Err(Status::unauthenticated("unknown token"));
+        };
+        if id.role != Role::Admin && !allowed.contains(&id.role) {
+            return Err(Status::permission_denied(format!(
+                "the {} role may not call {service}",
+                id.role.as_str()
+            )));
+        }
+        Ok(Some(id))
     }
 }
 

@@ -27,12 +27,100 @@ use crate::model::*;
 /// Commits `req`'s staged files; returns the final keys. `holds` refuses a
 /// caller that may not act on the job (another worker's lease); it is checked
 /// in every transaction that reads the lease, and before any staged object is
-/// read.
+/// read. Its latency, the files and bytes it wrote and the verdicts of the
+/// `checks` rows it committed go to the metrics ([`crate::metrics`]).
 pub async fn commit_job(
     c: &Coordinator,
     req: pb::CompleteJobRequest,
     holds: &(dyn Fn(&JobRow) -> Result<()> + Sync),
 ) -> Result<Vec<String>> {
+    let t0 = std::time::Instant::now();
+    let res = commit_job_inner(c, req, holds).await;
+    let m = &c.metrics;
+    match &res {
+        Ok(w) => {
+            m.commit.observe(&[], t0.elapsed().as_secs_f64());
+            m.lake_files.add(w.files.len() as u64);
+            m.lake_bytes.add(w.files.iter().map(|f| f.1).sum());
+            let checks: Vec<String> = w
+                .files
+                .iter()
+                .filter(|f| f.2 == "checks")
+                .map(|f| f.0.clone())
+                .collect();
+            if !checks.is_empty() {
+                count_verdicts(c, checks);
+            }
+        }
+        Err(e) => {
+            let reason = match e {
+                CoordError::Invalid(_) => "invalid",
+                CoordError::LeaseLost(_) => "lease_lost",
+                CoordError::PermissionDenied(_) => "permission_denied",
+                CoordError::NotFound(_) => "not_found",
+                CoordError::Lake(_) => "lake",
+                CoordError::Store { .. } => "state_store",
+                CoordError::Fenced(_) => "fenced",
+                _ => "other",
+            };
+            m.commit_failed.inc(&[reason]);
+        }
+    }
+    res.map(|w| w.files.into_iter().map(|f| f.0).collect())
+}
+
+/// What a commit wrote: (final key, bytes, table) per file.
+struct Written {
+    files: Vec<(String, u64, String)>,
+}
+
+/// Counts the verdicts of committed `checks` files into
+/// `benchlake_verdicts_total` off the request path (one small read each; a
+/// file that cannot be read is logged and not counted).
+fn count_verdicts(c: &Coordinator, keys: Vec<String>) {
+    let (lake, metrics) = (c.lake.clone(), c.metrics.clone());
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    rt.spawn(async move {
+        for key in keys {
+            match lake.read_parquet(&key).await {
+                Ok(batches) => {
+                    for b in &batches {
+                        let col = |n: &str| {
+                            b.column_by_name(n).and_then(|a| {
+                                arrow::compute::cast(a, &arrow::datatypes::DataType::Utf8).ok()
+                            })
+                        };
+                        let (Some(check), Some(status)) = (col("check"), col("status")) else {
+                            continue;
+                        };
+                        let (Some(check), Some(status)) = (
+                            check.as_any().downcast_ref::<arrow::array::StringArray>(),
+                            status.as_any().downcast_ref::<arrow::array::StringArray>(),
+                        ) else {
+                            continue;
+                        };
+                        for i in 0..b.num_rows() {
+                            metrics
+                                .verdicts
+                                .inc(&[check.value(i), status.value(i)]);
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(key = %key, error = %e, "cannot read committed checks for the verdict metrics")
+                }
+            }
+        }
+    });
+}
+
+async fn commit_job_inner(
+    c: &Coordinator,
+    req: pb::CompleteJobRequest,
+    holds: &(dyn Fn(&JobRow) -> Result<()> + Sync),
+) -> Result<Written> {
     if req.files.len() > 10_000 {
         return Err(CoordError::invalid("files", "more than 10000 staged files"));
     }
@@ -117,7 +205,7 @@ pub async fn commit_job(
             .await?;
         if let Some(done) = done {
             finish(c, &req.job_id, done, &[]);
-            return Ok(Vec::new());
+            return Ok(Written { files: Vec::new() });
         }
     }
 
@@ -195,7 +283,13 @@ pub async fn commit_job(
         tracing::warn!(job = %job.job_id, error = %e, "could not delete staging objects");
     }
     finish(c, &job.job_id, done, &keys);
-    Ok(keys)
+    Ok(Written {
+        files: pairs
+            .iter()
+            .zip(&sizes)
+            .map(|((f, key), bytes)| (key.clone(), *bytes, f.table.clone()))
+            .collect(),
+    })
 }
 
 /// Step 4 inside a transaction: checks the lease again, records the committed

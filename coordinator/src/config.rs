@@ -242,6 +242,35 @@ pub struct CoordinatorConfig {
     /// CA (PEM) client certificates must be signed by: mutual TLS, no client
     /// without a certificate gets through the handshake.
     pub tls_client_ca: Option<PathBuf>,
+    /// Tokens that may read `/metrics` and nothing else (Prometheus'); admin
+    /// and user tokens may read it too ([`crate::http`]).
+    pub metrics_tokens: MetricsTokens,
+}
+
+/// Bearer tokens of the `/metrics` endpoint only (never printed).
+#[derive(Clone, Default)]
+pub struct MetricsTokens(pub Vec<String>);
+
+impl std::fmt::Debug for MetricsTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MetricsTokens({})", self.0.len())
+    }
+}
+
+impl MetricsTokens {
+    /// Whether `token` is one of them (every one compared, in constant time).
+    pub fn contains(&self, token: &str) -> bool {
+        self.0
+            .iter()
+            .fold(false, |acc, t| acc | ct_eq(t.as_bytes(), token.as_bytes()))
+    }
+    /// Checks that every token has at least 16 characters.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.0.iter().any(|t| t.len() < 16) {
+            return Err("metrics tokens must be at least 16 characters".into());
+        }
+        Ok(())
+    }
 }
 
 impl Default for CoordinatorConfig {
@@ -271,6 +300,7 @@ impl Default for CoordinatorConfig {
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
+            metrics_tokens: MetricsTokens::default(),
         }
     }
 }

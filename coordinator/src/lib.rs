@@ -13,9 +13,11 @@ pub mod convert;
 pub mod error;
 pub mod flight;
 pub mod grpc;
+pub mod http;
 pub mod leader;
 pub mod lifecycle;
 pub mod logic;
+pub mod metrics;
 pub mod model;
 pub mod pg_testing;
 pub mod placement;
@@ -97,6 +99,8 @@ pub struct Coordinator {
     /// The lead [`Coordinator::open`] took on PostgreSQL, handed on when the
     /// coordinator is dropped.
     lead: Mutex<Option<leader::Elector>>,
+    /// Counters and histograms of `/metrics` ([`metrics`]).
+    pub(crate) metrics: Arc<metrics::Metrics>,
 }
 
 /// How far the stored `last_heartbeat_ms` of an agent may lag its in-memory
@@ -183,6 +187,7 @@ impl Coordinator {
             .concurrent_transactions()
             .map(|n| tokio::sync::Semaphore::new(n.max(1)));
         let c = Arc::new(Self {
+            metrics: Arc::new(metrics::Metrics::default()),
             lead: Mutex::new(None),
             db_gate,
             placement,
@@ -293,6 +298,11 @@ impl Coordinator {
     /// The state store.
     pub fn store(&self) -> &dyn StateStore {
         self.store.as_ref()
+    }
+
+    /// The in-memory metrics (counters and histograms of `/metrics`).
+    pub fn metrics(&self) -> &metrics::Metrics {
+        &self.metrics
     }
 
     pub(crate) fn last_heartbeat(&self, agent: &str) -> Option<i64> {
@@ -426,6 +436,9 @@ impl Coordinator {
             .store
             .transact(|tx| lifecycle::task::expire_leases(tx, cfg, live, now))?;
         report.expired_tasks = n;
+        if n > 0 {
+            self.metrics.lease_expiries.add(&["task"], n as u64);
+        }
         self.apply(fx);
 
         // Job leases.
@@ -433,6 +446,9 @@ impl Coordinator {
             .store
             .transact(|tx| lifecycle::job::expire_leases(tx, cfg, now))?;
         report.expired_jobs = n;
+        if n > 0 {
+            self.metrics.lease_expiries.add(&["job"], n as u64);
+        }
         self.apply(fx);
 
         // Schedules.
@@ -517,12 +533,44 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    run_with(cfg, listener, None, shutdown).await
+}
+
+/// [`run`], with the HTTP endpoints ([`http`]: `/healthz`, `/readyz`,
+/// `/metrics`) on `http_listener` when given. They answer from the start,
+/// while a PostgreSQL standby waits too, and stop when this returns.
+pub async fn run_with(
+    cfg: CoordinatorConfig,
+    listener: TcpListener,
+    http_listener: Option<TcpListener>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
     // A TLS misconfiguration stops the start before anything is opened.
     tls::acceptor(&cfg).map_err(CoordError::Setup)?;
+    // Dropped when this returns: the HTTP server then stops.
+    let (_http_stop, http_stopped) = tokio::sync::watch::channel(());
+    let web = match http_listener {
+        Some(l) => {
+            let h = http::Http::new(&cfg);
+            tls::http_acceptor(&cfg).map_err(CoordError::Setup)?;
+            let (h2, cfg2, mut stopped) = (h.clone(), cfg.clone(), http_stopped.clone());
+            tokio::spawn(async move {
+                let stop = async move { while stopped.changed().await.is_ok() {} };
+                if let Err(e) = h2.serve(&cfg2, l, stop).await {
+                    tracing::error!(error = %e, "HTTP endpoints stopped");
+                }
+            });
+            Some(h)
+        }
+        None => None,
+    };
     if let Some(url) = cfg.state_postgres.clone() {
-        return run_ha(cfg, &url, listener, shutdown).await;
+        return run_ha(cfg, &url, listener, shutdown, web).await;
     }
     let coord = Coordinator::open(cfg, Arc::new(SystemClock))?;
+    if let Some(h) = &web {
+        h.set_serving(coord.clone(), false);
+    }
     log_listening(&coord, &listener);
     serve(coord, listener, shutdown).await
 }
@@ -544,6 +592,7 @@ async fn run_ha(
     url: &str,
     listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    web: Option<http::Http>,
 ) -> Result<()> {
     use std::sync::Mutex as StdMutex;
     let addr = listener
@@ -580,6 +629,9 @@ async fn run_ha(
                     // A standby holds no port: clients given every coordinator's
                     // address connect to the one that leads.
                     let cur = leader::with_elector(elector.clone(), |e| e.current()).await;
+                    if let Some(h) = &web {
+                        h.set_standby(&cur.as_ref().map(|c| c.holder.clone()).unwrap_or_default());
+                    }
                     tracing::info!(
                         me = %holder,
                         leader = %cur.as_ref().map(|c| c.holder.clone()).unwrap_or_default(),
@@ -609,6 +661,9 @@ async fn run_ha(
     let listener = rebind(addr).await?;
     let lake = Lake::open(&cfg.store)?;
     let coord = Coordinator::new(Arc::new(store), lake, Arc::new(SystemClock), cfg)?;
+    if let Some(h) = &web {
+        h.set_serving(coord.clone(), true);
+    }
     log_listening(&coord, &listener);
     // Renews the lease; resolves when it is lost.
     let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<String>();

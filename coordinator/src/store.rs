@@ -56,6 +56,10 @@ pub trait Tx {
     fn expired_jobs(&mut self, now: i64) -> Result<Vec<JobRow>>;
     /// Number of QUEUED jobs (for metrics and long-poll decisions).
     fn queued_job_count(&mut self) -> Result<u64>;
+    /// Runs, tasks and jobs by state, as `(entity, state, count)` with entity
+    /// `run`, `task` or `job`, plus `task_due` and `job_due`: QUEUED ones whose
+    /// backoff has ended by `now`. One aggregate query (metrics scrapes).
+    fn state_counts(&mut self, now: i64) -> Result<Vec<(String, String, u64)>>;
     /// The (first) job of `kind` of a run.
     fn job_of_kind(&mut self, run_id: &str, kind: &str) -> Result<Option<JobRow>>;
     /// Jobs of a run that have not ended, other than `except_kind`.
@@ -490,6 +494,13 @@ impl SqliteTx<'_> {
     }
 }
 
+/// [`Tx::state_counts`] on SQLite (every part is served by an index on `state`).
+const STATE_COUNTS_SQLITE: &str = "SELECT 'run', state, COUNT(*) FROM runs GROUP BY state
+ UNION ALL SELECT 'task', state, COUNT(*) FROM tasks GROUP BY state
+ UNION ALL SELECT 'job', state, COUNT(*) FROM jobs GROUP BY state
+ UNION ALL SELECT 'task_due', 'QUEUED', COUNT(*) FROM tasks WHERE state='QUEUED' AND not_before_ms<=?1
+ UNION ALL SELECT 'job_due', 'QUEUED', COUNT(*) FROM jobs WHERE state='QUEUED' AND not_before_ms<=?1";
+
 fn states_sql(states: &[TaskState]) -> String {
     states
         .iter()
@@ -704,6 +715,18 @@ impl Tx for SqliteTx<'_> {
             .c
             .prepare_cached("SELECT COUNT(*) FROM jobs WHERE state='QUEUED'")?
             .query_row([], |r| r.get::<_, i64>(0))? as u64)
+    }
+
+    fn state_counts(&mut self, now: i64) -> Result<Vec<(String, String, u64)>> {
+        let mut st = self.c.prepare_cached(STATE_COUNTS_SQLITE)?;
+        let rows = st.query_map(params![now], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?.max(0) as u64,
+            ))
+        })?;
+        Ok(rows.collect::<std::result::Result<Vec<_>, _>>()?)
     }
 
     fn job_of_kind(&mut self, run_id: &str, kind: &str) -> Result<Option<JobRow>> {

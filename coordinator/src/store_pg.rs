@@ -1009,6 +1009,22 @@ impl Tx for PgTx<'_> {
     fn queued_job_count(&mut self) -> Result<u64> {
         self.count("SELECT COUNT(*) FROM jobs WHERE state='QUEUED'", &[])
     }
+    fn state_counts(&mut self, now: i64) -> Result<Vec<(String, String, u64)>> {
+        let rows = self.rows(
+            "SELECT 'run'::text, state, COUNT(*) FROM runs GROUP BY state
+             UNION ALL SELECT 'task'::text, state, COUNT(*) FROM tasks GROUP BY state
+             UNION ALL SELECT 'job'::text, state, COUNT(*) FROM jobs GROUP BY state
+             UNION ALL SELECT 'task_due'::text, 'QUEUED'::text, COUNT(*) FROM tasks
+               WHERE state='QUEUED' AND not_before_ms<=$1
+             UNION ALL SELECT 'job_due'::text, 'QUEUED'::text, COUNT(*) FROM jobs
+               WHERE state='QUEUED' AND not_before_ms<=$1",
+            &[&now],
+        )?;
+        Ok(rows
+            .into_iter()
+            .map(|r| (r.get(0), r.get(1), r.get::<_, i64>(2).max(0) as u64))
+            .collect())
+    }
     fn job_of_kind(&mut self, run_id: &str, kind: &str) -> Result<Option<JobRow>> {
         self.one(
             "SELECT data FROM jobs WHERE run_id=$1 AND kind=$2 ORDER BY created_ms, job_id LIMIT 1",

@@ -48,6 +48,17 @@ fn check_key_mode(p: &Path) {
 /// The TLS acceptor of `cfg` (None: plaintext). Refuses a certificate without
 /// a key and the other way round, and a client CA without both.
 pub fn acceptor(cfg: &CoordinatorConfig) -> Result<Option<TlsAcceptor>, String> {
+    // gRPC clients (tonic, grpc-core behind grpcio and pyarrow) insist on h2.
+    acceptor_alpn(cfg, &[b"h2"])
+}
+
+/// The acceptor of the HTTP listener ([`crate::http`]): the same certificate,
+/// key and client CA as the gRPC port, offering HTTP/2 and HTTP/1.1.
+pub fn http_acceptor(cfg: &CoordinatorConfig) -> Result<Option<TlsAcceptor>, String> {
+    acceptor_alpn(cfg, &[b"h2", b"http/1.1"])
+}
+
+fn acceptor_alpn(cfg: &CoordinatorConfig, alpn: &[&[u8]]) -> Result<Option<TlsAcceptor>, String> {
     let (cert, key) = match (&cfg.tls_cert, &cfg.tls_key) {
         (None, None) => {
             if cfg.tls_client_ca.is_some() {
@@ -84,8 +95,7 @@ pub fn acceptor(cfg: &CoordinatorConfig) -> Result<Option<TlsAcceptor>, String> 
     let mut sc = builder
         .with_single_cert(chain, key)
         .map_err(|e| format!("TLS certificate and key: {e}"))?;
-    // gRPC clients (tonic, grpc-core behind grpcio and pyarrow) insist on h2.
-    sc.alpn_protocols = vec![b"h2".to_vec()];
+    sc.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(Some(TlsAcceptor::from(Arc::new(sc))))
 }
 

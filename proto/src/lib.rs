@@ -17,4 +17,5 @@ pub const PROTOCOL_VERSION: v1::ProtocolVersion = v1::ProtocolVersion::ProtocolV
 
 pub mod client;
 pub mod launcher;
+pub mod obs;
 pub mod retry;

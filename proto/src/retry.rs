@@ -113,6 +113,7 @@ impl RetryPolicy {
             }
             let b = backoff.get_or_insert_with(|| self.start());
             let Some(delay) = b.next_delay() else {
+                crate::obs::retry_metrics().gave_up.inc(&[what]);
                 tracing::warn!(
                     call = what,
                     attempts = b.attempt() + 1,
@@ -122,6 +123,7 @@ impl RetryPolicy {
                 );
                 return Err(e);
             };
+            crate::obs::retry_metrics().retries.inc(&[what]);
             tracing::warn!(
                 call = what,
                 attempt = b.attempt(),

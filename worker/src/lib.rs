@@ -8,6 +8,7 @@
 pub mod analyze;
 pub mod checks;
 pub mod executors;
+pub mod health;
 pub mod traced;
 
 use std::collections::BTreeMap;
@@ -278,9 +279,13 @@ async fn slot_loop(
         };
         match res {
             Ok(r) => {
+                health::contact();
                 if let Some(job) = r.into_inner().job {
                     let sd = shutdown.clone();
+                    let m = health::metrics();
+                    m.running.fetch_add(1, Ordering::Relaxed);
                     run_job(&cfg, &ex, &lake, &mut c, job, sd).await;
+                    m.running.fetch_sub(1, Ordering::Relaxed);
                 }
             }
             Err(s) if s.code() == tonic::Code::FailedPrecondition => {
@@ -360,6 +365,7 @@ pub async fn run_job(
             &policy,
         )
         .await;
+        health::job(&job.kind, "failed");
         return;
     };
     let scratch = match tempfile::Builder::new()
@@ -370,6 +376,7 @@ pub async fn run_job(
         Err(e) => {
             renew.abort();
             fail(c, &job, &format!("scratch directory: {e}"), true, &policy).await;
+            health::job(&job.kind, "failed");
             return;
         }
     };
@@ -395,6 +402,7 @@ pub async fn run_job(
         _ = shutdown.changed() => {
             renew.abort();
             tracing::warn!(job = %job.job_id, "worker stopping; job abandoned to its lease");
+            health::job(&job.kind, "abandoned");
             return;
         }
     };
@@ -405,6 +413,7 @@ pub async fn run_job(
     if lost.load(Ordering::Relaxed) {
         renew.abort();
         tracing::warn!(job = %job.job_id, "lease renewal failed for good; job abandoned to its lease");
+        health::job(&job.kind, "abandoned");
         return;
     }
     let result = match out {
@@ -415,6 +424,7 @@ pub async fn run_job(
                 _ = shutdown.changed() => {
                     renew.abort();
                     tracing::warn!(job = %job.job_id, "worker stopping; job abandoned to its lease");
+                    health::job(&job.kind, "abandoned");
                     return;
                 }
             }
@@ -425,17 +435,24 @@ pub async fn run_job(
     drop(scratch);
     if lost.load(Ordering::Relaxed) && result.is_err() {
         tracing::warn!(job = %job.job_id, "lease renewal failed for good; job abandoned to its lease");
+        health::job(&job.kind, "abandoned");
         return;
     }
     match result {
         Ok(keys) => {
-            tracing::info!(job = %job.job_id, kind = %job.kind, files = keys.len(), secs = started.elapsed().as_secs_f64(), "job done")
+            tracing::info!(job = %job.job_id, kind = %job.kind, files = keys.len(), secs = started.elapsed().as_secs_f64(), "job done");
+            health::job(&job.kind, "done");
+            health::metrics()
+                .job_seconds
+                .observe(&[&job.kind], started.elapsed().as_secs_f64());
         }
         Err(ExecError::Cancelled) => {
-            tracing::warn!(job = %job.job_id, "job cancelled by the coordinator")
+            tracing::warn!(job = %job.job_id, "job cancelled by the coordinator");
+            health::job(&job.kind, "cancelled");
         }
         Err(e) => {
             tracing::warn!(job = %job.job_id, kind = %job.kind, error = %e, "job failed");
+            health::job(&job.kind, "failed");
             fail(c, &job, &e.to_string(), e.is_retryable(), &policy).await;
         }
     }

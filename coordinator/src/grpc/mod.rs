@@ -39,8 +39,38 @@ pub use replay::MAX_SWEEP_POINTS;
 
 type Shared = Arc<Coordinator>;
 
-/// Builds the tonic router with every service.
-pub fn router(coord: Shared) -> Result<tonic::transport::server::Router> {
+/// The services `grpc.health.v1` reports SERVING ("" is the whole server).
+pub const HEALTH_SERVICES: &[&str] = &[
+    "",
+    "benchlake.v1.RunService",
+    "benchlake.v1.ScheduleService",
+    "benchlake.v1.ClusterService",
+    "benchlake.v1.ReplayService",
+    "benchlake.v1.AgentService",
+    "benchlake.v1.WorkerService",
+    "arrow.flight.protocol.FlightService",
+];
+
+/// Builds the tonic router with every service: the benchlake services,
+/// reflection and Flight behind the token interceptors, and `grpc.health.v1`
+/// (no token: it tells only whether the server serves). Every call is timed
+/// into the metrics ([`crate::metrics::RpcLayer`]).
+pub fn router(
+    coord: Shared,
+) -> Result<
+    tonic::transport::server::Router<
+        tower::layer::util::Stack<crate::metrics::RpcLayer, tower::layer::util::Identity>,
+    >,
+> {
+    // A coordinator only serves while it may (a standby does not listen;
+    // one that loses the lead stops serving), so every service is SERVING.
+    let (health, health_svc) = tonic_health::server::health_reporter();
+    for name in HEALTH_SERVICES {
+        // The reporter's lock is free here: this completes at once.
+        futures::executor::block_on(
+            health.set_service_status(name, tonic_health::ServingStatus::Serving),
+        );
+    }
     let guard = Guard::new(coord.cfg.tokens.clone());
     let max = coord.cfg.max_message_bytes;
     let refl1 = tonic_reflection::server::Builder::configure()
@@ -69,6 +99,8 @@ pub fn router(coord: Shared) -> Result<tonic::transport::server::Router> {
         };
     }
     Ok(tonic::transport::Server::builder()
+        .layer(crate::metrics::RpcLayer(coord.metrics.clone()))
+        .add_service(health_svc)
         .add_service(InterceptedService::new(
             refl1,
             interceptor(guard.clone(), ANY, "ServerReflection"),

@@ -218,6 +218,7 @@ pub fn retry_or_fail(
     fx.run_changed(&j.run_id);
     if j.state == JobState::Queued {
         fx.jobs_queued();
+        fx.job_retries += 1;
     }
     if j.state == JobState::Failed {
         ended(tx, &j, now, &mut fx)?;

@@ -46,6 +46,11 @@ pub struct Effects {
     pub wake_workers: bool,
     /// Per worker, the change of the number of jobs it holds (`ListWorkers`).
     pub worker_jobs: Vec<(String, i32)>,
+    /// Task attempts that ended without a result and were queued again
+    /// (`benchlake_retries_total{entity="task"}`).
+    pub task_retries: u32,
+    /// Job attempts queued again after a retryable failure or an expired lease.
+    pub job_retries: u32,
 }
 
 impl Effects {
@@ -59,7 +64,11 @@ impl Effects {
 
     /// Whether there is nothing to do.
     pub fn is_empty(&self) -> bool {
-        self.runs_changed.is_empty() && !self.wake_workers && self.worker_jobs.is_empty()
+        self.runs_changed.is_empty()
+            && !self.wake_workers
+            && self.worker_jobs.is_empty()
+            && self.task_retries == 0
+            && self.job_retries == 0
     }
 
     /// Adds the effects of another transition of the same transaction.
@@ -69,6 +78,8 @@ impl Effects {
         }
         self.wake_workers |= other.wake_workers;
         self.worker_jobs.extend(other.worker_jobs);
+        self.task_retries += other.task_retries;
+        self.job_retries += other.job_retries;
     }
 
     pub(crate) fn run_changed(&mut self, run_id: &str) {
@@ -96,6 +107,16 @@ impl Coordinator {
     pub(crate) fn apply(&self, fx: Effects) {
         if fx.is_empty() {
             return;
+        }
+        if fx.task_retries > 0 {
+            self.metrics
+                .retries
+                .add(&["task"], u64::from(fx.task_retries));
+        }
+        if fx.job_retries > 0 {
+            self.metrics
+                .retries
+                .add(&["job"], u64::from(fx.job_retries));
         }
         let now = self.now();
         for (w, delta) in &fx.worker_jobs {

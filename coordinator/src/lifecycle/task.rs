@@ -214,6 +214,7 @@ pub fn retry_or_fail(
     if t.attempt < t.max_attempts {
         t.attempt += 1;
         t.state = TaskState::Queued;
+        fx.task_retries += 1;
         t.not_before_ms = now + backoff_ms(cfg, t.attempt - 1);
         t.error = Some(format!("attempt {} ended: {reason}", t.attempt - 1));
         if agent_gone
