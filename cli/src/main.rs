@@ -1,13 +1,14 @@
 //! `benchlake`: the one binary. Parses flags (each also a `BENCHLAKE_*`
 //! environment variable) and sets up logging; the services live in their
 //! library crates.
+mod config;
 mod netprobe;
 mod opts;
 mod replay;
 mod up;
 mod user;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use opts::*;
 
@@ -38,6 +39,10 @@ struct Cli {
     /// only warnings and errors on the terminal, so its progress stays readable.
     #[arg(long, global = true, env = "BENCHLAKE_LOG_FILE")]
     log_file: Option<std::path::PathBuf>,
+    /// Configuration file (TOML): any flag of any command, under the environment
+    /// and the command line (docs/configuration.md).
+    #[arg(long, global = true, env = "BENCHLAKE_CONFIG")]
+    config: Option<std::path::PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -89,9 +94,24 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// The configuration file: `config show COMMAND…` prints the effective value of
+    /// every flag of COMMAND and where it came from (secrets hidden).
+    #[command(subcommand)]
+    Config(ConfigCmd),
     /// One rank of netprobe, the LinkTest-style TCP link test between agents
     /// (run by the built-in catalog entry `netprobe`).
     Netprobe(netprobe::NetprobeArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCmd {
+    /// Print the effective configuration of a command, e.g. `benchlake config show
+    /// coordinator` or `benchlake --config site.toml config show agent`.
+    Show {
+        /// The command (and its flags, if any), as it would be run.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -186,7 +206,13 @@ fn init_logging(plan: &LogPlan) -> Result<Option<std::path::PathBuf>, String> {
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = match config::apply(&Cli::command(), std::env::args_os().collect()) {
+        Ok(a) => Cli::parse_from(a.argv),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     if let Cmd::Pio { args } = cli.cmd {
         // pio is synchronous and may re-run this command line as its ranks.
         return benchlake_pio::main_with_args(args);
@@ -235,6 +261,17 @@ fn main() -> std::process::ExitCode {
             Cmd::Analyze(c) => user::analyze(c).await,
             Cmd::Inspect(a) => user::inspect(a),
             Cmd::Report(c) => user::report(c).await,
+            Cmd::Config(ConfigCmd::Show { mut command }) => {
+                if let Some(f) = &cli.config
+                    && !command
+                        .iter()
+                        .any(|a| a == "--config" || a.starts_with("--config="))
+                {
+                    command.insert(0, format!("--config={}", f.display()));
+                }
+                print!("{}", config::show(&Cli::command(), &command)?);
+                Ok(())
+            }
             Cmd::Pio { .. } => Ok(()),
             Cmd::Netprobe(_) => Ok(()),
         }

@@ -2,6 +2,7 @@
 grpcio-tools, grpcurl through server reflection, DuckDB reading the lake with
 hive partitions, pyarrow.flight streaming a table, and the CLI."""
 import json
+import os
 import subprocess
 import time
 
@@ -219,3 +220,69 @@ def test_json_logs_and_quiet_user_commands(tmp_path):
     assert any(x["fields"].get("message") == "shutting down" for x in lines), lines
     # Everything went to the file.
     assert err == "", err
+
+
+def test_config_file_sets_every_command(tmp_path):
+    """One TOML file configures the coordinator and the user commands; the
+    environment and flags override it; `config show` says where each value
+    came from and hides secrets."""
+    import socket
+
+    from conftest import BIN, free_port
+    port = free_port()
+    cfg = tmp_path / "site.toml"
+    cfg.write_text(f"""
+log = "info"
+[all]
+coordinator = "127.0.0.1:{port}"
+[coordinator]
+listen = "127.0.0.1:{port}"
+state = "{tmp_path / 'state.db'}"
+lake = "{tmp_path / 'lake'}"
+user_tokens = "u-secret"
+admin_tokens = "a-secret"
+log_file = "{tmp_path / 'coord.log'}"
+[run.list]
+token = "u-secret"
+""")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHLAKE_")}
+    env["BENCHLAKE_CONFIG"] = str(cfg)
+    p = subprocess.Popen([BIN, "coordinator"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                assert time.time() < deadline and p.poll() is None, p.communicate()
+                time.sleep(0.1)
+        # The user command finds the coordinator and its token in the file.
+        r = subprocess.run([BIN, "run", "list"], env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        # Without the token (it is in another command's table), refused.
+        r = subprocess.run([BIN, "agents", "list"], env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and "Unauthenticated" in r.stderr, r.stdout + r.stderr
+        # A flag wins over the file.
+        r = subprocess.run([BIN, "run", "list", "--token", "wrong"], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode != 0 and "Unauthenticated" in r.stderr, r.stderr
+    finally:
+        p.terminate()
+        p.communicate(timeout=30)
+    assert "coordinator listening" in (tmp_path / "coord.log").read_text()
+    show = subprocess.run([BIN, "config", "show", "coordinator"], env=dict(env, BENCHLAKE_TICK_MS="250"),
+                          capture_output=True, text=True, timeout=60)
+    assert show.returncode == 0, show.stderr
+    out = show.stdout
+    assert f"# benchlake coordinator: effective configuration (file {cfg})" in out, out
+    assert f'listen = "127.0.0.1:{port}"  # file' in out, out
+    assert 'user_tokens = "***"  # file' in out and "secret" not in out.replace("s3_secret", ""), out
+    assert "tick_ms = 250  # environment" in out, out
+    assert "lease_timeout_ms = 30000  # default" in out, out
+    # A typo is an error naming the file and the key.
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[coordinator]\nlisten_addr = 1\n")
+    r = subprocess.run([BIN, "--config", str(bad), "coordinator"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert f"{bad}: coordinator.listen_addr: `benchlake coordinator` has no --listen-addr" in r.stderr, r.stderr
