@@ -239,11 +239,11 @@ coordinator = "127.0.0.1:{port}"
 listen = "127.0.0.1:{port}"
 state = "{tmp_path / 'state.db'}"
 lake = "{tmp_path / 'lake'}"
-user_tokens = "u-secret"
-admin_tokens = "a-secret"
+user_tokens = "u-secret-0123456789abcdef"
+admin_tokens = "a-secret-0123456789abcdef"
 log_file = "{tmp_path / 'coord.log'}"
 [run.list]
-token = "u-secret"
+token = "u-secret-0123456789abcdef"
 """)
     env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHLAKE_")}
     env["BENCHLAKE_CONFIG"] = str(cfg)
