@@ -45,6 +45,12 @@ if ! command -v java >/dev/null 2>&1; then
   apt_install openjdk-17-jre-headless
 fi
 
+# Prometheus: cli/tests/health.rs scrapes a coordinator with a real one (it
+# fails without it when CI is set, and is skipped otherwise).
+if ! command -v prometheus >/dev/null 2>&1; then
+  apt_install prometheus
+fi
+
 echo "== Python tools (venv: $VENV)"
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"

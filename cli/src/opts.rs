@@ -17,6 +17,13 @@ pub struct LakeArgs {
     /// Lake location: a directory, file:///dir, or s3://bucket[/prefix].
     #[arg(long, env = "BENCHLAKE_LAKE")]
     pub lake: Option<String>,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+/// How to reach an S3 lake (also for `ingest --out s3://…`).
+#[derive(Debug, Clone, Args)]
+pub struct S3Args {
     /// S3 endpoint, e.g. http://127.0.0.1:8333 (empty = AWS).
     #[arg(long, env = "BENCHLAKE_S3_ENDPOINT", default_value = "")]
     pub s3_endpoint: String,
@@ -39,17 +46,25 @@ pub struct LakeArgs {
     pub s3_virtual_hosted: bool,
 }
 
-impl LakeArgs {
-    /// The store config, with `default` when no --lake was given.
-    pub fn store(&self, default: &str) -> StoreConfig {
+impl S3Args {
+    /// The store config of the lake at `url`.
+    pub fn store_at(&self, url: &str) -> StoreConfig {
         StoreConfig {
-            url: self.lake.clone().unwrap_or_else(|| default.to_string()),
+            url: url.to_string(),
             endpoint: self.s3_endpoint.clone(),
             region: self.s3_region.clone(),
             access_key_id: self.s3_access_key_id.clone(),
             secret_access_key: self.s3_secret_access_key.clone(),
             virtual_hosted: self.s3_virtual_hosted,
         }
+    }
+}
+
+impl LakeArgs {
+    /// The store config, with `default` when no --lake was given.
+    pub fn store(&self, default: &str) -> StoreConfig {
+        self.s3
+            .store_at(&self.lake.clone().unwrap_or_else(|| default.to_string()))
     }
 }
 
@@ -183,6 +198,74 @@ impl ClientTlsArgs {
     }
 }
 
+/// The HTTP endpoints (`/healthz`, `/readyz`, `/metrics`) of `coordinator`,
+/// `worker` and `agent` (and `up`, which always serves them).
+#[derive(Debug, Clone, Default, Args)]
+pub struct HttpArgs {
+    /// Serve /healthz, /readyz and Prometheus /metrics on HOST:PORT (off when
+    /// not given; `up` picks a free 127.0.0.1 port). The coordinator's uses
+    /// its TLS certificate when it has one.
+    #[arg(long, env = "BENCHLAKE_HTTP_ADDR", value_name = "HOST:PORT")]
+    pub http_addr: Option<String>,
+    /// Tokens that may read /metrics (and nothing else), comma-separated; on
+    /// the coordinator admin and user tokens may too. With none (and no role
+    /// tokens on the coordinator), /metrics is open.
+    #[arg(
+        long,
+        env = "BENCHLAKE_METRICS_TOKENS",
+        default_value = "",
+        hide_env_values = true
+    )]
+    pub metrics_tokens: String,
+}
+
+impl HttpArgs {
+    /// The metrics tokens (each at least 16 characters).
+    pub fn tokens(&self) -> anyhow::Result<Vec<String>> {
+        let t = split(&self.metrics_tokens);
+        benchlake_coordinator::config::MetricsTokens(t.clone())
+            .check()
+            .map_err(anyhow::Error::msg)?;
+        Ok(t)
+    }
+
+    /// Binds --http-addr when given.
+    pub async fn bind(&self) -> anyhow::Result<Option<tokio::net::TcpListener>> {
+        let Some(addr) = &self.http_addr else {
+            return Ok(None);
+        };
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on --http-addr {addr}"))?;
+        Ok(Some(l))
+    }
+
+    /// Serves a worker's or agent's endpoints on --http-addr (when given)
+    /// until `shutdown` turns true.
+    pub async fn serve_probe(
+        &self,
+        probe: std::sync::Arc<dyn benchlake_proto::obs::Probe>,
+        shutdown: tokio::sync::watch::Receiver<bool>,
+    ) -> anyhow::Result<()> {
+        let tokens = self.tokens()?;
+        let Some(l) = self.bind().await? else {
+            return Ok(());
+        };
+        let addr = l.local_addr()?;
+        if tokens.is_empty() && !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "/metrics is open to anyone who reaches it; give --metrics-tokens");
+        }
+        tracing::info!(%addr, "HTTP endpoints listening (/healthz, /readyz, /metrics)");
+        let router = benchlake_proto::obs::router(probe, tokens);
+        tokio::spawn(async move {
+            if let Err(e) = benchlake_proto::obs::serve(l, router, until(shutdown)).await {
+                tracing::error!(error = %e, "HTTP endpoints stopped");
+            }
+        });
+        Ok(())
+    }
+}
+
 /// Coordinator tuning shared by `coordinator` and `up`.
 #[derive(Debug, Clone, Args)]
 pub struct CoordTuning {
@@ -242,6 +325,8 @@ pub struct CoordinatorArgs {
     pub tuning: CoordTuning,
     #[command(flatten)]
     pub tls: ServerTlsArgs,
+    #[command(flatten)]
+    pub http: HttpArgs,
 }
 
 impl CoordinatorArgs {
@@ -269,6 +354,7 @@ impl CoordinatorArgs {
             tls_cert: self.tls.tls_cert.clone(),
             tls_key: self.tls.tls_key.clone(),
             tls_client_ca: self.tls.tls_client_ca.clone(),
+            metrics_tokens: benchlake_coordinator::config::MetricsTokens(self.http.tokens()?),
             ..Default::default()
         })
     }
@@ -311,6 +397,9 @@ pub struct AgentArgs {
     /// The mpirun command and fixed arguments, space-separated.
     #[arg(long, env = "BENCHLAKE_MPIRUN", default_value = "mpirun")]
     pub mpirun: String,
+    /// The srun command and fixed arguments, space-separated (docs/slurm.md).
+    #[arg(long, env = "BENCHLAKE_SRUN", default_value = "srun --mpi=pmix")]
+    pub srun: String,
     /// Idle poll period (ms).
     #[arg(long, env = "BENCHLAKE_POLL_MS", default_value_t = 1000)]
     pub poll_ms: u64,
@@ -336,6 +425,8 @@ pub struct AgentArgs {
     pub scratch_dir: Option<PathBuf>,
     #[command(flatten)]
     pub tls: ClientTlsArgs,
+    #[command(flatten)]
+    pub http: HttpArgs,
 }
 
 impl AgentArgs {
@@ -363,6 +454,10 @@ impl AgentArgs {
         c.mpirun = self.mpirun.split_whitespace().map(String::from).collect();
         if c.mpirun.is_empty() {
             bail!("--mpirun is empty");
+        }
+        c.srun = self.srun.split_whitespace().map(String::from).collect();
+        if c.srun.is_empty() {
+            bail!("--srun is empty");
         }
         c.poll_interval = Duration::from_millis(self.poll_ms.max(10));
         c.retry_for = self.retry_for;
@@ -417,6 +512,8 @@ pub struct WorkerArgs {
     pub retry_for: Duration,
     #[command(flatten)]
     pub tls: ClientTlsArgs,
+    #[command(flatten)]
+    pub http: HttpArgs,
 }
 
 impl WorkerArgs {
@@ -514,23 +611,42 @@ pub async fn run_coordinator(a: CoordinatorArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&a.listen)
         .await
         .with_context(|| format!("cannot listen on {}", a.listen))?;
+    let http = a.http.bind().await?;
     let sd = shutdown_signal();
-    benchlake_coordinator::run(cfg, listener, until(sd)).await?;
+    benchlake_coordinator::run_with(cfg, listener, http, until(sd)).await?;
     Ok(())
 }
 
 pub async fn run_agent(a: AgentArgs) -> anyhow::Result<()> {
     let cfg = a.config()?;
-    benchlake_agent::run(cfg, shutdown_signal()).await?;
+    let sd = shutdown_signal();
+    let probe = benchlake_agent::health::AgentProbe {
+        work_dir: cfg.work_dir.clone(),
+        coordinator: cfg.coordinator.clone(),
+    };
+    a.http
+        .serve_probe(std::sync::Arc::new(probe), sd.clone())
+        .await?;
+    benchlake_agent::run(cfg, sd).await?;
     Ok(())
 }
 
 pub async fn run_worker(a: WorkerArgs) -> anyhow::Result<()> {
+    let cfg = a.config();
+    let sd = shutdown_signal();
+    let probe = benchlake_worker::health::WorkerProbe {
+        lake: benchlake_core::lake::Lake::open(&cfg.store)?,
+        name: cfg.name.clone(),
+        coordinator: cfg.coordinator.clone(),
+    };
+    a.http
+        .serve_probe(std::sync::Arc::new(probe), sd.clone())
+        .await?;
     benchlake_worker::run_with_tls(
-        a.config(),
+        cfg,
         a.tls.load()?,
         benchlake_worker::Executors::builtin(),
-        shutdown_signal(),
+        sd,
     )
     .await
     .map_err(anyhow::Error::msg)

@@ -10,7 +10,8 @@ use benchlake_proto::v1 as pb;
 use clap::Args;
 
 use crate::opts::{
-    ClientTlsArgs, CoordTuning, LakeArgs, ServerTlsArgs, TokenArgs, shutdown_signal, until,
+    ClientTlsArgs, CoordTuning, HttpArgs, LakeArgs, ServerTlsArgs, TokenArgs, shutdown_signal,
+    until,
 };
 use crate::user::{self, Conn};
 
@@ -43,6 +44,10 @@ pub struct UpArgs {
     pub tuning: CoordTuning,
     #[command(flatten)]
     pub tls: ServerTlsArgs,
+    /// /healthz, /readyz and /metrics (default: a free 127.0.0.1 port, printed
+    /// as `metrics: http://HOST:PORT/metrics`).
+    #[command(flatten)]
+    pub http: HttpArgs,
     /// With --tls-client-ca: the certificate (--tls-client-cert/--tls-client-key)
     /// up's own agent, worker and demo present. They trust exactly the
     /// certificate of --tls-cert (pinned), so --tls-ca is not needed.
@@ -102,6 +107,7 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
             ..a.tuning.clone()
         },
         tls: a.tls.clone(),
+        http: a.http.clone(),
     };
     let lake_default = data.join("lake").display().to_string();
     let cfg = coord_args.config(&lake_default)?;
@@ -116,12 +122,33 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
 
     let sd = shutdown_signal();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let coord = tokio::spawn(benchlake_coordinator::run(cfg, listener, {
-        let mut s = stop_rx.clone();
-        async move {
-            let _ = s.wait_for(|v| *v).await;
-        }
-    }));
+    // The HTTP endpoints always run under `up`: on --http-addr, else a free port.
+    let http_listener = {
+        let at = a.http.http_addr.as_deref().unwrap_or("127.0.0.1:0");
+        tokio::net::TcpListener::bind(at)
+            .await
+            .with_context(|| format!("cannot listen on --http-addr {at}"))?
+    };
+    let metrics_url = format!(
+        "{}://{}/metrics",
+        if cfg.tls_cert.is_some() {
+            "https"
+        } else {
+            "http"
+        },
+        http_listener.local_addr()?
+    );
+    let coord = tokio::spawn(benchlake_coordinator::run_with(
+        cfg,
+        listener,
+        Some(http_listener),
+        {
+            let mut s = stop_rx.clone();
+            async move {
+                let _ = s.wait_for(|v| *v).await;
+            }
+        },
+    ));
 
     let mut agent = benchlake_agent::AgentConfig::new(&client_addr, data.join("work"))?;
     agent.token = agent_token;
@@ -166,6 +193,7 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
         store.url,
         benchlake_coordinator::store_pg::redact(&state)
     );
+    eprintln!("metrics: {metrics_url}");
     let result = if a.demo {
         demo(
             &client_addr,
