@@ -899,9 +899,12 @@ pub struct IngestArgs {
     pub kind: Option<String>,
     /// Input files or directories (directories are read recursively).
     pub paths: Vec<PathBuf>,
-    /// Output directory: the lake layout is written under it.
+    /// Where the lake layout is written: a directory, file:///dir or
+    /// s3://bucket[/prefix] (with the --s3-* settings).
     #[arg(long, required_unless_present = "list")]
-    pub out: Option<PathBuf>,
+    pub out: Option<String>,
+    #[command(flatten)]
+    pub s3: crate::opts::S3Args,
     /// Run id of the rows (default: a new id).
     #[arg(long)]
     pub run_id: Option<String>,
@@ -975,22 +978,18 @@ pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {
         }
     })
     .await??;
-    let lake = benchlake_core::lake::Lake::local(&out)?;
+    let lake = benchlake_core::lake::Lake::open(&a.s3.store_at(&out))?;
     let job = benchlake_core::ids::new_id();
     let keys = lake.write_final(&tables, &date, &run_id, &job).await?;
+    let root = lake.root().trim_end_matches('/').to_string();
     for (t, k) in tables.iter().zip(&keys) {
-        println!(
-            "{:<22} {:>10} rows  {}",
-            t.table,
-            t.rows(),
-            out.join(k).display()
-        );
+        println!("{:<22} {:>10} rows  {root}/{k}", t.table, t.rows());
     }
     eprintln!(
         "{} file(s) in {:.3} s; read them with: duckdb -c \"SELECT * FROM read_parquet('{}/{}', hive_partitioning=true) LIMIT 10\"",
         files.len(),
         started.elapsed().as_secs_f64(),
-        out.display(),
+        root,
         benchlake_core::layout::table_glob(
             tables.first().map(|t| t.table.as_str()).unwrap_or("TABLE")
         )?

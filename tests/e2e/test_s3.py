@@ -94,3 +94,32 @@ def test_runs_land_in_s3(tmp_path, pb, seaweed):
         assert not [f for f in staging if f.type == pafs.FileType.File]
     finally:
         c.stop()
+
+
+def test_offline_ingest_writes_to_s3(tmp_path, seaweed):
+    """`benchlake ingest … --out s3://bucket/prefix` writes the lake layout to
+    the bucket (not to a local directory named `s3:`), the same rows as a local
+    `--out`."""
+    from conftest import BIN
+    src = tmp_path / "counts"
+    subprocess.run([BIN, "probe", "counts", "--out", str(src)], check=True, timeout=60)
+    env = dict(os.environ, BENCHLAKE_S3_ENDPOINT=seaweed.endpoint, BENCHLAKE_S3_ACCESS_KEY_ID=KEY,
+               BENCHLAKE_S3_SECRET_ACCESS_KEY=SECRET)
+    run_id = "01JS3NGEST0000000000000000"
+    r = subprocess.run([BIN, "ingest", "counts", str(src), "--out", "s3://lake/offline", "--run-id", run_id],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not (tmp_path / "s3:").exists()
+    lines = [line.split() for line in r.stdout.splitlines() if line.strip()]
+    assert lines and all(parts[-1].startswith("s3://lake/offline/tables/") for parts in lines), r.stdout
+    local = subprocess.run([BIN, "ingest", "counts", str(src), "--out", str(tmp_path / "local"), "--run-id", run_id],
+                           capture_output=True, text=True, timeout=120)
+    assert local.returncode == 0, local.stderr
+    for parts in lines:
+        table, rows = parts[0], int(parts[1])
+        t = ds.dataset(f"lake/offline/tables/{table}", filesystem=seaweed.fs, format="parquet",
+                       partitioning="hive").to_table()
+        assert t.num_rows == rows and rows > 0, (table, t.num_rows, rows)
+        lt = ds.dataset(str(tmp_path / "local" / "tables" / table), format="parquet", partitioning="hive").to_table()
+        assert lt.num_rows == rows
+        assert set(t.column("run_id").to_pylist()) == {run_id}
