@@ -135,7 +135,61 @@ fn conformance(s: &dyn StateStore) {
     agents_and_placement(s);
     schedules(s);
     committed_and_meta(s);
+    counts(s);
     rollback(s);
+}
+
+/// `state_counts` (the metrics' one aggregate query): rows by kind and state,
+/// and the due part of the queues, as deltas over what earlier cases left.
+fn counts(s: &dyn StateStore) {
+    let now = 10_000;
+    let map = |v: Vec<(String, String, u64)>| -> std::collections::BTreeMap<(String, String), u64> {
+        v.into_iter().map(|(k, st, n)| ((k, st), n)).collect()
+    };
+    let before = map(s.transact(|tx| tx.state_counts(now)).unwrap());
+    s.transact(|tx| {
+        tx.insert_run(&run("cnt-r1", RunState::Running, None, "x"))?;
+        tx.insert_run(&run("cnt-r2", RunState::Succeeded, None, "x"))?;
+        tx.insert_task(&task(
+            "cnt-t1",
+            "cnt-r1",
+            "ghost",
+            0,
+            TaskState::Queued,
+            now - 1,
+        ))?;
+        tx.insert_task(&task(
+            "cnt-t2",
+            "cnt-r1",
+            "ghost",
+            1,
+            TaskState::Queued,
+            now + 60_000,
+        ))?;
+        tx.insert_job(&job("cnt-j1", "cnt-r1", "ingest", JobState::Queued, now, 1))?;
+        tx.insert_job(&job(
+            "cnt-j2",
+            "cnt-r1",
+            "ingest",
+            JobState::Queued,
+            now + 1,
+            2,
+        ))?;
+        tx.insert_job(&job("cnt-j3", "cnt-r1", "ingest", JobState::Done, 0, 3))
+    })
+    .unwrap();
+    let after = map(s.transact(|tx| tx.state_counts(now)).unwrap());
+    let delta = |k: &str, st: &str| {
+        let key = (k.to_string(), st.to_string());
+        after.get(&key).copied().unwrap_or(0) - before.get(&key).copied().unwrap_or(0)
+    };
+    assert_eq!(delta("run", "RUNNING"), 1, "{after:?}");
+    assert_eq!(delta("run", "SUCCEEDED"), 1, "{after:?}");
+    assert_eq!(delta("task", "QUEUED"), 2, "{after:?}");
+    assert_eq!(delta("task_due", "QUEUED"), 1, "{after:?}");
+    assert_eq!(delta("job", "QUEUED"), 2, "{after:?}");
+    assert_eq!(delta("job", "DONE"), 1, "{after:?}");
+    assert_eq!(delta("job_due", "QUEUED"), 1, "{after:?}");
 }
 
 fn runs(s: &dyn StateStore) {
