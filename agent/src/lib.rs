@@ -8,6 +8,7 @@
 pub mod contain;
 pub mod health;
 pub mod host;
+pub mod launcher;
 pub mod runner;
 
 use std::collections::{BTreeMap, HashMap};
@@ -85,6 +86,9 @@ pub struct AgentConfig {
     pub address: String,
     /// The `mpirun` program and fixed arguments.
     pub mpirun: Vec<String>,
+    /// The `srun` program and fixed arguments (default `srun --mpi=pmix`;
+    /// see docs/slurm.md).
+    pub srun: Vec<String>,
     /// Idle poll period.
     pub poll_interval: Duration,
     /// Keep task directories after upload (debugging).
@@ -119,6 +123,7 @@ impl AgentConfig {
             slots: 1,
             address: hostname,
             mpirun: vec!["mpirun".into()],
+            srun: vec!["srun".into(), "--mpi=pmix".into()],
             poll_interval: Duration::from_millis(1000),
             keep_work: false,
             retry_for: benchlake_proto::retry::DEFAULT_RETRY_FOR,

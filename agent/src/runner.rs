@@ -168,10 +168,14 @@ pub fn build_argv(
             }
         })
         .collect();
+    let slurm = crate::launcher::slurm_options(
+        &benchlake_proto::launcher::slurm_from_pb(t.slurm.as_ref()),
+        def.slurm.as_ref(),
+    );
     let np = params
         .get("np")
         .cloned()
-        .unwrap_or_else(|| hosts.len().max(1).to_string());
+        .unwrap_or_else(|| crate::launcher::default_np(launcher, hosts.len(), &slurm).to_string());
     let self_exe = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "benchlake".into());
@@ -203,33 +207,22 @@ pub fn build_argv(
             ));
         }
     }
-    let mut argv = def.argv(&params, &builtins)?;
-    match launcher {
-        LauncherKind::Local => {}
-        LauncherKind::Mpirun => {
-            let n: usize = np.parse().unwrap_or(1);
-            let per_host = n.div_ceil(hosts.len().max(1)).max(1);
-            let host_list: Vec<String> = hosts.iter().map(|h| format!("{h}:{per_host}")).collect();
-            let mut w = cfg.mpirun.clone();
-            w.extend([
-                "-np".to_string(),
-                np.clone(),
-                "--host".to_string(),
-                host_list.join(","),
-            ]);
-            w.append(&mut argv);
-            argv = w;
-        }
-        LauncherKind::Srun => {
-            let mut w = vec![
-                "srun".to_string(),
-                format!("--ntasks={np}"),
-                format!("--nodelist={}", hosts.join(",")),
-            ];
-            w.append(&mut argv);
-            argv = w;
-        }
-    }
+    let argv = def.argv(&params, &builtins)?;
+    let argv = crate::launcher::wrap(
+        launcher,
+        &crate::launcher::Programs {
+            mpirun: &cfg.mpirun,
+            srun: &cfg.srun,
+        },
+        &crate::launcher::Task {
+            benchmark: &def.name,
+            np: np.parse().unwrap_or(1),
+            hosts: &hosts,
+            slurm: &slurm,
+        },
+        argv,
+    )
+    .map_err(|e| format!("task {}: {e}", t.task_id))?;
     let env = def.environment(&params, &builtins)?;
     Ok((argv, env))
 }
@@ -288,6 +281,12 @@ async fn execute(
     let Some(def) = cfg.catalog.get(&t.benchmark) else {
         return fail("benchmark vanished from the catalog");
     };
+    // build_argv refused unknown launchers already.
+    let launcher = benchlake_proto::launcher::from_pb(t.launcher)
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| *def.launchers.first().unwrap_or(&LauncherKind::Local));
+    let gentle = crate::launcher::terminate_first(launcher);
     let timeout = match def.effective_timeout(t.timeout_s) {
         Ok(s) => Duration::from_secs(s),
         Err(e) => return fail(e),
@@ -350,6 +349,13 @@ async fn execute(
                 let v = if r.is_ok() { *stop.borrow() } else { Stop::Shutdown };
                 if v != Stop::Run {
                     stopped = Some(v);
+                    if gentle {
+                        // srun cancels its step or pending job on SIGTERM.
+                        kill_group(pid, libc::SIGTERM);
+                        if let Ok(st) = tokio::time::timeout(Duration::from_secs(5), child.wait()).await {
+                            break st;
+                        }
+                    }
                     kill_group(pid, libc::SIGKILL);
                 }
             }
@@ -366,6 +372,12 @@ async fn execute(
                 match c.report_progress(req).await {
                     Ok(r) if r.get_ref().cancel => {
                         stopped = Some(Stop::Cancel);
+                        if gentle {
+                            kill_group(pid, libc::SIGTERM);
+                            if let Ok(st) = tokio::time::timeout(Duration::from_secs(5), child.wait()).await {
+                                break st;
+                            }
+                        }
                         kill_group(pid, libc::SIGKILL);
                     }
                     Ok(_) => {}
@@ -395,6 +407,14 @@ async fn execute(
     };
     if timed_out {
         error = format!("timed out after {} s", timeout.as_secs());
+    }
+    if !error.is_empty() {
+        // What srun said (an allocation refused, a job still queued) is the
+        // reason users need, not only its exit code.
+        let stderr = read_tail(&dir.join("stderr.txt")).await;
+        if let Some(why) = crate::launcher::failure_reason(launcher, &stderr) {
+            error = format!("{error}: {why}");
+        }
     }
 
     // Declared outputs, then the logs.

@@ -372,6 +372,7 @@ async fn bench() {
                     launcher: LauncherKind::Local,
                     max_attempts: 1,
                     timeout_s: 60,
+                    slurm: Default::default(),
                 };
                 let id = benchlake_core::ids::new_id_at(now + r as i64);
                 let mut run = RunRow::new(id, spec, "noop", Origin::default(), now);

@@ -93,6 +93,89 @@ pub struct SpecArgs {
     /// Timeout in seconds (0 = the catalog's).
     #[arg(long, default_value_t = 0)]
     pub timeout: u64,
+    #[command(flatten)]
+    pub slurm: Box<SlurmArgs>,
+}
+
+/// Slurm options of a run with `--launcher srun` (docs/slurm.md).
+#[derive(Debug, Clone, Default, Args)]
+pub struct SlurmArgs {
+    /// srun: number of Slurm nodes (-N).
+    #[arg(
+        short = 'N',
+        long = "nodes",
+        default_value_t = 0,
+        help_heading = "Slurm (--launcher srun)"
+    )]
+    pub nodes: u32,
+    /// srun: tasks per node.
+    #[arg(long, default_value_t = 0, help_heading = "Slurm (--launcher srun)")]
+    pub ntasks_per_node: u32,
+    /// srun: partition.
+    #[arg(long, help_heading = "Slurm (--launcher srun)")]
+    pub partition: Option<String>,
+    /// srun: time limit in minutes.
+    #[arg(long, default_value_t = 0, help_heading = "Slurm (--launcher srun)")]
+    pub time_limit: u32,
+    /// srun: Slurm node names or ranges (comma-separated: n1,n[2-3]); default: Slurm places the tasks.
+    #[arg(long, help_heading = "Slurm (--launcher srun)")]
+    pub nodelist: Option<String>,
+    /// srun: account.
+    #[arg(long, help_heading = "Slurm (--launcher srun)")]
+    pub account: Option<String>,
+    /// srun: quality of service.
+    #[arg(long, help_heading = "Slurm (--launcher srun)")]
+    pub qos: Option<String>,
+    /// srun: reservation.
+    #[arg(long, help_heading = "Slurm (--launcher srun)")]
+    pub reservation: Option<String>,
+}
+
+impl SlurmArgs {
+    /// The protocol message (None when no option is given).
+    pub fn to_pb(&self) -> Option<pb::SlurmOptions> {
+        benchlake_proto::launcher::slurm_to_pb(&benchlake_core::slurm::SlurmOptions {
+            nodes: self.nodes,
+            ntasks_per_node: self.ntasks_per_node,
+            partition: self.partition.clone().unwrap_or_default(),
+            time_limit_min: self.time_limit,
+            nodelist: self
+                .nodelist
+                .as_deref()
+                .map(split_nodelist)
+                .unwrap_or_default(),
+            account: self.account.clone().unwrap_or_default(),
+            qos: self.qos.clone().unwrap_or_default(),
+            reservation: self.reservation.clone().unwrap_or_default(),
+        })
+    }
+}
+
+/// Splits a Slurm node list at the commas outside brackets
+/// (`n1,n[2-3,5]` → `n1`, `n[2-3,5]`).
+fn split_nodelist(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut depth = 0u32;
+    for c in s.chars() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                if !cur.trim().is_empty() {
+                    out.push(cur.trim().to_string());
+                }
+                cur.clear();
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    if !cur.trim().is_empty() {
+        out.push(cur.trim().to_string());
+    }
+    out
 }
 
 fn kv(items: &[String], what: &str) -> anyhow::Result<HashMap<String, String>> {
@@ -129,6 +212,7 @@ impl SpecArgs {
             launcher,
             max_attempts: self.max_attempts,
             timeout_s: self.timeout,
+            slurm: self.slurm.to_pb(),
         })
     }
 }
@@ -1423,4 +1507,16 @@ async fn analyze_counts_remote(
         out.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod slurm_args_tests {
+    use super::*;
+
+    #[test]
+    fn node_lists_split_outside_brackets() {
+        assert_eq!(split_nodelist("n1,n[2-3,5], x "), ["n1", "n[2-3,5]", "x"]);
+        assert!(split_nodelist("").is_empty());
+        assert_eq!(SlurmArgs::default().to_pb(), None);
+    }
 }

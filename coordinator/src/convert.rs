@@ -98,6 +98,7 @@ impl Spec {
             launcher: launcher_to_pb(self.launcher),
             max_attempts: self.max_attempts,
             timeout_s: self.timeout_s,
+            slurm: benchlake_proto::launcher::slurm_to_pb(&self.slurm),
         }
     }
 }
@@ -279,6 +280,7 @@ pub fn task_assignment(
         num_tasks: t.num_tasks,
         peers,
         raw_prefix,
+        slurm: benchlake_proto::launcher::slurm_to_pb(&run.spec.slurm),
     }
 }
 

@@ -141,6 +141,19 @@ fn validate_spec_with(
             ));
         }
     }
+    let slurm = benchlake_proto::launcher::slurm_from_pb(raw.slurm.as_ref());
+    if !slurm.is_empty() && launcher != LauncherKind::Srun {
+        return Err(CoordError::invalid(
+            "spec.slurm",
+            format!(
+                "Slurm options need the srun launcher (this run's is '{}')",
+                launcher.as_str()
+            ),
+        ));
+    }
+    slurm
+        .validate("spec.slurm.")
+        .map_err(|e| CoordError::invalid(&e.field, e.message))?;
     if sel.count > 100_000 {
         return Err(CoordError::invalid(
             "spec.nodes.count",
@@ -159,6 +172,7 @@ fn validate_spec_with(
             launcher,
             max_attempts,
             timeout_s,
+            slurm,
         },
         info.kind,
     ))

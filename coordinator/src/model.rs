@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use benchlake_core::bench::{BenchmarkInfo, LauncherKind};
+use benchlake_core::slurm::SlurmOptions;
 use serde::{Deserialize, Serialize};
 
 macro_rules! state_enum {
@@ -96,6 +97,9 @@ pub struct Spec {
     pub max_attempts: u32,
     /// Timeout in seconds.
     pub timeout_s: u64,
+    /// Slurm options (the `srun` launcher; empty for the others).
+    #[serde(default, skip_serializing_if = "SlurmOptions::is_empty")]
+    pub slurm: SlurmOptions,
 }
 
 /// A run.

@@ -445,6 +445,7 @@ mod tests {
             launcher: LauncherKind::Local,
             max_attempts: 3,
             timeout_s: 60,
+            slurm: Default::default(),
         }
     }
 

@@ -335,6 +335,7 @@ mod tests {
             launcher: benchlake_core::bench::LauncherKind::Local,
             max_attempts: 1,
             timeout_s: 60,
+            slurm: Default::default(),
         };
         let mut r = RunRow::new(new_id_at(T0), spec, "noop", Origin::default(), T0);
         r.state = state;

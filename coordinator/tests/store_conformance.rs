@@ -19,6 +19,7 @@ fn spec(bench: &str) -> Spec {
         launcher: LauncherKind::Local,
         max_attempts: 3,
         timeout_s: 60,
+        slurm: Default::default(),
     }
 }
 

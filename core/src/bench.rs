@@ -229,6 +229,11 @@ pub struct BenchmarkDef {
     /// agent's configuration says `root`.
     #[serde(default)]
     pub run_as: Option<String>,
+    /// Slurm options the `srun` launcher uses where the run's spec leaves
+    /// them unset (`[benchmark.slurm]`: partition, time_limit_min, …;
+    /// docs/slurm.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<crate::slurm::SlurmOptions>,
 }
 
 /// A string parameter expanded into environment variables (see
@@ -588,6 +593,9 @@ impl BenchmarkDef {
         }
         if self.command.is_empty() || !matches!(self.command.first(), Some(ArgTemplate::Arg(_))) {
             return Err(bad("command must start with the program".into()));
+        }
+        if let Some(o) = &self.slurm {
+            o.validate("slurm.").map_err(|e| bad(e.to_string()))?;
         }
         if self.launchers.is_empty() {
             return Err(bad("launchers must not be empty".into()));

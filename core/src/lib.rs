@@ -15,5 +15,6 @@ pub mod jobs;
 pub mod lake;
 pub mod layout;
 pub mod mem;
+pub mod slurm;
 
 pub use error::{Error, Result};

@@ -114,7 +114,8 @@ pub struct Params {
     pub seed: u64,
     /// Slowest pairs of each iteration retested serially by rank 0.
     pub serial_retests: usize,
-    /// Host name recorded for this rank (`None` = the kernel's host name).
+    /// Host name recorded for this rank (`None` = Slurm's node name under
+    /// srun, else the kernel's host name).
     pub hostname: Option<String>,
     /// How long to keep retrying connections to peers that are not up yet.
     pub connect_timeout: Duration,
@@ -786,8 +787,18 @@ fn all_to_all(
     Ok(t.elapsed().as_secs_f64() / params.num_messages as f64)
 }
 
-/// The kernel's host name (Linux), or "localhost".
+/// The name this rank's node goes by in the results: Slurm's node name
+/// (`SLURMD_NODENAME`, set in every task srun starts: the node's identity
+/// where several Slurm nodes share a host name), else the kernel's host name
+/// (Linux), else "localhost".
 fn local_hostname() -> String {
+    if let Some(n) = std::env::var("SLURMD_NODENAME")
+        .ok()
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+    {
+        return n;
+    }
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|s| s.trim().to_string())

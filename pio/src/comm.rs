@@ -116,6 +116,23 @@ pub fn hostname() -> String {
     String::from_utf8_lossy(buf.get(..end).unwrap_or_default()).into_owned()
 }
 
+/// The node a process runs on, as results record it: `PIO_HOSTNAME` when
+/// set, else Slurm's node name (`SLURMD_NODENAME`, set in every task srun
+/// starts: the node's identity where several Slurm nodes share a host name),
+/// else [`hostname`]. Only for the record: peers connect to [`hostname`].
+pub fn node_name() -> String {
+    node_name_from(|k| std::env::var(k).ok())
+}
+
+fn node_name_from(env: impl Fn(&str) -> Option<String>) -> String {
+    for k in ["PIO_HOSTNAME", "SLURMD_NODENAME"] {
+        if let Some(h) = env(k).filter(|h| !h.trim().is_empty()) {
+            return h.trim().replace(' ', "_");
+        }
+    }
+    hostname()
+}
+
 /// The rendezvous file of `job` for a test file at `filename`.
 pub fn rendezvous_path(filename: &Path, job: &str) -> PathBuf {
     let dir = match filename.parent() {
@@ -141,7 +158,7 @@ impl Comm {
         Comm {
             rank: 0,
             size: 1,
-            hosts: vec![hostname()],
+            hosts: vec![node_name()],
             role: Role::Single,
         }
     }
@@ -175,7 +192,7 @@ impl Comm {
         if rank >= size {
             return Err(PioError::Comm(format!("rank {rank} ≥ size {size}")));
         }
-        let me = hostname();
+        let me = node_name();
         if rank == 0 {
             Self::root(size, job, file, advertise, timeout, me)
         } else {
@@ -399,6 +416,24 @@ impl Comm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_slurm_node_name_is_the_recorded_host() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(node_name_from(env(&[("SLURMD_NODENAME", "n2")])), "n2");
+        assert_eq!(
+            node_name_from(env(&[("SLURMD_NODENAME", "n2"), ("PIO_HOSTNAME", "h")])),
+            "h"
+        );
+        assert_eq!(node_name_from(env(&[("SLURMD_NODENAME", " ")])), hostname());
+    }
 
     #[test]
     fn four_threads_meet_barrier_and_gather() {

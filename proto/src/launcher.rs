@@ -5,6 +5,7 @@
 //! peer's, or garbage) is an [`UnknownLauncher`] error, never a silent
 //! default.
 use benchlake_core::bench::LauncherKind;
+use benchlake_core::slurm::SlurmOptions;
 
 use crate::v1::Launcher;
 
@@ -47,6 +48,37 @@ pub fn parse_to_pb(name: &str) -> Option<i32> {
     LauncherKind::parse(name).map(to_pb)
 }
 
+/// The domain's Slurm options of a protocol message (absent = none set).
+pub fn slurm_from_pb(o: Option<&crate::v1::SlurmOptions>) -> SlurmOptions {
+    let Some(o) = o else {
+        return SlurmOptions::default();
+    };
+    SlurmOptions {
+        nodes: o.nodes,
+        ntasks_per_node: o.ntasks_per_node,
+        partition: o.partition.clone(),
+        time_limit_min: o.time_limit_min,
+        nodelist: o.nodelist.clone(),
+        account: o.account.clone(),
+        qos: o.qos.clone(),
+        reservation: o.reservation.clone(),
+    }
+}
+
+/// The protocol message of Slurm options (None when none is set).
+pub fn slurm_to_pb(o: &SlurmOptions) -> Option<crate::v1::SlurmOptions> {
+    (!o.is_empty()).then(|| crate::v1::SlurmOptions {
+        nodes: o.nodes,
+        ntasks_per_node: o.ntasks_per_node,
+        partition: o.partition.clone(),
+        time_limit_min: o.time_limit_min,
+        nodelist: o.nodelist.clone(),
+        account: o.account.clone(),
+        qos: o.qos.clone(),
+        reservation: o.reservation.clone(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,5 +104,22 @@ mod tests {
             "unknown launcher value -1 (known: local, mpirun, srun)"
         );
         assert_eq!(parse_to_pb("pbsdsh"), None);
+    }
+
+    #[test]
+    fn slurm_options_round_trip() {
+        let o = SlurmOptions {
+            nodes: 3,
+            ntasks_per_node: 2,
+            partition: "p".into(),
+            time_limit_min: 5,
+            nodelist: vec!["n[1-3]".into()],
+            account: "a".into(),
+            qos: "q".into(),
+            reservation: "r".into(),
+        };
+        assert_eq!(slurm_from_pb(slurm_to_pb(&o).as_ref()), o);
+        assert_eq!(slurm_to_pb(&SlurmOptions::default()), None);
+        assert_eq!(slurm_from_pb(None), SlurmOptions::default());
     }
 }

@@ -103,6 +103,7 @@ pub fn create_processing(
         launcher: LauncherKind::Local,
         max_attempts: 1,
         timeout_s: 0,
+        slurm: Default::default(),
     };
     let mut run = RunRow::new(run_id, spec, kind, Origin::default(), now);
     run.state = RunState::Processing;

@@ -190,6 +190,7 @@ fn spec() -> Spec {
         launcher: LauncherKind::Local,
         max_attempts: 3,
         timeout_s: 60,
+        slurm: Default::default(),
     }
 }
 
