@@ -1,0 +1,332 @@
+//! A real Slurm cluster of three nodes on this host for tests
+//! (docs/testing.md, docs/slurm.md): munged, slurmctld and three slurmd
+//! (node names n1, n2, n3 sharing this host name, each on its own port), all
+//! under a temporary directory with free ports, started in the foreground so
+//! the fixture holds their PIDs and stops them (SIGTERM, then SIGKILL) when
+//! dropped — after a passing test and after a panicking one alike.
+//!
+//! It installs nothing: `scripts/test.sh` installs `slurmctld slurmd
+//! slurm-client munge`. Without them (or not as root, which slurmd needs)
+//! [`SlurmCluster::start`] returns None with a message so the test can skip —
+//! unless `CI` is set, where it panics: in CI the Slurm tests run.
+//!
+//! Use it from a test file with `#[path = "common/slurm.rs"] mod slurm;`.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Programs the cluster needs.
+const PROGRAMS: [&str; 6] = ["munged", "mungekey", "slurmctld", "slurmd", "sinfo", "srun"];
+
+/// The Slurm node names.
+pub const NODES: [&str; 3] = ["n1", "n2", "n3"];
+
+/// A running three-node Slurm cluster.
+pub struct SlurmCluster {
+    dir: tempfile::TempDir,
+    conf: PathBuf,
+    /// (name, process), stopped in reverse order of start.
+    daemons: Vec<(String, Child)>,
+}
+
+fn find(prog: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    // The daemons live in sbin, which a non-login PATH may lack.
+    dirs.extend(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from));
+    dirs.into_iter().map(|d| d.join(prog)).find(|p| p.is_file())
+}
+
+fn free_ports(n: usize) -> Vec<u16> {
+    let ls: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port"))
+        .collect();
+    ls.iter()
+        .map(|l| l.local_addr().expect("local address").port())
+        .collect()
+}
+
+fn short_hostname() -> String {
+    let out = Command::new("hostname")
+        .arg("-s")
+        .output()
+        .expect("run hostname -s");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Skips (None) with a message, or panics in CI.
+fn unavailable(why: &str) -> Option<SlurmCluster> {
+    if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
+        panic!(
+            "Slurm test cluster unavailable in CI: {why} (scripts/test.sh installs slurmctld slurmd slurm-client munge)"
+        );
+    }
+    eprintln!(
+        "SKIPPED: Slurm test cluster unavailable: {why}; install slurmctld slurmd slurm-client munge \
+         (scripts/test.sh does, as root) to run this test"
+    );
+    None
+}
+
+impl SlurmCluster {
+    /// Starts the cluster and waits until `sinfo` shows three idle nodes.
+    /// None (after a message) when Slurm or munge is not installed or the
+    /// test does not run as root, outside CI.
+    pub fn start() -> Option<Self> {
+        let missing: Vec<&str> = PROGRAMS.into_iter().filter(|p| find(p).is_none()).collect();
+        if !missing.is_empty() {
+            return unavailable(&format!("not installed: {}", missing.join(", ")));
+        }
+        if benchlake_agent::contain::current_user_name() != "root" {
+            return unavailable("slurmd must run as root");
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("benchlake-slurm-")
+            .tempdir()
+            .expect("temporary directory");
+        let d = dir.path();
+        let mut c = SlurmCluster {
+            conf: d.join("slurm.conf"),
+            dir,
+            daemons: Vec::new(),
+        };
+        c.start_munge();
+        c.write_conf();
+        c.start_slurm();
+        Some(c)
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    fn spawn(&mut self, name: &str, prog: &str, args: &[String]) {
+        let log = std::fs::File::create(self.path(&format!("log/{name}.out"))).expect("log file");
+        let err = log.try_clone().expect("log file");
+        let child = Command::new(find(prog).unwrap_or_else(|| PathBuf::from(prog)))
+            .args(args)
+            .env("SLURM_CONF", &self.conf)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {prog}: {e}"));
+        self.daemons.push((name.to_string(), child));
+    }
+
+    fn start_munge(&mut self) {
+        for sub in ["munge", "log", "state", "spool", "tmp"] {
+            std::fs::create_dir_all(self.path(sub)).expect("mkdir");
+        }
+        let key = self.path("munge/munge.key");
+        let st = Command::new(find("mungekey").expect("mungekey"))
+            .args(["-c", "-f", "-k"])
+            .arg(&key)
+            .status()
+            .expect("run mungekey");
+        assert!(st.success(), "mungekey failed: {st}");
+        let s = |p: &Path| p.display().to_string();
+        let args = vec![
+            "--foreground".to_string(),
+            "--force".into(),
+            format!("--socket={}", s(&self.socket())),
+            format!("--key-file={}", s(&key)),
+            format!("--pid-file={}", s(&self.path("munge/munged.pid"))),
+            format!("--seed-file={}", s(&self.path("munge/munged.seed"))),
+        ];
+        self.spawn("munged", "munged", &args);
+        self.wait_for("munged's socket", Duration::from_secs(10), |c| {
+            c.socket().exists()
+        });
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.path("munge/munge.socket")
+    }
+
+    fn write_conf(&self) {
+        let host = short_hostname();
+        let d = self.dir.path().display().to_string();
+        let ports = free_ports(1 + NODES.len());
+        let mut conf = format!(
+            "# benchlake test cluster (cli/tests/common/slurm.rs)\n\
+             ClusterName=benchlake\n\
+             SlurmctldHost={host}(127.0.0.1)\n\
+             SlurmctldPort={ctld}\n\
+             SlurmUser=root\n\
+             AuthType=auth/munge\n\
+             CredType=cred/munge\n\
+             AuthInfo=socket={d}/munge/munge.socket\n\
+             StateSaveLocation={d}/state\n\
+             SlurmdSpoolDir={d}/spool/%n\n\
+             SlurmdPidFile={d}/slurmd-%n.pid\n\
+             SlurmctldPidFile={d}/slurmctld.pid\n\
+             SlurmctldLogFile={d}/log/slurmctld.log\n\
+             SlurmdLogFile={d}/log/slurmd-%n.log\n\
+             TmpFS={d}/tmp/%n\n\
+             ProctrackType=proctrack/linuxproc\n\
+             TaskPlugin=task/none\n\
+             JobAcctGatherType=jobacct_gather/none\n\
+             AccountingStorageType=accounting_storage/none\n\
+             SelectType=select/cons_tres\n\
+             SelectTypeParameters=CR_Core\n\
+             SlurmdParameters=config_overrides\n\
+             MpiDefault=none\n\
+             ReturnToService=2\n",
+            ctld = ports[0]
+        );
+        for (n, port) in NODES.iter().zip(&ports[1..]) {
+            conf.push_str(&format!(
+                "NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} CPUs=2 RealMemory=2000 State=UNKNOWN\n"
+            ));
+            for sub in ["spool", "tmp"] {
+                std::fs::create_dir_all(self.path(&format!("{sub}/{n}"))).expect("mkdir");
+            }
+        }
+        conf.push_str(&format!(
+            "PartitionName=debug Nodes={} Default=YES MaxTime=INFINITE State=UP\n",
+            NODES.join(",")
+        ));
+        std::fs::write(&self.conf, conf).expect("write slurm.conf");
+    }
+
+    fn start_slurm(&mut self) {
+        let conf = self.conf.display().to_string();
+        self.spawn(
+            "slurmctld",
+            "slurmctld",
+            &["-D".into(), "-f".into(), conf.clone()],
+        );
+        for n in NODES {
+            self.spawn(
+                &format!("slurmd-{n}"),
+                "slurmd",
+                &[
+                    "-D".into(),
+                    "-f".into(),
+                    conf.clone(),
+                    "-N".into(),
+                    n.into(),
+                ],
+            );
+        }
+        self.wait_for("3 idle nodes in sinfo", Duration::from_secs(60), |c| {
+            c.command("sinfo")
+                .args(["-h", "-t", "idle", "-o", "%D"])
+                .output()
+                .ok()
+                .is_some_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "3")
+        });
+    }
+
+    /// Waits until `ready`, checking that no daemon died; panics with the
+    /// daemons' logs after `limit`.
+    fn wait_for(&mut self, what: &str, limit: Duration, ready: impl Fn(&Self) -> bool) {
+        let t = Instant::now();
+        loop {
+            if ready(self) {
+                return;
+            }
+            let died = self
+                .daemons
+                .iter_mut()
+                .find_map(|(name, ch)| match ch.try_wait() {
+                    Ok(Some(st)) => Some(format!("{name} exited ({st})")),
+                    _ => None,
+                });
+            if let Some(d) = died {
+                panic!("{d} while waiting for {what}:\n{}", self.logs());
+            }
+            if t.elapsed() > limit {
+                panic!("no {what} after {} s:\n{}", limit.as_secs(), self.logs());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The daemons' logs (for failure messages).
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(self.path("log"))
+            .map(|rd| rd.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        files.sort();
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(20).collect();
+            out.push_str(&format!("--- {}\n", f.display()));
+            for l in tail.into_iter().rev() {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// The configuration file (clients need `SLURM_CONF` set to it).
+    pub fn conf(&self) -> &Path {
+        &self.conf
+    }
+
+    /// A Slurm client command (`sinfo`, `squeue`, `srun`, …) for this cluster.
+    pub fn command(&self, prog: &str) -> Command {
+        let mut c = Command::new(find(prog).unwrap_or_else(|| PathBuf::from(prog)));
+        c.env("SLURM_CONF", &self.conf);
+        c
+    }
+
+    /// The jobs Slurm still knows (`squeue -h -o "%i %T %R"`), one a line.
+    pub fn queue(&self) -> String {
+        self.command("squeue")
+            .args(["-h", "-o", "%i %T %R"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    }
+
+    /// Environment a program needs to reach this cluster, and Open MPI's
+    /// settings for ranks on fake nodes sharing one host
+    /// (reference/operations.md: shared memory crashes there).
+    pub fn env(&self) -> Vec<(String, String)> {
+        [
+            ("SLURM_CONF", self.conf.display().to_string()),
+            ("OMPI_MCA_btl", "self,tcp".into()),
+            ("OMPI_MCA_btl_tcp_if_include", "lo".into()),
+            ("OMPI_MCA_oob_tcp_if_include", "lo".into()),
+            ("OMPI_ALLOW_RUN_AS_ROOT", "1".into()),
+            ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+}
+
+impl Drop for SlurmCluster {
+    fn drop(&mut self) {
+        // slurmd first, then slurmctld, then munged: each by its PID.
+        while let Some((name, mut ch)) = self.daemons.pop() {
+            // The PID of a child we spawned and have not reaped yet.
+            let _ = Command::new("kill")
+                .args(["-TERM", &ch.id().to_string()])
+                .status();
+            let t = Instant::now();
+            loop {
+                match ch.try_wait() {
+                    Ok(Some(_)) => break,
+                    Ok(None) if t.elapsed() < Duration::from_secs(5) => {
+                        std::thread::sleep(Duration::from_millis(50))
+                    }
+                    _ => {
+                        eprintln!("{name} did not stop on SIGTERM; killing it");
+                        let _ = ch.kill();
+                        let _ = ch.wait();
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
