@@ -40,6 +40,12 @@ if ! command -v pg_ctl >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/pg_ctl 
   apt_install postgresql
 fi
 
+# systemd-analyze: deploy/'s unit files are verified and their hardening scored
+# (tests/e2e/test_deploy.py); the package is only installed, never started.
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  apt_install systemd
+fi
+
 # Java for pyspark (the Spark reader test).
 if ! command -v java >/dev/null 2>&1; then
   apt_install openjdk-17-jre-headless
@@ -49,6 +55,14 @@ fi
 # fails without it when CI is set, and is skipped otherwise).
 if ! command -v prometheus >/dev/null 2>&1; then
   apt_install prometheus
+fi
+
+# Slurm and munge: cli/tests/slurm_srun.rs starts a three-node cluster (munged,
+# slurmctld, slurmd n1..n3) on this host (docs/slurm.md); srun --mpi=pmix needs
+# Slurm's PMIx plugin (in slurm-wlm-basic-plugins; libpmix2 with Open MPI).
+if [ ! -x /usr/sbin/slurmctld ] || [ ! -x /usr/sbin/slurmd ] || [ ! -x /usr/sbin/munged ] \
+  || ! command -v srun >/dev/null 2>&1; then
+  apt_install slurmctld slurmd slurm-client munge
 fi
 
 echo "== Python tools (venv: $VENV)"

@@ -642,27 +642,15 @@ async fn read_tail(path: &Path) -> String {
     String::from_utf8_lossy(&buf).into_owned()
 }
 
-/// The benchlake tracer library for `traced` benchmarks (docs/tracer.md):
-/// `$BENCHLAKE_TRACER_LIB`, else `libbenchlake_tracer.so` next to the agent's
-/// executable (where the build puts it), or in its parent directory (test
-/// binaries run from `target/<profile>/deps`).
+/// The benchlake tracer library for `traced` benchmarks (docs/tracer.md): the
+/// one lookup of [`benchlake_tracer::library_path`] (environment, install
+/// layout, beside the executable, build output); when none exists, the first
+/// place searched, so the task fails naming it.
 fn tracer_lib() -> String {
-    if let Some(p) = std::env::var_os("BENCHLAKE_TRACER_LIB").filter(|p| !p.is_empty()) {
-        return p.to_string_lossy().into_owned();
-    }
-    if let Ok(exe) = std::env::current_exe() {
-        for dir in exe.ancestors().skip(1).take(2) {
-            let p = dir.join("libbenchlake_tracer.so");
-            if p.is_file() {
-                return p.display().to_string();
-            }
-        }
-    }
-    std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(|d| d.join("libbenchlake_tracer.so")))
+    benchlake_tracer::library_path()
+        .or_else(|| benchlake_tracer::search_path().into_iter().next())
         .map(|p| p.display().to_string())
-        .unwrap_or_else(|| "libbenchlake_tracer.so".into())
+        .unwrap_or_else(|| benchlake_tracer::LIBRARY_NAME.into())
 }
 
 #[cfg(test)]

@@ -428,6 +428,21 @@ pub fn show(root: &Command, args: &[String]) -> Result<String, anyhow::Error> {
     let mut argv: Vec<OsString> = vec!["benchlake".into()];
     argv.extend(args.iter().map(OsString::from));
     let applied = apply(root, argv)?;
+    // Values are checked as the command would check them; only arguments the
+    // command needs to run (a benchmark name, files) may be missing here.
+    if let Err(e) = root.clone().try_get_matches_from(&applied.argv) {
+        use clap::error::ErrorKind::*;
+        if !matches!(
+            e.kind(),
+            MissingRequiredArgument
+                | MissingSubcommand
+                | DisplayHelpOnMissingArgumentOrSubcommand
+                | DisplayHelp
+                | DisplayVersion
+        ) {
+            anyhow::bail!("{}", e.to_string().trim_end());
+        }
+    }
     let mut built = root.clone().ignore_errors(true);
     built.build();
     let (cmd_path, _) = command_path(&built, &applied.argv);
@@ -700,5 +715,17 @@ mod tests {
             out.contains("# lease_ms = (unset, env BENCHLAKE_TEST_CFG_LEASE)"),
             "{out}"
         );
+        // A value the command would refuse is refused here too.
+        let bad = file("[coordinator]\nopen = true\nlisten = [\"a\", \"b\"]\n");
+        let e = show(
+            &cli(),
+            &[
+                "--config".into(),
+                bad.path().display().to_string(),
+                "coordinator".into(),
+            ],
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("--listen"), "{e}");
     }
 }

@@ -516,11 +516,19 @@ int main(int argc, char **argv) {
 /// agent's applications directory); `None` (with the reason printed) when the
 /// tracer library, `mpicc` or `mpirun` is missing.
 fn traced_demo_app(apps: &std::path::Path) -> Option<PathBuf> {
-    if benchlake_tracer::library_path().is_none() {
-        println!(
-            "skipping the traced demo run: the tracer library was not built (mpicc was missing at build time)"
-        );
-        return None;
+    match benchlake_tracer::library_path() {
+        Some(lib) => println!("tracer library: {}", lib.display()),
+        None => {
+            println!(
+                "skipping the traced demo run: no tracer library (searched {}; mpicc was missing at build time, or it was not installed)",
+                benchlake_tracer::search_path()
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            return None;
+        }
     }
     for tool in ["mpicc", "mpirun"] {
         let ok = std::process::Command::new(tool)

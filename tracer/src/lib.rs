@@ -21,22 +21,43 @@ pub fn built_path() -> Option<PathBuf> {
     (!p.is_empty()).then(|| PathBuf::from(p))
 }
 
-/// The library to preload, in this order: `$BENCHLAKE_TRACER_LIB`; a copy next to the
-/// running executable (or its parent directory, for test binaries in `deps/`); the
-/// build output. `None` when none exists (the tracer was built without `mpicc`).
-pub fn library_path() -> Option<PathBuf> {
+/// Where an installed tree keeps the library, relative to the directory of the
+/// `benchlake` executable: `PREFIX/bin/benchlake` and
+/// `PREFIX/lib/benchlake/libbenchlake_tracer.so` (deploy/README.md).
+pub const INSTALL_DIR_FROM_BIN: &str = "../lib/benchlake";
+
+/// The search path for the library, in order: `$BENCHLAKE_TRACER_LIB`; the
+/// install layout ([`INSTALL_DIR_FROM_BIN`]); beside the executable (the build
+/// puts a copy there); its parent directory (test binaries in `deps/`); the
+/// build output. This is the one lookup: the agent preloads what it finds and
+/// `up --demo` checks the same.
+pub fn search_path() -> Vec<PathBuf> {
+    let mut out = Vec::new();
     if let Some(p) = std::env::var_os("BENCHLAKE_TRACER_LIB").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(p));
+        out.push(PathBuf::from(p));
+        return out;
     }
-    if let Ok(exe) = std::env::current_exe() {
-        for dir in exe.ancestors().skip(1).take(2) {
-            let cand = dir.join(LIBRARY_NAME);
-            if cand.is_file() {
-                return Some(cand);
-            }
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.to_path_buf()))
+    {
+        out.push(dir.join(INSTALL_DIR_FROM_BIN).join(LIBRARY_NAME));
+        out.push(dir.join(LIBRARY_NAME));
+        if let Some(up) = dir.parent() {
+            out.push(up.join(LIBRARY_NAME));
         }
     }
-    built_path().filter(|p| p.is_file())
+    if let Some(b) = built_path() {
+        out.push(b);
+    }
+    out
+}
+
+/// The library to preload: the first file of [`search_path`] that exists;
+/// `None` when none does (`$BENCHLAKE_TRACER_LIB` names a missing file, or the
+/// tracer was built without `mpicc` and none was installed).
+pub fn library_path() -> Option<PathBuf> {
+    search_path().into_iter().find(|p| p.is_file())
 }
 
 /// Names of the files the tracer writes into its output directory, grouped by the
