@@ -9,6 +9,11 @@
 //!   itself is not installable here, so a stand-in runs netprobe, benchlake's
 //!   LinkTest-compatible TCP benchmark, in each Slurm task): the SION file's
 //!   ranks name n1, n2, n3 in `linktest_ranks`, every pair has a time;
+//! - IOR and mdtest (the shipped entries, with stand-ins that record each
+//!   Slurm task's node: real IOR is not installable here) and a traced real
+//!   MPI program under `srun --mpi=pmix` (one world of three ranks, one per
+//!   node, the tracer preloaded through `--export`);
+//! - a node list (`n[2-3]`) reaches srun and the rows name n2 and n3 only;
 //! - failures: a partition Slurm does not know fails the task with Slurm's
 //!   own error; more nodes than exist leave the job queued, and the task's
 //!   timeout ends it with "queued and waiting for resources" and no job left
@@ -56,16 +61,27 @@ fn builtin(name: &str) -> BenchmarkDef {
 /// Starts the test cluster and the "login node" agent offering `defs`
 /// (with the Slurm cluster's environment), plus a worker.
 async fn login_node(sl: &SlurmCluster, defs: Vec<BenchmarkDef>) -> Cluster {
+    login_node_with(sl, defs, |_| {}).await
+}
+
+/// [`login_node`], with `f` adjusting the agent's configuration.
+async fn login_node_with(
+    sl: &SlurmCluster,
+    defs: Vec<BenchmarkDef>,
+    f: impl FnOnce(&mut benchlake_agent::AgentConfig),
+) -> Cluster {
     let mut c = Cluster::start(Tokens::default()).await;
     let env = sl.env();
     c.add_agent_with("login", move |cfg| {
         let mut cat = Catalog::from_toml(&catalog(&bin())).unwrap();
         for mut d in defs {
             d.env.extend(env.iter().cloned());
+            cat.benchmarks.retain(|b| b.name != d.name);
             cat.benchmarks.push(d);
         }
         cfg.catalog = cat;
         cfg.address = "127.0.0.1".into();
+        f(cfg);
     })
     .await;
     c.add_worker("w1", None);
@@ -156,6 +172,39 @@ async fn pio_runs_on_three_slurm_nodes_and_rows_name_them() {
         }
     }
     assert_eq!(ops, BTreeSet::from(["read".to_string(), "write".into()]));
+
+    // Named Slurm nodes (a range) go to --nodelist: the ranks land there only.
+    let run = c
+        .submit_spec(srun_spec(
+            "pio",
+            &params,
+            pb::SlurmOptions {
+                nodes: 2,
+                nodelist: vec!["n[2-3]".into()],
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap();
+    let d = c.wait_settled(&run.run_id, 120).await;
+    assert_eq!(
+        state(&d),
+        pb::RunState::Succeeded,
+        "{}\n{d:#?}",
+        run_error(&d)
+    );
+    let mut nodes = BTreeSet::new();
+    for b in table_batches(&lake, "io_task_times", Some(&run.run_id)) {
+        let host = col::<StringArray>(&b, "host");
+        for i in 0..b.num_rows() {
+            nodes.insert(host.value(i).to_string());
+        }
+    }
+    assert_eq!(
+        nodes,
+        BTreeSet::from(["n2".to_string(), "n3".into()]),
+        "io_task_times hosts with --nodelist=n[2-3]"
+    );
     assert_eq!(sl.queue(), "", "no job left in Slurm");
 }
 
@@ -361,4 +410,293 @@ async fn slurm_refusals_fail_the_task_with_slurms_reason() {
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
         assert!(e.message().contains(field), "{}", e.message());
     }
+}
+
+const IO_DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/io");
+
+fn write_script(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// IOR and mdtest stand-ins for Slurm tasks (real IOR and mdtest are not
+/// installable here): every task records its argv, Slurm rank and node;
+/// task 0 writes a reference case's real outputs where the command line
+/// asks for them.
+fn io_stand_ins(dir: &Path, rec: &Path) -> (String, String) {
+    let ior = dir.join("ior");
+    write_script(
+        &ior,
+        &format!(
+            r#"#!/usr/bin/env python3
+import json, os, shutil, sys
+rank = int(os.environ["SLURM_PROCID"])
+with open(os.path.join("{rec}", "ior-rank%d.json" % rank), "w") as f:
+    json.dump({{"argv": sys.argv[1:], "node": os.environ.get("SLURMD_NODENAME"),
+               "size": int(os.environ["SLURM_NTASKS"])}}, f)
+if rank == 0:
+    opts = dict(a.split("=", 1) for prev, a in zip(sys.argv, sys.argv[1:]) if prev == "-O")
+    case = "{data}/segmented_posix_shared_np4"
+    shutil.copy(case + "/summary.json", opts["summaryFile"])
+    shutil.copy(case + "/rank_details.csv", opts["saveRankPerformanceDetailsCSV"])
+"#,
+            rec = rec.display(),
+            data = IO_DATA
+        ),
+    );
+    let mdtest = dir.join("mdtest");
+    write_script(
+        &mdtest,
+        &format!(
+            r#"#!/usr/bin/env python3
+import json, os, shutil, sys
+rank = int(os.environ["SLURM_PROCID"])
+with open(os.path.join("{rec}", "mdtest-rank%d.json" % rank), "w") as f:
+    json.dump({{"argv": sys.argv[1:], "node": os.environ.get("SLURMD_NODENAME")}}, f)
+if rank == 0:
+    case = "{data}/mdtest_files_dirs_np4"
+    csv = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--saveRankPerformanceDetails=")][0]
+    shutil.copy(case + "/rank_details.csv", csv)
+    sys.stdout.write(open(case + "/human.txt").read())
+"#,
+            rec = rec.display(),
+            data = IO_DATA
+        ),
+    );
+    (ior.display().to_string(), mdtest.display().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ior_and_mdtest_run_through_srun_on_three_slurm_nodes() {
+    let Some(sl) = SlurmCluster::start() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let rec = tmp.path().join("rec");
+    std::fs::create_dir(&rec).unwrap();
+    let (ior, mdtest) = io_stand_ins(tmp.path(), &rec);
+    // The shipped entries (agent/catalogs/ior.toml), pointed at the stand-ins,
+    // with a catalog default the spec does not override: the partition.
+    let shipped = Catalog::from_toml(
+        &include_str!("../../agent/catalogs/ior.toml")
+            .replace("  \"ior\",\n", &format!("  \"{ior}\",\n"))
+            .replace("  \"mdtest\",\n", &format!("  \"{mdtest}\",\n")),
+    )
+    .unwrap();
+    let mut defs = Vec::new();
+    for name in ["ior", "mdtest"] {
+        let mut d = shipped.get(name).unwrap().clone();
+        d.slurm = Some(benchlake_core::slurm::SlurmOptions {
+            partition: "debug".into(),
+            time_limit_min: 5,
+            ..Default::default()
+        });
+        defs.push(d);
+    }
+    let c = login_node(&sl, defs).await;
+
+    let run = c
+        .submit_spec(srun_spec(
+            "ior",
+            &[
+                ("np", "3"),
+                ("block_size", "4m"),
+                ("transfer_size", "256k"),
+                ("iterations", "3"),
+            ],
+            three_nodes(),
+        ))
+        .await
+        .unwrap();
+    let d = c.wait_settled(&run.run_id, 120).await;
+    assert_eq!(
+        state(&d),
+        pb::RunState::Succeeded,
+        "{}\n{d:#?}\n{}",
+        run_error(&d),
+        sl.logs()
+    );
+    let mut nodes = BTreeSet::new();
+    for r in 0..3 {
+        let v: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(rec.join(format!("ior-rank{r}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(v["size"], 3, "rank {r}");
+        assert_eq!(v["argv"][0], "-a", "rank {r}: IOR's own options first");
+        nodes.insert(v["node"].as_str().unwrap().to_string());
+    }
+    assert_eq!(nodes.len(), 3, "one IOR task per Slurm node: {nodes:?}");
+    let mut rows = 0;
+    for b in table_batches(&c.lake_dir(), "io_results", Some(&run.run_id)) {
+        let bw = col::<Float64Array>(&b, "bw_mib_s");
+        let tool = col::<StringArray>(&b, "tool");
+        for i in 0..b.num_rows() {
+            assert_eq!(tool.value(i), "ior");
+            assert!(bw.value(i) > 0.0 && bw.value(i).is_finite());
+            rows += 1;
+        }
+    }
+    assert_eq!(rows, 6, "3 iterations × write and read");
+
+    let run = c
+        .submit_spec(srun_spec("mdtest", &[("np", "3")], three_nodes()))
+        .await
+        .unwrap();
+    let d = c.wait_settled(&run.run_id, 120).await;
+    assert_eq!(
+        state(&d),
+        pb::RunState::Succeeded,
+        "{}\n{d:#?}\n{}",
+        run_error(&d),
+        sl.logs()
+    );
+    let mut nodes = BTreeSet::new();
+    for r in 0..3 {
+        let v: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(rec.join(format!("mdtest-rank{r}.json"))).unwrap(),
+        )
+        .unwrap();
+        nodes.insert(v["node"].as_str().unwrap().to_string());
+    }
+    assert_eq!(nodes.len(), 3, "one mdtest task per Slurm node: {nodes:?}");
+    let mut rows = 0;
+    for b in table_batches(&c.lake_dir(), "mdtest_results", Some(&run.run_id)) {
+        let rate = col::<Float64Array>(&b, "rate_per_s");
+        for i in 0..b.num_rows() {
+            assert!(rate.value(i) >= 0.0, "rate {}", rate.value(i));
+            rows += 1;
+        }
+    }
+    assert!(rows > 0, "mdtest_results rows");
+    assert_eq!(sl.queue(), "", "no job left in Slurm");
+}
+
+/// A real MPI program: each rank writes `rank node` into `DIR/node.RANK`
+/// (DIR is its argument), then a ring exchange and an Alltoallv, so the
+/// tracer has point-to-point and collective records.
+const MPI_PROGRAM: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int r, n;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    if (argc > 1) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/node.%d", argv[1], r);
+        FILE *f = fopen(p, "w");
+        const char *node = getenv("SLURMD_NODENAME");
+        fprintf(f, "%d %s\n", n, node ? node : "?");
+        fclose(f);
+    }
+    char s[1024] = {0}, q[1024];
+    int right = (r + 1) % n, left = (r + n - 1) % n;
+    for (int it = 0; it < 2; it++) {
+        MPI_Sendrecv(s, 100 * (r + 1), MPI_CHAR, right, 7, q, 1024, MPI_CHAR, left, 7,
+                     MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        int sc[64], sd[64], rc[64], rd[64], a[256] = {0}, b[256];
+        for (int p = 0; p < n; p++) { sc[p] = rc[p] = p == r ? 0 : 2; sd[p] = rd[p] = 2 * p; }
+        MPI_Alltoallv(a, sc, sd, MPI_INT, b, rc, rd, MPI_INT, MPI_COMM_WORLD);
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn traced_mpi_app_runs_under_srun_pmix_on_three_slurm_nodes() {
+    let Some(sl) = SlurmCluster::start() else {
+        return;
+    };
+    let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty());
+    let have_mpicc = std::process::Command::new("mpicc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let lib = benchlake_tracer::library_path();
+    if !have_mpicc || lib.is_none() {
+        assert!(!ci, "mpicc or the tracer library missing in CI");
+        eprintln!("SKIPPED: mpicc or the tracer library missing");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let apps = tmp.path().join("apps");
+    let rec = tmp.path().join("rec");
+    std::fs::create_dir_all(&apps).unwrap();
+    std::fs::create_dir_all(&rec).unwrap();
+    let src = tmp.path().join("ring.c");
+    std::fs::write(&src, MPI_PROGRAM).unwrap();
+    let exe = apps.join("ring");
+    let out = std::process::Command::new("mpicc")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let apps_dir = apps.clone();
+    let c = login_node_with(&sl, vec![builtin("traced")], move |cfg| {
+        cfg.apps_dir = Some(apps_dir);
+    })
+    .await;
+    let run = c
+        .submit_spec(srun_spec(
+            "traced",
+            &[
+                ("np", "3"),
+                ("app", exe.to_str().unwrap()),
+                ("arg", rec.to_str().unwrap()),
+            ],
+            three_nodes(),
+        ))
+        .await
+        .unwrap();
+    let d = c.wait_settled(&run.run_id, 300).await;
+    assert_eq!(
+        state(&d),
+        pb::RunState::Succeeded,
+        "{}\n{d:#?}\n{}",
+        run_error(&d),
+        sl.logs()
+    );
+    // One MPI job of three ranks (PMIx wired them up), one rank per node.
+    let mut nodes = BTreeSet::new();
+    for r in 0..3 {
+        let line = std::fs::read_to_string(rec.join(format!("node.{r}"))).unwrap();
+        let (size, node) = line.trim().split_once(' ').unwrap();
+        assert_eq!(size, "3", "rank {r} saw a world of {size}");
+        nodes.insert(node.to_string());
+    }
+    assert_eq!(
+        nodes,
+        BTreeSet::from(["n1".to_string(), "n2".into(), "n3".into()])
+    );
+    // The tracer ran in every rank (srun's --export carried LD_PRELOAD).
+    let t = &d.tasks[0];
+    for r in 0..3 {
+        assert!(
+            t.outputs
+                .iter()
+                .any(|o| o.format == "bandela" && o.key.ends_with(&format!("/bandela.{r}.txt"))),
+            "rank {r}: {t:#?}"
+        );
+    }
+    let mut ranks = BTreeSet::new();
+    for b in table_batches(&c.lake_dir(), "mpi_trace_records", Some(&run.run_id)) {
+        let rank = col::<Int32Array>(&b, "rank");
+        for i in 0..b.num_rows() {
+            ranks.insert(rank.value(i));
+        }
+    }
+    assert_eq!(ranks, BTreeSet::from([0, 1, 2]), "mpi_trace_records ranks");
+    assert_eq!(sl.queue(), "", "no job left in Slurm");
 }
