@@ -46,6 +46,13 @@ if ! command -v systemd-analyze >/dev/null 2>&1; then
   apt_install systemd
 fi
 
+# The Docker engine: tests/e2e/test_container.py starts its own dockerd (socket
+# and data under /tmp, no bridge, no iptables) to build and run deploy/container's
+# image; the system's docker service is never started.
+if ! command -v dockerd >/dev/null 2>&1; then
+  apt_install docker.io
+fi
+
 # Java for pyspark (the Spark reader test).
 if ! command -v java >/dev/null 2>&1; then
   apt_install openjdk-17-jre-headless
