@@ -98,6 +98,19 @@ enum Cmd {
     /// every flag of COMMAND and where it came from (secrets hidden).
     #[command(subcommand)]
     Config(ConfigCmd),
+    /// Print a shell completion script: `benchlake completions bash >
+    /// /etc/bash_completion.d/benchlake` (also zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the manual pages (roff): benchlake.1 and one per command
+    /// (benchlake-run-submit.1, …) into DIR; read one with `man -l DIR/benchlake.1`.
+    Man {
+        /// Output directory (created if missing).
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
     /// One rank of netprobe, the LinkTest-style TCP link test between agents
     /// (run by the built-in catalog entry `netprobe`).
     Netprobe(netprobe::NetprobeArgs),
@@ -270,6 +283,29 @@ fn main() -> std::process::ExitCode {
                     command.insert(0, format!("--config={}", f.display()));
                 }
                 print!("{}", config::show(&Cli::command(), &command)?);
+                Ok(())
+            }
+            Cmd::Completions { shell } => {
+                use std::io::Write;
+                let mut cmd = Cli::command();
+                let mut script = Vec::new();
+                clap_complete::generate(shell, &mut cmd, "benchlake", &mut script);
+                match std::io::stdout().write_all(&script) {
+                    // `| head` closing the pipe is not an error.
+                    Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                        Err(anyhow::anyhow!("writing the completion script: {e}"))
+                    }
+                    _ => Ok(()),
+                }
+            }
+            Cmd::Man { out } => {
+                std::fs::create_dir_all(&out)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
+                clap_mangen::generate_to(Cli::command(), &out).map_err(|e| {
+                    anyhow::anyhow!("writing manual pages to {}: {e}", out.display())
+                })?;
+                let n = std::fs::read_dir(&out).map(|d| d.count()).unwrap_or(0);
+                eprintln!("{n} manual pages in {}", out.display());
                 Ok(())
             }
             Cmd::Pio { .. } => Ok(()),

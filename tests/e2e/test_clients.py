@@ -286,3 +286,47 @@ token = "u-secret-0123456789abcdef"
     r = subprocess.run([BIN, "--config", str(bad), "coordinator"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr
     assert f"{bad}: coordinator.listen_addr: `benchlake coordinator` has no --listen-addr" in r.stderr, r.stderr
+
+
+def test_shell_completions_and_manual_pages(tmp_path):
+    """Completions and manual pages come from the same flag definitions: bash
+    completes subcommands and flags; every command gets a page with its flags,
+    defaults and environment variables."""
+    import shutil
+
+    from conftest import BIN
+    script = subprocess.run([BIN, "completions", "bash"], capture_output=True, text=True, timeout=60, check=True).stdout
+    (tmp_path / "benchlake.bash").write_text(script)
+
+    def complete(*words):
+        line = " ".join(words)
+        prog = (f"source {tmp_path / 'benchlake.bash'}; COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; "
+                f"_benchlake benchlake {words[-1]} {words[-2]}; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
+        r = subprocess.run(["bash", "-c", prog], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.split()
+
+    assert complete("benchlake", "run", "su") == ["submit"]
+    assert set(complete("benchlake", "coordinator", "--lea")) == {"--lease-timeout-ms", "--leader-lease-ms"}
+    assert "--config" in complete("benchlake", "agent", "--con")
+    zsh = subprocess.run([BIN, "completions", "zsh"], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert zsh.startswith("#compdef benchlake")
+    # Closing the pipe early is no error (no panic on a broken pipe).
+    r = subprocess.run(f"{BIN} completions bash | head -1", shell=True, capture_output=True, text=True, timeout=60)
+    assert r.stdout.startswith("_benchlake()") and "panicked" not in r.stderr, r.stderr
+
+    out = tmp_path / "man"
+    r = subprocess.run([BIN, "man", "--out", str(out)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    pages = {p.name for p in out.iterdir()}
+    for page in ("benchlake.1", "benchlake-coordinator.1", "benchlake-run-submit.1", "benchlake-config-show.1",
+                 "benchlake-replay-dimemas.1"):
+        assert page in pages, sorted(pages)
+    coord = (out / "benchlake-coordinator.1").read_text()
+    assert ".TH benchlake-coordinator 1" in coord
+    assert r"\fB\-\-leader\-lease\-ms\fR \fI<LEADER_LEASE_MS>\fR [default: 3000]" in coord
+    assert "BENCHLAKE_LEADER_LEASE_MS" in coord
+    if shutil.which("man"):
+        r = subprocess.run(["man", "-l", str(out / "benchlake-run-submit.1")], capture_output=True, text=True,
+                           env=dict(os.environ, MANWIDTH="100", MANPAGER="cat"), timeout=60)
+        assert r.returncode == 0 and "benchlake-run-submit - Submit a run" in r.stdout, r.stdout[:2000]
