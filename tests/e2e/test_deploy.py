@@ -84,6 +84,8 @@ def test_installed_tree_runs_the_demo_from_anywhere(tmp_path):
     assert exe.is_file()
     assert (prefix / "share" / "benchlake" / "systemd" / "benchlake-coordinator.service").is_file()
     assert (prefix / "share" / "doc" / "benchlake" / "configuration.md").is_file()
+    assert (prefix / "share" / "man" / "man1" / "benchlake-coordinator.1").is_file()
+    assert "_benchlake()" in (prefix / "share" / "bash-completion" / "completions" / "benchlake").read_text()
     lib = prefix / "lib" / "benchlake" / "libbenchlake_tracer.so"
     # The copied tree is all the demo has: nothing beside the build is found.
     moved = tmp_path / "elsewhere"
