@@ -700,3 +700,23 @@ async fn traced_mpi_app_runs_under_srun_pmix_on_three_slurm_nodes() {
     assert_eq!(ranks, BTreeSet::from([0, 1, 2]), "mpi_trace_records ranks");
     assert_eq!(sl.queue(), "", "no job left in Slurm");
 }
+
+#[test]
+fn the_cluster_stops_its_daemons_when_a_test_panics() {
+    let Some(sl) = SlurmCluster::start() else {
+        return;
+    };
+    let pids = sl.pids();
+    assert_eq!(pids.len(), 5, "munged, slurmctld, 3 slurmd");
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _cluster = sl;
+        panic!("a failing test");
+    }));
+    assert!(r.is_err());
+    for pid in pids {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "daemon {pid} still there"
+        );
+    }
+}

@@ -265,6 +265,11 @@ impl SlurmCluster {
         out
     }
 
+    /// The daemons' PIDs (munged, slurmctld, slurmd n1..n3).
+    pub fn pids(&self) -> Vec<u32> {
+        self.daemons.iter().map(|(_, c)| c.id()).collect()
+    }
+
     /// The configuration file (clients need `SLURM_CONF` set to it).
     pub fn conf(&self) -> &Path {
         &self.conf
