@@ -121,6 +121,19 @@ fn sample(page: &str, series: &str) -> Option<f64> {
 
 /// Submits a hostinfo run through the CLI and waits for it.
 fn run_hostinfo(u: &Up) {
+    // `up` prints its lines before its agent has registered: wait for it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (code, page) = get(&u.http, "/metrics", Some(ADMIN));
+        if code == 200 && sample(&page, "benchlake_agents{state=\"ONLINE\"}") == Some(1.0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the local agent did not register: {page}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let out = Command::new(BIN)
         .args(["run", "submit", "hostinfo", "--watch", "--coordinator"])
         .arg(&u.coordinator)
