@@ -20,6 +20,10 @@ pub struct UpArgs {
     /// Submit the demo runs, wait until they have landed, print the tables, exit.
     #[arg(long)]
     pub demo: bool,
+    /// With --demo: keep running after the demo (until Ctrl-C), so the
+    /// dashboard and the other endpoints can be looked at.
+    #[arg(long, env = "BENCHLAKE_KEEP", requires = "demo")]
+    pub keep: bool,
     /// Data directory (state database, lake, agent and worker scratch).
     #[arg(long, env = "BENCHLAKE_DATA", default_value = "benchlake-data")]
     pub data: PathBuf,
@@ -129,8 +133,8 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot listen on --http-addr {at}"))?
     };
-    let metrics_url = format!(
-        "{}://{}/metrics",
+    let http_base = format!(
+        "{}://{}",
         if cfg.tls_cert.is_some() {
             "https"
         } else {
@@ -138,6 +142,7 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
         },
         http_listener.local_addr()?
     );
+    let metrics_url = format!("{http_base}/metrics");
     let coord = tokio::spawn(benchlake_coordinator::run_with(
         cfg,
         listener,
@@ -194,8 +199,9 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
         benchlake_coordinator::store_pg::redact(&state)
     );
     eprintln!("metrics: {metrics_url}");
+    eprintln!("dashboard: {http_base}/");
     let result = if a.demo {
-        demo(
+        let r = demo(
             &client_addr,
             client_tls,
             user_token,
@@ -203,7 +209,15 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
             &apps,
             started,
         )
-        .await
+        .await;
+        if a.keep {
+            if let Err(e) = &r {
+                eprintln!("demo failed: {e:#}");
+            }
+            eprintln!("demo done; still up (--keep): dashboard {http_base}/   (Ctrl-C stops)");
+            until(sd).await;
+        }
+        r
     } else {
         eprintln!(
             "try: benchlake run submit hostinfo --watch --coordinator {client_addr}   (Ctrl-C stops)"

@@ -202,6 +202,28 @@ impl Guard {
             .map(|_| ())
     }
 
+    /// Authenticates a token typed into the dashboard's login form: the role
+    /// of a token of `allowed` roles (or admin). Failures spend `peer`'s
+    /// budget as on gRPC; a blocked peer is refused whatever it sends.
+    pub fn login(
+        &self,
+        peer: IpAddr,
+        token: &str,
+        allowed: &[Role],
+        service: &str,
+    ) -> Result<Role, Status> {
+        let header = format!("Bearer {}", token.trim());
+        match self.authenticate(peer, &header, allowed, service, None)? {
+            Some(id) => Ok(id.role),
+            None => Err(Status::unauthenticated("unknown token")),
+        }
+    }
+
+    /// Whether tokens are configured (else every caller is admin).
+    pub fn enabled(&self) -> bool {
+        self.tokens.enabled()
+    }
+
     /// The identity of a bearer `header` (None: one of `extra`), or the
     /// refusal; counts failures against `peer`.
     fn authenticate(

@@ -49,7 +49,7 @@ pub async fn commit_job(
                 .map(|f| f.0.clone())
                 .collect();
             if !checks.is_empty() {
-                count_verdicts(c, checks);
+                count_verdicts(c, w.run_id.clone(), checks).await;
             }
         }
         Err(e) => {
@@ -69,44 +69,40 @@ pub async fn commit_job(
     res.map(|w| w.files.into_iter().map(|f| f.0).collect())
 }
 
-/// What a commit wrote: (final key, bytes, table) per file.
+/// What a commit wrote: (final key, bytes, table) per file, of `run_id`.
 struct Written {
+    run_id: String,
     files: Vec<(String, u64, String)>,
 }
 
 /// Counts the verdicts of committed `checks` files into
-/// `benchlake_verdicts_total` off the request path (one small read each; a
-/// file that cannot be read is logged and not counted).
-fn count_verdicts(c: &Coordinator, keys: Vec<String>) {
-    let (lake, metrics) = (c.lake.clone(), c.metrics.clone());
+/// `benchlake_verdicts_total` and records them for the dashboard
+/// ([`crate::verdicts`]) off the request path (one small read each; a file
+/// that cannot be read is logged and not counted).
+async fn count_verdicts(c: &Coordinator, run_id: String, keys: Vec<String>) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         return;
     };
+    let id = run_id.clone();
+    let agents = c
+        .db(move |tx| {
+            let mut a: Vec<String> = tx.tasks_of_run(&id)?.into_iter().map(|t| t.agent).collect();
+            a.sort();
+            a.dedup();
+            Ok(a)
+        })
+        .await
+        .unwrap_or_default();
+    let (lake, metrics, index) = (c.lake.clone(), c.metrics.clone(), c.verdicts.clone());
     rt.spawn(async move {
         for key in keys {
             match lake.read_parquet(&key).await {
                 Ok(batches) => {
-                    for b in &batches {
-                        let col = |n: &str| {
-                            b.column_by_name(n).and_then(|a| {
-                                arrow::compute::cast(a, &arrow::datatypes::DataType::Utf8).ok()
-                            })
-                        };
-                        let (Some(check), Some(status)) = (col("check"), col("status")) else {
-                            continue;
-                        };
-                        let (Some(check), Some(status)) = (
-                            check.as_any().downcast_ref::<arrow::array::StringArray>(),
-                            status.as_any().downcast_ref::<arrow::array::StringArray>(),
-                        ) else {
-                            continue;
-                        };
-                        for i in 0..b.num_rows() {
-                            metrics
-                                .verdicts
-                                .inc(&[check.value(i), status.value(i)]);
-                        }
+                    let rows = crate::verdicts::check_rows(&batches);
+                    for r in &rows {
+                        metrics.verdicts.inc(&[&r.check, &r.status]);
                     }
+                    index.record(&run_id, &key, &agents, rows);
                 }
                 Err(e) => {
                     tracing::warn!(key = %key, error = %e, "cannot read committed checks for the verdict metrics")
@@ -205,7 +201,10 @@ async fn commit_job_inner(
             .await?;
         if let Some(done) = done {
             finish(c, &req.job_id, done, &[]);
-            return Ok(Written { files: Vec::new() });
+            return Ok(Written {
+                run_id: String::new(),
+                files: Vec::new(),
+            });
         }
     }
 
@@ -284,6 +283,7 @@ async fn commit_job_inner(
     }
     finish(c, &job.job_id, done, &keys);
     Ok(Written {
+        run_id: job.run_id.clone(),
         files: pairs
             .iter()
             .zip(&sizes)

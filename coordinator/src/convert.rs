@@ -241,6 +241,7 @@ pub fn run_filter(r: pb::ListRunsRequest) -> RunFilter {
         state: RunState::from_pb(r.state),
         benchmark: (!r.benchmark.is_empty()).then_some(r.benchmark),
         limit: r.limit,
+        before: None,
     }
 }
 

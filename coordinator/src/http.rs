@@ -13,9 +13,10 @@
 //!   [`crate::auth::Guard`] (failed attempts spend the peer's budget as on
 //!   gRPC; tokens are never logged).
 //!
-//! It is the place the web dashboard will mount its pages: add routes to the
-//! router of [`Http::router`] (nested under a prefix, with the same
-//! [`Http::authorize`] check for anything that shows data), not a second
+//! - the web dashboard under `/` ([`crate::dashboard`]: pages behind a
+//!   login session when tokens are configured).
+//!
+//! Further pages go into [`crate::dashboard`]'s router, not a second
 //! listener. With TLS configured (`--tls-cert`), the listener speaks TLS only,
 //! with the gRPC port's certificate and, with `--tls-client-ca`, its client
 //! certificate requirement ([`crate::tls::http_acceptor`]; ALPN h2 and
@@ -66,6 +67,8 @@ struct Inner {
     guard: Guard,
     metrics_tokens: MetricsTokens,
     tokens_on: bool,
+    tls: bool,
+    sessions: crate::dashboard::Sessions,
     node: RwLock<Node>,
 }
 
@@ -86,8 +89,33 @@ impl Http {
             guard: Guard::new(cfg.tokens.clone()),
             metrics_tokens: cfg.metrics_tokens.clone(),
             tokens_on: cfg.tokens.enabled() || !cfg.metrics_tokens.0.is_empty(),
+            tls: cfg.tls_cert.is_some(),
+            sessions: crate::dashboard::Sessions::default(),
             node: RwLock::new(Node::Starting),
         }))
+    }
+
+    /// The token guard (shared failure budget with `/metrics`).
+    pub fn guard(&self) -> &Guard {
+        &self.0.guard
+    }
+
+    /// The dashboard's login sessions.
+    pub fn sessions(&self) -> &crate::dashboard::Sessions {
+        &self.0.sessions
+    }
+
+    /// Whether the listener speaks TLS (cookies are then `Secure`).
+    pub fn tls(&self) -> bool {
+        self.0.tls
+    }
+
+    /// The coordinator this process serves, if it serves.
+    pub fn coordinator(&self) -> Option<Arc<Coordinator>> {
+        match self.node() {
+            Node::Serving { coord, .. } => Some(coord),
+            _ => None,
+        }
     }
 
     fn set(&self, n: Node) {
@@ -154,14 +182,15 @@ impl Http {
         }
     }
 
-    /// The router: `/healthz`, `/readyz`, `/metrics`. The dashboard adds its
-    /// pages here.
+    /// The router: `/healthz`, `/readyz`, `/metrics`, and the dashboard
+    /// ([`crate::dashboard::router`]) for everything else.
     pub fn router(&self) -> Router {
         Router::new()
             .route("/healthz", get(obs::healthz))
             .route("/readyz", get(readyz))
             .route("/metrics", get(metrics))
             .with_state(self.clone())
+            .merge(crate::dashboard::router(self.clone()))
     }
 
     /// Serves [`Http::router`] on `listener` until `shutdown`, over TLS when
@@ -176,7 +205,7 @@ impl Http {
         let local = listener
             .local_addr()
             .map_err(|e| CoordError::Setup(format!("HTTP listen address: {e}")))?;
-        tracing::info!(addr = %local, tls = acceptor.is_some(), "HTTP endpoints listening (/healthz, /readyz, /metrics)");
+        tracing::info!(addr = %local, tls = acceptor.is_some(), "HTTP endpoints listening (dashboard /, /healthz, /readyz, /metrics)");
         let router = self.router();
         match acceptor {
             Some(acc) => {

@@ -10,6 +10,7 @@ pub mod auth;
 pub mod commit;
 pub mod config;
 pub mod convert;
+pub mod dashboard;
 pub mod error;
 pub mod flight;
 pub mod grpc;
@@ -26,6 +27,7 @@ pub mod scheduler;
 pub mod store;
 pub mod store_pg;
 pub mod tls;
+pub mod verdicts;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -101,6 +103,8 @@ pub struct Coordinator {
     lead: Mutex<Option<leader::Elector>>,
     /// Counters and histograms of `/metrics` ([`metrics`]).
     pub(crate) metrics: Arc<metrics::Metrics>,
+    /// The `checks` verdicts in memory, for the dashboard ([`verdicts`]).
+    pub(crate) verdicts: Arc<verdicts::VerdictIndex>,
 }
 
 /// How far the stored `last_heartbeat_ms` of an agent may lag its in-memory
@@ -188,6 +192,7 @@ impl Coordinator {
             .map(|n| tokio::sync::Semaphore::new(n.max(1)));
         let c = Arc::new(Self {
             metrics: Arc::new(metrics::Metrics::default()),
+            verdicts: Arc::new(verdicts::VerdictIndex::default()),
             lead: Mutex::new(None),
             db_gate,
             placement,
@@ -213,7 +218,18 @@ impl Coordinator {
                 .transact(|tx| lifecycle::run::advance(tx, &c.cfg, &id, now))?;
             c.apply(fx);
         }
+        // The dashboard's verdicts, read off the lake in the background.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(verdicts::load(c.clone()));
+        } else {
+            c.verdicts.set_loaded();
+        }
         Ok(c)
+    }
+
+    /// The `checks` verdicts kept in memory ([`verdicts`]).
+    pub fn verdicts(&self) -> &verdicts::VerdictIndex {
+        &self.verdicts
     }
 
     /// Opens the state store and the lake named in `cfg`: the SQLite file at

@@ -21,6 +21,9 @@ pub struct RunFilter {
     pub state: Option<RunState>,
     pub benchmark: Option<String>,
     pub limit: u32,
+    /// Only runs whose id sorts before this one (a page cursor: ids are
+    /// ULIDs, so older runs).
+    pub before: Option<String>,
 }
 
 /// The primitive operations available inside a transaction.
@@ -84,6 +87,12 @@ pub trait Tx {
     fn delete_committed(&mut self, key: &str) -> Result<()>;
     /// Committed files, of one table or all.
     fn committed_files(&mut self, table: Option<&str>) -> Result<Vec<CommittedFile>>;
+    /// The committed files of one run (every table), in table and key order.
+    fn committed_files_of_run(&mut self, run_id: &str) -> Result<Vec<CommittedFile>> {
+        let mut v = self.committed_files(None)?;
+        v.retain(|f| f.run_id == run_id);
+        Ok(v)
+    }
 
     // Job dependencies (see `lifecycle::job` and docs/architecture.md).
     /// Sets a job's group and the group it waits for (columns `grp`, `wait_for`).
@@ -202,6 +211,8 @@ const MIGRATIONS: &[fn(&Connection) -> Result<()>] = &[
     |c| Ok(c.execute_batch(SCHEMA)?),
     // 2: job groups.
     migrate_job_groups,
+    // 3: a run's committed files by run (the dashboard's run page).
+    |c| Ok(c.execute_batch("CREATE INDEX IF NOT EXISTS committed_run ON committed_files(run_id);")?),
 ];
 
 /// The schema version this build writes.
@@ -547,12 +558,14 @@ impl Tx for SqliteTx<'_> {
         };
         self.many(
             "SELECT data FROM runs WHERE (?1 IS NULL OR schedule_id=?1) AND (?2 IS NULL OR state=?2)
-             AND (?3 IS NULL OR benchmark=?3) ORDER BY run_id DESC LIMIT ?4",
+             AND (?3 IS NULL OR benchmark=?3) AND (?5 IS NULL OR run_id < ?5)
+             ORDER BY run_id DESC LIMIT ?4",
             params![
                 f.schedule_id,
                 f.state.map(|s| s.as_str()),
                 f.benchmark,
-                limit
+                limit,
+                f.before
             ],
         )
     }
@@ -855,6 +868,25 @@ impl Tx for SqliteTx<'_> {
              FROM committed_files WHERE (?1 IS NULL OR table_name=?1) ORDER BY table_name, date, run_id, key",
         )?;
         let rows = st.query_map(params![table], |r| {
+            Ok(CommittedFile {
+                key: r.get(0)?,
+                table: r.get(1)?,
+                run_id: r.get(2)?,
+                job_id: r.get(3)?,
+                date: r.get(4)?,
+                rows: r.get::<_, i64>(5)? as u64,
+                bytes: r.get::<_, i64>(6)? as u64,
+                committed_ms: r.get(7)?,
+            })
+        })?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+    fn committed_files_of_run(&mut self, run_id: &str) -> Result<Vec<CommittedFile>> {
+        let mut st = self.c.prepare_cached(
+            "SELECT key, table_name, run_id, job_id, date, rows, bytes, committed_ms
+             FROM committed_files WHERE run_id=?1 ORDER BY table_name, key",
+        )?;
+        let rows = st.query_map(params![run_id], |r| {
             Ok(CommittedFile {
                 key: r.get(0)?,
                 table: r.get(1)?,

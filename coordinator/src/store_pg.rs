@@ -871,12 +871,14 @@ impl Tx for PgTx<'_> {
         self.many(
             "SELECT data FROM runs WHERE ($1::TEXT IS NULL OR schedule_id=$1)
              AND ($2::TEXT IS NULL OR state=$2) AND ($3::TEXT IS NULL OR benchmark=$3)
+             AND ($5::TEXT IS NULL OR run_id < $5)
              ORDER BY run_id DESC LIMIT $4",
             &[
                 &f.schedule_id,
                 &f.state.map(|s| s.as_str()),
                 &f.benchmark,
                 &limit,
+                &f.before,
             ],
         )
     }

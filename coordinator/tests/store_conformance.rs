@@ -231,6 +231,11 @@ fn runs(s: &dyn StateStore) {
             ..Default::default()
         };
         assert_eq!(ids(&tx.list_runs(&f)?, |r| &r.run_id), ["r4", "r3"]);
+        let f = RunFilter {
+            before: Some("r3".into()),
+            ..Default::default()
+        };
+        assert_eq!(ids(&tx.list_runs(&f)?, |r| &r.run_id), ["r2", "r1"]);
         let mut active = ids(&tx.active_runs_of_schedule("s1")?, |r| &r.run_id);
         active.sort();
         assert_eq!(active, ["r1", "r2"]);
@@ -506,6 +511,10 @@ fn committed_and_meta(s: &dyn StateStore) {
         assert_eq!(all[2].rows, 6_000_000_000);
         assert_eq!(all[2].bytes, 60_000_000_000);
         assert_eq!(tx.committed_files(Some("a"))?.len(), 2);
+        assert_eq!(
+            ids(&tx.committed_files_of_run("r2")?, |c| &c.key),
+            ["tables/a/y.parquet", "tables/b/x.parquet"]
+        );
         tx.delete_committed("tables/a/x.parquet")?;
         assert_eq!(tx.committed_files(Some("a"))?.len(), 1);
         assert_eq!(tx.get_meta("reconcile_ms")?.as_deref(), Some("2"));

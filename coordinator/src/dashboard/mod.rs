@@ -1,0 +1,395 @@
+//! The read-only web dashboard, served by the coordinator's HTTP listener
+//! ([`crate::http`]) under `/` (docs/dashboard.md).
+//!
+//! - Pages ([`pages`]): `/` (health overview), `/runs` (filtered, paginated
+//!   run list), `/runs/{id}` (one run); `/api/runs/{id}` is the JSON a
+//!   running run's page polls every 2 s. Later views (LinkTest, I/O trends,
+//!   alltoallv, replay) slot in as `/runs/{id}/{view}` and top-level routes
+//!   listed in [`NAV`].
+//! - Every page is rendered on the server; every dynamic value goes through
+//!   [`html::esc`]. No inline script: the one script is `/static/dashboard.js`,
+//!   and every response carries a Content-Security-Policy of `default-src
+//!   'self'` ([`security_headers`]). Assets are compiled into the binary.
+//! - Access: when the coordinator has tokens, a page needs a session: `/login`
+//!   takes a user or admin token (a form POST; failures spend the peer's budget
+//!   in [`crate::auth::Guard`]) and sets a cookie holding a random session id
+//!   (never the token) mapped here to the role with an expiry ([`Sessions`]).
+//!   Without tokens (the demo) no login is needed.
+//! - Data: the state store in one read transaction per page, and the
+//!   verdicts kept in memory ([`crate::verdicts`]); no page reads Parquet.
+pub mod html;
+pub mod pages;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use benchlake_proto::obs::PeerInfo;
+use rand::RngCore;
+
+use crate::config::Role;
+use crate::http::Http;
+
+/// The top navigation: (path, label). Later pages add their entry here.
+pub const NAV: &[(&str, &str)] = &[("/", "Health"), ("/runs", "Runs")];
+
+/// The session cookie's name.
+pub const COOKIE: &str = "benchlake_session";
+/// How long a session lasts after login.
+pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+/// Sessions kept at most (the ones closest to expiry are dropped beyond).
+const MAX_SESSIONS: usize = 10_000;
+
+const CSS: &str = include_str!("static/dashboard.css");
+const JS: &str = include_str!("static/dashboard.js");
+const ICON: &str = include_str!("static/favicon.svg");
+
+/// Server-side sessions: random id → (role, expiry).
+#[derive(Debug, Default)]
+pub struct Sessions {
+    map: Mutex<HashMap<String, (Role, Instant)>>,
+}
+
+impl Sessions {
+    /// A new session of `role`; returns its id (64 hex digits, 256 random bits).
+    pub fn create(&self, role: Role) -> String {
+        let mut b = [0u8; 32];
+        rand::rng().fill_bytes(&mut b);
+        let id = hex::encode(b);
+        let now = Instant::now();
+        let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if m.len() >= MAX_SESSIONS {
+            m.retain(|_, (_, exp)| *exp > now);
+        }
+        if m.len() >= MAX_SESSIONS
+            && let Some(k) = m
+                .iter()
+                .min_by_key(|(_, (_, e))| *e)
+                .map(|(k, _)| k.clone())
+        {
+            m.remove(&k);
+        }
+        m.insert(id.clone(), (role, now + SESSION_TTL));
+        id
+    }
+
+    /// The role of session `id` while it has not expired.
+    pub fn get(&self, id: &str) -> Option<Role> {
+        let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        match m.get(id) {
+            Some((role, exp)) if *exp > Instant::now() => Some(*role),
+            Some(_) => {
+                m.remove(id);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Ends session `id`.
+    pub fn remove(&self, id: &str) {
+        let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        m.remove(id);
+    }
+}
+
+/// The dashboard's routes (merged into [`Http::router`]).
+pub fn router(h: Http) -> Router {
+    Router::new()
+        .route("/", get(pages::overview))
+        .route("/runs", get(pages::runs))
+        .route("/runs/{id}", get(pages::run))
+        .route("/api/runs/{id}", get(pages::run_json))
+        .route("/login", get(login_page).post(login))
+        .route("/logout", post(logout))
+        .route("/static/dashboard.css", get(css))
+        .route("/static/dashboard.js", get(js))
+        .route("/static/favicon.svg", get(icon))
+        .route("/favicon.ico", get(icon))
+        .fallback(not_found)
+        .layer(axum::middleware::map_response(security_headers))
+        .with_state(h)
+}
+
+/// Headers on every dashboard response: the CSP (no inline script, no
+/// framing), nosniff, no referrer, and no caching of pages.
+async fn security_headers(mut r: Response) -> Response {
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+        ),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    if !h.contains_key(header::CACHE_CONTROL) {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    r
+}
+
+async fn css() -> Response {
+    asset("text/css; charset=utf-8", CSS)
+}
+
+async fn js() -> Response {
+    asset("text/javascript; charset=utf-8", JS)
+}
+
+async fn icon() -> Response {
+    asset("image/svg+xml", ICON)
+}
+
+fn asset(ct: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, ct),
+            (header::CACHE_CONTROL, "public, max-age=300"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+async fn not_found(State(h): State<Http>, headers: HeaderMap) -> Response {
+    let page = html::page(
+        "Not found",
+        "",
+        &html::Chrome::of(&h, &headers),
+        "<h1>Not found</h1><p>No such page. <a href=\"/\">Health overview</a></p>",
+    );
+    (StatusCode::NOT_FOUND, axum::response::Html(page)).into_response()
+}
+
+/// The session id of a request's cookie, when well-formed.
+fn cookie_session(headers: &HeaderMap) -> Option<String> {
+    for v in headers.get_all(header::COOKIE) {
+        let Ok(v) = v.to_str() else { continue };
+        for part in v.split(';') {
+            if let Some(id) = part
+                .trim()
+                .strip_prefix(COOKIE)
+                .and_then(|r| r.strip_prefix('='))
+                && id.len() == 64
+                && id.bytes().all(|b| b.is_ascii_hexdigit())
+            {
+                return Some(id.to_string());
+            }
+        }
+    }
+    None
+}
+
+/// Who may see the dashboard: `Ok(role)` (admin when no tokens are
+/// configured), or the response to send instead: a redirect to `/login`
+/// for pages (`api == false`), 401 for JSON.
+#[allow(clippy::result_large_err)]
+pub fn access(
+    h: &Http,
+    headers: &HeaderMap,
+    path_and_query: &str,
+    api: bool,
+) -> Result<Role, Response> {
+    if !h.guard().enabled() {
+        return Ok(Role::Admin);
+    }
+    if let Some(role) = cookie_session(headers).and_then(|id| h.sessions().get(&id)) {
+        return Ok(role);
+    }
+    if api {
+        return Err((
+            StatusCode::UNAUTHORIZED,
+            [(header::CONTENT_TYPE, "application/json")],
+            "{\"error\":\"log in at /login\"}",
+        )
+            .into_response());
+    }
+    let next = html::url_encode(path_and_query);
+    Err((
+        StatusCode::SEE_OTHER,
+        [(header::LOCATION, format!("/login?next={next}"))],
+    )
+        .into_response())
+}
+
+/// A `next` target that stays on this site (a path, never `//host`).
+fn safe_next(next: Option<&str>) -> String {
+    match next {
+        Some(n)
+            if n.starts_with('/')
+                && !n.starts_with("//")
+                && !n.contains('\\')
+                && n.len() <= 512
+                && n.bytes().all(|b| (0x21..0x7f).contains(&b)) =>
+        {
+            n.to_string()
+        }
+        _ => "/".to_string(),
+    }
+}
+
+async fn login_page(State(h): State<Http>, headers: HeaderMap, uri: axum::http::Uri) -> Response {
+    let q = html::parse_query(uri.query().unwrap_or(""));
+    let next = safe_next(q.get("next").map(String::as_str));
+    if !h.guard().enabled() {
+        return (StatusCode::SEE_OTHER, [(header::LOCATION, next)]).into_response();
+    }
+    login_form(&h, &headers, &next, None, StatusCode::OK)
+}
+
+fn login_form(
+    h: &Http,
+    headers: &HeaderMap,
+    next: &str,
+    error: Option<&str>,
+    status: StatusCode,
+) -> Response {
+    let err = error
+        .map(|e| format!("<p class=\"error\" id=\"login-error\">{}</p>", html::esc(e)))
+        .unwrap_or_default();
+    let body = format!(
+        "<section class=\"login\"><h1>Log in</h1>\
+         <p>The dashboard is read-only and needs a <b>user</b> or <b>admin</b> token of this coordinator.</p>{err}\
+         <form method=\"post\" action=\"/login\">\
+         <input type=\"hidden\" name=\"next\" value=\"{}\">\
+         <label>Token <input type=\"password\" name=\"token\" id=\"token\" autocomplete=\"current-password\" required autofocus></label>\
+         <button type=\"submit\">Log in</button></form></section>",
+        html::esc(next)
+    );
+    let mut chrome = html::Chrome::of(h, headers);
+    chrome.logged_in = false;
+    (
+        status,
+        axum::response::Html(html::page("Log in", "", &chrome, &body)),
+    )
+        .into_response()
+}
+
+async fn login(State(h): State<Http>, peer: PeerInfo, headers: HeaderMap, body: Bytes) -> Response {
+    let peer: SocketAddr = peer.0.0;
+    if body.len() > 8192 {
+        return (StatusCode::PAYLOAD_TOO_LARGE, "form too large").into_response();
+    }
+    let form = html::parse_query(&String::from_utf8_lossy(&body));
+    let next = safe_next(form.get("next").map(String::as_str));
+    if !h.guard().enabled() {
+        return (StatusCode::SEE_OTHER, [(header::LOCATION, next)]).into_response();
+    }
+    let token = form.get("token").map(String::as_str).unwrap_or("");
+    match h
+        .guard()
+        .login(peer.ip(), token, &[Role::User], "dashboard")
+    {
+        Ok(role) => {
+            let id = h.sessions().create(role);
+            tracing::info!(peer = %peer, role = role.as_str(), "dashboard login");
+            let cookie = format!(
+                "{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{}",
+                SESSION_TTL.as_secs(),
+                if h.tls() { "; Secure" } else { "" }
+            );
+            (
+                StatusCode::SEE_OTHER,
+                [
+                    (header::SET_COOKIE, cookie),
+                    (header::LOCATION, next.to_string()),
+                ],
+            )
+                .into_response()
+        }
+        Err(s) => {
+            let (code, msg) = match s.code() {
+                tonic::Code::ResourceExhausted => (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "Too many failed logins from this address; try again later.",
+                ),
+                tonic::Code::PermissionDenied => (
+                    StatusCode::FORBIDDEN,
+                    "This token's role may not use the dashboard (user or admin tokens only).",
+                ),
+                _ => (StatusCode::UNAUTHORIZED, "Wrong token."),
+            };
+            login_form(&h, &headers, &next, Some(msg), code)
+        }
+    }
+}
+
+async fn logout(State(h): State<Http>, headers: HeaderMap) -> Response {
+    if let Some(id) = cookie_session(&headers) {
+        h.sessions().remove(&id);
+    }
+    let clear = format!(
+        "{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{}",
+        if h.tls() { "; Secure" } else { "" }
+    );
+    (
+        StatusCode::SEE_OTHER,
+        [
+            (header::SET_COOKIE, clear),
+            (header::LOCATION, "/login".to_string()),
+        ],
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_expire_and_ids_are_random() {
+        let s = Sessions::default();
+        let a = s.create(Role::User);
+        let b = s.create(Role::Admin);
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 64);
+        assert_eq!(s.get(&a), Some(Role::User));
+        s.remove(&a);
+        assert_eq!(s.get(&a), None);
+        assert_eq!(s.get("nope"), None);
+    }
+
+    #[test]
+    fn next_stays_on_site() {
+        assert_eq!(
+            safe_next(Some("/runs?status=FAILED")),
+            "/runs?status=FAILED"
+        );
+        assert_eq!(safe_next(Some("//evil.example/")), "/");
+        assert_eq!(safe_next(Some("https://evil.example/")), "/");
+        assert_eq!(safe_next(Some("/\\evil")), "/");
+        assert_eq!(safe_next(None), "/");
+    }
+
+    #[test]
+    fn cookie_parsing_takes_only_well_formed_ids() {
+        let mut h = HeaderMap::new();
+        let id = "a".repeat(64);
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("x=1; {COOKIE}={id}")).unwrap(),
+        );
+        assert_eq!(cookie_session(&h), Some(id));
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("benchlake_session=<script>"),
+        );
+        assert_eq!(cookie_session(&h), None);
+    }
+}

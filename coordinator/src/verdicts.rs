@@ -1,0 +1,339 @@
+//! The health verdicts of the lake's `checks` table, kept in memory for the
+//! dashboard ([`crate::dashboard`]) so that no page reads Parquet.
+//!
+//! Filled twice, both off the request path: once when the coordinator starts
+//! (every committed `checks` file the state store lists, read in a background
+//! task: [`load`]), and then at each commit that writes `checks` files (the
+//! same read that counts `benchlake_verdicts_total`, [`crate::commit`]). Rows
+//! are kept per committed object key, so a retried job that rewrites its key
+//! replaces its rows instead of adding to them.
+//!
+//! Besides each run's rows it keeps, per node (the agents of the run's
+//! tasks), the newest verdict of each check: the health overview's matrix.
+use std::collections::{BTreeMap, HashMap};
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use arrow::array::{Array, Float64Array, RecordBatch, StringArray};
+use arrow::datatypes::DataType;
+use serde::Serialize;
+
+/// One `checks` row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CheckRow {
+    /// Check name (`io.write_bw_mib_s`, …).
+    pub check: String,
+    /// PASS, FAIL or ERROR.
+    pub status: String,
+    /// Measured figure.
+    pub value: Option<f64>,
+    /// Bound or rolling median it was compared with.
+    pub reference: Option<f64>,
+    /// Unit of value and reference.
+    pub unit: String,
+    /// Human-readable verdict.
+    pub message: String,
+}
+
+/// The worst of `statuses`: FAIL > ERROR > PASS (DESIGN.md §6); None when
+/// there is none.
+pub fn worst<'a>(statuses: impl IntoIterator<Item = &'a str>) -> Option<&'static str> {
+    let mut best: Option<&'static str> = None;
+    for s in statuses {
+        let rank = |v: &str| match v {
+            "FAIL" => 3,
+            "ERROR" => 2,
+            "PASS" => 1,
+            _ => 0,
+        };
+        let this = match s {
+            "FAIL" => "FAIL",
+            "ERROR" => "ERROR",
+            "PASS" => "PASS",
+            _ => continue,
+        };
+        if best.is_none_or(|b| rank(this) > rank(b)) {
+            best = Some(this);
+        }
+    }
+    best
+}
+
+/// The verdicts of one run.
+#[derive(Debug, Clone, Default)]
+pub struct RunVerdicts {
+    /// Object key → its rows.
+    files: BTreeMap<String, Vec<CheckRow>>,
+    /// The agents of the run's tasks.
+    pub agents: Vec<String>,
+}
+
+impl RunVerdicts {
+    /// Every row, in object key order.
+    pub fn rows(&self) -> impl Iterator<Item = &CheckRow> {
+        self.files.values().flatten()
+    }
+
+    /// The run's verdict: the worst of its checks.
+    pub fn verdict(&self) -> Option<&'static str> {
+        worst(self.rows().map(|r| r.status.as_str()))
+    }
+}
+
+/// The newest verdict of one check on one node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeCheck {
+    /// The run it came from.
+    pub run_id: String,
+    /// PASS, FAIL or ERROR.
+    pub status: String,
+    /// Measured figure.
+    pub value: Option<f64>,
+    /// Its unit.
+    pub unit: String,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    runs: BTreeMap<String, RunVerdicts>,
+    nodes: HashMap<String, BTreeMap<String, NodeCheck>>,
+}
+
+/// The in-memory verdicts (see the module docs).
+#[derive(Debug, Default)]
+pub struct VerdictIndex {
+    inner: RwLock<Inner>,
+    loaded: AtomicBool,
+}
+
+impl VerdictIndex {
+    /// Records the rows of the committed object `key` of `run_id`, whose
+    /// tasks ran on `agents`.
+    pub fn record(&self, run_id: &str, key: &str, agents: &[String], rows: Vec<CheckRow>) {
+        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        for a in agents {
+            let node = g.nodes.entry(a.clone()).or_default();
+            for r in &rows {
+                let newer = node
+                    .get(&r.check)
+                    .is_none_or(|c| c.run_id.as_str() <= run_id);
+                if newer {
+                    node.insert(
+                        r.check.clone(),
+                        NodeCheck {
+                            run_id: run_id.to_string(),
+                            status: r.status.clone(),
+                            value: r.value,
+                            unit: r.unit.clone(),
+                        },
+                    );
+                }
+            }
+        }
+        let run = g.runs.entry(run_id.to_string()).or_default();
+        for a in agents {
+            if !run.agents.contains(a) {
+                run.agents.push(a.clone());
+            }
+        }
+        run.files.insert(key.to_string(), rows);
+    }
+
+    /// Marks the start-up load finished.
+    pub fn set_loaded(&self) {
+        self.loaded.store(true, Ordering::Release);
+    }
+
+    /// Whether the start-up load has finished (before, older verdicts may
+    /// be missing).
+    pub fn loaded(&self) -> bool {
+        self.loaded.load(Ordering::Acquire)
+    }
+
+    /// The verdicts of `run_id`.
+    pub fn run(&self, run_id: &str) -> Option<RunVerdicts> {
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        g.runs.get(run_id).cloned()
+    }
+
+    /// The verdict of each of `run_ids` (None: no check ran).
+    pub fn verdicts_of<'a>(
+        &self,
+        run_ids: impl IntoIterator<Item = &'a str>,
+    ) -> HashMap<String, &'static str> {
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        run_ids
+            .into_iter()
+            .filter_map(|id| {
+                g.runs
+                    .get(id)
+                    .and_then(|r| r.verdict())
+                    .map(|v| (id.to_string(), v))
+            })
+            .collect()
+    }
+
+    /// Run ids whose verdict is `verdict`, newest first, older than `before`
+    /// when given, at most `limit`.
+    pub fn runs_with(&self, verdict: &str, before: Option<&str>, limit: usize) -> Vec<String> {
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        let range = match before {
+            Some(b) => g
+                .runs
+                .range::<str, _>((std::ops::Bound::Unbounded, std::ops::Bound::Excluded(b))),
+            None => g.runs.range::<str, _>(..),
+        };
+        range
+            .rev()
+            .filter(|(_, r)| r.verdict() == Some(verdict))
+            .take(limit)
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// The newest verdict of each check on `node`.
+    pub fn node(&self, node: &str) -> BTreeMap<String, NodeCheck> {
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        g.nodes.get(node).cloned().unwrap_or_default()
+    }
+
+    /// The newest verdicts of every node that has any.
+    pub fn nodes(&self) -> HashMap<String, BTreeMap<String, NodeCheck>> {
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        g.nodes.clone()
+    }
+}
+
+/// The `checks` rows of decoded batches (rows missing `check` or `status`
+/// are skipped).
+pub fn check_rows(batches: &[RecordBatch]) -> Vec<CheckRow> {
+    let mut out = Vec::new();
+    for b in batches {
+        let text = |n: &str| {
+            b.column_by_name(n)
+                .and_then(|a| arrow::compute::cast(a, &DataType::Utf8).ok())
+        };
+        let num = |n: &str| {
+            b.column_by_name(n)
+                .and_then(|a| arrow::compute::cast(a, &DataType::Float64).ok())
+        };
+        let s = |n: &str| text(n).and_then(|a| a.as_any().downcast_ref::<StringArray>().cloned());
+        let f = |n: &str| num(n).and_then(|a| a.as_any().downcast_ref::<Float64Array>().cloned());
+        let (Some(check), Some(status)) = (s("check"), s("status")) else {
+            continue;
+        };
+        let (unit, message, value, reference) =
+            (s("unit"), s("message"), f("value"), f("reference"));
+        let get_s = |a: &Option<StringArray>, i: usize| {
+            a.as_ref()
+                .filter(|a| a.is_valid(i))
+                .map(|a| a.value(i).to_string())
+                .unwrap_or_default()
+        };
+        let get_f = |a: &Option<Float64Array>, i: usize| {
+            a.as_ref().filter(|a| a.is_valid(i)).map(|a| a.value(i))
+        };
+        for i in 0..b.num_rows() {
+            if !check.is_valid(i) || !status.is_valid(i) {
+                continue;
+            }
+            out.push(CheckRow {
+                check: check.value(i).to_string(),
+                status: status.value(i).to_string(),
+                value: get_f(&value, i),
+                reference: get_f(&reference, i),
+                unit: get_s(&unit, i),
+                message: get_s(&message, i),
+            });
+        }
+    }
+    out
+}
+
+/// Reads the committed `checks` objects `keys` of `c` into its index (one
+/// object at a time; one that cannot be read is logged and skipped).
+pub async fn read_into(c: &crate::Coordinator, keys: Vec<(String, String)>) {
+    let mut agents_of: HashMap<String, Vec<String>> = HashMap::new();
+    for (run_id, key) in keys {
+        let batches = match c.lake.read_parquet(&key).await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(key = %key, error = %e, "cannot read committed checks for the dashboard");
+                continue;
+            }
+        };
+        let rows = check_rows(&batches);
+        if !agents_of.contains_key(&run_id) {
+            let id = run_id.clone();
+            let agents = c
+                .db(move |tx| {
+                    let mut a: Vec<String> =
+                        tx.tasks_of_run(&id)?.into_iter().map(|t| t.agent).collect();
+                    a.sort();
+                    a.dedup();
+                    Ok(a)
+                })
+                .await
+                .unwrap_or_default();
+            agents_of.insert(run_id.clone(), agents);
+        }
+        let agents = agents_of.get(&run_id).cloned().unwrap_or_default();
+        c.verdicts.record(&run_id, &key, &agents, rows);
+    }
+}
+
+/// The start-up load: every committed `checks` file of the store.
+pub async fn load(c: std::sync::Arc<crate::Coordinator>) {
+    let t0 = std::time::Instant::now();
+    let files = match c.db(|tx| tx.committed_files(Some("checks"))).await {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!(error = %e, "dashboard verdicts: cannot list the committed checks files");
+            c.verdicts.set_loaded();
+            return;
+        }
+    };
+    let n = files.len();
+    read_into(&c, files.into_iter().map(|f| (f.run_id, f.key)).collect()).await;
+    c.verdicts.set_loaded();
+    tracing::info!(
+        files = n,
+        ms = t0.elapsed().as_millis() as u64,
+        "dashboard verdicts loaded"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(check: &str, status: &str) -> CheckRow {
+        CheckRow {
+            check: check.into(),
+            status: status.into(),
+            value: Some(1.0),
+            reference: None,
+            unit: "s".into(),
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn newest_verdict_per_node_and_worst_per_run() {
+        let ix = VerdictIndex::default();
+        let n1 = vec!["n1".to_string()];
+        ix.record("01B", "k2", &n1, vec![row("a", "PASS")]);
+        ix.record("01A", "k1", &n1, vec![row("a", "FAIL"), row("b", "ERROR")]);
+        let node = ix.node("n1");
+        assert_eq!(node["a"].status, "PASS");
+        assert_eq!(node["b"].status, "ERROR");
+        assert_eq!(ix.run("01A").and_then(|r| r.verdict()), Some("FAIL"));
+        assert_eq!(ix.runs_with("FAIL", None, 10), ["01A"]);
+        assert!(ix.runs_with("FAIL", Some("01A"), 10).is_empty());
+        // A retried job rewrites its key: rows are replaced.
+        ix.record("01A", "k1", &n1, vec![row("a", "PASS")]);
+        assert_eq!(ix.run("01A").and_then(|r| r.verdict()), Some("PASS"));
+        assert_eq!(worst(["PASS", "ERROR", "PASS"]), Some("ERROR"));
+        assert_eq!(worst([]), None);
+    }
+}
