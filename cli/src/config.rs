@@ -544,6 +544,12 @@ mod tests {
                             .env("BENCHLAKE_TEST_CFG_LEASE"),
                     )
                     .arg(Arg::new("open").long("open").action(ArgAction::SetTrue))
+                    // Set in the environment by one test only (tests share it).
+                    .arg(
+                        Arg::new("tick_ms")
+                            .long("tick-ms")
+                            .env("BENCHLAKE_TEST_CFG_TICK"),
+                    )
                     .arg(Arg::new("token").long("token")),
             )
             .subcommand(
@@ -580,7 +586,7 @@ mod tests {
     #[test]
     fn file_settings_go_under_flags_and_the_environment() {
         let f = file(
-            "log = \"debug\"\n[all]\ncoordinator = \"c1:7700,c2:7700\"\n[coordinator]\nlisten = \"127.0.0.1:9\"\nlease_ms = 2000\nopen = true\n[run.submit]\nparam = [\"a=1\", \"b=2\"]\n",
+            "log = \"debug\"\n[all]\ncoordinator = \"c1:7700,c2:7700\"\n[coordinator]\nlisten = \"127.0.0.1:9\"\nlease_ms = 2000\ntick_ms = 5\nopen = true\n[run.submit]\nparam = [\"a=1\", \"b=2\"]\n",
         );
         let a = apply(&cli(), argv(&f, &["coordinator"])).unwrap();
         let s = strs(&a.argv);
@@ -599,10 +605,11 @@ mod tests {
         let a = apply(&cli(), argv(&f, &["coordinator", "--listen", "x:1"])).unwrap();
         assert!(!strs(&a.argv).iter().any(|x| x.starts_with("--listen=")));
         // So does the environment.
-        unsafe { std::env::set_var("BENCHLAKE_TEST_CFG_LEASE", "7") };
+        assert!(strs(&a.argv).contains(&"--tick-ms=5".to_string()));
+        unsafe { std::env::set_var("BENCHLAKE_TEST_CFG_TICK", "7") };
         let a = apply(&cli(), argv(&f, &["coordinator"])).unwrap();
-        unsafe { std::env::remove_var("BENCHLAKE_TEST_CFG_LEASE") };
-        assert!(!strs(&a.argv).iter().any(|x| x.starts_with("--lease-ms")));
+        unsafe { std::env::remove_var("BENCHLAKE_TEST_CFG_TICK") };
+        assert!(!strs(&a.argv).iter().any(|x| x.starts_with("--tick-ms")));
 
         // Nested tables, lists, and values before the positional argument.
         let a = apply(
