@@ -72,6 +72,12 @@ if [ ! -x /usr/sbin/slurmctld ] || [ ! -x /usr/sbin/slurmd ] || [ ! -x /usr/sbin
   apt_install slurmctld slurmd slurm-client munge
 fi
 
+# Chromium: tests/e2e/test_dashboard.py drives it with Playwright (PyPI) at
+# /usr/bin/chromium; Playwright's own browser download is never used.
+if [ ! -x /usr/bin/chromium ]; then
+  apt_install chromium
+fi
+
 echo "== Python tools (venv: $VENV)"
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"

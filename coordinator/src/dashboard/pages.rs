@@ -938,7 +938,12 @@ pub async fn run(
             if !t.stdout_tail.is_empty() || !t.stderr_tail.is_empty() {
                 let _ = write!(
                     b,
-                    "<tr class=\"logs\"><td colspan=\"10\"><details><summary>log tails of {}</summary>",
+                    "<tr class=\"logs\"><td colspan=\"10\"><details{}><summary>log tails of {}</summary>",
+                    if t.state == crate::model::TaskState::Failed {
+                        " open"
+                    } else {
+                        ""
+                    },
                     esc(&t.task_id)
                 );
                 for (name, tail) in [("stdout", &t.stdout_tail), ("stderr", &t.stderr_tail)] {

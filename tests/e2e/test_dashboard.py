@@ -1,0 +1,370 @@
+"""The web dashboard in a real browser: Debian's chromium driven by Playwright
+(PyPI; never `playwright install`), against `benchlake up --demo --keep` with
+admin and user tokens, so the lake and the state hold the demo's runs.
+
+Checked: every page loads with no console error and shows what the lake and
+the state hold (run ids, states, a verdict, a node name); filters, run-id
+search and drill-down from the overview to a run page; login with a user
+token, a wrong token refused, pages without a session redirect to /login,
+logout; attacker-influenced text (a parameter, a failure reason, a log tail
+holding <script>) is shown as text and never runs; the security headers; a
+running run's page updates by itself. Screenshots of every page are kept in
+the test's tmp dir and copied to target/dashboard-screenshots/."""
+import getpass
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, ROOT, free_port
+
+try:
+    import duckdb
+except ImportError:  # pragma: no cover
+    duckdb = None
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--no-first-run", "--disable-sync"]
+ADMIN = "dash-admin-token-0123456789"
+USER = "dash-user-token-0123456789"
+ULID = re.compile(r"\b[0-9A-HJKMNP-TV-Z]{26}\b")
+XSS = "<script>window.__xss=1</script><img src=x onerror=\"window.__xss=2\">"
+
+try:
+    from playwright.sync_api import sync_playwright
+except ImportError:  # pragma: no cover
+    sync_playwright = None
+
+
+def _require_browser():
+    missing = []
+    if sync_playwright is None:
+        missing.append("the playwright Python package")
+    if not os.path.exists(CHROMIUM):
+        missing.append(CHROMIUM)
+    if missing:
+        msg = "dashboard browser test needs " + " and ".join(missing) + " (scripts/test.sh installs them)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """`benchlake up --demo --keep` with tokens; yields (base URL, gRPC
+    address, data dir, shots dir)."""
+    _require_browser()
+    tmp = tmp_path_factory.mktemp("dashboard")
+    data = tmp / "data"
+    http = free_port()
+    listen = free_port()
+    env = dict(os.environ)
+    log = open(tmp / "up.log", "w")
+    p = subprocess.Popen(
+        [BIN, "up", "--demo", "--keep", "--data", str(data), "--listen", f"127.0.0.1:{listen}",
+         "--http-addr", f"127.0.0.1:{http}", "--admin-tokens", ADMIN, "--user-tokens", USER],
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    deadline = time.time() + 240
+    text = ""
+    while time.time() < deadline:
+        text = (tmp / "up.log").read_text()
+        if "still up (--keep)" in text:
+            break
+        if p.poll() is not None:
+            raise AssertionError(f"benchlake up exited: {text}")
+        time.sleep(0.2)
+    else:
+        p.kill()
+        raise AssertionError(f"the demo did not finish: {text}")
+    m = re.search(r"^dashboard: (http://\S+)/$", text, re.M)
+    assert m, text
+    shots = tmp / "screenshots"
+    shots.mkdir()
+    yield {"base": m.group(1), "addr": f"127.0.0.1:{listen}", "data": data, "shots": shots, "log": text}
+    os.killpg(p.pid, signal.SIGINT)
+    try:
+        p.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+    stable = ROOT / "target" / "dashboard-screenshots"
+    stable.mkdir(parents=True, exist_ok=True)
+    for f in shots.glob("*.png"):
+        shutil.copy(f, stable / f.name)
+
+
+def submit(demo, bench, *params):
+    args = [BIN, "run", "submit", bench, "--coordinator", demo["addr"], "--token", USER]
+    for kv in params:
+        args += ["-p", kv]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    m = ULID.search(r.stdout + r.stderr)
+    assert m, r.stdout + r.stderr
+    return m.group(0)
+
+
+def lake_rows(demo, sql):
+    con = duckdb.connect()
+    lake = demo["data"] / "lake" / "tables"
+    return con.execute(sql.replace("LAKE", str(lake))).fetchall()
+
+
+class Browser:
+    def __init__(self, pw, demo):
+        self.b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        self.ctx = self.b.new_context(viewport={"width": 1400, "height": 900})
+        self.page = self.ctx.new_page()
+        self.errors = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("dialog", lambda d: (self.errors.append("dialog: " + d.message), d.dismiss()))
+        self.base = demo["base"]
+        self.shots = demo["shots"]
+
+    def go(self, path, shot=None, expect_errors=False):
+        before = len(self.errors)
+        resp = self.page.goto(self.base + path)
+        self.page.wait_for_load_state("load")
+        if shot:
+            self.page.screenshot(path=str(self.shots / f"{shot}.png"), full_page=True)
+        if not expect_errors:
+            assert self.errors[before:] == [], (path, self.errors[before:])
+        return resp
+
+    def login(self, token):
+        self.go("/login")
+        self.page.fill("#token", token)
+        self.page.click("button[type=submit]")
+        self.page.wait_for_load_state("load")
+
+    def close(self):
+        self.b.close()
+
+
+@pytest.fixture(scope="module")
+def browser(demo):
+    with sync_playwright() as pw:
+        b = Browser(pw, demo)
+        yield b
+        b.close()
+
+
+def test_login_session_and_redirects(demo, browser):
+    # No session: every page and its JSON refuse.
+    r = browser.go("/runs?status=FAILED")
+    assert browser.page.url.startswith(demo["base"] + "/login?next=")
+    assert r.status == 200
+    api = browser.page.request.get(demo["base"] + "/api/runs/01JD3Q6Z5YV9C2M4T8N0R7K1PX")
+    assert api.status == 401
+    # A wrong token is refused with the form again.
+    browser.go("/login", shot="login")
+    browser.page.fill("#token", "not-a-token-at-all-xx")
+    with browser.page.expect_response(lambda r: r.url.endswith("/login") and r.request.method == "POST") as resp:
+        browser.page.click("button[type=submit]")
+    assert resp.value.status == 401
+    assert "Wrong token" in browser.page.inner_text("#login-error")
+    assert browser.ctx.cookies() == []
+    # The user token logs in; the cookie is a random id, never the token.
+    browser.login(USER)
+    assert browser.page.url == demo["base"] + "/"
+    cookies = browser.ctx.cookies()
+    assert len(cookies) == 1, cookies
+    c = cookies[0]
+    assert c["name"] == "benchlake_session" and c["httpOnly"] and c["sameSite"] == "Strict"
+    assert USER not in c["value"] and ADMIN not in c["value"] and len(c["value"]) == 64
+    # Logout ends the session server-side: the old cookie no longer works.
+    old = c["value"]
+    browser.page.click("form.logout button")
+    browser.page.wait_for_load_state("load")
+    assert "/login" in browser.page.url
+    browser.ctx.add_cookies([{"name": "benchlake_session", "value": old, "url": demo["base"]}])
+    browser.go("/")
+    assert "/login" in browser.page.url
+    # Admin tokens work too.
+    browser.ctx.clear_cookies()
+    browser.login(ADMIN)
+    assert browser.page.url == demo["base"] + "/"
+
+
+def test_pages_show_the_lake(demo, browser):
+    browser.ctx.clear_cookies()
+    browser.login(USER)
+    # A FAIL verdict (an impossible write-bandwidth bound) beside the demo's PASS.
+    failing = submit(demo, "pio", "np=1", "block_size=4MiB", "transfer_size=1MiB", "iterations=1",
+                     "check_io_write_bw_mib_s=100000000")
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        j = browser.page.request.get(f"{demo['base']}/api/runs/{failing}").json()
+        if j["final"] and j["verdict"]:
+            break
+        time.sleep(0.5)
+    assert j["verdict"] == "FAIL", j
+
+    runs = lake_rows(demo, "SELECT run_id, benchmark, status FROM read_parquet('LAKE/runs/**/*.parquet', hive_partitioning=true)")
+    checks = lake_rows(demo, "SELECT run_id, \"check\", status FROM read_parquet('LAKE/checks/**/*.parquet', hive_partitioning=true)")
+    hosts = {r[0] for r in lake_rows(demo, "SELECT hostname FROM read_parquet('LAKE/node_facts/**/*.parquet', hive_partitioning=true)")}
+    assert runs and checks and hosts
+
+    # Overview: the node (failing first), its verdicts, the strips.
+    browser.go("/", shot="overview")
+    nodes = browser.page.inner_text("#nodes")
+    assert any(h in nodes for h in hosts), (nodes, hosts)
+    first_row = browser.page.locator("#nodes tbody tr").first.inner_text()
+    assert "FAIL" in first_row
+    fail_checks = {c for (rid, c, s) in checks if rid == failing and s == "FAIL"}
+    assert fail_checks and any(c in nodes for c in fail_checks)
+    assert browser.page.locator("#adhoc a.sc").count() >= len(runs)
+
+    # Runs list: every run of the lake's runs table with its status.
+    browser.go("/runs", shot="runs")
+    table = browser.page.inner_text("#runs")
+    for rid, bench, status in runs:
+        assert rid in table and bench in table
+    for rid, bench, status in runs:
+        row = browser.page.locator(f"#runs tr:has(a[href='/runs/{rid}'])").inner_text()
+        assert status in row, (rid, status, row)
+
+    # Filters through the form.
+    browser.page.select_option("select[name=status]", "FAILED")
+    browser.page.click("#filters button[type=submit]")
+    browser.page.wait_for_load_state("load")
+    assert "status=FAILED" in browser.page.url
+    rows = browser.page.locator("#runs tbody tr")
+    assert rows.count() >= 1
+    for i in range(rows.count()):
+        assert "FAILED" in rows.nth(i).inner_text()
+    browser.go("/runs?verdict=FAIL", shot="runs-verdict-fail")
+    ids = ULID.findall(browser.page.inner_text("#runs"))
+    assert ids == [failing], ids
+    browser.go("/runs?verdict=PASS&benchmark=pio")
+    passing = {rid for (rid, c, s) in checks if s == "PASS"} - {rid for (rid, c, s) in checks if s != "PASS"}
+    assert set(ULID.findall(browser.page.inner_text("#runs"))) == passing
+    browser.go("/runs?benchmark=hostinfo")
+    assert {r[0] for r in runs if r[1] == "hostinfo"} == set(ULID.findall(browser.page.inner_text("#runs")))
+    # Run-id search: a prefix lists, a whole id opens the run.
+    rid = runs[0][0]
+    browser.go(f"/runs?q={rid[:20]}")
+    assert rid in ULID.findall(browser.page.inner_text("#runs"))
+    browser.go(f"/runs?q={rid}")
+    assert browser.page.url == f"{demo['base']}/runs/{rid}"
+    # Bad inputs are 400, not a page.
+    assert browser.go("/runs/not-a-run-id", expect_errors=True).status == 400
+    assert browser.go("/runs?status=BOGUS", expect_errors=True).status == 400
+    assert browser.page.request.get(demo["base"] + "/api/runs/..%2F..%2Fetc").status in (400, 404)
+
+    # Drill-down: the overview's FAIL cell opens the failing run's page.
+    browser.go("/")
+    browser.page.locator("#nodes a.v-FAIL").first.click()
+    browser.page.wait_for_load_state("load")
+    assert browser.page.url == f"{demo['base']}/runs/{failing}"
+    browser.page.screenshot(path=str(demo["shots"] / "run-fail.png"), full_page=True)
+    assert browser.page.inner_text("#run-verdict") == "FAIL"
+    verdicts = browser.page.inner_text("#verdicts")
+    for c in fail_checks:
+        assert c in verdicts
+    tables = browser.page.inner_text("#tables")
+    assert "io_results" in tables and "checks" in tables
+    assert browser.page.inner_text("#run-state") == "SUCCEEDED"
+    assert any(h in browser.page.inner_text("#tasks") for h in hosts)
+
+
+def _xss_catalog():
+    # TOML basic string: escape backslashes and double quotes.
+    toml = XSS.replace("\\", "\\\\").replace('"', '\\"')
+    return (
+        "[[benchmark]]\n"
+        'name = "shout"\n'
+        'kind = "noop"\n'
+        'command = ["sh", "-c", "echo \\"$1\\"; echo \\"$1\\" >&2; exit 3", "shout", "{text}"]\n'
+        "timeout_s = 60\n"
+        "[[benchmark.param]]\n"
+        'name = "text"\n'
+        'type = "choice"\n'
+        f'choices = ["plain", "{toml}"]\n'
+    )
+
+
+def test_script_in_run_data_is_text(demo, browser, tmp_path):
+    browser.ctx.clear_cookies()
+    browser.login(USER)
+    # String parameters are [A-Za-z0-9._,:=+@/-] only, but a site's catalog may
+    # list any choice: a second agent offers one holding <script>, and its
+    # benchmark prints it to stdout and stderr and fails (log tails, failure
+    # reason).
+    (tmp_path / "catalog.toml").write_text(_xss_catalog())
+    agent = subprocess.Popen(
+        [BIN, "agent", "--coordinator", demo["addr"], "--token", ADMIN, "--name", "xss-node",
+         "--catalog", str(tmp_path / "catalog.toml"), "--work-dir", str(tmp_path / "work"),
+         "--poll-ms", "100", "--run-as", getpass.getuser()],
+        stdout=open(tmp_path / "agent.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        rid = None
+        while time.time() < deadline and rid is None:
+            r = subprocess.run([BIN, "run", "submit", "shout", "-p", f"text={XSS}", "--agents", "xss-node",
+                                "--max-attempts", "1", "--coordinator", demo["addr"], "--token", USER],
+                               capture_output=True, text=True, timeout=60)
+            m = ULID.search(r.stdout + r.stderr) if r.returncode == 0 else None
+            rid = m.group(0) if m else None
+            if rid is None:
+                time.sleep(0.5)  # the agent has not registered yet
+        assert rid, r.stderr
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if browser.page.request.get(f"{demo['base']}/api/runs/{rid}").json()["final"]:
+                break
+            time.sleep(0.3)
+        browser.go(f"/runs/{rid}", shot="run-xss")
+        assert browser.page.evaluate("() => window.__xss") is None
+        assert XSS in browser.page.inner_text("#params")
+        assert browser.page.inner_text("#run-state") == "FAILED"
+        # A failed task's log tails are open.
+        tails = browser.page.inner_text("#tasks pre.tail")
+        assert XSS in tails
+        # Only the one script of the page: /static/dashboard.js; no injected element.
+        srcs = browser.page.evaluate("() => Array.from(document.scripts).map(s => s.src)")
+        assert srcs == [demo["base"] + "/static/dashboard.js"], srcs
+        assert browser.page.locator("img").count() == 0
+        for path in ("/", "/runs", "/runs?benchmark=shout"):
+            browser.go(path)
+            assert browser.page.evaluate("() => window.__xss") is None
+        h = browser.page.request.get(f"{demo['base']}/runs/{rid}").headers
+        assert "default-src 'self'" in h["content-security-policy"]
+        assert "frame-ancestors 'none'" in h["content-security-policy"]
+        assert h["x-content-type-options"] == "nosniff"
+        assert h["referrer-policy"] == "no-referrer"
+    finally:
+        os.killpg(agent.pid, signal.SIGTERM)
+        agent.wait(timeout=20)
+
+
+def test_running_run_updates_live(demo, browser):
+    browser.ctx.clear_cookies()
+    browser.login(USER)
+    rid = submit(demo, "sleep", "seconds=5")
+    browser.go(f"/runs/{rid}")
+    state = browser.page.inner_text("#run-state")
+    assert state in ("PENDING", "RUNNING"), state
+    assert browser.page.get_attribute("body", "data-live") == f"/api/runs/{rid}"
+    browser.page.screenshot(path=str(demo["shots"] / "run-live.png"), full_page=True)
+    # No reload by the test: the page's script polls and reloads itself.
+    before = len(browser.errors)
+    deadline = time.time() + 60
+    state = None
+    while time.time() < deadline:
+        try:
+            state = browser.page.inner_text("#run-state", timeout=2000)
+        except Exception:  # the page is reloading
+            state = None
+        if state == "SUCCEEDED":
+            break
+        time.sleep(0.3)
+    assert state == "SUCCEEDED"
+    assert browser.page.get_attribute("body", "data-live") is None
+    assert browser.errors[before:] == [], browser.errors[before:]
