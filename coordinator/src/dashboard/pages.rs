@@ -97,6 +97,18 @@ fn footer(t0: Instant, extra: &str) -> String {
 
 // ---------------------------------------------------------------- overview
 
+/// One line of the node matrix.
+struct NodeLine<'a> {
+    name: &'a str,
+    hostname: &'a str,
+    /// None: a node only verdicts name.
+    state: Option<AgentState>,
+    drain: bool,
+    checks: &'a BTreeMap<String, crate::verdicts::NodeCheck>,
+    /// Sort key: FAIL, ERROR, LOST, drained, the rest, no verdicts.
+    rank: u8,
+}
+
 struct OverviewData {
     agents: Vec<crate::model::AgentRow>,
     schedules: Vec<(ScheduleRow, Vec<RunRow>)>,
@@ -168,37 +180,53 @@ pub async fn overview(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
 
     // Nodes.
     let empty = BTreeMap::new();
-    let mut nodes: Vec<(
-        &crate::model::AgentRow,
-        &BTreeMap<String, crate::verdicts::NodeCheck>,
-        u8,
-    )> = d
+    // Registered agents, then nodes that only verdicts name (a Slurm node, an
+    // agent since removed).
+    let mut nodes: Vec<NodeLine<'_>> = d
         .agents
         .iter()
-        .map(|a| {
-            let checks = node_checks.get(&a.name).unwrap_or(&empty);
-            let worst = crate::verdicts::worst(checks.values().map(|c| c.status.as_str()));
-            let rank = match (worst, a.state) {
-                (Some("FAIL"), _) => 0,
-                (Some("ERROR"), _) => 1,
-                (_, AgentState::Lost) => 2,
-                _ if a.drain => 3,
-                (None, _) => 5,
-                _ => 4,
-            };
-            (a, checks, rank)
+        .map(|a| NodeLine {
+            name: &a.name,
+            hostname: &a.hostname,
+            state: Some(a.state),
+            drain: a.drain,
+            checks: node_checks.get(&a.name).unwrap_or(&empty),
+            rank: 0,
         })
         .collect();
-    nodes.sort_by(|x, y| x.2.cmp(&y.2).then_with(|| x.0.name.cmp(&y.0.name)));
+    let known: BTreeSet<&str> = d.agents.iter().map(|a| a.name.as_str()).collect();
+    for (name, checks) in &node_checks {
+        if !known.contains(name.as_str()) {
+            nodes.push(NodeLine {
+                name,
+                hostname: "",
+                state: None,
+                drain: false,
+                checks,
+                rank: 0,
+            });
+        }
+    }
+    for n in &mut nodes {
+        let worst = crate::verdicts::worst(n.checks.values().map(|c| c.status.as_str()));
+        n.rank = match (worst, n.state) {
+            (Some("FAIL"), _) => 0,
+            (Some("ERROR"), _) => 1,
+            (_, Some(AgentState::Lost)) => 2,
+            _ if n.drain => 3,
+            (None, _) => 5,
+            _ => 4,
+        };
+    }
+    nodes.sort_by(|x, y| x.rank.cmp(&y.rank).then_with(|| x.name.cmp(y.name)));
     let columns: Vec<String> = nodes
         .iter()
-        .flat_map(|n| n.1.keys().cloned())
+        .flat_map(|n| n.checks.keys().cloned())
         .collect::<BTreeSet<_>>()
         .into_iter()
         .take(MAX_CHECK_COLUMNS)
         .collect();
-    let count = |f: &dyn Fn(&(_, _, u8)) -> bool| nodes.iter().filter(|n| f(n)).count();
-    let failing = count(&|n| n.2 <= 1);
+    let failing = nodes.iter().filter(|n| n.rank <= 1).count();
     let online = d
         .agents
         .iter()
@@ -219,7 +247,7 @@ pub async fn overview(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
          <div class=\"card\"><span class=\"n\">{drained}</span> drained</div>\
          <div class=\"card{}\"><span class=\"n\" id=\"n-failing\">{failing}</span> failing nodes</div>\
          <div class=\"card\"><span class=\"n\" id=\"n-active\">{}</span> runs in progress</div></div>",
-        d.agents.len(),
+        nodes.len(),
         if lost > 0 { " warn" } else { "" },
         if failing > 0 { " bad" } else { "" },
         d.active.len()
@@ -234,18 +262,21 @@ pub async fn overview(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
             let _ = write!(b, "<th class=\"check\" title=\"{0}\">{0}</th>", esc(col));
         }
         b.push_str("</tr></thead><tbody>");
-        for (a, checks, _) in &nodes {
-            let state = if a.drain {
-                format!("{} {}", badge(a.state.as_str()), badge("drained"))
-            } else {
-                badge(a.state.as_str())
+        for n in &nodes {
+            let checks = n.checks;
+            let mut state = match n.state {
+                Some(st) => badge(st.as_str()),
+                None => "<span class=\"muted\" title=\"not a registered agent\">—</span>".into(),
             };
+            if n.drain {
+                state = format!("{state} {}", badge("drained"));
+            }
             let worst = crate::verdicts::worst(checks.values().map(|c| c.status.as_str()));
             let _ = write!(
                 b,
                 "<tr><td class=\"node\" title=\"{}\">{}</td><td>{state}</td><td>{}</td>",
-                esc(&a.hostname),
-                esc(&a.name),
+                esc(n.hostname),
+                esc(n.name),
                 verdict_badge(worst)
             );
             for col in &columns {

@@ -1,0 +1,322 @@
+//! The dashboard over real HTTP on loopback (no browser; the browser test is
+//! tests/e2e/test_dashboard.py): sessions and redirects, the failure budget,
+//! input validation, security headers, and escaping of attacker-influenced
+//! text from the state store.
+use std::sync::Arc;
+
+use benchlake_coordinator::http::Http;
+use benchlake_coordinator::model::*;
+use benchlake_coordinator::{Coordinator, CoordinatorConfig, Tokens};
+use benchlake_core::clock::SystemClock;
+use benchlake_core::lake::StoreConfig;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const USER: &str = "dashboard-user-token-0123";
+const ADMIN: &str = "dashboard-admin-token-0123";
+const AGENT: &str = "dashboard-agent-token-0123";
+
+struct Resp {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    }
+}
+
+async fn req(addr: &str, method: &str, path: &str, cookie: Option<&str>, body: &str) -> Resp {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut r = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    if let Some(c) = cookie {
+        r.push_str(&format!("Cookie: benchlake_session={c}\r\n"));
+    }
+    if method == "POST" {
+        r.push_str(&format!(
+            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    r.push_str("\r\n");
+    r.push_str(body);
+    s.write_all(r.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.unwrap();
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    Resp {
+        status,
+        head: head.to_string(),
+        body: body.to_string(),
+    }
+}
+
+async fn start(tokens: Tokens) -> (tempfile::TempDir, Arc<Coordinator>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = CoordinatorConfig {
+        state_path: dir.path().join("state.db"),
+        store: StoreConfig {
+            url: dir.path().join("lake").display().to_string(),
+            ..Default::default()
+        },
+        tokens,
+        background: false,
+        ..Default::default()
+    };
+    let coord = Coordinator::open(cfg.clone(), Arc::new(SystemClock)).unwrap();
+    let http = Http::new(&cfg);
+    http.set_serving(coord.clone(), false);
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let _ = http.serve(&cfg, l, std::future::pending()).await;
+    });
+    (dir, coord, addr)
+}
+
+fn tokens() -> Tokens {
+    Tokens {
+        admin: vec![ADMIN.into()],
+        user: vec![USER.into()],
+        agent: vec![AGENT.into()],
+        ..Default::default()
+    }
+}
+
+fn session_of(r: &Resp) -> String {
+    let c = r.header("set-cookie").expect("a cookie");
+    assert!(c.contains("HttpOnly"), "{c}");
+    assert!(c.contains("SameSite=Strict"), "{c}");
+    assert!(c.contains("Path=/"), "{c}");
+    assert!(!c.contains("Secure"), "no TLS here: {c}");
+    let id = c
+        .strip_prefix("benchlake_session=")
+        .and_then(|v| v.split(';').next())
+        .unwrap()
+        .to_string();
+    assert_eq!(id.len(), 64);
+    assert!(!c.contains(USER) && !c.contains(ADMIN));
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_redirects_and_validation() {
+    let (_dir, _c, addr) = start(tokens()).await;
+    // No session: pages redirect to the login page, JSON is 401.
+    let r = req(&addr, "GET", "/runs?status=FAILED", None, "").await;
+    assert_eq!(r.status, 303);
+    assert_eq!(
+        r.header("location").as_deref(),
+        Some("/login?next=/runs%3Fstatus%3DFAILED")
+    );
+    let r = req(
+        &addr,
+        "GET",
+        "/api/runs/01JD3Q6Z5YV9C2M4T8N0R7K1PX",
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 401);
+    // Unknown session ids are no sessions.
+    let r = req(&addr, "GET", "/", Some(&"a".repeat(64)), "").await;
+    assert_eq!(r.status, 303);
+    // The login page, with the security headers.
+    let r = req(&addr, "GET", "/login", None, "").await;
+    assert_eq!(r.status, 200);
+    let csp = r.header("content-security-policy").unwrap();
+    assert!(csp.contains("default-src 'self'") && csp.contains("frame-ancestors 'none'"));
+    assert_eq!(
+        r.header("x-content-type-options").as_deref(),
+        Some("nosniff")
+    );
+    assert_eq!(r.header("referrer-policy").as_deref(), Some("no-referrer"));
+    assert!(!r.body.contains("<script>"), "no inline script");
+    // Wrong token, agent token: refused.
+    let r = req(
+        &addr,
+        "POST",
+        "/login",
+        None,
+        "token=wrong-token-xyz&next=/",
+    )
+    .await;
+    assert_eq!(r.status, 401);
+    assert!(r.header("set-cookie").is_none());
+    let r = req(
+        &addr,
+        "POST",
+        "/login",
+        None,
+        &format!("token={AGENT}&next=/"),
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    // A user token: a session; `next` stays on the site.
+    let r = req(
+        &addr,
+        "POST",
+        "/login",
+        None,
+        &format!("token={USER}&next=%2Fruns%3Fstatus%3DFAILED"),
+    )
+    .await;
+    assert_eq!(r.status, 303);
+    assert_eq!(r.header("location").as_deref(), Some("/runs?status=FAILED"));
+    let sid = session_of(&r);
+    let r = req(
+        &addr,
+        "POST",
+        "/login",
+        None,
+        &format!("token={ADMIN}&next=%2F%2Fevil.example%2F"),
+    )
+    .await;
+    assert_eq!(r.header("location").as_deref(), Some("/"));
+    for path in ["/", "/runs", "/runs?verdict=FAIL&status=SUCCEEDED"] {
+        let r = req(&addr, "GET", path, Some(&sid), "").await;
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        assert!(r.header("content-security-policy").is_some());
+    }
+    // Bad inputs: 400; a valid id that does not exist: 404.
+    for path in [
+        "/runs/not-a-ulid",
+        "/runs/01jd3q6z5yv9c2m4t8n0r7k1px",
+        "/runs?status=BOGUS",
+        "/runs?verdict=%3Cscript%3E",
+        "/runs?before=..%2F..",
+        "/runs?q=01JD%3C",
+        "/api/runs/%3Cscript%3E",
+    ] {
+        let r = req(&addr, "GET", path, Some(&sid), "").await;
+        assert_eq!(r.status, 400, "{path}");
+        assert!(!r.body.contains("<script>"), "{path}: {}", r.body);
+    }
+    let r = req(
+        &addr,
+        "GET",
+        "/runs/01JD3Q6Z5YV9C2M4T8N0R7K1PX",
+        Some(&sid),
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 404);
+    // Static assets.
+    let r = req(&addr, "GET", "/static/dashboard.js", None, "").await;
+    assert_eq!(r.status, 200);
+    assert!(
+        r.header("content-type")
+            .unwrap()
+            .starts_with("text/javascript")
+    );
+    // Logout ends the session.
+    let r = req(&addr, "POST", "/logout", Some(&sid), "").await;
+    assert_eq!(r.status, 303);
+    let r = req(&addr, "GET", "/", Some(&sid), "").await;
+    assert_eq!(r.status, 303);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_logins_spend_the_peer_budget() {
+    let (_dir, _c, addr) = start(tokens()).await;
+    let mut codes = Vec::new();
+    for i in 0..40 {
+        let r = req(
+            &addr,
+            "POST",
+            "/login",
+            None,
+            &format!("token=wrong-{i:04}"),
+        )
+        .await;
+        codes.push(r.status);
+    }
+    assert_eq!(codes[0], 401);
+    assert_eq!(codes[39], 429);
+    // Blocked: even the right token is refused now.
+    let r = req(&addr, "POST", "/login", None, &format!("token={USER}")).await;
+    assert_eq!(r.status, 429);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_tokens_no_login_and_text_is_escaped() {
+    let (_dir, c, addr) = start(Tokens::default()).await;
+    let evil = "<script>alert(1)</script><img src=x onerror=alert(2)>";
+    let spec: Spec = serde_json::from_value(serde_json::json!({
+        "benchmark": "pio",
+        "params": {"note": evil},
+        "nodes": {"names": [], "labels": {}, "count": 1},
+        "launcher": "local", "max_attempts": 1, "timeout_s": 60,
+    }))
+    .unwrap();
+    let id = benchlake_core::ids::new_id();
+    let mut run = RunRow::new(id.clone(), spec, "io", Origin::default(), c.now());
+    run.state = RunState::Failed;
+    run.error = Some(format!("failed: {evil}"));
+    let task: TaskRow = serde_json::from_value(serde_json::json!({
+        "task_id": benchlake_core::ids::new_id(), "run_id": id, "agent": "n<b>1</b>",
+        "rank": 0, "num_tasks": 1, "state": "Failed", "attempt": 1, "max_attempts": 1,
+        "lease_id": null, "lease_expires_ms": null, "not_before_ms": 0,
+        "error": evil, "exit_code": 3, "stdout_tail": evil, "stderr_tail": evil,
+        "outputs": [], "started_at_ms": null, "finished_at_ms": null, "peers": [],
+    }))
+    .unwrap();
+    let (r2, t2) = (run.clone(), task.clone());
+    c.db(move |tx| {
+        tx.insert_run(&r2)?;
+        tx.insert_task(&t2)
+    })
+    .await
+    .unwrap();
+    c.verdicts().record(
+        &id,
+        "tables/checks/k.parquet",
+        &["n<b>1</b>".to_string()],
+        vec![benchlake_coordinator::verdicts::CheckRow {
+            check: "io.<i>x</i>".into(),
+            status: "FAIL".into(),
+            value: Some(1.0),
+            reference: Some(2.0),
+            unit: "<u>".into(),
+            message: evil.into(),
+        }],
+    );
+    for path in [
+        format!("/runs/{id}"),
+        "/runs".to_string(),
+        "/".to_string(),
+        "/runs?verdict=FAIL".to_string(),
+    ] {
+        let r = req(&addr, "GET", &path, None, "").await;
+        assert_eq!(r.status, 200, "{path}");
+        for bad in ["<script>alert", "<img", "<b>1", "<i>x", "<u>"] {
+            assert!(!r.body.contains(bad), "{path} holds {bad}");
+        }
+    }
+    let r = req(&addr, "GET", &format!("/runs/{id}"), None, "").await;
+    assert!(r.body.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert!(r.body.contains("io.&lt;i&gt;x&lt;/i&gt;"));
+    let r = req(&addr, "GET", "/runs?verdict=FAIL", None, "").await;
+    assert!(r.body.contains(&id), "the FAIL filter lists the run");
+    let r = req(&addr, "GET", "/", None, "").await;
+    assert!(
+        r.body.contains("n&lt;b&gt;1&lt;/b&gt;"),
+        "the node is listed"
+    );
+    // The JSON of a run.
+    let r = req(&addr, "GET", &format!("/api/runs/{id}"), None, "").await;
+    let j: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(j["state"], "FAILED");
+    assert_eq!(j["verdict"], "FAIL");
+    assert_eq!(j["final"], true);
+    // /login without tokens sends to the page.
+    let r = req(&addr, "GET", "/login?next=%2Fruns", None, "").await;
+    assert_eq!(r.status, 303);
+    assert_eq!(r.header("location").as_deref(), Some("/runs"));
+}
