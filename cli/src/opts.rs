@@ -203,8 +203,9 @@ impl ClientTlsArgs {
 #[derive(Debug, Clone, Default, Args)]
 pub struct HttpArgs {
     /// Serve /healthz, /readyz and Prometheus /metrics on HOST:PORT (off when
-    /// not given; `up` picks a free 127.0.0.1 port). The coordinator's uses
-    /// its TLS certificate when it has one.
+    /// not given; `up` picks a free 127.0.0.1 port); the coordinator also
+    /// serves its web dashboard there (docs/dashboard.md). The coordinator's
+    /// uses its TLS certificate when it has one.
     #[arg(long, env = "BENCHLAKE_HTTP_ADDR", value_name = "HOST:PORT")]
     pub http_addr: Option<String>,
     /// Tokens that may read /metrics (and nothing else), comma-separated; on

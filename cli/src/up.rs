@@ -48,8 +48,9 @@ pub struct UpArgs {
     pub tuning: CoordTuning,
     #[command(flatten)]
     pub tls: ServerTlsArgs,
-    /// /healthz, /readyz and /metrics (default: a free 127.0.0.1 port, printed
-    /// as `metrics: http://HOST:PORT/metrics`).
+    /// /healthz, /readyz, /metrics and the dashboard (default: a free
+    /// 127.0.0.1 port, printed as `metrics: http://HOST:PORT/metrics` and
+    /// `dashboard: http://HOST:PORT/`).
     #[command(flatten)]
     pub http: HttpArgs,
     /// With --tls-client-ca: the certificate (--tls-client-cert/--tls-client-key)
