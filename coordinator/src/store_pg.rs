@@ -1142,6 +1142,27 @@ impl Tx for PgTx<'_> {
             .collect())
     }
 
+    fn committed_files_of_run(&mut self, run_id: &str) -> Result<Vec<CommittedFile>> {
+        Ok(self
+            .rows(
+                "SELECT key, table_name, run_id, job_id, date, rows, bytes, committed_ms
+                 FROM committed_files WHERE run_id=$1 ORDER BY table_name, key",
+                &[&run_id],
+            )?
+            .into_iter()
+            .map(|r| CommittedFile {
+                key: r.get(0),
+                table: r.get(1),
+                run_id: r.get(2),
+                job_id: r.get(3),
+                date: r.get(4),
+                rows: r.get::<_, i64>(5).max(0) as u64,
+                bytes: r.get::<_, i64>(6).max(0) as u64,
+                committed_ms: r.get(7),
+            })
+            .collect())
+    }
+
     fn set_job_group(
         &mut self,
         job_id: &str,
