@@ -368,3 +368,49 @@ def test_running_run_updates_live(demo, browser):
     assert state == "SUCCEEDED"
     assert browser.page.get_attribute("body", "data-live") is None
     assert browser.errors[before:] == [], browser.errors[before:]
+
+
+def test_schedule_strip(demo, browser):
+    browser.ctx.clear_cookies()
+    browser.login(USER)
+    base = [BIN, "schedule"]
+    conn = ["--coordinator", demo["addr"], "--token", USER]
+    r = subprocess.run(base + ["create", "nightly-io", "pio", "--cron", "0 2 * * *", "--tz", "Europe/Berlin",
+                               "-p", "np=1", "-p", "block_size=4MiB", "-p", "transfer_size=1MiB",
+                               "-p", "iterations=1"] + conn, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    fired = []
+    for _ in range(2):
+        r = subprocess.run(base + ["trigger", "nightly-io"] + conn, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        m = ULID.findall(r.stdout + r.stderr)
+        assert m, r.stdout + r.stderr
+        rid = m[-1]
+        fired.append(rid)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            j = browser.page.request.get(f"{demo['base']}/api/runs/{rid}").json()
+            if j["final"] and j["verdict"]:
+                break
+            time.sleep(0.3)
+        assert j["verdict"] == "PASS", j
+    browser.go("/", shot="overview-schedule")
+    row = browser.page.locator("#schedules tbody tr", has_text="nightly-io")
+    assert "Europe/Berlin" in row.inner_text()
+    cells = row.locator("a.sc")
+    assert [cells.nth(i).get_attribute("href") for i in range(cells.count())] == [f"/runs/{x}" for x in fired]
+    assert all("v-PASS" in cells.nth(i).get_attribute("class") for i in range(cells.count()))
+    # The schedule's name leads to its runs.
+    before = len(browser.errors)
+    row.locator("a", has_text="nightly-io").click()
+    browser.page.wait_for_load_state("load")
+    assert "schedule=" in browser.page.url
+    assert set(ULID.findall(browser.page.inner_text("#runs"))) == set(fired)
+    assert browser.page.locator("select[name=schedule] option[selected]").inner_text() == "nightly-io"
+    assert browser.errors[before:] == [], browser.errors[before:]
+    # The strip's newest cell opens that run.
+    browser.go("/")
+    browser.page.locator("#schedules tbody tr", has_text="nightly-io").locator("a.sc").last.click()
+    browser.page.wait_for_load_state("load")
+    assert browser.page.url == f"{demo['base']}/runs/{fired[-1]}"
+    assert "nightly-io" in browser.page.inner_text("dl.facts")
