@@ -272,6 +272,32 @@ pub enum RunCmd {
         conn: Conn,
         run_id: String,
     },
+    /// Print the stdout and stderr tails of a run's tasks, with their state,
+    /// exit code and failure reason.
+    Logs {
+        #[command(flatten)]
+        conn: Conn,
+        run_id: String,
+        /// Only this task (its id, or its rank).
+        #[arg(long)]
+        task: Option<String>,
+    },
+}
+
+/// A task's exit code as users should read it: only a task whose process
+/// ended has one (a queued, running or cancelled task has none, `-`).
+fn exit_text(t: &pb::Task) -> String {
+    match pb::TaskState::try_from(t.state) {
+        Ok(pb::TaskState::Done) => t.exit_code.to_string(),
+        Ok(pb::TaskState::Failed) if t.exit_code >= 0 => t.exit_code.to_string(),
+        _ => "-".into(),
+    }
+}
+
+/// The last `n` lines of `text`.
+fn last_lines(text: &str, n: usize) -> Vec<&str> {
+    let lines: Vec<&str> = text.trim_end().lines().collect();
+    lines[lines.len().saturating_sub(n)..].to_vec()
 }
 
 fn state_name(v: i32) -> String {
@@ -381,9 +407,21 @@ pub fn print_detail(d: &pb::RunDetail) {
             task_state(t.state),
             t.attempt,
             t.max_attempts,
-            t.exit_code,
+            exit_text(t),
             t.error
         );
+        // A failed task's own words: the cause is usually on its stderr.
+        if pb::TaskState::try_from(t.state) == Ok(pb::TaskState::Failed)
+            && !t.stderr_tail.trim().is_empty()
+        {
+            println!(
+                "      stderr (last lines; all: benchlake run logs {}):",
+                t.run_id
+            );
+            for l in last_lines(&t.stderr_tail, 8) {
+                println!("      | {l}");
+            }
+        }
         for o in &t.outputs {
             println!(
                 "      {} ({} bytes, {}, sha256 {})",
@@ -585,6 +623,67 @@ pub async fn run_cmd(c: RunCmd) -> anyhow::Result<()> {
                 .await?
                 .into_inner();
             println!("{}", run_line(&r));
+        }
+        RunCmd::Logs { conn, run_id, task } => {
+            let d = conn
+                .runs()?
+                .get_run(pb::GetRunRequest {
+                    run_id: run_id.clone(),
+                })
+                .await?
+                .into_inner();
+            let tasks: Vec<&pb::Task> = d
+                .tasks
+                .iter()
+                .filter(|t| {
+                    task.as_deref()
+                        .is_none_or(|w| t.task_id == w || t.rank.to_string() == w)
+                })
+                .collect();
+            if let Some(w) = &task
+                && tasks.is_empty()
+            {
+                bail!("run {run_id} has no task '{w}' (give a task id or a rank)");
+            }
+            if conn.json {
+                return json(
+                    &tasks
+                        .iter()
+                        .map(|t| {
+                            serde_json::json!({
+                                "task_id": t.task_id, "rank": t.rank, "agent": t.agent,
+                                "state": task_state(t.state), "attempt": t.attempt,
+                                "exit_code": (exit_text(t) != "-").then_some(t.exit_code),
+                                "error": t.error, "stdout_tail": t.stdout_tail,
+                                "stderr_tail": t.stderr_tail,
+                            })
+                        })
+                        .collect::<Vec<_>>(),
+                );
+            }
+            for t in tasks {
+                println!(
+                    "== task {} rank {} on {}: {}, attempt {}/{}, exit {}",
+                    t.task_id,
+                    t.rank,
+                    t.agent,
+                    task_state(t.state),
+                    t.attempt,
+                    t.max_attempts,
+                    exit_text(t)
+                );
+                if !t.error.is_empty() {
+                    println!("reason: {}", t.error);
+                }
+                for (name, tail) in [("stdout", &t.stdout_tail), ("stderr", &t.stderr_tail)] {
+                    if tail.is_empty() {
+                        println!("-- {name}: (empty)");
+                    } else {
+                        println!("-- {name} (last {} bytes):", tail.len());
+                        println!("{}", tail.trim_end());
+                    }
+                }
+            }
         }
         RunCmd::RerunFailed { conn, run_id } => {
             let r = conn

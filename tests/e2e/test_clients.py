@@ -330,3 +330,56 @@ def test_shell_completions_and_manual_pages(tmp_path):
         r = subprocess.run(["man", "-l", str(out / "benchlake-run-submit.1")], capture_output=True, text=True,
                            env=dict(os.environ, MANWIDTH="100", MANPAGER="cat"), timeout=60)
         assert r.returncode == 0 and "benchlake-run-submit - Submit a run" in r.stdout, r.stdout[:2000]
+
+
+def test_failed_run_shows_its_cause_and_run_logs_prints_tails(tmp_path, pb):
+    """A failed run's cause is on the task's stderr: `run submit --watch` shows
+    its last lines, `run logs` the whole tails with state, exit code and
+    reason; tasks that did not exit show no exit code."""
+    from conftest import BIN, Cluster
+    c = Cluster(tmp_path)
+    (tmp_path / "catalog.toml").write_text((tmp_path / "catalog.toml").read_text() + """
+[[benchmark]]
+name = "breaks"
+kind = "noop"
+command = ["sh", "-c", "echo starting; echo 'open /scratch/x: disk quota exceeded' >&2; exit 3"]
+timeout_s = 60
+""")
+    try:
+        c.coordinator()
+        c.agent("a1")
+        c.worker("w1")
+        api = Api(pb, c.addr)
+        api.wait_agents(1)
+        r = subprocess.run([BIN, "run", "submit", "breaks", "--max-attempts", "1", "--watch",
+                            "--coordinator", c.addr], capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0, r.stdout
+        assert "FAILED    attempt 1/1 exit 3" in r.stdout, r.stdout
+        assert "| open /scratch/x: disk quota exceeded" in r.stdout, r.stdout
+        run_id = r.stdout.split()[0]
+        logs = subprocess.run([BIN, "run", "logs", run_id, "--coordinator", c.addr],
+                              capture_output=True, text=True, timeout=60)
+        assert logs.returncode == 0, logs.stderr
+        assert "FAILED, attempt 1/1, exit 3" in logs.stdout, logs.stdout
+        assert "-- stdout (last" in logs.stdout and "starting" in logs.stdout, logs.stdout
+        assert "disk quota exceeded" in logs.stdout.split("-- stderr")[1], logs.stdout
+        js = json.loads(subprocess.run([BIN, "run", "logs", run_id, "--task", "0", "--json", "--coordinator",
+                                        c.addr], capture_output=True, text=True, timeout=60, check=True).stdout)
+        assert js[0]["exit_code"] == 3 and "disk quota" in js[0]["stderr_tail"], js
+        bad = subprocess.run([BIN, "run", "logs", run_id, "--task", "9", "--coordinator", c.addr],
+                             capture_output=True, text=True, timeout=60)
+        assert bad.returncode != 0 and "no task '9'" in bad.stderr, bad.stderr
+        # A running task has no exit code yet; a cancelled one never gets one.
+        s = api.submit("sleep", {"seconds": "30"})
+        api.wait(s.run_id, pred=lambda d: d.tasks and d.tasks[0].state == pb["common"].TASK_STATE_RUNNING)
+        show = subprocess.run([BIN, "run", "show", s.run_id, "--coordinator", c.addr], capture_output=True,
+                              text=True, timeout=60, check=True).stdout
+        assert "RUNNING" in show and "exit -" in show and "exit 0" not in show, show
+        subprocess.run([BIN, "run", "cancel", s.run_id, "--coordinator", c.addr], check=True, timeout=60,
+                       capture_output=True)
+        api.wait(s.run_id, pred=lambda d: d.tasks[0].state == pb["common"].TASK_STATE_CANCELLED)
+        show = subprocess.run([BIN, "run", "show", s.run_id, "--coordinator", c.addr], capture_output=True,
+                              text=True, timeout=60, check=True).stdout
+        assert "CANCELLED" in show and "exit -" in show and "exit 0" not in show, show
+    finally:
+        c.stop()
