@@ -124,6 +124,9 @@ class Browser:
         self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
         self.page.on("dialog", lambda d: (self.errors.append("dialog: " + d.message), d.dismiss()))
+        # Everything a page loads comes from the coordinator (no CDN, no fonts).
+        self.page.on("request", lambda r: None if r.url.startswith(demo["base"] + "/")
+                     else self.errors.append("external request: " + r.url))
         self.base = demo["base"]
         self.shots = demo["shots"]
 

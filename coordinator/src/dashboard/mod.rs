@@ -176,6 +176,15 @@ async fn not_found(State(h): State<Http>, headers: HeaderMap) -> Response {
     (StatusCode::NOT_FOUND, axum::response::Html(page)).into_response()
 }
 
+/// The `Set-Cookie` value of session `id` (empty with `max_age` 0: clears
+/// it): HttpOnly, SameSite=Strict, Path=/, and Secure over TLS.
+fn session_cookie(id: &str, max_age: u64, secure: bool) -> String {
+    format!(
+        "{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}{}",
+        if secure { "; Secure" } else { "" }
+    )
+}
+
 /// The session id of a request's cookie, when well-formed.
 fn cookie_session(headers: &HeaderMap) -> Option<String> {
     for v in headers.get_all(header::COOKIE) {
@@ -298,11 +307,7 @@ async fn login(State(h): State<Http>, peer: PeerInfo, headers: HeaderMap, body: 
         Ok(role) => {
             let id = h.sessions().create(role);
             tracing::info!(peer = %peer, role = role.as_str(), "dashboard login");
-            let cookie = format!(
-                "{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{}",
-                SESSION_TTL.as_secs(),
-                if h.tls() { "; Secure" } else { "" }
-            );
+            let cookie = session_cookie(&id, SESSION_TTL.as_secs(), h.tls());
             (
                 StatusCode::SEE_OTHER,
                 [
@@ -333,10 +338,7 @@ async fn logout(State(h): State<Http>, headers: HeaderMap) -> Response {
     if let Some(id) = cookie_session(&headers) {
         h.sessions().remove(&id);
     }
-    let clear = format!(
-        "{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{}",
-        if h.tls() { "; Secure" } else { "" }
-    );
+    let clear = session_cookie("", 0, h.tls());
     (
         StatusCode::SEE_OTHER,
         [
@@ -362,6 +364,15 @@ mod tests {
         s.remove(&a);
         assert_eq!(s.get(&a), None);
         assert_eq!(s.get("nope"), None);
+    }
+
+    #[test]
+    fn cookies_are_http_only_strict_and_secure_over_tls() {
+        assert_eq!(
+            session_cookie("ab", 60, true),
+            "benchlake_session=ab; HttpOnly; SameSite=Strict; Path=/; Max-Age=60; Secure"
+        );
+        assert!(!session_cookie("ab", 60, false).contains("Secure"));
     }
 
     #[test]
