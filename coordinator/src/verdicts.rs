@@ -250,12 +250,27 @@ pub fn check_rows(batches: &[RecordBatch]) -> Vec<CheckRow> {
     out
 }
 
-/// Reads the committed `checks` objects `keys` of `c` into its index (one
-/// object at a time; one that cannot be read is logged and skipped).
+/// Objects [`read_into`] reads at once.
+pub const READ_CONCURRENCY: usize = 8;
+
+/// Reads the committed `checks` objects `keys` (run id, object key) of `c`
+/// into its index ([`READ_CONCURRENCY`] reads at once; an object that cannot
+/// be read is logged and skipped).
 pub async fn read_into(c: &crate::Coordinator, keys: Vec<(String, String)>) {
+    use futures::StreamExt;
     let mut agents_of: HashMap<String, Vec<String>> = HashMap::new();
-    for (run_id, key) in keys {
-        let batches = match c.lake.read_parquet(&key).await {
+    // Object reads overlap (an S3 lake answers each in tens of ms).
+    let mut reads = futures::stream::iter(keys)
+        .map(|(run_id, key)| {
+            let lake = c.lake.clone();
+            async move {
+                let r = lake.read_parquet(&key).await;
+                (run_id, key, r)
+            }
+        })
+        .buffer_unordered(READ_CONCURRENCY);
+    while let Some((run_id, key, read)) = reads.next().await {
+        let batches = match read {
             Ok(b) => b,
             Err(e) => {
                 tracing::warn!(key = %key, error = %e, "cannot read committed checks for the dashboard");

@@ -320,3 +320,122 @@ async fn no_tokens_no_login_and_text_is_escaped() {
     assert_eq!(r.status, 303);
     assert_eq!(r.header("location").as_deref(), Some("/runs"));
 }
+
+/// A `checks` object as a worker writes it.
+fn checks_parquet(run_id: &str, rows: &[(&str, &str, f64)]) -> bytes::Bytes {
+    use arrow::array::{ArrayRef, Float64Array, StringArray};
+    let s = |v: Vec<&str>| Arc::new(StringArray::from(v)) as ArrayRef;
+    let n = rows.len();
+    let batch = arrow::array::RecordBatch::try_from_iter([
+        ("run_id", s(vec![run_id; n])),
+        ("source", s(vec!["raw/x"; n])),
+        ("check", s(rows.iter().map(|r| r.0).collect())),
+        ("status", s(rows.iter().map(|r| r.1).collect())),
+        (
+            "value",
+            Arc::new(Float64Array::from(
+                rows.iter().map(|r| r.2).collect::<Vec<_>>(),
+            )) as ArrayRef,
+        ),
+        (
+            "reference",
+            Arc::new(Float64Array::from(vec![None::<f64>; n])) as ArrayRef,
+        ),
+        ("unit", s(vec!["MiB/s"; n])),
+        ("message", s(vec!["m"; n])),
+    ])
+    .unwrap();
+    let mut buf = Vec::new();
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, batch.schema(), None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    bytes::Bytes::from(buf)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verdicts_are_read_back_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = CoordinatorConfig {
+        state_path: dir.path().join("state.db"),
+        store: StoreConfig {
+            url: dir.path().join("lake").display().to_string(),
+            ..Default::default()
+        },
+        background: false,
+        ..Default::default()
+    };
+    let id = benchlake_core::ids::new_id();
+    {
+        let c = Coordinator::open(cfg.clone(), Arc::new(SystemClock)).unwrap();
+        let spec: Spec = serde_json::from_value(serde_json::json!({
+            "benchmark": "pio", "params": {}, "nodes": {"names": [], "labels": {}, "count": 1},
+            "launcher": "local", "max_attempts": 1, "timeout_s": 60,
+        }))
+        .unwrap();
+        let mut run = RunRow::new(id.clone(), spec, "io", Origin::default(), c.now());
+        run.state = RunState::Succeeded;
+        let task: TaskRow = serde_json::from_value(serde_json::json!({
+            "task_id": benchlake_core::ids::new_id(), "run_id": id, "agent": "n7",
+            "rank": 0, "num_tasks": 1, "state": "Done", "attempt": 1, "max_attempts": 1,
+            "lease_id": null, "lease_expires_ms": null, "not_before_ms": 0, "error": null,
+            "exit_code": 0, "stdout_tail": "", "stderr_tail": "", "outputs": [],
+            "started_at_ms": null, "finished_at_ms": null, "peers": [],
+        }))
+        .unwrap();
+        let key = format!("tables/checks/date={}/run_id={id}/part-J.parquet", run.date);
+        let data = checks_parquet(
+            &id,
+            &[
+                ("io.write_bw_mib_s", "FAIL", 12.5),
+                ("io.read_bw_mib_s", "PASS", 99.0),
+            ],
+        );
+        let bytes = data.len() as u64;
+        c.lake().put(&key, data).await.unwrap();
+        let f = CommittedFile {
+            key,
+            table: "checks".into(),
+            run_id: id.clone(),
+            job_id: "J".into(),
+            date: run.date.clone(),
+            rows: 2,
+            bytes,
+            committed_ms: c.now(),
+        };
+        c.db(move |tx| {
+            tx.insert_run(&run)?;
+            tx.insert_task(&task)?;
+            tx.upsert_committed(&f)
+        })
+        .await
+        .unwrap();
+    }
+    // A new coordinator on the same state and lake (the first one's store
+    // lock goes with its last handle).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let c = loop {
+        match Coordinator::open(cfg.clone(), Arc::new(SystemClock)) {
+            Ok(c) => break c,
+            Err(e) if std::time::Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("reopen: {e}"),
+        }
+    };
+    while !c.verdicts().loaded() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the start-up load did not finish"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let v = c.verdicts().run(&id).expect("the run's verdicts");
+    assert_eq!(v.verdict(), Some("FAIL"));
+    assert_eq!(v.agents, ["n7"]);
+    let node = c.verdicts().node("n7");
+    assert_eq!(node["io.write_bw_mib_s"].status, "FAIL");
+    assert_eq!(node["io.write_bw_mib_s"].value, Some(12.5));
+    assert_eq!(node["io.read_bw_mib_s"].status, "PASS");
+    assert_eq!(c.verdicts().runs_with("FAIL", None, 10), [id]);
+}
