@@ -8,7 +8,8 @@
 //! `checks` adds two sample `checks` verdicts (as a run id's page shows them).
 use std::path::PathBuf;
 
-use benchlake_analysis::{linktest_report as lr, linktest_synth};
+use benchlake_analysis::linktest_report as lr;
+use benchlake_formats::linktest::synth as linktest_synth;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);

@@ -5,4 +5,3 @@ pub mod io_checks;
 pub mod linktest_checks;
 pub mod linktest_lake;
 pub mod linktest_report;
-pub mod linktest_synth;

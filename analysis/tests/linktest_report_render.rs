@@ -7,8 +7,8 @@
 use std::path::Path;
 
 use benchlake_analysis::linktest_report::{self as lr, PAGE_W, fonts};
-use benchlake_analysis::linktest_synth;
 use benchlake_formats::linktest::LinkTestRun;
+use benchlake_formats::linktest::synth as linktest_synth;
 use resvg::tiny_skia::Pixmap;
 use resvg::usvg;
 

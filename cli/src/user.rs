@@ -1182,6 +1182,24 @@ pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {
 
 #[derive(Debug, Subcommand)]
 pub enum ProbeCmd {
+    /// Write a synthetic LinkTest 2.1.17 result file (SION) of N ranks, to test
+    /// a pipeline at scale: pair times of 2–12 µs, one host 4× slower, and the
+    /// pair 1 → N−1 the slowest (317 µs, retested at 4.2 µs). Deterministic per
+    /// seed; the ingest bench measures the same generator.
+    Linktest {
+        /// Number of ranks (2–65536; 4,096 ranks make 285 MB).
+        #[arg(long)]
+        ranks: usize,
+        /// Ranks per host (host names node0000, node0001, …).
+        #[arg(long, default_value_t = 48)]
+        ranks_per_host: usize,
+        /// Seed of the pair times.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// The file to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Write this node's facts (kernel, CPU, memory, load) as JSON.
     Host {
         #[arg(long)]
@@ -1297,6 +1315,37 @@ pub fn write_demo_counts(dir: &std::path::Path) -> anyhow::Result<()> {
 
 pub fn probe(c: ProbeCmd) -> anyhow::Result<()> {
     match c {
+        ProbeCmd::Linktest {
+            ranks,
+            ranks_per_host,
+            seed,
+            out,
+        } => {
+            if !(2..=65_536).contains(&ranks) {
+                bail!("--ranks {ranks}: give 2 to 65536 ranks");
+            }
+            if ranks_per_host == 0 || ranks_per_host > ranks {
+                bail!("--ranks-per-host {ranks_per_host}: give 1 to --ranks ({ranks})");
+            }
+            let t = std::time::Instant::now();
+            let run =
+                benchlake_formats::linktest::synth::synthetic_run(ranks, ranks_per_host, seed);
+            benchlake_formats::linktest::v2::write_file(
+                &run,
+                &out,
+                &benchlake_formats::sion::SionWriteOptions::default(),
+            )
+            .with_context(|| format!("writing {}", out.display()))?;
+            let bytes = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+            println!(
+                "{}: LinkTest 2.1.17, {ranks} ranks on {} hosts, {} pair times, {:.1} MB in {:.2} s",
+                out.display(),
+                ranks.div_ceil(ranks_per_host),
+                ranks * (ranks - 1),
+                bytes as f64 / 1e6,
+                t.elapsed().as_secs_f64()
+            );
+        }
         ProbeCmd::Host { out } => {
             let f = benchlake_formats::hostinfo::collect();
             std::fs::write(&out, serde_json::to_string_pretty(&f)?)

@@ -11,89 +11,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use benchlake_core::lake::encode_parquet;
-use benchlake_formats::linktest::{
-    self, AllToAllTime, Flags, LinkTestRun, PayloadFormat, Permutation, RankInfo, SlowLink,
-    into_run_tables, run_tables,
-};
+use benchlake_formats::linktest::{self, into_run_tables, run_tables};
 use benchlake_formats::sion::{ChunkLayout, SionSet, SionWriteOptions, TaskData};
-
-/// A deterministic synthetic run: LinkTest-like step schedule (partner of r in
-/// step s is (s − r) mod n, as in a round-robin tournament), float-rounded times.
-fn synthetic(n: usize) -> LinkTestRun {
-    let mut times = vec![0f64; n * n];
-    let mut steps = vec![0i32; n * n];
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    for i in 0..n {
-        for j in 0..n {
-            if i == j {
-                continue;
-            }
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            // 2–12 µs, stored as f32 like LinkTest does.
-            let t = 2e-6 + (x % 10_000) as f64 * 1e-9;
-            times[i * n + j] = f64::from(t as f32);
-            steps[i * n + j] = ((i + j) % (n - 1) + 1) as i32;
-        }
-    }
-    let hosts_per = 48;
-    LinkTestRun {
-        format: PayloadFormat::V2,
-        version: [2, 1, 17],
-        git_hash: Some("0000000000000000000000000000000000000000".into()),
-        mode: "MPI".into(),
-        num_tasks: n,
-        num_messages: 10,
-        message_size: 1 << 20,
-        num_warmup_messages: Some(2),
-        num_serial_retests: 10,
-        num_multi_buffers: Some(1),
-        buffer_seed: Some(0),
-        num_randomized_tasks: Some(0),
-        task_seed: Some(0),
-        memory_allocator: Some(0),
-        flags: Flags {
-            all_to_all: true,
-            parallel_sion: true,
-            ..Flags::default()
-        },
-        v1_stats: None,
-        ranks: (0..n)
-            .map(|r| RankInfo {
-                rank: r,
-                hostname: format!("node{:05}", r / hosts_per),
-                core_id: Some((r % hosts_per) as i32),
-                coords: None,
-            })
-            .collect(),
-        permutations: vec![Permutation {
-            start_time: Some("2026-11-23 07:00:00".into()),
-            end_time: Some("2026-11-23 07:10:00".into()),
-            min_time_s: 2e-6,
-            avg_time_s: 7e-6,
-            max_time_s: 1.2e-5,
-            a2a: Some([1e-3, 2e-3, 3e-3]),
-            times,
-            steps,
-            alltoall: (0..n)
-                .map(|r| AllToAllTime {
-                    rank: r,
-                    step: None,
-                    time_s: 1e-3,
-                })
-                .collect(),
-            slow_links: (0..10)
-                .map(|k| SlowLink {
-                    from_rank: k,
-                    to_rank: k + 1,
-                    time_s: 1.2e-5,
-                    retest_time_s: Some(3e-6),
-                })
-                .collect(),
-        }],
-    }
-}
 
 /// LinkTest 1.2p1 rank streams ("LKTST" layout) for `n` ranks.
 fn v1_streams(n: usize, alltoall: bool) -> Vec<Vec<u8>> {
@@ -170,7 +89,8 @@ fn main() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("pingpong_results_bin.sion");
     let t = Instant::now();
-    let run = synthetic(n);
+    // The same generator `benchlake probe linktest` writes (48 ranks per host).
+    let run = linktest::synth::synthetic_run(n, 48, 0);
     linktest::v2::write_file(&run, &path, &SionWriteOptions::default()).expect("write");
     drop(run);
     let size = std::fs::metadata(&path).expect("stat").len();

@@ -383,3 +383,39 @@ timeout_s = 60
         assert "CANCELLED" in show and "exit -" in show and "exit 0" not in show, show
     finally:
         c.stop()
+
+
+def test_probe_linktest_writes_a_file_the_ingest_reads(tmp_path):
+    """`probe linktest` writes a synthetic LinkTest 2.1.17 file (the generator
+    the ingest bench measures) that the ingest turns into the linktest tables,
+    with the planted slow host and slowest pair where the generator put them."""
+    import duckdb
+
+    from conftest import BIN
+    f = tmp_path / "lt.sion"
+    r = subprocess.run([BIN, "probe", "linktest", "--ranks", "96", "--ranks-per-host", "16", "--seed", "3",
+                        "--out", str(f)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "96 ranks on 6 hosts, 9120 pair times" in r.stdout, r.stdout + r.stderr
+    (tmp_path / "again").mkdir()
+    again = tmp_path / "again" / "lt.sion"  # the SION header holds the file name
+    subprocess.run([BIN, "probe", "linktest", "--ranks", "96", "--ranks-per-host", "16", "--seed", "3",
+                    "--out", str(again)], check=True, capture_output=True, timeout=120)
+    assert f.read_bytes() == again.read_bytes()  # deterministic per seed
+    lake = tmp_path / "lake"
+    r = subprocess.run([BIN, "ingest", "linktest", str(f), "--out", str(lake), "--run-id",
+                        "01JPR0BE000000000000000001"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    t = f"read_parquet('{lake}/tables/linktest_timings/**/*.parquet', hive_partitioning=true)"
+    assert duckdb.sql(f"SELECT count(*) FROM {t}").fetchall()[0][0] == 96 * 95
+    slowest = duckdb.sql(f"SELECT from_rank, to_rank, time_s FROM {t} ORDER BY time_s DESC LIMIT 1").fetchall()[0]
+    assert slowest[:2] == (1, 95) and abs(slowest[2] - 3.1744451958333334e-4) < 1e-9, slowest
+    # Every link of the second host (ranks 16..31) is about 4x slower.
+    ranks = f"read_parquet('{lake}/tables/linktest_ranks/**/*.parquet', hive_partitioning=true)"
+    assert duckdb.sql(f"SELECT hostname FROM {ranks} WHERE rank = 20").fetchall()[0][0] == "node0001"
+    slow, fast = duckdb.sql(
+        f"SELECT avg(time_s) FILTER (WHERE from_rank BETWEEN 16 AND 31 AND to_rank >= 32), "
+        f"avg(time_s) FILTER (WHERE from_rank >= 32 AND to_rank >= 32) FROM {t}").fetchall()[0]
+    assert 3.0 < slow / fast < 5.0, (slow, fast)
+    bad = subprocess.run([BIN, "probe", "linktest", "--ranks", "1", "--out", str(tmp_path / "x")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "--ranks 1" in bad.stderr and not (tmp_path / "x").exists(), bad.stderr

@@ -20,6 +20,7 @@ use crate::sion::{ByteOrder, SionSet, TaskStream};
 
 mod bulk;
 pub mod inspect;
+pub mod synth;
 pub mod tables;
 pub mod v1;
 pub mod v2;

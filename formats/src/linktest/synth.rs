@@ -1,15 +1,14 @@
-//! A deterministic synthetic LinkTest run, for looking at the report at scales
-//! the real files in `shared/data` do not reach (they have at most 16 ranks),
-//! and for tests of the report's layout.
+//! The one generator of synthetic LinkTest runs: `benchlake probe linktest`
+//! writes it as a LinkTest 2.1.17 file (so anyone can test a pipeline at scale),
+//! the ingest bench measures it, and the report's tests and example render it
+//! at scales the real files in `shared/data` do not reach (at most 16 ranks).
 //!
 //! Times are 2–12 µs per message (LinkTest-like, rounded to `f32` as LinkTest
 //! stores them), ranks are placed on hosts in blocks of `ranks_per_host`, and
 //! a few defects are planted so the page has something to show: every link of
 //! the host `slow_host` (the second host, when there are two or more) is 4×
 //! slower, and the pair `1 → n−1` is the slowest of the run, with a retest.
-use benchlake_formats::linktest::{
-    AllToAllTime, Flags, LinkTestRun, PayloadFormat, Permutation, RankInfo, SlowLink,
-};
+use super::{AllToAllTime, Flags, LinkTestRun, PayloadFormat, Permutation, RankInfo, SlowLink};
 
 /// Time of the planted slowest pair (s).
 pub const SLOWEST_PAIR_S: f64 = 3.1744451958333334e-4;
