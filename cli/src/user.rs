@@ -331,9 +331,14 @@ pub fn fmt_ms(ms: i64) -> String {
 
 fn run_line(r: &pb::Run) -> String {
     format!(
-        "{}  {:<10} {:<16} {:<19} {}",
+        "{}  {:<10} {:<7} {:<16} {:<19} {}",
         r.run_id,
         state_name(r.state),
+        if r.verdict.is_empty() {
+            "-"
+        } else {
+            r.verdict.as_str()
+        },
         r.benchmark,
         fmt_ms(r.submitted_at_ms),
         if r.error.is_empty() {
@@ -356,6 +361,7 @@ fn run_json(r: &pb::Run) -> serde_json::Value {
         "state": state_name(r.state), "params": serde_json::from_str::<serde_json::Value>(&r.params_json).unwrap_or_default(),
         "submitted_at_ms": r.submitted_at_ms, "started_at_ms": r.started_at_ms, "finished_at_ms": r.finished_at_ms,
         "scheduled_for_ms": r.scheduled_for_ms, "agents": r.agents, "error": r.error,
+        "verdict": (!r.verdict.is_empty()).then_some(r.verdict.as_str()),
     })
 }
 
@@ -379,6 +385,14 @@ pub fn print_detail(d: &pb::RunDetail) {
         println!("run        {}", r.run_id);
         println!("benchmark  {} ({})", r.benchmark, r.kind);
         println!("state      {}", state_name(r.state));
+        println!(
+            "verdict    {}",
+            if r.verdict.is_empty() {
+                "- (no check ran)"
+            } else {
+                r.verdict.as_str()
+            }
+        );
         println!("params     {}", r.params_json);
         println!(
             "submitted  {}   started {}   finished {}",

@@ -201,6 +201,8 @@ impl RunRow {
             error: self.error.clone().unwrap_or_default(),
             spec: Some(self.spec.to_pb()),
             scheduled_for_ms: self.scheduled_for_ms.unwrap_or_default(),
+            // From the checks, not the state: see `Svc::with_verdict`.
+            verdict: String::new(),
         }
     }
 }

@@ -35,29 +35,8 @@ pub struct CheckRow {
     pub message: String,
 }
 
-/// The worst of `statuses`: FAIL > ERROR > PASS (DESIGN.md §6); None when
-/// there is none.
-pub fn worst<'a>(statuses: impl IntoIterator<Item = &'a str>) -> Option<&'static str> {
-    let mut best: Option<&'static str> = None;
-    for s in statuses {
-        let rank = |v: &str| match v {
-            "FAIL" => 3,
-            "ERROR" => 2,
-            "PASS" => 1,
-            _ => 0,
-        };
-        let this = match s {
-            "FAIL" => "FAIL",
-            "ERROR" => "ERROR",
-            "PASS" => "PASS",
-            _ => continue,
-        };
-        if best.is_none_or(|b| rank(this) > rank(b)) {
-            best = Some(this);
-        }
-    }
-    best
-}
+/// The worst of `statuses` (the one rule: [`benchlake_core::verdict::worst`]).
+pub use benchlake_core::verdict::worst;
 
 /// The verdicts of one run.
 #[derive(Debug, Clone, Default)]

@@ -16,5 +16,6 @@ pub mod lake;
 pub mod layout;
 pub mod mem;
 pub mod slurm;
+pub mod verdict;
 
 pub use error::{Error, Result};

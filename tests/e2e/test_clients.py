@@ -419,3 +419,53 @@ def test_probe_linktest_writes_a_file_the_ingest_reads(tmp_path):
     bad = subprocess.run([BIN, "probe", "linktest", "--ranks", "1", "--out", str(tmp_path / "x")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "--ranks 1" in bad.stderr and not (tmp_path / "x").exists(), bad.stderr
+
+
+def test_run_verdict_in_api_cli_and_lake(tmp_path):
+    """A run's overall verdict (the worst of its checks) is in GetRun/ListRuns,
+    `run show`, `run list` and the `runs` table's `verdict` column; a run
+    without checks has none."""
+    import socket
+
+    import duckdb
+
+    from conftest import BIN, free_port
+    port = free_port()
+    addr = f"127.0.0.1:{port}"
+    data = tmp_path / "data"
+    up = subprocess.Popen([BIN, "up", "--data", str(data), "--listen", addr], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while True:
+            r = subprocess.run([BIN, "agents", "list", "--json", "--coordinator", addr], capture_output=True,
+                               text=True, timeout=30)
+            if r.returncode == 0 and json.loads(r.stdout):
+                break
+            assert time.time() < deadline and up.poll() is None, r.stderr
+            time.sleep(0.2)
+        # pio with a write-bandwidth bound no disk meets: the run succeeds, its check fails.
+        r = subprocess.run([BIN, "run", "submit", "pio", "-p", "block_size=4194304", "-p",
+                            "check_io_write_bw_mib_s=100000000", "--watch", "--coordinator", addr],
+                           capture_output=True, text=True, timeout=180)
+        assert r.returncode == 0, r.stdout + r.stderr
+        pio = r.stdout.split()[0]
+        assert "state      SUCCEEDED" in r.stdout and "verdict    FAIL" in r.stdout, r.stdout
+        h = subprocess.run([BIN, "run", "submit", "hostinfo", "--watch", "--coordinator", addr],
+                           capture_output=True, text=True, timeout=180)
+        assert h.returncode == 0 and "verdict    - (no check ran)" in h.stdout, h.stdout
+        host = h.stdout.split()[0]
+        runs = {x["run_id"]: x for x in json.loads(subprocess.run(
+            [BIN, "run", "list", "--json", "--coordinator", addr], capture_output=True, text=True, timeout=60,
+            check=True).stdout)}
+        assert runs[pio]["verdict"] == "FAIL" and runs[host]["verdict"] is None, runs
+        lines = subprocess.run([BIN, "run", "list", "--coordinator", addr], capture_output=True, text=True,
+                               timeout=60, check=True).stdout.splitlines()
+        assert any(line.startswith(pio) and line.split()[1:3] == ["SUCCEEDED", "FAIL"] for line in lines), lines
+        assert any(line.startswith(host) and line.split()[1:3] == ["SUCCEEDED", "-"] for line in lines), lines
+    finally:
+        up.terminate()
+        up.communicate(timeout=60)
+    t = f"read_parquet('{data}/lake/tables/runs/**/*.parquet', hive_partitioning=true)"
+    got = dict(duckdb.sql(f"SELECT run_id, verdict FROM {t}").fetchall())
+    assert got == {pio: "FAIL", host: None}, got

@@ -90,6 +90,28 @@ fn read_run_table(
     Ok(ctx.block_on(ctx.lake.read_run_rows(q))?)
 }
 
+/// The `status` of every `checks` row of `run_id` (its date partition): what
+/// the run's overall verdict is made of. Empty when no check ran.
+pub fn run_statuses(ctx: &JobContext, run_id: &str) -> Result<Vec<String>, ExecError> {
+    let mut out = Vec::new();
+    for b in read_run_table(ctx, "checks", &ctx.run_date, run_id, None)? {
+        let col = b
+            .schema()
+            .index_of("status")
+            .ok()
+            .and_then(|i| b.column(i).as_any().downcast_ref::<StringArray>())
+            .ok_or_else(|| {
+                ExecError::Permanent(format!("checks of run {run_id}: no text column 'status'"))
+            })?;
+        out.extend(
+            (0..col.len())
+                .filter(|i| col.is_valid(*i))
+                .map(|i| col.value(i).to_string()),
+        );
+    }
+    Ok(out)
+}
+
 /// `(run_id, date, key)` of every `runs` object, newest run first.
 fn runs_objects(ctx: &JobContext) -> Result<Vec<(String, String, String)>, ExecError> {
     let prefix = layout::table_prefix("runs")?;

@@ -92,8 +92,9 @@ fn ts(ms: Option<i64>) -> TimestampMicrosecondArray {
     TimestampMicrosecondArray::from(vec![ms.map(|m| m * 1000)]).with_timezone("UTC")
 }
 
-/// The `runs` and `raw_files` tables of a record spec.
-pub fn record_tables(s: &RecordSpec) -> Result<Vec<TableOutput>, ExecError> {
+/// The `runs` and `raw_files` tables of a record spec; `verdict` is the
+/// run's overall verdict ([`benchlake_core::verdict::worst`] of its checks).
+pub fn record_tables(s: &RecordSpec, verdict: Option<&str>) -> Result<Vec<TableOutput>, ExecError> {
     let err = |e: arrow::error::ArrowError| ExecError::Permanent(format!("record: {e}"));
     let mut agents = ListBuilder::new(StringBuilder::new());
     for a in &s.agents {
@@ -115,6 +116,7 @@ pub fn record_tables(s: &RecordSpec) -> Result<Vec<TableOutput>, ExecError> {
         Arc::new(ts(s.finished_at_ms)),
         Arc::new(agents.finish()),
         Arc::new(StringArray::from(vec![s.error.as_deref()])),
+        Arc::new(StringArray::from(vec![verdict])),
     ];
     let runs = RecordBatch::try_new(catalog::schema("runs")?, cols).map_err(err)?;
     let f = &s.raw_files;
@@ -154,8 +156,12 @@ impl Executor for Record {
     }
     fn execute(&self, ctx: &JobContext) -> Result<ExecOutput, ExecError> {
         let s: RecordSpec = spec(ctx)?;
+        // The record job runs after every other job of the run, its checks
+        // included: their rows decide the verdict.
+        let statuses = crate::checks::run_statuses(ctx, &s.run_id)?;
+        let verdict = benchlake_core::verdict::worst(statuses.iter().map(String::as_str));
         Ok(ExecOutput {
-            tables: record_tables(&s)?,
+            tables: record_tables(&s, verdict)?,
             follow_ups: Vec::new(),
         })
     }

@@ -79,9 +79,9 @@ impl RunService for Svc {
     ) -> std::result::Result<Response<pb::RunDetail>, Status> {
         let id = req.into_inner().run_id;
         check_id("run_id", &id)?;
-        Ok(Response::new(
-            self.tx(|tx| convert::run_detail(tx, &id)).await?,
-        ))
+        let mut d = self.tx(|tx| convert::run_detail(tx, &id)).await?;
+        self.with_verdict(d.run.as_mut());
+        Ok(Response::new(d))
     }
 
     async fn list_runs(
@@ -98,6 +98,10 @@ impl RunService for Svc {
                     .collect::<Result<Vec<_>>>()
             })
             .await?;
+        let mut runs = runs;
+        for r in &mut runs {
+            self.with_verdict(Some(r));
+        }
         Ok(Response::new(pb::ListRunsResponse { runs }))
     }
 
@@ -109,7 +113,8 @@ impl RunService for Svc {
     ) -> std::result::Result<Response<Self::WatchRunStream>, Status> {
         let id = req.into_inner().run_id;
         check_id("run_id", &id)?;
-        let first = self.tx(|tx| convert::run_detail(tx, &id)).await?;
+        let mut first = self.tx(|tx| convert::run_detail(tx, &id)).await?;
+        self.with_verdict(first.run.as_mut());
         let mut rx = self.0.events.subscribe();
         let (out, out_rx) = tokio::sync::mpsc::channel(16);
         let me = self.clone();
@@ -133,7 +138,10 @@ impl RunService for Svc {
                     _ => {}
                 }
                 let d = match me.tx(|tx| convert::run_detail(tx, &id)).await {
-                    Ok(d) => d,
+                    Ok(mut d) => {
+                        me.with_verdict(d.run.as_mut());
+                        d
+                    }
                     Err(e) => {
                         let _ = out.send(Err(e)).await;
                         return;
@@ -250,6 +258,16 @@ fn analysis_options(
 }
 
 impl Svc {
+    /// Fills a run's overall verdict (the worst status of its checks, from the
+    /// verdicts read off the committed `checks` files; empty while none is).
+    fn with_verdict(&self, run: Option<&mut pb::Run>) {
+        if let Some(r) = run
+            && let Some(v) = self.0.verdicts.run(&r.run_id).and_then(|v| v.verdict())
+        {
+            r.verdict = v.to_string();
+        }
+    }
+
     /// `AnalyzeRun`: a new run of kind `analysis` (benchmark `analyze-counts`,
     /// parameter `source_run`) in PROCESSING with one `analyze_plan` job over the
     /// source run's `counts` outputs; the plan fans out into part jobs and a merge

@@ -37,6 +37,12 @@ pub fn tables() -> Vec<TableDef> {
                 ),
                 ("agents", list(utf8()), false, "agents that ran its tasks"),
                 ("error", utf8(), true, "why it failed, if it did"),
+                (
+                    "verdict",
+                    utf8(),
+                    true,
+                    "PASS, FAIL or ERROR: the worst status of the run's checks (null when no check ran)",
+                ),
             ],
         ),
         table(
