@@ -942,12 +942,31 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
             let r = conn
                 .schedules()?
                 .trigger_schedule(pb::TriggerScheduleRequest {
-                    schedule_id: schedule,
+                    schedule_id: schedule.clone(),
                 })
                 .await?
                 .into_inner();
+            // A paused schedule runs when triggered by hand, but its user should
+            // know it still fires on nothing on its own.
+            let paused = conn
+                .schedules()?
+                .list_schedules(pb::ListSchedulesRequest {})
+                .await?
+                .into_inner()
+                .schedules
+                .into_iter()
+                .find(|s| s.schedule_id == schedule || s.name == schedule)
+                .filter(|s| s.paused);
+            if let Some(s) = &paused {
+                eprintln!(
+                    "note: schedule '{}' is paused: this run was started by hand; it fires on its own again after `benchlake schedule resume {}`",
+                    s.name, s.name
+                );
+            }
             if conn.json {
-                return json(&run_json(&r));
+                let mut v = run_json(&r);
+                v["schedule_paused"] = serde_json::Value::Bool(paused.is_some());
+                return json(&v);
             }
             println!("{}", run_line(&r));
         }

@@ -120,6 +120,11 @@ def test_cli_commands(running, tmp_path):
         api.wait(line.split()[0])
     trig = json.loads(cluster.cli("schedule", "trigger", "nightly", "--json").stdout)["run_id"]
     api.wait(trig)
+    # Triggering a paused schedule runs it and says the schedule is paused.
+    cluster.cli("schedule", "pause", "nightly")
+    r = cluster.cli("schedule", "trigger", "nightly")
+    assert "note: schedule 'nightly' is paused" in r.stderr and r.stdout.split()[1] == "PENDING", r.stdout + r.stderr
+    api.wait(r.stdout.split()[0])
     assert json.loads(cluster.cli("schedule", "delete", "nightly", "--json").stdout) == {"deleted": "nightly"}
     tables = json.loads(cluster.cli("tables", "list", "--json").stdout)
     assert any(t["name"] == "node_facts" and t["rows"] >= 2 for t in tables)
