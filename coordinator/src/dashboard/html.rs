@@ -191,7 +191,19 @@ pub fn figure(v: Option<f64>, unit: &str) -> String {
     } else {
         (3 - v.abs().log10().floor() as i32).clamp(0, 6) as usize
     };
-    format!("{v:.digits$} {unit}").trim_end().to_string()
+    let mut num = format!("{v:.digits$}");
+    if v.abs() >= 10_000.0 {
+        // 100000000 reads as 100,000,000 (digits is 0 here).
+        let (sign, int) = num.split_at(usize::from(num.starts_with('-')));
+        let grouped: Vec<String> = int
+            .as_bytes()
+            .rchunks(3)
+            .rev()
+            .map(|c| String::from_utf8_lossy(c).into_owned())
+            .collect();
+        num = format!("{sign}{}", grouped.join(","));
+    }
+    format!("{num} {unit}").trim_end().to_string()
 }
 
 /// A state or verdict badge (`class="b b-STATE"`).
@@ -224,6 +236,9 @@ mod tests {
         assert_eq!(url_encode("/runs?a=b&c"), "/runs%3Fa%3Db%26c");
         assert_eq!(figure(Some(0.000031744451958), "s"), "31.74 µs");
         assert_eq!(figure(Some(1234.5678), "MiB/s"), "1235 MiB/s");
+        assert_eq!(figure(Some(1e8), "MiB/s"), "100,000,000 MiB/s");
+        assert_eq!(figure(Some(-12345.6), "B"), "-12,346 B");
+        assert_eq!(figure(Some(99_999.4), ""), "99,999");
         assert_eq!(bytes(2048), "2.0 KiB");
         assert_eq!(badge("<x>"), "<span class=\"b b-x\">&lt;x&gt;</span>");
     }
