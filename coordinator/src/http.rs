@@ -34,7 +34,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use benchlake_proto::obs::{self, Exposition, Kind, PeerInfo, Readiness};
+use benchlake_proto::obs::{self, Exposition, PeerInfo, Readiness};
 use tokio::net::TcpListener;
 
 use crate::Coordinator;
@@ -319,19 +319,7 @@ impl Http {
                 } else {
                     "standby"
                 };
-                e.single(
-                    "benchlake_up",
-                    "1 while the coordinator process serves.",
-                    Kind::Gauge,
-                    1.0,
-                );
-                e.labelled(
-                    "benchlake_coordinator_role",
-                    "The coordinator's role: leader (PostgreSQL, it leads), single (SQLite) or standby.",
-                    Kind::Gauge,
-                    &["role"],
-                    [(vec![role], 1.0)],
-                );
+                crate::metrics::expose_role(&mut e, role);
             }
         }
         e.finish()

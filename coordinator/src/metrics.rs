@@ -100,19 +100,7 @@ impl Metrics {
     /// scrape read (None when the store could not be read: the store gauges
     /// are left out and `benchlake_state_store_up` is 0).
     pub fn expose(&self, e: &mut Exposition, role: &str, store: Option<&StoreCounts>) {
-        e.single(
-            "benchlake_up",
-            "1 while the coordinator process serves.",
-            Kind::Gauge,
-            1.0,
-        );
-        e.labelled(
-            "benchlake_coordinator_role",
-            "The coordinator's role: leader (PostgreSQL, it leads), single (SQLite) or standby.",
-            Kind::Gauge,
-            &["role"],
-            [(vec![role], 1.0)],
-        );
+        expose_role(e, role);
         e.single(
             "benchlake_uptime_seconds",
             "Seconds since this coordinator started.",
@@ -302,6 +290,24 @@ where
             r
         })
     }
+}
+
+/// `benchlake_up` and `benchlake_coordinator_role`: all a coordinator that
+/// does not lead (starting, standby) exposes, and the start of a leader's page.
+pub fn expose_role(e: &mut Exposition, role: &str) {
+    e.single(
+        "benchlake_up",
+        "1 while the coordinator process serves.",
+        Kind::Gauge,
+        1.0,
+    );
+    e.labelled(
+        "benchlake_coordinator_role",
+        "The coordinator's role: leader (PostgreSQL, it leads), single (SQLite) or standby.",
+        Kind::Gauge,
+        &["role"],
+        [(vec![role], 1.0)],
+    );
 }
 
 #[cfg(test)]
