@@ -5,3 +5,4 @@ pub mod io_checks;
 pub mod linktest_checks;
 pub mod linktest_lake;
 pub mod linktest_report;
+pub mod node_checks;

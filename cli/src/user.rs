@@ -1237,6 +1237,11 @@ pub enum ProbeCmd {
     Host {
         #[arg(long)]
         out: PathBuf,
+        /// In a Slurm task, insert the Slurm node name into the file name
+        /// (`host.json` → `host-n2.json`), so the tasks of one `srun` on
+        /// several nodes sharing a directory write one file each.
+        #[arg(long)]
+        per_node: bool,
     },
     /// Write a small synthetic alltoallv profiler output (compact count files in
     /// the profiler's format version 9 grammar) of two lead ranks: lead 0 on an
@@ -1379,8 +1384,21 @@ pub fn probe(c: ProbeCmd) -> anyhow::Result<()> {
                 t.elapsed().as_secs_f64()
             );
         }
-        ProbeCmd::Host { out } => {
+        ProbeCmd::Host { out, per_node } => {
             let f = benchlake_formats::hostinfo::collect();
+            let out = match (&f.node, per_node) {
+                (Some(node), true) => {
+                    let stem = out.file_stem().map(|s| s.to_string_lossy().into_owned());
+                    let ext = out.extension().map(|s| s.to_string_lossy().into_owned());
+                    let name = match (stem, ext) {
+                        (Some(s), Some(e)) => format!("{s}-{node}.{e}"),
+                        (Some(s), None) => format!("{s}-{node}"),
+                        _ => format!("host-{node}.json"),
+                    };
+                    out.with_file_name(name)
+                }
+                _ => out,
+            };
             std::fs::write(&out, serde_json::to_string_pretty(&f)?)
                 .with_context(|| format!("{}", out.display()))?;
         }

@@ -159,6 +159,10 @@ pub struct ChecksSpec {
     /// The run's parameters (`check_*` thresholds).
     #[serde(default)]
     pub params: BTreeMap<String, String>,
+    /// The agent that ran the task (the node of node-level checks when the
+    /// rows name no Slurm node).
+    #[serde(default)]
+    pub agent: String,
 }
 
 /// Job kind that writes the `trace_comparison` table of a traced run once its

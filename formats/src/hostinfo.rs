@@ -34,6 +34,23 @@ pub struct HostFacts {
     pub uptime_s: f64,
     /// When collected, ms since the epoch.
     pub collected_at_ms: i64,
+    /// The Slurm node name (`SLURMD_NODENAME`) when collected in a Slurm
+    /// task: several Slurm nodes may share one host name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+/// The Slurm node name of this process (`SLURMD_NODENAME`, set in every task
+/// slurmd starts), when it is one (letters, digits, `_ - .`, at most 128).
+pub fn slurm_node_name() -> Option<String> {
+    let v = std::env::var("SLURMD_NODENAME").ok()?;
+    let v = v.trim();
+    let ok = !v.is_empty()
+        && v.len() <= 128
+        && !v.starts_with('-')
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    ok.then(|| v.to_string())
 }
 
 fn read_trim(path: &str) -> String {
@@ -80,6 +97,7 @@ pub fn collect() -> HostFacts {
         load_1m: first("/proc/loadavg"),
         uptime_s: first("/proc/uptime"),
         collected_at_ms: chrono::Utc::now().timestamp_millis(),
+        node: slurm_node_name(),
     }
 }
 
@@ -167,6 +185,9 @@ pub fn ingest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutp
             )
             .with_timezone("UTC"),
         ),
+        Arc::new(StringArray::from(
+            rows.iter().map(|r| r.1.node.as_deref()).collect::<Vec<_>>(),
+        )),
     ];
     let batch = RecordBatch::try_new(catalog::schema("node_facts")?, cols)?;
     Ok(vec![TableOutput::new("node_facts", vec![batch])])

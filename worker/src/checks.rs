@@ -1,8 +1,10 @@
 //! The `checks` executor: a run's health verdicts. Queued by the `ingest`
-//! executor as a follow-up of every `ior`, `pio`, `mdtest` and `linktest`
-//! ingest job, it reads the rows that ingest job committed, computes the
-//! figures and the verdicts with `benchlake_analysis` (`io_checks`,
-//! `linktest_checks`) and writes `checks` rows.
+//! executor as a follow-up of every `ior`, `pio`, `mdtest`, `linktest` and
+//! `hostinfo` ingest job, it reads the rows that ingest job committed,
+//! computes the figures and the verdicts with `benchlake_analysis`
+//! (`io_checks`, `linktest_checks`) and writes `checks` rows, and the
+//! per-node verdicts (`node_checks`: node facts against expected values,
+//! each node's I/O bandwidth) as `node_health` rows.
 //!
 //! The relative references come from the lake: `runs` maps earlier runs to
 //! their schedule; the same figures are recomputed from the tables of the
@@ -15,6 +17,7 @@ use std::collections::BTreeMap;
 use arrow::array::{Array, RecordBatch, StringArray};
 use benchlake_analysis::io_checks::{self, CheckRow, IoCheckConfig};
 use benchlake_analysis::linktest_checks::{self, SlowPair};
+use benchlake_analysis::node_checks::{self, NodeRow};
 use benchlake_core::jobs::{CHECKS_JOB, ChecksSpec, FollowUp, IngestRunInfo, IngestSpec};
 use benchlake_core::lake::{RunRows, TableOutput};
 use benchlake_core::layout;
@@ -22,7 +25,7 @@ use benchlake_core::layout;
 use crate::{ExecError, ExecOutput, Executor, JobContext};
 
 /// Ingest kinds whose runs get checks.
-pub const CHECKED_FORMATS: &[&str] = &["ior", "pio", "mdtest", "linktest"];
+pub const CHECKED_FORMATS: &[&str] = &["ior", "pio", "mdtest", "linktest", "hostinfo"];
 
 /// At most this many earlier `runs` rows are read looking for the schedule's
 /// history (bounds the work of a checks job in a lake with many schedules).
@@ -39,6 +42,7 @@ pub fn follow_up(spec: &IngestSpec, info: &IngestRunInfo, ingest_job_id: &str) -
         source: spec.keys.join(" "),
         schedule_id: info.schedule_id.clone(),
         params: info.params.clone(),
+        agent: spec.agent.clone(),
     };
     match serde_json::to_value(&c) {
         Ok(v) => vec![FollowUp {
@@ -57,7 +61,17 @@ fn tables_of(format: &str) -> Option<&'static [&'static str]> {
         "ior" | "pio" => Some(&["io_results"]),
         "mdtest" => Some(&["mdtest_summary"]),
         "linktest" => Some(&["linktest_runs", "linktest_timings"]),
+        "hostinfo" => Some(&[]),
         _ => None,
+    }
+}
+
+/// The tables a format's node-level checks read (of the current run only).
+fn node_tables_of(format: &str) -> &'static [&'static str] {
+    match format {
+        "pio" => &["io_task_times"],
+        "hostinfo" => &["node_facts"],
+        _ => &[],
     }
 }
 
@@ -90,11 +104,20 @@ fn read_run_table(
     Ok(ctx.block_on(ctx.lake.read_run_rows(q))?)
 }
 
-/// The `status` of every `checks` row of `run_id` (its date partition): what
-/// the run's overall verdict is made of. Empty when no check ran.
+/// The `status` of every `checks` and `node_health` row of `run_id` (its
+/// date partition): what the run's overall verdict is made of (a node that
+/// fails makes the run FAIL). Empty when no check ran.
 pub fn run_statuses(ctx: &JobContext, run_id: &str) -> Result<Vec<String>, ExecError> {
     let mut out = Vec::new();
-    for b in read_run_table(ctx, "checks", &ctx.run_date, run_id, None)? {
+    let mut batches = read_run_table(ctx, "checks", &ctx.run_date, run_id, None)?;
+    batches.extend(read_run_table(
+        ctx,
+        "node_health",
+        &ctx.run_date,
+        run_id,
+        None,
+    )?);
+    for b in batches {
         let col = b
             .schema()
             .index_of("status")
@@ -222,6 +245,10 @@ pub fn check_rows(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<CheckRow>, Exe
             s.format
         )));
     };
+    if tables.is_empty() {
+        // Node-level checks only (hostinfo).
+        return Ok(Vec::new());
+    }
     let slow = match SlowPair::from_params(&s.params) {
         Ok(x) => x,
         Err(e) => return Ok(vec![error_row("checks.config", e)]),
@@ -246,8 +273,12 @@ pub fn check_rows(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<CheckRow>, Exe
         "linktest" => linktest_checks::default_config(),
         _ => IoCheckConfig::default(),
     };
-    if let Err(e) = io_checks::apply_params(&mut cfg, &s.params, linktest_checks::SLOW_PAIR_PARAMS)
-    {
+    let skip: Vec<&str> = linktest_checks::SLOW_PAIR_PARAMS
+        .iter()
+        .chain(node_checks::NODE_IO_PARAMS)
+        .copied()
+        .collect();
+    if let Err(e) = io_checks::apply_params(&mut cfg, &s.params, &skip) {
         return Ok(vec![error_row("checks.config", e)]);
     }
     let hist = match &s.schedule_id {
@@ -257,7 +288,47 @@ pub fn check_rows(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<CheckRow>, Exe
     Ok(io_checks::evaluate(&figs, &hist, &cfg))
 }
 
-/// Computes and writes the `checks` rows of a run.
+/// The `node_health` rows of one checks job: the node-level checks of the
+/// rows its ingest job committed (none for formats without any).
+pub fn node_rows(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<NodeRow>, ExecError> {
+    let tables = node_tables_of(&s.format);
+    if tables.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut current: Tables = BTreeMap::new();
+    for table in tables {
+        let b = read_run_table(
+            ctx,
+            table,
+            &ctx.run_date,
+            &ctx.run_id,
+            Some(&s.ingest_job_id),
+        )?;
+        current.insert(table, b);
+    }
+    let get = |n: &str| current.get(n).map(Vec::as_slice).unwrap_or(&[]);
+    match s.format.as_str() {
+        "hostinfo" => {
+            let expect = match node_checks::FactsExpect::from_params(&s.params) {
+                Ok(e) => e,
+                Err(e) => return Ok(vec![node_checks::config_error(e)]),
+            };
+            if expect.is_empty() {
+                return Ok(Vec::new());
+            }
+            match node_checks::node_facts(get("node_facts"), &s.agent) {
+                Ok(f) => Ok(node_checks::facts_checks(&f, &expect)),
+                Err(e) => Ok(vec![node_checks::config_error(e)]),
+            }
+        }
+        _ => match node_checks::IoNodeConfig::from_params(&s.params) {
+            Ok(cfg) => Ok(node_checks::io_node_checks(get("io_task_times"), &cfg)),
+            Err(e) => Ok(vec![node_checks::config_error(e)]),
+        },
+    }
+}
+
+/// Computes and writes the `checks` and `node_health` rows of a run.
 pub struct Checks;
 
 impl Executor for Checks {
@@ -270,11 +341,17 @@ impl Executor for Checks {
         let rows = check_rows(ctx, &s)?;
         let batch = io_checks::to_batch(&ctx.run_id, &s.source, &rows)
             .map_err(|e| ExecError::Permanent(format!("checks: {e}")))?;
-        let tables = if batch.num_rows() > 0 {
+        let mut tables = if batch.num_rows() > 0 {
             vec![TableOutput::new("checks", vec![batch])]
         } else {
             Vec::new()
         };
+        let nodes = node_rows(ctx, &s)?;
+        if !nodes.is_empty() {
+            let b = node_checks::to_batch(&ctx.run_id, &s.source, &nodes)
+                .map_err(|e| ExecError::Permanent(format!("node checks: {e}")))?;
+            tables.push(TableOutput::new("node_health", vec![b]));
+        }
         Ok(ExecOutput {
             tables,
             follow_ups: Vec::new(),

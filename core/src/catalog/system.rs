@@ -128,6 +128,48 @@ pub fn tables() -> Vec<TableDef> {
                 ),
                 ("uptime_s", Float64, false, "seconds since boot"),
                 ("collected_at", ts(), false, "when the facts were read"),
+                // Added (docs/slurm.md): fake Slurm nodes share a host name.
+                (
+                    "node",
+                    utf8(),
+                    true,
+                    "Slurm node name (`SLURMD_NODENAME`) when collected in a Slurm task, else null",
+                ),
+            ],
+        ),
+        table(
+            "node_health",
+            "Per-node health verdicts: one row per node and node-level check of a run (docs/slurm.md).",
+            vec![
+                run_id(),
+                source(),
+                (
+                    "node",
+                    utf8(),
+                    false,
+                    "Slurm node name where Slurm ran the task, else the agent's node",
+                ),
+                (
+                    "check",
+                    utf8(),
+                    false,
+                    "check name, e.g. `node.cores`, `node.write_bw_mib_s`",
+                ),
+                ("status", utf8(), false, "PASS, FAIL or ERROR"),
+                (
+                    "value",
+                    Float64,
+                    true,
+                    "measured figure (null for text facts)",
+                ),
+                (
+                    "reference",
+                    Float64,
+                    true,
+                    "expected value, bound or the run's median across nodes",
+                ),
+                ("unit", utf8(), false, "unit of value and reference"),
+                ("message", utf8(), false, "human-readable verdict"),
             ],
         ),
     ]

@@ -1,0 +1,628 @@
+//! Node-level health checks: the rows of the `node_health` table
+//! (docs/slurm.md, "Per-node health").
+//!
+//! Where [`crate::io_checks`] judges a run as a whole, these judge each node
+//! it ran on, so a failing node can be named (and drained, by the
+//! coordinator's node actions):
+//!
+//! - **node facts** (`hostinfo` runs, `node_facts` table) against the
+//!   expected values a run or schedule gives: `expect_cores` (exact),
+//!   `expect_memory_bytes` (± `expect_memory_tolerance`, default 5 %),
+//!   `expect_kernel` (exact `uname -r`), like NHC's `check_hw_cpuinfo`,
+//!   `check_hw_physmem` and `check_cmd_output uname -r`;
+//! - **I/O bandwidth per node** (`pio` runs, `io_task_times`, whose `host` is
+//!   the Slurm node name under srun): each node's mean process bandwidth
+//!   against an absolute bound (`check_node_write_bw_mib_s`,
+//!   `check_node_read_bw_mib_s`) and against the run's median node
+//!   (`check_node_min_fraction`, default 0.5: a node at less than half the
+//!   median node's bandwidth fails).
+//!
+//! Every node the run measured gets a row for every check that applies to it,
+//! PASS included: a later passing run is what lets a drained node return.
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, Float64Array, RecordBatch, StringArray};
+use arrow::datatypes::DataType;
+use benchlake_core::catalog;
+
+/// One `node_health` row (without `run_id` and `source`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeRow {
+    pub node: String,
+    pub check: String,
+    pub status: String,
+    pub value: Option<f64>,
+    pub reference: Option<f64>,
+    pub unit: String,
+    pub message: String,
+}
+
+impl NodeRow {
+    fn new(
+        node: &str,
+        check: &str,
+        pass: bool,
+        value: Option<f64>,
+        reference: Option<f64>,
+    ) -> Self {
+        Self {
+            node: node.to_string(),
+            check: check.to_string(),
+            status: if pass { "PASS" } else { "FAIL" }.to_string(),
+            value,
+            reference,
+            unit: String::new(),
+            message: String::new(),
+        }
+    }
+    fn unit(mut self, u: &str) -> Self {
+        self.unit = u.to_string();
+        self
+    }
+    fn message(mut self, m: String) -> Self {
+        self.message = m;
+        self
+    }
+}
+
+/// The parameters of the per-node I/O checks (skipped by the run-level
+/// `check_*` parser).
+pub const NODE_IO_PARAMS: &[&str] = &[
+    "check_node_write_bw_mib_s",
+    "check_node_read_bw_mib_s",
+    "check_node_min_fraction",
+];
+
+/// Default of `check_node_min_fraction`.
+pub const DEFAULT_MIN_FRACTION: f64 = 0.5;
+/// Default of `expect_memory_tolerance`.
+pub const DEFAULT_MEMORY_TOLERANCE: f64 = 0.05;
+
+fn num(params: &BTreeMap<String, String>, k: &str) -> Result<Option<f64>, String> {
+    match params.get(k) {
+        None => Ok(None),
+        Some(v) if v.trim().is_empty() => Ok(None),
+        Some(v) => v
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite() && *x >= 0.0)
+            .map(Some)
+            .ok_or_else(|| format!("params.{k}: '{v}' is not a non-negative number")),
+    }
+}
+
+fn int(params: &BTreeMap<String, String>, k: &str) -> Result<Option<i64>, String> {
+    match params.get(k) {
+        None => Ok(None),
+        Some(v) if v.trim().is_empty() => Ok(None),
+        Some(v) => v
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|x| *x > 0)
+            .map(Some)
+            .ok_or_else(|| format!("params.{k}: '{v}' is not a positive integer")),
+    }
+}
+
+/// What a node's facts are expected to be.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FactsExpect {
+    pub cores: Option<i64>,
+    pub memory_bytes: Option<i64>,
+    pub memory_tolerance: f64,
+    pub kernel: Option<String>,
+}
+
+impl FactsExpect {
+    /// From a run's (canonical) parameters; an error names the parameter.
+    pub fn from_params(params: &BTreeMap<String, String>) -> Result<Self, String> {
+        let tol = num(params, "expect_memory_tolerance")?.unwrap_or(DEFAULT_MEMORY_TOLERANCE);
+        if tol > 1.0 {
+            return Err(format!("params.expect_memory_tolerance: {tol} is above 1"));
+        }
+        Ok(Self {
+            cores: int(params, "expect_cores")?,
+            memory_bytes: int(params, "expect_memory_bytes")?,
+            memory_tolerance: tol,
+            kernel: params
+                .get("expect_kernel")
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty()),
+        })
+    }
+
+    /// Whether any expectation is set.
+    pub fn is_empty(&self) -> bool {
+        self.cores.is_none() && self.memory_bytes.is_none() && self.kernel.is_none()
+    }
+}
+
+/// The facts of one node, as the checks read them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeFacts {
+    pub node: String,
+    pub cores: i64,
+    pub memory_bytes: i64,
+    pub kernel_release: String,
+}
+
+fn text_col(b: &RecordBatch, n: &str) -> Option<StringArray> {
+    b.column_by_name(n)
+        .and_then(|a| arrow::compute::cast(a, &DataType::Utf8).ok())
+        .and_then(|a| a.as_any().downcast_ref::<StringArray>().cloned())
+}
+
+fn f64_col(b: &RecordBatch, n: &str) -> Option<Float64Array> {
+    b.column_by_name(n)
+        .and_then(|a| arrow::compute::cast(a, &DataType::Float64).ok())
+        .and_then(|a| a.as_any().downcast_ref::<Float64Array>().cloned())
+}
+
+/// The rows of `node_facts` batches. A row's node is its `node` column (the
+/// Slurm node name) when set, else `agent` (the agent that ran the task: the
+/// agent's node) when not empty, else its `hostname`.
+pub fn node_facts(batches: &[RecordBatch], agent: &str) -> Result<Vec<NodeFacts>, String> {
+    let mut out = Vec::new();
+    for b in batches {
+        let need = |n: &str| format!("node_facts: no column '{n}'");
+        let host = text_col(b, "hostname").ok_or_else(|| need("hostname"))?;
+        let kernel = text_col(b, "kernel_release").ok_or_else(|| need("kernel_release"))?;
+        let cores = f64_col(b, "cores").ok_or_else(|| need("cores"))?;
+        let mem = f64_col(b, "memory_bytes").ok_or_else(|| need("memory_bytes"))?;
+        let node = text_col(b, "node");
+        for i in 0..b.num_rows() {
+            let slurm = node
+                .as_ref()
+                .filter(|a| a.is_valid(i) && !a.value(i).is_empty())
+                .map(|a| a.value(i).to_string());
+            let name = slurm.unwrap_or_else(|| {
+                if agent.is_empty() {
+                    host.value(i).to_string()
+                } else {
+                    agent.to_string()
+                }
+            });
+            out.push(NodeFacts {
+                node: name,
+                cores: cores.value(i) as i64,
+                memory_bytes: mem.value(i) as i64,
+                kernel_release: kernel.value(i).to_string(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn gib(b: f64) -> String {
+    format!("{:.2} GiB", b / (1u64 << 30) as f64)
+}
+
+/// The facts checks of every node (none when nothing is expected).
+pub fn facts_checks(facts: &[NodeFacts], e: &FactsExpect) -> Vec<NodeRow> {
+    let mut out = Vec::new();
+    for f in facts {
+        if let Some(want) = e.cores {
+            let ok = f.cores == want;
+            out.push(
+                NodeRow::new(
+                    &f.node,
+                    "node.cores",
+                    ok,
+                    Some(f.cores as f64),
+                    Some(want as f64),
+                )
+                .unit("cores")
+                .message(if ok {
+                    format!("{} cores as expected", f.cores)
+                } else {
+                    format!("{} cores online, expected {want}", f.cores)
+                }),
+            );
+        }
+        if let Some(want) = e.memory_bytes {
+            let (lo, hi) = (
+                want as f64 * (1.0 - e.memory_tolerance),
+                want as f64 * (1.0 + e.memory_tolerance),
+            );
+            let have = f.memory_bytes as f64;
+            let ok = have >= lo && have <= hi;
+            let pct = e.memory_tolerance * 100.0;
+            out.push(
+                NodeRow::new(
+                    &f.node,
+                    "node.memory_bytes",
+                    ok,
+                    Some(have),
+                    Some(want as f64),
+                )
+                .unit("bytes")
+                .message(if ok {
+                    format!("{} within {pct}% of {}", gib(have), gib(want as f64))
+                } else {
+                    format!(
+                        "{} of memory, expected {} ± {pct}%",
+                        gib(have),
+                        gib(want as f64)
+                    )
+                }),
+            );
+        }
+        if let Some(want) = &e.kernel {
+            let ok = &f.kernel_release == want;
+            out.push(
+                NodeRow::new(&f.node, "node.kernel", ok, None, None).message(if ok {
+                    format!("kernel {want} as expected")
+                } else {
+                    format!("kernel {}, expected {want}", f.kernel_release)
+                }),
+            );
+        }
+    }
+    out
+}
+
+/// Thresholds of the per-node I/O checks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IoNodeConfig {
+    pub write_min: Option<f64>,
+    pub read_min: Option<f64>,
+    /// Fraction of the median node's bandwidth below which a node fails
+    /// (0 = off).
+    pub min_fraction: f64,
+}
+
+impl Default for IoNodeConfig {
+    fn default() -> Self {
+        Self {
+            write_min: None,
+            read_min: None,
+            min_fraction: DEFAULT_MIN_FRACTION,
+        }
+    }
+}
+
+impl IoNodeConfig {
+    /// From a run's parameters; an error names the parameter.
+    pub fn from_params(params: &BTreeMap<String, String>) -> Result<Self, String> {
+        let f = num(params, "check_node_min_fraction")?.unwrap_or(DEFAULT_MIN_FRACTION);
+        if f > 1.0 {
+            return Err(format!("params.check_node_min_fraction: {f} is above 1"));
+        }
+        Ok(Self {
+            write_min: num(params, "check_node_write_bw_mib_s")?,
+            read_min: num(params, "check_node_read_bw_mib_s")?,
+            min_fraction: f,
+        })
+    }
+}
+
+fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// Each node's mean process bandwidth (MiB/s) per operation from
+/// `io_task_times` rows that name a host and moved bytes in a positive
+/// transfer time: operation → node → MiB/s. Rows without a host (IOR's)
+/// are left out.
+pub fn node_bandwidths(batches: &[RecordBatch]) -> BTreeMap<String, BTreeMap<String, f64>> {
+    let mut acc: BTreeMap<String, BTreeMap<String, (f64, u64)>> = BTreeMap::new();
+    for b in batches {
+        let (Some(op), Some(host), Some(bytes), Some(xfer)) = (
+            text_col(b, "operation"),
+            text_col(b, "host"),
+            f64_col(b, "bytes"),
+            f64_col(b, "xfer_time_s"),
+        ) else {
+            continue;
+        };
+        for i in 0..b.num_rows() {
+            if !(op.is_valid(i) && host.is_valid(i) && bytes.is_valid(i) && xfer.is_valid(i)) {
+                continue;
+            }
+            let (by, t) = (bytes.value(i), xfer.value(i));
+            let usable = t.is_finite() && t > 0.0 && by.is_finite() && by >= 0.0;
+            if host.value(i).is_empty() || !usable {
+                continue;
+            }
+            let e = acc
+                .entry(op.value(i).to_string())
+                .or_default()
+                .entry(host.value(i).to_string())
+                .or_default();
+            e.0 += by / t / (1u64 << 20) as f64;
+            e.1 += 1;
+        }
+    }
+    acc.into_iter()
+        .map(|(op, nodes)| {
+            let m = nodes
+                .into_iter()
+                .map(|(n, (sum, k))| (n, sum / k as f64))
+                .collect();
+            (op, m)
+        })
+        .collect()
+}
+
+/// The per-node I/O checks of a run's `io_task_times` rows.
+pub fn io_node_checks(batches: &[RecordBatch], cfg: &IoNodeConfig) -> Vec<NodeRow> {
+    let mut out = Vec::new();
+    for (op, nodes) in node_bandwidths(batches) {
+        let bound = match op.as_str() {
+            "write" => cfg.write_min,
+            "read" => cfg.read_min,
+            _ => continue,
+        };
+        let mut all: Vec<f64> = nodes.values().copied().collect();
+        let med = median(&mut all);
+        for (node, bw) in &nodes {
+            if let Some(min) = bound {
+                let ok = *bw >= min;
+                out.push(
+                    NodeRow::new(
+                        node,
+                        &format!("node.{op}_bw_mib_s"),
+                        ok,
+                        Some(*bw),
+                        Some(min),
+                    )
+                    .unit("MiB/s")
+                    .message(format!(
+                        "{op} {bw:.1} MiB/s per process {} the bound {min} MiB/s",
+                        if ok { "meets" } else { "is below" }
+                    )),
+                );
+            }
+            if let Some(m) = med.filter(|_| nodes.len() >= 2 && cfg.min_fraction > 0.0) {
+                let r = cfg.min_fraction * m;
+                let ok = *bw >= r;
+                out.push(
+                    NodeRow::new(
+                        node,
+                        &format!("node.{op}_bw_of_median"),
+                        ok,
+                        Some(*bw),
+                        Some(r),
+                    )
+                    .unit("MiB/s")
+                    .message(format!(
+                        "{op} {bw:.1} MiB/s per process, {} {} × the median node's {m:.1} MiB/s",
+                        if ok { "at least" } else { "below" },
+                        cfg.min_fraction
+                    )),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// An ERROR row for a node-level check that could not be evaluated (bad
+/// parameters): it names no node (`*`), so it counts toward the run's
+/// verdict and never drains one.
+pub fn config_error(message: String) -> NodeRow {
+    NodeRow {
+        node: "*".into(),
+        check: "node.config".into(),
+        status: "ERROR".into(),
+        value: None,
+        reference: None,
+        unit: String::new(),
+        message,
+    }
+}
+
+/// The `node_health` batch of `rows`.
+pub fn to_batch(
+    run_id: &str,
+    source: &str,
+    rows: &[NodeRow],
+) -> Result<RecordBatch, arrow::error::ArrowError> {
+    let s = |f: &dyn Fn(&NodeRow) -> &str| -> ArrayRef {
+        Arc::new(StringArray::from_iter_values(rows.iter().map(f)))
+    };
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|_| run_id))),
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|_| source))),
+        s(&|r| &r.node),
+        s(&|r| &r.check),
+        s(&|r| &r.status),
+        Arc::new(rows.iter().map(|r| r.value).collect::<Float64Array>()),
+        Arc::new(rows.iter().map(|r| r.reference).collect::<Float64Array>()),
+        s(&|r| &r.unit),
+        s(&|r| &r.message),
+    ];
+    let schema = catalog::schema("node_health")
+        .map_err(|e| arrow::error::ArrowError::SchemaError(e.to_string()))?;
+    RecordBatch::try_new(schema, cols)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{Field, Schema};
+
+    fn p(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn facts(node: &str, cores: i64, mem: i64, kernel: &str) -> NodeFacts {
+        NodeFacts {
+            node: node.into(),
+            cores,
+            memory_bytes: mem,
+            kernel_release: kernel.into(),
+        }
+    }
+
+    #[test]
+    fn facts_against_expectations_pass_and_fail_per_node() {
+        let e = FactsExpect::from_params(&p(&[
+            ("expect_cores", "64"),
+            ("expect_memory_bytes", "274877906944"),
+            ("expect_kernel", "6.1.0-18-amd64"),
+        ]))
+        .unwrap();
+        assert_eq!(e.memory_tolerance, 0.05);
+        let gb = 1i64 << 30;
+        let rows = facts_checks(
+            &[
+                facts("n1", 64, 256 * gb, "6.1.0-18-amd64"),
+                facts("n2", 62, 250 * gb, "6.1.0-18-amd64"),
+                facts("n3", 64, 128 * gb, "6.1.0-17-amd64"),
+            ],
+            &e,
+        );
+        assert_eq!(rows.len(), 9, "three checks per node, PASS rows included");
+        let st = |n: &str, c: &str| {
+            rows.iter()
+                .find(|r| r.node == n && r.check == c)
+                .map(|r| r.status.as_str())
+                .unwrap()
+        };
+        assert_eq!(st("n1", "node.cores"), "PASS");
+        assert_eq!(st("n2", "node.cores"), "FAIL");
+        // 250 GiB is within 5 % of 256 GiB; 128 GiB is not.
+        assert_eq!(st("n2", "node.memory_bytes"), "PASS");
+        assert_eq!(st("n3", "node.memory_bytes"), "FAIL");
+        assert_eq!(st("n3", "node.kernel"), "FAIL");
+        let r = rows
+            .iter()
+            .find(|r| r.node == "n2" && r.check == "node.cores")
+            .unwrap();
+        assert_eq!((r.value, r.reference), (Some(62.0), Some(64.0)));
+        assert_eq!(r.message, "62 cores online, expected 64");
+        assert!(facts_checks(&[facts("n1", 1, 1, "k")], &FactsExpect::default()).is_empty());
+    }
+
+    #[test]
+    fn bad_expectations_name_the_parameter() {
+        for (k, v) in [
+            ("expect_cores", "many"),
+            ("expect_cores", "0"),
+            ("expect_memory_bytes", "-5"),
+            ("expect_memory_tolerance", "2"),
+        ] {
+            let e = FactsExpect::from_params(&p(&[(k, v)])).unwrap_err();
+            assert!(e.contains(k), "{e}");
+        }
+        let e = IoNodeConfig::from_params(&p(&[("check_node_min_fraction", "x")])).unwrap_err();
+        assert!(e.contains("check_node_min_fraction"), "{e}");
+    }
+
+    fn facts_batch(rows: &[(&str, Option<&str>, i64)]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("hostname", DataType::Utf8, false),
+            Field::new("kernel_release", DataType::Utf8, false),
+            Field::new("cores", DataType::Int64, false),
+            Field::new("memory_bytes", DataType::Int64, false),
+            Field::new("node", DataType::Utf8, true),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|_| "k"))),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2))),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|_| 1))),
+                Arc::new(rows.iter().map(|r| r.1).collect::<StringArray>()),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_slurm_node_name_wins_then_the_agent_then_the_host() {
+        let b = facts_batch(&[("host", Some("n2"), 4), ("host", None, 8)]);
+        let f = node_facts(std::slice::from_ref(&b), "agent-a").unwrap();
+        assert_eq!(f[0].node, "n2");
+        assert_eq!(f[1].node, "agent-a");
+        assert_eq!(f[1].cores, 8);
+        let f = node_facts(&[b], "").unwrap();
+        assert_eq!(f[1].node, "host");
+    }
+
+    fn times(rows: &[(&str, Option<&str>, i64, f64)]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("operation", DataType::Utf8, false),
+            Field::new("host", DataType::Utf8, true),
+            Field::new("bytes", DataType::Int64, true),
+            Field::new("xfer_time_s", DataType::Float64, true),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+                Arc::new(rows.iter().map(|r| r.1).collect::<StringArray>()),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2))),
+                Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.3))),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_slow_node_fails_against_the_median_node_and_the_bound() {
+        let mib = 1i64 << 20;
+        // Two processes per node; n3 writes at a quarter of the others' speed.
+        let b = times(&[
+            ("write", Some("n1"), 100 * mib, 1.0),
+            ("write", Some("n1"), 100 * mib, 0.5),
+            ("write", Some("n2"), 100 * mib, 1.0),
+            ("write", Some("n2"), 100 * mib, 1.0),
+            ("write", Some("n3"), 100 * mib, 4.0),
+            ("write", Some("n3"), 100 * mib, 4.0),
+            ("write", None, 100 * mib, 4.0),
+            ("read", Some("n1"), 100 * mib, 0.0),
+        ]);
+        let bw = node_bandwidths(std::slice::from_ref(&b));
+        assert_eq!(bw["write"]["n1"], 150.0);
+        assert_eq!(bw["write"]["n3"], 25.0);
+        assert!(!bw.contains_key("read"), "no positive transfer time");
+        let cfg = IoNodeConfig::from_params(&p(&[("check_node_write_bw_mib_s", "30")])).unwrap();
+        let rows = io_node_checks(&[b], &cfg);
+        let get = |n: &str, c: &str| rows.iter().find(|r| r.node == n && r.check == c).unwrap();
+        let r = get("n3", "node.write_bw_of_median");
+        assert_eq!(r.status, "FAIL");
+        assert_eq!((r.value, r.reference), (Some(25.0), Some(50.0)));
+        assert_eq!(get("n1", "node.write_bw_of_median").status, "PASS");
+        assert_eq!(get("n3", "node.write_bw_mib_s").status, "FAIL");
+        assert_eq!(get("n2", "node.write_bw_mib_s").status, "PASS");
+        assert_eq!(rows.len(), 6);
+    }
+
+    #[test]
+    fn one_node_is_not_compared_with_itself() {
+        let b = times(&[("write", Some("n1"), 1 << 20, 1.0)]);
+        assert!(io_node_checks(&[b], &IoNodeConfig::default()).is_empty());
+    }
+
+    #[test]
+    fn rows_make_a_node_health_batch() {
+        let rows = facts_checks(
+            &[facts("n1", 2, 1, "k")],
+            &FactsExpect {
+                cores: Some(4),
+                ..Default::default()
+            },
+        );
+        let b = to_batch("R", "raw/x", &rows).unwrap();
+        assert_eq!(b.num_rows(), 1);
+        assert_eq!(b.schema().field(2).name(), "node");
+    }
+}
