@@ -5,6 +5,7 @@
 //! - [`layout`]: object-store keys (`raw/`, `tables/`, `_staging/`), built only here;
 //! - [`catalog`]: the Arrow schema of every lake table (a public contract, see docs/tables.md);
 //! - [`lake`]: Parquet encoding, the object store handle and offline lake writing;
+//! - [`scontrol`]: reading, draining and resuming Slurm nodes (argv, checked names);
 //! - [`error`]: the crate's error type.
 pub mod bench;
 pub mod catalog;
@@ -15,6 +16,7 @@ pub mod jobs;
 pub mod lake;
 pub mod layout;
 pub mod mem;
+pub mod scontrol;
 pub mod slurm;
 pub mod verdict;
 
