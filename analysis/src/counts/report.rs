@@ -8,7 +8,7 @@
 //! they are sorted by (number of calls, key), which is one of the orders the Go
 //! tools can produce. `heat-map-{send,recv}.md` is written once, with the final
 //! cumulative figures (the Go tool appends partial sums once per communicator).
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -151,18 +151,29 @@ pub fn stats(l: &LeadAnalysis, threshold: u64) -> String {
 /// call lists are ranges everywhere else, so `0-999999` costs nothing.
 pub const MAX_EXPANDED_CALLS: u64 = 1 << 24;
 
-/// Per call, world rank → bytes, in call order (`alltoallv_heat-map.rank<L>-*.md`).
-pub fn call_heatmap(l: &LeadAnalysis, d: Direction) -> Result<String, CountsError> {
+/// Bytes of rendered mapping bodies [`write_call_heatmap`] keeps for reuse;
+/// past it a body is rendered again for each of its calls.
+const BODY_CACHE_BYTES: usize = 64 << 20;
+
+/// Per call, world rank → bytes, in call order (`alltoallv_heat-map.rank<L>-*.md`),
+/// streamed to `out`. Every call of one count mapping prints the same lines,
+/// so each mapping's lines are rendered once and copied for each of its calls:
+/// the file is mostly such copies (117 MB for 5,000 calls of 1,024 ranks).
+pub fn write_call_heatmap(
+    l: &LeadAnalysis,
+    d: Direction,
+    out: &mut impl std::io::Write,
+) -> Result<(), HeatmapError> {
     let total: u64 = l
         .blocks
         .iter()
         .map(|b| b.calls.len())
         .fold(0, u64::saturating_add);
     if total > MAX_EXPANDED_CALLS {
-        return Err(CountsError::Input(format!(
-            "lead rank {}: {total} calls is too many for a per-call heat map (limit {MAX_EXPANDED_CALLS}); disable Options::call_heatmaps",
-            l.lead
-        )));
+        return Err(HeatmapError::TooManyCalls {
+            lead: l.lead,
+            calls: total,
+        });
     }
     // (call, block, mapping) for every call, sorted by call.
     let mut calls: Vec<(u64, usize, usize)> = Vec::new();
@@ -174,8 +185,12 @@ pub fn call_heatmap(l: &LeadAnalysis, d: Direction) -> Result<String, CountsErro
         }
     }
     calls.sort_unstable();
-    let mut s = String::from("FORMAT_VERSION: 9\n\n");
+    out.write_all(b"FORMAT_VERSION: 9\n\n")?;
+    let mut bodies: HashMap<(usize, usize), Vec<u8>> = HashMap::new();
+    let mut cached = 0usize;
+    let mut scratch = Vec::new();
     let mut line: Vec<(u64, u64)> = Vec::new();
+    let mut head = String::new();
     for (c, bi, mi) in calls {
         let (Some(b), Some(m)) = (
             l.blocks.get(bi),
@@ -183,7 +198,13 @@ pub fn call_heatmap(l: &LeadAnalysis, d: Direction) -> Result<String, CountsErro
         ) else {
             continue;
         };
-        let _ = writeln!(s, "# Call {c}:");
+        head.clear();
+        let _ = writeln!(head, "# Call {c}:");
+        out.write_all(head.as_bytes())?;
+        if let Some(body) = bodies.get(&(bi, mi)) {
+            out.write_all(body)?;
+            continue;
+        }
         line.clear();
         for (i, bytes) in b.side(d).rank_bytes.iter().enumerate() {
             let w = match &m.world_ranks {
@@ -193,12 +214,39 @@ pub fn call_heatmap(l: &LeadAnalysis, d: Direction) -> Result<String, CountsErro
             line.push((w, *bytes));
         }
         line.sort_unstable();
+        scratch.clear();
         for (w, bytes) in &line {
-            let _ = writeln!(s, "Rank {w}: {bytes} bytes");
+            // Plain integers: itoa-free formatting through std is fast enough
+            // once per mapping.
+            let _ =
+                std::io::Write::write_fmt(&mut scratch, format_args!("Rank {w}: {bytes} bytes\n"));
+        }
+        out.write_all(&scratch)?;
+        if cached + scratch.len() <= BODY_CACHE_BYTES {
+            cached += scratch.len();
+            bodies.insert((bi, mi), std::mem::take(&mut scratch));
         }
     }
-    s.push('\n');
-    Ok(s)
+    out.write_all(b"\n")?;
+    Ok(())
+}
+
+/// Why a per-call heat map could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum HeatmapError {
+    /// Expanding the calls one by one would be too much.
+    #[error(
+        "lead rank {lead}: {calls} calls is too many for a per-call heat map (limit {MAX_EXPANDED_CALLS}); disable Options::call_heatmaps"
+    )]
+    TooManyCalls {
+        /// The lead rank.
+        lead: u64,
+        /// Its number of calls.
+        calls: u64,
+    },
+    /// Writing failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
 }
 
 /// Host → bytes of one lead rank and direction.
@@ -273,11 +321,19 @@ pub fn write_all(a: &Analysis, dir: &Path) -> Result<(), CountsError> {
         for d in [Direction::Send, Direction::Recv] {
             let ds = d.as_str();
             if a.options.call_heatmaps {
-                write(
-                    dir,
-                    &format!("alltoallv_heat-map.rank{r}-{ds}.md"),
-                    &call_heatmap(l, d)?,
-                )?;
+                let p = dir.join(format!("alltoallv_heat-map.rank{r}-{ds}.md"));
+                let io = |source| CountsError::Io {
+                    path: p.clone(),
+                    source,
+                };
+                let f = std::fs::File::create(&p).map_err(io)?;
+                let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+                match write_call_heatmap(l, d, &mut w) {
+                    Ok(()) => {}
+                    Err(HeatmapError::Io(e)) => return Err(io(e)),
+                    Err(e) => return Err(CountsError::Input(e.to_string())),
+                }
+                std::io::Write::flush(&mut w).map_err(io)?;
             }
             if !a.hosts.is_empty() {
                 write(
