@@ -415,11 +415,25 @@ fn shown(id: &str, v: &str) -> String {
     if is_secret(id) && !v.is_empty() {
         return "\"***\"".into();
     }
+    // A webhook URL's path may be its secret (Slack-style): NAME=scheme://host/…
+    if id == "webhooks" {
+        let (name, url) = v.split_once('=').unwrap_or(("", v));
+        let url = reqwest_url_redacted(url);
+        return toml::Value::String(format!("{name}={url}")).to_string();
+    }
     if v.parse::<i64>().is_ok() || v.parse::<f64>().is_ok_and(f64::is_finite) {
         return v.to_string();
     }
     let v = benchlake_coordinator::store_pg::redact(v);
     toml::Value::String(v).to_string()
+}
+
+/// A webhook URL without its path, query and credentials.
+fn reqwest_url_redacted(url: &str) -> String {
+    match benchlake_coordinator::notify::parse_url("webhook", url) {
+        Ok(u) => benchlake_coordinator::notify::redact_url(&u),
+        Err(_) => "***".into(),
+    }
 }
 
 /// `benchlake config show COMMAND…`: the effective value of every flag of the

@@ -303,6 +303,126 @@ pub struct CoordTuning {
     pub state_synchronous_commit: bool,
 }
 
+/// Notifiers of the coordinator (`coordinator`, `up`): webhooks told when a
+/// run ends FAILED or with the verdict FAIL or ERROR (docs/notifications.md).
+#[derive(Debug, Clone, Default, Args)]
+pub struct NotifyArgs {
+    /// A webhook notifier, NAME=URL (http or https; repeatable). Schedules
+    /// and runs name it (`--notify NAME`); --notify-default adds it to all.
+    #[arg(
+        long = "webhook",
+        env = "BENCHLAKE_WEBHOOKS",
+        value_delimiter = ',',
+        value_name = "NAME=URL"
+    )]
+    pub webhooks: Vec<String>,
+    /// The HMAC-SHA256 key of webhook NAME, read from PATH (repeatable;
+    /// trailing newline ignored): requests then carry X-Benchlake-Signature.
+    #[arg(
+        long = "webhook-secret-file",
+        env = "BENCHLAKE_WEBHOOK_SECRET_FILES",
+        value_delimiter = ',',
+        value_name = "NAME=PATH"
+    )]
+    pub webhook_secret_files: Vec<String>,
+    /// CA certificates (PEM) an https webhook may chain to, besides the
+    /// system's roots.
+    #[arg(long = "webhook-ca", env = "BENCHLAKE_WEBHOOK_CA")]
+    pub webhook_ca: Option<PathBuf>,
+    /// Notifiers told about every run that ends badly (repeatable).
+    #[arg(
+        long = "notify-default",
+        env = "BENCHLAKE_NOTIFY_DEFAULT",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
+    pub notify_default: Vec<String>,
+    /// Timeout of one delivery attempt (ms).
+    #[arg(long, env = "BENCHLAKE_NOTIFY_TIMEOUT_MS", default_value_t = 10_000)]
+    pub notify_timeout_ms: u64,
+    /// Attempts of a delivery before it is given up.
+    #[arg(long, env = "BENCHLAKE_NOTIFY_MAX_ATTEMPTS", default_value_t = 8)]
+    pub notify_max_attempts: u32,
+    /// Delay after the first failed attempt (ms); doubled per attempt, with
+    /// jitter, up to 10 minutes.
+    #[arg(long, env = "BENCHLAKE_NOTIFY_BACKOFF_MS", default_value_t = 2_000)]
+    pub notify_backoff_ms: u64,
+    /// The dashboard's base URL as receivers reach it, for the run link in
+    /// payloads (default: from --http-addr).
+    #[arg(long, env = "BENCHLAKE_DASHBOARD_URL", value_name = "URL")]
+    pub dashboard_url: Option<String>,
+}
+
+/// Splits `NAME=VALUE` of flag `flag`.
+fn name_value<'a>(flag: &str, s: &'a str) -> anyhow::Result<(&'a str, &'a str)> {
+    let (n, v) = s
+        .split_once('=')
+        .with_context(|| format!("--{flag}: expected NAME=VALUE"))?;
+    benchlake_coordinator::notify::check_name(&format!("--{flag}"), n)
+        .map_err(anyhow::Error::msg)?;
+    Ok((n, v))
+}
+
+impl NotifyArgs {
+    /// The notifier settings; `http_base` is the dashboard's address when
+    /// the coordinator serves one (the default of --dashboard-url).
+    pub fn config(
+        &self,
+        http_base: Option<String>,
+    ) -> anyhow::Result<benchlake_coordinator::notify::NotifyConfig> {
+        use benchlake_coordinator::notify::{NotifyConfig, Webhook, parse_url};
+        let mut secrets = std::collections::BTreeMap::new();
+        for e in &self.webhook_secret_files {
+            let (n, p) = name_value("webhook-secret-file", e)?;
+            let text = std::fs::read(p)
+                .with_context(|| format!("--webhook-secret-file {n}: reading {p}"))?;
+            let key = text.strip_suffix(b"\n").unwrap_or(&text);
+            let key = key.strip_suffix(b"\r").unwrap_or(key);
+            if key.len() < 16 {
+                bail!(
+                    "--webhook-secret-file {n}: {p} holds {} bytes; use at least 16",
+                    key.len()
+                );
+            }
+            if secrets.insert(n.to_string(), key.to_vec()).is_some() {
+                bail!("--webhook-secret-file {n}: given twice");
+            }
+        }
+        let mut webhooks = Vec::new();
+        for e in &self.webhooks {
+            let (n, u) = name_value("webhook", e)?;
+            let url = parse_url(&format!("--webhook {n}"), u).map_err(anyhow::Error::msg)?;
+            let secret = secrets.remove(n);
+            if secret.is_none() {
+                tracing::warn!(
+                    webhook = n,
+                    "webhook without --webhook-secret-file: its requests are not signed"
+                );
+            }
+            webhooks.push(Webhook {
+                name: n.to_string(),
+                url,
+                secret,
+            });
+        }
+        if let Some(n) = secrets.keys().next() {
+            bail!("--webhook-secret-file {n}: no --webhook named '{n}'");
+        }
+        let cfg = NotifyConfig {
+            webhooks,
+            defaults: self.notify_default.clone(),
+            ca_file: self.webhook_ca.clone(),
+            timeout_ms: self.notify_timeout_ms,
+            max_attempts: self.notify_max_attempts,
+            backoff_ms: self.notify_backoff_ms.max(1),
+            dashboard_url: self.dashboard_url.clone().or(http_base),
+            ..Default::default()
+        };
+        cfg.check().map_err(anyhow::Error::msg)?;
+        Ok(cfg)
+    }
+}
+
 /// `benchlake coordinator`.
 #[derive(Debug, Clone, Args)]
 pub struct CoordinatorArgs {
@@ -328,6 +448,8 @@ pub struct CoordinatorArgs {
     pub tls: ServerTlsArgs,
     #[command(flatten)]
     pub http: HttpArgs,
+    #[command(flatten)]
+    pub notify: NotifyArgs,
 }
 
 impl CoordinatorArgs {
@@ -356,6 +478,14 @@ impl CoordinatorArgs {
             tls_key: self.tls.tls_key.clone(),
             tls_client_ca: self.tls.tls_client_ca.clone(),
             metrics_tokens: benchlake_coordinator::config::MetricsTokens(self.http.tokens()?),
+            notify: self.notify.config(self.http.http_addr.as_ref().map(|a| {
+                let scheme = if self.tls.tls_cert.is_some() {
+                    "https"
+                } else {
+                    "http"
+                };
+                format!("{scheme}://{a}")
+            }))?,
             ..Default::default()
         })
     }

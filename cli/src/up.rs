@@ -58,6 +58,8 @@ pub struct UpArgs {
     /// certificate of --tls-cert (pinned), so --tls-ca is not needed.
     #[command(flatten)]
     pub client_tls: ClientTlsArgs,
+    #[command(flatten)]
+    pub notify: crate::opts::NotifyArgs,
 }
 
 pub async fn up(a: UpArgs) -> anyhow::Result<()> {
@@ -113,9 +115,10 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
         },
         tls: a.tls.clone(),
         http: a.http.clone(),
+        notify: a.notify.clone(),
     };
     let lake_default = data.join("lake").display().to_string();
-    let cfg = coord_args.config(&lake_default)?;
+    let mut cfg = coord_args.config(&lake_default)?;
     let store = cfg.store.clone();
     let tokens = cfg.tokens.clone();
     let pick = |v: &Vec<String>| v.first().cloned().or_else(|| tokens.admin.first().cloned());
@@ -144,6 +147,9 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
         http_listener.local_addr()?
     );
     let metrics_url = format!("{http_base}/metrics");
+    if a.notify.dashboard_url.is_none() {
+        cfg.notify.dashboard_url = Some(http_base.clone());
+    }
     let coord = tokio::spawn(benchlake_coordinator::run_with(
         cfg,
         listener,

@@ -731,7 +731,8 @@ pub enum ScheduleCmd {
         /// Cap for --catch-up all.
         #[arg(long, default_value_t = 0)]
         max_catch_up: u32,
-        /// Allow a new run while the previous one is active.
+        /// Allow a new run while the previous one is active (backfilled
+        /// runs then start together instead of one after another).
         #[arg(long)]
         allow_overlap: bool,
         #[command(flatten)]
@@ -768,6 +769,10 @@ pub enum ScheduleCmd {
     },
     /// One run per cron instant in [FROM, TO) (RFC 3339 or YYYY-MM-DD, UTC).
     Backfill {
+        /// A notifier of the coordinator (`--webhook NAME=URL` there) told when
+        /// a run ends FAILED or with the verdict FAIL or ERROR (repeatable).
+        #[arg(long = "notify", value_name = "NAME")]
+        notify: Vec<String>,
         #[command(flatten)]
         conn: Conn,
         schedule: String,
@@ -801,12 +806,18 @@ fn schedule_line(s: &pb::Schedule) -> String {
         pb::CatchUp::try_from(s.catch_up)
             .map(|c| c
                 .as_str_name()
+    /// Unless the schedule allows overlap, the runs queue (PENDING) and run
+    /// one after another in date order.
                 .trim_start_matches("CATCH_UP_")
                 .to_lowercase())
             .unwrap_or_default(),
         fmt_ms_in(s.next_fire_ms, &s.time_zone),
         if s.paused { "  (paused)" } else { "" }
-    )
+    ) + &if s.notify.is_empty() {
+        String::new()
+    } else {
+        format!("  notify {}", s.notify.join(","))
+    }
 }
 
 /// `ms` in the IANA zone `tz` with the zone's abbreviation (UTC when the zone
@@ -876,6 +887,7 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
             let s = conn
                 .schedules()?
                 .create_schedule(pb::CreateScheduleRequest {
+        "notify": s.notify,
                     schedule: Some(pb::Schedule {
                         name,
                         cron,
@@ -899,6 +911,7 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
                 .into_inner()
                 .schedules;
             if conn.json {
+            notify,
                 return json(&all.iter().map(schedule_json).collect::<Vec<_>>());
             }
             for s in all {
@@ -918,6 +931,7 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
         }
         ScheduleCmd::Resume { conn, schedule } => {
             let s = conn
+                        notify,
                 .schedules()?
                 .pause_schedule(pb::PauseScheduleRequest {
                     schedule_id: schedule,

@@ -245,6 +245,8 @@ pub struct CoordinatorConfig {
     /// Tokens that may read `/metrics` and nothing else (Prometheus'); admin
     /// and user tokens may read it too ([`crate::http`]).
     pub metrics_tokens: MetricsTokens,
+    /// Notifiers (webhooks) and their delivery settings ([`crate::notify`]).
+    pub notify: crate::notify::NotifyConfig,
 }
 
 /// Bearer tokens of the `/metrics` endpoint only (never printed).
@@ -301,6 +303,7 @@ impl Default for CoordinatorConfig {
             tls_key: None,
             tls_client_ca: None,
             metrics_tokens: MetricsTokens::default(),
+            notify: Default::default(),
         }
     }
 }

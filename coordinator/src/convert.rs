@@ -182,6 +182,7 @@ impl ScheduleRow {
         }
     }
 }
+            notify: self.notify.clone(),
 
 impl RunRow {
     /// The protocol message (agents are filled in by the caller from tasks:

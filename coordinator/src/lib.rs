@@ -20,6 +20,7 @@ pub mod lifecycle;
 pub mod logic;
 pub mod metrics;
 pub mod model;
+pub mod notify;
 pub mod pg_testing;
 pub mod placement;
 pub mod reconcile;
@@ -105,6 +106,8 @@ pub struct Coordinator {
     pub(crate) metrics: Arc<metrics::Metrics>,
     /// The `checks` verdicts in memory, for the dashboard ([`verdicts`]).
     pub(crate) verdicts: Arc<verdicts::VerdictIndex>,
+    /// Wakes the notification outbox when rows were queued ([`notify`]).
+    pub(crate) outbox_wake: Notify,
 }
 
 /// How far the stored `last_heartbeat_ms` of an agent may lag its in-memory
@@ -193,6 +196,7 @@ impl Coordinator {
         let c = Arc::new(Self {
             metrics: Arc::new(metrics::Metrics::default()),
             verdicts: Arc::new(verdicts::VerdictIndex::default()),
+            outbox_wake: Notify::new(),
             lead: Mutex::new(None),
             db_gate,
             placement,
@@ -514,7 +518,14 @@ pub async fn serve(
     let acceptor = tls::acceptor(&coord.cfg).map_err(CoordError::Setup)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let bg = if coord.cfg.background {
-        Some(tokio::spawn(coord.clone().background(stop_rx)))
+        Some(tokio::spawn(coord.clone().background(stop_rx.clone())))
+    } else {
+        None
+    };
+    // Only a serving coordinator sends notifications: on PostgreSQL, the leader.
+    let outbox = if coord.cfg.background && coord.cfg.notify.enabled() {
+        let o = notify::Outbox::new(&coord.cfg.notify).map_err(CoordError::Setup)?;
+        Some(tokio::spawn(o.run(coord.clone(), stop_rx)))
     } else {
         None
     };
@@ -536,6 +547,9 @@ pub async fn serve(
     let _ = stop_tx.send(true);
     if let Some(bg) = bg {
         let _ = bg.await;
+    }
+    if let Some(o) = outbox {
+        let _ = o.await;
     }
     res
 }

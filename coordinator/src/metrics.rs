@@ -52,6 +52,9 @@ pub struct Metrics {
     pub retries: CounterVec,
     /// `checks` verdicts committed, by check and status.
     pub verdicts: CounterVec,
+    /// Notification outcomes (`delivered`, `retried`, `rejected`,
+    /// `gave_up`, `skipped`: [`crate::notify`]).
+    pub notifications: CounterVec,
     /// Bytes of Parquet committed to the lake's tables.
     pub lake_bytes: Counter,
     /// Files committed to the lake's tables.
@@ -68,6 +71,7 @@ impl Default for Metrics {
             lease_expiries: CounterVec::default(),
             retries: CounterVec::default(),
             verdicts: CounterVec::default(),
+            notifications: CounterVec::default(),
             lake_bytes: Counter::default(),
             lake_files: Counter::default(),
             started: Instant::now(),
@@ -214,6 +218,12 @@ impl Metrics {
             "Health verdicts committed to the checks table, by check and status (OK, WARN, FAIL, ERROR, ...).",
             &["check", "status"],
             &self.verdicts,
+        );
+        e.counter_vec(
+            "benchlake_notifications_total",
+            "Notification attempts and outcomes by result: delivered, retried, rejected (4xx), gave_up, skipped (the run ended well).",
+            &["result"],
+            &self.notifications,
         );
         e.histogram_vec(
             "benchlake_rpc_duration_seconds",

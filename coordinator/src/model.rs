@@ -124,6 +124,15 @@ pub struct RunRow {
     pub date: String,
     /// The final state decided while the `runs` record job is in flight.
     pub outcome: Option<RunState>,
+    /// Queued behind an active run of its schedule (a backfill of a schedule
+    /// without `allow_overlap`): PENDING without tasks until the schedule's
+    /// runs before it have ended ([`crate::lifecycle::run::start_next_queued`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub queued: bool,
+    /// Names of the notifiers told when the run ends badly
+    /// (docs/notifications.md), chosen at submission or from its schedule.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notify: Vec<String>,
 }
 
 /// Where a run comes from.
@@ -133,6 +142,8 @@ pub struct Origin {
     pub scheduled_for_ms: Option<i64>,
     pub idempotency_key: Option<String>,
     pub rerun_of: Option<String>,
+    /// Notifiers of the run (its schedule's, or the submitter's).
+    pub notify: Vec<String>,
 }
 
 impl RunRow {
@@ -163,6 +174,8 @@ impl RunRow {
             rerun_of: origin.rerun_of,
             date: benchlake_core::layout::date_of_ms(origin.scheduled_for_ms.unwrap_or(now)),
             outcome: None,
+            queued: false,
+            notify: origin.notify,
         }
     }
 }
@@ -312,6 +325,9 @@ impl CatchUp {
     }
     /// Parses a stored or user-given name.
     pub fn parse(s: &str) -> Option<Self> {
+    /// Notifiers told when a run of the schedule ends badly ([`crate::notify`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notify: Vec<String>,
         match s.to_ascii_lowercase().as_str() {
             "none" => Some(Self::None),
             "latest" | "" => Some(Self::Latest),
@@ -332,4 +348,71 @@ pub struct CommittedFile {
     pub rows: u64,
     pub bytes: u64,
     pub committed_ms: i64,
+}
+
+/// Where a notification stands (the outbox of [`crate::notify`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NotificationState {
+    /// Not sent yet, or to be retried at `next_ms`.
+    Pending,
+    /// A 2xx answer was received.
+    Delivered,
+    /// Given up: refused (4xx), attempts ran out, or the notifier is gone.
+    Failed,
+    /// The run ended well (its checks passed): nothing was sent.
+    Skipped,
+}
+
+impl NotificationState {
+    /// Upper-case name, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "PENDING",
+            Self::Delivered => "DELIVERED",
+            Self::Failed => "FAILED",
+            Self::Skipped => "SKIPPED",
+        }
+    }
+}
+
+/// One notification of a run to one notifier (an outbox row).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NotificationRow {
+    /// The delivery id (a ULID), sent with every attempt.
+    pub delivery_id: String,
+    pub run_id: String,
+    /// The notifier's name.
+    pub notifier: String,
+    pub state: NotificationState,
+    /// Attempts made.
+    pub attempt: u32,
+    /// Not sent before this time.
+    pub next_ms: i64,
+    pub created_ms: i64,
+    /// The event, once the payload is built.
+    pub event: Option<String>,
+    /// The JSON body, built once (every attempt sends the same bytes).
+    pub body: Option<String>,
+    /// Why the last attempt failed.
+    pub last_error: Option<String>,
+    pub delivered_ms: Option<i64>,
+}
+
+impl NotificationRow {
+    /// A PENDING row of `run_id` for `notifier`, due at `now`.
+    pub fn new(run_id: &str, notifier: &str, now: i64) -> Self {
+        Self {
+            delivery_id: benchlake_core::ids::new_id_at(now),
+            run_id: run_id.to_string(),
+            notifier: notifier.to_string(),
+            state: NotificationState::Pending,
+            attempt: 0,
+            next_ms: now,
+            created_ms: now,
+            event: None,
+            body: None,
+            last_error: None,
+            delivered_ms: None,
+        }
+    }
 }

@@ -1,5 +1,8 @@
 //! Cron schedules: parsing (POSIX 5-field or 6-field with seconds, in an explicit
 //! IANA time zone), firing with a catch-up policy, backfills and manual triggers.
+//! Backfilled runs of a schedule without `allow_overlap` queue one after
+//! another ([`backfill_one`]); a cron instant that comes while a run of such a
+//! schedule is active (queued ones included) is skipped.
 //!
 //! Instants are computed in the schedule's zone with croner, which follows the
 //! Open Cron Pattern Specification for DST: a fixed-time job whose local time
@@ -108,7 +111,7 @@ pub fn fire_due(
     now: i64,
 ) -> Result<(Vec<RunRow>, Effects)> {
     let mut created = Vec::new();
-    let mut fx = Effects::default();
+    let mut fx = start_stalled_queues(tx, cfg, now)?;
     for mut s in tx.due_schedules(now)? {
         let Some(next) = s.next_fire_ms else { continue };
         let cron = match CronSpec::parse(&s.cron, &s.time_zone) {
@@ -164,6 +167,55 @@ pub fn fire_due(
     Ok((created, fx))
 }
 
+/// The run of schedule `s` for backfilled instant `t`: started at once when
+/// the schedule allows overlap or none of its runs is active, else queued
+/// behind them ([`lifecycle::run::create_queued`]); queued runs start one after
+/// another, in the order of their instants.
+pub fn backfill_one(
+    tx: &mut dyn Tx,
+    cfg: &CoordinatorConfig,
+    s: &ScheduleRow,
+    t: i64,
+    now: i64,
+) -> Result<(RunRow, Effects)> {
+    if s.allow_overlap || tx.active_runs_of_schedule(&s.schedule_id)?.is_empty() {
+        return fire_one(tx, cfg, s, t, now);
+    }
+    let origin = Origin {
+        schedule_id: Some(s.schedule_id.clone()),
+        scheduled_for_ms: Some(t),
+        notify: s.notify.clone(),
+        ..Default::default()
+    };
+    let agents = tx.list_agents()?;
+    let kind = logic::find_benchmark(&agents, &s.spec.benchmark)
+        .map(|b| b.kind)
+        .unwrap_or_else(|| "unknown".into());
+    lifecycle::run::create_queued(tx, s.spec.clone(), kind, origin, now)
+}
+
+/// Starts queued runs whose schedule has no active run left (a run that
+/// ended in a transaction concurrent with the backfill that queued them).
+fn start_stalled_queues(tx: &mut dyn Tx, cfg: &CoordinatorConfig, now: i64) -> Result<Effects> {
+    let mut fx = Effects::default();
+    let pending = tx.list_runs(&crate::store::RunFilter {
+        state: Some(RunState::Pending),
+        limit: 10_000,
+        ..Default::default()
+    })?;
+    let mut schedules: Vec<String> = pending
+        .into_iter()
+        .filter(|r| r.queued)
+        .filter_map(|r| r.schedule_id)
+        .collect();
+    schedules.sort();
+    schedules.dedup();
+    for s in schedules {
+        lifecycle::run::start_next_queued(tx, cfg, &s, now, &mut fx)?;
+    }
+    Ok(fx)
+}
+
 /// Creates the run of schedule `s` for instant `t`. A run that cannot be placed
 /// (no eligible agent, unknown benchmark) is still created, as FAILED with the
 /// reason, so a missed nightly check is visible.
@@ -177,6 +229,7 @@ pub fn fire_one(
     let origin = Origin {
         schedule_id: Some(s.schedule_id.clone()),
         scheduled_for_ms: Some(t),
+        notify: s.notify.clone(),
         ..Default::default()
     };
     let agents = tx.list_agents()?;

@@ -117,6 +117,19 @@ pub trait Tx {
     /// Sets a value of the `meta` table.
     fn set_meta(&mut self, key: &str, value: &str) -> Result<()>;
 
+    // The notification outbox (`crate::notify`).
+    /// Adds an outbox row; nothing when the run already has one for that
+    /// notifier.
+    fn insert_notification(&mut self, n: &NotificationRow) -> Result<()>;
+    /// Writes an outbox row back (by delivery id).
+    fn update_notification(&mut self, n: &NotificationRow) -> Result<()>;
+    /// PENDING rows due at `now`, the earliest first, at most `limit`.
+    fn due_notifications(&mut self, now: i64, limit: u32) -> Result<Vec<NotificationRow>>;
+    /// When the earliest PENDING row is due.
+    fn next_notification_ms(&mut self) -> Result<Option<i64>>;
+    /// The rows of a run, by notifier.
+    fn notifications_of_run(&mut self, run_id: &str) -> Result<Vec<NotificationRow>>;
+
     /// The placement index as this transaction sees it (its own writes
     /// included), when the store keeps one; callers fall back to the rows.
     fn placement(&mut self) -> Option<crate::placement::View<'_>> {
@@ -203,6 +216,14 @@ CREATE TABLE IF NOT EXISTS committed_files (
 CREATE INDEX IF NOT EXISTS committed_table ON committed_files(table_name, date, run_id);
 "#;
 
+/// Migration 4: the notification outbox.
+const NOTIFICATIONS_SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS notifications (
+  delivery_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, notifier TEXT NOT NULL, state TEXT NOT NULL,
+  next_ms INTEGER NOT NULL, data TEXT NOT NULL, UNIQUE(run_id, notifier));
+CREATE INDEX IF NOT EXISTS notifications_due ON notifications(state, next_ms);
+"#;
+
 /// The schema as successive steps; `meta.schema_version` says how many have
 /// been applied. Each step is idempotent (a database of release 1 may already
 /// have the job-group columns). Never edit a released step: add one.
@@ -213,6 +234,8 @@ const MIGRATIONS: &[fn(&Connection) -> Result<()>] = &[
     migrate_job_groups,
     // 3: a run's committed files by run (the dashboard's run page).
     |c| Ok(c.execute_batch("CREATE INDEX IF NOT EXISTS committed_run ON committed_files(run_id);")?),
+    // 4: the notification outbox (`crate::notify`): one row per run and notifier.
+    |c| Ok(c.execute_batch(NOTIFICATIONS_SCHEMA)?),
 ];
 
 /// The schema version this build writes.
@@ -955,6 +978,50 @@ impl Tx for SqliteTx<'_> {
             )?
             .execute(params![key, value])?;
         Ok(())
+    }
+
+    fn insert_notification(&mut self, n: &NotificationRow) -> Result<()> {
+        self.c
+            .prepare_cached(
+                "INSERT INTO notifications(delivery_id, run_id, notifier, state, next_ms, data)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(run_id, notifier) DO NOTHING",
+            )?
+            .execute(params![
+                n.delivery_id,
+                n.run_id,
+                n.notifier,
+                n.state.as_str(),
+                n.next_ms,
+                enc(n)?
+            ])?;
+        Ok(())
+    }
+    fn update_notification(&mut self, n: &NotificationRow) -> Result<()> {
+        self.c
+            .prepare_cached(
+                "UPDATE notifications SET state=?2, next_ms=?3, data=?4 WHERE delivery_id=?1",
+            )?
+            .execute(params![n.delivery_id, n.state.as_str(), n.next_ms, enc(n)?])?;
+        Ok(())
+    }
+    fn due_notifications(&mut self, now: i64, limit: u32) -> Result<Vec<NotificationRow>> {
+        self.many(
+            "SELECT data FROM notifications WHERE state='PENDING' AND next_ms<=?1
+             ORDER BY next_ms, delivery_id LIMIT ?2",
+            params![now, limit],
+        )
+    }
+    fn next_notification_ms(&mut self) -> Result<Option<i64>> {
+        Ok(self
+            .c
+            .prepare_cached("SELECT MIN(next_ms) FROM notifications WHERE state='PENDING'")?
+            .query_row([], |r| r.get::<_, Option<i64>>(0))?)
+    }
+    fn notifications_of_run(&mut self, run_id: &str) -> Result<Vec<NotificationRow>> {
+        self.many(
+            "SELECT data FROM notifications WHERE run_id=?1 ORDER BY notifier",
+            params![run_id],
+        )
     }
 
     fn placement(&mut self) -> Option<View<'_>> {

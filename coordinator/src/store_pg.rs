@@ -88,6 +88,14 @@ BEGIN
   RETURN t;
 END $$;
 "#,
+    // 3: the notification outbox (`crate::notify`): one row per run and notifier.
+    r#"
+CREATE TABLE IF NOT EXISTS notifications (
+  delivery_id TEXT COLLATE "C" PRIMARY KEY, run_id TEXT COLLATE "C" NOT NULL,
+  notifier TEXT COLLATE "C" NOT NULL, state TEXT NOT NULL, next_ms BIGINT NOT NULL,
+  data TEXT NOT NULL, UNIQUE (run_id, notifier));
+CREATE INDEX IF NOT EXISTS notifications_due ON notifications(state, next_ms);
+"#,
 ];
 
 /// Key of the advisory lock that serialises schema upgrades of coordinators
@@ -1225,6 +1233,54 @@ impl Tx for PgTx<'_> {
             params![key.to_owned(), value.to_owned()],
         )?;
         Ok(())
+    }
+
+    fn insert_notification(&mut self, n: &NotificationRow) -> Result<()> {
+        self.defer(
+            "INSERT INTO notifications(delivery_id, run_id, notifier, state, next_ms, data)
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (run_id, notifier) DO NOTHING",
+            params![
+                n.delivery_id.clone(),
+                n.run_id.clone(),
+                n.notifier.clone(),
+                n.state.as_str(),
+                n.next_ms,
+                enc(n)?
+            ],
+        )
+    }
+    fn update_notification(&mut self, n: &NotificationRow) -> Result<()> {
+        self.defer(
+            "UPDATE notifications SET state=$2, next_ms=$3, data=$4 WHERE delivery_id=$1",
+            params![
+                n.delivery_id.clone(),
+                n.state.as_str(),
+                n.next_ms,
+                enc(n)?
+            ],
+        )
+    }
+    fn due_notifications(&mut self, now: i64, limit: u32) -> Result<Vec<NotificationRow>> {
+        let limit = i64::from(limit);
+        self.many(
+            "SELECT data FROM notifications WHERE state='PENDING' AND next_ms<=$1
+             ORDER BY next_ms, delivery_id LIMIT $2",
+            &[&now, &limit],
+        )
+    }
+    fn next_notification_ms(&mut self) -> Result<Option<i64>> {
+        Ok(self
+            .row_opt(
+                "SELECT MIN(next_ms) FROM notifications WHERE state='PENDING'",
+                &[],
+            )?
+            .and_then(|r| r.get::<_, Option<i64>>(0)))
+    }
+    fn notifications_of_run(&mut self, run_id: &str) -> Result<Vec<NotificationRow>> {
+        self.many(
+            "SELECT data FROM notifications WHERE run_id=$1 ORDER BY notifier",
+            &[&run_id],
+        )
     }
 
     fn placement(&mut self) -> Option<View<'_>> {

@@ -40,6 +40,8 @@ fn run(id: &str, state: RunState, schedule: Option<&str>, bench: &str) -> RunRow
         rerun_of: None,
         date: "2026-11-23".into(),
         outcome: None,
+        queued: false,
+        notify: Vec::new(),
     }
 }
 
@@ -120,8 +122,10 @@ fn schedule(id: &str, name: &str, paused: bool, next: Option<i64>) -> ScheduleRo
         next_fire_ms: next,
         last_fire_ms: None,
         created_ms: 1,
-    }
+        node_action: Default::default(),
+        notify: Vec::new(),
 }
+    }
 
 fn ids<T>(v: &[T], f: impl Fn(&T) -> &str) -> Vec<String> {
     v.iter().map(|x| f(x).to_string()).collect()
@@ -137,11 +141,71 @@ fn conformance(s: &dyn StateStore) {
     schedules(s);
     committed_and_meta(s);
     counts(s);
+    notifications(s);
     rollback(s);
+    counts(s);
 }
 
-/// `state_counts` (the metrics' one aggregate query): rows by kind and state,
+/// The notification outbox: one row per (run, notifier), due rows in time
+/// order, updates by delivery id, the next due time.
+fn notifications(s: &dyn StateStore) {
+    let n = |id: &str, run: &str, notifier: &str, next: i64| {
+        let mut r = NotificationRow::new(run, notifier, next);
+        r.delivery_id = id.into();
+        r
+    };
+    s.transact(|tx| {
+        assert_eq!(tx.next_notification_ms()?, None);
+        tx.insert_notification(&n("d2", "r1", "ops", 200))?;
+        tx.insert_notification(&n("d1", "r1", "mail", 100))?;
+        tx.insert_notification(&n("d3", "r2", "ops", 300))?;
+        // The same run and notifier again: nothing is added.
+        tx.insert_notification(&n("d9", "r1", "ops", 50))
+    })
+    .unwrap();
+    s.transact(|tx| {
+        assert_eq!(tx.next_notification_ms()?, Some(100));
+        assert_eq!(
+            ids(&tx.due_notifications(250, 10)?, |r| &r.delivery_id),
+            ["d1", "d2"]
+        );
+        assert_eq!(
+            ids(&tx.due_notifications(1_000, 1)?, |r| &r.delivery_id),
+            ["d1"]
+        );
+        assert_eq!(
+            ids(&tx.notifications_of_run("r1")?, |r| &r.notifier),
+            ["mail", "ops"]
+        );
+        let mut d1 = tx.notifications_of_run("r1")?.remove(0);
+        d1.state = NotificationState::Delivered;
+        d1.attempt = 3;
+        d1.body = Some("{\"event\":\"verdict.fail\"}".into());
+        tx.update_notification(&d1)?;
+        let mut d2 = tx.notifications_of_run("r1")?.remove(1);
+        d2.next_ms = 5_000;
+        d2.attempt = 1;
+        tx.update_notification(&d2)
+    })
+    .unwrap();
+    s.transact(|tx| {
+        assert_eq!(
+            ids(&tx.due_notifications(1_000, 10)?, |r| &r.delivery_id),
+            ["d3"]
+        );
+        assert_eq!(tx.next_notification_ms()?, Some(300));
+        let r1 = tx.notifications_of_run("r1")?;
+        assert_eq!(r1[0].state, NotificationState::Delivered);
+        assert_eq!(r1[0].attempt, 3);
+        assert_eq!(r1[0].body.as_deref(), Some("{\"event\":\"verdict.fail\"}"));
+        assert_eq!((r1[1].next_ms, r1[1].attempt), (5_000, 1));
+        Ok(())
+    })
+    .unwrap();
+}
+
 /// and the due part of the queues, as deltas over what earlier cases left.
+/// `state_counts` (the metrics' one aggregate query): rows by kind and state,
 fn counts(s: &dyn StateStore) {
     let now = 10_000;
     let map = |v: Vec<(String, String, u64)>| -> std::collections::BTreeMap<(String, String), u64> {

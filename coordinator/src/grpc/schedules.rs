@@ -39,9 +39,19 @@ impl ScheduleService for Svc {
         if s.max_catch_up > 1000 {
             return Err(invalid("schedule.max_catch_up", "above 1000"));
         }
+        let node_action = crate::node_actions::NodeAction::from_pb(s.node_action).ok_or_else(|| {
+            invalid(
+                "schedule.node_action",
+                format!("unknown value {}", s.node_action),
+            )
+        })?;
         let spec = s
             .spec
             .ok_or_else(|| invalid("schedule.spec", "is required"))?;
+        self.0
+            .cfg
+            .notify
+            .check_names("schedule.notify", &s.notify)?;
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
         let row = self
@@ -74,7 +84,9 @@ impl ScheduleService for Svc {
                     spec,
                     next_fire_ms: cron.next_after(now),
                     last_fire_ms: None,
+                    node_action,
                     created_ms: now,
+                    notify: s.notify.clone(),
                 };
                 tx.insert_schedule(&row)?;
                 Ok(row)
@@ -160,7 +172,7 @@ impl ScheduleService for Svc {
                 let mut out = Vec::new();
                 let mut fx = Effects::default();
                 for t in instants {
-                    let (run, f) = scheduler::fire_one(tx, &cfg, &s, t, now)?;
+                    let (run, f) = scheduler::backfill_one(tx, &cfg, &s, t, now)?;
                     out.push(convert::run_tx(tx, &run)?);
                     fx.merge(f);
                 }

@@ -51,6 +51,8 @@ pub struct Effects {
     pub task_retries: u32,
     /// Job attempts queued again after a retryable failure or an expired lease.
     pub job_retries: u32,
+    /// Notifications were queued: the outbox sends them ([`crate::notify`]).
+    pub notifications: bool,
 }
 
 impl Effects {
@@ -69,6 +71,7 @@ impl Effects {
             && self.worker_jobs.is_empty()
             && self.task_retries == 0
             && self.job_retries == 0
+            && !self.notifications
     }
 
     /// Adds the effects of another transition of the same transaction.
@@ -80,6 +83,7 @@ impl Effects {
         self.worker_jobs.extend(other.worker_jobs);
         self.task_retries += other.task_retries;
         self.job_retries += other.job_retries;
+        self.notifications |= other.notifications;
     }
 
     pub(crate) fn run_changed(&mut self, run_id: &str) {
@@ -128,6 +132,9 @@ impl Coordinator {
         }
         if fx.wake_workers {
             self.job_notify.notify_waiters();
+        }
+        if fx.notifications {
+            self.outbox_wake.notify_one();
         }
     }
 

@@ -9,7 +9,10 @@
 //! ended the outcome is decided and kept on the run while a `record` job
 //! writes the run's rows; when that lands the run takes its outcome.
 //! [`cancel`] ends what has not ended; [`rerun_failed`] is a new run of the
-//! failed tasks of a finished one.
+//! failed tasks of a finished one. A backfilled run of a schedule without
+//! `allow_overlap` is created queued ([`create_queued`]) and placed when the
+//! schedule's earlier runs have ended ([`start_next_queued`]), so the runs of
+//! such a schedule never overlap.
 use std::collections::BTreeMap;
 
 use benchlake_core::bench::LauncherKind;
@@ -38,6 +41,13 @@ pub fn create(
     let run = RunRow::new(ids::new_id_at(now), spec, kind, origin, now);
     tx.insert_run(&run)?;
     fx.run_changed(&run.run_id);
+    insert_tasks(tx, &run, &agents, now)?;
+    settle(tx, cfg, run, now, fx)
+}
+
+/// The tasks of `run` on `agents`: one per agent for the `local` launcher;
+/// one on the first agent, naming all, for `mpirun` and `srun`.
+fn insert_tasks(tx: &mut dyn Tx, run: &RunRow, agents: &[String], now: i64) -> Result<()> {
     let per_agent = run.spec.launcher == LauncherKind::Local;
     let task_agents: Vec<&String> = if per_agent {
         agents.iter().collect()
@@ -52,11 +62,70 @@ pub fn create(
             rank as u32,
             n,
             &run.spec,
-            agents.clone(),
+            agents.to_vec(),
             now,
         ))?;
     }
-    settle(tx, cfg, run, now, fx)
+    Ok(())
+}
+
+/// A run of a schedule that waits for the schedule's earlier runs (a
+/// backfill of a schedule without `allow_overlap`): PENDING and queued,
+/// without tasks. [`start_next_queued`] places it — chooses its agents and
+/// creates its tasks — once no other run of the schedule is active, the
+/// queued runs in the order of the instants they stand for.
+pub fn create_queued(
+    tx: &mut dyn Tx,
+    spec: Spec,
+    kind: String,
+    origin: Origin,
+    now: i64,
+) -> Result<(RunRow, Effects)> {
+    let mut fx = Effects::default();
+    let mut run = RunRow::new(ids::new_id_at(now), spec, kind, origin, now);
+    run.queued = true;
+    tx.insert_run(&run)?;
+    fx.run_changed(&run.run_id);
+    Ok((run, fx))
+}
+
+/// Starts the next queued run of schedule `schedule_id` (the one of the
+/// earliest instant) when none of the schedule's runs is active: the one
+/// place a queued run leaves the queue. Called when a run of the schedule
+/// ends (its final transition, a cancel) and by the scheduler's tick (runs
+/// whose predecessor ended in a concurrent transaction). A run that cannot be
+/// placed now fails through its record job like an unplaced scheduled run,
+/// and the next one starts when it has ended.
+pub fn start_next_queued(
+    tx: &mut dyn Tx,
+    cfg: &CoordinatorConfig,
+    schedule_id: &str,
+    now: i64,
+    fx: &mut Effects,
+) -> Result<Option<String>> {
+    let active = tx.active_runs_of_schedule(schedule_id)?;
+    if active.iter().any(|r| !r.queued) {
+        return Ok(None);
+    }
+    let Some(mut run) = active.into_iter().filter(|r| r.queued).min_by(|a, b| {
+        let at = |r: &RunRow| r.scheduled_for_ms.unwrap_or(r.submitted_at_ms);
+        at(a).cmp(&at(b)).then_with(|| a.run_id.cmp(&b.run_id))
+    }) else {
+        return Ok(None);
+    };
+    run.queued = false;
+    match crate::logic::select_agents(tx, &run.spec, &[]) {
+        Ok(agents) => insert_tasks(tx, &run, &agents, now)?,
+        Err(e) => {
+            tracing::warn!(run = %run.run_id, error = %e, "queued run could not be placed");
+            run.error = Some(format!("could not place the run: {e}"));
+        }
+    }
+    tx.update_run(&run)?;
+    fx.run_changed(&run.run_id);
+    tracing::info!(run = %run.run_id, schedule = %schedule_id, "queued run of the schedule starts");
+    advance_into(tx, cfg, &run.run_id, now, fx)?;
+    Ok(Some(run.run_id))
 }
 
 /// A run of a schedule that could not be placed (no eligible agent, unknown
@@ -167,6 +236,7 @@ pub fn rerun_failed(
         scheduled_for_ms: old.scheduled_for_ms,
         idempotency_key: None,
         rerun_of: Some(old_id.to_string()),
+        notify: old.notify.clone(),
     };
     let run = RunRow::new(
         ids::new_id_at(now),
@@ -220,6 +290,10 @@ pub(super) fn advance_into(
     let Some(mut run) = tx.get_run(run_id)? else {
         return Ok(false);
     };
+    if run.queued {
+        // Waits for the schedule's earlier runs: see `start_next_queued`.
+        return Ok(false);
+    }
     let before = run.clone();
     // Targeted queries, each made only when the branch needs it: a run may
     // have thousands of jobs (sweeps), and this runs after every one of them
@@ -307,6 +381,12 @@ pub(super) fn advance_into(
     if run != before {
         tx.update_run(&run)?;
         fx.run_changed(run_id);
+        if run.state.is_final() && !before.state.is_final() {
+            fx.notifications |= crate::notify::enqueue(tx, cfg, &run, now)?;
+            if let Some(s) = &run.schedule_id {
+                start_next_queued(tx, cfg, s, now, fx)?;
+            }
+        }
         return Ok(true);
     }
     Ok(false)
@@ -352,6 +432,7 @@ pub fn cancel(
     run.state = RunState::Cancelled;
     run.outcome = Some(RunState::Cancelled);
     run.finished_at_ms = Some(now);
+    run.queued = false;
     run.error = Some(if reason.is_empty() {
         "cancelled".into()
     } else {
@@ -359,6 +440,9 @@ pub fn cancel(
     });
     tx.update_run(&run)?;
     advance_into(tx, cfg, run_id, now, &mut fx)?;
+    if let Some(s) = &run.schedule_id {
+        start_next_queued(tx, cfg, s, now, &mut fx)?;
+    }
     let run = tx
         .get_run(run_id)?
         .ok_or_else(|| CoordError::NotFound(format!("run_id: no run '{run_id}'")))?;
