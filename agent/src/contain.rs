@@ -208,8 +208,9 @@ pub fn kill_leftovers(work_dir: &Path) -> Vec<i32> {
 /// Removes the task directories (`{work}/{run}/{task}-{attempt}`) an earlier
 /// life of this agent left; returns how many run directories went. Only
 /// directories named like run ids are touched, whatever else the work
-/// directory holds.
-pub fn remove_stale_dirs(work_dir: &Path) -> usize {
+/// directory holds, and none holding a directory of `keep` (the Slurm batch
+/// jobs the agent re-attaches to).
+pub fn remove_stale_dirs(work_dir: &Path, keep: &[std::path::PathBuf]) -> usize {
     let mut n = 0;
     let Ok(rd) = std::fs::read_dir(work_dir) else {
         return 0;
@@ -219,7 +220,9 @@ pub fn remove_stale_dirs(work_dir: &Path) -> usize {
             .file_name()
             .to_str()
             .is_some_and(|s| benchlake_core::ids::validate_id("run_id", s).is_ok());
+        let kept = keep.iter().any(|k| k.starts_with(e.path()));
         if is_run
+            && !kept
             && e.file_type().map(|t| t.is_dir()).unwrap_or(false)
             && std::fs::remove_dir_all(e.path()).is_ok()
         {

@@ -1,9 +1,10 @@
 //! The launchers, in one place: how a task's argument vector is wrapped for
 //! `local` (as is), `mpirun` (Open MPI, the selected agents' hosts) and
-//! `srun` (Slurm: node count, tasks, partition, time limit; docs/slurm.md),
-//! how a task started through a launcher is stopped, and what a launcher's
-//! failure means for the user. Slurm batch mode will be one more launcher
-//! here, reusing the Slurm options ([`SlurmOptions::alloc_args`]).
+//! `srun` (Slurm: node count, tasks, partition, time limit; docs/slurm.md)
+//! and `sbatch` (what the batch job runs: srun inside the allocation;
+//! submitting and following the job is [`crate::batch`]'s), how a task
+//! started through a launcher is stopped, and what a launcher's failure
+//! means for the user.
 //!
 //! `srun` never gets the agents' host names: Slurm knows its nodes by node
 //! name, and an agent on a login node lets Slurm place the tasks unless the
@@ -92,6 +93,23 @@ pub fn wrap(
             w.append(&mut rest);
             Ok(w)
         }
+        LauncherKind::Sbatch => {
+            // What runs inside the batch job: srun starts the ranks in the
+            // job's allocation (the allocation options went to sbatch, see
+            // crate::batch).
+            if programs.srun.is_empty() {
+                return Err(LaunchError::NoProgram("srun"));
+            }
+            task.slurm.validate("slurm.")?;
+            let (exports, mut rest) = mpirun_exports(argv)?;
+            let mut w = programs.srun.to_vec();
+            w.push(format!("--ntasks={}", task.np.max(1)));
+            if !exports.is_empty() {
+                w.push(format!("--export=ALL,{}", exports.join(",")));
+            }
+            w.append(&mut rest);
+            Ok(w)
+        }
     }
 }
 
@@ -138,7 +156,7 @@ pub fn terminate_first(launcher: LauncherKind) -> bool {
 /// said (`job 7 queued and waiting for resources`). None when it said
 /// nothing.
 pub fn failure_reason(launcher: LauncherKind, stderr: &str) -> Option<String> {
-    if launcher != LauncherKind::Srun {
+    if !launcher.is_slurm() {
         return None;
     }
     let lines: Vec<&str> = stderr
@@ -185,7 +203,9 @@ pub fn slurm_options(run: &SlurmOptions, catalog: Option<&SlurmOptions>) -> Slur
 /// other launchers one per selected agent.
 pub fn default_np(launcher: LauncherKind, hosts: usize, slurm: &SlurmOptions) -> u32 {
     match launcher {
-        LauncherKind::Srun => slurm.nodes.max(1) * slurm.ntasks_per_node.max(1),
+        LauncherKind::Srun | LauncherKind::Sbatch => {
+            slurm.nodes.max(1) * slurm.ntasks_per_node.max(1)
+        }
         _ => hosts.max(1) as u32,
     }
 }

@@ -2,9 +2,11 @@
 //! catalog), heartbeats on its own task so benchmark work never delays it, pulls
 //! tasks, runs them through [`runner`] (only benchmarks of its own catalog, with
 //! parameters validated again locally, never through a shell), streams progress
-//! and uploads the outputs.
+//! and uploads the outputs. Slurm batch jobs it submitted ([`batch`]) outlive
+//! it: a restarted agent offers their tasks back and follows them again.
 //!
 //! [`run`] is the entry point of `benchlake agent`.
+pub mod batch;
 pub mod contain;
 pub mod health;
 pub mod host;
@@ -89,6 +91,10 @@ pub struct AgentConfig {
     /// The `srun` program and fixed arguments (default `srun --mpi=pmix`;
     /// see docs/slurm.md).
     pub srun: Vec<String>,
+    /// The `sbatch` program and fixed arguments (default `sbatch`); squeue,
+    /// scontrol, scancel and sacct are taken from its directory (see
+    /// [`batch::SlurmTools`] and docs/slurm.md).
+    pub sbatch: Vec<String>,
     /// Idle poll period.
     pub poll_interval: Duration,
     /// Keep task directories after upload (debugging).
@@ -124,6 +130,7 @@ impl AgentConfig {
             address: hostname,
             mpirun: vec!["mpirun".into()],
             srun: vec!["srun".into(), "--mpi=pmix".into()],
+            sbatch: vec!["sbatch".into()],
             poll_interval: Duration::from_millis(1000),
             keep_work: false,
             retry_for: benchlake_proto::retry::DEFAULT_RETRY_FOR,
@@ -263,6 +270,7 @@ pub fn register_request(cfg: &AgentConfig) -> pb::RegisterRequest {
         address: cfg.address.clone(),
         catalog: cfg.catalog.benchmarks.iter().map(def_to_pb).collect(),
         slots: cfg.slots.max(1),
+        held_tasks: Vec::new(),
     }
 }
 
@@ -272,11 +280,16 @@ pub(crate) type Running = Arc<Mutex<HashMap<String, watch::Sender<runner::Stop>>
 async fn register(
     client: &mut Client,
     cfg: &AgentConfig,
+    held: &[pb::HeldTask],
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<pb::RegisterResponse> {
     let mut delay = Duration::from_millis(200);
     loop {
-        match client.register(register_request(cfg)).await {
+        let req = pb::RegisterRequest {
+            held_tasks: held.to_vec(),
+            ..register_request(cfg)
+        };
+        match client.register(req).await {
             Ok(r) => return Ok(r.into_inner()),
             Err(s)
                 if matches!(
@@ -317,8 +330,12 @@ pub async fn run(cfg: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Resul
     if !killed.is_empty() {
         tracing::warn!(pids = ?killed, "killed processes an earlier run of this agent left");
     }
+    // Slurm batch jobs an earlier life submitted run on: their directories stay.
+    let book = batch::JobBook::new(&cfg.work_dir);
+    let held = book.load().map_err(AgentError::Config)?;
     if !cfg.keep_work {
-        let n = contain::remove_stale_dirs(&cfg.work_dir);
+        let keep: Vec<PathBuf> = held.iter().map(|e| e.dir.clone()).collect();
+        let n = contain::remove_stale_dirs(&cfg.work_dir, &keep);
         if n > 0 {
             tracing::info!(
                 runs = n,
@@ -346,7 +363,14 @@ pub async fn run(cfg: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Resul
     }
     let cfg = Arc::new(cfg);
     let mut c = client(&cfg)?;
-    let reg = register(&mut c, &cfg, &mut shutdown).await?;
+    let held_tasks: Vec<pb::HeldTask> = held
+        .iter()
+        .map(|e| pb::HeldTask {
+            task_id: e.task_id.clone(),
+            lease_id: e.lease_id.clone(),
+        })
+        .collect();
+    let reg = register(&mut c, &cfg, &held_tasks, &mut shutdown).await?;
     health::metrics()
         .registered
         .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -354,6 +378,42 @@ pub async fn run(cfg: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Resul
     tracing::info!(agent = %cfg.name, coordinator = %cfg.coordinator, benchmarks = cfg.catalog.benchmarks.len(), "agent registered");
     let running: Running = Arc::new(Mutex::new(HashMap::new()));
     let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = tokio::task::JoinSet::new();
+    // Re-attach to the batch jobs the coordinator still gives us; the others
+    // are not ours any more (their attempt ended while we were away).
+    for e in held {
+        let t = match e.task() {
+            Ok(t) if reg.kept_task_ids.contains(&e.task_id) => t,
+            Ok(_) | Err(_) => {
+                tracing::warn!(task = %e.task_id, job = ?e.job_id, "the coordinator no longer gives this task to the agent; cancelling its Slurm job");
+                batch::abandon(&cfg, &e).await;
+                if let Err(err) = book.remove(&e.task_id) {
+                    tracing::warn!(error = %err, "cannot update the Slurm job book");
+                }
+                if !cfg.keep_work {
+                    let _ = std::fs::remove_dir_all(&e.dir);
+                }
+                continue;
+            }
+        };
+        let (tx, rx) = watch::channel(runner::Stop::Run);
+        running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(t.task_id.clone(), tx);
+        let (cfg, c2, running) = (cfg.clone(), c.clone(), running.clone());
+        tasks.spawn(async move {
+            let id = t.task_id.clone();
+            let m = health::metrics();
+            m.running.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            runner::run_task(&cfg, c2, t, rx, Some(e)).await;
+            m.running.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            running
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+        });
+    }
 
     // Heartbeats on their own task: never behind a poll, an upload or a benchmark.
     let hb = {
@@ -433,7 +493,6 @@ pub async fn run(cfg: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Resul
 
     let slots = cfg.slots.max(1) as usize;
     let policy = RetryPolicy::new(cfg.retry_for);
-    let mut tasks = tokio::task::JoinSet::new();
     loop {
         if *shutdown.borrow() {
             break;
@@ -468,7 +527,7 @@ pub async fn run(cfg: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Resul
                             let id = t.task_id.clone();
                             let m = health::metrics();
                             m.running.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            runner::run_task(&cfg, c2, t, rx).await;
+                            runner::run_task(&cfg, c2, t, rx, None).await;
                             m.running.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                             running
                                 .lock()

@@ -2,7 +2,9 @@
 //! vector (and the `mpirun` wrapper), executes it in its own process group with
 //! stdout/stderr captured to files, streams progress, enforces the timeout and
 //! cancellation by killing the whole group, then uploads the declared outputs
-//! and the logs with their SHA-256 and reports completion.
+//! and the logs with their SHA-256 and reports completion. Tasks of the
+//! `sbatch` launcher are submitted and followed by [`crate::batch`] instead of
+//! run as a child; their outputs are collected the same way.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -38,23 +40,40 @@ struct Outcome {
     exit_code: i32,
     error: String,
     outputs: Vec<pb::RawFile>,
+    /// The Slurm job of an `sbatch` task and its nodes (else empty).
+    slurm_job_id: String,
+    slurm_nodes: String,
 }
 
 /// Runs `t` to completion and reports it (unless the agent shuts down).
+/// `resume` is the book entry of a Slurm batch job an earlier life of this
+/// agent submitted for `t`: the job is followed, not submitted again.
 pub async fn run_task(
     cfg: &AgentConfig,
     mut c: Client,
     t: pb::TaskAssignment,
     stop: watch::Receiver<Stop>,
+    resume: Option<crate::batch::Entry>,
 ) {
     let started = Instant::now();
-    let dir = cfg
-        .work_dir
-        .join(&t.run_id)
-        .join(format!("{}-{}", t.task_id, t.attempt));
-    tracing::info!(task = %t.task_id, benchmark = %t.benchmark, attempt = t.attempt, "task starting");
+    let dir = match &resume {
+        Some(e) => e.dir.clone(),
+        None => cfg
+            .work_dir
+            .join(&t.run_id)
+            .join(format!("{}-{}", t.task_id, t.attempt)),
+    };
+    let earlier_s = resume
+        .as_ref()
+        .map(|e| (crate::batch::now_ms() - e.submitted_ms).max(0) as f64 / 1000.0)
+        .unwrap_or(0.0);
+    if resume.is_some() {
+        tracing::info!(task = %t.task_id, benchmark = %t.benchmark, attempt = t.attempt, "re-attaching to the task's Slurm job");
+    } else {
+        tracing::info!(task = %t.task_id, benchmark = %t.benchmark, attempt = t.attempt, "task starting");
+    }
     let mut shutdown = stop.clone();
-    let res = execute(cfg, &mut c, &t, stop, &dir).await;
+    let res = execute(cfg, &mut c, &t, stop, &dir, resume.as_ref()).await;
     let Some(o) = res else {
         tracing::warn!(task = %t.task_id, "agent stopping; task abandoned to its lease");
         crate::health::task(&t.benchmark, "abandoned");
@@ -77,7 +96,9 @@ pub async fn run_task(
         )
         .await,
         stderr_tail: read_tail(&dir.join("stderr.txt")).await,
-        wall_s: started.elapsed().as_secs_f64(),
+        wall_s: earlier_s + started.elapsed().as_secs_f64(),
+        slurm_job_id: o.slurm_job_id.clone(),
+        slurm_nodes: o.slurm_nodes.clone(),
     };
     // Completion is retried through a coordinator outage (the retry policy):
     // losing it would leave the task to lease expiry. An agent shutting down
@@ -107,6 +128,11 @@ pub async fn run_task(
             return;
         }
     }
+    // Reported (or refused for good): a restarted agent has nothing to
+    // re-attach to.
+    if let Err(e) = crate::batch::JobBook::new(&cfg.work_dir).remove(&t.task_id) {
+        tracing::warn!(task = %t.task_id, error = %e, "cannot update the Slurm job book");
+    }
     if o.success {
         tracing::info!(task = %t.task_id, "task finished");
     } else {
@@ -123,6 +149,8 @@ fn fail(msg: impl Into<String>) -> Option<Outcome> {
         exit_code: -1,
         error: msg.into(),
         outputs: Vec::new(),
+        slurm_job_id: String::new(),
+        slurm_nodes: String::new(),
     })
 }
 
@@ -132,6 +160,25 @@ pub fn build_argv(
     t: &pb::TaskAssignment,
     out_dir: &Path,
 ) -> Result<(Vec<String>, BTreeMap<String, String>), String> {
+    build_task(cfg, t, out_dir).map(|b| (b.argv, b.env))
+}
+
+/// What a task runs: argument vector (launcher included), environment,
+/// launcher, processes and Slurm options.
+pub struct Built {
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub launcher: LauncherKind,
+    pub np: u32,
+    pub slurm: benchlake_core::slurm::SlurmOptions,
+}
+
+/// Checks `t` against the catalog and builds what it runs ([`Built`]).
+pub fn build_task(
+    cfg: &AgentConfig,
+    t: &pb::TaskAssignment,
+    out_dir: &Path,
+) -> Result<Built, String> {
     let def = cfg
         .catalog
         .get(&t.benchmark)
@@ -208,6 +255,7 @@ pub fn build_argv(
         }
     }
     let argv = def.argv(&params, &builtins)?;
+    let np: u32 = np.parse().unwrap_or(1);
     let argv = crate::launcher::wrap(
         launcher,
         &crate::launcher::Programs {
@@ -216,7 +264,7 @@ pub fn build_argv(
         },
         &crate::launcher::Task {
             benchmark: &def.name,
-            np: np.parse().unwrap_or(1),
+            np,
             hosts: &hosts,
             slurm: &slurm,
         },
@@ -224,7 +272,13 @@ pub fn build_argv(
     )
     .map_err(|e| format!("task {}: {e}", t.task_id))?;
     let env = def.environment(&params, &builtins)?;
-    Ok((argv, env))
+    Ok(Built {
+        argv,
+        env,
+        launcher,
+        np,
+        slurm,
+    })
 }
 
 /// A directory built-in: the path, or empty when the agent has none (a root
@@ -269,7 +323,11 @@ async fn execute(
     t: &pb::TaskAssignment,
     mut stop: watch::Receiver<Stop>,
     dir: &Path,
+    resume: Option<&crate::batch::Entry>,
 ) -> Option<Outcome> {
+    if let Some(e) = resume {
+        return execute_batch(cfg, c, t, stop, dir, None, Some(e)).await;
+    }
     let _ = tokio::fs::remove_dir_all(dir).await;
     if let Err(e) = tokio::fs::create_dir_all(dir).await {
         return fail(format!("cannot create {}: {e}", dir.display()));
@@ -309,6 +367,10 @@ async fn execute(
         && let Err(e) = crate::contain::give_dir(dir, ra)
     {
         return fail(e);
+    }
+    if launcher == LauncherKind::Sbatch {
+        drop((out, err));
+        return execute_batch(cfg, c, t, stop, dir, run_as.as_ref(), None).await;
     }
     let mut cmd = tokio::process::Command::new(prog);
     cmd.args(args)
@@ -368,6 +430,7 @@ async fn execute(
                     stdout_tail: read_tail(&dir.join(stdout_name)).await,
                     stderr_tail: read_tail(&dir.join("stderr.txt")).await,
                     message: String::new(),
+                    ..Default::default()
                 };
                 match c.report_progress(req).await {
                     Ok(r) if r.get_ref().cancel => {
@@ -416,7 +479,127 @@ async fn execute(
             error = format!("{error}: {why}");
         }
     }
+    collect(
+        cfg,
+        c,
+        t,
+        stop,
+        dir,
+        def,
+        exit_code,
+        error,
+        (String::new(), String::new()),
+    )
+    .await
+}
 
+/// A task of the `sbatch` launcher: submitted (or, with `resume`, found
+/// again), followed until the job ends, then collected like any task.
+async fn execute_batch(
+    cfg: &AgentConfig,
+    c: &mut Client,
+    t: &pb::TaskAssignment,
+    stop: watch::Receiver<Stop>,
+    dir: &Path,
+    run_as: Option<&crate::contain::RunAs>,
+    resume: Option<&crate::batch::Entry>,
+) -> Option<Outcome> {
+    use crate::batch;
+    let built = match build_task(cfg, t, dir) {
+        Ok(b) => b,
+        Err(e) => return fail(e),
+    };
+    let Some(def) = cfg.catalog.get(&t.benchmark) else {
+        return fail("benchmark vanished from the catalog");
+    };
+    let timeout = match def.effective_timeout(t.timeout_s) {
+        Ok(s) => Duration::from_secs(s),
+        Err(e) => return fail(e),
+    };
+    let stdout_name = stdout_file(def);
+    let env: Vec<(String, String)> = built.env.clone().into_iter().collect();
+    let tools = batch::SlurmTools::new(&cfg.sbatch);
+    let (job, deadline_ms) = match resume {
+        Some(e) => {
+            let job = match e.job_id {
+                Some(j) => Some(j),
+                None => batch::find_job(&tools, &env, &t.task_id).await.unwrap_or_else(|err| {
+                    tracing::warn!(task = %t.task_id, error = %err, "cannot look the job up by its name");
+                    None
+                }),
+            };
+            let Some(job) = job else {
+                return fail(format!(
+                    "the agent restarted while submitting the task to Slurm and Slurm has no job named {}",
+                    batch::job_name(&t.task_id)
+                ));
+            };
+            (job, e.deadline_ms)
+        }
+        None => {
+            let sub = batch::Submission {
+                t,
+                dir,
+                argv: &built.argv,
+                env: &env,
+                slurm: &built.slurm,
+                np: built.np,
+                stdout: stdout_name,
+                run_as,
+                timeout,
+            };
+            match batch::submit(cfg, &sub).await {
+                Ok(j) => (j, batch::now_ms() + timeout.as_millis() as i64),
+                Err(e) => return fail(e),
+            }
+        }
+    };
+    let f = batch::Follow {
+        t,
+        dir,
+        stdout: stdout_name,
+        env: &env,
+        job,
+        deadline_ms,
+        timeout,
+    };
+    let ended = batch::follow(cfg, c, &f, stop.clone()).await?;
+    let ids = (ended.job_id.to_string(), ended.nodes.clone());
+    if ended.cancelled {
+        return Some(Outcome {
+            success: false,
+            exit_code: ended.exit_code,
+            error: ended.error,
+            outputs: Vec::new(),
+            slurm_job_id: ids.0,
+            slurm_nodes: ids.1,
+        });
+    }
+    let mut error = ended.error;
+    if !error.is_empty() {
+        let stderr = read_tail(&dir.join("stderr.txt")).await;
+        if let Some(why) = crate::launcher::failure_reason(LauncherKind::Sbatch, &stderr) {
+            error = format!("{error}: {why}");
+        }
+    }
+    collect(cfg, c, t, stop, dir, def, ended.exit_code, error, ids).await
+}
+
+/// Uploads the declared outputs and the logs of a task that ended; the
+/// outcome to report.
+#[allow(clippy::too_many_arguments)]
+async fn collect(
+    cfg: &AgentConfig,
+    c: &mut Client,
+    t: &pb::TaskAssignment,
+    mut stop: watch::Receiver<Stop>,
+    dir: &Path,
+    def: &benchlake_core::bench::BenchmarkDef,
+    exit_code: i32,
+    mut error: String,
+    (slurm_job_id, slurm_nodes): (String, String),
+) -> Option<Outcome> {
+    let stdout_name = stdout_file(def);
     // Declared outputs, then the logs.
     let mut files: Vec<(PathBuf, String, String)> = Vec::new();
     let names = list_dir(dir).await;
@@ -458,6 +641,8 @@ async fn execute(
         exit_code,
         error,
         outputs,
+        slurm_job_id,
+        slurm_nodes,
     })
 }
 
@@ -629,7 +814,7 @@ pub fn wildcard(pattern: &str, name: &str) -> bool {
     true
 }
 
-async fn read_tail(path: &Path) -> String {
+pub(crate) async fn read_tail(path: &Path) -> String {
     let Ok(mut f) = tokio::fs::File::open(path).await else {
         return String::new();
     };

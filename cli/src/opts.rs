@@ -531,6 +531,11 @@ pub struct AgentArgs {
     /// The srun command and fixed arguments, space-separated (docs/slurm.md).
     #[arg(long, env = "BENCHLAKE_SRUN", default_value = "srun --mpi=pmix")]
     pub srun: String,
+    /// The sbatch command and fixed arguments, space-separated (batch mode,
+    /// docs/slurm.md); squeue, scontrol, scancel and sacct are taken from
+    /// its directory when it is a path.
+    #[arg(long, env = "BENCHLAKE_SBATCH", default_value = "sbatch")]
+    pub sbatch: String,
     /// Idle poll period (ms).
     #[arg(long, env = "BENCHLAKE_POLL_MS", default_value_t = 1000)]
     pub poll_ms: u64,
@@ -589,6 +594,10 @@ impl AgentArgs {
         c.srun = self.srun.split_whitespace().map(String::from).collect();
         if c.srun.is_empty() {
             bail!("--srun is empty");
+        }
+        c.sbatch = self.sbatch.split_whitespace().map(String::from).collect();
+        if c.sbatch.is_empty() {
+            bail!("--sbatch is empty");
         }
         c.poll_interval = Duration::from_millis(self.poll_ms.max(10));
         c.retry_for = self.retry_for;

@@ -129,6 +129,9 @@ pub struct SlurmArgs {
     /// srun: reservation.
     #[arg(long, help_heading = "Slurm (--launcher srun)")]
     pub reservation: Option<String>,
+    /// srun, sbatch: node features the nodes must have (-C: ib&nvme, a|b).
+    #[arg(long, help_heading = "Slurm (--launcher srun)")]
+    pub constraint: Option<String>,
 }
 
 impl SlurmArgs {
@@ -147,6 +150,7 @@ impl SlurmArgs {
             account: self.account.clone().unwrap_or_default(),
             qos: self.qos.clone().unwrap_or_default(),
             reservation: self.reservation.clone().unwrap_or_default(),
+            constraint: self.constraint.clone().unwrap_or_default(),
         })
     }
 }
@@ -371,6 +375,7 @@ fn detail_json(d: &pb::RunDetail) -> serde_json::Value {
         "tasks": d.tasks.iter().map(|t| serde_json::json!({
             "task_id": t.task_id, "agent": t.agent, "rank": t.rank, "state": task_state(t.state),
             "attempt": t.attempt, "max_attempts": t.max_attempts, "exit_code": t.exit_code, "error": t.error,
+            "progress": t.progress, "slurm_job_id": t.slurm_job_id, "slurm_nodes": t.slurm_nodes,
             "outputs": t.outputs.iter().map(|o| serde_json::json!({"key": o.key, "bytes": o.bytes, "sha256": o.sha256, "format": o.format})).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "jobs": d.jobs.iter().map(|j| serde_json::json!({
@@ -378,6 +383,28 @@ fn detail_json(d: &pb::RunDetail) -> serde_json::Value {
             "error": j.error, "committed_keys": j.committed_keys,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// A task's Slurm job and what its agent last said (`slurm job 7 on
+/// n[1-3]: Slurm job 7 RUNNING on n[1-3]`; sbatch launcher), or its
+/// progress message alone; None when there is neither.
+fn slurm_line(t: &pb::Task) -> Option<String> {
+    let said =
+        (!t.progress.is_empty() && task_state(t.state) != "DONE").then_some(t.progress.as_str());
+    match (t.slurm_job_id.is_empty(), said) {
+        (true, None) => None,
+        (true, Some(p)) => Some(format!("progress: {p}")),
+        (false, said) => {
+            let mut s = format!("slurm job {}", t.slurm_job_id);
+            if !t.slurm_nodes.is_empty() {
+                s.push_str(&format!(" on {}", t.slurm_nodes));
+            }
+            if let Some(p) = said {
+                s.push_str(&format!(": {p}"));
+            }
+            Some(s)
+        }
+    }
 }
 
 pub fn print_detail(d: &pb::RunDetail) {
@@ -424,6 +451,9 @@ pub fn print_detail(d: &pb::RunDetail) {
             exit_text(t),
             t.error
         );
+        if let Some(s) = slurm_line(t) {
+            println!("      {s}");
+        }
         // A failed task's own words: the cause is usually on its stderr.
         if pb::TaskState::try_from(t.state) == Ok(pb::TaskState::Failed)
             && !t.stderr_tail.trim().is_empty()
@@ -669,7 +699,8 @@ pub async fn run_cmd(c: RunCmd) -> anyhow::Result<()> {
                                 "state": task_state(t.state), "attempt": t.attempt,
                                 "exit_code": (exit_text(t) != "-").then_some(t.exit_code),
                                 "error": t.error, "stdout_tail": t.stdout_tail,
-                                "stderr_tail": t.stderr_tail,
+                                "stderr_tail": t.stderr_tail, "progress": t.progress,
+                                "slurm_job_id": t.slurm_job_id, "slurm_nodes": t.slurm_nodes,
                             })
                         })
                         .collect::<Vec<_>>(),
@@ -688,6 +719,9 @@ pub async fn run_cmd(c: RunCmd) -> anyhow::Result<()> {
                 );
                 if !t.error.is_empty() {
                     println!("reason: {}", t.error);
+                }
+                if let Some(s) = slurm_line(t) {
+                    println!("{s}");
                 }
                 for (name, tail) in [("stdout", &t.stdout_tail), ("stderr", &t.stderr_tail)] {
                     if tail.is_empty() {

@@ -142,6 +142,9 @@ impl TaskRow {
             stdout_tail: self.stdout_tail.clone(),
             stderr_tail: self.stderr_tail.clone(),
             exit_code: self.exit_code.unwrap_or_default(),
+            progress: self.report.message.clone(),
+            slurm_job_id: self.report.slurm_job_id.clone(),
+            slurm_nodes: self.report.slurm_nodes.clone(),
         }
     }
 }

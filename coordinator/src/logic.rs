@@ -142,11 +142,11 @@ fn validate_spec_with(
         }
     }
     let slurm = benchlake_proto::launcher::slurm_from_pb(raw.slurm.as_ref());
-    if !slurm.is_empty() && launcher != LauncherKind::Srun {
+    if !slurm.is_empty() && !launcher.is_slurm() {
         return Err(CoordError::invalid(
             "spec.slurm",
             format!(
-                "Slurm options need the srun launcher (this run's is '{}')",
+                "Slurm options need the srun or sbatch launcher (this run's is '{}')",
                 launcher.as_str()
             ),
         ));

@@ -213,6 +213,30 @@ pub struct TaskRow {
     pub finished_at_ms: Option<i64>,
     /// Agents of the run in rank order (for mpirun host lists and netprobe peers).
     pub peers: Vec<String>,
+    /// What the agent last said about the task beyond its state (Slurm's).
+    #[serde(default, skip_serializing_if = "TaskReport::is_empty")]
+    pub report: TaskReport,
+}
+
+/// What an agent says about a task beyond its state: its last progress
+/// message and, for the sbatch launcher, the Slurm job and its nodes
+/// (docs/slurm.md).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TaskReport {
+    /// The last progress message (`Slurm job 7 PENDING (Resources)`).
+    pub message: String,
+    /// The Slurm job of the latest attempt (empty when none).
+    pub slurm_job_id: String,
+    /// Its node list in Slurm's compact form (`n[1-3]`).
+    pub slurm_nodes: String,
+}
+
+impl TaskReport {
+    /// Whether nothing is set.
+    pub fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
 }
 
 /// A worker job.

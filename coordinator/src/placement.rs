@@ -451,6 +451,7 @@ mod tests {
 
     fn task(r: &mut Lcg, agent: &str, i: u64) -> TaskRow {
         TaskRow {
+            report: Default::default(),
             task_id: format!("t{i:05}"),
             run_id: "r".into(),
             agent: agent.into(),

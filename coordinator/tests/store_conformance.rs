@@ -47,6 +47,7 @@ fn run(id: &str, state: RunState, schedule: Option<&str>, bench: &str) -> RunRow
 
 fn task(id: &str, run: &str, agent: &str, rank: u32, state: TaskState, nb: i64) -> TaskRow {
     TaskRow {
+        report: Default::default(),
         task_id: id.into(),
         run_id: run.into(),
         agent: agent.into(),

@@ -146,11 +146,14 @@ pub enum LauncherKind {
     Mpirun,
     /// Slurm `srun`.
     Srun,
+    /// Slurm batch mode: the task is submitted with `sbatch` and followed
+    /// until it ends (docs/slurm.md).
+    Sbatch,
 }
 
 impl LauncherKind {
     /// Every launcher, in the order messages list them.
-    pub const ALL: [LauncherKind; 3] = [Self::Local, Self::Mpirun, Self::Srun];
+    pub const ALL: [LauncherKind; 4] = [Self::Local, Self::Mpirun, Self::Srun, Self::Sbatch];
 
     /// The names of every launcher, comma-separated (for messages).
     pub fn known() -> String {
@@ -163,7 +166,13 @@ impl LauncherKind {
             LauncherKind::Local => "local",
             LauncherKind::Mpirun => "mpirun",
             LauncherKind::Srun => "srun",
+            LauncherKind::Sbatch => "sbatch",
         }
+    }
+    /// Whether Slurm starts the task (`srun`, `sbatch`): the run's Slurm
+    /// options apply and Slurm, not the node selector, picks compute nodes.
+    pub fn is_slurm(self) -> bool {
+        matches!(self, LauncherKind::Srun | LauncherKind::Sbatch)
     }
     /// Parses a name (any case).
     pub fn parse(s: &str) -> Option<Self> {

@@ -20,6 +20,7 @@ impl From<LauncherKind> for Launcher {
             LauncherKind::Local => Launcher::Local,
             LauncherKind::Mpirun => Launcher::Mpirun,
             LauncherKind::Srun => Launcher::Srun,
+            LauncherKind::Sbatch => Launcher::Sbatch,
         }
     }
 }
@@ -38,6 +39,7 @@ pub fn from_pb(v: i32) -> Result<Option<LauncherKind>, UnknownLauncher> {
         Ok(Launcher::Local) => Ok(Some(LauncherKind::Local)),
         Ok(Launcher::Mpirun) => Ok(Some(LauncherKind::Mpirun)),
         Ok(Launcher::Srun) => Ok(Some(LauncherKind::Srun)),
+        Ok(Launcher::Sbatch) => Ok(Some(LauncherKind::Sbatch)),
         Err(_) => Err(UnknownLauncher(v)),
     }
 }
@@ -62,6 +64,7 @@ pub fn slurm_from_pb(o: Option<&crate::v1::SlurmOptions>) -> SlurmOptions {
         account: o.account.clone(),
         qos: o.qos.clone(),
         reservation: o.reservation.clone(),
+        constraint: o.constraint.clone(),
     }
 }
 
@@ -76,6 +79,7 @@ pub fn slurm_to_pb(o: &SlurmOptions) -> Option<crate::v1::SlurmOptions> {
         account: o.account.clone(),
         qos: o.qos.clone(),
         reservation: o.reservation.clone(),
+        constraint: o.constraint.clone(),
     })
 }
 
@@ -91,7 +95,7 @@ mod tests {
         }
         assert_eq!(from_pb(Launcher::Unspecified as i32), Ok(None));
         // Every protocol value but UNSPECIFIED has a launcher.
-        for v in 1..=3 {
+        for v in 1..=4 {
             assert!(matches!(from_pb(v), Ok(Some(_))), "{v}");
         }
     }
@@ -101,7 +105,7 @@ mod tests {
         assert_eq!(from_pb(7), Err(UnknownLauncher(7)));
         assert_eq!(
             UnknownLauncher(-1).to_string(),
-            "unknown launcher value -1 (known: local, mpirun, srun)"
+            "unknown launcher value -1 (known: local, mpirun, srun, sbatch)"
         );
         assert_eq!(parse_to_pb("pbsdsh"), None);
     }
@@ -117,6 +121,7 @@ mod tests {
             account: "a".into(),
             qos: "q".into(),
             reservation: "r".into(),
+            constraint: "ib&nvme".into(),
         };
         assert_eq!(slurm_from_pb(slurm_to_pb(&o).as_ref()), o);
         assert_eq!(slurm_to_pb(&SlurmOptions::default()), None);

@@ -15,6 +15,9 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: v1::ProtocolVersion = v1::ProtocolVersion::ProtocolVersion1;
 
+/// prost, for callers that encode messages themselves (the agent's Slurm job book).
+pub use prost;
+
 pub mod client;
 pub mod launcher;
 pub mod obs;

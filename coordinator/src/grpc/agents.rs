@@ -40,6 +40,13 @@ impl AgentService for Svc {
             }
         }
         let catalog = convert::catalog(std::mem::take(&mut r.catalog))?;
+        if r.held_tasks.len() > 100_000 {
+            return Err(invalid("held_tasks", "more than 100000 tasks"));
+        }
+        let held: Vec<(String, String)> = std::mem::take(&mut r.held_tasks)
+            .into_iter()
+            .map(|h| (h.task_id, h.lease_id))
+            .collect();
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
         let last_seen = self.0.last_heartbeat(&r.name);
@@ -50,9 +57,12 @@ impl AgentService for Svc {
             admin: id.role == Role::Admin,
             last_seen_ms: last_seen,
         };
-        let (fx, drain) = self
-            .tx(|tx| agent::register(tx, &cfg, row, &who, now))
+        let (fx, drain, kept) = self
+            .tx(|tx| agent::register_keeping(tx, &cfg, row, &who, &held, now))
             .await?;
+        if !kept.is_empty() {
+            tracing::info!(agent = %r.name, tasks = ?kept, "agent re-attached to the tasks it still runs");
+        }
         self.0.apply(fx);
         self.0
             .credentials
@@ -76,6 +86,7 @@ impl AgentService for Svc {
             agent_id: r.name,
             heartbeat_interval_ms: self.0.cfg.heartbeat_interval_ms,
             lease_timeout_ms: self.0.cfg.lease_timeout_ms,
+            kept_task_ids: kept,
         }))
     }
 
@@ -200,8 +211,24 @@ impl AgentService for Svc {
     ) -> std::result::Result<Response<pb::ReportProgressResponse>, Status> {
         let id = identity_of(&req);
         let r = req.into_inner();
+        check_slurm_job(
+            "slurm_job_id",
+            &r.slurm_job_id,
+            "slurm_nodes",
+            &r.slurm_nodes,
+        )?;
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
+        let p = task::Progress {
+            stdout_tail: &r.stdout_tail,
+            stderr_tail: &r.stderr_tail,
+            pending: r.phase == "pending",
+            report: TaskReport {
+                message: r.message.clone(),
+                slurm_job_id: r.slurm_job_id.clone(),
+                slurm_nodes: r.slurm_nodes.clone(),
+            },
+        };
         let fx = self
             .tx(|tx| {
                 let t = match task::leased(tx, &r.task_id, &r.lease_id) {
@@ -211,7 +238,7 @@ impl AgentService for Svc {
                     Err(e) => return Err(e),
                 };
                 self.check_agent(&id, &t.agent)?;
-                task::progress(tx, &cfg, t, &r.stdout_tail, &r.stderr_tail, now).map(Some)
+                task::progress_with(tx, &cfg, t, &p, now).map(Some)
             })
             .await?;
         let cancel = fx.is_none();
@@ -299,6 +326,12 @@ impl AgentService for Svc {
         if r.outputs.len() > 100_000 {
             return Err(invalid("outputs", "more than 100000 files"));
         }
+        check_slurm_job(
+            "slurm_job_id",
+            &r.slurm_job_id,
+            "slurm_nodes",
+            &r.slurm_nodes,
+        )?;
         let t = self
             .tx(|tx| task::leased(tx, &r.task_id, &r.lease_id))
             .await?;
@@ -344,6 +377,8 @@ impl AgentService for Svc {
             outputs,
             stdout_tail: r.stdout_tail,
             stderr_tail: r.stderr_tail,
+            slurm_job_id: r.slurm_job_id,
+            slurm_nodes: r.slurm_nodes,
         };
         let fx = self
             .tx(|tx| {
@@ -356,4 +391,36 @@ impl AgentService for Svc {
         self.0.apply(fx);
         Ok(Response::new(pb::CompleteTaskResponse {}))
     }
+}
+
+/// Refuses a Slurm job id or node list that is not one: the job id is
+/// digits (with `_`/`+` of array and heterogeneous jobs), the node list
+/// Slurm's names and ranges (`n[1-3],gpu01`). Both reach tables and pages.
+fn check_slurm_job(
+    id_field: &str,
+    id: &str,
+    nodes_field: &str,
+    nodes: &str,
+) -> std::result::Result<(), Status> {
+    if id.len() > 64
+        || !id
+            .chars()
+            .all(|c| c.is_ascii_digit() || matches!(c, '_' | '+'))
+    {
+        return Err(invalid(
+            id_field,
+            format!("'{}' is not a Slurm job id", id.escape_default()),
+        ));
+    }
+    if nodes.len() > 65_536
+        || !nodes.chars().all(|c| {
+            c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '[' | ']' | ',' | ':')
+        })
+    {
+        return Err(invalid(
+            nodes_field,
+            "not a Slurm node list (letters, digits, '_', '-', '.', '[', ']', ',')",
+        ));
+    }
+    Ok(())
 }

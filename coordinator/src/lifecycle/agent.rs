@@ -27,10 +27,24 @@ pub struct Registrant<'a> {
 pub fn register(
     tx: &mut dyn Tx,
     cfg: &CoordinatorConfig,
-    mut row: AgentRow,
+    row: AgentRow,
     who: &Registrant<'_>,
     now: i64,
 ) -> Result<(Effects, bool)> {
+    register_keeping(tx, cfg, row, who, &[], now).map(|(fx, drain, _)| (fx, drain))
+}
+
+/// [`register`], keeping the attempts the agent says it still holds
+/// (`held`: task and lease ids; see [`task::agent_restarted_keeping`]).
+/// Also returns the ids of the tasks kept.
+pub fn register_keeping(
+    tx: &mut dyn Tx,
+    cfg: &CoordinatorConfig,
+    mut row: AgentRow,
+    who: &Registrant<'_>,
+    held: &[(String, String)],
+    now: i64,
+) -> Result<(Effects, bool, Vec<String>)> {
     let prev = tx.get_agent(&row.name)?;
     let live_after = now - cfg.agent_lost_after_ms as i64;
     // A name held by a live agent is not taken over with another credential:
@@ -55,9 +69,9 @@ pub fn register(
     let drain = row.drain;
     tx.upsert_agent(&row)?;
     // A (re-)registering agent knows none of the tasks leased to an earlier
-    // incarnation: those attempts are over.
-    let fx = task::agent_restarted(tx, cfg, &row.name, now)?;
-    Ok((fx, drain))
+    // incarnation but those it names: the other attempts are over.
+    let (fx, kept) = task::agent_restarted_keeping(tx, cfg, &row.name, held, now)?;
+    Ok((fx, drain, kept))
 }
 
 /// Sets or clears an agent's drain flag; the agent as stored after.

@@ -52,6 +52,7 @@ pub fn new(
         started_at_ms: None,
         finished_at_ms: None,
         peers,
+        report: TaskReport::default(),
     }
 }
 
@@ -124,19 +125,49 @@ pub fn lease(
 pub fn progress(
     tx: &mut dyn Tx,
     cfg: &CoordinatorConfig,
-    mut t: TaskRow,
+    t: TaskRow,
     stdout_tail: &str,
     stderr_tail: &str,
     now: i64,
 ) -> Result<Effects> {
+    let p = Progress {
+        stdout_tail,
+        stderr_tail,
+        ..Default::default()
+    };
+    progress_with(tx, cfg, t, &p, now)
+}
+
+/// A progress report with what the agent says beyond the tails.
+#[derive(Debug, Clone, Default)]
+pub struct Progress<'a> {
+    pub stdout_tail: &'a str,
+    pub stderr_tail: &'a str,
+    /// The task waits in a queue outside benchlake (a PENDING Slurm batch
+    /// job): it stays LEASED, only its message and lease change.
+    pub pending: bool,
+    /// Message, Slurm job and nodes; an empty field keeps the stored one.
+    pub report: TaskReport,
+}
+
+/// [`progress`] with a message, the Slurm job, and the pending case (a
+/// queued job does not start the task).
+pub fn progress_with(
+    tx: &mut dyn Tx,
+    cfg: &CoordinatorConfig,
+    mut t: TaskRow,
+    p: &Progress<'_>,
+    now: i64,
+) -> Result<Effects> {
     must_be_held(&t, "report progress")?;
     let mut fx = Effects::default();
-    if t.state == TaskState::Leased {
+    if t.state == TaskState::Leased && !p.pending {
         t.state = TaskState::Running;
         t.started_at_ms = Some(now);
     }
-    t.stdout_tail = tail(stdout_tail);
-    t.stderr_tail = tail(stderr_tail);
+    merge_report(&mut t.report, &p.report);
+    t.stdout_tail = tail(p.stdout_tail);
+    t.stderr_tail = tail(p.stderr_tail);
     t.lease_expires_ms = Some(now + cfg.lease_timeout_ms as i64);
     tx.update_task(&t)?;
     fx.run_changed(&t.run_id);
@@ -156,6 +187,23 @@ pub struct Completion {
     pub outputs: Vec<RawFileRow>,
     pub stdout_tail: String,
     pub stderr_tail: String,
+    /// The Slurm job (sbatch launcher) and its nodes; empty keeps the stored.
+    pub slurm_job_id: String,
+    pub slurm_nodes: String,
+}
+
+/// Sets the non-empty fields of `new` on `r` (a bounded copy of each).
+fn merge_report(r: &mut TaskReport, new: &TaskReport) {
+    let cut = |s: &str| tail(s).chars().take(1024).collect::<String>();
+    for (have, got) in [
+        (&mut r.message, &new.message),
+        (&mut r.slurm_job_id, &new.slurm_job_id),
+        (&mut r.slurm_nodes, &new.slurm_nodes),
+    ] {
+        if !got.is_empty() {
+            *have = cut(got);
+        }
+    }
 }
 
 /// LEASED | RUNNING → DONE, or FAILED. A benchmark that ran and failed is
@@ -170,6 +218,14 @@ pub fn complete(
 ) -> Result<Effects> {
     must_be_held(&t, "complete")?;
     let mut fx = Effects::default();
+    merge_report(
+        &mut t.report,
+        &TaskReport {
+            message: String::new(),
+            slurm_job_id: c.slurm_job_id.clone(),
+            slurm_nodes: c.slurm_nodes.clone(),
+        },
+    );
     t.outputs = c.outputs;
     t.exit_code = Some(c.exit_code);
     t.stdout_tail = tail(&c.stdout_tail);
@@ -266,9 +322,33 @@ pub fn agent_restarted(
     agent: &str,
     now: i64,
 ) -> Result<Effects> {
+    agent_restarted_keeping(tx, cfg, agent, &[], now).map(|(fx, _)| fx)
+}
+
+/// [`agent_restarted`], except for the tasks the agent says it still holds
+/// (`held`: task id and lease id; the Slurm batch jobs a restarted agent
+/// re-attaches to): a task it holds under that very lease stays LEASED or
+/// RUNNING with its lease renewed. Returns the ids of the tasks kept.
+pub fn agent_restarted_keeping(
+    tx: &mut dyn Tx,
+    cfg: &CoordinatorConfig,
+    agent: &str,
+    held: &[(String, String)],
+    now: i64,
+) -> Result<(Effects, Vec<String>)> {
     let mut fx = Effects::default();
+    let mut kept = Vec::new();
     let stale = tx.tasks_of_agent(agent, &[TaskState::Leased, TaskState::Running])?;
-    for t in stale {
+    for mut t in stale {
+        let holds = held
+            .iter()
+            .any(|(id, lease)| *id == t.task_id && t.lease_id.as_deref() == Some(lease.as_str()));
+        if holds {
+            t.lease_expires_ms = Some(now + cfg.lease_timeout_ms as i64);
+            tx.update_task(&t)?;
+            kept.push(t.task_id);
+            continue;
+        }
         fx.merge(retry_or_fail(
             tx,
             cfg,
@@ -278,7 +358,7 @@ pub fn agent_restarted(
             now,
         )?);
     }
-    Ok(fx)
+    Ok((fx, kept))
 }
 
 /// Whether a lease ending at `lease_expires_ms` is more than half used at
