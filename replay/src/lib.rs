@@ -4,9 +4,11 @@
 //! * [`dimemas`] — the Dimemas 5.5 model over `.dim` traces;
 //! * [`result`] — what a replay produces, whatever the model;
 //! * [`models`] — the model registry (names, trace kinds, parameter checks);
-//! * [`api`] — [`run_replay`], the entry point a worker job calls.
+//! * [`api`] — [`run_replay`], the entry point a worker job calls;
+//! * [`calibrate`] — model parameters fitted from the cluster's pair measurements.
 pub mod api;
 pub mod bandela;
+pub mod calibrate;
 pub mod dimemas;
 pub mod error;
 pub mod event;

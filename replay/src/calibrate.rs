@@ -1,0 +1,493 @@
+//! Calibration: the network parameters of the replay models fitted from the
+//! cluster's own pair measurements (LinkTest and netprobe `linktest_timings`
+//! at one or more message sizes), so a replay predicts this machine rather
+//! than the reference `c1_base` one (docs/replay.md, "Calibration").
+//!
+//! The model both Dimemas and Bandela apply to a point-to-point message is
+//! `t(s) = L + s / BW` (BW in MB/s, MB = 2^20 bytes). Per link class (two
+//! ranks on one host: intra-node; on two hosts: inter-node) the pair times of
+//! each message size are reduced to their median (slow links are the health
+//! checks' business; the model wants the typical link), and `L` and `BW` are
+//! fitted to those medians by least squares on *relative* residuals, so the
+//! latency of small messages weighs as much as the bandwidth of large ones.
+//!
+//! With four or more sizes a change of protocol shows as two lines: the fit
+//! tries every split into a smaller-size and a larger-size segment (two sizes
+//! at least each) and keeps the split when it explains the data far better
+//! than one line; the first size of the larger segment is the eager limit,
+//! `L` comes from the eager segment and `BW` from the rendezvous one.
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ReplayError, Result};
+
+/// Bytes in the models' MB.
+const MB: f64 = (1u64 << 20) as f64;
+
+/// A split is kept when it leaves at most this fraction of one line's
+/// squared relative error ...
+const SPLIT_GAIN: f64 = 0.25;
+/// ... and one line misses the medians by more than this (relative RMS).
+const SPLIT_MIN_ERROR: f64 = 0.05;
+
+/// Which link a pair uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkClass {
+    /// Both ranks on one host.
+    Intra,
+    /// Ranks on two hosts.
+    Inter,
+}
+
+impl LinkClass {
+    /// `intra` or `inter`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Intra => "intra",
+            Self::Inter => "inter",
+        }
+    }
+}
+
+/// One measured pair time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    /// The link class of the pair.
+    pub class: LinkClass,
+    /// Message size, bytes.
+    pub bytes: u64,
+    /// Time per message (one way), seconds.
+    pub time_s: f64,
+}
+
+/// A straight line `t = latency + bytes / bandwidth` and how well it fits.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Line {
+    /// Intercept, seconds.
+    pub latency_s: f64,
+    /// Inverse slope, MB/s (MB = 2^20 B).
+    pub bandwidth_mb_s: f64,
+    /// Relative RMS error of the line over the medians it was fitted to.
+    pub rel_rms: f64,
+}
+
+/// The fit of one link class.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClassFit {
+    /// The link class.
+    pub class: LinkClass,
+    /// Latency L, seconds.
+    pub latency_s: f64,
+    /// Bandwidth BW, MB/s (MB = 2^20 B).
+    pub bandwidth_mb_s: f64,
+    /// Messages of at least this many bytes use rendezvous (a protocol switch
+    /// seen in the data), else None.
+    pub eager_limit: Option<u64>,
+    /// Coefficient of determination of the model over the medians (1 = exact).
+    pub r2: f64,
+    /// Largest relative error of the model at any measured size.
+    pub max_rel_error: f64,
+    /// Pair samples used.
+    pub samples: u64,
+    /// (message size, median time) per measured size, by size.
+    pub medians: Vec<(u64, f64)>,
+}
+
+impl ClassFit {
+    /// The modelled time of a message of `bytes` bytes.
+    pub fn predict(&self, bytes: u64) -> f64 {
+        let bw = self.bandwidth_mb_s * MB;
+        self.latency_s + if bw > 0.0 { bytes as f64 / bw } else { 0.0 }
+    }
+}
+
+/// The fitted parameters of both link classes (either may be missing when
+/// no pair of that class was measured).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// Ranks on one host.
+    pub intra: Option<ClassFit>,
+    /// Ranks on two hosts.
+    pub inter: Option<ClassFit>,
+}
+
+impl Calibration {
+    /// The replay parameters this calibration sets (names of
+    /// [`crate::dimemas::PARAM_NAMES`]; a missing class leaves its defaults).
+    pub fn params(&self) -> BTreeMap<String, String> {
+        let mut p = BTreeMap::new();
+        if let Some(f) = &self.inter {
+            p.insert("latency".into(), format!("{:e}", f.latency_s));
+            p.insert("bandwidth".into(), format!("{}", f.bandwidth_mb_s));
+        }
+        if let Some(f) = &self.intra {
+            p.insert("intra_latency".into(), format!("{:e}", f.latency_s));
+            p.insert("intra_bandwidth".into(), format!("{}", f.bandwidth_mb_s));
+        }
+        // One eager limit in the models: the inter-node one where both exist.
+        if let Some(e) = self
+            .inter
+            .as_ref()
+            .and_then(|f| f.eager_limit)
+            .or_else(|| self.intra.as_ref().and_then(|f| f.eager_limit))
+        {
+            p.insert("eager_limit".into(), e.to_string());
+        }
+        p
+    }
+
+    /// The fits, intra first.
+    pub fn fits(&self) -> impl Iterator<Item = &ClassFit> {
+        self.intra.iter().chain(self.inter.iter())
+    }
+}
+
+/// Fits both link classes from `samples`. A class needs two distinct message
+/// sizes (one size cannot separate latency from bandwidth); no class with
+/// enough data at all is an error that says what to measure.
+pub fn fit(samples: &[Sample]) -> Result<Calibration> {
+    let mut by: BTreeMap<(LinkClass, u64), Vec<f64>> = BTreeMap::new();
+    for s in samples {
+        if s.time_s.is_finite() && s.time_s > 0.0 {
+            by.entry((s.class, s.bytes)).or_default().push(s.time_s);
+        }
+    }
+    let mut out = Calibration {
+        intra: None,
+        inter: None,
+    };
+    let mut why = Vec::new();
+    for class in [LinkClass::Intra, LinkClass::Inter] {
+        let mut medians = Vec::new();
+        let mut n = 0u64;
+        for ((_, bytes), times) in by.range_mut((class, 0)..=(class, u64::MAX)) {
+            n += times.len() as u64;
+            medians.push((*bytes, median(times)));
+        }
+        if medians.is_empty() {
+            continue;
+        }
+        match fit_class(class, medians, n) {
+            Ok(f) => match class {
+                LinkClass::Intra => out.intra = Some(f),
+                LinkClass::Inter => out.inter = Some(f),
+            },
+            Err(e) => why.push(e.to_string()),
+        }
+    }
+    if out.intra.is_none() && out.inter.is_none() {
+        let detail = if why.is_empty() {
+            "no pair times with a positive time".to_string()
+        } else {
+            why.join("; ")
+        };
+        return Err(ReplayError::param("calibration", detail));
+    }
+    for w in why {
+        tracing::warn!("calibration: {w}");
+    }
+    Ok(out)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn fit_class(class: LinkClass, medians: Vec<(u64, f64)>, samples: u64) -> Result<ClassFit> {
+    if medians.len() < 2 {
+        let size = medians.first().map_or(0, |m| m.0);
+        return Err(ReplayError::param(
+            "calibration",
+            format!(
+                "{} pairs were measured at one message size only ({size} bytes): measure at least two sizes (e.g. netprobe or LinkTest runs at 8 B and 1 MiB) to separate latency from bandwidth",
+                class.as_str()
+            ),
+        ));
+    }
+    let one = line(&medians).ok_or_else(|| no_growth(class))?;
+    let mut best: Option<(usize, Line, Line, f64)> = None;
+    if medians.len() >= 4 && one.rel_rms > SPLIT_MIN_ERROR {
+        for k in 2..=medians.len() - 2 {
+            let (Some(a), Some(b)) = (line(&medians[..k]), line(&medians[k..])) else {
+                continue;
+            };
+            let sse = sq(a.rel_rms) * k as f64 + sq(b.rel_rms) * (medians.len() - k) as f64;
+            if best.as_ref().is_none_or(|x| sse < x.3) {
+                best = Some((k, a, b, sse));
+            }
+        }
+    }
+    let one_sse = sq(one.rel_rms) * medians.len() as f64;
+    let (latency_s, bandwidth_mb_s, eager_limit) = match best {
+        Some((k, eager, rdv, sse)) if sse <= SPLIT_GAIN * one_sse => {
+            (eager.latency_s, rdv.bandwidth_mb_s, Some(medians[k].0))
+        }
+        _ => (one.latency_s, one.bandwidth_mb_s, None),
+    };
+    let mut f = ClassFit {
+        class,
+        latency_s,
+        bandwidth_mb_s,
+        eager_limit,
+        r2: 0.0,
+        max_rel_error: 0.0,
+        samples,
+        medians,
+    };
+    let mean = f.medians.iter().map(|m| m.1).sum::<f64>() / f.medians.len() as f64;
+    let (mut ss_res, mut ss_tot, mut worst) = (0.0, 0.0, 0.0f64);
+    for &(b, t) in &f.medians {
+        let p = f.predict(b);
+        ss_res += sq(t - p);
+        ss_tot += sq(t - mean);
+        worst = worst.max((p - t).abs() / t);
+    }
+    f.r2 = if ss_tot > 0.0 {
+        1.0 - ss_res / ss_tot
+    } else {
+        1.0
+    };
+    f.max_rel_error = worst;
+    Ok(f)
+}
+
+fn no_growth(class: LinkClass) -> ReplayError {
+    ReplayError::param(
+        "calibration",
+        format!(
+            "{} pair times do not grow with the message size, so no bandwidth can be fitted: measure sizes further apart (e.g. 8 B and 1 MiB)",
+            class.as_str()
+        ),
+    )
+}
+
+fn sq(x: f64) -> f64 {
+    x * x
+}
+
+/// Least squares of `t = a + b s` with weights `1/t²` (relative residuals),
+/// `a ≥ 0`; None when the time does not grow with the size.
+fn line(pts: &[(u64, f64)]) -> Option<Line> {
+    let (mut sw, mut sx, mut sy, mut sxx, mut sxy) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for &(b, t) in pts {
+        let w = 1.0 / sq(t);
+        let x = b as f64;
+        sw += w;
+        sx += w * x;
+        sy += w * t;
+        sxx += w * x * x;
+        sxy += w * x * t;
+    }
+    let det = sw * sxx - sx * sx;
+    let (mut a, mut slope) = if det > 0.0 {
+        ((sy * sxx - sx * sxy) / det, (sw * sxy - sx * sy) / det)
+    } else {
+        (0.0, 0.0)
+    };
+    if a < 0.0 {
+        // Through the origin: the best slope with no latency.
+        a = 0.0;
+        slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    }
+    if !(slope > 0.0 && slope.is_finite() && a.is_finite()) {
+        return None;
+    }
+    let rel = pts
+        .iter()
+        .map(|&(b, t)| sq((a + slope * b as f64 - t) / t))
+        .sum::<f64>()
+        / pts.len() as f64;
+    Some(Line {
+        latency_s: a,
+        bandwidth_mb_s: 1.0 / (slope * MB),
+        rel_rms: rel.sqrt(),
+    })
+}
+
+/// A Dimemas configuration file (`.cfg`) of the platform `c1_base` with the
+/// calibrated network: `nodes` nodes of `tasks_per_node` tasks, the fitted
+/// latencies and bandwidths, and `cpu_ratio` (bursts are divided by it).
+/// The eager limit is no `.cfg` field (it is Dimemas's `-S`): it is in
+/// [`Calibration::params`].
+pub fn dimemas_cfg(c: &Calibration, nodes: u32, tasks_per_node: u32, cpu_ratio: f64) -> String {
+    let d = crate::dimemas::Platform::default();
+    let g = d.node_groups.first().cloned();
+    let (intra_l, intra_bw) = c.intra.as_ref().map_or_else(
+        || {
+            g.as_ref()
+                .map_or((1e-6, 10000.0), |g| (g.intra_latency, g.intra_bandwidth))
+        },
+        |f| (f.latency_s, f.bandwidth_mb_s),
+    );
+    let (inter_l, inter_bw) = c.inter.as_ref().map_or_else(
+        || (g.as_ref().map_or(5e-6, |g| g.inter_latency), d.bandwidth),
+        |f| (f.latency_s, f.bandwidth_mb_s),
+    );
+    let nodes = nodes.max(1);
+    let tpn = tasks_per_node.max(1);
+    format!(
+        "#DIMEMAS_CONFIGURATION\n\n\
+         \"wide area network information\" {{\"\", 1, 0, 4, 0.0, 0.0, 1}};;\n\n\
+         \"environment information\" {{\"\", 0, \"\", {nodes}, {inter_bw:?}, 0, 2}};;\n\n\
+         \"multi node information\" {{0, {nodes}, \"\", {tpn}, {cpu_ratio:?}, {intra_l:e}, {intra_bw:?}, 0, 1, 1, {inter_l:e}, 1, 1, 0.0}};;\n\n\
+         \"predefined mapping information\" {{\"{tpn} TASKS_PER_NODE\"}};;\n\n\
+         \"configuration files\" {{\"\", \"\", \"\", \"\"}};;\n\n\
+         \"file system parameters\" {{0.0, 0.0, 8.0, 0, 1.0}};;\n"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples(class: LinkClass, l: f64, bw_mb: f64, sizes: &[u64], noise: &[f64]) -> Vec<Sample> {
+        let mut v = Vec::new();
+        for &s in sizes {
+            for &n in noise {
+                v.push(Sample {
+                    class,
+                    bytes: s,
+                    time_s: (l + s as f64 / (bw_mb * MB)) * (1.0 + n),
+                });
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn a_line_is_recovered_from_medians_despite_slow_outliers() {
+        let sizes = [8, 1024, 65536, 1 << 20];
+        // Five pairs per size, one of them four times slower (a bad link).
+        let mut s = samples(
+            LinkClass::Inter,
+            2e-6,
+            12000.0,
+            &sizes,
+            &[-0.01, 0.0, 0.01, 0.005],
+        );
+        s.extend(samples(LinkClass::Inter, 8e-6, 3000.0, &sizes, &[0.0]));
+        s.extend(samples(
+            LinkClass::Intra,
+            0.3e-6,
+            40000.0,
+            &sizes,
+            &[0.0, 0.002],
+        ));
+        let c = fit(&s).unwrap();
+        let inter = c.inter.as_ref().unwrap();
+        assert!((inter.latency_s - 2e-6).abs() < 0.05e-6, "{inter:?}");
+        assert!(
+            (inter.bandwidth_mb_s - 12000.0).abs() / 12000.0 < 0.02,
+            "{inter:?}"
+        );
+        assert_eq!(inter.eager_limit, None);
+        assert_eq!(inter.samples, 20);
+        assert!(inter.r2 > 0.999 && inter.max_rel_error < 0.02, "{inter:?}");
+        let intra = c.intra.as_ref().unwrap();
+        assert!((intra.latency_s - 0.3e-6).abs() < 0.01e-6, "{intra:?}");
+        let p = c.params();
+        // The medians of two noise levels (0 and +0.2 %) are 0.1 % slow.
+        let bw: f64 = p.get("intra_bandwidth").unwrap().parse().unwrap();
+        assert!((bw - 40000.0).abs() / 40000.0 < 0.002, "{bw}");
+        assert!(p.get("latency").unwrap().parse::<f64>().unwrap() > 1.9e-6);
+        assert!(!p.contains_key("eager_limit"));
+    }
+
+    #[test]
+    fn a_protocol_switch_is_found() {
+        // Eager up to 16 KiB (L 1 µs, 5000 MB/s), rendezvous above with an
+        // extra handshake (L 6 µs, 10000 MB/s).
+        let mut s = samples(
+            LinkClass::Inter,
+            1e-6,
+            5000.0,
+            &[8, 256, 4096, 16384],
+            &[0.0],
+        );
+        s.extend(samples(
+            LinkClass::Inter,
+            6e-6,
+            10000.0,
+            &[32768, 262144, 1 << 20, 4 << 20],
+            &[0.0],
+        ));
+        let f = fit(&s).unwrap().inter.unwrap();
+        assert_eq!(f.eager_limit, Some(32768), "{f:?}");
+        assert!((f.latency_s - 1e-6).abs() < 0.01e-6, "{f:?}");
+        assert!((f.bandwidth_mb_s - 10000.0).abs() < 10.0, "{f:?}");
+        assert_eq!(
+            fit(&s)
+                .unwrap()
+                .params()
+                .get("eager_limit")
+                .map(String::as_str),
+            Some("32768")
+        );
+    }
+
+    #[test]
+    fn one_size_or_no_growth_is_refused_with_what_to_measure() {
+        let s = samples(LinkClass::Inter, 1e-6, 5000.0, &[1024], &[0.0, 0.1]);
+        let e = fit(&s).unwrap_err().to_string();
+        assert!(e.contains("one message size only (1024 bytes)"), "{e}");
+        let flat: Vec<Sample> = [8u64, 1 << 20]
+            .iter()
+            .map(|&b| Sample {
+                class: LinkClass::Intra,
+                bytes: b,
+                time_s: 1e-6,
+            })
+            .collect();
+        let e = fit(&flat).unwrap_err().to_string();
+        assert!(e.contains("do not grow"), "{e}");
+        assert!(fit(&[]).is_err());
+        // NaN and negative times are ignored, not fitted.
+        let mut s = samples(LinkClass::Inter, 1e-6, 5000.0, &[8, 1 << 20], &[0.0]);
+        s.push(Sample {
+            class: LinkClass::Inter,
+            bytes: 8,
+            time_s: f64::NAN,
+        });
+        assert_eq!(fit(&s).unwrap().inter.unwrap().samples, 2);
+    }
+
+    #[test]
+    fn the_cfg_reads_back_with_the_fitted_values() {
+        let s = samples(LinkClass::Inter, 2e-6, 12000.0, &[8, 1 << 20], &[0.0]);
+        let mut s2 = samples(LinkClass::Intra, 0.5e-6, 30000.0, &[8, 1 << 20], &[0.0]);
+        s2.extend(s);
+        let c = fit(&s2).unwrap();
+        let text = dimemas_cfg(&c, 4, 2, 0.5);
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("cal.cfg");
+        std::fs::write(&p, &text).unwrap();
+        let mut params = BTreeMap::new();
+        params.insert("config".to_string(), p.display().to_string());
+        let plat = crate::dimemas::Platform::default()
+            .apply_params(&params)
+            .unwrap();
+        assert_eq!(plat.nodes, 4);
+        assert!(
+            (plat.bandwidth - 12000.0).abs() < 1e-6,
+            "{}",
+            plat.bandwidth
+        );
+        let g = &plat.node_groups[0];
+        assert!((g.inter_latency - 2e-6).abs() < 1e-12);
+        assert!((g.intra_latency - 0.5e-6).abs() < 1e-12);
+        assert!((g.intra_bandwidth - 30000.0).abs() < 1e-6);
+        assert!((g.cpu_ratio - 0.5).abs() < 1e-12);
+        assert_eq!(
+            plat.mapping,
+            benchlake_formats::dimemas::config::Mapping::TasksPerNode(2)
+        );
+    }
+}
