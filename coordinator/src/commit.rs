@@ -45,7 +45,7 @@ pub async fn commit_job(
             let checks: Vec<String> = w
                 .files
                 .iter()
-                .filter(|f| f.2 == "checks")
+                .filter(|f| f.2 == "checks" || f.2 == "node_health")
                 .map(|f| f.0.clone())
                 .collect();
             if !checks.is_empty() {
@@ -75,10 +75,11 @@ struct Written {
     files: Vec<(String, u64, String)>,
 }
 
-/// Counts the verdicts of committed `checks` files into
+/// Counts the verdicts of committed `checks` and `node_health` files into
 /// `benchlake_verdicts_total` and records them for the dashboard
 /// ([`crate::verdicts`]) off the request path (one small read each; a file
-/// that cannot be read is logged and not counted).
+/// that cannot be read is logged and not counted); then, when `node_health`
+/// rows came, the run's schedule's node action ([`crate::node_actions`]).
 async fn count_verdicts(c: &Coordinator, run_id: String, keys: Vec<String>) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         return;
@@ -94,9 +95,19 @@ async fn count_verdicts(c: &Coordinator, run_id: String, keys: Vec<String>) {
         .await
         .unwrap_or_default();
     let (lake, metrics, index) = (c.lake.clone(), c.metrics.clone(), c.verdicts.clone());
+    let (store, actions, now) = (c.store.clone(), c.node_actions.clone(), c.now());
     rt.spawn(async move {
+        let mut node_rows = false;
         for key in keys {
             match lake.read_parquet(&key).await {
+                Ok(batches) if crate::verdicts::is_node_health(&key) => {
+                    let rows = crate::verdicts::node_rows(&batches);
+                    for (_, r) in &rows {
+                        metrics.verdicts.inc(&[&r.check, &r.status]);
+                    }
+                    index.record_nodes(&run_id, &key, rows);
+                    node_rows = true;
+                }
                 Ok(batches) => {
                     let rows = crate::verdicts::check_rows(&batches);
                     for r in &rows {
@@ -108,6 +119,9 @@ async fn count_verdicts(c: &Coordinator, run_id: String, keys: Vec<String>) {
                     tracing::warn!(key = %key, error = %e, "cannot read committed checks for the verdict metrics")
                 }
             }
+        }
+        if node_rows {
+            crate::node_actions::after_node_rows(store, index, actions, run_id, now).await;
         }
     });
 }

@@ -230,6 +230,8 @@ pub struct CoordinatorConfig {
     pub max_upload_bytes: u64,
     /// Largest gRPC message.
     pub max_message_bytes: usize,
+    /// How the node actions reach Slurm (`scontrol`, [`crate::node_actions`]).
+    pub scontrol: benchlake_core::scontrol::Scontrol,
     /// Role tokens.
     pub tokens: Tokens,
     /// Run the background scheduler/reaper loop (tests drive ticks by hand when false).
@@ -297,6 +299,7 @@ impl Default for CoordinatorConfig {
             tick_ms: 500,
             max_upload_bytes: 64 << 30,
             max_message_bytes: 16 << 20,
+            scontrol: Default::default(),
             tokens: Tokens::default(),
             background: true,
             tls_cert: None,

@@ -181,11 +181,12 @@ impl ScheduleRow {
             spec: Some(self.spec.to_pb()),
             next_fire_ms: self.next_fire_ms.unwrap_or_default(),
             last_fire_ms: self.last_fire_ms.unwrap_or_default(),
+            node_action: self.node_action.to_pb(),
             created_at_ms: self.created_ms,
+            notify: self.notify.clone(),
         }
     }
 }
-            notify: self.notify.clone(),
 
 impl RunRow {
     /// The protocol message (agents are filled in by the caller from tasks:

@@ -20,6 +20,7 @@ pub mod lifecycle;
 pub mod logic;
 pub mod metrics;
 pub mod model;
+pub mod node_actions;
 pub mod notify;
 pub mod pg_testing;
 pub mod placement;
@@ -106,6 +107,9 @@ pub struct Coordinator {
     pub(crate) metrics: Arc<metrics::Metrics>,
     /// The `checks` verdicts in memory, for the dashboard ([`verdicts`]).
     pub(crate) verdicts: Arc<verdicts::VerdictIndex>,
+    /// Drains and resumes of Slurm nodes after node-level checks
+    /// ([`node_actions`]).
+    pub(crate) node_actions: Arc<node_actions::NodeActions>,
     /// Wakes the notification outbox when rows were queued ([`notify`]).
     pub(crate) outbox_wake: Notify,
 }
@@ -196,6 +200,7 @@ impl Coordinator {
         let c = Arc::new(Self {
             metrics: Arc::new(metrics::Metrics::default()),
             verdicts: Arc::new(verdicts::VerdictIndex::default()),
+            node_actions: Arc::new(node_actions::NodeActions::new(cfg.scontrol.clone())),
             outbox_wake: Notify::new(),
             lead: Mutex::new(None),
             db_gate,

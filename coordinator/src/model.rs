@@ -324,7 +324,14 @@ pub struct ScheduleRow {
     pub spec: Spec,
     pub next_fire_ms: Option<i64>,
     pub last_fire_ms: Option<i64>,
+    /// What to do with the Slurm nodes its runs find failing
+    /// ([`crate::node_actions`]).
+    #[serde(default)]
+    pub node_action: crate::node_actions::NodeAction,
     pub created_ms: i64,
+    /// Notifiers told when a run of the schedule ends badly ([`crate::notify`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notify: Vec<String>,
 }
 
 /// What a schedule does with instants missed while the coordinator was down.
@@ -349,9 +356,6 @@ impl CatchUp {
     }
     /// Parses a stored or user-given name.
     pub fn parse(s: &str) -> Option<Self> {
-    /// Notifiers told when a run of the schedule ends badly ([`crate::notify`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub notify: Vec<String>,
         match s.to_ascii_lowercase().as_str() {
             "none" => Some(Self::None),
             "latest" | "" => Some(Self::Latest),

@@ -117,6 +117,16 @@ pub trait Tx {
     /// Sets a value of the `meta` table.
     fn set_meta(&mut self, key: &str, value: &str) -> Result<()>;
 
+    // Drains benchlake made of Slurm nodes (`crate::node_actions`).
+    /// Records (or replaces) the drain of a node.
+    fn upsert_node_drain(&mut self, d: &crate::node_actions::NodeDrain) -> Result<()>;
+    /// The drain benchlake recorded for a node.
+    fn get_node_drain(&mut self, node: &str) -> Result<Option<crate::node_actions::NodeDrain>>;
+    /// Forgets the drain of a node; whether there was one.
+    fn delete_node_drain(&mut self, node: &str) -> Result<bool>;
+    /// Every recorded drain, by node name.
+    fn list_node_drains(&mut self) -> Result<Vec<crate::node_actions::NodeDrain>>;
+
     // The notification outbox (`crate::notify`).
     /// Adds an outbox row; nothing when the run already has one for that
     /// notifier.
@@ -236,6 +246,12 @@ const MIGRATIONS: &[fn(&Connection) -> Result<()>] = &[
     |c| Ok(c.execute_batch("CREATE INDEX IF NOT EXISTS committed_run ON committed_files(run_id);")?),
     // 4: the notification outbox (`crate::notify`): one row per run and notifier.
     |c| Ok(c.execute_batch(NOTIFICATIONS_SCHEMA)?),
+    // The drains benchlake made of Slurm nodes (`crate::node_actions`).
+    |c| {
+        Ok(c.execute_batch(
+            "CREATE TABLE IF NOT EXISTS node_drains (node TEXT PRIMARY KEY, data TEXT NOT NULL);",
+        )?)
+    },
 ];
 
 /// The schema version this build writes.
@@ -978,6 +994,29 @@ impl Tx for SqliteTx<'_> {
             )?
             .execute(params![key, value])?;
         Ok(())
+    }
+
+    fn upsert_node_drain(&mut self, d: &crate::node_actions::NodeDrain) -> Result<()> {
+        self.c
+            .prepare_cached(
+                "INSERT INTO node_drains(node, data) VALUES (?1, ?2)
+                 ON CONFLICT(node) DO UPDATE SET data=excluded.data",
+            )?
+            .execute(params![d.node, enc(d)?])?;
+        Ok(())
+    }
+    fn get_node_drain(&mut self, node: &str) -> Result<Option<crate::node_actions::NodeDrain>> {
+        self.one("SELECT data FROM node_drains WHERE node=?1", params![node])
+    }
+    fn delete_node_drain(&mut self, node: &str) -> Result<bool> {
+        Ok(self
+            .c
+            .prepare_cached("DELETE FROM node_drains WHERE node=?1")?
+            .execute(params![node])?
+            > 0)
+    }
+    fn list_node_drains(&mut self) -> Result<Vec<crate::node_actions::NodeDrain>> {
+        self.many("SELECT data FROM node_drains ORDER BY node", [])
     }
 
     fn insert_notification(&mut self, n: &NotificationRow) -> Result<()> {

@@ -96,6 +96,10 @@ CREATE TABLE IF NOT EXISTS notifications (
   data TEXT NOT NULL, UNIQUE (run_id, notifier));
 CREATE INDEX IF NOT EXISTS notifications_due ON notifications(state, next_ms);
 "#,
+    // The drains benchlake made of Slurm nodes (`crate::node_actions`).
+    r#"
+CREATE TABLE IF NOT EXISTS node_drains (node TEXT COLLATE "C" PRIMARY KEY, data TEXT NOT NULL);
+"#,
 ];
 
 /// Key of the advisory lock that serialises schema upgrades of coordinators
@@ -1235,6 +1239,23 @@ impl Tx for PgTx<'_> {
         Ok(())
     }
 
+    fn upsert_node_drain(&mut self, d: &crate::node_actions::NodeDrain) -> Result<()> {
+        self.defer(
+            "INSERT INTO node_drains(node, data) VALUES ($1, $2)
+             ON CONFLICT (node) DO UPDATE SET data=excluded.data",
+            params![d.node.clone(), enc(d)?],
+        )
+    }
+    fn get_node_drain(&mut self, node: &str) -> Result<Option<crate::node_actions::NodeDrain>> {
+        self.one("SELECT data FROM node_drains WHERE node=$1", &[&node])
+    }
+    fn delete_node_drain(&mut self, node: &str) -> Result<bool> {
+        Ok(self.exec("DELETE FROM node_drains WHERE node=$1", &[&node])? > 0)
+    }
+    fn list_node_drains(&mut self) -> Result<Vec<crate::node_actions::NodeDrain>> {
+        self.many("SELECT data FROM node_drains ORDER BY node", &[])
+    }
+
     fn insert_notification(&mut self, n: &NotificationRow) -> Result<()> {
         self.defer(
             "INSERT INTO notifications(delivery_id, run_id, notifier, state, next_ms, data)
@@ -1252,12 +1273,7 @@ impl Tx for PgTx<'_> {
     fn update_notification(&mut self, n: &NotificationRow) -> Result<()> {
         self.defer(
             "UPDATE notifications SET state=$2, next_ms=$3, data=$4 WHERE delivery_id=$1",
-            params![
-                n.delivery_id.clone(),
-                n.state.as_str(),
-                n.next_ms,
-                enc(n)?
-            ],
+            params![n.delivery_id.clone(), n.state.as_str(), n.next_ms, enc(n)?],
         )
     }
     fn due_notifications(&mut self, now: i64, limit: u32) -> Result<Vec<NotificationRow>> {

@@ -10,6 +10,11 @@
 //!
 //! Besides each run's rows it keeps, per node (the agents of the run's
 //! tasks), the newest verdict of each check: the health overview's matrix.
+//!
+//! The `node_health` table's rows (per-node checks, docs/slurm.md) are kept
+//! beside them: they count toward their run's verdict, they name their node
+//! themselves (the Slurm node, not the agent), and each node's newest
+//! verdict per node check answers `benchlake node-check` ([`VerdictIndex::node_health`]).
 use std::collections::{BTreeMap, HashMap};
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +48,8 @@ pub use benchlake_core::verdict::worst;
 pub struct RunVerdicts {
     /// Object key → its rows.
     files: BTreeMap<String, Vec<CheckRow>>,
+    /// `node_health` object key → its rows, each with its node.
+    node_files: BTreeMap<String, Vec<(String, CheckRow)>>,
     /// The agents of the run's tasks.
     pub agents: Vec<String>,
 }
@@ -53,10 +60,28 @@ impl RunVerdicts {
         self.files.values().flatten()
     }
 
-    /// The run's verdict: the worst of its checks.
-    pub fn verdict(&self) -> Option<&'static str> {
-        worst(self.rows().map(|r| r.status.as_str()))
+    /// Every `node_health` row as (node, row), in object key order.
+    pub fn node_rows(&self) -> impl Iterator<Item = &(String, CheckRow)> {
+        self.node_files.values().flatten()
     }
+
+    /// The run's verdict: the worst of its checks and its nodes' checks.
+    pub fn verdict(&self) -> Option<&'static str> {
+        worst(
+            self.rows()
+                .chain(self.node_rows().map(|(_, r)| r))
+                .map(|r| r.status.as_str()),
+        )
+    }
+}
+
+/// The newest verdict of one node-level check on one node (`node_health`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeVerdict {
+    /// The run it came from.
+    pub run_id: String,
+    /// The row itself.
+    pub row: CheckRow,
 }
 
 /// The newest verdict of one check on one node.
@@ -76,6 +101,7 @@ pub struct NodeCheck {
 struct Inner {
     runs: BTreeMap<String, RunVerdicts>,
     nodes: HashMap<String, BTreeMap<String, NodeCheck>>,
+    node_health: HashMap<String, BTreeMap<String, NodeVerdict>>,
 }
 
 /// The in-memory verdicts (see the module docs).
@@ -116,6 +142,45 @@ impl VerdictIndex {
             }
         }
         run.files.insert(key.to_string(), rows);
+    }
+
+    /// Records the `node_health` rows (node, row) of the committed object
+    /// `key` of `run_id`.
+    pub fn record_nodes(&self, run_id: &str, key: &str, rows: Vec<(String, CheckRow)>) {
+        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        for (n, r) in &rows {
+            let newer = |have: Option<&str>| have.is_none_or(|h| h <= run_id);
+            let node = g.nodes.entry(n.clone()).or_default();
+            if newer(node.get(&r.check).map(|c| c.run_id.as_str())) {
+                node.insert(
+                    r.check.clone(),
+                    NodeCheck {
+                        run_id: run_id.to_string(),
+                        status: r.status.clone(),
+                        value: r.value,
+                        unit: r.unit.clone(),
+                    },
+                );
+            }
+            let health = g.node_health.entry(n.clone()).or_default();
+            if newer(health.get(&r.check).map(|c| c.run_id.as_str())) {
+                health.insert(
+                    r.check.clone(),
+                    NodeVerdict {
+                        run_id: run_id.to_string(),
+                        row: r.clone(),
+                    },
+                );
+            }
+        }
+        let run = g.runs.entry(run_id.to_string()).or_default();
+        run.node_files.insert(key.to_string(), rows);
+    }
+
+    /// The newest verdict of each node-level check (`node_health`) on `node`.
+    pub fn node_health(&self, node: &str) -> BTreeMap<String, NodeVerdict> {
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        g.node_health.get(node).cloned().unwrap_or_default()
     }
 
     /// Marks the start-up load finished.
@@ -186,6 +251,21 @@ impl VerdictIndex {
 /// The `checks` rows of decoded batches (rows missing `check` or `status`
 /// are skipped).
 pub fn check_rows(batches: &[RecordBatch]) -> Vec<CheckRow> {
+    rows_with_node(batches).into_iter().map(|r| r.1).collect()
+}
+
+/// The `node_health` rows of decoded batches as (node, row) (rows missing
+/// `node`, `check` or `status` are skipped).
+pub fn node_rows(batches: &[RecordBatch]) -> Vec<(String, CheckRow)> {
+    rows_with_node(batches)
+        .into_iter()
+        .filter_map(|(n, r)| n.map(|n| (n, r)))
+        .collect()
+}
+
+/// Rows of `checks` or `node_health` batches with their `node` when the
+/// batch has one.
+fn rows_with_node(batches: &[RecordBatch]) -> Vec<(Option<String>, CheckRow)> {
     let mut out = Vec::new();
     for b in batches {
         let text = |n: &str| {
@@ -201,8 +281,13 @@ pub fn check_rows(batches: &[RecordBatch]) -> Vec<CheckRow> {
         let (Some(check), Some(status)) = (s("check"), s("status")) else {
             continue;
         };
-        let (unit, message, value, reference) =
-            (s("unit"), s("message"), f("value"), f("reference"));
+        let (unit, message, value, reference, node) = (
+            s("unit"),
+            s("message"),
+            f("value"),
+            f("reference"),
+            s("node"),
+        );
         let get_s = |a: &Option<StringArray>, i: usize| {
             a.as_ref()
                 .filter(|a| a.is_valid(i))
@@ -216,14 +301,21 @@ pub fn check_rows(batches: &[RecordBatch]) -> Vec<CheckRow> {
             if !check.is_valid(i) || !status.is_valid(i) {
                 continue;
             }
-            out.push(CheckRow {
-                check: check.value(i).to_string(),
-                status: status.value(i).to_string(),
-                value: get_f(&value, i),
-                reference: get_f(&reference, i),
-                unit: get_s(&unit, i),
-                message: get_s(&message, i),
-            });
+            let node = node
+                .as_ref()
+                .filter(|a| a.is_valid(i))
+                .map(|a| a.value(i).to_string());
+            out.push((
+                node,
+                CheckRow {
+                    check: check.value(i).to_string(),
+                    status: status.value(i).to_string(),
+                    value: get_f(&value, i),
+                    reference: get_f(&reference, i),
+                    unit: get_s(&unit, i),
+                    message: get_s(&message, i),
+                },
+            ));
         }
     }
     out
@@ -256,6 +348,10 @@ pub async fn read_into(c: &crate::Coordinator, keys: Vec<(String, String)>) {
                 continue;
             }
         };
+        if is_node_health(&key) {
+            c.verdicts.record_nodes(&run_id, &key, node_rows(&batches));
+            continue;
+        }
         let rows = check_rows(&batches);
         if !agents_of.contains_key(&run_id) {
             let id = run_id.clone();
@@ -276,10 +372,23 @@ pub async fn read_into(c: &crate::Coordinator, keys: Vec<(String, String)>) {
     }
 }
 
-/// The start-up load: every committed `checks` file of the store.
+/// Whether a committed object key is one of the `node_health` table's.
+pub fn is_node_health(key: &str) -> bool {
+    key.starts_with("tables/node_health/")
+}
+
+/// The start-up load: every committed `checks` and `node_health` file of the
+/// store.
 pub async fn load(c: std::sync::Arc<crate::Coordinator>) {
     let t0 = std::time::Instant::now();
-    let files = match c.db(|tx| tx.committed_files(Some("checks"))).await {
+    let files = match c
+        .db(|tx| {
+            let mut f = tx.committed_files(Some("checks"))?;
+            f.extend(tx.committed_files(Some("node_health"))?);
+            Ok(f)
+        })
+        .await
+    {
         Ok(f) => f,
         Err(e) => {
             tracing::warn!(error = %e, "dashboard verdicts: cannot list the committed checks files");
@@ -329,5 +438,37 @@ mod tests {
         assert_eq!(ix.run("01A").and_then(|r| r.verdict()), Some("PASS"));
         assert_eq!(worst(["PASS", "ERROR", "PASS"]), Some("ERROR"));
         assert_eq!(worst([]), None);
+    }
+
+    #[test]
+    fn node_rows_name_their_node_and_count_toward_the_run() {
+        let ix = VerdictIndex::default();
+        ix.record(
+            "01A",
+            "tables/checks/k",
+            &["login".to_string()],
+            vec![row("io.x", "PASS")],
+        );
+        assert_eq!(ix.run("01A").and_then(|r| r.verdict()), Some("PASS"));
+        let key = "tables/node_health/date=d/run_id=01A/part-j.parquet";
+        assert!(is_node_health(key) && !is_node_health("tables/checks/x"));
+        ix.record_nodes(
+            "01A",
+            key,
+            vec![
+                ("n1".into(), row("node.cores", "PASS")),
+                ("n2".into(), row("node.cores", "FAIL")),
+            ],
+        );
+        // A failing node makes the run FAIL.
+        assert_eq!(ix.run("01A").and_then(|r| r.verdict()), Some("FAIL"));
+        assert_eq!(ix.node_health("n2")["node.cores"].row.status, "FAIL");
+        assert_eq!(ix.node("n2")["node.cores"].status, "FAIL");
+        assert!(ix.node_health("login").is_empty());
+        // A later run's verdict replaces it; an older one does not.
+        ix.record_nodes("01B", "k2", vec![("n2".into(), row("node.cores", "PASS"))]);
+        ix.record_nodes("019", "k0", vec![("n2".into(), row("node.cores", "FAIL"))]);
+        let h = &ix.node_health("n2")["node.cores"];
+        assert_eq!((h.run_id.as_str(), h.row.status.as_str()), ("01B", "PASS"));
     }
 }

@@ -125,8 +125,8 @@ fn schedule(id: &str, name: &str, paused: bool, next: Option<i64>) -> ScheduleRo
         created_ms: 1,
         node_action: Default::default(),
         notify: Vec::new(),
-}
     }
+}
 
 fn ids<T>(v: &[T], f: impl Fn(&T) -> &str) -> Vec<String> {
     v.iter().map(|x| f(x).to_string()).collect()
@@ -141,10 +141,10 @@ fn conformance(s: &dyn StateStore) {
     agents_and_placement(s);
     schedules(s);
     committed_and_meta(s);
-    counts(s);
+    node_drains(s);
     notifications(s);
-    rollback(s);
     counts(s);
+    rollback(s);
 }
 
 /// The notification outbox: one row per (run, notifier), due rows in time
@@ -205,8 +205,8 @@ fn notifications(s: &dyn StateStore) {
     .unwrap();
 }
 
-/// and the due part of the queues, as deltas over what earlier cases left.
 /// `state_counts` (the metrics' one aggregate query): rows by kind and state,
+/// and the due part of the queues, as deltas over what earlier cases left.
 fn counts(s: &dyn StateStore) {
     let now = 10_000;
     let map = |v: Vec<(String, String, u64)>| -> std::collections::BTreeMap<(String, String), u64> {
@@ -584,6 +584,45 @@ fn committed_and_meta(s: &dyn StateStore) {
         assert_eq!(tx.committed_files(Some("a"))?.len(), 1);
         assert_eq!(tx.get_meta("reconcile_ms")?.as_deref(), Some("2"));
         assert!(tx.get_meta("nothing")?.is_none());
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// The drains benchlake made: upsert by node, get, list by name, delete.
+fn node_drains(s: &dyn StateStore) {
+    use benchlake_coordinator::node_actions::NodeDrain;
+    let d = |node: &str, run: &str| NodeDrain {
+        node: node.into(),
+        reason: format!("benchlake: node.cores 2 vs 64 (run {run})"),
+        run_id: run.into(),
+        check: "node.cores".into(),
+        schedule_id: Some("s1".into()),
+        drained_ms: 7,
+    };
+    s.transact(|tx| {
+        tx.upsert_node_drain(&d("n2", "01A"))?;
+        tx.upsert_node_drain(&d("n10", "01A"))?;
+        tx.upsert_node_drain(&d("n2", "01B"))
+    })
+    .unwrap();
+    s.transact(|tx| {
+        assert_eq!(tx.get_node_drain("n2")?, Some(d("n2", "01B")));
+        assert_eq!(tx.get_node_drain("n3")?, None);
+        assert_eq!(ids(&tx.list_node_drains()?, |x| &x.node), ["n10", "n2"]);
+        assert!(tx.delete_node_drain("n2")?);
+        assert!(!tx.delete_node_drain("n2")?);
+        Ok(())
+    })
+    .unwrap();
+    // A rolled-back transaction leaves no record.
+    let _ = s.transact(|tx| {
+        tx.upsert_node_drain(&d("n4", "01C"))?;
+        Err::<(), _>(benchlake_coordinator::CoordError::Invalid("roll back".into()))
+    });
+    s.transact(|tx| {
+        assert_eq!(ids(&tx.list_node_drains()?, |x| &x.node), ["n10"]);
+        assert!(tx.delete_node_drain("n10")?);
         Ok(())
     })
     .unwrap();

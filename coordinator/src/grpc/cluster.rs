@@ -132,4 +132,65 @@ impl ClusterService for Svc {
             lake_root: self.0.lake.root().to_string(),
         }))
     }
+
+    /// From memory (the verdict index, the node actions' events) and one
+    /// read of the drain record: fast enough for Slurm's HealthCheckProgram.
+    async fn get_node_health(
+        &self,
+        req: Request<pb::GetNodeHealthRequest>,
+    ) -> std::result::Result<Response<pb::NodeHealth>, Status> {
+        let node = req.into_inner().node;
+        benchlake_core::scontrol::check_node_name(&node)
+            .map_err(|e| crate::CoordError::invalid("node", e))?;
+        let checks: Vec<pb::NodeCheckVerdict> = self
+            .0
+            .verdicts
+            .node_health(&node)
+            .into_iter()
+            .map(|(check, v)| pb::NodeCheckVerdict {
+                check,
+                status: v.row.status,
+                value: v.row.value,
+                reference: v.row.reference,
+                unit: v.row.unit,
+                message: v.row.message,
+                run_id: v.run_id,
+            })
+            .collect();
+        let verdict = crate::verdicts::worst(checks.iter().map(|c| c.status.as_str()))
+            .unwrap_or_default()
+            .to_string();
+        let n = node.clone();
+        let drain = self
+            .tx(move |tx| tx.get_node_drain(&n))
+            .await?
+            .map(|d| pb::NodeDrainRecord {
+                reason: d.reason,
+                run_id: d.run_id,
+                check: d.check,
+                schedule_id: d.schedule_id.unwrap_or_default(),
+                drained_at_ms: d.drained_ms,
+            });
+        let events = self
+            .0
+            .node_actions
+            .events_of(&node)
+            .into_iter()
+            .map(|e| pb::NodeActionEvent {
+                at_ms: e.at_ms,
+                run_id: e.run_id,
+                action: e.action,
+                dry_run: e.dry_run,
+                detail: e.detail,
+            })
+            .collect();
+        Ok(Response::new(pb::NodeHealth {
+            node,
+            checks,
+            verdict,
+            drain,
+            events,
+            complete: self.0.verdicts.loaded(),
+        }))
+    }
 }

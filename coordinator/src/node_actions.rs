@@ -1,0 +1,489 @@
+//! Drains and resumes of Slurm nodes after node-level checks (docs/slurm.md,
+//! "Draining failing nodes").
+//!
+//! A schedule's [`NodeAction`] says what happens when the `node_health` rows
+//! of one of its runs are committed ([`crate::commit`] hands them here, off
+//! the request path, once the verdict index holds them):
+//!
+//! - `OFF` (the default): nothing.
+//! - `DRY_RUN`: every drain and resume that `DRAIN` would make is logged
+//!   (`node action (dry run)`) and kept in [`NodeActions::events_of`] (shown
+//!   by `benchlake node-check`); Slurm is not touched.
+//! - `DRAIN`: a node with a FAIL row is drained with
+//!   `scontrol update nodename=N state=drain reason="benchlake: CHECK VALUE vs
+//!   REFERENCE (run RUN_ID)"` unless it is already drained or down (whoever
+//!   did it: benchlake never overwrites another reason), and the drain is
+//!   recorded in the state store ([`NodeDrain`]). A node benchlake drained is
+//!   resumed when a later run of a schedule with `DRAIN` passes the check it
+//!   was drained for on that node and has no FAIL or ERROR for it — and only
+//!   when `scontrol show node` still shows it drained with exactly
+//!   benchlake's reason. Otherwise the record is forgotten and the node left
+//!   as it is (an administrator who re-drained it, or changed the reason,
+//!   keeps it: the mistake NHC users met in mej/nhc#134).
+//!
+//! `scontrol` runs as an argument vector ([`benchlake_core::scontrol`]) with
+//! the program `--scontrol` names; its failures are logged and the record is
+//! only written after a drain succeeded, so a retry at the next run is always
+//! possible. Only the leading coordinator commits jobs, so only it acts. An
+//! action lost to a coordinator stopped between the commit and the action is
+//! taken at the schedule's next run.
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use benchlake_core::scontrol::{self, Scontrol};
+use benchlake_proto::v1 as pb;
+use serde::{Deserialize, Serialize};
+
+use crate::store::StateStore;
+use crate::verdicts::{CheckRow, VerdictIndex};
+
+/// What a schedule does with the nodes its runs find failing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeAction {
+    /// Nothing.
+    #[default]
+    Off,
+    /// Log what `Drain` would do.
+    DryRun,
+    /// Drain failing nodes, resume the ones benchlake drained once they pass.
+    Drain,
+}
+
+impl NodeAction {
+    /// The name users type and see (`off`, `dry-run`, `drain`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::DryRun => "dry-run",
+            Self::Drain => "drain",
+        }
+    }
+
+    /// The protocol value.
+    pub fn to_pb(self) -> i32 {
+        (match self {
+            Self::Off => pb::NodeAction::Off,
+            Self::DryRun => pb::NodeAction::DryRun,
+            Self::Drain => pb::NodeAction::Drain,
+        }) as i32
+    }
+
+    /// From the protocol value (None: unknown).
+    pub fn from_pb(v: i32) -> Option<Self> {
+        match pb::NodeAction::try_from(v).ok()? {
+            pb::NodeAction::Unspecified | pb::NodeAction::Off => Some(Self::Off),
+            pb::NodeAction::DryRun => Some(Self::DryRun),
+            pb::NodeAction::Drain => Some(Self::Drain),
+        }
+    }
+}
+
+/// A drain benchlake made (the state store's `node_drains`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeDrain {
+    /// Slurm node name.
+    pub node: String,
+    /// The reason given to Slurm, exactly.
+    pub reason: String,
+    /// The run whose verdict drained it.
+    pub run_id: String,
+    /// The check that failed (a passing later verdict of it resumes the node).
+    pub check: String,
+    /// The schedule of that run.
+    pub schedule_id: Option<String>,
+    /// When.
+    pub drained_ms: i64,
+}
+
+/// What benchlake did (or, in a dry run, would have done) to a node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeEvent {
+    pub at_ms: i64,
+    pub node: String,
+    pub run_id: String,
+    /// `drain`, `resume`, `left-alone`, `forgot`, `error`.
+    pub action: String,
+    pub dry_run: bool,
+    /// What it did and why, for people.
+    pub detail: String,
+}
+
+/// Events kept per coordinator (newest last).
+pub const MAX_EVENTS: usize = 1000;
+
+/// The node actions of a coordinator: how to reach scontrol, and what was
+/// done lately.
+#[derive(Debug)]
+pub struct NodeActions {
+    scontrol: Scontrol,
+    events: Mutex<VecDeque<NodeEvent>>,
+}
+
+impl Default for NodeActions {
+    fn default() -> Self {
+        Self::new(Scontrol::default())
+    }
+}
+
+/// One decision for one node after a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Drain `node` for `check` with `reason`.
+    Drain {
+        node: String,
+        check: String,
+        reason: String,
+    },
+    /// Resume `node`, drained by benchlake as `drain` says, now passing.
+    Resume { node: String, drain: NodeDrain },
+}
+
+/// The decisions of one run from its `node_health` rows (node, row) and the
+/// drains on record (by node). A node with a FAIL is drained for its first
+/// failing check (by name) unless benchlake drained it already; a node
+/// without FAIL or ERROR whose record names a check this later run passed is
+/// resumed. The node `*` (rows about no node) is never acted on.
+pub fn decide(
+    run_id: &str,
+    rows: &[(String, CheckRow)],
+    drains: &BTreeMap<String, NodeDrain>,
+) -> Vec<Decision> {
+    let mut by_node: BTreeMap<&str, Vec<&CheckRow>> = BTreeMap::new();
+    for (n, r) in rows {
+        if scontrol::check_node_name(n).is_ok() {
+            by_node.entry(n.as_str()).or_default().push(r);
+        }
+    }
+    let mut out = Vec::new();
+    for (node, mut rs) in by_node {
+        rs.sort_by(|a, b| a.check.cmp(&b.check));
+        if let Some(f) = rs.iter().find(|r| r.status == "FAIL") {
+            if !drains.contains_key(node) {
+                out.push(Decision::Drain {
+                    node: node.to_string(),
+                    check: f.check.clone(),
+                    reason: scontrol::drain_reason(&f.check, f.value, f.reference, run_id),
+                });
+            }
+            continue;
+        }
+        if rs.iter().any(|r| r.status != "PASS") {
+            continue;
+        }
+        if let Some(d) = drains.get(node)
+            && run_id > d.run_id.as_str()
+            && rs.iter().any(|r| r.check == d.check)
+        {
+            out.push(Decision::Resume {
+                node: node.to_string(),
+                drain: d.clone(),
+            });
+        }
+    }
+    out
+}
+
+impl NodeActions {
+    /// Node actions through `scontrol`.
+    pub fn new(scontrol: Scontrol) -> Self {
+        Self {
+            scontrol,
+            events: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// The events of `node`, oldest first.
+    pub fn events_of(&self, node: &str) -> Vec<NodeEvent> {
+        let g = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        g.iter().filter(|e| e.node == node).cloned().collect()
+    }
+
+    fn event(&self, e: NodeEvent) {
+        if e.action == "error" {
+            tracing::warn!(node = %e.node, run = %e.run_id, action = %e.action, dry_run = e.dry_run, "node action: {}", e.detail);
+        } else if e.dry_run {
+            tracing::info!(node = %e.node, run = %e.run_id, action = %e.action, "node action (dry run): {}", e.detail);
+        } else {
+            tracing::info!(node = %e.node, run = %e.run_id, action = %e.action, "node action: {}", e.detail);
+        }
+        let mut g = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        if g.len() >= MAX_EVENTS {
+            g.pop_front();
+        }
+        g.push_back(e);
+    }
+
+    /// Carries out `decisions` of `run_id` (blocking: scontrol and the store).
+    pub fn execute(
+        &self,
+        store: &dyn StateStore,
+        action: NodeAction,
+        run_id: &str,
+        schedule_id: Option<&str>,
+        decisions: Vec<Decision>,
+        now: i64,
+    ) {
+        let dry_run = action == NodeAction::DryRun;
+        let ev = |node: &str, what: &str, detail: String| NodeEvent {
+            at_ms: now,
+            node: node.to_string(),
+            run_id: run_id.to_string(),
+            action: what.to_string(),
+            dry_run,
+            detail,
+        };
+        for d in decisions {
+            match d {
+                Decision::Drain {
+                    node,
+                    check,
+                    reason,
+                } => {
+                    if dry_run {
+                        self.event(ev(&node, "drain", format!("would drain {node}: {reason}")));
+                        continue;
+                    }
+                    match self.scontrol.show_node(&node) {
+                        Err(e) => {
+                            self.event(ev(&node, "error", format!("cannot read {node}: {e}")));
+                            continue;
+                        }
+                        Ok(None) => {
+                            self.event(ev(
+                                &node,
+                                "error",
+                                format!("scontrol does not know node {node}"),
+                            ));
+                            continue;
+                        }
+                        Ok(Some(st)) if st.drained() || st.down() => {
+                            self.event(ev(
+                                &node,
+                                "left-alone",
+                                format!(
+                                    "{node} is already {} (Reason={}): not drained again, and never resumed by benchlake",
+                                    st.state,
+                                    st.reason.as_deref().unwrap_or("none")
+                                ),
+                            ));
+                            continue;
+                        }
+                        Ok(Some(_)) => {}
+                    }
+                    if let Err(e) = self.scontrol.drain(&node, &reason) {
+                        self.event(ev(&node, "error", format!("cannot drain {node}: {e}")));
+                        continue;
+                    }
+                    let rec = NodeDrain {
+                        node: node.clone(),
+                        reason: reason.clone(),
+                        run_id: run_id.to_string(),
+                        check,
+                        schedule_id: schedule_id.map(String::from),
+                        drained_ms: now,
+                    };
+                    match store.transact(|tx| tx.upsert_node_drain(&rec)) {
+                        Ok(()) => self.event(ev(&node, "drain", format!("drained {node}: {reason}"))),
+                        Err(e) => self.event(ev(
+                            &node,
+                            "error",
+                            format!("drained {node} but cannot record it (it will not be resumed by benchlake): {e}"),
+                        )),
+                    }
+                }
+                Decision::Resume { node, drain } => {
+                    if dry_run {
+                        self.event(ev(
+                            &node,
+                            "resume",
+                            format!("would resume {node}: {} passes again", drain.check),
+                        ));
+                        continue;
+                    }
+                    let st = match self.scontrol.show_node(&node) {
+                        Ok(st) => st,
+                        Err(e) => {
+                            self.event(ev(&node, "error", format!("cannot read {node}: {e}")));
+                            continue;
+                        }
+                    };
+                    let ours = st
+                        .as_ref()
+                        .is_some_and(|s| s.drained() && s.reason.as_deref() == Some(&drain.reason));
+                    if ours {
+                        if let Err(e) = self.scontrol.resume(&node) {
+                            self.event(ev(&node, "error", format!("cannot resume {node}: {e}")));
+                            continue;
+                        }
+                    }
+                    let forgot = store.transact(|tx| tx.delete_node_drain(&node));
+                    let detail = match (&st, ours) {
+                        (_, true) => format!(
+                            "resumed {node}: {} passes again (drained by run {})",
+                            drain.check, drain.run_id
+                        ),
+                        (None, _) => {
+                            format!("forgot the drain of {node}: scontrol does not know it")
+                        }
+                        (Some(s), _) if !s.drained() => format!(
+                            "forgot the drain of {node}: it is no longer drained ({})",
+                            s.state
+                        ),
+                        (Some(s), _) => format!(
+                            "forgot the drain of {node} and left it drained: its reason is now '{}', not benchlake's",
+                            s.reason.as_deref().unwrap_or("")
+                        ),
+                    };
+                    let what = if ours { "resume" } else { "forgot" };
+                    match forgot {
+                        Ok(_) => self.event(ev(&node, what, detail)),
+                        Err(e) => self.event(ev(
+                            &node,
+                            "error",
+                            format!("{detail}; but the record could not be deleted: {e}"),
+                        )),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// After `node_health` rows of `run_id` were committed and recorded in
+/// `index`: the run's schedule's node action, if any (runs in a blocking
+/// task).
+pub async fn after_node_rows(
+    store: Arc<dyn StateStore>,
+    index: Arc<VerdictIndex>,
+    actions: Arc<NodeActions>,
+    run_id: String,
+    now: i64,
+) {
+    let res = tokio::task::spawn_blocking(move || {
+        let id = run_id.clone();
+        let found = store.transact(|tx| {
+            let Some(run) = tx.get_run(&id)? else {
+                return Ok(None);
+            };
+            let Some(sid) = run.schedule_id.clone() else {
+                return Ok(None);
+            };
+            let Some(s) = tx.get_schedule(&sid)? else {
+                return Ok(None);
+            };
+            if s.node_action == NodeAction::Off {
+                return Ok(None);
+            }
+            let drains: BTreeMap<String, NodeDrain> = tx
+                .list_node_drains()?
+                .into_iter()
+                .map(|d| (d.node.clone(), d))
+                .collect();
+            Ok(Some((s.node_action, sid, drains)))
+        });
+        let (action, sid, drains) = match found {
+            Ok(Some(x)) => x,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(run = %run_id, error = %e, "node actions: cannot read the run's schedule");
+                return;
+            }
+        };
+        let rows: Vec<(String, CheckRow)> = index
+            .run(&run_id)
+            .map(|r| r.node_rows().cloned().collect())
+            .unwrap_or_default();
+        let decisions = decide(&run_id, &rows, &drains);
+        actions.execute(&*store, action, &run_id, Some(&sid), decisions, now);
+    })
+    .await;
+    if let Err(e) = res {
+        tracing::warn!(error = %e, "node actions task failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(check: &str, status: &str, v: f64, r: f64) -> CheckRow {
+        CheckRow {
+            check: check.into(),
+            status: status.into(),
+            value: Some(v),
+            reference: Some(r),
+            unit: String::new(),
+            message: String::new(),
+        }
+    }
+
+    fn drain(node: &str, run: &str, check: &str) -> NodeDrain {
+        NodeDrain {
+            node: node.into(),
+            reason: format!("benchlake: {check} 1 vs 2 (run {run})"),
+            run_id: run.into(),
+            check: check.into(),
+            schedule_id: None,
+            drained_ms: 0,
+        }
+    }
+
+    #[test]
+    fn failing_nodes_drain_for_their_first_failing_check() {
+        let rows = vec![
+            ("n1".to_string(), row("node.cores", "PASS", 2.0, 2.0)),
+            ("n2".to_string(), row("node.memory_bytes", "FAIL", 1.0, 8.0)),
+            ("n2".to_string(), row("node.cores", "FAIL", 2.0, 64.0)),
+            ("*".to_string(), row("node.config", "ERROR", 0.0, 0.0)),
+            ("bad name".to_string(), row("node.cores", "FAIL", 0.0, 1.0)),
+        ];
+        let d = decide("01B", &rows, &BTreeMap::new());
+        assert_eq!(
+            d,
+            [Decision::Drain {
+                node: "n2".into(),
+                check: "node.cores".into(),
+                reason: "benchlake: node.cores 2 vs 64 (run 01B)".into()
+            }]
+        );
+        // Already drained by benchlake: nothing more.
+        let drains = BTreeMap::from([("n2".to_string(), drain("n2", "01A", "node.cores"))]);
+        assert!(decide("01B", &rows, &drains).is_empty());
+    }
+
+    #[test]
+    fn only_a_later_pass_of_the_same_check_resumes() {
+        let drains = BTreeMap::from([("n2".to_string(), drain("n2", "01B", "node.cores"))]);
+        let pass = vec![("n2".to_string(), row("node.cores", "PASS", 64.0, 64.0))];
+        assert!(matches!(
+            &decide("01C", &pass, &drains)[..],
+            [Decision::Resume { node, .. }] if node == "n2"
+        ));
+        // An older run (a late commit) does not resume.
+        assert!(decide("01A", &pass, &drains).is_empty());
+        // Another check passing says nothing about the one that failed.
+        let other = vec![(
+            "n2".to_string(),
+            row("node.write_bw_mib_s", "PASS", 1.0, 1.0),
+        )];
+        assert!(decide("01C", &other, &drains).is_empty());
+        // An ERROR beside the pass: cannot tell, leave it.
+        let mixed = vec![
+            ("n2".to_string(), row("node.cores", "PASS", 64.0, 64.0)),
+            ("n2".to_string(), row("node.kernel", "ERROR", 0.0, 0.0)),
+        ];
+        assert!(decide("01C", &mixed, &drains).is_empty());
+        // A node benchlake never drained is never resumed.
+        let n3 = vec![("n3".to_string(), row("node.cores", "PASS", 64.0, 64.0))];
+        assert!(decide("01C", &n3, &drains).is_empty());
+    }
+
+    #[test]
+    fn node_actions_round_trip_the_protocol() {
+        for a in [NodeAction::Off, NodeAction::DryRun, NodeAction::Drain] {
+            assert_eq!(NodeAction::from_pb(a.to_pb()), Some(a));
+        }
+        assert_eq!(NodeAction::from_pb(0), Some(NodeAction::Off));
+        assert_eq!(NodeAction::from_pb(99), None);
+    }
+}
