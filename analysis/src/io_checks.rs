@@ -203,7 +203,10 @@ pub fn figures(batches: &[RecordBatch]) -> Result<BTreeMap<String, f64>, IoCheck
     Ok(out)
 }
 
-fn median(mut xs: Vec<f64>) -> Option<f64> {
+/// The median of the finite values of `xs` (the mean of the middle two for
+/// an even count): the rolling median of the relative checks, and of the
+/// dashboard's I/O trend band.
+pub fn median(mut xs: Vec<f64>) -> Option<f64> {
     xs.retain(|x| x.is_finite());
     xs.sort_by(f64::total_cmp);
     let n = xs.len();

@@ -69,6 +69,7 @@ struct Inner {
     tokens_on: bool,
     tls: bool,
     sessions: crate::dashboard::Sessions,
+    views: crate::dashboard::cache::ViewCache,
     node: RwLock<Node>,
 }
 
@@ -91,6 +92,7 @@ impl Http {
             tokens_on: cfg.tokens.enabled() || !cfg.metrics_tokens.0.is_empty(),
             tls: cfg.tls_cert.is_some(),
             sessions: crate::dashboard::Sessions::default(),
+            views: crate::dashboard::cache::ViewCache::default(),
             node: RwLock::new(Node::Starting),
         }))
     }
@@ -103,6 +105,11 @@ impl Http {
     /// The dashboard's login sessions.
     pub fn sessions(&self) -> &crate::dashboard::Sessions {
         &self.0.sessions
+    }
+
+    /// What the dashboard's per-run views derived from committed Parquet.
+    pub fn views(&self) -> &crate::dashboard::cache::ViewCache {
+        &self.0.views
     }
 
     /// Whether the listener speaks TLS (cookies are then `Secure`).

@@ -417,3 +417,189 @@ def test_schedule_strip(demo, browser):
     browser.page.wait_for_load_state("load")
     assert browser.page.url == f"{demo['base']}/runs/{fired[-1]}"
     assert "nightly-io" in browser.page.inner_text("dl.facts")
+
+
+def _wait_final(demo, browser, rid, verdict=True, timeout=120):
+    deadline = time.time() + timeout
+    j = {}
+    while time.time() < deadline:
+        j = browser.page.request.get(f"{demo['base']}/api/runs/{rid}").json()
+        if j["final"] and (j["verdict"] or not verdict):
+            return j
+        time.sleep(0.3)
+    raise AssertionError(f"run {rid} did not finish: {j}")
+
+
+def _png_size(data):
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:8]
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_linktest_page(demo, browser, tmp_path):
+    """A netprobe run (LinkTest 2.1.17 file from 3 agents) through the cluster:
+    the run page links its LinkTest view; the view shows the lake's slowest
+    pair and retests; hovering the matrix shows the pair's time."""
+    browser.ctx.clear_cookies()
+    browser.login(USER)
+    agents = []
+    try:
+        for i in range(3):
+            agents.append(subprocess.Popen(
+                [BIN, "agent", "--coordinator", demo["addr"], "--token", ADMIN, "--name", f"lt-node{i}",
+                 "--address", "127.0.0.1", "--work-dir", str(tmp_path / f"w{i}"), "--poll-ms", "100",
+                 "--run-as", getpass.getuser()],
+                stdout=open(tmp_path / f"agent{i}.log", "w"), stderr=subprocess.STDOUT, start_new_session=True))
+        deadline = time.time() + 60
+        rid = None
+        while time.time() < deadline and rid is None:
+            r = subprocess.run([BIN, "run", "submit", "netprobe", "--agents", "lt-node0,lt-node1,lt-node2",
+                                "-p", "num_messages=40", "-p", "serial_retests=2", "-p", "port_base=47300",
+                                "--coordinator", demo["addr"], "--token", USER],
+                               capture_output=True, text=True, timeout=60)
+            m = ULID.search(r.stdout + r.stderr) if r.returncode == 0 else None
+            rid = m.group(0) if m else None
+            if rid is None:
+                time.sleep(0.5)  # the agents have not registered yet
+        assert rid, r.stderr
+        j = _wait_final(demo, browser, rid)
+        assert j["state"] == "SUCCEEDED", j
+    finally:
+        for a in agents:
+            os.killpg(a.pid, signal.SIGTERM)
+            a.wait(timeout=20)
+
+    t = "read_parquet('LAKE/linktest_{}/**/*.parquet', hive_partitioning=true)"
+    (n,) = lake_rows(demo, f"SELECT max(num_tasks) FROM {t.format('runs')} WHERE run_id = '{rid}'")[0]
+    slow_from, slow_to, slow_t = lake_rows(
+        demo, f"SELECT from_rank, to_rank, time_s FROM {t.format('timings')} WHERE run_id = '{rid}' "
+              "ORDER BY time_s DESC LIMIT 1")[0]
+    retests = {(f, to): (ts, rt) for f, to, ts, rt in lake_rows(
+        demo, f"SELECT from_rank, to_rank, time_s, retest_time_s FROM {t.format('slow_links')} "
+              f"WHERE run_id = '{rid}' AND kind = 'retested'")}
+    hosts = {h for (h,) in lake_rows(demo, f"SELECT hostname FROM {t.format('ranks')} WHERE run_id = '{rid}'")}
+    assert n == 3 and retests and hosts
+
+    # Drill-down: run page → its LinkTest view.
+    browser.go(f"/runs/{rid}")
+    browser.page.locator("#reports a", has_text="LinkTest").click()
+    browser.page.wait_for_load_state("load")
+    assert browser.page.url == f"{demo['base']}/runs/{rid}/linktest"
+    before = len(browser.errors)
+    browser.go(f"/runs/{rid}/linktest", shot="linktest")
+    assert browser.page.inner_text("#lt-ranks") == str(n)
+    assert float(browser.page.get_attribute("#lt-max", "data-value")) == slow_t
+    # The slowest pairs: the lake's retested pairs with their retest times, then the slowest.
+    rows = browser.page.locator("#lt-slowest tbody tr")
+    listed = {}
+    for i in range(rows.count()):
+        row = rows.nth(i)
+        key = (int(row.get_attribute("data-from")), int(row.get_attribute("data-to")))
+        rt = row.get_attribute("data-retest-s")
+        listed[key] = (float(row.get_attribute("data-time-s")), float(rt) if rt else None)
+    for k, v in retests.items():
+        assert listed[k] == v, (k, listed.get(k), v)
+    assert listed[(slow_from, slow_to)][0] == slow_t
+    assert rows.count() == n * (n - 1)  # every measured pair of 3 ranks
+    assert any(h in browser.page.inner_text("#lt-slowest") for h in hosts)
+    # Hover: the pointer over the slowest pair's cell shows its values.
+    m = browser.page.locator("#lt-matrix")
+    m.scroll_into_view_if_needed()
+    box = m.bounding_box()
+    browser.page.mouse.move(box["x"] + box["width"] * (slow_to + 0.5) / n,
+                            box["y"] + box["height"] * (slow_from + 0.5) / n)
+    browser.page.wait_for_selector(f"#lt-hover[data-pair='{slow_from},{slow_to}']", timeout=5000)
+    text = browser.page.inner_text("#lt-hover")
+    assert f"from rank {slow_from}" in text and f"to rank {slow_to}" in text, text
+    assert ("µs" in text or "ms" in text) and "B/s" in text, text
+    browser.page.screenshot(path=str(demo["shots"] / "linktest-hover.png"), full_page=False)
+    api = f"{demo['base']}/api/runs/{rid}/linktest/pair"
+    j = browser.page.request.get(f"{api}?from={slow_from}&to={slow_to}").json()
+    assert abs(j["time_s"] - slow_t) <= 1e-6 * slow_t, (j, slow_t)  # kept as f32
+    assert j["from_host"] in hosts
+    assert browser.page.request.get(f"{api}?from={slow_from}&to={slow_from}").json()["time_s"] is None
+    assert browser.page.request.get(f"{api}?from=99&to=0").status == 400
+    assert browser.page.request.get(f"{api}?from=x&to=0").status == 400
+    # The matrix image: one pixel per pair.
+    img = browser.page.request.get(f"{demo['base']}/runs/{rid}/linktest/matrix.png")
+    assert img.status == 200 and img.headers["content-type"] == "image/png"
+    assert _png_size(img.body()) == (n, n)
+    assert browser.errors[before:] == [], browser.errors[before:]
+    # A run without LinkTest tables, a file that is not the run's: 404, not a page.
+    pio = lake_rows(demo, "SELECT run_id FROM read_parquet('LAKE/io_results/**/*.parquet', hive_partitioning=true) LIMIT 1")[0][0]
+    assert browser.page.request.get(f"{demo['base']}/runs/{pio}/linktest").status == 404
+    r = browser.page.request.get(f"{demo['base']}/runs/{rid}/linktest?source=%3Cscript%3E")
+    assert r.status == 404 and "<script>" not in r.text()
+    # Without a session: the page redirects, the image and the JSON refuse.
+    browser.ctx.clear_cookies()
+    assert browser.page.request.get(f"{api}?from=0&to=1").status == 401
+    assert browser.page.request.get(f"{demo['base']}/runs/{rid}/linktest/matrix.png").status == 401
+
+
+def test_io_trends(demo, browser):
+    """Five runs of a pio schedule: /io lists the series; its charts show each
+    run's mean bandwidth as the lake's io_results give it, the rolling median
+    the checks compared with, and the read bound."""
+    browser.ctx.clear_cookies()
+    browser.login(USER)
+    conn = ["--coordinator", demo["addr"], "--token", USER]
+    # On the demo's own agent (agents other tests started may have stopped).
+    demo_pio = lake_rows(demo, "SELECT run_id FROM read_parquet('LAKE/runs/**/*.parquet', hive_partitioning=true) "
+                               "WHERE benchmark = 'pio' AND status = 'SUCCEEDED' ORDER BY run_id LIMIT 1")[0][0]
+    agent = browser.page.request.get(f"{demo['base']}/api/runs/{demo_pio}").json()["tasks"][0]["agent"]
+    r = subprocess.run([BIN, "schedule", "create", "trend-io", "pio", "--cron", "0 3 * * *", "--agents", agent, "-p", "np=1",
+                        "-p", "block_size=4MiB", "-p", "transfer_size=1MiB", "-p", "iterations=2",
+                        "-p", "check_io_read_bw_mib_s=1"] + conn, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    fired = []
+    for _ in range(5):
+        r = subprocess.run([BIN, "schedule", "trigger", "trend-io"] + conn, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        rid = ULID.findall(r.stdout + r.stderr)[-1]
+        _wait_final(demo, browser, rid)
+        fired.append(rid)
+    ids = ",".join(f"'{x}'" for x in fired)
+    io = "read_parquet('LAKE/io_results/**/*.parquet', hive_partitioning=true)"
+    means = {(rid, op): bw for rid, op, bw in lake_rows(
+        demo, f"SELECT run_id, operation, avg(bw_mib_s) FROM {io} WHERE run_id IN ({ids}) GROUP BY ALL")}
+    checks = {(rid, c): ref for rid, c, ref in lake_rows(
+        demo, "SELECT run_id, \"check\", reference FROM read_parquet('LAKE/checks/**/*.parquet', hive_partitioning=true) "
+              f"WHERE run_id IN ({ids})")}
+    assert len(means) == 10, means
+
+    # The navigation leads to the series, the series to its charts.
+    browser.go("/")
+    browser.page.click("header nav a:has-text('I/O trends')")
+    browser.page.wait_for_load_state("load")
+    browser.page.screenshot(path=str(demo["shots"] / "io-index.png"), full_page=True)
+    browser.page.locator("#io-series a", has_text="trend-io").click()
+    browser.page.wait_for_load_state("load")
+    assert "/io?schedule=" in browser.page.url
+    before = len(browser.errors)
+    browser.go(browser.page.url.removeprefix(demo["base"]), shot="io-trends")
+    for op in ("write", "read"):
+        rows = browser.page.locator(f"#io-{op}-runs tbody tr")
+        assert rows.count() == 5
+        for i in range(5):
+            row = rows.nth(i)
+            rid = row.get_attribute("data-run")
+            assert rid == fired[4 - i]  # newest first
+            assert abs(float(row.get_attribute("data-value")) - means[(rid, op)]) <= 1e-9 * means[(rid, op)]
+        # The rolling median the page draws is the one the checks compared with.
+        newest = rows.first
+        ref = checks[(fired[-1], f"io.{op}_bw_mib_s.vs_median")]
+        assert ref is not None and float(newest.get_attribute("data-median")) == pytest.approx(ref, rel=1e-12)
+        assert browser.page.locator(f"#io-{op} a circle.pt").count() == 5
+        assert browser.page.locator(f"#io-{op} polygon.band").count() == 1
+    # The read bound of the checks (1 MiB/s) is on the rows and named on the chart.
+    assert float(browser.page.locator("#io-read-runs tbody tr").first.get_attribute("data-bound")) == checks[(fired[-1], "io.read_bw_mib_s")] == 1.0
+    assert browser.page.locator("#io-read line.thr").count() == 5 + 1  # one step per run, and the legend
+    assert browser.errors[before:] == [], browser.errors[before:]
+    # A point opens its run; the run page links back to the series.
+    browser.page.locator(f"#io-write a:has(circle[data-run='{fired[-1]}'])").click()
+    browser.page.wait_for_load_state("load")
+    assert browser.page.url == f"{demo['base']}/runs/{fired[-1]}"
+    browser.page.locator("#reports a", has_text="I/O trends").click()
+    browser.page.wait_for_load_state("load")
+    assert "/io?schedule=" in browser.page.url
+    assert browser.go("/io?schedule=%3Cx%3E", expect_errors=True).status == 400
+    assert browser.go("/io?runs=1", expect_errors=True).status == 400

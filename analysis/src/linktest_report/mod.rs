@@ -14,7 +14,7 @@ pub mod fmt;
 pub mod fonts;
 mod svg;
 
-pub use svg::{PAGE_W, render_svg};
+pub use svg::{PAGE_W, Scale, ramp_rgb, render_svg};
 
 use benchlake_formats::linktest::LinkTestRun;
 use serde::Serialize;
@@ -443,6 +443,31 @@ pub fn render_png(svg: &str) -> Result<Vec<u8>, ReportError> {
         resvg::tiny_skia::Transform::default(),
         &mut pixmap.as_mut(),
     );
+    pixmap
+        .encode_png()
+        .map_err(|e| ReportError::Png(e.to_string()))
+}
+
+/// A `side`×`side` matrix (row-major `cells`, NaN = nothing measured) as a
+/// PNG with one pixel per cell, coloured like the report's matrix on `scale`
+/// (unmeasured cells light grey). The dashboard's pair-matrix image.
+pub fn matrix_png(side: usize, cells: &[f64], scale: Scale) -> Result<Vec<u8>, ReportError> {
+    let px = u32::try_from(side)
+        .ok()
+        .filter(|s| *s > 0 && cells.len() == side * side)
+        .ok_or_else(|| {
+            ReportError::Png(format!("matrix of side {side} with {} cells", cells.len()))
+        })?;
+    let mut pixmap = resvg::tiny_skia::Pixmap::new(px, px)
+        .ok_or_else(|| ReportError::Png(format!("empty matrix {side}")))?;
+    for (dst, v) in pixmap.data_mut().chunks_exact_mut(4).zip(cells) {
+        let [r, g, b] = if v.is_nan() {
+            [0xee, 0xee, 0xee]
+        } else {
+            ramp_rgb(scale.norm(*v))
+        };
+        dst.copy_from_slice(&[r, g, b, 255]);
+    }
     pixmap
         .encode_png()
         .map_err(|e| ReportError::Png(e.to_string()))

@@ -45,16 +45,21 @@ const TOOLTIP_CELLS: usize = 64;
 const GREY: &str = "#555555";
 const EMPTY: &str = "#eeeeee";
 
-/// Colour scale from the fastest to the slowest pair (logarithmic when `log`).
+/// Colour scale from the fastest to the slowest pair (logarithmic when `log`);
+/// the dashboard colours its matrix image with the same scale and ramp.
 #[derive(Debug, Clone, Copy)]
-struct Scale {
-    lo: f64,
-    hi: f64,
-    log: bool,
+pub struct Scale {
+    /// Value at the dark end.
+    pub lo: f64,
+    /// Value at the bright end.
+    pub hi: f64,
+    /// Logarithmic between them.
+    pub log: bool,
 }
 
 impl Scale {
-    fn of(s: &Summary) -> Self {
+    /// The scale of a report: fastest to slowest pair.
+    pub fn of(s: &Summary) -> Self {
         Self {
             lo: s.min_s,
             hi: s.max_s,
@@ -62,7 +67,7 @@ impl Scale {
         }
     }
     /// Position of `v` in [0, 1].
-    fn norm(&self, v: f64) -> f64 {
+    pub fn norm(&self, v: f64) -> f64 {
         let f = if self.log && self.lo > 0.0 && v > 0.0 {
             (v / self.lo).ln() / (self.hi / self.lo).ln()
         } else if self.hi > self.lo {
@@ -77,7 +82,7 @@ impl Scale {
         }
     }
     /// The value at position `f`.
-    fn value(&self, f: f64) -> f64 {
+    pub fn value(&self, f: f64) -> f64 {
         if self.log && self.lo > 0.0 {
             self.lo * (self.hi / self.lo).powf(f)
         } else {
@@ -97,6 +102,12 @@ const STOPS: [(f64, [u8; 3]); 5] = [
 
 /// Colour for `v` in [0, 1].
 fn ramp(v: f64) -> String {
+    let [r, g, b] = ramp_rgb(v);
+    format!("#{r:02x}{g:02x}{b:02x}")
+}
+
+/// Colour for `v` in [0, 1] as RGB (the ramp of the report's matrices).
+pub fn ramp_rgb(v: f64) -> [u8; 3] {
     let v = if v.is_finite() {
         v.clamp(0.0, 1.0)
     } else {
@@ -109,15 +120,10 @@ fn ramp(v: f64) -> String {
             let f = (v - a) / (b - a);
             let mix =
                 |x: u8, y: u8| (f64::from(x) + f * (f64::from(y) - f64::from(x))).round() as u8;
-            return format!(
-                "#{:02x}{:02x}{:02x}",
-                mix(ca[0], cb[0]),
-                mix(ca[1], cb[1]),
-                mix(ca[2], cb[2])
-            );
+            return [mix(ca[0], cb[0]), mix(ca[1], cb[1]), mix(ca[2], cb[2])];
         }
     }
-    "#fde725".into()
+    [253, 231, 37]
 }
 
 fn esc(s: &str) -> String {

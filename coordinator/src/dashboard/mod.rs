@@ -17,7 +17,10 @@
 //!   Without tokens (the demo) no login is needed.
 //! - Data: the state store in one read transaction per page, and the
 //!   verdicts kept in memory ([`crate::verdicts`]); no page reads Parquet.
+pub mod cache;
 pub mod html;
+pub mod io;
+pub mod linktest;
 pub mod pages;
 
 use std::collections::HashMap;
@@ -38,7 +41,17 @@ use crate::config::Role;
 use crate::http::Http;
 
 /// The top navigation: (path, label). Later pages add their entry here.
-pub const NAV: &[(&str, &str)] = &[("/", "Health"), ("/runs", "Runs")];
+pub const NAV: &[(&str, &str)] = &[("/", "Health"), ("/runs", "Runs"), ("/io", "I/O trends")];
+
+/// The page of a run's view that shows `table` (see `pages::VIEWS`), when
+/// there is one.
+pub fn view_link(table: &str, run: &crate::model::RunRow) -> Option<String> {
+    match table {
+        "linktest_timings" => Some(format!("/runs/{}/linktest", run.run_id)),
+        "io_results" => Some(io::link_of(run)),
+        _ => None,
+    }
+}
 
 /// The session cookie's name.
 pub const COOKIE: &str = "benchlake_session";
@@ -107,6 +120,10 @@ pub fn router(h: Http) -> Router {
         .route("/runs", get(pages::runs))
         .route("/runs/{id}", get(pages::run))
         .route("/api/runs/{id}", get(pages::run_json))
+        .route("/io", get(io::page))
+        .route("/runs/{id}/linktest", get(linktest::page))
+        .route("/runs/{id}/linktest/matrix.png", get(linktest::matrix_png))
+        .route("/api/runs/{id}/linktest/pair", get(linktest::pair_json))
         .route("/login", get(login_page).post(login))
         .route("/logout", post(logout))
         .route("/static/dashboard.css", get(css))

@@ -25,7 +25,7 @@ pub const STRIP: u32 = 30;
 /// Check columns of the node matrix at most.
 const MAX_CHECK_COLUMNS: usize = 24;
 
-fn error_page(h: &Http, headers: &HeaderMap, code: StatusCode, msg: &str) -> Response {
+pub(super) fn error_page(h: &Http, headers: &HeaderMap, code: StatusCode, msg: &str) -> Response {
     let body = format!(
         "<h1>{}</h1><p class=\"error\">{}</p><p><a href=\"/\">Health overview</a></p>",
         code.as_u16(),
@@ -40,7 +40,7 @@ fn error_page(h: &Http, headers: &HeaderMap, code: StatusCode, msg: &str) -> Res
 
 /// The serving coordinator, or a 503 page.
 #[allow(clippy::result_large_err)]
-fn coord(h: &Http, headers: &HeaderMap) -> Result<Arc<Coordinator>, Response> {
+pub(super) fn coord(h: &Http, headers: &HeaderMap) -> Result<Arc<Coordinator>, Response> {
     h.coordinator().ok_or_else(|| {
         error_page(
             h,
@@ -51,7 +51,7 @@ fn coord(h: &Http, headers: &HeaderMap) -> Result<Arc<Coordinator>, Response> {
     })
 }
 
-fn path_and_query(uri: &Uri) -> String {
+pub(super) fn path_and_query(uri: &Uri) -> String {
     uri.path_and_query()
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "/".into())
@@ -62,7 +62,7 @@ pub fn is_run_id(s: &str) -> bool {
     s.len() == 26 && ulid::Ulid::from_string(s).is_ok_and(|u| u.to_string() == s)
 }
 
-fn store_error(h: &Http, headers: &HeaderMap, e: impl std::fmt::Display) -> Response {
+pub(super) fn store_error(h: &Http, headers: &HeaderMap, e: impl std::fmt::Display) -> Response {
     tracing::warn!(error = %e, "dashboard: cannot read the state store");
     error_page(
         h,
@@ -72,7 +72,7 @@ fn store_error(h: &Http, headers: &HeaderMap, e: impl std::fmt::Display) -> Resp
     )
 }
 
-fn run_link(id: &str) -> String {
+pub(super) fn run_link(id: &str) -> String {
     format!(
         "<a class=\"mono\" href=\"/runs/{}\">{}</a>",
         esc(id),
@@ -80,14 +80,14 @@ fn run_link(id: &str) -> String {
     )
 }
 
-fn verdict_badge(v: Option<&str>) -> String {
+pub(super) fn verdict_badge(v: Option<&str>) -> String {
     match v {
         Some(v) => badge(v),
         None => "<span class=\"muted\">—</span>".into(),
     }
 }
 
-fn footer(t0: Instant, extra: &str) -> String {
+pub(super) fn footer(t0: Instant, extra: &str) -> String {
     format!(
         "<footer>rendered in {:.1} ms{}</footer>",
         t0.elapsed().as_secs_f64() * 1e3,
@@ -734,15 +734,15 @@ pub async fn runs(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Respon
 
 // ---------------------------------------------------------------- run page
 
-struct RunData {
-    run: RunRow,
-    tasks: Vec<crate::model::TaskRow>,
-    jobs: Vec<crate::model::JobRow>,
-    files: Vec<CommittedFile>,
-    schedule: Option<String>,
+pub(super) struct RunData {
+    pub(super) run: RunRow,
+    pub(super) tasks: Vec<crate::model::TaskRow>,
+    pub(super) jobs: Vec<crate::model::JobRow>,
+    pub(super) files: Vec<CommittedFile>,
+    pub(super) schedule: Option<String>,
 }
 
-async fn read_run(c: &Coordinator, id: String) -> crate::error::Result<Option<RunData>> {
+pub(super) async fn read_run(c: &Coordinator, id: String) -> crate::error::Result<Option<RunData>> {
     c.db(move |tx| {
         let Some(run) = tx.get_run(&id)? else {
             return Ok(None);
@@ -784,7 +784,7 @@ fn fnv(s: &str) -> u64 {
     h
 }
 
-fn validate_id(h: &Http, headers: &HeaderMap, id: &str) -> Option<Response> {
+pub(super) fn validate_id(h: &Http, headers: &HeaderMap, id: &str) -> Option<Response> {
     (!is_run_id(id)).then(|| {
         error_page(
             h,
@@ -1071,10 +1071,21 @@ pub async fn run(
     for (table, name, what) in VIEWS {
         if by_table.contains_key(table) {
             any = true;
-            let _ = write!(
-                b,
-                "<li>{name}: {what} <span class=\"muted\">(page to come)</span></li>"
-            );
+            match super::view_link(table, r) {
+                Some(href) => {
+                    let _ = write!(
+                        b,
+                        "<li><a class=\"view\" href=\"{}\">{name}</a>: {what}</li>",
+                        esc(&href)
+                    );
+                }
+                None => {
+                    let _ = write!(
+                        b,
+                        "<li>{name}: {what} <span class=\"muted\">(page to come)</span></li>"
+                    );
+                }
+            }
         }
     }
     if by_table.contains_key("linktest_timings") {

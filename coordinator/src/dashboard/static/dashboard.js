@@ -33,6 +33,41 @@
     };
     setTimeout(poll, 2000);
   }
+  // The LinkTest pair matrix: the pair under the pointer (rank from the
+  // position in the image), its values fetched from data-api (debounced).
+  var matrix = document.getElementById("lt-matrix");
+  var hover = document.getElementById("lt-hover");
+  if (matrix && hover) {
+    var n = parseInt(matrix.getAttribute("data-n") || "0", 10);
+    var api = matrix.getAttribute("data-api");
+    var last = "";
+    var timer = null;
+    matrix.addEventListener("mousemove", function (ev) {
+      var box = matrix.getBoundingClientRect();
+      var to = Math.floor((ev.clientX - box.left) / box.width * n);
+      var from = Math.floor((ev.clientY - box.top) / box.height * n);
+      if (n <= 0 || from < 0 || to < 0 || from >= n || to >= n) { return; }
+      var key = from + "," + to;
+      if (key === last) { return; }
+      last = key;
+      hover.textContent = "from rank " + from + " → to rank " + to + " …";
+      clearTimeout(timer);
+      timer = setTimeout(function () {
+        fetch(api + "&from=" + from + "&to=" + to, { credentials: "same-origin" })
+          .then(function (r) {
+            if (!r.ok) { throw new Error("HTTP " + r.status); }
+            return r.json();
+          })
+          .then(function (j) {
+            if (last === key) {
+              hover.textContent = j.text;
+              hover.setAttribute("data-pair", key);
+            }
+          })
+          .catch(function (e) { hover.textContent = "no value (" + e.message + ")"; });
+      }, 40);
+    });
+  }
   var refresh = parseInt(body.getAttribute("data-refresh") || "0", 10);
   if (refresh > 0) {
     setTimeout(function () { window.location.reload(); }, refresh * 1000);
