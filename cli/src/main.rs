@@ -3,6 +3,7 @@
 //! library crates.
 mod config;
 mod netprobe;
+mod nodecheck;
 mod opts;
 mod replay;
 mod up;
@@ -114,6 +115,10 @@ enum Cmd {
     /// One rank of netprobe, the LinkTest-style TCP link test between agents
     /// (run by the built-in catalog entry `netprobe`).
     Netprobe(netprobe::NetprobeArgs),
+    /// A node's health from its newest node-level verdicts (node_health):
+    /// exit 0 healthy, 1 failing, 2 cannot tell; `--drain` drains a failing
+    /// node (Slurm's HealthCheckProgram, docs/slurm.md).
+    NodeCheck(nodecheck::NodeCheckArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -238,6 +243,10 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     }
+    if let Cmd::NodeCheck(a) = cli.cmd {
+        // One small call on a current-thread runtime: Slurm runs it often.
+        return nodecheck::main(a);
+    }
     if let Cmd::Netprobe(a) = cli.cmd {
         // Blocking sockets and threads; no runtime needed.
         return match netprobe::netprobe(a) {
@@ -310,6 +319,7 @@ fn main() -> std::process::ExitCode {
             }
             Cmd::Pio { .. } => Ok(()),
             Cmd::Netprobe(_) => Ok(()),
+            Cmd::NodeCheck(_) => Ok(()),
         }
     });
     match res {

@@ -440,6 +440,10 @@ pub struct CoordinatorArgs {
     pub state: String,
     #[command(flatten)]
     pub lake: LakeArgs,
+    /// The scontrol program (and fixed arguments, space-separated) that drains
+    /// and resumes Slurm nodes for schedules with a node action (docs/slurm.md).
+    #[arg(long, env = "BENCHLAKE_SCONTROL", default_value = "scontrol")]
+    pub scontrol: String,
     #[command(flatten)]
     pub tokens: TokenArgs,
     #[command(flatten)]
@@ -464,6 +468,7 @@ impl CoordinatorArgs {
             state_postgres: is_postgres_url(&self.state).then(|| self.state.clone()),
             leader_lease_ms: t.leader_lease_ms,
             state_synchronous_commit: t.state_synchronous_commit,
+            scontrol: benchlake_core::scontrol::Scontrol::from_command_line(&self.scontrol),
             store: self.lake.store(default_lake),
             lease_timeout_ms: t.lease_timeout_ms,
             heartbeat_interval_ms: t.heartbeat_ms,

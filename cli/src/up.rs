@@ -107,6 +107,7 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
         listen: addr.clone(),
         state: state.clone(),
         lake: a.lake.clone(),
+        scontrol: "scontrol".into(),
         tokens: a.tokens.clone(),
         tuning: CoordTuning {
             // One process: agent and worker are next door, so react quickly.

@@ -97,7 +97,7 @@ pub struct SpecArgs {
     pub slurm: Box<SlurmArgs>,
 }
 
-/// Slurm options of a run with `--launcher srun` (docs/slurm.md).
+/// Slurm options of a run with `--launcher srun` or `sbatch` (docs/slurm.md).
 #[derive(Debug, Clone, Default, Args)]
 pub struct SlurmArgs {
     /// srun: number of Slurm nodes (-N).
@@ -105,32 +105,40 @@ pub struct SlurmArgs {
         short = 'N',
         long = "nodes",
         default_value_t = 0,
-        help_heading = "Slurm (--launcher srun)"
+        help_heading = "Slurm (--launcher srun|sbatch)"
     )]
     pub nodes: u32,
     /// srun: tasks per node.
-    #[arg(long, default_value_t = 0, help_heading = "Slurm (--launcher srun)")]
+    #[arg(
+        long,
+        default_value_t = 0,
+        help_heading = "Slurm (--launcher srun|sbatch)"
+    )]
     pub ntasks_per_node: u32,
     /// srun: partition.
-    #[arg(long, help_heading = "Slurm (--launcher srun)")]
+    #[arg(long, help_heading = "Slurm (--launcher srun|sbatch)")]
     pub partition: Option<String>,
     /// srun: time limit in minutes.
-    #[arg(long, default_value_t = 0, help_heading = "Slurm (--launcher srun)")]
+    #[arg(
+        long,
+        default_value_t = 0,
+        help_heading = "Slurm (--launcher srun|sbatch)"
+    )]
     pub time_limit: u32,
     /// srun: Slurm node names or ranges (comma-separated: n1,n[2-3]); default: Slurm places the tasks.
-    #[arg(long, help_heading = "Slurm (--launcher srun)")]
+    #[arg(long, help_heading = "Slurm (--launcher srun|sbatch)")]
     pub nodelist: Option<String>,
     /// srun: account.
-    #[arg(long, help_heading = "Slurm (--launcher srun)")]
+    #[arg(long, help_heading = "Slurm (--launcher srun|sbatch)")]
     pub account: Option<String>,
     /// srun: quality of service.
-    #[arg(long, help_heading = "Slurm (--launcher srun)")]
+    #[arg(long, help_heading = "Slurm (--launcher srun|sbatch)")]
     pub qos: Option<String>,
     /// srun: reservation.
-    #[arg(long, help_heading = "Slurm (--launcher srun)")]
+    #[arg(long, help_heading = "Slurm (--launcher srun|sbatch)")]
     pub reservation: Option<String>,
     /// srun, sbatch: node features the nodes must have (-C: ib&nvme, a|b).
-    #[arg(long, help_heading = "Slurm (--launcher srun)")]
+    #[arg(long, help_heading = "Slurm (--launcher srun|sbatch)")]
     pub constraint: Option<String>,
 }
 
@@ -769,6 +777,16 @@ pub enum ScheduleCmd {
         /// runs then start together instead of one after another).
         #[arg(long)]
         allow_overlap: bool,
+        /// What to do with the Slurm nodes the node checks of its runs find
+        /// failing: `off`, `dry-run` (log what would be done) or `on` (drain
+        /// them; resume the ones benchlake drained once a later run passes;
+        /// docs/slurm.md).
+        #[arg(long, default_value = "off", value_parser = ["off", "dry-run", "on"])]
+        drain_failing: String,
+        /// A notifier of the coordinator (`--webhook NAME=URL` there) told when
+        /// a run ends FAILED or with the verdict FAIL or ERROR (repeatable).
+        #[arg(long = "notify", value_name = "NAME")]
+        notify: Vec<String>,
         #[command(flatten)]
         spec: SpecArgs,
     },
@@ -802,11 +820,9 @@ pub enum ScheduleCmd {
         schedule: String,
     },
     /// One run per cron instant in [FROM, TO) (RFC 3339 or YYYY-MM-DD, UTC).
+    /// Unless the schedule allows overlap, the runs queue (PENDING) and run
+    /// one after another in date order.
     Backfill {
-        /// A notifier of the coordinator (`--webhook NAME=URL` there) told when
-        /// a run ends FAILED or with the verdict FAIL or ERROR (repeatable).
-        #[arg(long = "notify", value_name = "NAME")]
-        notify: Vec<String>,
         #[command(flatten)]
         conn: Conn,
         schedule: String,
@@ -830,7 +846,24 @@ fn parse_time(s: &str) -> anyhow::Result<i64> {
         .unwrap_or(0))
 }
 
+/// A schedule's node action as `schedule create --drain-failing` takes it.
+fn node_action_name(v: i32) -> &'static str {
+    match pb::NodeAction::try_from(v) {
+        Ok(pb::NodeAction::Drain) => "on",
+        Ok(pb::NodeAction::DryRun) => "dry-run",
+        _ => "off",
+    }
+}
+
+/// One schedule as a line: [`schedule_line_base`] and its node action.
 fn schedule_line(s: &pb::Schedule) -> String {
+    match node_action_name(s.node_action) {
+        "off" => schedule_line_base(s),
+        a => format!("{}  drain-failing {a}", schedule_line_base(s)),
+    }
+}
+
+fn schedule_line_base(s: &pb::Schedule) -> String {
     format!(
         "{}  {:<20} {:<16} {:<16} {:<7} next {}{}",
         s.schedule_id,
@@ -840,8 +873,6 @@ fn schedule_line(s: &pb::Schedule) -> String {
         pb::CatchUp::try_from(s.catch_up)
             .map(|c| c
                 .as_str_name()
-    /// Unless the schedule allows overlap, the runs queue (PENDING) and run
-    /// one after another in date order.
                 .trim_start_matches("CATCH_UP_")
                 .to_lowercase())
             .unwrap_or_default(),
@@ -887,6 +918,8 @@ fn schedule_json(s: &pb::Schedule) -> serde_json::Value {
         "benchmark": s.spec.as_ref().map(|p| p.benchmark.clone()),
         "next_fire": ts(s.next_fire_ms), "next_fire_local": fmt_ms_in(s.next_fire_ms, &s.time_zone),
         "last_fire": ts(s.last_fire_ms), "created_at": ts(s.created_at_ms),
+        "notify": s.notify,
+        "drain_failing": node_action_name(s.node_action),
     })
 }
 
@@ -904,12 +937,14 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
     match c {
         ScheduleCmd::Create {
             conn,
+            drain_failing,
             name,
             cron,
             tz,
             catch_up,
             max_catch_up,
             allow_overlap,
+            notify,
             spec,
         } => {
             let catch_up = match catch_up.as_str() {
@@ -918,10 +953,14 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
                 "all" => pb::CatchUp::All,
                 o => bail!("--catch-up '{o}': use none, latest or all"),
             };
+            let node_action = match drain_failing.as_str() {
+                "on" => pb::NodeAction::Drain,
+                "dry-run" => pb::NodeAction::DryRun,
+                _ => pb::NodeAction::Off,
+            };
             let s = conn
                 .schedules()?
                 .create_schedule(pb::CreateScheduleRequest {
-        "notify": s.notify,
                     schedule: Some(pb::Schedule {
                         name,
                         cron,
@@ -930,6 +969,8 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
                         max_catch_up,
                         allow_overlap,
                         spec: Some(spec.spec()?),
+                        node_action: node_action as i32,
+                        notify,
                         ..Default::default()
                     }),
                 })
@@ -945,7 +986,6 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
                 .into_inner()
                 .schedules;
             if conn.json {
-            notify,
                 return json(&all.iter().map(schedule_json).collect::<Vec<_>>());
             }
             for s in all {
@@ -965,7 +1005,6 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
         }
         ScheduleCmd::Resume { conn, schedule } => {
             let s = conn
-                        notify,
                 .schedules()?
                 .pause_schedule(pb::PauseScheduleRequest {
                     schedule_id: schedule,

@@ -241,9 +241,15 @@ pub fn serve_coordinator(
 
 impl Cluster {
     pub async fn start(tokens: Tokens) -> Self {
+        Self::start_with(tokens, |_| {}).await
+    }
+
+    /// [`Cluster::start`], with `f` adjusting the coordinator's configuration.
+    pub async fn start_with(tokens: Tokens, f: impl FnOnce(&mut CoordinatorConfig)) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let state = TestState::new();
-        let cfg = config(dir.path(), &state, tokens);
+        let mut cfg = config(dir.path(), &state, tokens);
+        f(&mut cfg);
         let clock = ManualClock::new(T0);
         let coord = open_coordinator(cfg, &clock);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

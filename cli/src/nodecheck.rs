@@ -1,0 +1,244 @@
+//! `benchlake node-check [NODE]`: a node's health from its newest node-level
+//! verdicts (`node_health`), as the coordinator keeps them in memory
+//! (`ClusterService.GetNodeHealth`), answered in well under a second so it
+//! can be Slurm's `HealthCheckProgram` (deploy/slurm/healthcheck, docs/slurm.md).
+//!
+//! Exit status: 0 healthy (every node check's newest verdict PASS), 1 failing
+//! (at least one FAIL), 2 cannot tell (no verdict for the node, only ERRORs,
+//! the coordinator unreachable or still loading, a bad argument).
+//!
+//! `--drain` (for the HealthCheckProgram, which runs as root on the node and
+//! is expected to drain it itself): a failing node is drained with the same
+//! reason benchlake's node actions use (`benchlake: CHECK VALUE vs REFERENCE
+//! (run RUN_ID)`), unless Slurm shows it drained or down already, whoever did
+//! it. node-check never resumes a node: resuming is the coordinator's (only a
+//! node it drained, once a later run passes).
+use std::process::ExitCode;
+use std::time::Duration;
+
+use benchlake_core::scontrol::{self, Scontrol};
+use benchlake_proto::v1 as pb;
+use clap::Args;
+
+use crate::user::Conn;
+
+/// `benchlake node-check`.
+#[derive(Debug, Args)]
+pub struct NodeCheckArgs {
+    /// The Slurm node name (default: `SLURMD_NODENAME`, which slurmd sets for
+    /// its HealthCheckProgram, else this host's short name).
+    pub node: Option<String>,
+    /// Drain the node through scontrol when it is failing (never another
+    /// reason's drain; never resumes).
+    #[arg(long)]
+    pub drain: bool,
+    /// The scontrol program and fixed arguments, space-separated.
+    #[arg(long, env = "BENCHLAKE_SCONTROL", default_value = "scontrol")]
+    pub scontrol: String,
+    /// Give up on the coordinator after this many milliseconds (exit 2).
+    #[arg(long, env = "BENCHLAKE_NODE_CHECK_TIMEOUT_MS", default_value_t = 5000)]
+    pub timeout_ms: u64,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+/// Healthy.
+pub const HEALTHY: u8 = 0;
+/// At least one FAIL.
+pub const FAILING: u8 = 1;
+/// Cannot tell.
+pub const UNKNOWN: u8 = 2;
+
+fn default_node() -> String {
+    if let Ok(n) = std::env::var("SLURMD_NODENAME")
+        && !n.trim().is_empty()
+    {
+        return n.trim().to_string();
+    }
+    let h = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    h.trim().split('.').next().unwrap_or_default().to_string()
+}
+
+/// The exit status of a node's health answer, and why.
+pub fn judge(h: &pb::NodeHealth) -> (u8, String) {
+    match h.verdict.as_str() {
+        "FAIL" => (FAILING, "failing".into()),
+        "PASS" if h.complete => (HEALTHY, "healthy".into()),
+        "PASS" => (
+            UNKNOWN,
+            "cannot tell: the coordinator is still loading older verdicts".into(),
+        ),
+        "ERROR" => (
+            UNKNOWN,
+            "cannot tell: a node check could not be evaluated (ERROR)".into(),
+        ),
+        _ => (
+            UNKNOWN,
+            format!("cannot tell: no node-level verdict for {} yet", h.node),
+        ),
+    }
+}
+
+fn fmt_value(v: Option<f64>, unit: &str) -> String {
+    match v {
+        None => "-".into(),
+        Some(x) => {
+            let s = scontrol::fmt_figure(Some(x));
+            if unit.is_empty() {
+                s
+            } else {
+                format!("{s} {unit}")
+            }
+        }
+    }
+}
+
+/// The first failing check (by name): what a drain names.
+fn first_fail(h: &pb::NodeHealth) -> Option<&pb::NodeCheckVerdict> {
+    h.checks.iter().find(|c| c.status == "FAIL")
+}
+
+/// Drains `node` for its first failing check unless Slurm shows it drained
+/// or down already; what happened, for the output.
+fn drain(s: &Scontrol, node: &str, f: &pb::NodeCheckVerdict) -> String {
+    let reason = scontrol::drain_reason(&f.check, f.value, f.reference, &f.run_id);
+    match s.show_node(node) {
+        Err(e) => format!("not drained: {e}"),
+        Ok(None) => format!("not drained: scontrol does not know node {node}"),
+        Ok(Some(st)) if st.drained() || st.down() => format!(
+            "not drained again: {node} is already {} (Reason={})",
+            st.state,
+            st.reason.as_deref().unwrap_or("none")
+        ),
+        Ok(Some(_)) => match s.drain(node, &reason) {
+            Ok(()) => format!("drained: {reason}"),
+            Err(e) => format!("not drained: {e}"),
+        },
+    }
+}
+
+/// Runs `node-check`; the process's exit status.
+pub fn main(a: NodeCheckArgs) -> ExitCode {
+    let node = a.node.clone().unwrap_or_else(default_node);
+    if let Err(e) = scontrol::check_node_name(&node) {
+        eprintln!("error: {e}");
+        return ExitCode::from(UNKNOWN);
+    }
+    // One thread: this runs on every node every HealthCheckInterval.
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(UNKNOWN);
+        }
+    };
+    let conn = &a.conn;
+    let asked = rt.block_on(async {
+        let mut c = conn.cluster()?;
+        let h = tokio::time::timeout(
+            Duration::from_millis(a.timeout_ms),
+            c.get_node_health(pb::GetNodeHealthRequest { node: node.clone() }),
+        )
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer within {} ms", a.timeout_ms))??;
+        anyhow::Ok(h.into_inner())
+    });
+    let h = match asked {
+        Ok(h) => h,
+        Err(e) => {
+            if conn.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"node": node, "health": "unknown", "exit_code": UNKNOWN,
+                        "error": format!("{e:#}")})
+                );
+            } else {
+                println!("{node}: cannot tell: the coordinator did not answer: {e:#}");
+            }
+            return ExitCode::from(UNKNOWN);
+        }
+    };
+    let (code, why) = judge(&h);
+    let drained = match (a.drain, code, first_fail(&h)) {
+        (true, FAILING, Some(f)) => {
+            Some(drain(&Scontrol::from_command_line(&a.scontrol), &node, f))
+        }
+        _ => None,
+    };
+    if conn.json {
+        let v = serde_json::json!({
+            "node": h.node,
+            "health": match code { HEALTHY => "healthy", FAILING => "failing", _ => "unknown" },
+            "verdict": (!h.verdict.is_empty()).then_some(&h.verdict),
+            "exit_code": code,
+            "why": why,
+            "complete": h.complete,
+            "checks": h.checks.iter().map(|c| serde_json::json!({
+                "check": c.check, "status": c.status, "value": c.value, "reference": c.reference,
+                "unit": c.unit, "message": c.message, "run_id": c.run_id,
+            })).collect::<Vec<_>>(),
+            "drain": h.drain.as_ref().map(|d| serde_json::json!({
+                "reason": d.reason, "run_id": d.run_id, "check": d.check,
+                "schedule_id": d.schedule_id, "drained_at_ms": d.drained_at_ms,
+            })),
+            "events": h.events.iter().map(|e| serde_json::json!({
+                "at_ms": e.at_ms, "run_id": e.run_id, "action": e.action,
+                "dry_run": e.dry_run, "detail": e.detail,
+            })).collect::<Vec<_>>(),
+            "drain_action": drained,
+        });
+        println!("{v}");
+    } else {
+        println!("{}: {why}", h.node);
+        for c in &h.checks {
+            println!(
+                "  {:<5} {:<28} {} vs {}  run {}  {}",
+                c.status,
+                c.check,
+                fmt_value(c.value, &c.unit),
+                fmt_value(c.reference, &c.unit),
+                c.run_id,
+                c.message
+            );
+        }
+        if let Some(d) = &h.drain {
+            println!("  drained by benchlake (run {}): {}", d.run_id, d.reason);
+        }
+        for e in &h.events {
+            let dry = if e.dry_run { " (dry run)" } else { "" };
+            println!("  action{dry}: {}", e.detail);
+        }
+        if let Some(d) = drained {
+            println!("  {d}");
+        }
+    }
+    ExitCode::from(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health(verdict: &str, complete: bool) -> pb::NodeHealth {
+        pb::NodeHealth {
+            node: "n2".into(),
+            verdict: verdict.into(),
+            complete,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn exit_status_follows_the_newest_verdicts() {
+        assert_eq!(judge(&health("PASS", true)).0, HEALTHY);
+        assert_eq!(judge(&health("FAIL", false)).0, FAILING);
+        assert_eq!(judge(&health("PASS", false)).0, UNKNOWN);
+        assert_eq!(judge(&health("ERROR", true)).0, UNKNOWN);
+        let (c, why) = judge(&health("", true));
+        assert_eq!(c, UNKNOWN);
+        assert!(why.contains("no node-level verdict for n2"), "{why}");
+    }
+}

@@ -1,0 +1,388 @@
+//! Per-node health and node actions on a real Slurm cluster of three nodes
+//! (n1, n2, n3 on this host; `common/slurm.rs` starts and stops it), through
+//! the real coordinator, agents, worker, `scontrol` and the `benchlake`
+//! binary's `node-check`:
+//!
+//! - a `hostinfo` run of a schedule with `--drain-failing on` through srun on
+//!   n2, expecting more cores than the node has: `node_health` names n2 with
+//!   `node.cores` FAIL, the run's verdict is FAIL, and `scontrol show node n2`
+//!   shows DRAIN with `benchlake: node.cores C vs 4096 (run RUN)`; the drain
+//!   is recorded; `node-check n2` exits 1, `node-check n1` 2 (no verdict);
+//! - a node drained by hand (n3, another reason) is left alone by a failing
+//!   run and never resumed by a passing one;
+//! - a later passing run on n2 (an agent on the node, local launcher)
+//!   resumes n2 and forgets the record; `node-check n2` exits 0;
+//! - an administrator who changed the reason of a benchlake drain keeps the
+//!   node drained: the record is forgotten instead;
+//! - a dry-run schedule failing n1 drains nothing, and node-check shows what
+//!   it would have done; `node-check --drain` (the HealthCheckProgram) then
+//!   drains n1 with the same reason format, and a second call leaves it be;
+//! - node-check's latency as a whole process (median of 9) is printed.
+mod common;
+#[path = "common/slurm.rs"]
+mod slurm;
+
+use std::time::{Duration, Instant};
+
+use arrow::array::{Array, StringArray};
+use benchlake_coordinator::Tokens;
+use benchlake_core::bench::{ArgTemplate, BenchmarkDef, Catalog};
+use benchlake_core::scontrol::{NodeStatus, parse_show_node};
+use benchlake_proto::v1 as pb;
+use common::*;
+use slurm::SlurmCluster;
+
+/// The built-in `hostinfo` entry with `{self_exe}` pointing at the binary and
+/// the Slurm cluster's environment.
+fn hostinfo(env: &[(String, String)]) -> BenchmarkDef {
+    let cat = benchlake_agent::builtin_catalog().unwrap();
+    let mut def = cat.get("hostinfo").expect("built in").clone();
+    for a in def.command.iter_mut() {
+        if let ArgTemplate::Arg(s) = a {
+            *s = s.replace("{self_exe}", &bin());
+        }
+    }
+    def.env.extend(env.iter().cloned());
+    def
+}
+
+fn with_hostinfo(cfg: &mut benchlake_agent::AgentConfig, env: &[(String, String)]) {
+    let mut cat = Catalog::from_toml(&catalog(&bin())).unwrap();
+    cat.benchmarks.retain(|b| b.name != "hostinfo");
+    cat.benchmarks.push(hostinfo(env));
+    cfg.catalog = cat;
+    cfg.address = "127.0.0.1".into();
+}
+
+fn show(sl: &SlurmCluster, node: &str) -> NodeStatus {
+    let out = sl
+        .command("scontrol")
+        .args(["show", "node", node])
+        .output()
+        .unwrap();
+    parse_show_node(&String::from_utf8_lossy(&out.stdout))
+        .unwrap_or_else(|| panic!("scontrol show node {node}: {out:?}"))
+}
+
+fn scontrol(sl: &SlurmCluster, args: &[&str]) {
+    let st = sl.command("scontrol").args(args).status().unwrap();
+    assert!(st.success(), "scontrol {args:?}");
+}
+
+/// Polls `scontrol show node` until `pred` holds (node actions run after the
+/// commit, off the request path).
+async fn wait_node(
+    sl: &SlurmCluster,
+    node: &str,
+    what: &str,
+    pred: impl Fn(&NodeStatus) -> bool,
+) -> NodeStatus {
+    let t = Instant::now();
+    loop {
+        let s = show(sl, node);
+        if pred(&s) {
+            return s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{node} never became {what}: {s:?}\n{}",
+            sl.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `benchlake node-check NODE --json` against `c`: exit status and output.
+fn node_check(
+    c: &Cluster,
+    sl: &SlurmCluster,
+    node: &str,
+    extra: &[&str],
+) -> (i32, serde_json::Value) {
+    let out = std::process::Command::new(bin())
+        .args(["node-check", node, "--json", "--coordinator", &c.addr])
+        .args(extra)
+        .env("SLURM_CONF", sl.conf())
+        .env_remove("SLURMD_NODENAME")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "node-check output {text:?}: {e}; stderr {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), v)
+}
+
+async fn create_schedule(
+    c: &Cluster,
+    name: &str,
+    spec: pb::BenchmarkSpec,
+    action: pb::NodeAction,
+) -> String {
+    c.schedules()
+        .create_schedule(pb::CreateScheduleRequest {
+            schedule: Some(pb::Schedule {
+                name: name.into(),
+                cron: "0 0 1 1 *".into(),
+                time_zone: "UTC".into(),
+                spec: Some(spec),
+                node_action: action as i32,
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .schedule_id
+}
+
+/// Triggers the schedule and waits for its run (and all its jobs) to end.
+async fn run_schedule(c: &Cluster, id: &str) -> pb::RunDetail {
+    let run = c
+        .schedules()
+        .trigger_schedule(pb::TriggerScheduleRequest {
+            schedule_id: id.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let d = c.wait_settled(&run.run_id, 120).await;
+    assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}");
+    d
+}
+
+fn srun_on(node: &str, expect_cores: i64) -> pb::BenchmarkSpec {
+    pb::BenchmarkSpec {
+        launcher: pb::Launcher::Srun as i32,
+        max_attempts: 1,
+        slurm: Some(pb::SlurmOptions {
+            nodes: 1,
+            nodelist: vec![node.into()],
+            ..Default::default()
+        }),
+        nodes: Some(pb::NodeSelector {
+            names: vec!["login".into()],
+            ..Default::default()
+        }),
+        ..bench_spec("hostinfo", &[("expect_cores", &expect_cores.to_string())])
+    }
+}
+
+fn local_on(agent: &str, expect_cores: i64) -> pb::BenchmarkSpec {
+    pb::BenchmarkSpec {
+        max_attempts: 1,
+        nodes: Some(pb::NodeSelector {
+            names: vec![agent.into()],
+            ..Default::default()
+        }),
+        ..bench_spec("hostinfo", &[("expect_cores", &expect_cores.to_string())])
+    }
+}
+
+/// The `node_health` rows (node, check, status) of a run in the lake.
+fn node_rows(c: &Cluster, run_id: &str) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for b in table_batches(&c.lake_dir(), "node_health", Some(run_id)) {
+        let s = |n: &str| {
+            b.column_by_name(n)
+                .unwrap()
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .unwrap()
+                .clone()
+        };
+        let (node, check, status) = (s("node"), s("check"), s("status"));
+        for i in 0..b.num_rows() {
+            assert!(node.is_valid(i));
+            out.push((
+                node.value(i).to_string(),
+                check.value(i).to_string(),
+                status.value(i).to_string(),
+            ));
+        }
+    }
+    out.sort();
+    out
+}
+
+fn verdict(d: &pb::RunDetail) -> String {
+    d.run.as_ref().unwrap().verdict.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failing_nodes_are_drained_and_resumed_only_by_benchlake() {
+    let Some(sl) = SlurmCluster::start() else {
+        return;
+    };
+    let env = sl.env();
+    let conf = sl.conf().to_path_buf();
+    let mut c = Cluster::start_with(Tokens::default(), |cfg| {
+        cfg.scontrol.env = vec![("SLURM_CONF".into(), conf.display().to_string())];
+    })
+    .await;
+    let cores = std::thread::available_parallelism().unwrap().get() as i64;
+    for name in ["login", "n2", "n3"] {
+        let env = env.clone();
+        c.add_agent_with(name, move |cfg| with_hostinfo(cfg, &env))
+            .await;
+    }
+    c.add_worker("w1", None);
+
+    // 1. A failing node is drained, with the check, value, bound and run.
+    let drain = create_schedule(&c, "nodes-n2", srun_on("n2", 4096), pb::NodeAction::Drain).await;
+    let d = run_schedule(&c, &drain).await;
+    let run1 = d.run.as_ref().unwrap().run_id.clone();
+    assert_eq!(
+        node_rows(&c, &run1),
+        [(
+            "n2".to_string(),
+            "node.cores".to_string(),
+            "FAIL".to_string()
+        )]
+    );
+    let want = format!("benchlake: node.cores {cores} vs 4096 (run {run1})");
+    let st = wait_node(&sl, "n2", "drained", |s| s.drained()).await;
+    assert_eq!(st.reason.as_deref(), Some(want.as_str()), "{st:?}");
+    assert_eq!(
+        verdict(&c.detail(&run1).await),
+        "FAIL",
+        "a failing node fails the run"
+    );
+    let (code, v) = node_check(&c, &sl, "n2", &[]);
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(v["checks"][0]["check"], "node.cores");
+    assert_eq!(v["checks"][0]["value"], cores as f64);
+    assert_eq!(v["drain"]["reason"], want.as_str());
+    let (code, v) = node_check(&c, &sl, "n1", &[]);
+    assert_eq!(code, 2, "no verdict for n1: cannot tell: {v}");
+    assert_eq!(v["health"], "unknown");
+
+    // 2. A node drained by hand for another reason is never touched.
+    scontrol(
+        &sl,
+        &[
+            "update",
+            "nodename=n3",
+            "state=drain",
+            "reason=admin: PSU swap",
+        ],
+    );
+    let n3_fail = create_schedule(&c, "n3-fail", local_on("n3", 4096), pb::NodeAction::Drain).await;
+    let n3_pass =
+        create_schedule(&c, "n3-pass", local_on("n3", cores), pb::NodeAction::Drain).await;
+    run_schedule(&c, &n3_fail).await;
+    run_schedule(&c, &n3_pass).await;
+    // The actions run after the commit: give them the time the drain above took.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let st = show(&sl, "n3");
+    assert!(st.drained(), "{st:?}");
+    assert_eq!(st.reason.as_deref(), Some("admin: PSU swap"));
+    let (_, v) = node_check(&c, &sl, "n3", &[]);
+    assert!(v["drain"].is_null(), "benchlake never recorded n3: {v}");
+    let events = v["events"].to_string();
+    assert!(
+        events.contains("already") && events.contains("admin: PSU swap"),
+        "{events}"
+    );
+
+    // 3. A later passing run resumes the node benchlake drained.
+    let n2_pass =
+        create_schedule(&c, "n2-pass", local_on("n2", cores), pb::NodeAction::Drain).await;
+    let d = run_schedule(&c, &n2_pass).await;
+    assert_eq!(verdict(&d), "PASS");
+    wait_node(&sl, "n2", "resumed", |s| !s.drained()).await;
+    let (code, v) = node_check(&c, &sl, "n2", &[]);
+    assert_eq!(code, 0, "{v}");
+    assert!(v["drain"].is_null(), "{v}");
+    assert!(v["events"].to_string().contains("resumed n2"), "{v}");
+
+    // 4. An administrator who changed a benchlake drain's reason keeps it.
+    run_schedule(&c, &drain).await;
+    wait_node(&sl, "n2", "drained again", |s| s.drained()).await;
+    scontrol(
+        &sl,
+        &[
+            "update",
+            "nodename=n2",
+            "state=drain",
+            "reason=admin: keep out",
+        ],
+    );
+    run_schedule(&c, &n2_pass).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let st = show(&sl, "n2");
+    assert!(st.drained(), "{st:?}");
+    assert_eq!(st.reason.as_deref(), Some("admin: keep out"));
+    let (code, v) = node_check(&c, &sl, "n2", &[]);
+    assert_eq!(code, 0, "n2 passes: {v}");
+    assert!(v["drain"].is_null(), "the record is forgotten: {v}");
+    assert!(v["events"].to_string().contains("not benchlake's"), "{v}");
+
+    // 5. A dry run changes nothing and says what it would do.
+    let dry = create_schedule(&c, "dry-n1", srun_on("n1", 4096), pb::NodeAction::DryRun).await;
+    let d = run_schedule(&c, &dry).await;
+    let run5 = d.run.as_ref().unwrap().run_id.clone();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!show(&sl, "n1").drained());
+    let (code, v) = node_check(&c, &sl, "n1", &[]);
+    assert_eq!(code, 1, "{v}");
+    let e = &v["events"][0];
+    assert_eq!(e["dry_run"], true, "{v}");
+    assert_eq!(
+        e["detail"],
+        format!("would drain n1: benchlake: node.cores {cores} vs 4096 (run {run5})").as_str()
+    );
+
+    // 6. node-check --drain, as Slurm's HealthCheckProgram, drains a failing
+    //    node with the same reason, once.
+    let (code, v) = node_check(&c, &sl, "n1", &["--drain"]);
+    assert_eq!(code, 1);
+    assert!(
+        v["drain_action"]
+            .as_str()
+            .unwrap()
+            .starts_with("drained: benchlake: node.cores"),
+        "{v}"
+    );
+    let st = show(&sl, "n1");
+    assert_eq!(
+        st.reason,
+        Some(format!(
+            "benchlake: node.cores {cores} vs 4096 (run {run5})"
+        ))
+    );
+    let (_, v) = node_check(&c, &sl, "n1", &["--drain"]);
+    assert!(
+        v["drain_action"]
+            .as_str()
+            .unwrap()
+            .starts_with("not drained again"),
+        "{v}"
+    );
+
+    // node-check as a whole process, as slurmd would run it.
+    let mut times = Vec::new();
+    for _ in 0..9 {
+        let t = Instant::now();
+        let st = std::process::Command::new(bin())
+            .args(["node-check", "n1", "--coordinator", &c.addr])
+            .output()
+            .unwrap();
+        times.push(t.elapsed().as_secs_f64());
+        assert_eq!(st.status.code(), Some(1));
+    }
+    times.sort_by(f64::total_cmp);
+    eprintln!(
+        "node-check latency: median {:.1} ms, max {:.1} ms",
+        times[4] * 1e3,
+        times[8] * 1e3
+    );
+    assert!(times[4] < 1.0, "node-check median {:.3} s", times[4]);
+    for n in ["n1", "n2", "n3"] {
+        scontrol(&sl, &["update", &format!("nodename={n}"), "state=resume"]);
+    }
+    c.shutdown();
+}
