@@ -351,6 +351,32 @@ pub struct NotifyArgs {
     /// payloads (default: from --http-addr).
     #[arg(long, env = "BENCHLAKE_DASHBOARD_URL", value_name = "URL")]
     pub dashboard_url: Option<String>,
+    /// An email notifier, NAME=ADDRESS[;ADDRESS…] (repeatable), sent
+    /// through --smtp-url.
+    #[arg(
+        long = "email",
+        env = "BENCHLAKE_EMAILS",
+        value_delimiter = ',',
+        value_name = "NAME=ADDRESS[;ADDRESS]"
+    )]
+    pub emails: Vec<String>,
+    /// The SMTP server of email notifiers: smtp://HOST[:PORT] (no TLS),
+    /// smtp+starttls://HOST[:PORT] (STARTTLS required) or smtps://HOST[:PORT].
+    #[arg(long, env = "BENCHLAKE_SMTP_URL", value_name = "URL")]
+    pub smtp_url: Option<String>,
+    /// The sender address of notification emails.
+    #[arg(long, env = "BENCHLAKE_SMTP_FROM", value_name = "ADDRESS")]
+    pub smtp_from: Option<String>,
+    /// SMTP login (with --smtp-password-file).
+    #[arg(long, env = "BENCHLAKE_SMTP_USER")]
+    pub smtp_user: Option<String>,
+    /// File holding the SMTP password (trailing newline ignored).
+    #[arg(long, env = "BENCHLAKE_SMTP_PASSWORD_FILE")]
+    pub smtp_password_file: Option<PathBuf>,
+    /// CA certificates (PEM) the SMTP server's certificate may chain to,
+    /// besides the system's roots.
+    #[arg(long, env = "BENCHLAKE_SMTP_CA")]
+    pub smtp_ca: Option<PathBuf>,
 }
 
 /// Splits `NAME=VALUE` of flag `flag`.
@@ -408,8 +434,56 @@ impl NotifyArgs {
         if let Some(n) = secrets.keys().next() {
             bail!("--webhook-secret-file {n}: no --webhook named '{n}'");
         }
+        let mut emails = Vec::new();
+        for e in &self.emails {
+            let (n, to) = name_value("email", e)?;
+            emails.push(benchlake_coordinator::notify::EmailNotifier {
+                name: n.to_string(),
+                to: to
+                    .split(';')
+                    .map(str::trim)
+                    .filter(|a| !a.is_empty())
+                    .map(String::from)
+                    .collect(),
+            });
+        }
+        let smtp = match &self.smtp_url {
+            None => {
+                if self.smtp_from.is_some() || self.smtp_user.is_some() {
+                    bail!("--smtp-from and --smtp-user need --smtp-url");
+                }
+                None
+            }
+            Some(u) => {
+                let (security, host, port) = benchlake_coordinator::notify::parse_smtp_url(u)
+                    .map_err(|e| anyhow::anyhow!("--{e}"))?;
+                let password = match &self.smtp_password_file {
+                    Some(p) => {
+                        let t = std::fs::read_to_string(p).with_context(|| {
+                            format!("--smtp-password-file: reading {}", p.display())
+                        })?;
+                        Some(t.trim_end_matches(['\n', '\r']).to_string())
+                    }
+                    None => None,
+                };
+                Some(benchlake_coordinator::notify::SmtpConfig {
+                    security,
+                    host,
+                    port,
+                    from: self
+                        .smtp_from
+                        .clone()
+                        .context("--smtp-url needs --smtp-from (the sender address)")?,
+                    user: self.smtp_user.clone(),
+                    password,
+                    ca_file: self.smtp_ca.clone(),
+                })
+            }
+        };
         let cfg = NotifyConfig {
             webhooks,
+            emails,
+            smtp,
             defaults: self.notify_default.clone(),
             ca_file: self.webhook_ca.clone(),
             timeout_ms: self.notify_timeout_ms,

@@ -90,11 +90,111 @@ pub fn redact_url(url: &reqwest::Url) -> String {
     )
 }
 
+/// An email notifier: its recipients, sent through [`SmtpConfig`].
+#[derive(Debug, Clone)]
+pub struct EmailNotifier {
+    /// Its name (schedules and the defaults name it).
+    pub name: String,
+    /// Recipient addresses (checked at start-up).
+    pub to: Vec<String>,
+}
+
+/// How the SMTP server is reached (`--smtp-url`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmtpSecurity {
+    /// `smtp://`: no TLS (a relay on the same host or a private network).
+    Plain,
+    /// `smtp+starttls://`: STARTTLS required before anything is sent.
+    StartTls,
+    /// `smtps://`: TLS from the first byte.
+    Tls,
+}
+
+/// The SMTP server of email notifiers.
+#[derive(Clone)]
+pub struct SmtpConfig {
+    pub security: SmtpSecurity,
+    pub host: String,
+    pub port: u16,
+    /// The sender address.
+    pub from: String,
+    /// Login (AUTH PLAIN/LOGIN) when given.
+    pub user: Option<String>,
+    /// Its password (read from a file; never printed).
+    pub password: Option<String>,
+    /// Extra CA certificates (PEM) the server's certificate may chain to.
+    pub ca_file: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for SmtpConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "SmtpConfig {{ {:?} {}:{}, from: {}, user: {:?}, password: {} }}",
+            self.security,
+            self.host,
+            self.port,
+            self.from,
+            self.user,
+            if self.password.is_some() {
+                "***"
+            } else {
+                "none"
+            }
+        )
+    }
+}
+
+/// Parses `--smtp-url`: `smtp://HOST[:PORT]` (port 25), `smtp+starttls://`
+/// (587) or `smtps://` (465); no credentials, path or query.
+pub fn parse_smtp_url(s: &str) -> std::result::Result<(SmtpSecurity, String, u16), String> {
+    let url = reqwest::Url::parse(s).map_err(|e| format!("smtp-url: '{s}' is not a URL: {e}"))?;
+    let (sec, port) = match url.scheme() {
+        "smtp" => (SmtpSecurity::Plain, 25),
+        "smtp+starttls" => (SmtpSecurity::StartTls, 587),
+        "smtps" => (SmtpSecurity::Tls, 465),
+        o => {
+            return Err(format!(
+                "smtp-url: scheme '{o}' is not allowed (smtp, smtp+starttls or smtps)"
+            ));
+        }
+    };
+    let host = url
+        .host_str()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| "smtp-url: the URL has no host".to_string())?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(
+            "smtp-url: credentials in the URL are not allowed (--smtp-user, --smtp-password-file)"
+                .into(),
+        );
+    }
+    if !matches!(url.path(), "" | "/") || url.query().is_some() {
+        return Err("smtp-url: a path or query is not allowed".into());
+    }
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    Ok((sec, host, url.port().unwrap_or(port)))
+}
+
+/// Checks an email address (as the SMTP envelope takes it).
+pub fn check_address(field: &str, a: &str) -> std::result::Result<(), String> {
+    a.parse::<lettre::Address>()
+        .map(|_| ())
+        .map_err(|e| format!("{field}: '{a}' is not an email address: {e}"))
+}
+
 /// The notifier settings of the coordinator.
 #[derive(Debug, Clone)]
 pub struct NotifyConfig {
     /// Webhooks by name.
     pub webhooks: Vec<Webhook>,
+    /// Email notifiers by name.
+    pub emails: Vec<EmailNotifier>,
+    /// The SMTP server (needed by email notifiers).
+    pub smtp: Option<SmtpConfig>,
     /// Notifiers told about every run (besides the run's own).
     pub defaults: Vec<String>,
     /// Extra CA certificates (PEM) an `https://` receiver may chain to,
@@ -118,6 +218,8 @@ impl Default for NotifyConfig {
     fn default() -> Self {
         Self {
             webhooks: Vec::new(),
+            emails: Vec::new(),
+            smtp: None,
             defaults: Vec::new(),
             ca_file: None,
             timeout_ms: 10_000,
@@ -167,7 +269,17 @@ pub fn parse_url(field: &str, s: &str) -> std::result::Result<reqwest::Url, Stri
 impl NotifyConfig {
     /// Whether any notifier is configured.
     pub fn enabled(&self) -> bool {
-        !self.webhooks.is_empty()
+        !self.webhooks.is_empty() || !self.emails.is_empty()
+    }
+
+    /// The email notifier named `name`.
+    pub fn email(&self, name: &str) -> Option<&EmailNotifier> {
+        self.emails.iter().find(|e| e.name == name)
+    }
+
+    /// Whether a notifier named `name` exists.
+    pub fn has(&self, name: &str) -> bool {
+        self.webhook(name).is_some() || self.email(name).is_some()
     }
 
     /// The webhook named `name`.
@@ -177,7 +289,11 @@ impl NotifyConfig {
 
     /// Names of every notifier.
     pub fn names(&self) -> Vec<&str> {
-        self.webhooks.iter().map(|w| w.name.as_str()).collect()
+        self.webhooks
+            .iter()
+            .map(|w| w.name.as_str())
+            .chain(self.emails.iter().map(|e| e.name.as_str()))
+            .collect()
     }
 
     /// Checks the settings: unique names, defaults that exist, sane numbers.
@@ -189,8 +305,35 @@ impl NotifyConfig {
                 return Err(format!("webhook: '{}' is defined twice", w.name));
             }
         }
+        for e in &self.emails {
+            check_name("email", &e.name)?;
+            if !seen.insert(e.name.as_str()) {
+                return Err(format!("email: '{}' is defined twice", e.name));
+            }
+            if e.to.is_empty() {
+                return Err(format!("email {}: no recipient", e.name));
+            }
+            for a in &e.to {
+                check_address(&format!("email {}", e.name), a)?;
+            }
+        }
+        if !self.emails.is_empty() {
+            let Some(s) = &self.smtp else {
+                return Err("email: email notifiers need --smtp-url and --smtp-from".into());
+            };
+            check_address("smtp-from", &s.from)?;
+            if s.password.is_some() && s.user.is_none() {
+                return Err("smtp-password-file: needs --smtp-user".into());
+            }
+            if s.user.is_some() && s.security == SmtpSecurity::Plain {
+                return Err(
+                    "smtp-user: a login over smtp:// would travel in clear; use smtp+starttls:// or smtps://"
+                        .into(),
+                );
+            }
+        }
         for d in &self.defaults {
-            if self.webhook(d).is_none() {
+            if !self.has(d) {
                 return Err(format!(
                     "notify-default: no notifier named '{d}' (known: {})",
                     self.names().join(", ")
@@ -214,13 +357,13 @@ impl NotifyConfig {
     pub fn check_names(&self, field: &str, names: &[String]) -> Result<()> {
         for n in names {
             check_name(field, n).map_err(CoordError::Invalid)?;
-            if self.webhook(n).is_none() {
+            if !self.has(n) {
                 let known = self.names();
                 return Err(CoordError::invalid(
                     field,
                     if known.is_empty() {
                         format!(
-                            "no notifier named '{n}': the coordinator has none configured (--webhook)"
+                            "no notifier named '{n}': the coordinator has none configured (--webhook, --email)"
                         )
                     } else {
                         format!("no notifier named '{n}' (known: {})", known.join(", "))
@@ -573,6 +716,177 @@ pub fn classify(status: u16) -> Attempt {
 /// Sends the outbox's rows (see the module docs): the leader's delivery loop.
 pub struct Outbox {
     client: reqwest::Client,
+    /// The SMTP transport of email notifiers (connections per message).
+    smtp: Option<(
+        lettre::AsyncSmtpTransport<lettre::Tokio1Executor>,
+        lettre::message::Mailbox,
+    )>,
+}
+
+/// The SMTP transport of `s`: TLS verified against the system's roots and
+/// `ca_file`.
+fn smtp_transport(
+    s: &SmtpConfig,
+    timeout: Duration,
+) -> std::result::Result<lettre::AsyncSmtpTransport<lettre::Tokio1Executor>, String> {
+    use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
+    let params = || -> std::result::Result<TlsParameters, String> {
+        let mut b = TlsParameters::builder(s.host.clone());
+        if let Some(p) = &s.ca_file {
+            let pem = std::fs::read(p)
+                .map_err(|e| format!("smtp-ca {}: cannot read: {e}", p.display()))?;
+            let cert = Certificate::from_pem(&pem)
+                .map_err(|e| format!("smtp-ca {}: not PEM certificates: {e}", p.display()))?;
+            b = b.add_root_certificate(cert);
+        }
+        b.build_rustls().map_err(|e| format!("smtp TLS: {e}"))
+    };
+    let tls = match s.security {
+        SmtpSecurity::Plain => Tls::None,
+        SmtpSecurity::StartTls => Tls::Required(params()?),
+        SmtpSecurity::Tls => Tls::Wrapper(params()?),
+    };
+    let mut b = lettre::AsyncSmtpTransport::<lettre::Tokio1Executor>::builder_dangerous(&s.host)
+        .port(s.port)
+        .tls(tls)
+        .timeout(Some(timeout));
+    if let Some(u) = &s.user {
+        b = b.credentials(lettre::transport::smtp::authentication::Credentials::new(
+            u.clone(),
+            s.password.clone().unwrap_or_default(),
+        ));
+    }
+    Ok(b.build())
+}
+
+/// A header of ours on an email (`X-Benchlake-Event`, `X-Benchlake-Delivery`).
+macro_rules! mail_header {
+    ($t:ident, $name:literal) => {
+        #[derive(Debug, Clone)]
+        struct $t(String);
+        impl lettre::message::header::Header for $t {
+            fn name() -> lettre::message::header::HeaderName {
+                lettre::message::header::HeaderName::new_from_ascii_str($name)
+            }
+            fn parse(
+                s: &str,
+            ) -> std::result::Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+                Ok(Self(s.to_string()))
+            }
+            fn display(&self) -> lettre::message::header::HeaderValue {
+                lettre::message::header::HeaderValue::new(Self::name(), self.0.clone())
+            }
+        }
+    };
+}
+mail_header!(MailEvent, "X-Benchlake-Event");
+mail_header!(MailDelivery, "X-Benchlake-Delivery");
+
+/// A figure for a mail: up to 6 significant digits, no exponent for
+/// ordinary magnitudes.
+fn figure(v: &serde_json::Value) -> String {
+    match v.as_f64() {
+        Some(f) if f.is_finite() && f.abs() >= 1e-3 && f.abs() < 1e15 => {
+            let s = format!("{f:.3}");
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        }
+        Some(f) => format!("{f:e}"),
+        None => "-".into(),
+    }
+}
+
+/// Subject and plain text of a notification email, from its JSON payload.
+pub fn email_text(payload: &str) -> (String, String) {
+    let v: serde_json::Value = serde_json::from_str(payload).unwrap_or_default();
+    let s = |p: &[&str]| -> String {
+        let mut cur = &v;
+        for k in p {
+            cur = &cur[*k];
+        }
+        cur.as_str().unwrap_or("").to_string()
+    };
+    let (run_id, bench, status) = (
+        s(&["run", "run_id"]),
+        s(&["run", "benchmark"]),
+        s(&["run", "status"]),
+    );
+    let verdict = s(&["run", "verdict"]);
+    let schedule = s(&["schedule", "name"]);
+    let what = if status == "FAILED" {
+        "FAILED".to_string()
+    } else {
+        verdict.clone()
+    };
+    let mut subject = format!("[benchlake] {what}: {bench} run {run_id}");
+    if !schedule.is_empty() {
+        subject.push_str(&format!(" of schedule {schedule}"));
+    }
+    let mut t = format!(
+        "Run {run_id} of {bench} ended {status}{}.\n",
+        if verdict.is_empty() {
+            String::new()
+        } else {
+            format!(" with the verdict {verdict}")
+        }
+    );
+    if !schedule.is_empty() {
+        t.push_str(&format!(
+            "Schedule: {schedule} (instant {})\n",
+            s(&["run", "scheduled_for"])
+        ));
+    }
+    t.push_str(&format!(
+        "Started {}, finished {}\n",
+        s(&["run", "started_at"]),
+        s(&["run", "finished_at"])
+    ));
+    let agents: Vec<&str> = v["run"]["agents"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x.as_str()).collect())
+        .unwrap_or_default();
+    t.push_str(&format!("Agents: {}\n", agents.join(", ")));
+    let err = s(&["run", "error"]);
+    if !err.is_empty() {
+        t.push_str(&format!("Error: {err}\n"));
+    }
+    if let Some(checks) = v["failing_checks"].as_array().filter(|c| !c.is_empty()) {
+        t.push_str("\nFailing checks:\n");
+        for c in checks {
+            let unit = c["unit"].as_str().unwrap_or("");
+            t.push_str(&format!(
+                "  {:<5} {} = {} {unit} (reference {} {unit}): {}\n",
+                c["status"].as_str().unwrap_or(""),
+                c["check"].as_str().unwrap_or(""),
+                figure(&c["value"]),
+                figure(&c["reference"]),
+                c["message"].as_str().unwrap_or("")
+            ));
+        }
+    }
+    if let Some(nodes) = v["failing_nodes"].as_array().filter(|n| !n.is_empty()) {
+        t.push_str("\nFailing nodes:\n");
+        for n in nodes {
+            let checks: Vec<&str> = n["checks"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|c| c["check"].as_str()).collect())
+                .unwrap_or_default();
+            t.push_str(&format!(
+                "  {}: {}\n",
+                n["node"].as_str().unwrap_or(""),
+                checks.join(", ")
+            ));
+        }
+    }
+    let link = s(&["links", "run"]);
+    if !link.is_empty() {
+        t.push_str(&format!("\nDashboard: {link}\n"));
+    }
+    t.push_str(&format!(
+        "\n-- \nbenchlake notification {} ({}). The notification as JSON:\n{payload}\n",
+        s(&["delivery_id"]),
+        s(&["event"])
+    ));
+    (subject, t)
 }
 
 impl Outbox {
@@ -597,7 +911,71 @@ impl Outbox {
             b = b.tls_certs_merge(certs);
         }
         let client = b.build().map_err(|e| format!("webhook HTTP client: {e}"))?;
-        Ok(Self { client })
+        let smtp = match &cfg.smtp {
+            Some(s) if !cfg.emails.is_empty() => {
+                let from = s
+                    .from
+                    .parse::<lettre::message::Mailbox>()
+                    .map_err(|e| format!("smtp-from '{}': {e}", s.from))?;
+                Some((
+                    smtp_transport(s, Duration::from_millis(cfg.timeout_ms))?,
+                    from,
+                ))
+            }
+            _ => None,
+        };
+        Ok(Self { client, smtp })
+    }
+
+    /// One email of `body` (the JSON payload) to `e`'s recipients.
+    pub async fn mail(
+        &self,
+        e: &EmailNotifier,
+        event: &str,
+        delivery: &str,
+        body: &str,
+    ) -> Attempt {
+        use lettre::AsyncTransport;
+        let Some((transport, from)) = &self.smtp else {
+            return Attempt::Rejected(0);
+        };
+        let (subject, text) = email_text(body);
+        let mut b = lettre::Message::builder()
+            .from(from.clone())
+            .subject(subject)
+            .message_id(Some(format!("<{delivery}@benchlake>")))
+            .header(lettre::message::header::ContentType::TEXT_PLAIN)
+            .header(MailEvent(event.to_string()))
+            .header(MailDelivery(delivery.to_string()));
+        for a in &e.to {
+            match a.parse::<lettre::message::Mailbox>() {
+                Ok(m) => b = b.to(m),
+                Err(err) => return Attempt::Failed(format!("recipient '{a}': {err}"), None),
+            }
+        }
+        let msg = match b.body(text) {
+            Ok(m) => m,
+            Err(err) => return Attempt::Failed(format!("building the message: {err}"), None),
+        };
+        match transport.send(msg).await {
+            Ok(r) => Attempt::Delivered(u16::from(r.code())),
+            Err(err) if err.is_permanent() => {
+                Attempt::Rejected(err.status().map(u16::from).unwrap_or(500))
+            }
+            Err(err) => {
+                let mut msg = format!("SMTP: {err}");
+                let mut src = std::error::Error::source(&err);
+                while let Some(s) = src {
+                    // Some errors print their source in their own text.
+                    let s_text = s.to_string();
+                    if !msg.contains(&s_text) {
+                        msg.push_str(&format!(": {s_text}"));
+                    }
+                    src = s.source();
+                }
+                Attempt::Failed(msg, None)
+            }
+        }
     }
 
     /// One POST of `body` to `w`.
@@ -649,7 +1027,11 @@ impl Outbox {
                 let mut msg = format!("{what}: {e}");
                 let mut src = std::error::Error::source(&e);
                 while let Some(s) = src {
-                    msg.push_str(&format!(": {s}"));
+                    // Some errors print their source in their own text.
+                    let s_text = s.to_string();
+                    if !msg.contains(&s_text) {
+                        msg.push_str(&format!(": {s_text}"));
+                    }
                     src = s.source();
                 }
                 Attempt::Failed(msg, None)
@@ -711,7 +1093,26 @@ impl Outbox {
                 }
             }
         }
-        let Some(w) = cfg.webhook(&row.notifier) else {
+        let (event, body) = (
+            row.event.clone().unwrap_or_default(),
+            row.body.clone().unwrap_or_default(),
+        );
+        let (outcome, target) = if let Some(w) = cfg.webhook(&row.notifier) {
+            row.attempt += 1;
+            let a = self
+                .post(w, &event, &row.delivery_id, &body, now.div_euclid(1000))
+                .await;
+            (a, redact_url(&w.url))
+        } else if let Some(e) = cfg.email(&row.notifier) {
+            row.attempt += 1;
+            let a = self.mail(e, &event, &row.delivery_id, &body).await;
+            let target = cfg
+                .smtp
+                .as_ref()
+                .map(|s| format!("smtp {}:{}", s.host, s.port))
+                .unwrap_or_default();
+            (a, target)
+        } else {
             tracing::warn!(notifier = %row.notifier, run = %row.run_id, "notification given up: the notifier is no longer configured");
             row.state = NotificationState::Failed;
             row.last_error = Some(format!("notifier '{}' is not configured", row.notifier));
@@ -719,14 +1120,6 @@ impl Outbox {
             self.save(c, row).await;
             return;
         };
-        let (event, body) = (
-            row.event.clone().unwrap_or_default(),
-            row.body.clone().unwrap_or_default(),
-        );
-        row.attempt += 1;
-        let outcome = self
-            .post(w, &event, &row.delivery_id, &body, now.div_euclid(1000))
-            .await;
         let done = c.now();
         match outcome {
             Attempt::Delivered(status) => {
@@ -738,16 +1131,16 @@ impl Outbox {
             }
             Attempt::Rejected(status) => {
                 row.state = NotificationState::Failed;
-                row.last_error = Some(format!("HTTP {status}: the receiver refused it"));
+                row.last_error = Some(format!("{status}: the receiver refused it"));
                 m.notifications.inc(&["rejected"]);
-                tracing::warn!(notifier = %row.notifier, url = %redact_url(&w.url), run = %row.run_id, status, "notification refused by the receiver; not retried");
+                tracing::warn!(notifier = %row.notifier, to = %target, run = %row.run_id, status, "notification refused by the receiver; not retried");
             }
             Attempt::Failed(msg, retry_after) => {
                 row.last_error = Some(msg.clone());
                 if row.attempt >= cfg.max_attempts {
                     row.state = NotificationState::Failed;
                     m.notifications.inc(&["gave_up"]);
-                    tracing::warn!(notifier = %row.notifier, url = %redact_url(&w.url), run = %row.run_id, attempts = row.attempt, error = %msg, "notification given up after its last attempt");
+                    tracing::warn!(notifier = %row.notifier, to = %target, run = %row.run_id, attempts = row.attempt, error = %msg, "notification given up after its last attempt");
                 } else {
                     let jitter = 0.5 + rand::random::<f64>() * 0.5;
                     let mut delay =
@@ -757,7 +1150,7 @@ impl Outbox {
                     }
                     row.next_ms = done + delay;
                     m.notifications.inc(&["retried"]);
-                    tracing::warn!(notifier = %row.notifier, url = %redact_url(&w.url), run = %row.run_id, attempt = row.attempt, retry_in_ms = delay, error = %msg, "notification failed; retrying");
+                    tracing::warn!(notifier = %row.notifier, to = %target, run = %row.run_id, attempt = row.attempt, retry_in_ms = delay, error = %msg, "notification failed; retrying");
                 }
             }
         }
@@ -985,5 +1378,106 @@ mod tests {
         assert_eq!(v["links"]["run"], "https://b.example/runs/01RUN");
         assert_eq!(v["failing_nodes"][0]["node"], "n2");
         assert_eq!(v["time"], "2023-11-14T22:13:20.000Z");
+    }
+
+    #[test]
+    fn smtp_urls_and_addresses_are_checked() {
+        assert_eq!(
+            parse_smtp_url("smtp://127.0.0.1:2525").unwrap(),
+            (SmtpSecurity::Plain, "127.0.0.1".into(), 2525)
+        );
+        assert_eq!(
+            parse_smtp_url("smtp+starttls://mail.example.org").unwrap(),
+            (SmtpSecurity::StartTls, "mail.example.org".into(), 587)
+        );
+        assert_eq!(
+            parse_smtp_url("smtps://[::1]").unwrap(),
+            (SmtpSecurity::Tls, "::1".into(), 465)
+        );
+        for bad in [
+            "http://h/",
+            "smtp://u:p@h",
+            "smtp://h/x",
+            "smtp://h?tls=none",
+            "nothing",
+        ] {
+            let e = parse_smtp_url(bad).unwrap_err();
+            assert!(e.starts_with("smtp-url: "), "{e}");
+        }
+        assert!(check_address("e", "ops@example.org").is_ok());
+        let e = check_address("email ops", "ops at example").unwrap_err();
+        assert!(
+            e.contains("email ops") && e.contains("ops at example"),
+            "{e}"
+        );
+        let s = SmtpConfig {
+            security: SmtpSecurity::StartTls,
+            host: "h".into(),
+            port: 587,
+            from: "b@example.org".into(),
+            user: Some("u".into()),
+            password: Some("hunter2-secret".into()),
+            ca_file: None,
+        };
+        assert!(!format!("{s:?}").contains("hunter2"));
+        // Email notifiers need an SMTP server and valid recipients.
+        let mut cfg = NotifyConfig {
+            emails: vec![EmailNotifier {
+                name: "mail".into(),
+                to: vec!["ops@example.org".into()],
+            }],
+            ..Default::default()
+        };
+        assert!(cfg.check().unwrap_err().contains("--smtp-url"));
+        cfg.smtp = Some(SmtpConfig {
+            security: SmtpSecurity::Plain,
+            ..s.clone()
+        });
+        assert!(cfg.check().unwrap_err().contains("in clear"));
+        cfg.smtp = Some(s);
+        assert!(cfg.check().is_ok());
+        assert!(cfg.has("mail") && cfg.enabled());
+        cfg.emails[0].to.push("nope".into());
+        assert!(cfg.check().unwrap_err().contains("'nope'"));
+    }
+
+    #[test]
+    fn an_email_says_what_failed() {
+        let f = facts(
+            RunState::Succeeded,
+            &[("io.write_bw_mib_s", "FAIL"), ("io.read", "PASS")],
+            &[],
+        );
+        let body = payload(
+            &f,
+            "verdict.fail",
+            "01DEL",
+            "mail",
+            Some("http://d:1"),
+            1_700_000_000_000,
+        );
+        let (subject, text) = email_text(&body);
+        assert_eq!(subject, "[benchlake] FAIL: pio run 01RUN");
+        assert!(
+            text.starts_with("Run 01RUN of pio ended SUCCEEDED with the verdict FAIL.\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  FAIL  io.write_bw_mib_s = 1.5 MiB/s (reference 100 MiB/s): io.write_bw_mib_s FAIL\n"),
+            "{text}"
+        );
+        assert!(!text.contains("io.read ="), "{text}");
+        assert!(
+            text.contains("Failing nodes:\n  a1: io.write_bw_mib_s\n  a2: io.write_bw_mib_s\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Dashboard: http://d:1/runs/01RUN\n"),
+            "{text}"
+        );
+        assert!(text.contains(&body), "the JSON rides along");
+        let f = facts(RunState::Failed, &[], &[]);
+        let (subject, _) = email_text(&payload(&f, "run.failed", "01DEL", "mail", None, 0));
+        assert_eq!(subject, "[benchlake] FAILED: pio run 01RUN");
     }
 }

@@ -28,6 +28,7 @@ import duckdb
 import pytest
 
 from conftest import BIN, free_port
+from test_tls import pki  # noqa: F401  (the CA and server certificate fixture)
 
 SECRET = b"e2e-webhook-secret-0123456789"
 IMPOSSIBLE = ["np=1", "block_size=4MiB", "transfer_size=1MiB", "iterations=1", "check_io_write_bw_mib_s=100000000"]
@@ -341,3 +342,86 @@ def test_backfilled_runs_queue_in_date_order_unless_overlap_is_allowed(tmp_path)
             up.wait_final(r["run_id"])
     finally:
         up.stop()
+
+
+class Mailbox:
+    """An SMTP sink (aiosmtpd from PyPI) that requires STARTTLS and keeps
+    what it was sent, with whether the session was encrypted."""
+
+    def __init__(self, cert, key):
+        import ssl
+        from aiosmtpd.controller import Controller
+
+        self.got = []
+        box = self
+
+        class Handler:
+            async def handle_DATA(self, server, session, envelope):
+                box.got.append({"from": envelope.mail_from, "to": list(envelope.rcpt_tos),
+                                "data": envelope.content.decode("utf-8", "replace"),
+                                "tls": session.ssl is not None})
+                return "250 OK"
+
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(cert, key)
+        self.port = free_port()
+        self.ctl = Controller(Handler(), hostname="127.0.0.1", port=self.port, tls_context=ctx,
+                              require_starttls=True)
+        self.ctl.start()
+
+    def stop(self):
+        self.ctl.stop()
+
+
+def test_email_through_smtp_with_starttls(tmp_path, pki):
+    import email
+    from email import policy
+
+    box = Mailbox(pki["server"], pki["server_key"])
+    smtp = ["--email", "mail=ops@example.org;oncall@example.org", "--smtp-url", f"smtp+starttls://127.0.0.1:{box.port}",
+            "--smtp-from", "benchlake@example.org", "--notify-default", "mail", "--notify-backoff-ms", "300"]
+    try:
+        # A server certificate nobody vouches for: not sent, retried, the cause logged.
+        (tmp_path / "a").mkdir()
+        up = Up(tmp_path / "a", smtp).start()
+        try:
+            up.wait_final(up.submit("pio", IMPOSSIBLE))
+            deadline = time.time() + 30
+            while time.time() < deadline and "notification failed; retrying" not in up.log():
+                time.sleep(0.2)
+            log = up.log()
+            assert "notification failed; retrying" in log and "notifier=mail" in log, log
+            assert re.search(r"certificate|UnknownIssuer", log), log
+            assert box.got == []
+        finally:
+            up.stop()
+        # With --smtp-ca the mail goes out over STARTTLS.
+        (tmp_path / "b").mkdir()
+        up = Up(tmp_path / "b", smtp + ["--smtp-ca", pki["ca"]]).start()
+        try:
+            run_id = up.submit("pio", IMPOSSIBLE)
+            up.wait_final(run_id)
+            deadline = time.time() + 60
+            while time.time() < deadline and not box.got:
+                time.sleep(0.2)
+            assert len(box.got) == 1, box.got
+            m = box.got[0]
+            assert m["tls"], "sent after STARTTLS"
+            assert m["from"] == "benchlake@example.org"
+            assert sorted(m["to"]) == ["oncall@example.org", "ops@example.org"]
+            msg = email.message_from_string(m["data"], policy=policy.default)
+            assert msg["Subject"] == f"[benchlake] FAIL: pio run {run_id}"
+            assert msg["X-Benchlake-Event"] == "verdict.fail"
+            delivery = msg["X-Benchlake-Delivery"]
+            assert msg["Message-ID"] == f"<{delivery}@benchlake>"
+            text = msg.get_body(("plain",)).get_content()
+            assert f"Run {run_id} of pio ended SUCCEEDED with the verdict FAIL." in text
+            assert "FAIL  io.write_bw_mib_s = " in text and "(reference 100000000 MiB/s)" in text, text
+            assert f"/runs/{run_id}" in text
+            time.sleep(1)
+            assert len(box.got) == 1
+            assert up.metric("benchlake_notifications_total", {"result": "delivered"}) == 1
+        finally:
+            up.stop()
+    finally:
+        box.stop()
