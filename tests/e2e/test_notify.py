@@ -425,3 +425,40 @@ def test_email_through_smtp_with_starttls(tmp_path, pki):
             up.stop()
     finally:
         box.stop()
+
+
+def test_https_webhook_verifies_the_certificate(tmp_path, pki, secret_file):
+    import ssl
+
+    rx = Receiver()
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(pki["server"], pki["server_key"])
+    rx.server.socket = ctx.wrap_socket(rx.server.socket, server_side=True)
+    url = f"https://127.0.0.1:{rx.port}/hook"
+    flags = ["--webhook", f"ops={url}", "--webhook-secret-file", f"ops={secret_file}", "--notify-default", "ops",
+             "--notify-backoff-ms", "300"]
+    try:
+        # A certificate of a CA the coordinator does not know: nothing delivered, the cause logged.
+        (tmp_path / "a").mkdir()
+        up = Up(tmp_path / "a", flags).start()
+        try:
+            up.wait_final(up.submit("pio", IMPOSSIBLE))
+            deadline = time.time() + 30
+            while time.time() < deadline and "notification failed; retrying" not in up.log():
+                time.sleep(0.2)
+            assert re.search(r"notification failed; retrying.*(certificate|UnknownIssuer)", up.log()), up.log()
+            assert rx.requests() == []
+        finally:
+            up.stop()
+        # With --webhook-ca it is delivered over TLS.
+        (tmp_path / "b").mkdir()
+        up = Up(tmp_path / "b", flags + ["--webhook-ca", pki["ca"]]).start()
+        try:
+            run_id = up.submit("pio", IMPOSSIBLE)
+            up.wait_final(run_id)
+            got = rx.wait(lambda g: len(g) == 1, what="the delivery over https")
+            assert verify(got[0])["run"]["run_id"] == run_id
+        finally:
+            up.stop()
+    finally:
+        rx.close()
