@@ -781,8 +781,8 @@ pub enum ScheduleCmd {
         /// failing: `off`, `dry-run` (log what would be done) or `on` (drain
         /// them; resume the ones benchlake drained once a later run passes;
         /// docs/slurm.md).
-        #[arg(long, default_value = "off", value_parser = ["off", "dry-run", "on"])]
-        drain_failing: String,
+        #[arg(long, value_enum, default_value_t = DrainFailing::Off)]
+        drain_failing: DrainFailing,
         /// A notifier of the coordinator (`--webhook NAME=URL` there) told when
         /// a run ends FAILED or with the verdict FAIL or ERROR (repeatable).
         #[arg(long = "notify", value_name = "NAME")]
@@ -844,6 +844,14 @@ fn parse_time(s: &str) -> anyhow::Result<i64> {
     Ok(d.and_hms_opt(0, 0, 0)
         .map(|t| t.and_utc().timestamp_millis())
         .unwrap_or(0))
+}
+
+/// `schedule create --drain-failing`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DrainFailing {
+    Off,
+    DryRun,
+    On,
 }
 
 /// A schedule's node action as `schedule create --drain-failing` takes it.
@@ -953,10 +961,10 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
                 "all" => pb::CatchUp::All,
                 o => bail!("--catch-up '{o}': use none, latest or all"),
             };
-            let node_action = match drain_failing.as_str() {
-                "on" => pb::NodeAction::Drain,
-                "dry-run" => pb::NodeAction::DryRun,
-                _ => pb::NodeAction::Off,
+            let node_action = match drain_failing {
+                DrainFailing::On => pb::NodeAction::Drain,
+                DrainFailing::DryRun => pb::NodeAction::DryRun,
+                DrainFailing::Off => pb::NodeAction::Off,
             };
             let s = conn
                 .schedules()?

@@ -310,11 +310,9 @@ impl NodeActions {
                     let ours = st
                         .as_ref()
                         .is_some_and(|s| s.drained() && s.reason.as_deref() == Some(&drain.reason));
-                    if ours {
-                        if let Err(e) = self.scontrol.resume(&node) {
-                            self.event(ev(&node, "error", format!("cannot resume {node}: {e}")));
-                            continue;
-                        }
+                    if ours && let Err(e) = self.scontrol.resume(&node) {
+                        self.event(ev(&node, "error", format!("cannot resume {node}: {e}")));
+                        continue;
                     }
                     let forgot = store.transact(|tx| tx.delete_node_drain(&node));
                     let detail = match (&st, ours) {
