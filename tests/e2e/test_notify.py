@@ -246,9 +246,20 @@ def test_webhook_is_signed_carries_the_failure_and_is_retried(tmp_path, secret_f
 
 
 def test_a_pending_delivery_survives_a_kill_and_is_delivered_once(tmp_path, secret_file):
+    pending_delivery_survives_a_kill(tmp_path, secret_file, [])
+
+
+def test_a_pending_delivery_survives_a_takeover_on_postgres(tmp_path, secret_file, postgres):
+    """The state in PostgreSQL: the restarted coordinator leads once the
+    killed one's lease ended, and sends what the killed one could not."""
+    pending_delivery_survives_a_kill(tmp_path, secret_file, ["--state", postgres.url, "--leader-lease-ms", "1000"])
+    assert postgres.sql("SELECT state || ' ' || notifier FROM notifications") == "DELIVERED ops"
+
+
+def pending_delivery_survives_a_kill(tmp_path, secret_file, state):
     rx = Receiver(default=503)
     flags = ["--webhook", f"ops={rx.url}", "--webhook-secret-file", f"ops={secret_file}",
-             "--notify-default", "ops", "--notify-backoff-ms", "500"]
+             "--notify-default", "ops", "--notify-backoff-ms", "500", *state]
     up = Up(tmp_path, flags).start()
     try:
         run_id = up.submit("pio", IMPOSSIBLE)
