@@ -17,7 +17,11 @@
 //! - a dry-run schedule failing n1 drains nothing, and node-check shows what
 //!   it would have done; `node-check --drain` (the HealthCheckProgram) then
 //!   drains n1 with the same reason format, and a second call leaves it be;
-//! - node-check's latency as a whole process (median of 9) is printed.
+//! - node-check's latency as a whole process (median of 9) is printed;
+//! - pio through srun on three nodes: each node's write and read bandwidth
+//!   gets its own `node_health` rows (n1, n2, n3), an impossible per-node
+//!   bound fails every node and the run, and an on-demand run (no schedule)
+//!   drains nothing.
 mod common;
 #[path = "common/slurm.rs"]
 mod slurm;
@@ -35,8 +39,14 @@ use slurm::SlurmCluster;
 /// The built-in `hostinfo` entry with `{self_exe}` pointing at the binary and
 /// the Slurm cluster's environment.
 fn hostinfo(env: &[(String, String)]) -> BenchmarkDef {
+    builtin("hostinfo", env)
+}
+
+/// A built-in entry with `{self_exe}` pointing at the binary and the Slurm
+/// cluster's environment.
+fn builtin(name: &str, env: &[(String, String)]) -> BenchmarkDef {
     let cat = benchlake_agent::builtin_catalog().unwrap();
-    let mut def = cat.get("hostinfo").expect("built in").clone();
+    let mut def = cat.get(name).expect("built in").clone();
     for a in def.command.iter_mut() {
         if let ArgTemplate::Arg(s) = a {
             *s = s.replace("{self_exe}", &bin());
@@ -384,5 +394,74 @@ async fn failing_nodes_are_drained_and_resumed_only_by_benchlake() {
     for n in ["n1", "n2", "n3"] {
         scontrol(&sl, &["update", &format!("nodename={n}"), "state=resume"]);
     }
+    c.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pio_bandwidth_is_judged_per_slurm_node() {
+    let Some(sl) = SlurmCluster::start() else {
+        return;
+    };
+    let env = sl.env();
+    let mut c = Cluster::start(Tokens::default()).await;
+    c.add_agent_with("login", move |cfg| {
+        with_hostinfo(cfg, &env);
+        cfg.catalog.benchmarks.retain(|b| b.name != "pio");
+        cfg.catalog.benchmarks.push(builtin("pio", &env));
+    })
+    .await;
+    c.add_worker("w1", None);
+    let spec = pb::BenchmarkSpec {
+        launcher: pb::Launcher::Srun as i32,
+        max_attempts: 1,
+        slurm: Some(pb::SlurmOptions {
+            nodes: 3,
+            ..Default::default()
+        }),
+        ..bench_spec(
+            "pio",
+            &[
+                ("np", "3"),
+                ("block_size", "4MiB"),
+                ("transfer_size", "1MiB"),
+                ("iterations", "1"),
+                ("check_node_write_bw_mib_s", "1000000000"),
+            ],
+        )
+    };
+    let run = c.submit_spec(spec).await.unwrap();
+    let d = c.wait_settled(&run.run_id, 120).await;
+    assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}\n{}", sl.logs());
+    let rows = node_rows(&c, &run.run_id);
+    let bound: Vec<_> = rows
+        .iter()
+        .filter(|r| r.1 == "node.write_bw_mib_s")
+        .map(|r| (r.0.as_str(), r.2.as_str()))
+        .collect();
+    assert_eq!(
+        bound,
+        [("n1", "FAIL"), ("n2", "FAIL"), ("n3", "FAIL")],
+        "{rows:?}"
+    );
+    for op in ["write", "read"] {
+        let vs: Vec<_> = rows
+            .iter()
+            .filter(|r| r.1 == format!("node.{op}_bw_of_median"))
+            .map(|r| r.0.as_str())
+            .collect();
+        assert_eq!(vs, ["n1", "n2", "n3"], "{rows:?}");
+    }
+    assert_eq!(verdict(&c.detail(&run.run_id).await), "FAIL");
+    // An on-demand run has no schedule, hence no node action.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for n in ["n1", "n2", "n3"] {
+        assert!(!show(&sl, n).drained(), "{n}");
+    }
+    let (code, v) = node_check(&c, &sl, "n2", &[]);
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        v["drain"].is_null() && v["events"].as_array().unwrap().is_empty(),
+        "{v}"
+    );
     c.shutdown();
 }
