@@ -1,6 +1,7 @@
 //! `benchlake`: the one binary. Parses flags (each also a `BENCHLAKE_*`
 //! environment variable) and sets up logging; the services live in their
 //! library crates.
+mod calibrate;
 mod config;
 mod netprobe;
 mod nodecheck;

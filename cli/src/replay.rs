@@ -23,6 +23,10 @@ pub enum ReplayCmd {
         /// A collectives definition file.
         #[arg(long)]
         collectives: Option<PathBuf>,
+        /// A calibration (`replay calibrate --out DIR`: the directory or its
+        /// calibration.json): its fitted parameters replace --config's, -p replaces them.
+        #[arg(long)]
+        calibration: Option<PathBuf>,
         #[command(flatten)]
         common: Offline,
     },
@@ -38,6 +42,9 @@ pub enum ReplayCmd {
     },
     /// Replay through the cluster: one worker job per sweep point.
     Submit(SubmitArgs),
+    /// Fit the models' latency and bandwidth (intra- and inter-node) to
+    /// LinkTest or netprobe pair times at several message sizes (offline).
+    Calibrate(crate::calibrate::CalibrateArgs),
 }
 
 #[derive(Debug, Args)]
@@ -204,9 +211,14 @@ pub async fn replay_cmd(c: ReplayCmd) -> anyhow::Result<()> {
             trace,
             config,
             collectives,
+            calibration,
             common,
         } => {
-            let params = kv(&common.params)?;
+            let mut params = match &calibration {
+                Some(c) => crate::calibrate::load_params(c)?,
+                None => BTreeMap::new(),
+            };
+            params.extend(kv(&common.params)?);
             offline(
                 &benchlake_replay::models::DIMEMAS,
                 trace,
@@ -232,6 +244,7 @@ pub async fn replay_cmd(c: ReplayCmd) -> anyhow::Result<()> {
             .await
         }
         ReplayCmd::Submit(a) => submit(a).await,
+        ReplayCmd::Calibrate(a) => crate::calibrate::calibrate_cmd(a).await,
     }
 }
 

@@ -17,6 +17,9 @@
 //! than one line; the first size of the larger segment is the eager limit,
 //! `L` comes from the eager segment and `BW` from the rendezvous one.
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
 
 use serde::{Deserialize, Serialize};
 
@@ -61,6 +64,9 @@ pub struct Sample {
     /// Time per message (one way), seconds.
     pub time_s: f64,
 }
+
+/// The nodes whose pairs were measured, per link class.
+pub type NodesByClass = BTreeMap<LinkClass, std::collections::BTreeSet<String>>;
 
 /// A straight line `t = latency + bytes / bandwidth` and how well it fits.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -119,12 +125,15 @@ impl Calibration {
     pub fn params(&self) -> BTreeMap<String, String> {
         let mut p = BTreeMap::new();
         if let Some(f) = &self.inter {
-            p.insert("latency".into(), format!("{:e}", f.latency_s));
-            p.insert("bandwidth".into(), format!("{}", f.bandwidth_mb_s));
+            p.insert("latency".into(), format!("{:e}", sig(f.latency_s)));
+            p.insert("bandwidth".into(), format!("{}", sig(f.bandwidth_mb_s)));
         }
         if let Some(f) = &self.intra {
-            p.insert("intra_latency".into(), format!("{:e}", f.latency_s));
-            p.insert("intra_bandwidth".into(), format!("{}", f.bandwidth_mb_s));
+            p.insert("intra_latency".into(), format!("{:e}", sig(f.latency_s)));
+            p.insert(
+                "intra_bandwidth".into(),
+                format!("{}", sig(f.bandwidth_mb_s)),
+            );
         }
         // One eager limit in the models: the inter-node one where both exist.
         if let Some(e) = self
@@ -325,11 +334,11 @@ pub fn dimemas_cfg(c: &Calibration, nodes: u32, tasks_per_node: u32, cpu_ratio: 
             g.as_ref()
                 .map_or((1e-6, 10000.0), |g| (g.intra_latency, g.intra_bandwidth))
         },
-        |f| (f.latency_s, f.bandwidth_mb_s),
+        |f| (sig(f.latency_s), sig(f.bandwidth_mb_s)),
     );
     let (inter_l, inter_bw) = c.inter.as_ref().map_or_else(
         || (g.as_ref().map_or(5e-6, |g| g.inter_latency), d.bandwidth),
-        |f| (f.latency_s, f.bandwidth_mb_s),
+        |f| (sig(f.latency_s), sig(f.bandwidth_mb_s)),
     );
     let nodes = nodes.max(1);
     let tpn = tasks_per_node.max(1);
@@ -342,6 +351,120 @@ pub fn dimemas_cfg(c: &Calibration, nodes: u32, tasks_per_node: u32, cpu_ratio: 
          \"configuration files\" {{\"\", \"\", \"\", \"\"}};;\n\n\
          \"file system parameters\" {{0.0, 0.0, 8.0, 0, 1.0}};;\n"
     )
+}
+
+/// `x` rounded to 6 significant digits (measured figures carry no more; the
+/// written inputs stay readable).
+fn sig(x: f64) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let e = 5 - x.abs().log10().floor() as i32;
+    let m = 10f64.powi(e);
+    (x * m).round() / m
+}
+
+/// A replaympi (Bandela) input of `hosts` hosts with `ranks_per_host` ranks
+/// each (ranks in order), with the calibrated latencies and bandwidths
+/// (replaympi counts latency in µs and MB as 10^6 bytes).
+pub fn bandela_input(c: &Calibration, hosts: u32, ranks_per_host: u32) -> String {
+    use std::fmt::Write as _;
+    let hosts = hosts.max(1);
+    let per = ranks_per_host.max(1);
+    let mb10 = |f: &ClassFit| sig(f.bandwidth_mb_s * MB / 1e6);
+    // Without an intra-node fit, the reference inputs' 2 µs and 800 MB/s.
+    let (il, ib) = c
+        .intra
+        .as_ref()
+        .map_or((2.0, 800.0), |f| (sig(f.latency_s * 1e6), mb10(f)));
+    let mut s = format!(
+        "# benchlake replay calibrate\nNUMBER_OF_HOSTS {hosts}\nHOST_TYPE {}\nINTRA_HOST_LATENCY {il}\nINTRA_HOST_BANDWIDTH_PEAK {ib}\n",
+        if hosts == 1 { 0 } else { 2 }
+    );
+    if hosts > 1 {
+        let (l, b) = c
+            .inter
+            .as_ref()
+            .map_or((il, ib), |f| (sig(f.latency_s * 1e6), mb10(f)));
+        let _ = write!(
+            s,
+            "INTER_HOST_LATENCY {l}\nINTER_HOST_BANDWIDTH_PEAKS {b} -1\n"
+        );
+    }
+    for h in 0..hosts {
+        let first = u64::from(h) * u64::from(per);
+        let last = first + u64::from(per) - 1;
+        let _ = write!(
+            s,
+            "BLOCK_HOST {h}\nNUMBER_OF_PROCS {per}\nMPI_RANKS {first}-{last}\nADAPTERS {}\n",
+            u32::from(hosts > 1)
+        );
+    }
+    s
+}
+
+/// The distinct `source` values of a batch (e.g. of `linktest_runs`).
+pub fn sources(b: &RecordBatch) -> Result<Vec<String>> {
+    let s = b
+        .column_by_name("source")
+        .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+        .ok_or_else(|| ReplayError::param("source", "no utf8 column source"))?;
+    Ok((0..s.len()).map(|i| s.value(i).to_string()).collect())
+}
+
+/// The `replay_calibrations` rows of `c`: one per link class, with the nodes
+/// whose pairs were used per class.
+pub fn table(
+    c: &Calibration,
+    run_id: &str,
+    source: &str,
+    nodes: &NodesByClass,
+) -> Result<RecordBatch> {
+    let fits: Vec<&ClassFit> = c.fits().collect();
+    let n = fits.len();
+    let i64_of = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
+    let size = |f: &ClassFit, last: bool| {
+        let m = if last {
+            f.medians.last()
+        } else {
+            f.medians.first()
+        };
+        m.map_or(0, |m| i64_of(m.0))
+    };
+    let f64s = |g: &dyn Fn(&ClassFit) -> f64| -> ArrayRef {
+        Arc::new(Float64Array::from_iter_values(fits.iter().map(|f| g(f))))
+    };
+    let i64s = |g: &dyn Fn(&ClassFit) -> i64| -> ArrayRef {
+        Arc::new(Int64Array::from_iter_values(fits.iter().map(|f| g(f))))
+    };
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(vec![run_id; n])),
+        Arc::new(StringArray::from(vec![source; n])),
+        Arc::new(StringArray::from_iter_values(
+            fits.iter().map(|f| f.class.as_str()),
+        )),
+        f64s(&|f| f.latency_s),
+        f64s(&|f| f.bandwidth_mb_s),
+        Arc::new(Int64Array::from_iter(
+            fits.iter().map(|f| f.eager_limit.map(i64_of)),
+        )),
+        f64s(&|f| f.r2),
+        f64s(&|f| f.max_rel_error),
+        i64s(&|f| i64_of(f.samples)),
+        i64s(&|f| f.medians.len() as i64),
+        i64s(&|f| size(f, false)),
+        i64s(&|f| size(f, true)),
+        Arc::new(StringArray::from_iter_values(fits.iter().map(|f| {
+            nodes
+                .get(&f.class)
+                .map(|s| s.iter().cloned().collect::<Vec<_>>().join(","))
+                .unwrap_or_default()
+        }))),
+    ];
+    let schema = benchlake_core::catalog::schema("replay_calibrations")
+        .map_err(|e| ReplayError::param("replay_calibrations", e.to_string()))?;
+    RecordBatch::try_new(schema, cols)
+        .map_err(|e| ReplayError::param("replay_calibrations", e.to_string()))
 }
 
 #[cfg(test)]
@@ -489,5 +612,39 @@ mod tests {
             plat.mapping,
             benchlake_formats::dimemas::config::Mapping::TasksPerNode(2)
         );
+    }
+
+    #[test]
+    fn the_bandela_input_parses_with_the_fitted_values() {
+        let mut s = samples(LinkClass::Inter, 2e-6, 12000.0, &[8, 1 << 20], &[0.0]);
+        s.extend(samples(
+            LinkClass::Intra,
+            0.5e-6,
+            30000.0,
+            &[8, 1 << 20],
+            &[0.0],
+        ));
+        let c = fit(&s).unwrap();
+        let text = bandela_input(&c, 2, 4);
+        let i =
+            benchlake_formats::bandela::BandelaInput::parse(std::path::Path::new("cal.in"), &text)
+                .unwrap();
+        assert_eq!(i.hosts, 2);
+        assert!(
+            (i.intra_latency.base - 0.5).abs() < 1e-9,
+            "{:?}",
+            i.intra_latency
+        );
+        // 30000 MB/s of 2^20 B = 31457.28 MB/s of 10^6 B.
+        assert!((i.intra_bandwidth.base - 31457.3).abs() < 1e-6, "{text}");
+        assert!((i.inter_latency.as_ref().unwrap().base - 2.0).abs() < 1e-9);
+        assert!((i.inter_bandwidth.as_ref().unwrap().0 - 12582.9).abs() < 1e-6);
+        let one = benchlake_formats::bandela::BandelaInput::parse(
+            std::path::Path::new("one.in"),
+            &bandela_input(&c, 1, 3),
+        )
+        .unwrap();
+        assert_eq!(one.hosts, 1);
+        assert!(one.inter_latency.is_none());
     }
 }

@@ -146,5 +146,54 @@ pub fn tables() -> Vec<TableDef> {
                 ("bytes", Int64, false, "bytes"),
             ],
         ),
+        table(
+            "replay_calibrations",
+            "Network parameters fitted from measured pair times (`benchlake replay calibrate`): one row per link class.",
+            vec![
+                run_id(),
+                source(),
+                (
+                    "class",
+                    utf8(),
+                    false,
+                    "intra (both ranks on one node) or inter (two nodes)",
+                ),
+                ("latency_s", Float64, false, "fitted latency L (s)"),
+                (
+                    "bandwidth_mb_s",
+                    Float64,
+                    false,
+                    "fitted bandwidth BW (MB/s, MB = 2^20 B, as Dimemas)",
+                ),
+                (
+                    "eager_limit",
+                    Int64,
+                    true,
+                    "bytes from which rendezvous is used, when the data shows a protocol switch",
+                ),
+                (
+                    "r2",
+                    Float64,
+                    false,
+                    "coefficient of determination of the model over the per-size medians",
+                ),
+                (
+                    "max_rel_error",
+                    Float64,
+                    false,
+                    "largest relative error of the model at a measured size",
+                ),
+                ("samples", Int64, false, "pair times used"),
+                ("sizes", Int64, false, "distinct message sizes measured"),
+                ("min_bytes", Int64, false, "smallest message size"),
+                ("max_bytes", Int64, false, "largest message size"),
+                (
+                    "nodes",
+                    utf8(),
+                    false,
+                    "the nodes whose pairs were used, comma-separated",
+                ),
+            ],
+        ),
     ]
 }

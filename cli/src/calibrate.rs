@@ -1,0 +1,281 @@
+//! `benchlake replay calibrate`: the replay models' network parameters fitted
+//! from LinkTest or netprobe pair times ([`benchlake_replay::calibrate`]), read
+//! from result files or from runs in the lake; prints the fit, and with
+//! `--out` writes the model inputs (a Dimemas `.cfg`, a replaympi input, the
+//! parameters as JSON) and the `replay_calibrations` table in OUT's lake layout.
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use benchlake_formats::linktest::LinkTestRun;
+use benchlake_replay::calibrate::{self, LinkClass, NodesByClass, Sample};
+use clap::Args;
+
+/// Model parameters from measured pair times.
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    /// LinkTest or netprobe result files (SION), or ids of runs whose LinkTest
+    /// tables are in --lake; measurements at two or more message sizes are needed.
+    #[arg(required = true)]
+    pub inputs: Vec<String>,
+    /// Only pairs whose two ranks ran on these nodes (comma-separated host or
+    /// Slurm node names as the files record them).
+    #[arg(long, value_delimiter = ',')]
+    pub nodes: Vec<String>,
+    /// Nodes of the platform in the written model inputs (default: the nodes measured).
+    #[arg(long)]
+    pub platform_nodes: Option<u32>,
+    /// Ranks per node in the written model inputs.
+    #[arg(long, default_value_t = 1)]
+    pub tasks_per_node: u32,
+    /// Cores per node: when --tasks-per-node exceeds it, the CPU ratio of the
+    /// Dimemas input becomes cores / tasks (ranks share cores).
+    #[arg(long)]
+    pub cores: Option<u32>,
+    /// Write calibration.cfg, calibration.bandela, calibration.json and the
+    /// `replay_calibrations` table (lake layout) into this directory.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub lake: crate::opts::LakeArgs,
+}
+
+/// The LinkTest results named by `inputs`: (source name, run).
+async fn load(a: &CalibrateArgs) -> anyhow::Result<Vec<(String, LinkTestRun)>> {
+    use benchlake_analysis::linktest_lake;
+    let mut out = Vec::new();
+    for t in &a.inputs {
+        let path = PathBuf::from(t);
+        if path.exists() {
+            let run = benchlake_formats::linktest::read_file(&path)?;
+            out.push((path.display().to_string(), run));
+            continue;
+        }
+        benchlake_core::ids::validate_id("run_id", t)
+            .with_context(|| format!("'{t}' is neither a file nor a run id"))?;
+        if a.lake.lake.is_none() {
+            bail!("a run id needs the lake: give --lake DIR|s3://bucket (or BENCHLAKE_LAKE)");
+        }
+        let lake = benchlake_core::lake::Lake::open(&a.lake.store(""))?;
+        let runs = linktest_lake::read_run_table(&lake, "linktest_runs", t).await?;
+        let mut sources: BTreeSet<String> = BTreeSet::new();
+        for b in &runs {
+            sources.extend(calibrate::sources(b).context("linktest_runs")?);
+        }
+        if sources.is_empty() {
+            bail!("run {t} has no LinkTest or netprobe results in the lake");
+        }
+        for s in sources {
+            let (run, _) = linktest_lake::load_run(&lake, t, Some(&s)).await?;
+            out.push((format!("{t}:{s}"), run));
+        }
+    }
+    Ok(out)
+}
+
+/// The pair samples of `runs`, and the nodes seen per link class.
+fn samples(
+    runs: &[(String, LinkTestRun)],
+    only: &BTreeSet<String>,
+) -> anyhow::Result<(Vec<Sample>, NodesByClass)> {
+    let mut v = Vec::new();
+    let mut nodes = NodesByClass::new();
+    let mut used = 0usize;
+    for (name, run) in runs {
+        // Both-ways and one-way streams time something else than the
+        // ping-pong the models' L + s/BW describes.
+        if run.flags.bidirectional || run.flags.unidirectional {
+            tracing::warn!(
+                source = %name,
+                "skipped: bidirectional or unidirectional tests are not ping-pong times"
+            );
+            eprintln!("warning: {name}: skipped (bidirectional or unidirectional test)");
+            continue;
+        }
+        used += 1;
+        let n = run.num_tasks;
+        let host = |r: usize| run.ranks.get(r).map(|x| x.hostname.as_str());
+        for p in &run.permutations {
+            for from in 0..n {
+                let Some(hf) = host(from) else { continue };
+                if !only.is_empty() && !only.contains(hf) {
+                    continue;
+                }
+                for to in 0..n {
+                    let Some(&t) = p.times.get(from * n + to) else {
+                        continue;
+                    };
+                    let Some(ht) = host(to) else { continue };
+                    if from == to || t <= 0.0 || (!only.is_empty() && !only.contains(ht)) {
+                        continue;
+                    }
+                    let class = if hf == ht {
+                        LinkClass::Intra
+                    } else {
+                        LinkClass::Inter
+                    };
+                    let e = nodes.entry(class).or_default();
+                    e.insert(hf.to_string());
+                    e.insert(ht.to_string());
+                    v.push(Sample {
+                        class,
+                        bytes: run.message_size,
+                        time_s: t,
+                    });
+                }
+            }
+        }
+    }
+    if used == 0 {
+        bail!("no ping-pong results among the inputs");
+    }
+    if v.is_empty() {
+        if only.is_empty() {
+            bail!("the inputs hold no measured pair");
+        }
+        bail!(
+            "no measured pair between the nodes {}",
+            only.iter().cloned().collect::<Vec<_>>().join(",")
+        );
+    }
+    Ok((v, nodes))
+}
+
+pub async fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<()> {
+    let only: BTreeSet<String> = a.nodes.iter().map(|s| s.trim().to_string()).collect();
+    for n in &only {
+        if n.is_empty() || n.len() > 255 || n.chars().any(|c| c.is_control()) {
+            bail!("--nodes: '{n}' is not a node name");
+        }
+    }
+    let runs = load(&a).await?;
+    let (samples, nodes) = samples(&runs, &only)?;
+    let cal = calibrate::fit(&samples)?;
+    let measured: BTreeSet<&String> = nodes.values().flatten().collect();
+    let platform_nodes = a
+        .platform_nodes
+        .unwrap_or_else(|| u32::try_from(measured.len()).unwrap_or(u32::MAX))
+        .max(1);
+    let cpu_ratio = match a.cores {
+        Some(c) if c > 0 && a.tasks_per_node > c => f64::from(c) / f64::from(a.tasks_per_node),
+        _ => 1.0,
+    };
+    let mut params = cal.params();
+    if cpu_ratio != 1.0 {
+        params.insert("cpu_ratio".into(), cpu_ratio.to_string());
+    }
+    let source = runs
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let doc = serde_json::json!({
+        "params": params,
+        "fits": cal.fits().collect::<Vec<_>>(),
+        "nodes": measured,
+        "inputs": runs.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+    });
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        println!(
+            "{:<6} {:>12} {:>14} {:>12} {:>8} {:>9} {:>9} {:>6}  nodes",
+            "class",
+            "latency µs",
+            "bandwidth MB/s",
+            "eager limit",
+            "r2",
+            "max err",
+            "samples",
+            "sizes"
+        );
+        for f in cal.fits() {
+            println!(
+                "{:<6} {:>12.3} {:>14.1} {:>12} {:>8.4} {:>8.1}% {:>9} {:>6}  {}",
+                f.class.as_str(),
+                f.latency_s * 1e6,
+                f.bandwidth_mb_s,
+                f.eager_limit.map_or("-".into(), |e| e.to_string()),
+                f.r2,
+                f.max_rel_error * 100.0,
+                f.samples,
+                f.medians.len(),
+                nodes
+                    .get(&f.class)
+                    .map(|s| s.iter().cloned().collect::<Vec<_>>().join(","))
+                    .unwrap_or_default()
+            );
+        }
+        println!("replay parameters: {}", kv_line(&params));
+    }
+    if let Some(out) = &a.out {
+        std::fs::create_dir_all(out).with_context(|| out.display().to_string())?;
+        let files = [
+            (
+                "calibration.cfg",
+                calibrate::dimemas_cfg(&cal, platform_nodes, a.tasks_per_node, cpu_ratio),
+            ),
+            (
+                "calibration.bandela",
+                calibrate::bandela_input(&cal, platform_nodes, a.tasks_per_node),
+            ),
+            (
+                "calibration.json",
+                serde_json::to_string_pretty(&doc)? + "\n",
+            ),
+        ];
+        for (name, text) in files {
+            let p = out.join(name);
+            std::fs::write(&p, text).with_context(|| p.display().to_string())?;
+            eprintln!("wrote {}", p.display());
+        }
+        let run_id = benchlake_core::ids::new_id();
+        let batch = calibrate::table(&cal, &run_id, &source, &nodes)?;
+        let lake = benchlake_core::lake::Lake::local(out)?;
+        let date = chrono::Utc::now().format("%Y-%m-%d").to_string();
+        let t = benchlake_core::lake::TableOutput::new("replay_calibrations", vec![batch]);
+        for k in lake.write_final(&[t], &date, &run_id, &run_id).await? {
+            eprintln!("wrote {}", out.join(k).display());
+        }
+    }
+    Ok(())
+}
+
+/// `k=v k=v`, as `-p` takes them.
+fn kv_line(p: &BTreeMap<String, String>) -> String {
+    p.iter()
+        .map(|(k, v)| format!("-p {k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The replay parameters of a calibration written by `--out`
+/// (`calibration.json`, or the directory holding it).
+pub fn load_params(path: &std::path::Path) -> anyhow::Result<BTreeMap<String, String>> {
+    let file = if path.is_dir() {
+        path.join("calibration.json")
+    } else {
+        path.to_path_buf()
+    };
+    let text = std::fs::read_to_string(&file).with_context(|| file.display().to_string())?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not a calibration (JSON)", file.display()))?;
+    let p = v
+        .get("params")
+        .and_then(|p| p.as_object())
+        .with_context(|| format!("{}: no \"params\" object", file.display()))?;
+    let mut out = BTreeMap::new();
+    for (k, v) in p {
+        if !benchlake_replay::dimemas::PARAM_NAMES.contains(&k.as_str()) {
+            bail!("{}: params.{k} is not a replay parameter", file.display());
+        }
+        let s = v
+            .as_str()
+            .with_context(|| format!("{}: params.{k} is not a string", file.display()))?;
+        out.insert(k.clone(), s.to_string());
+    }
+    Ok(out)
+}
