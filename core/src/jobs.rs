@@ -46,6 +46,11 @@ pub struct RecordRawFile {
     pub bytes: u64,
     pub sha256: String,
     pub format: String,
+    /// The Slurm job of the task (sbatch launcher) and its nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_job_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_nodes: Option<String>,
 }
 
 /// A follow-up job an executor asks for in its `result_json`.

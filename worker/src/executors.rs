@@ -141,6 +141,16 @@ pub fn record_tables(s: &RecordSpec, verdict: Option<&str>) -> Result<Vec<TableO
         Arc::new(StringArray::from(
             f.iter().map(|x| x.format.as_str()).collect::<Vec<_>>(),
         )),
+        Arc::new(StringArray::from(
+            f.iter()
+                .map(|x| x.slurm_job_id.as_deref())
+                .collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            f.iter()
+                .map(|x| x.slurm_nodes.as_deref())
+                .collect::<Vec<_>>(),
+        )),
     ];
     let raw = RecordBatch::try_new(catalog::schema("raw_files")?, cols).map_err(err)?;
     let mut out = vec![TableOutput::new("runs", vec![runs])];

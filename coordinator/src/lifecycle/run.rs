@@ -540,6 +540,8 @@ fn insert_record_job(
                 bytes: o.bytes,
                 sha256: o.sha256.clone(),
                 format: o.format.clone(),
+                slurm_job_id: Some(t.report.slurm_job_id.clone()).filter(|s| !s.is_empty()),
+                slurm_nodes: Some(t.report.slurm_nodes.clone()).filter(|s| !s.is_empty()),
             })
         })
         .collect();

@@ -77,6 +77,18 @@ pub fn tables() -> Vec<TableDef> {
                     false,
                     "declared output format (ingest kind)",
                 ),
+                (
+                    "slurm_job_id",
+                    utf8(),
+                    true,
+                    "the Slurm job that produced the file (sbatch launcher; null otherwise)",
+                ),
+                (
+                    "slurm_nodes",
+                    utf8(),
+                    true,
+                    "that job's nodes in Slurm's compact form, e.g. `n[1-3]` (null otherwise)",
+                ),
             ],
         ),
         table(
