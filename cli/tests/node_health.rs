@@ -15,8 +15,10 @@
 //! - an administrator who changed the reason of a benchlake drain keeps the
 //!   node drained: the record is forgotten instead;
 //! - a dry-run schedule failing n1 drains nothing, and node-check shows what
-//!   it would have done; `node-check --drain` (the HealthCheckProgram) then
-//!   drains n1 with the same reason format, and a second call leaves it be;
+//!   it would have done; then slurmd itself runs deploy/slurm/healthcheck as
+//!   its HealthCheckProgram, which drains n1 with the same reason format
+//!   (reading only BENCHLAKE_*/SLURM_CONF lines of its env file, executing
+//!   nothing), and `node-check --drain` does not drain it again;
 //! - node-check's latency as a whole process (median of 9) is printed;
 //! - pio through srun on three nodes: each node's write and read bandwidth
 //!   gets its own `node_health` rows (n1, n2, n3), an impossible per-node
@@ -346,25 +348,59 @@ async fn failing_nodes_are_drained_and_resumed_only_by_benchlake() {
         format!("would drain n1: benchlake: node.cores {cores} vs 4096 (run {run5})").as_str()
     );
 
-    // 6. node-check --drain, as Slurm's HealthCheckProgram, drains a failing
-    //    node with the same reason, once.
-    let (code, v) = node_check(&c, &sl, "n1", &["--drain"]);
-    assert_eq!(code, 1);
-    assert!(
-        v["drain_action"]
-            .as_str()
-            .unwrap()
-            .starts_with("drained: benchlake: node.cores"),
-        "{v}"
-    );
-    let st = show(&sl, "n1");
+    // 6. Slurm's HealthCheckProgram (deploy/slurm/healthcheck, run by slurmd
+    //    itself on each node) drains the failing node with the same reason;
+    //    node-check --drain never drains a drained node again.
+    let dir = c.dir.path();
+    let envf = dir.join("healthcheck.env");
+    std::fs::write(
+        &envf,
+        format!(
+            "BENCHLAKE={}\nBENCHLAKE_COORDINATOR={}\nSLURM_CONF={}\nPATH=/nowhere\nBENCHLAKE_X;touch {}=1\n",
+            bin(),
+            c.addr,
+            sl.conf().display(),
+            dir.join("pwned").display()
+        ),
+    )
+    .unwrap();
+    let wrapper = dir.join("healthcheck-wrapper");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nBENCHLAKE_HEALTHCHECK_ENV='{}' exec '{}'\n",
+            envf.display(),
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/slurm/healthcheck")
+        ),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut conf = std::fs::read_to_string(sl.conf()).unwrap();
+    conf.push_str(&format!(
+        "HealthCheckProgram={}\nHealthCheckInterval=1\nHealthCheckNodeState=ANY\n",
+        wrapper.display()
+    ));
+    std::fs::write(sl.conf(), conf).unwrap();
+    scontrol(&sl, &["reconfigure"]);
+    let st = wait_node(&sl, "n1", "drained by the HealthCheckProgram", |s| {
+        s.drained()
+    })
+    .await;
     assert_eq!(
         st.reason,
         Some(format!(
             "benchlake: node.cores {cores} vs 4096 (run {run5})"
         ))
     );
-    let (_, v) = node_check(&c, &sl, "n1", &["--drain"]);
+    assert!(
+        !dir.join("pwned").exists(),
+        "the env file is never executed"
+    );
+    let (code, v) = node_check(&c, &sl, "n1", &["--drain"]);
+    assert_eq!(code, 1);
     assert!(
         v["drain_action"]
             .as_str()
@@ -372,6 +408,9 @@ async fn failing_nodes_are_drained_and_resumed_only_by_benchlake() {
             .starts_with("not drained again"),
         "{v}"
     );
+    // The admin's drain of n2 and n3 stays as it was.
+    assert_eq!(show(&sl, "n2").reason.as_deref(), Some("admin: keep out"));
+    assert_eq!(show(&sl, "n3").reason.as_deref(), Some("admin: PSU swap"));
 
     // node-check as a whole process, as slurmd would run it.
     let mut times = Vec::new();
