@@ -374,6 +374,7 @@ fn run_json(r: &pb::Run) -> serde_json::Value {
         "submitted_at_ms": r.submitted_at_ms, "started_at_ms": r.started_at_ms, "finished_at_ms": r.finished_at_ms,
         "scheduled_for_ms": r.scheduled_for_ms, "agents": r.agents, "error": r.error,
         "verdict": (!r.verdict.is_empty()).then_some(r.verdict.as_str()),
+        "queued": r.queued,
     })
 }
 
@@ -389,6 +390,11 @@ fn detail_json(d: &pb::RunDetail) -> serde_json::Value {
         "jobs": d.jobs.iter().map(|j| serde_json::json!({
             "job_id": j.job_id, "kind": j.kind, "state": job_state(j.state), "attempt": j.attempt,
             "error": j.error, "committed_keys": j.committed_keys,
+        })).collect::<Vec<_>>(),
+        "notifications": d.notifications.iter().map(|n| serde_json::json!({
+            "notifier": n.notifier, "state": n.state, "delivery_id": n.delivery_id, "event": n.event,
+            "attempts": n.attempts, "last_error": n.last_error,
+            "next_attempt_ms": n.next_attempt_ms, "delivered_at_ms": n.delivered_at_ms,
         })).collect::<Vec<_>>(),
     })
 }
@@ -445,6 +451,9 @@ pub fn print_detail(d: &pb::RunDetail) {
         if !r.error.is_empty() {
             println!("error      {}", r.error);
         }
+        if r.queued {
+            println!("queued     behind the schedule's active run (placed when it has ended)");
+        }
     }
     println!("tasks:");
     for t in &d.tasks {
@@ -498,6 +507,20 @@ pub fn print_detail(d: &pb::RunDetail) {
             println!("      {k}");
         }
     }
+    if !d.notifications.is_empty() {
+        println!("notifications:");
+        for n in &d.notifications {
+            let when = match n.state.as_str() {
+                "DELIVERED" => format!("at {}", fmt_ms(n.delivered_at_ms)),
+                "PENDING" => format!("next {}", fmt_ms(n.next_attempt_ms)),
+                _ => String::new(),
+            };
+            println!(
+                "  {:<16} {:<9} {} attempts {} {} {}",
+                n.notifier, n.state, n.event, n.attempts, when, n.last_error
+            );
+        }
+    }
 }
 
 fn settled(d: &pb::RunDetail) -> bool {
@@ -541,6 +564,7 @@ pub async fn watch(conn: &Conn, run_id: &str, quiet: bool) -> anyhow::Result<pb:
             run: ev.run.clone(),
             tasks: ev.tasks.clone(),
             jobs: ev.jobs.clone(),
+            notifications: Vec::new(),
         };
         if let Some(r) = &ev.run {
             let tasks_done = ev

@@ -208,6 +208,7 @@ impl RunRow {
             scheduled_for_ms: self.scheduled_for_ms.unwrap_or_default(),
             // From the checks, not the state: see `Svc::with_verdict`.
             verdict: String::new(),
+            queued: self.queued,
         }
     }
 }
@@ -234,10 +235,25 @@ pub fn run_detail(tx: &mut dyn Tx, run_id: &str) -> Result<pb::RunDetail> {
         .ok_or_else(|| CoordError::NotFound(format!("run_id: no run '{run_id}'")))?;
     let tasks = tx.tasks_of_run(run_id)?;
     let jobs = tx.jobs_of_run(run_id)?;
+    let notifications = tx
+        .notifications_of_run(run_id)?
+        .into_iter()
+        .map(|n| pb::Notification {
+            notifier: n.notifier,
+            state: n.state.as_str().to_string(),
+            delivery_id: n.delivery_id,
+            event: n.event.unwrap_or_default(),
+            attempts: n.attempt,
+            last_error: n.last_error.unwrap_or_default(),
+            next_attempt_ms: n.next_ms,
+            delivered_at_ms: n.delivered_ms.unwrap_or_default(),
+        })
+        .collect();
     Ok(pb::RunDetail {
         run: Some(run(&r, &tasks)),
         tasks: tasks.iter().map(TaskRow::to_pb).collect(),
         jobs: jobs.iter().map(JobRow::to_pb).collect(),
+        notifications,
     })
 }
 

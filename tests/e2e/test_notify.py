@@ -238,6 +238,12 @@ def test_webhook_is_signed_carries_the_failure_and_is_retried(tmp_path, secret_f
         assert up.metric("benchlake_notifications_total", {"result": "delivered"}) == 1
         assert up.metric("benchlake_notifications_total", {"result": "retried"}) == 2
         assert len(rx.requests()) == 3
+        # run show tells how the notification went.
+        n = up.show(run_id)["notifications"]
+        assert [(x["notifier"], x["state"], x["event"], x["attempts"]) for x in n] == [("ops", "DELIVERED", "verdict.fail", 3)], n
+        assert n[0]["delivery_id"] == got[-1]["headers"]["x-benchlake-delivery"]
+        assert up.show(ok)["notifications"][0]["state"] == "SKIPPED"
+        assert "notifications:" in up.cli("run", "show", run_id).stdout
         assert "notification failed; retrying" in up.log() and "notifier=ops" in up.log()
         assert SECRET.decode() not in up.log()
     finally:
@@ -338,7 +344,8 @@ def test_backfilled_runs_queue_in_date_order_unless_overlap_is_allowed(tmp_path)
         assert len(out) == 3
         # Only the first is placed; the others wait without tasks.
         later = [up.show(r["run_id"]) for r in out[1:]]
-        assert all(d["run"]["state"] == "PENDING" and not d["tasks"] for d in later), later
+        assert all(d["run"]["state"] == "PENDING" and d["run"]["queued"] and not d["tasks"] for d in later), later
+        assert "queued     behind the schedule's active run" in up.cli("run", "show", out[2]["run_id"]).stdout
         runs = [up.wait_final(r["run_id"]) for r in out]
         assert all(r["state"] == "SUCCEEDED" for r in runs), runs
         for a, b in zip(runs, runs[1:]):
