@@ -15,7 +15,15 @@
 //!   against an absolute bound (`check_node_write_bw_mib_s`,
 //!   `check_node_read_bw_mib_s`) and against the run's median node
 //!   (`check_node_min_fraction`, default 0.5: a node at less than half the
-//!   median node's bandwidth fails).
+//!   median node's bandwidth fails);
+//! - **slow links attributed to hosts** (LinkTest and netprobe runs,
+//!   `linktest_ranks` and `linktest_timings`): the share of a host's measured
+//!   pairs that are slow (the run-level `linktest.slow_pairs` rule: slower
+//!   than `check_slow_pair_factor` × the run's median pair time, or than
+//!   `check_slow_pair_time_s`); a host in more than
+//!   `check_node_slow_pair_fraction` (default 0.5) of its pairs is the
+//!   suspect: a bad host is slow with every peer, its peers only with it.
+//!   With two hosts a slow link cannot be pinned on either, and both fail.
 //!
 //! Every node the run measured gets a row for every check that applies to it,
 //! PASS included: a later passing run is what lets a drained node return.
@@ -72,7 +80,11 @@ pub const NODE_IO_PARAMS: &[&str] = &[
     "check_node_write_bw_mib_s",
     "check_node_read_bw_mib_s",
     "check_node_min_fraction",
+    "check_node_slow_pair_fraction",
 ];
+
+/// Default of `check_node_slow_pair_fraction`.
+pub const DEFAULT_SLOW_PAIR_FRACTION: f64 = 0.5;
 
 /// Default of `check_node_min_fraction`.
 pub const DEFAULT_MIN_FRACTION: f64 = 0.5;
@@ -409,6 +421,117 @@ pub fn io_node_checks(batches: &[RecordBatch], cfg: &IoNodeConfig) -> Vec<NodeRo
     out
 }
 
+/// `check_node_slow_pair_fraction` of a run's parameters.
+pub fn slow_pair_fraction(params: &BTreeMap<String, String>) -> Result<f64, String> {
+    let f = num(params, "check_node_slow_pair_fraction")?.unwrap_or(DEFAULT_SLOW_PAIR_FRACTION);
+    if f > 1.0 {
+        return Err(format!(
+            "params.check_node_slow_pair_fraction: {f} is above 1"
+        ));
+    }
+    Ok(f)
+}
+
+/// The per-host LinkTest check: each host's share of slow pairs among the
+/// pairs it took part in (`linktest_ranks` names the host of each rank of
+/// each source file). None of the rows when no rank names a host.
+pub fn linktest_node_checks(
+    ranks: &[RecordBatch],
+    timings: &[RecordBatch],
+    slow: &crate::linktest_checks::SlowPair,
+    max_fraction: f64,
+) -> Vec<NodeRow> {
+    let mut host_of: BTreeMap<(String, i64), String> = BTreeMap::new();
+    for b in ranks {
+        let (Some(src), Some(rank), Some(host)) = (
+            text_col(b, "source"),
+            f64_col(b, "rank"),
+            text_col(b, "hostname"),
+        ) else {
+            continue;
+        };
+        for i in 0..b.num_rows() {
+            if src.is_valid(i) && rank.is_valid(i) && host.is_valid(i) && !host.value(i).is_empty()
+            {
+                host_of.insert(
+                    (src.value(i).to_string(), rank.value(i) as i64),
+                    host.value(i).to_string(),
+                );
+            }
+        }
+    }
+    if host_of.is_empty() {
+        return Vec::new();
+    }
+    // (host a, host b, time) per measured pair.
+    let mut pairs: Vec<(&str, &str, f64)> = Vec::new();
+    for b in timings {
+        let (Some(src), Some(from), Some(to), Some(t)) = (
+            text_col(b, "source"),
+            f64_col(b, "from_rank"),
+            f64_col(b, "to_rank"),
+            f64_col(b, "time_s"),
+        ) else {
+            continue;
+        };
+        for i in 0..b.num_rows() {
+            if !(src.is_valid(i) && from.is_valid(i) && to.is_valid(i) && t.is_valid(i)) {
+                continue;
+            }
+            let s = src.value(i).to_string();
+            let (Some(a), Some(h)) = (
+                host_of.get(&(s.clone(), from.value(i) as i64)),
+                host_of.get(&(s, to.value(i) as i64)),
+            ) else {
+                continue;
+            };
+            pairs.push((a.as_str(), h.as_str(), t.value(i)));
+        }
+    }
+    let mut times: Vec<f64> = pairs.iter().map(|p| p.2).collect();
+    let Some(med) = median(&mut times) else {
+        return Vec::new();
+    };
+    let (threshold, rule) = match slow.time_s {
+        Some(t) => (t, format!("slower than {t} s")),
+        None => (
+            slow.factor * med,
+            format!(
+                "slower than {} × the median pair ({med:.3e} s)",
+                slow.factor
+            ),
+        ),
+    };
+    let mut per_host: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for (a, b, t) in &pairs {
+        let is_slow = *t > threshold;
+        for h in if a == b { vec![*a] } else { vec![*a, *b] } {
+            let e = per_host.entry(h).or_default();
+            e.0 += 1;
+            e.1 += u64::from(is_slow);
+        }
+    }
+    per_host
+        .into_iter()
+        .map(|(h, (total, slow_n))| {
+            let f = slow_n as f64 / total as f64;
+            let ok = f <= max_fraction;
+            NodeRow::new(
+                h,
+                "node.linktest_slow_pair_fraction",
+                ok,
+                Some(f),
+                Some(max_fraction),
+            )
+            .unit("fraction")
+            .message(format!(
+                "{slow_n} of its {total} pairs {rule}{}",
+                if ok { "" } else { ": the host is the suspect" }
+            ))
+        })
+        .collect()
+}
+
 /// An ERROR row for a node-level check that could not be evaluated (bad
 /// parameters): it names no node (`*`), so it counts toward the run's
 /// verdict and never drains one.
@@ -610,6 +733,58 @@ mod tests {
     fn one_node_is_not_compared_with_itself() {
         let b = times(&[("write", Some("n1"), 1 << 20, 1.0)]);
         assert!(io_node_checks(&[b], &IoNodeConfig::default()).is_empty());
+    }
+
+    #[test]
+    fn the_slow_host_of_a_linktest_run_is_the_suspect() {
+        use benchlake_formats::linktest::{synth, tables};
+        // 32 ranks on 8 hosts; synth makes every link of node0001 4x slower.
+        let run = synth::synthetic_run(32, 4, 5);
+        let out = tables::run_tables(&run, "R", "raw/R/t/x.sion").unwrap();
+        let get = |n: &str| {
+            out.iter()
+                .find(|t| t.table == n)
+                .map(|t| t.batches.clone())
+                .unwrap()
+        };
+        let rows = linktest_node_checks(
+            &get("linktest_ranks"),
+            &get("linktest_timings"),
+            &crate::linktest_checks::SlowPair::default(),
+            DEFAULT_SLOW_PAIR_FRACTION,
+        );
+        assert_eq!(rows.len(), 8, "one row per host");
+        let failing: Vec<&str> = rows
+            .iter()
+            .filter(|r| r.status == "FAIL")
+            .map(|r| r.node.as_str())
+            .collect();
+        assert_eq!(failing, ["node0001"]);
+        let bad = rows.iter().find(|r| r.node == "node0001").unwrap();
+        assert!(bad.value.unwrap() > 0.7, "{bad:?}");
+        for r in rows.iter().filter(|r| r.node != "node0001") {
+            assert!(r.value.unwrap() < 0.25, "{r:?}");
+        }
+        // An absolute threshold above every pair: nobody is slow.
+        let rows = linktest_node_checks(
+            &get("linktest_ranks"),
+            &get("linktest_timings"),
+            &crate::linktest_checks::SlowPair {
+                factor: 2.0,
+                time_s: Some(1.0),
+            },
+            0.5,
+        );
+        assert!(
+            rows.iter()
+                .all(|r| r.status == "PASS" && r.value == Some(0.0))
+        );
+        assert!(
+            linktest_node_checks(&[], &get("linktest_timings"), &Default::default(), 0.5)
+                .is_empty()
+        );
+        let e = slow_pair_fraction(&p(&[("check_node_slow_pair_fraction", "1.5")])).unwrap_err();
+        assert!(e.contains("check_node_slow_pair_fraction"), "{e}");
     }
 
     #[test]

@@ -71,6 +71,7 @@ fn node_tables_of(format: &str) -> &'static [&'static str] {
     match format {
         "pio" => &["io_task_times"],
         "hostinfo" => &["node_facts"],
+        "linktest" => &["linktest_ranks", "linktest_timings"],
         _ => &[],
     }
 }
@@ -319,6 +320,19 @@ pub fn node_rows(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<NodeRow>, ExecE
             match node_checks::node_facts(get("node_facts"), &s.agent) {
                 Ok(f) => Ok(node_checks::facts_checks(&f, &expect)),
                 Err(e) => Ok(vec![node_checks::config_error(e)]),
+            }
+        }
+        "linktest" => {
+            let slow = SlowPair::from_params(&s.params);
+            let fraction = node_checks::slow_pair_fraction(&s.params);
+            match (slow, fraction) {
+                (Ok(slow), Ok(f)) => Ok(node_checks::linktest_node_checks(
+                    get("linktest_ranks"),
+                    get("linktest_timings"),
+                    &slow,
+                    f,
+                )),
+                (Err(e), _) | (_, Err(e)) => Ok(vec![node_checks::config_error(e)]),
             }
         }
         _ => match node_checks::IoNodeConfig::from_params(&s.params) {
