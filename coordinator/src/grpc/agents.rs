@@ -424,3 +424,20 @@ fn check_slurm_job(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::check_slurm_job;
+
+    #[test]
+    fn slurm_job_ids_and_node_lists_are_checked() {
+        assert!(check_slurm_job("id", "", "nodes", "").is_ok());
+        assert!(check_slurm_job("id", "4711", "nodes", "n[1-3],gpu-01").is_ok());
+        assert!(check_slurm_job("id", "12_3", "nodes", "n1").is_ok());
+        let e = check_slurm_job("slurm_job_id", "7; rm", "nodes", "").unwrap_err();
+        assert!(e.message().starts_with("slurm_job_id: "), "{e}");
+        let e = check_slurm_job("id", "7", "slurm_nodes", "n1 <script>").unwrap_err();
+        assert!(e.message().starts_with("slurm_nodes: "), "{e}");
+        assert!(check_slurm_job("id", &"9".repeat(65), "nodes", "").is_err());
+    }
+}

@@ -599,6 +599,76 @@ fn a_restarted_agent_loses_the_attempts_of_its_earlier_incarnation() {
     assert!(fx.is_empty());
 }
 
+#[test]
+fn a_restarted_agent_keeps_the_slurm_jobs_it_still_holds_under_their_lease() {
+    let w = World::new();
+    let (r1, _) = w.submit(&["a1"]);
+    let (t1, _) = w.lease_task("a1");
+    let (_r2, _) = w.submit(&["a1"]);
+    let (t2, _) = w.lease_task("a1");
+    let (_r3, _) = w.submit(&["a1"]);
+    let (t3, _) = w.lease_task("a1");
+    // t1's Slurm job is pending: the report keeps it LEASED with Slurm's words.
+    let p = task::Progress {
+        pending: true,
+        report: TaskReport {
+            message: "Slurm job 7 PENDING (Resources)".into(),
+            slurm_job_id: "7".into(),
+            slurm_nodes: String::new(),
+        },
+        ..Default::default()
+    };
+    let now = w.now();
+    let _ = w.tx(|tx| {
+        let t = task::leased(tx, &t1.task_id, t1.lease_id.as_deref().unwrap())?;
+        task::progress_with(tx, &w.cfg, t, &p, now)
+    });
+    let t = w.task(&t1.task_id);
+    assert_eq!((t.state, t.started_at_ms), (TaskState::Leased, None));
+    assert_eq!(t.report.message, "Slurm job 7 PENDING (Resources)");
+    assert_eq!(t.report.slurm_job_id, "7");
+    w.clock.advance(2_000);
+    let now = w.now();
+    // The agent comes back naming t1 (right lease) and t2 (a stale lease);
+    // t3 it does not name.
+    let held = vec![
+        (t1.task_id.clone(), t1.lease_id.clone().unwrap()),
+        (t2.task_id.clone(), "not-the-lease".to_string()),
+    ];
+    let (_, kept) = w.tx(|tx| task::agent_restarted_keeping(tx, &w.cfg, "a1", &held, now));
+    assert_eq!(kept, std::slice::from_ref(&t1.task_id));
+    let t = w.task(&t1.task_id);
+    assert_eq!(
+        (t.state, t.attempt, t.lease_id.clone(), t.lease_expires_ms),
+        (TaskState::Leased, 1, t1.lease_id.clone(), Some(now + LEASE)),
+        "kept under the same lease, renewed"
+    );
+    for id in [&t2.task_id, &t3.task_id] {
+        let t = w.task(id);
+        assert_eq!((t.state, t.attempt), (TaskState::Queued, 2), "{id}");
+    }
+    // It completes under its lease with the job's nodes.
+    let t = w.task(&t1.task_id);
+    let _ = w.complete_task(
+        &t,
+        task::Completion {
+            slurm_job_id: "7".into(),
+            slurm_nodes: "n[1-3]".into(),
+            ..ok(Vec::new())
+        },
+    );
+    let t = w.task(&t1.task_id);
+    assert_eq!(t.state, TaskState::Done);
+    assert_eq!(
+        (
+            t.report.slurm_job_id.as_str(),
+            t.report.slurm_nodes.as_str()
+        ),
+        ("7", "n[1-3]")
+    );
+    assert_eq!(w.run(&r1.run_id).state, RunState::Processing);
+}
+
 /// A run whose only task is done (no outputs): PROCESSING with its record
 /// job queued. Returns the run id.
 fn processing_run(w: &World) -> String {
