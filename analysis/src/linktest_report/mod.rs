@@ -528,6 +528,30 @@ mod tests {
     }
 
     #[test]
+    fn matrix_png_colours_each_cell_on_the_scale() {
+        // 3×3: the slowest cell yellow, the fastest dark violet, NaN grey.
+        let cells = [f64::NAN, 1.0, 2.0, 3.0, f64::NAN, 10.0, 5.0, 7.0, f64::NAN];
+        let scale = Scale {
+            lo: 1.0,
+            hi: 10.0,
+            log: false,
+        };
+        let png = matrix_png(3, &cells, scale).unwrap();
+        let p = resvg::tiny_skia::Pixmap::decode_png(&png).unwrap();
+        assert_eq!((p.width(), p.height()), (3, 3));
+        let px = |k: usize| {
+            let c = p.pixels()[k];
+            [c.red(), c.green(), c.blue()]
+        };
+        assert_eq!(px(0), [0xee, 0xee, 0xee]);
+        assert_eq!(px(1), [68, 1, 84]);
+        assert_eq!(px(5), [253, 231, 37]);
+        assert_eq!(px(5), ramp_rgb(1.0));
+        assert!(matrix_png(2, &cells, scale).is_err());
+        assert!(matrix_png(0, &[], scale).is_err());
+    }
+
+    #[test]
     fn host_aggregates_and_binning() {
         let mut run = np16();
         for (r, info) in run.ranks.iter_mut().enumerate() {

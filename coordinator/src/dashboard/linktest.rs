@@ -32,10 +32,12 @@ use super::{access, cache};
 use crate::http::Http;
 
 /// The matrix image has at most this many pixels per side: beyond, a pixel
-/// is the slowest pair of a block of ranks.
-pub const MATRIX_PX: usize = 1024;
+/// is the slowest pair of a block of ranks. Equal to the drawn side, so the
+/// browser only ever enlarges the image (nearest neighbour): shrinking it
+/// would drop pixels, and with them slow links.
+pub const MATRIX_PX: usize = 640;
 /// Side of the drawn matrix (CSS px).
-const MS: f64 = 640.0;
+const MS: f64 = MATRIX_PX as f64;
 /// Tables LinkTest views read.
 const TABLES: &[&str] = &[
     "linktest_runs",
@@ -395,13 +397,38 @@ pub async fn pair_json(
 }
 
 /// The JSON of pair (from, to): its time, bandwidth, hosts, retest, and
-/// the line the page shows.
+/// the line the page shows. When the image bins ranks (more than
+/// [`MATRIX_PX`]), the pair is the slowest of the block (the pixel) holding
+/// (from, to), which is what coloured that pixel, and `block` gives the
+/// block's rank ranges.
 pub fn pair_value(v: &LinkTestView, from: usize, to: usize) -> serde_json::Value {
+    let bin = v.summary.matrix.1.max(1);
+    let mut block = serde_json::Value::Null;
+    let mut prefix = String::new();
+    let (from, to) = if bin > 1 {
+        let (bi, bj) = (from / bin * bin, to / bin * bin);
+        let (ei, ej) = ((bi + bin).min(v.n), (bj + bin).min(v.n));
+        let mut best: Option<(f64, usize, usize)> = None;
+        for i in bi..ei {
+            for j in bj..ej {
+                if let Some(t) = v.time(i, j)
+                    && best.is_none_or(|b| t > b.0)
+                {
+                    best = Some((t, i, j));
+                }
+            }
+        }
+        block = serde_json::json!({"from": [bi, ei - 1], "to": [bj, ej - 1]});
+        prefix = format!("ranks {bi}–{} → {bj}–{}, slowest: ", ei - 1, ej - 1);
+        best.map(|(_, i, j)| (i, j)).unwrap_or((from, to))
+    } else {
+        (from, to)
+    };
     let t = v.time(from, to);
     let retest = v.retests.get(&(from, to)).copied();
     let size = v.summary.message_size;
     let mut text = format!(
-        "from rank {from} ({}) → to rank {to} ({}): ",
+        "{prefix}from rank {from} ({}) → to rank {to} ({}): ",
         v.host(from),
         v.host(to)
     );
@@ -418,6 +445,7 @@ pub fn pair_value(v: &LinkTestView, from: usize, to: usize) -> serde_json::Value
         "from": from, "to": to,
         "from_host": v.host(from), "to_host": v.host(to),
         "time_s": t, "retest_time_s": retest,
+        "block": block,
         "text": text,
     })
 }
@@ -547,7 +575,7 @@ fn render(v: &LinkTestView, id: &str, q: &Query, checks: &[crate::verdicts::Chec
     let (side, bin, _) = s.matrix;
     let _ = write!(
         b,
-        "<section><h2>Pair matrix</h2><p class=\"muted\">Rows: the initiating rank (from), columns: its partner (to); colour: time of the pair ({}, fastest dark, slowest yellow, grey: not measured). {}Point at a cell for its values.</p>\
+        "<section><h2>Pair matrix</h2><p class=\"muted\">Rows: the initiating rank (from), columns: its partner (to); colour: time of the pair ({}, fastest dark, slowest yellow, grey: not measured; red rings: the five slowest pairs of the list below). {}Point at a cell for its values.</p>\
          <div class=\"lt-wrap\"><div>{}</div><div class=\"lt-side\"><p class=\"lt-hover\" id=\"lt-hover\">Point at the matrix.</p></div></div></section>",
         if s.log_scale {
             "logarithmic scale"
@@ -703,27 +731,43 @@ fn matrix_svg(v: &LinkTestView, img: &str, api: &str) -> String {
          <text x=\"{}\" y=\"11\" class=\"ax\" text-anchor=\"middle\">to rank</text>\
          <text x=\"12\" y=\"{}\" class=\"ax\" text-anchor=\"middle\" transform=\"rotate(-90 12 {})\">from rank (host)</text>\
          <rect x=\"{l}\" y=\"{t}\" width=\"{MS}\" height=\"{MS}\" fill=\"#eeeeee\"/>\
-         <image id=\"lt-matrix\" href=\"{}\" x=\"{l}\" y=\"{t}\" width=\"{MS}\" height=\"{MS}\" preserveAspectRatio=\"none\" data-n=\"{n}\" data-api=\"{}\"/>",
+         <image id=\"lt-matrix\" href=\"{}\" x=\"{l}\" y=\"{t}\" width=\"{MS}\" height=\"{MS}\" preserveAspectRatio=\"none\" data-n=\"{n}\" data-bin=\"{}\" data-side=\"{}\" data-api=\"{}\"/>",
         l + MS / 2.0,
         t + MS / 2.0,
         t + MS / 2.0,
         esc(img),
+        s.matrix.1.max(1),
+        s.matrix.0.max(1),
         esc(api)
     );
     // Host boundaries (when they stay apart).
     let bounds = &s.host_boundaries;
     if bounds.len() > 1 && MS / bounds.len() as f64 >= 3.0 {
+        let class = if bounds.len() > 32 { "hb many" } else { "hb" };
         for (r, _) in bounds.iter().skip(1) {
             let x = l + pos(*r as f64);
             let y = t + pos(*r as f64);
             let _ = write!(
                 o,
-                "<line x1=\"{x:.1}\" y1=\"{t}\" x2=\"{x:.1}\" y2=\"{}\" class=\"hb\"/><line x1=\"{l}\" y1=\"{y:.1}\" x2=\"{}\" y2=\"{y:.1}\" class=\"hb\"/>",
+                "<line x1=\"{x:.1}\" y1=\"{t}\" x2=\"{x:.1}\" y2=\"{}\" class=\"{class}\"/><line x1=\"{l}\" y1=\"{y:.1}\" x2=\"{}\" y2=\"{y:.1}\" class=\"{class}\"/>",
                 t + MS,
                 l + MS
             );
         }
     }
+    // Rings around the five slowest pairs (a single slow pixel is easy to miss).
+    for p in s.slowest.iter().take(5) {
+        let _ = write!(
+            o,
+            "<circle class=\"slowmark\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"6\"/>",
+            l + pos(p.to_rank as f64 + 0.5),
+            t + pos(p.from_rank as f64 + 0.5)
+        );
+    }
+    // The hovered cell (placed by the script).
+    o.push_str(
+        "<rect id=\"lt-cursor\" class=\"cursor\" x=\"0\" y=\"0\" width=\"0\" height=\"0\"/>",
+    );
     // Rank ticks.
     let step = nice_step(n, 10);
     let mut r = 0;
@@ -1055,6 +1099,39 @@ mod tests {
         // Host×host: 2 hosts, 4 cells with their slowest pair.
         assert!(page.contains("<title>n1&lt;x&gt; → n1&lt;x&gt;: slowest 5.01 ms, mean "));
         assert!(!page.contains("<script"));
+    }
+
+    #[test]
+    fn binned_matrices_hover_the_slowest_pair_of_the_block() {
+        // 1,300 ranks: the image bins 3×3 ranks per pixel.
+        let n = 1300;
+        let mut times = vec![1e-6f32; n * n];
+        for k in 0..n {
+            times[k * n + k] = f32::NAN;
+        }
+        times[1 * n + 1299] = 3e-4;
+        let mut v = view_of_np16(|_| "h".into());
+        v.n = n;
+        v.times = times;
+        v.host_of = vec![0; n];
+        v.summary.hosts = vec!["h".into()];
+        v.summary.matrix = (434, 3, Vec::new());
+        v.retests = [((1, 1299), 4.2e-6)].into_iter().collect();
+        // Anywhere in the pixel of ranks 0–2 × 1299: the slow pair 1 → 1299.
+        let j = pair_value(&v, 0, 1299);
+        assert_eq!(
+            (j["from"].as_u64(), j["to"].as_u64()),
+            (Some(1), Some(1299))
+        );
+        assert_eq!(j["block"]["from"], serde_json::json!([0, 2]));
+        assert_eq!(j["block"]["to"], serde_json::json!([1299, 1299]));
+        assert_eq!(
+            j["text"],
+            "ranks 0–2 → 1299–1299, slowest: from rank 1 (h) → to rank 1299 (h): 300 µs (13.7 MB/s); serial retest 4.20 µs"
+        );
+        let j = pair_value(&v, 4, 7);
+        assert_eq!(j["block"]["from"], serde_json::json!([3, 5]));
+        assert_eq!(j["time_s"].as_f64(), Some(f64::from(1e-6f32)));
     }
 
     #[test]

@@ -39,18 +39,33 @@
   var hover = document.getElementById("lt-hover");
   if (matrix && hover) {
     var n = parseInt(matrix.getAttribute("data-n") || "0", 10);
+    // The image has `side` pixels a side, each `bin` ranks (the slowest pair
+    // of its block): the pointer picks a pixel, the server names its pair.
+    var bin = Math.max(1, parseInt(matrix.getAttribute("data-bin") || "1", 10));
+    var side = Math.max(1, parseInt(matrix.getAttribute("data-side") || String(n), 10));
     var api = matrix.getAttribute("data-api");
     var last = "";
     var timer = null;
     matrix.addEventListener("mousemove", function (ev) {
       var box = matrix.getBoundingClientRect();
-      var to = Math.floor((ev.clientX - box.left) / box.width * n);
-      var from = Math.floor((ev.clientY - box.top) / box.height * n);
-      if (n <= 0 || from < 0 || to < 0 || from >= n || to >= n) { return; }
-      var key = from + "," + to;
+      var px = Math.floor((ev.clientX - box.left) / box.width * side);
+      var py = Math.floor((ev.clientY - box.top) / box.height * side);
+      if (n <= 0 || px < 0 || py < 0 || px >= side || py >= side) { return; }
+      var key = py + "," + px;
       if (key === last) { return; }
       last = key;
-      hover.textContent = "from rank " + from + " → to rank " + to + " …";
+      var from = Math.min(n - 1, py * bin), to = Math.min(n - 1, px * bin);
+      var cursor = document.getElementById("lt-cursor");
+      if (cursor) {
+        // The pixel in the SVG's units, at least 4 units wide to stay visible.
+        var x0 = parseFloat(matrix.getAttribute("x")), y0 = parseFloat(matrix.getAttribute("y"));
+        var cell = parseFloat(matrix.getAttribute("width")) / side, size = Math.max(cell, 4);
+        cursor.setAttribute("x", String(x0 + (px + 0.5) * cell - size / 2));
+        cursor.setAttribute("y", String(y0 + (py + 0.5) * cell - size / 2));
+        cursor.setAttribute("width", String(size));
+        cursor.setAttribute("height", String(size));
+      }
+      hover.textContent = (bin > 1 ? "ranks from " : "from rank ") + from + " → " + to + " …";
       clearTimeout(timer);
       timer = setTimeout(function () {
         fetch(api + "&from=" + from + "&to=" + to, { credentials: "same-origin" })
@@ -61,7 +76,7 @@
           .then(function (j) {
             if (last === key) {
               hover.textContent = j.text;
-              hover.setAttribute("data-pair", key);
+              hover.setAttribute("data-pair", j.from + "," + j.to);
             }
           })
           .catch(function (e) { hover.textContent = "no value (" + e.message + ")"; });
