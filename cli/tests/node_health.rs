@@ -13,7 +13,9 @@
 //! - a later passing run on n2 (an agent on the node, local launcher)
 //!   resumes n2 and forgets the record; `node-check n2` exits 0;
 //! - an administrator who changed the reason of a benchlake drain keeps the
-//!   node drained: the record is forgotten instead;
+//!   node drained: the record is forgotten instead; one who resumed a
+//!   benchlake drain by hand leaves a stale record, and the next failing run
+//!   drains the node again;
 //! - a dry-run schedule failing n1 drains nothing, and node-check shows what
 //!   it would have done; then slurmd itself runs deploy/slurm/healthcheck as
 //!   its HealthCheckProgram, which drains n1 with the same reason format
@@ -333,6 +335,28 @@ async fn failing_nodes_are_drained_and_resumed_only_by_benchlake() {
     assert!(v["drain"].is_null(), "the record is forgotten: {v}");
     assert!(v["events"].to_string().contains("not benchlake's"), "{v}");
 
+    // 4b. A benchlake drain an administrator resumed by hand is stale: the
+    //     next failing run drains the node again and records that drain.
+    scontrol(&sl, &["update", "nodename=n2", "state=resume"]);
+    let d = run_schedule(&c, &drain).await;
+    let first = d.run.as_ref().unwrap().run_id.clone();
+    wait_node(&sl, "n2", "drained by benchlake", |s| {
+        s.reason
+            .as_deref()
+            .is_some_and(|r| r.ends_with(&format!("(run {first})")))
+    })
+    .await;
+    scontrol(&sl, &["update", "nodename=n2", "state=resume"]);
+    let d = run_schedule(&c, &drain).await;
+    let again = d.run.as_ref().unwrap().run_id.clone();
+    wait_node(&sl, "n2", "drained again", |s| {
+        s.reason.as_deref()
+            == Some(format!("benchlake: node.cores {cores} vs 4096 (run {again})").as_str())
+    })
+    .await;
+    let (_, v) = node_check(&c, &sl, "n2", &[]);
+    assert_eq!(v["drain"]["run_id"], again.as_str(), "{v}");
+
     // 5. A dry run changes nothing and says what it would do.
     let dry = create_schedule(&c, "dry-n1", srun_on("n1", 4096), pb::NodeAction::DryRun).await;
     let d = run_schedule(&c, &dry).await;
@@ -408,8 +432,13 @@ async fn failing_nodes_are_drained_and_resumed_only_by_benchlake() {
             .starts_with("not drained again"),
         "{v}"
     );
-    // The admin's drain of n2 and n3 stays as it was.
-    assert_eq!(show(&sl, "n2").reason.as_deref(), Some("admin: keep out"));
+    // The drains of n2 (benchlake's) and n3 (the admin's) stay as they were.
+    assert_eq!(
+        show(&sl, "n2").reason,
+        Some(format!(
+            "benchlake: node.cores {cores} vs 4096 (run {again})"
+        ))
+    );
     assert_eq!(show(&sl, "n3").reason.as_deref(), Some("admin: PSU swap"));
 
     // node-check as a whole process, as slurmd would run it.

@@ -19,7 +19,9 @@
 //!   when `scontrol show node` still shows it drained with exactly
 //!   benchlake's reason. Otherwise the record is forgotten and the node left
 //!   as it is (an administrator who re-drained it, or changed the reason,
-//!   keeps it: the mistake NHC users met in mej/nhc#134).
+//!   keeps it: the mistake NHC users met in mej/nhc#134). A record whose
+//!   node an administrator resumed by hand is stale: the next failure drains
+//!   the node again (and records that drain).
 //!
 //! `scontrol` runs as an argument vector ([`benchlake_core::scontrol`]) with
 //! the program `--scontrol` names; its failures are logged and the record is
@@ -128,11 +130,15 @@ impl Default for NodeActions {
 /// One decision for one node after a run.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
-    /// Drain `node` for `check` with `reason`.
+    /// Drain `node` for `check` with `reason`; `recorded` is the drain
+    /// benchlake recorded earlier, if any (still in force when Slurm shows
+    /// the node drained with its reason; stale when an administrator resumed
+    /// the node or changed the reason since).
     Drain {
         node: String,
         check: String,
         reason: String,
+        recorded: Option<NodeDrain>,
     },
     /// Resume `node`, drained by benchlake as `drain` says, now passing.
     Resume { node: String, drain: NodeDrain },
@@ -140,7 +146,8 @@ pub enum Decision {
 
 /// The decisions of one run from its `node_health` rows (node, row) and the
 /// drains on record (by node). A node with a FAIL is drained for its first
-/// failing check (by name) unless benchlake drained it already; a node
+/// failing check (by name) (whether benchlake's drain of it is still in force
+/// is Slurm's to say: [`NodeActions::execute`]); a node
 /// without FAIL or ERROR whose record names a check this later run passed is
 /// resumed. The node `*` (rows about no node) is never acted on.
 pub fn decide(
@@ -158,13 +165,12 @@ pub fn decide(
     for (node, mut rs) in by_node {
         rs.sort_by(|a, b| a.check.cmp(&b.check));
         if let Some(f) = rs.iter().find(|r| r.status == "FAIL") {
-            if !drains.contains_key(node) {
-                out.push(Decision::Drain {
-                    node: node.to_string(),
-                    check: f.check.clone(),
-                    reason: scontrol::drain_reason(&f.check, f.value, f.reference, run_id),
-                });
-            }
+            out.push(Decision::Drain {
+                node: node.to_string(),
+                check: f.check.clone(),
+                reason: scontrol::drain_reason(&f.check, f.value, f.reference, run_id),
+                recorded: drains.get(node).cloned(),
+            });
             continue;
         }
         if rs.iter().any(|r| r.status != "PASS") {
@@ -238,9 +244,12 @@ impl NodeActions {
                     node,
                     check,
                     reason,
+                    recorded,
                 } => {
                     if dry_run {
-                        self.event(ev(&node, "drain", format!("would drain {node}: {reason}")));
+                        if recorded.is_none() {
+                            self.event(ev(&node, "drain", format!("would drain {node}: {reason}")));
+                        }
                         continue;
                     }
                     match self.scontrol.show_node(&node) {
@@ -256,7 +265,29 @@ impl NodeActions {
                             ));
                             continue;
                         }
+                        Ok(Some(st))
+                            if st.drained()
+                                && recorded
+                                    .as_ref()
+                                    .is_some_and(|r| st.reason.as_deref() == Some(&r.reason)) =>
+                        {
+                            // Still drained by benchlake: nothing to do.
+                            tracing::debug!(node = %node, "node action: already drained by benchlake");
+                            continue;
+                        }
                         Ok(Some(st)) if st.drained() || st.down() => {
+                            if recorded.is_some() {
+                                // Another reason now: the drain is no longer benchlake's.
+                                if let Err(e) =
+                                    store.transact(|tx| tx.delete_node_drain(&node).map(|_| ()))
+                                {
+                                    self.event(ev(
+                                        &node,
+                                        "error",
+                                        format!("cannot forget the drain of {node}: {e}"),
+                                    ));
+                                }
+                            }
                             self.event(ev(
                                 &node,
                                 "left-alone",
@@ -441,12 +472,17 @@ mod tests {
             [Decision::Drain {
                 node: "n2".into(),
                 check: "node.cores".into(),
-                reason: "benchlake: node.cores 2 vs 64 (run 01B)".into()
+                reason: "benchlake: node.cores 2 vs 64 (run 01B)".into(),
+                recorded: None,
             }]
         );
-        // Already drained by benchlake: nothing more.
+        // Drained by benchlake before: the record goes with the decision
+        // (Slurm says whether that drain is still in force).
         let drains = BTreeMap::from([("n2".to_string(), drain("n2", "01A", "node.cores"))]);
-        assert!(decide("01B", &rows, &drains).is_empty());
+        assert!(matches!(
+            &decide("01B", &rows, &drains)[..],
+            [Decision::Drain { recorded: Some(r), .. }] if r.run_id == "01A"
+        ));
     }
 
     #[test]
