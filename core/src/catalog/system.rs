@@ -151,7 +151,7 @@ pub fn tables() -> Vec<TableDef> {
         ),
         table(
             "node_health",
-            "Per-node health verdicts: one row per node and node-level check of a run (docs/slurm.md).",
+            "Per-node health verdicts: one row per node and node-level check of a run (docs/slurm.md). DESIGN.md's columns plus `source` and `unit`, like `checks`.",
             vec![
                 run_id(),
                 source(),
