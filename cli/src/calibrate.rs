@@ -279,3 +279,116 @@ pub fn load_params(path: &std::path::Path) -> anyhow::Result<BTreeMap<String, St
     }
     Ok(out)
 }
+
+/// How well replays predicted traced runs.
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Traced runs to judge (default: every run with `trace_comparison` rows in the lake).
+    pub runs: Vec<String>,
+    /// A prediction within this many percent of the measured time counts as good.
+    #[arg(long, default_value_t = 15.0)]
+    pub within: f64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub lake: crate::opts::LakeArgs,
+}
+
+/// One traced run's whole-run figures.
+#[derive(Debug, serde::Serialize)]
+struct Judged {
+    run_id: String,
+    benchmark: String,
+    model: String,
+    ranks: usize,
+    measured_s: f64,
+    predicted_s: f64,
+    error_pct: f64,
+}
+
+pub async fn validate_cmd(a: ValidateArgs) -> anyhow::Result<()> {
+    use benchlake_core::lake::{Lake, RunRows};
+    if a.lake.lake.is_none() {
+        bail!("give the lake: --lake DIR|s3://bucket (or BENCHLAKE_LAKE)");
+    }
+    if !(a.within.is_finite() && a.within > 0.0) {
+        bail!("--within {}: give a positive percentage", a.within);
+    }
+    let lake = Lake::open(&a.lake.store(""))?;
+    let mut runs: BTreeSet<String> = BTreeSet::new();
+    if a.runs.is_empty() {
+        let prefix = benchlake_core::layout::table_prefix("trace_comparison")?;
+        for (key, _) in lake.list(&prefix).await? {
+            if let Some(k) = benchlake_core::layout::parse_table_key(&key) {
+                runs.insert(k.run_id.to_string());
+            }
+        }
+        if runs.is_empty() {
+            bail!("the lake holds no trace_comparison rows (no traced run has been replayed)");
+        }
+    } else {
+        for r in &a.runs {
+            benchlake_core::ids::validate_id("run_id", r)
+                .with_context(|| format!("'{r}' is not a run id (a ULID)"))?;
+            runs.insert(r.clone());
+        }
+    }
+    let mut judged = Vec::new();
+    for run in &runs {
+        let rows = lake
+            .read_run_rows(RunRows::new("trace_comparison", run))
+            .await?;
+        let w = calibrate::whole_run(&rows).with_context(|| format!("run {run}"))?;
+        let runs_rows = lake.read_run_rows(RunRows::new("runs", run)).await?;
+        judged.push(Judged {
+            run_id: run.clone(),
+            benchmark: calibrate::first_string(&runs_rows, "benchmark").unwrap_or_default(),
+            model: w.model,
+            ranks: w.ranks,
+            measured_s: w.measured_s,
+            predicted_s: w.predicted_s,
+            error_pct: (w.predicted_s - w.measured_s) / w.measured_s * 100.0,
+        });
+    }
+    let mut abs: Vec<f64> = judged.iter().map(|j| j.error_pct.abs()).collect();
+    abs.sort_by(f64::total_cmp);
+    let median = if abs.is_empty() {
+        0.0
+    } else if abs.len() % 2 == 1 {
+        abs[abs.len() / 2]
+    } else {
+        (abs[abs.len() / 2 - 1] + abs[abs.len() / 2]) / 2.0
+    };
+    let good = abs.iter().filter(|e| **e <= a.within).count();
+    let worst = abs.last().copied().unwrap_or(0.0);
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "runs": judged,
+                "median_abs_error_pct": median,
+                "worst_abs_error_pct": worst,
+                "within_pct": a.within,
+                "within": good,
+            }))?
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<26} {:<12} {:<8} {:>5} {:>12} {:>12} {:>8}",
+        "run", "benchmark", "model", "ranks", "measured s", "predicted s", "error"
+    );
+    for j in &judged {
+        println!(
+            "{:<26} {:<12} {:<8} {:>5} {:>12.6} {:>12.6} {:>7.1}%",
+            j.run_id, j.benchmark, j.model, j.ranks, j.measured_s, j.predicted_s, j.error_pct
+        );
+    }
+    println!(
+        "{} run(s): median |error| {median:.1} %, worst {worst:.1} %, {good} within {} %",
+        judged.len(),
+        a.within
+    );
+    Ok(())
+}

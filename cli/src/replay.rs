@@ -45,6 +45,9 @@ pub enum ReplayCmd {
     /// Fit the models' latency and bandwidth (intra- and inter-node) to
     /// LinkTest or netprobe pair times at several message sizes (offline).
     Calibrate(crate::calibrate::CalibrateArgs),
+    /// Whole-run predicted against measured time of traced runs
+    /// (`trace_comparison`), with the median and worst error.
+    Validate(crate::calibrate::ValidateArgs),
 }
 
 #[derive(Debug, Args)]
@@ -245,6 +248,7 @@ pub async fn replay_cmd(c: ReplayCmd) -> anyhow::Result<()> {
         }
         ReplayCmd::Submit(a) => submit(a).await,
         ReplayCmd::Calibrate(a) => crate::calibrate::calibrate_cmd(a).await,
+        ReplayCmd::Validate(a) => crate::calibrate::validate_cmd(a).await,
     }
 }
 

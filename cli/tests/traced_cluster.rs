@@ -439,8 +439,18 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
             f64s(&b, "modelled_comp_s"),
             strs(&b, "stats_source"),
         );
+        let (mt, pt) = (f64s(&b, "measured_total_s"), f64s(&b, "modelled_total_s"));
         for i in 0..b.num_rows() {
             n += 1;
+            // The whole-run figures: on `all` rows only, measured = the
+            // rank's computation + communication, predicted ≥ its modelled
+            // communication.
+            if f.value(i) == "all" {
+                assert!(close(mt.value(i), mc.value(i) + mp.value(i)), "row {i}");
+                assert!(pt.value(i) >= dc.value(i) && pt.value(i) > 0.0, "row {i}");
+            } else {
+                assert!(mt.is_null(i) && pt.is_null(i), "row {i}");
+            }
             assert_eq!(rid.value(i), replay_id);
             assert_eq!(model.value(i), "bandela");
             assert_eq!(src.value(i), stats_key);
@@ -486,4 +496,39 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
             (a, b) => assert_eq!(a, b, "{k:?}"),
         }
     }
+
+    // `replay validate` judges the run from those rows: the largest rank's
+    // measured and predicted times, and their relative difference.
+    let (mut meas, mut pred) = (0f64, 0f64);
+    for b in batches(&lake, "trace_comparison", id) {
+        let (f, mt, pt) = (
+            strs(&b, "function"),
+            f64s(&b, "measured_total_s"),
+            f64s(&b, "modelled_total_s"),
+        );
+        for i in (0..b.num_rows()).filter(|&i| f.value(i) == "all") {
+            meas = meas.max(mt.value(i));
+            pred = pred.max(pt.value(i));
+        }
+    }
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_benchlake"))
+        .args(["replay", "validate", "--json", "--lake"])
+        .arg(&lake)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let r = &v["runs"][0];
+    assert_eq!(r["run_id"], id, "{v}");
+    assert_eq!(r["model"], "bandela");
+    assert_eq!(r["ranks"], NP);
+    assert!(close(r["measured_s"].as_f64().unwrap(), meas), "{v}");
+    assert!(close(r["predicted_s"].as_f64().unwrap(), pred), "{v}");
+    let err = (pred - meas) / meas * 100.0;
+    assert!(close(r["error_pct"].as_f64().unwrap(), err), "{v}");
+    assert!(close(
+        v["median_abs_error_pct"].as_f64().unwrap(),
+        err.abs()
+    ));
+    eprintln!("replay validate: measured {meas:.6} s, predicted {pred:.6} s, error {err:.1} %");
 }

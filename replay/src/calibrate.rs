@@ -467,6 +467,87 @@ pub fn table(
         .map_err(|e| ReplayError::param("replay_calibrations", e.to_string()))
 }
 
+/// A traced run's whole-run figures, from its `trace_comparison` rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WholeRun {
+    /// The replay model.
+    pub model: String,
+    /// Ranks with an `all` row.
+    pub ranks: usize,
+    /// The largest measured time of a rank (s): the run's measured time.
+    pub measured_s: f64,
+    /// The largest predicted time of a rank (s): the run's predicted time.
+    pub predicted_s: f64,
+}
+
+/// The whole-run figures of `trace_comparison` batches (one run's): the
+/// `all` rows' `measured_total_s` and `modelled_total_s`, largest over ranks.
+pub fn whole_run(batches: &[RecordBatch]) -> Result<WholeRun> {
+    use arrow::array::AsArray;
+    use arrow::datatypes::{Float64Type, Int32Type};
+    let bad = |m: String| ReplayError::param("trace_comparison", m);
+    let mut ranks = std::collections::BTreeSet::new();
+    let (mut meas, mut pred) = (0f64, 0f64);
+    let mut model = String::new();
+    for b in batches {
+        let col = |n: &str| {
+            b.column_by_name(n).ok_or_else(|| {
+                bad(format!(
+                    "no column {n} (rows written before whole-run times were recorded: replay the run again)"
+                ))
+            })
+        };
+        let (f, rk, m, mt, pt) = (
+            col("function")?,
+            col("rank")?,
+            col("model")?,
+            col("measured_total_s")?,
+            col("modelled_total_s")?,
+        );
+        let (Some(f), Some(rk), Some(m), Some(mt), Some(pt)) = (
+            f.as_string_opt::<i32>(),
+            rk.as_primitive_opt::<Int32Type>(),
+            m.as_string_opt::<i32>(),
+            mt.as_primitive_opt::<Float64Type>(),
+            pt.as_primitive_opt::<Float64Type>(),
+        ) else {
+            return Err(bad("a column has an unexpected type".into()));
+        };
+        for i in 0..b.num_rows() {
+            if f.value(i) != "all" || mt.is_null(i) || pt.is_null(i) {
+                continue;
+            }
+            ranks.insert(rk.value(i));
+            meas = meas.max(mt.value(i));
+            pred = pred.max(pt.value(i));
+            model = m.value(i).to_string();
+        }
+    }
+    if ranks.is_empty() {
+        return Err(bad("no whole-run (`all`) rows".into()));
+    }
+    if meas <= 0.0 {
+        return Err(bad(
+            "nothing was measured (every rank's measured time is 0)".into(),
+        ));
+    }
+    Ok(WholeRun {
+        model,
+        ranks: ranks.len(),
+        measured_s: meas,
+        predicted_s: pred,
+    })
+}
+
+/// The first value of the utf8 column `column` in `batches`.
+pub fn first_string(batches: &[RecordBatch], column: &str) -> Option<String> {
+    use arrow::array::AsArray;
+    batches.iter().find_map(|b| {
+        let c = b.column_by_name(column)?.as_string_opt::<i32>()?;
+        (!c.is_empty() && !c.is_null(0)).then(|| c.value(0).to_string())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

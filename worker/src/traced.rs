@@ -182,8 +182,8 @@ pub fn follow_up_of_ingest(
 struct Modelled {
     /// (rank, function) → wait + latency + small + big transfer.
     functions: BTreeMap<(i32, String), f64>,
-    /// rank → (communication_s, computation_s).
-    ranks: BTreeMap<i32, (f64, f64)>,
+    /// rank → (communication_s, computation_s, total_s).
+    ranks: BTreeMap<i32, (f64, f64, f64)>,
 }
 
 fn col<'a, T: 'static>(b: &'a RecordBatch, name: &str, table: &str) -> Result<&'a T, ExecError> {
@@ -227,10 +227,13 @@ fn modelled(ctx: &JobContext, replay_id: &str) -> Result<Modelled, ExecError> {
         let rank = col::<Int32Array>(&b, "rank", t)?;
         let comm = col::<Float64Array>(&b, "communication_s", t)?;
         let comp = col::<Float64Array>(&b, "computation_s", t)?;
+        let total = col::<Float64Array>(&b, "total_s", t)?;
         for i in 0..b.num_rows() {
             if id.value(i) == replay_id {
-                m.ranks
-                    .insert(rank.value(i), (comm.value(i), comp.value(i)));
+                m.ranks.insert(
+                    rank.value(i),
+                    (comm.value(i), comp.value(i), total.value(i)),
+                );
             }
         }
     }
@@ -247,6 +250,9 @@ pub struct ComparisonRow {
     pub modelled_comm_s: f64,
     pub measured_comp_s: f64,
     pub modelled_comp_s: Option<f64>,
+    /// `all` rows: the rank's measured time in the window (computation +
+    /// communication) and its predicted total.
+    pub totals: Option<(f64, f64)>,
 }
 
 /// The comparison rows of a statistics file and a replay's modelled figures:
@@ -260,7 +266,7 @@ fn compare(
     for (r, per) in stats.per_rank.iter().enumerate() {
         let rank = i32::try_from(r)
             .map_err(|_| ExecError::Permanent(format!("bandela_stats: rank {r} too large")))?;
-        let Some(&(comm, comp)) = m.ranks.get(&rank) else {
+        let Some(&(comm, comp, total)) = m.ranks.get(&rank) else {
             return Err(ExecError::Permanent(format!(
                 "the replay has no replay_ranks row for rank {rank} (the statistics file has {} ranks)",
                 stats.ranks
@@ -287,6 +293,7 @@ fn compare(
                 modelled_comm_s: modelled.unwrap_or(0.0),
                 measured_comp_s: rs.comp_s,
                 modelled_comp_s: None,
+                totals: None,
             });
         }
         for ((fr, name), v) in m.functions.range((rank, String::new())..) {
@@ -302,17 +309,20 @@ fn compare(
                     modelled_comm_s: *v,
                     measured_comp_s: 0.0,
                     modelled_comp_s: None,
+                    totals: None,
                 });
             }
         }
+        let measured_comm = per.wait_s + per.latency_s + per.transfer_s;
         rows.push(ComparisonRow {
             rank,
             function: ALL_FUNCTIONS.into(),
             calls: calls_total,
-            measured_comm_s: per.wait_s + per.latency_s + per.transfer_s,
+            measured_comm_s: measured_comm,
             modelled_comm_s: comm,
             measured_comp_s: per.comput_s,
             modelled_comp_s: Some(comp),
+            totals: Some((per.comput_s + measured_comm, total)),
         });
     }
     Ok(rows)
@@ -354,6 +364,16 @@ fn comparison_batch(
             rows.iter().map(|r| r.modelled_comp_s).collect::<Vec<_>>(),
         )),
         Arc::new(StringArray::from(vec![s.stats_key.as_str(); n])),
+        Arc::new(Float64Array::from(
+            rows.iter()
+                .map(|r| r.totals.map(|t| t.0))
+                .collect::<Vec<_>>(),
+        )),
+        Arc::new(Float64Array::from(
+            rows.iter()
+                .map(|r| r.totals.map(|t| t.1))
+                .collect::<Vec<_>>(),
+        )),
     ];
     RecordBatch::try_new(catalog::schema("trace_comparison")?, cols)
         .map_err(|e| ExecError::Permanent(format!("trace_comparison: {e}")))
@@ -435,8 +455,8 @@ rank 1 bytes_buffered=8 internal_requests=2 barrier_requests=0 bytes_sent=8 byte
         let mut m = Modelled::default();
         m.functions.insert((0, "MPI_Send".into()), 0.5);
         m.functions.insert((1, "MPI_Wait".into()), 0.25);
-        m.ranks.insert(0, (0.75, 0.45));
-        m.ranks.insert(1, (0.25, 0.4));
+        m.ranks.insert(0, (0.75, 0.45, 1.25));
+        m.ranks.insert(1, (0.25, 0.4, 1.25));
         let rows = compare(&stats, &m).unwrap();
         let short: Vec<(i32, &str, i64, f64, f64)> = rows
             .iter()
@@ -474,6 +494,17 @@ rank 1 bytes_buffered=8 internal_requests=2 barrier_requests=0 bytes_sent=8 byte
         assert!(ratio.is_null(3), "nothing measured: no ratio");
         let diff = col::<Float64Array>(&b, "diff_s", "t").unwrap();
         assert_eq!(diff.value(1), -0.1375);
+        // The whole-run figures sit on the `all` rows: rank 0 measured
+        // 0.5 s of computation and 0.4375 s of communication.
+        let mt = col::<Float64Array>(&b, "measured_total_s", "t").unwrap();
+        let pt = col::<Float64Array>(&b, "modelled_total_s", "t").unwrap();
+        assert_eq!(mt.value(2), 0.9375);
+        assert_eq!(pt.value(2), 1.25);
+        assert!(
+            mt.is_null(0) && pt.is_null(1),
+            "routine rows have no totals"
+        );
+        assert_eq!(mt.value(4), 0.4);
         // A replay without a rank of the statistics is an error naming it.
         m.ranks.remove(&1);
         let e = compare(&stats, &m).unwrap_err().to_string();

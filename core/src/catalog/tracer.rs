@@ -73,6 +73,18 @@ pub fn tables() -> Vec<TableDef> {
                 false,
                 "raw key of the bandela_stats file",
             ),
+            (
+                "measured_total_s",
+                Float64,
+                true,
+                "all: the rank's measured time in the traced window (Comput + Wait + Latency + Transfer of bandela_stats); the run's measured time is the largest (null on routine rows)",
+            ),
+            (
+                "modelled_total_s",
+                Float64,
+                true,
+                "all: the rank's predicted total (replay_ranks.total_s); the run's predicted time is the largest (null on routine rows)",
+            ),
         ],
     )]
 }
