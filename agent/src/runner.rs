@@ -507,7 +507,14 @@ async fn execute_batch(
     use crate::batch;
     let built = match build_task(cfg, t, dir) {
         Ok(b) => b,
-        Err(e) => return fail(e),
+        Err(e) => {
+            // The catalog changed under a job an earlier life submitted:
+            // nobody can follow it, so it goes.
+            if let Some(entry) = resume {
+                batch::abandon(cfg, entry).await;
+            }
+            return fail(e);
+        }
     };
     let Some(def) = cfg.catalog.get(&t.benchmark) else {
         return fail("benchmark vanished from the catalog");

@@ -397,28 +397,11 @@ async fn an_agent_killed_while_its_job_runs_re_attaches_and_the_run_succeeds() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("catalog.toml"), SLOW_PIO).unwrap();
     let mut agent = agent_process(&c, &sl, dir.path());
-    let run = {
-        let mut tries = 0;
-        loop {
-            match c
-                .submit_spec(sbatch_spec(
-                    "slowpio",
-                    &[("np", "3"), ("seconds", "6")],
-                    nodes(3),
-                ))
-                .await
-            {
-                Ok(r) => break r,
-                // The agent process is still registering.
-                Err(e) if tries < 100 => {
-                    tries += 1;
-                    let _ = e;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(e) => panic!("submit: {e}"),
-            }
-        }
-    };
+    let run = submit_when_registered(
+        &c,
+        sbatch_spec("slowpio", &[("np", "3"), ("seconds", "6")], nodes(3)),
+    )
+    .await;
     let d = c
         .wait_run(&run.run_id, 60, |d| {
             d.tasks
@@ -469,6 +452,78 @@ async fn an_agent_killed_while_its_job_runs_re_attaches_and_the_run_succeeds() {
         !book.contains(&t.task_id),
         "the book forgot the job: {book}"
     );
+    assert_eq!(sl.queue(), "");
+}
+
+/// Submits `spec` once the agent process has registered.
+async fn submit_when_registered(c: &Cluster, spec: pb::BenchmarkSpec) -> pb::Run {
+    let mut tries = 0;
+    loop {
+        match c.submit_spec(spec.clone()).await {
+            Ok(r) => return r,
+            Err(_) if tries < 100 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("submit: {e}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_back_after_its_lease_cancels_its_old_job_and_the_retry_runs() {
+    let Some(sl) = SlurmCluster::start() else {
+        return;
+    };
+    let mut c = Cluster::start(Tokens::default()).await;
+    c.add_worker("w1", None);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("catalog.toml"), SLOW_PIO).unwrap();
+    let mut agent = agent_process(&c, &sl, dir.path());
+    let run = submit_when_registered(
+        &c,
+        pb::BenchmarkSpec {
+            max_attempts: 2,
+            ..sbatch_spec("slowpio", &[("np", "2"), ("seconds", "4")], nodes(2))
+        },
+    )
+    .await;
+    let d = c
+        .wait_run(&run.run_id, 60, |d| {
+            d.tasks
+                .first()
+                .is_some_and(|t| t.progress.contains(" RUNNING"))
+        })
+        .await;
+    let old = d.tasks[0].slurm_job_id.clone();
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+    // The agent stays away past its lease: the coordinator ends the attempt.
+    c.advance(11_000);
+    c.tick();
+    let d = c.detail(&run.run_id).await;
+    assert_eq!(
+        (task_state(&d.tasks[0]), d.tasks[0].attempt),
+        (pb::TaskState::Queued, 2),
+        "{d:#?}"
+    );
+    let mut agent = agent_process(&c, &sl, dir.path());
+    let d = c.wait_settled(&run.run_id, 120).await;
+    let log = std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
+    let _ = agent.kill();
+    let _ = agent.wait();
+    let t = &d.tasks[0];
+    assert_eq!(
+        state(&d),
+        pb::RunState::Succeeded,
+        "{}\n{d:#?}\n{log}",
+        t.error
+    );
+    assert_eq!(t.attempt, 2);
+    assert_ne!(t.slurm_job_id, old, "the retry is a new Slurm job");
+    // Nobody would have collected the old job: the restarted agent scancelled it.
+    assert_eq!(scontrol_field(&sl, &old, "JobState"), "CANCELLED", "{log}");
+    assert!(log.contains("no longer gives this task"), "{log}");
     assert_eq!(sl.queue(), "");
 }
 
