@@ -16,6 +16,8 @@
 //!   node drained: the record is forgotten instead; one who resumed a
 //!   benchlake drain by hand leaves a stale record, and the next failing run
 //!   drains the node again;
+//! - `schedule create --drain-failing dry-run` and `schedule list` show the
+//!   node actions, a bad value is refused, a node name like an option too;
 //! - a dry-run schedule failing n1 drains nothing, and node-check shows what
 //!   it would have done; then slurmd itself runs deploy/slurm/healthcheck as
 //!   its HealthCheckProgram, which drains n1 with the same reason format
@@ -358,7 +360,81 @@ async fn failing_nodes_are_drained_and_resumed_only_by_benchlake() {
     assert_eq!(v["drain"]["run_id"], again.as_str(), "{v}");
 
     // 5. A dry run changes nothing and says what it would do.
-    let dry = create_schedule(&c, "dry-n1", srun_on("n1", 4096), pb::NodeAction::DryRun).await;
+    // Made with the CLI, as users do; `schedule list` shows the node actions.
+    let out = std::process::Command::new(bin())
+        .args([
+            "schedule",
+            "create",
+            "dry-n1",
+            "--cron",
+            "0 0 1 1 *",
+            "--drain-failing",
+            "dry-run",
+        ])
+        .args([
+            "--json",
+            "--coordinator",
+            &c.addr,
+            "hostinfo",
+            "--launcher",
+            "srun",
+            "-N",
+            "1",
+        ])
+        .args([
+            "--nodelist",
+            "n1",
+            "--agents",
+            "login",
+            "--max-attempts",
+            "1",
+        ])
+        .args(["-p", "expect_cores=4096"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let created: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(created["drain_failing"], "dry-run");
+    let dry = created["schedule_id"].as_str().unwrap().to_string();
+    let out = std::process::Command::new(bin())
+        .args(["schedule", "list", "--coordinator", &c.addr])
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&out.stdout);
+    let line = |name: &str| {
+        list.lines()
+            .find(|l| l.contains(name))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(line("dry-n1").ends_with("drain-failing dry-run"), "{list}");
+    assert!(line("nodes-n2").ends_with("drain-failing on"), "{list}");
+    let out = std::process::Command::new(bin())
+        .args([
+            "schedule",
+            "create",
+            "x",
+            "--cron",
+            "0 0 1 1 *",
+            "--drain-failing",
+            "yes",
+        ])
+        .args(["--coordinator", &c.addr, "hostinfo"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("dry-run"));
+    // A node name that could be an option never reaches anything.
+    let out = std::process::Command::new(bin())
+        .args(["node-check", "--coordinator", &c.addr, "--", "-n1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("starts with '-'"));
     let d = run_schedule(&c, &dry).await;
     let run5 = d.run.as_ref().unwrap().run_id.clone();
     tokio::time::sleep(Duration::from_secs(1)).await;
