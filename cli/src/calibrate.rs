@@ -203,10 +203,7 @@ pub async fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<()> {
                 f.max_rel_error * 100.0,
                 f.samples,
                 f.medians.len(),
-                nodes
-                    .get(&f.class)
-                    .map(|s| s.iter().cloned().collect::<Vec<_>>().join(","))
-                    .unwrap_or_default()
+                nodes.get(&f.class).map(short_list).unwrap_or_default()
             );
         }
         println!("replay parameters: {}", kv_line(&params));
@@ -242,6 +239,14 @@ pub async fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The node names, or for many their count and first and last.
+fn short_list(s: &BTreeSet<String>) -> String {
+    match (s.len(), s.first(), s.last()) {
+        (n, Some(a), Some(z)) if n > 6 => format!("{n} nodes: {a} … {z}"),
+        _ => s.iter().cloned().collect::<Vec<_>>().join(","),
+    }
 }
 
 /// `k=v k=v`, as `-p` takes them.

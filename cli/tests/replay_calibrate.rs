@@ -249,3 +249,49 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+#[test]
+fn probe_files_at_two_sizes_calibrate_to_the_generators_bandwidths() {
+    let d = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for size in ["8", "1048576"] {
+        let f = d.path().join(format!("p{size}.sion")).display().to_string();
+        let (ok, _, e) = run(&[
+            "probe",
+            "linktest",
+            "--ranks",
+            "32",
+            "--ranks-per-host",
+            "8",
+            "--message-size",
+            size,
+            "--out",
+            &f,
+        ]);
+        assert!(ok, "{e}");
+        files.push(f);
+    }
+    let (ok, s, e) = run(&["replay", "calibrate", "--json", &files[0], &files[1]]);
+    assert!(ok, "{e}");
+    let v: serde_json::Value = serde_json::from_str(&s).unwrap();
+    // 10 GB/s between hosts and 40 GB/s within one, in MB/s of 2^20 B.
+    let within = |k: &str, want: f64| (param(&v, k) - want).abs() / want < 0.005;
+    assert!(within("bandwidth", 10e9 / 1048576.0), "{v}");
+    assert!(within("intra_bandwidth", 40e9 / 1048576.0), "{v}");
+    // The size-independent part: the generator's 2–12 µs (4× on the slow host).
+    let l = param(&v, "latency");
+    assert!((2e-6..48e-6).contains(&l), "{v}");
+    let (ok, _, e) = run(&[
+        "probe",
+        "linktest",
+        "--ranks",
+        "4",
+        "--ranks-per-host",
+        "2",
+        "--message-size",
+        "0",
+        "--out",
+        &files[0],
+    ]);
+    assert!(!ok && e.contains("--message-size 0"), "{e}");
+}

@@ -106,3 +106,52 @@ pub fn synthetic_run(ranks: usize, ranks_per_host: usize, seed: u64) -> LinkTest
         }],
     }
 }
+
+/// Inter-node bandwidth of [`with_message_size`] (bytes/s).
+pub const SIZED_INTER_BW: f64 = 10e9;
+/// Intra-node bandwidth of [`with_message_size`] (bytes/s).
+pub const SIZED_INTRA_BW: f64 = 40e9;
+
+/// `run` as if measured with `bytes` per message: every measured pair's time
+/// gains `bytes / bandwidth` ([`SIZED_INTRA_BW`] between ranks of one host,
+/// [`SIZED_INTER_BW`] between hosts), so runs at several sizes describe a
+/// network a calibration can fit (latency = the size-independent part).
+pub fn with_message_size(mut run: LinkTestRun, bytes: u64) -> LinkTestRun {
+    let n = run.num_tasks;
+    let hosts: Vec<&str> = run.ranks.iter().map(|r| r.hostname.as_str()).collect();
+    let extra = |i: usize, j: usize| {
+        let same = hosts.get(i).is_some_and(|h| Some(h) == hosts.get(j));
+        bytes as f64 / if same { SIZED_INTRA_BW } else { SIZED_INTER_BW }
+    };
+    for p in &mut run.permutations {
+        let (mut sum, mut cnt, mut lo, mut hi) = (0f64, 0usize, f64::INFINITY, 0f64);
+        for i in 0..n {
+            for j in 0..n {
+                let Some(t) = p.times.get_mut(i * n + j) else {
+                    continue;
+                };
+                if i == j || *t <= 0.0 {
+                    continue;
+                }
+                *t = f64::from((*t + extra(i, j)) as f32);
+                sum += *t;
+                cnt += 1;
+                lo = lo.min(*t);
+                hi = hi.max(*t);
+            }
+        }
+        if cnt > 0 {
+            (p.min_time_s, p.avg_time_s, p.max_time_s) = (lo, sum / cnt as f64, hi);
+        }
+        for l in &mut p.slow_links {
+            l.time_s = p
+                .times
+                .get(l.from_rank * n + l.to_rank)
+                .copied()
+                .unwrap_or(l.time_s);
+            l.retest_time_s = l.retest_time_s.map(|r| r + extra(l.from_rank, l.to_rank));
+        }
+    }
+    run.message_size = bytes;
+    run
+}
