@@ -603,3 +603,62 @@ def test_io_trends(demo, browser):
     assert "/io?schedule=" in browser.page.url
     assert browser.go("/io?schedule=%3Cx%3E", expect_errors=True).status == 400
     assert browser.go("/io?runs=1", expect_errors=True).status == 400
+
+
+def test_replay_page(demo, browser):
+    """The demo's what-if sweep (halo16 under 3 latencies x 2 bandwidths) and
+    its traced run: sweep curves and the points with the lake's predicted
+    times, a point's per-rank breakdown, measured against modelled per
+    routine."""
+    browser.ctx.clear_cookies()
+    browser.login(USER)
+    rp = "read_parquet('LAKE/{}/**/*.parquet', hive_partitioning=true)"
+    sweep = lake_rows(demo, f"SELECT run_id FROM {rp.format('replays')} GROUP BY run_id HAVING count(*) = 6")
+    assert len(sweep) == 1, sweep
+    rid = sweep[0][0]
+    points = {r: t for r, t in lake_rows(demo, f"SELECT replay_id, predicted_time_s FROM {rp.format('replays')} WHERE run_id = '{rid}'")}
+    browser.go(f"/runs/{rid}")
+    browser.page.locator("#reports a", has_text="replay").click()
+    browser.page.wait_for_load_state("load")
+    assert browser.page.url == f"{demo['base']}/runs/{rid}/replay"
+    before = len(browser.errors)
+    browser.go(f"/runs/{rid}/replay", shot="replay-sweep")
+    rows = browser.page.locator("#replays tbody tr")
+    shown = {rows.nth(i).get_attribute("data-replay"): float(rows.nth(i).get_attribute("data-predicted-s"))
+             for i in range(rows.count())}
+    assert shown == points
+    for axis in ("latency", "bandwidth"):
+        assert browser.page.locator(f"#sweep-{axis} circle.sw").count() == 6
+    assert browser.page.locator("#sweep-latency polyline").count() == 2  # one line per bandwidth
+    # The fastest point (no other point under it) opens its breakdown: one bar
+    # per rank of replay_ranks.
+    slow = min(points, key=points.get)
+    browser.page.locator(f"#sweep-latency circle[data-replay='{slow}']").click()
+    browser.page.wait_for_load_state("load")
+    assert browser.page.url.endswith(f"/runs/{rid}/replay?replay={slow}")
+    assert browser.page.inner_text("#replay-chosen") == slow
+    (nranks,) = lake_rows(demo, f"SELECT count(*) FROM {rp.format('replay_ranks')} WHERE run_id = '{rid}' AND replay_id = '{slow}'")[0]
+    assert nranks == 16 and browser.page.locator("#replay-ranks g.rk").count() == nranks
+    assert browser.errors[before:] == [], browser.errors[before:]
+    assert browser.page.request.get(f"{demo['base']}/runs/{rid}/replay?replay=%3Cx%3E").status == 400
+    assert browser.page.request.get(f"{demo['base']}/runs/{rid}/replay?replay=nope").status == 404
+    pio = lake_rows(demo, "SELECT run_id FROM read_parquet('LAKE/io_results/**/*.parquet', hive_partitioning=true) LIMIT 1")[0][0]
+    assert browser.page.request.get(f"{demo['base']}/runs/{pio}/replay").status == 404
+
+    # A traced run: measured against modelled per routine, as trace_comparison sums them.
+    traced = lake_rows(demo, f"SELECT DISTINCT run_id FROM {rp.format('trace_comparison')}")
+    if not traced:
+        pytest.skip("the demo ran no traced run (no MPI tracer here)")
+    tid = traced[0][0]
+    sums = {f: (m, o) for f, m, o in lake_rows(
+        demo, f"SELECT function, sum(measured_comm_s), sum(modelled_comm_s) FROM {rp.format('trace_comparison')} "
+              f"WHERE run_id = '{tid}' GROUP BY function")}
+    browser.go(f"/runs/{tid}/replay", shot="replay-traced")
+    rows = browser.page.locator("#routines tbody tr")
+    assert rows.count() == len(sums)
+    for i in range(rows.count()):
+        r = rows.nth(i)
+        m, o = sums[r.get_attribute("data-function")]
+        assert float(r.get_attribute("data-measured-s")) == pytest.approx(m, rel=1e-12)
+        assert float(r.get_attribute("data-modelled-s")) == pytest.approx(o, rel=1e-12)
+    assert browser.page.locator("#replay-routines g.routine").count() == len(sums) - 1  # all but the total

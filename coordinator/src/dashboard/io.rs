@@ -503,8 +503,8 @@ fn tick(v: f64, ymax: f64) -> String {
     }
 }
 
-/// 1, 2 or 5 × 10^k at or above `v`.
-fn nice_max(v: f64) -> f64 {
+/// 1, 2, 2.5 or 5 × 10^k at or above `v` (the top of a chart's axis).
+pub(super) fn nice_max(v: f64) -> f64 {
     if !(v.is_finite() && v > 0.0) {
         return 1.0;
     }

@@ -22,6 +22,7 @@ pub mod html;
 pub mod io;
 pub mod linktest;
 pub mod pages;
+pub mod replay;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -49,6 +50,7 @@ pub fn view_link(table: &str, run: &crate::model::RunRow) -> Option<String> {
     match table {
         "linktest_timings" => Some(format!("/runs/{}/linktest", run.run_id)),
         "io_results" => Some(io::link_of(run)),
+        "replays" => Some(format!("/runs/{}/replay", run.run_id)),
         _ => None,
     }
 }
@@ -122,6 +124,7 @@ pub fn router(h: Http) -> Router {
         .route("/api/runs/{id}", get(pages::run_json))
         .route("/io", get(io::page))
         .route("/runs/{id}/linktest", get(linktest::page))
+        .route("/runs/{id}/replay", get(replay::page))
         .route("/runs/{id}/linktest/matrix.png", get(linktest::matrix_png))
         .route("/api/runs/{id}/linktest/pair", get(linktest::pair_json))
         .route("/login", get(login_page).post(login))
