@@ -121,7 +121,8 @@ async fn count_verdicts(c: &Coordinator, run_id: String, keys: Vec<String>) {
             }
         }
         if node_rows {
-            crate::node_actions::after_node_rows(store, index, actions, run_id, now).await;
+            crate::node_actions::after_node_rows(store, index, actions, metrics, run_id, now)
+                .await;
         }
     });
 }

@@ -55,6 +55,9 @@ pub struct Metrics {
     /// Notification outcomes (`delivered`, `retried`, `rejected`,
     /// `gave_up`, `skipped`: [`crate::notify`]).
     pub notifications: CounterVec,
+    /// Node actions on Slurm nodes, by action and dry run
+    /// ([`crate::node_actions`]).
+    pub node_actions: CounterVec,
     /// Bytes of Parquet committed to the lake's tables.
     pub lake_bytes: Counter,
     /// Files committed to the lake's tables.
@@ -72,6 +75,7 @@ impl Default for Metrics {
             retries: CounterVec::default(),
             verdicts: CounterVec::default(),
             notifications: CounterVec::default(),
+            node_actions: CounterVec::default(),
             lake_bytes: Counter::default(),
             lake_files: Counter::default(),
             started: Instant::now(),
@@ -224,6 +228,12 @@ impl Metrics {
             "Notification attempts and outcomes by result: delivered, retried, rejected (4xx), gave_up, skipped (the run ended well).",
             &["result"],
             &self.notifications,
+        );
+        e.counter_vec(
+            "benchlake_node_actions_total",
+            "What the node actions did to Slurm nodes (crate::node_actions): drain, resume, left-alone, forgot, error; dry_run true when only logged.",
+            &["action", "dry_run"],
+            &self.node_actions,
         );
         e.histogram_vec(
             "benchlake_rpc_duration_seconds",

@@ -36,6 +36,7 @@ use benchlake_core::scontrol::{self, Scontrol};
 use benchlake_proto::v1 as pb;
 use serde::{Deserialize, Serialize};
 
+use crate::metrics::Metrics;
 use crate::store::StateStore;
 use crate::verdicts::{CheckRow, VerdictIndex};
 
@@ -204,7 +205,10 @@ impl NodeActions {
         g.iter().filter(|e| e.node == node).cloned().collect()
     }
 
-    fn event(&self, e: NodeEvent) {
+    fn event(&self, metrics: &Metrics, e: NodeEvent) {
+        metrics
+            .node_actions
+            .inc(&[&e.action, if e.dry_run { "true" } else { "false" }]);
         if e.action == "error" {
             tracing::warn!(node = %e.node, run = %e.run_id, action = %e.action, dry_run = e.dry_run, "node action: {}", e.detail);
         } else if e.dry_run {
@@ -219,10 +223,14 @@ impl NodeActions {
         g.push_back(e);
     }
 
-    /// Carries out `decisions` of `run_id` (blocking: scontrol and the store).
+    /// Carries out `decisions` of `run_id` (blocking: scontrol and the
+    /// store), counting each action in `metrics`
+    /// (`benchlake_node_actions_total`).
+    #[allow(clippy::too_many_arguments)]
     pub fn execute(
         &self,
         store: &dyn StateStore,
+        metrics: &Metrics,
         action: NodeAction,
         run_id: &str,
         schedule_id: Option<&str>,
@@ -248,21 +256,30 @@ impl NodeActions {
                 } => {
                     if dry_run {
                         if recorded.is_none() {
-                            self.event(ev(&node, "drain", format!("would drain {node}: {reason}")));
+                            self.event(
+                                metrics,
+                                ev(&node, "drain", format!("would drain {node}: {reason}")),
+                            );
                         }
                         continue;
                     }
                     match self.scontrol.show_node(&node) {
                         Err(e) => {
-                            self.event(ev(&node, "error", format!("cannot read {node}: {e}")));
+                            self.event(
+                                metrics,
+                                ev(&node, "error", format!("cannot read {node}: {e}")),
+                            );
                             continue;
                         }
                         Ok(None) => {
-                            self.event(ev(
-                                &node,
-                                "error",
-                                format!("scontrol does not know node {node}"),
-                            ));
+                            self.event(
+                                metrics,
+                                ev(
+                                    &node,
+                                    "error",
+                                    format!("scontrol does not know node {node}"),
+                                ),
+                            );
                             continue;
                         }
                         Ok(Some(st))
@@ -281,14 +298,17 @@ impl NodeActions {
                                 if let Err(e) =
                                     store.transact(|tx| tx.delete_node_drain(&node).map(|_| ()))
                                 {
-                                    self.event(ev(
-                                        &node,
-                                        "error",
-                                        format!("cannot forget the drain of {node}: {e}"),
-                                    ));
+                                    self.event(
+                                        metrics,
+                                        ev(
+                                            &node,
+                                            "error",
+                                            format!("cannot forget the drain of {node}: {e}"),
+                                        ),
+                                    );
                                 }
                             }
-                            self.event(ev(
+                            self.event(metrics, ev(
                                 &node,
                                 "left-alone",
                                 format!(
@@ -302,7 +322,10 @@ impl NodeActions {
                         Ok(Some(_)) => {}
                     }
                     if let Err(e) = self.scontrol.drain(&node, &reason) {
-                        self.event(ev(&node, "error", format!("cannot drain {node}: {e}")));
+                        self.event(
+                            metrics,
+                            ev(&node, "error", format!("cannot drain {node}: {e}")),
+                        );
                         continue;
                     }
                     let rec = NodeDrain {
@@ -314,8 +337,8 @@ impl NodeActions {
                         drained_ms: now,
                     };
                     match store.transact(|tx| tx.upsert_node_drain(&rec)) {
-                        Ok(()) => self.event(ev(&node, "drain", format!("drained {node}: {reason}"))),
-                        Err(e) => self.event(ev(
+                        Ok(()) => self.event(metrics, ev(&node, "drain", format!("drained {node}: {reason}"))),
+                        Err(e) => self.event(metrics, ev(
                             &node,
                             "error",
                             format!("drained {node} but cannot record it (it will not be resumed by benchlake): {e}"),
@@ -324,17 +347,23 @@ impl NodeActions {
                 }
                 Decision::Resume { node, drain } => {
                     if dry_run {
-                        self.event(ev(
-                            &node,
-                            "resume",
-                            format!("would resume {node}: {} passes again", drain.check),
-                        ));
+                        self.event(
+                            metrics,
+                            ev(
+                                &node,
+                                "resume",
+                                format!("would resume {node}: {} passes again", drain.check),
+                            ),
+                        );
                         continue;
                     }
                     let st = match self.scontrol.show_node(&node) {
                         Ok(st) => st,
                         Err(e) => {
-                            self.event(ev(&node, "error", format!("cannot read {node}: {e}")));
+                            self.event(
+                                metrics,
+                                ev(&node, "error", format!("cannot read {node}: {e}")),
+                            );
                             continue;
                         }
                     };
@@ -342,7 +371,10 @@ impl NodeActions {
                         .as_ref()
                         .is_some_and(|s| s.drained() && s.reason.as_deref() == Some(&drain.reason));
                     if ours && let Err(e) = self.scontrol.resume(&node) {
-                        self.event(ev(&node, "error", format!("cannot resume {node}: {e}")));
+                        self.event(
+                            metrics,
+                            ev(&node, "error", format!("cannot resume {node}: {e}")),
+                        );
                         continue;
                     }
                     let forgot = store.transact(|tx| tx.delete_node_drain(&node));
@@ -365,12 +397,15 @@ impl NodeActions {
                     };
                     let what = if ours { "resume" } else { "forgot" };
                     match forgot {
-                        Ok(_) => self.event(ev(&node, what, detail)),
-                        Err(e) => self.event(ev(
-                            &node,
-                            "error",
-                            format!("{detail}; but the record could not be deleted: {e}"),
-                        )),
+                        Ok(_) => self.event(metrics, ev(&node, what, detail)),
+                        Err(e) => self.event(
+                            metrics,
+                            ev(
+                                &node,
+                                "error",
+                                format!("{detail}; but the record could not be deleted: {e}"),
+                            ),
+                        ),
                     }
                 }
             }
@@ -385,6 +420,7 @@ pub async fn after_node_rows(
     store: Arc<dyn StateStore>,
     index: Arc<VerdictIndex>,
     actions: Arc<NodeActions>,
+    metrics: Arc<Metrics>,
     run_id: String,
     now: i64,
 ) {
@@ -423,7 +459,7 @@ pub async fn after_node_rows(
             .map(|r| r.node_rows().cloned().collect())
             .unwrap_or_default();
         let decisions = decide(&run_id, &rows, &drains);
-        actions.execute(&*store, action, &run_id, Some(&sid), decisions, now);
+        actions.execute(&*store, &metrics, action, &run_id, Some(&sid), decisions, now);
     })
     .await;
     if let Err(e) = res {
@@ -510,6 +546,111 @@ mod tests {
         // A node benchlake never drained is never resumed.
         let n3 = vec![("n3".to_string(), row("node.cores", "PASS", 64.0, 64.0))];
         assert!(decide("01C", &n3, &drains).is_empty());
+    }
+
+    /// A stand-in scontrol keeping each node's state and reason in files of
+    /// `dir`, printing them as `scontrol show node` does.
+    fn fake_scontrol(dir: &std::path::Path) -> Scontrol {
+        let prog = dir.join("scontrol");
+        std::fs::write(
+            &prog,
+            format!(
+                r#"#!/bin/sh
+d='{}'
+case "$1" in
+show)
+  n=$3; st=$(cat "$d/$n.state" 2>/dev/null || echo IDLE)
+  echo "NodeName=$n Arch=x86_64"
+  echo "   State=$st ThreadsPerCore=1"
+  if [ -f "$d/$n.reason" ]; then echo "   Reason=$(cat "$d/$n.reason") [root@2026-11-24T00:00:00]"; fi ;;
+update)
+  n=${{2#nodename=}}
+  case "$3" in
+  state=drain) echo IDLE+DRAIN > "$d/$n.state"; printf '%s' "${{4#reason=}}" > "$d/$n.reason" ;;
+  state=resume) echo IDLE > "$d/$n.state"; rm -f "$d/$n.reason" ;;
+  esac ;;
+esac
+"#,
+                dir.display()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Scontrol {
+            program: vec![prog.display().to_string()],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn execute_drains_records_resumes_and_leaves_other_drains_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let sc = fake_scontrol(dir.path());
+        let store: Arc<dyn StateStore> = Arc::new(crate::store::SqliteStore::in_memory().unwrap());
+        let metrics = Metrics::default();
+        let na = NodeActions::new(sc.clone());
+        std::fs::write(dir.path().join("n3.state"), "IDLE+DRAIN").unwrap();
+        std::fs::write(dir.path().join("n3.reason"), "admin: PSU").unwrap();
+        let fail = vec![
+            ("n2".to_string(), row("node.cores", "FAIL", 2.0, 64.0)),
+            ("n3".to_string(), row("node.cores", "FAIL", 2.0, 64.0)),
+        ];
+        let drains = |s: &dyn StateStore| -> BTreeMap<String, NodeDrain> {
+            s.transact(|tx| tx.list_node_drains())
+                .unwrap()
+                .into_iter()
+                .map(|d| (d.node.clone(), d))
+                .collect()
+        };
+        // Dry run: nothing changes.
+        let d = decide("01B", &fail, &drains(&*store));
+        na.execute(&*store, &metrics, NodeAction::DryRun, "01B", None, d, 5);
+        assert!(!sc.show_node("n2").unwrap().unwrap().drained());
+        assert_eq!(metrics.node_actions.get(&["drain", "true"]), 2);
+        // Drain: n2 drained and recorded, n3 (the admin's) left alone.
+        let d = decide("01B", &fail, &drains(&*store));
+        na.execute(&*store, &metrics, NodeAction::Drain, "01B", Some("S"), d, 7);
+        let n2 = sc.show_node("n2").unwrap().unwrap();
+        assert!(n2.drained());
+        assert_eq!(
+            n2.reason.as_deref(),
+            Some("benchlake: node.cores 2 vs 64 (run 01B)")
+        );
+        assert_eq!(
+            sc.show_node("n3").unwrap().unwrap().reason.as_deref(),
+            Some("admin: PSU")
+        );
+        let rec = drains(&*store);
+        assert_eq!(rec.keys().collect::<Vec<_>>(), ["n2"]);
+        assert_eq!(
+            (rec["n2"].drained_ms, rec["n2"].schedule_id.as_deref()),
+            (7, Some("S"))
+        );
+        assert_eq!(metrics.node_actions.get(&["drain", "false"]), 1);
+        assert_eq!(metrics.node_actions.get(&["left-alone", "false"]), 1);
+        // Failing again while drained by benchlake: quiet, no second drain.
+        let d = decide("01C", &fail[..1], &drains(&*store));
+        na.execute(&*store, &metrics, NodeAction::Drain, "01C", None, d, 8);
+        assert_eq!(metrics.node_actions.get(&["drain", "false"]), 1);
+        assert_eq!(drains(&*store)["n2"].run_id, "01B");
+        // A later pass resumes n2; n3 stays the admin's.
+        let pass = vec![
+            ("n2".to_string(), row("node.cores", "PASS", 64.0, 64.0)),
+            ("n3".to_string(), row("node.cores", "PASS", 64.0, 64.0)),
+        ];
+        let d = decide("01D", &pass, &drains(&*store));
+        na.execute(&*store, &metrics, NodeAction::Drain, "01D", None, d, 9);
+        assert!(!sc.show_node("n2").unwrap().unwrap().drained());
+        assert!(sc.show_node("n3").unwrap().unwrap().drained());
+        assert!(drains(&*store).is_empty());
+        let ev = na.events_of("n2");
+        assert_eq!(
+            ev.iter()
+                .map(|e| (e.action.as_str(), e.dry_run))
+                .collect::<Vec<_>>(),
+            [("drain", true), ("drain", false), ("resume", false)]
+        );
     }
 
     #[test]
