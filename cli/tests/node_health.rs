@@ -23,6 +23,8 @@
 //!   its HealthCheckProgram, which drains n1 with the same reason format
 //!   (reading only BENCHLAKE_*/SLURM_CONF lines of its env file, executing
 //!   nothing), and `node-check --drain` does not drain it again;
+//! - a restarted coordinator reads the node verdicts back from the lake and
+//!   keeps benchlake's drain records;
 //! - node-check's latency as a whole process (median of 9) is printed;
 //! - pio through srun on three nodes: each node's write and read bandwidth
 //!   gets its own `node_health` rows (n1, n2, n3), an impossible per-node
@@ -516,6 +518,29 @@ async fn failing_nodes_are_drained_and_resumed_only_by_benchlake() {
         ))
     );
     assert_eq!(show(&sl, "n3").reason.as_deref(), Some("admin: PSU swap"));
+
+    // 7. A restarted coordinator answers from the lake and the state store:
+    //    the newest verdicts are read back, benchlake's drain record kept.
+    c.stop_coordinator().await;
+    c.restart_coordinator(Tokens::default()).await;
+    let t = Instant::now();
+    let v = loop {
+        let (code, v) = node_check(&c, &sl, "n2", &[]);
+        if v["complete"] == true {
+            assert_eq!(code, 1, "{v}");
+            break v;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "{v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(v["checks"][0]["run_id"], again.as_str(), "{v}");
+    assert_eq!(v["drain"]["run_id"], again.as_str(), "{v}");
+    let (code, v) = node_check(&c, &sl, "n1", &[]);
+    assert_eq!(
+        (code, &v["checks"][0]["run_id"]),
+        (1, &serde_json::json!(run5)),
+        "{v}"
+    );
 
     // node-check as a whole process, as slurmd would run it.
     let mut times = Vec::new();
