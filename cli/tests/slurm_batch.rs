@@ -224,6 +224,15 @@ async fn pio_runs_as_a_batch_job_and_records_the_job_and_its_nodes() {
     let js: serde_json::Value = serde_json::from_str(&run_show(&c, &run.run_id, true)).unwrap();
     assert_eq!(js["tasks"][0]["slurm_job_id"], t.slurm_job_id.as_str());
     assert_eq!(js["tasks"][0]["slurm_nodes"], "n[1-3]");
+    let out = std::process::Command::new(bin())
+        .args(["run", "logs", &run.run_id, "--coordinator", &c.addr])
+        .output()
+        .expect("benchlake run logs");
+    let logs = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        logs.contains(&format!("slurm job {job} on n[1-3]")),
+        "{logs}"
+    );
     assert_eq!(sl.queue(), "", "no job left in Slurm");
 }
 
@@ -305,6 +314,29 @@ async fn a_pending_job_shows_slurms_reason_and_cancel_or_timeout_scancels_it() {
         scontrol_field(&sl, &t.slurm_job_id, "JobState"),
         "CANCELLED"
     );
+
+    // What sbatch refuses fails the task with sbatch's words.
+    let run = c
+        .submit_spec(sbatch_spec(
+            "slow",
+            &[("seconds", "1")],
+            pb::SlurmOptions {
+                partition: "nosuchpartition".into(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap();
+    let d = c.wait_settled(&run.run_id, 60).await;
+    let t = &d.tasks[0];
+    assert_eq!(state(&d), pb::RunState::Failed);
+    assert!(
+        t.error.starts_with("sbatch refused the job")
+            && t.error.contains("Invalid partition name specified"),
+        "{}",
+        t.error
+    );
+    assert_eq!(t.slurm_job_id, "", "no job was made");
     assert_eq!(sl.queue(), "", "no job left in Slurm");
 }
 
