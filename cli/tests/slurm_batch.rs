@@ -36,14 +36,14 @@ fn col<'a, T: 'static>(b: &'a RecordBatch, name: &str) -> &'a T {
         .unwrap_or_else(|| panic!("type of {name}"))
 }
 
-/// The built-in pio entry with `{self_exe}` pointing at the benchlake binary
+/// A built-in entry with `{self_exe}` pointing at the benchlake binary
 /// (in-process agents' own executable is the test binary).
-fn builtin_pio() -> BenchmarkDef {
+fn builtin(name: &str) -> BenchmarkDef {
     let cat = benchlake_agent::builtin_catalog().unwrap();
-    let mut def = cat.get("pio").expect("built in").clone();
+    let mut def = cat.get(name).expect("built in").clone();
     assert!(
         def.launchers.contains(&LauncherKind::Sbatch),
-        "the built-in pio entry offers sbatch"
+        "the built-in {name} entry offers sbatch"
     );
     for a in def.command.iter_mut() {
         if let ArgTemplate::Arg(s) = a {
@@ -150,7 +150,7 @@ async fn pio_runs_as_a_batch_job_and_records_the_job_and_its_nodes() {
     let Some(sl) = SlurmCluster::start() else {
         return;
     };
-    let c = login_node(&sl, vec![builtin_pio()]).await;
+    let c = login_node(&sl, vec![builtin("pio"), builtin("hostinfo")]).await;
     let params = [
         ("np", "3"),
         ("block_size", "4MiB"),
@@ -233,6 +233,29 @@ async fn pio_runs_as_a_batch_job_and_records_the_job_and_its_nodes() {
         logs.contains(&format!("slurm job {job} on n[1-3]")),
         "{logs}"
     );
+
+    // hostinfo as a batch job on three nodes (one task per node from its
+    // catalog entry): node_facts names each Slurm node once.
+    let run = c
+        .submit_spec(sbatch_spec("hostinfo", &[], nodes(3)))
+        .await
+        .unwrap();
+    let d = c.wait_settled(&run.run_id, 120).await;
+    assert_eq!(
+        state(&d),
+        pb::RunState::Succeeded,
+        "{}: {d:#?}",
+        d.tasks[0].error
+    );
+    let mut facts = Vec::new();
+    for b in table_batches(&lake, "node_facts", Some(&run.run_id)) {
+        let node = col::<StringArray>(&b, "node");
+        for i in 0..b.num_rows() {
+            facts.push(node.value(i).to_string());
+        }
+    }
+    facts.sort();
+    assert_eq!(facts, ["n1", "n2", "n3"], "node_facts.node");
     assert_eq!(sl.queue(), "", "no job left in Slurm");
 }
 
