@@ -12,7 +12,12 @@
 //! reason benchlake's node actions use (`benchlake: CHECK VALUE vs REFERENCE
 //! (run RUN_ID)`), unless Slurm shows it drained or down already, whoever did
 //! it. node-check never resumes a node: resuming is the coordinator's (only a
-//! node it drained, once a later run passes).
+//! node it drained, once a later run passes). It drains once per failing
+//! verdict: the run it drained for is remembered in `--state-dir`, so a node
+//! an administrator resumed is not drained again until a newer run fails it.
+//!
+//! `--max-age-s`: verdicts older than this do not count (a node whose newest
+//! verdicts are all older cannot be told).
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -38,6 +43,18 @@ pub struct NodeCheckArgs {
     /// Give up on the coordinator after this many milliseconds (exit 2).
     #[arg(long, env = "BENCHLAKE_NODE_CHECK_TIMEOUT_MS", default_value_t = 5000)]
     pub timeout_ms: u64,
+    /// Verdicts older than this many seconds do not count (0: any age).
+    #[arg(long, env = "BENCHLAKE_NODE_CHECK_MAX_AGE_S", default_value_t = 0)]
+    pub max_age_s: u64,
+    /// With --drain: where the run each drain was made for is remembered
+    /// (one small file per node), so a resumed node is drained again only
+    /// for a newer failing run.
+    #[arg(
+        long,
+        env = "BENCHLAKE_NODE_CHECK_STATE",
+        default_value = "/var/lib/benchlake/node-check"
+    )]
+    pub state_dir: std::path::PathBuf,
     #[command(flatten)]
     pub conn: Conn,
 }
@@ -98,10 +115,35 @@ fn first_fail(h: &pb::NodeHealth) -> Option<&pb::NodeCheckVerdict> {
     h.checks.iter().find(|c| c.status == "FAIL")
 }
 
+/// Drops the verdicts made longer than `max_age_s` before `now_ms` (0: none
+/// dropped) and judges again what is left.
+fn drop_stale(h: &mut pb::NodeHealth, max_age_s: u64, now_ms: i64) -> usize {
+    if max_age_s == 0 {
+        return 0;
+    }
+    let limit =
+        now_ms.saturating_sub(i64::try_from(max_age_s.saturating_mul(1000)).unwrap_or(i64::MAX));
+    let before = h.checks.len();
+    h.checks
+        .retain(|c| benchlake_core::ids::time_ms_of(&c.run_id).is_some_and(|t| t >= limit));
+    h.verdict = benchlake_core::verdict::worst(h.checks.iter().map(|c| c.status.as_str()))
+        .unwrap_or_default()
+        .to_string();
+    before - h.checks.len()
+}
+
 /// Drains `node` for its first failing check unless Slurm shows it drained
-/// or down already; what happened, for the output.
-fn drain(s: &Scontrol, node: &str, f: &pb::NodeCheckVerdict) -> String {
+/// or down already, or node-check drained it for that same run before (an
+/// administrator resumed it since); what happened, for the output.
+fn drain(
+    s: &Scontrol,
+    state_dir: &std::path::Path,
+    node: &str,
+    f: &pb::NodeCheckVerdict,
+) -> String {
     let reason = scontrol::drain_reason(&f.check, f.value, f.reference, &f.run_id);
+    let mark = state_dir.join(format!("{node}.drained"));
+    let before = std::fs::read_to_string(&mark).unwrap_or_default();
     match s.show_node(node) {
         Err(e) => format!("not drained: {e}"),
         Ok(None) => format!("not drained: scontrol does not know node {node}"),
@@ -110,8 +152,22 @@ fn drain(s: &Scontrol, node: &str, f: &pb::NodeCheckVerdict) -> String {
             st.state,
             st.reason.as_deref().unwrap_or("none")
         ),
+        Ok(Some(_)) if before.trim() == f.run_id => format!(
+            "not drained again: drained once for run {} (resumed since); a newer failing run drains it",
+            f.run_id
+        ),
         Ok(Some(_)) => match s.drain(node, &reason) {
-            Ok(()) => format!("drained: {reason}"),
+            Ok(()) => {
+                let kept = std::fs::create_dir_all(state_dir)
+                    .and_then(|()| std::fs::write(&mark, &f.run_id));
+                match kept {
+                    Ok(()) => format!("drained: {reason}"),
+                    Err(e) => format!(
+                        "drained: {reason} (cannot remember it in {}: {e}; a resumed node may be drained again for this run)",
+                        mark.display()
+                    ),
+                }
+            }
             Err(e) => format!("not drained: {e}"),
         },
     }
@@ -161,11 +217,26 @@ pub fn main(a: NodeCheckArgs) -> ExitCode {
             return ExitCode::from(UNKNOWN);
         }
     };
-    let (code, why) = judge(&h);
+    let mut h = h;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    let stale = drop_stale(&mut h, a.max_age_s, now_ms);
+    let (code, mut why) = judge(&h);
+    if stale > 0 {
+        why.push_str(&format!(
+            " ({stale} verdict(s) older than {} s left out)",
+            a.max_age_s
+        ));
+    }
     let drained = match (a.drain, code, first_fail(&h)) {
-        (true, FAILING, Some(f)) => {
-            Some(drain(&Scontrol::from_command_line(&a.scontrol), &node, f))
-        }
+        (true, FAILING, Some(f)) => Some(drain(
+            &Scontrol::from_command_line(&a.scontrol),
+            &a.state_dir,
+            &node,
+            f,
+        )),
         _ => None,
     };
     if conn.json {
@@ -229,6 +300,24 @@ mod tests {
             complete,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn old_verdicts_do_not_count() {
+        let t0 = 1_795_392_000_000;
+        let check = |status: &str, at: i64| pb::NodeCheckVerdict {
+            check: format!("node.{status}"),
+            status: status.into(),
+            run_id: benchlake_core::ids::new_id_at(at),
+            ..Default::default()
+        };
+        let mut h = health("FAIL", true);
+        h.checks = vec![check("FAIL", t0), check("PASS", t0 + 3_600_000)];
+        assert_eq!(drop_stale(&mut h.clone(), 0, t0 + 7_200_000), 0);
+        assert_eq!(drop_stale(&mut h, 5400, t0 + 7_200_000), 1);
+        assert_eq!((h.verdict.as_str(), judge(&h).0), ("PASS", HEALTHY));
+        assert_eq!(drop_stale(&mut h, 60, t0 + 7_200_000), 1);
+        assert_eq!(judge(&h).0, UNKNOWN);
     }
 
     #[test]

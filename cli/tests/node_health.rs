@@ -22,7 +22,8 @@
 //!   it would have done; then slurmd itself runs deploy/slurm/healthcheck as
 //!   its HealthCheckProgram, which drains n1 with the same reason format
 //!   (reading only BENCHLAKE_*/SLURM_CONF lines of its env file, executing
-//!   nothing), and `node-check --drain` does not drain it again;
+//!   nothing), and `node-check --drain` does not drain it again; resumed by
+//!   hand, n1 is not drained again for the same failing run;
 //! - a restarted coordinator reads the node verdicts back from the lake and
 //!   keeps benchlake's drain records;
 //! - node-check's latency as a whole process (median of 9) is printed;
@@ -121,6 +122,7 @@ fn node_check(
         .args(["node-check", node, "--json", "--coordinator", &c.addr])
         .args(extra)
         .env("SLURM_CONF", sl.conf())
+        .env("BENCHLAKE_NODE_CHECK_STATE", c.dir.path().join("cli-state"))
         .env_remove("SLURMD_NODENAME")
         .output()
         .unwrap();
@@ -458,10 +460,11 @@ async fn failing_nodes_are_drained_and_resumed_only_by_benchlake() {
     std::fs::write(
         &envf,
         format!(
-            "BENCHLAKE={}\nBENCHLAKE_COORDINATOR={}\nSLURM_CONF={}\nPATH=/nowhere\nBENCHLAKE_X;touch {}=1\n",
+            "BENCHLAKE={}\nBENCHLAKE_COORDINATOR={}\nSLURM_CONF={}\nBENCHLAKE_NODE_CHECK_STATE={}\nPATH=/nowhere\nBENCHLAKE_X;touch {}=1\n",
             bin(),
             c.addr,
             sl.conf().display(),
+            dir.join("hc-state").display(),
             dir.join("pwned").display()
         ),
     )
@@ -508,6 +511,32 @@ async fn failing_nodes_are_drained_and_resumed_only_by_benchlake() {
             .as_str()
             .unwrap()
             .starts_with("not drained again"),
+        "{v}"
+    );
+    // An administrator resumes n1: the HealthCheckProgram (every second)
+    // does not drain it again for the same failing run.
+    assert_eq!(
+        std::fs::read_to_string(dir.join("hc-state").join("n1.drained")).unwrap(),
+        run5
+    );
+    scontrol(&sl, &["update", "nodename=n1", "state=resume"]);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(!show(&sl, "n1").drained(), "{:?}", show(&sl, "n1"));
+    let (_, v) = node_check(
+        &c,
+        &sl,
+        "n1",
+        &[
+            "--drain",
+            "--state-dir",
+            &dir.join("hc-state").display().to_string(),
+        ],
+    );
+    assert!(
+        v["drain_action"]
+            .as_str()
+            .unwrap()
+            .starts_with("not drained again: drained once for run"),
         "{v}"
     );
     // The drains of n2 (benchlake's) and n3 (the admin's) stay as they were.
@@ -561,7 +590,11 @@ async fn failing_nodes_are_drained_and_resumed_only_by_benchlake() {
     );
     assert!(times[4] < 1.0, "node-check median {:.3} s", times[4]);
     for n in ["n1", "n2", "n3"] {
-        scontrol(&sl, &["update", &format!("nodename={n}"), "state=resume"]);
+        // Some are not drained any more: resume refuses those, harmlessly.
+        let _ = sl
+            .command("scontrol")
+            .args(["update", &format!("nodename={n}"), "state=resume"])
+            .output();
     }
     c.shutdown();
 }

@@ -12,6 +12,14 @@ pub fn new_id_at(ms: i64) -> String {
     ulid::Ulid::from_datetime(t).to_string()
 }
 
+/// When `id` (a ULID) was made, in milliseconds since the epoch; None when
+/// it is not a ULID.
+pub fn time_ms_of(id: &str) -> Option<i64> {
+    ulid::Ulid::from_string(id)
+        .ok()
+        .map(|u| i64::try_from(u.timestamp_ms()).unwrap_or(i64::MAX))
+}
+
 /// Checks that `id` is a ULID, so it can be used in object keys safely.
 pub fn validate_id(field: &'static str, id: &str) -> Result<()> {
     ulid::Ulid::from_string(id)
@@ -24,6 +32,15 @@ pub fn validate_id(field: &'static str, id: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn an_id_tells_when_it_was_made() {
+        assert_eq!(
+            time_ms_of(&new_id_at(1_795_392_000_123)),
+            Some(1_795_392_000_123)
+        );
+        assert_eq!(time_ms_of("not-an-id"), None);
+    }
+
     #[test]
     fn ids_validate_and_reject_paths() {
         let id = new_id();
