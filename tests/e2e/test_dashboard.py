@@ -662,3 +662,46 @@ def test_replay_page(demo, browser):
         assert float(r.get_attribute("data-measured-s")) == pytest.approx(m, rel=1e-12)
         assert float(r.get_attribute("data-modelled-s")) == pytest.approx(o, rel=1e-12)
     assert browser.page.locator("#replay-routines g.routine").count() == len(sums) - 1  # all but the total
+
+
+def test_alltoallv_page(demo, browser):
+    """The demo's alltoallv counts run: per lead rank its patterns and the
+    heat maps of its count blocks, with the lake's values."""
+    browser.ctx.clear_cookies()
+    browser.login(USER)
+    pat = "read_parquet('LAKE/alltoallv_patterns/**/*.parquet', hive_partitioning=true)"
+    rows = "read_parquet('LAKE/alltoallv_count_rows/**/*.parquet', hive_partitioning=true)"
+    rid = lake_rows(demo, f"SELECT run_id FROM {pat} GROUP BY run_id ORDER BY count(*) DESC LIMIT 1")[0][0]
+    leads = [r for (r,) in lake_rows(demo, f"SELECT DISTINCT lead_rank FROM {pat} WHERE run_id = '{rid}' ORDER BY 1")]
+    browser.go(f"/runs/{rid}")
+    browser.page.locator("#reports a", has_text="alltoallv").click()
+    browser.page.wait_for_load_state("load")
+    assert browser.page.url == f"{demo['base']}/runs/{rid}/alltoallv"
+    before = len(browser.errors)
+    browser.go(f"/runs/{rid}/alltoallv", shot="alltoallv")
+    assert [int(x) for x in browser.page.locator("#a2a-leads tbody tr").evaluate_all(
+        "rs => rs.map(r => r.getAttribute('data-lead'))")] == leads
+    for lead in leads:
+        browser.go(f"/runs/{rid}/alltoallv?lead={lead}")
+        assert browser.page.inner_text("#a2a-lead") == str(lead)
+        want = {(p, d): n for p, d, n in lake_rows(
+            demo, f"SELECT pattern_id, direction, num_calls FROM {pat} WHERE run_id = '{rid}' AND lead_rank = {lead}")}
+        trs = browser.page.locator("#a2a-patterns tbody tr")
+        got = {(int(trs.nth(i).get_attribute("data-pattern")), trs.nth(i).get_attribute("data-direction")):
+               int(trs.nth(i).get_attribute("data-calls")) for i in range(trs.count())}
+        assert got == want
+        # Each send block's heat map has a cell per non-zero count of the lake's rows.
+        for blk, nonzero in lake_rows(
+                demo, f"SELECT block, sum(len(ranks) * len(list_filter(counts, lambda c: c <> 0))) FROM {rows} "
+                      f"WHERE run_id = '{rid}' AND lead_rank = {lead} AND direction = 'send' GROUP BY block"):
+            assert browser.page.locator(f"#a2a-send-{blk} rect.hc").count() == nonzero, (lead, blk)
+    # A cell's tooltip holds its count: the lake's largest send count of lead 0.
+    top = lake_rows(demo, f"SELECT max(list_max(counts)) FROM {rows} WHERE run_id = '{rid}' AND lead_rank = {leads[0]} AND direction = 'send'")[0][0]
+    browser.go(f"/runs/{rid}/alltoallv?lead={leads[0]}")
+    titles = browser.page.locator("[id^=a2a-send-] rect.hc title").evaluate_all("ts => ts.map(t => t.textContent)")
+    assert any(t.endswith(f": {top:,}") for t in titles), (top, titles[:5])
+    assert browser.errors[before:] == [], browser.errors[before:]
+    assert browser.page.request.get(f"{demo['base']}/runs/{rid}/alltoallv?lead=999").status == 404
+    assert browser.page.request.get(f"{demo['base']}/runs/{rid}/alltoallv?direction=both").status == 400
+    pio = lake_rows(demo, "SELECT run_id FROM read_parquet('LAKE/io_results/**/*.parquet', hive_partitioning=true) LIMIT 1")[0][0]
+    assert browser.page.request.get(f"{demo['base']}/runs/{pio}/alltoallv").status == 404

@@ -17,6 +17,7 @@
 //!   Without tokens (the demo) no login is needed.
 //! - Data: the state store in one read transaction per page, and the
 //!   verdicts kept in memory ([`crate::verdicts`]); no page reads Parquet.
+pub mod alltoallv;
 pub mod cache;
 pub mod html;
 pub mod io;
@@ -51,6 +52,7 @@ pub fn view_link(table: &str, run: &crate::model::RunRow) -> Option<String> {
         "linktest_timings" => Some(format!("/runs/{}/linktest", run.run_id)),
         "io_results" => Some(io::link_of(run)),
         "replays" => Some(format!("/runs/{}/replay", run.run_id)),
+        "alltoallv_patterns" => Some(format!("/runs/{}/alltoallv", run.run_id)),
         _ => None,
     }
 }
@@ -125,6 +127,11 @@ pub fn router(h: Http) -> Router {
         .route("/io", get(io::page))
         .route("/runs/{id}/linktest", get(linktest::page))
         .route("/runs/{id}/replay", get(replay::page))
+        .route("/runs/{id}/alltoallv", get(alltoallv::page))
+        .route(
+            "/runs/{id}/alltoallv/heatmap.png",
+            get(alltoallv::heatmap_png),
+        )
         .route("/runs/{id}/linktest/matrix.png", get(linktest::matrix_png))
         .route("/api/runs/{id}/linktest/pair", get(linktest::pair_json))
         .route("/login", get(login_page).post(login))
