@@ -39,6 +39,11 @@ use crate::model::*;
 use crate::store::Tx;
 use crate::verdicts::CheckRow;
 
+/// How long ended outbox rows are kept (30 days): `run show` lists them.
+pub const KEEP_MS: i64 = 30 * 86_400_000;
+/// How often the sender removes older ones (hourly).
+pub const PRUNE_EVERY_MS: i64 = 3_600_000;
+
 /// Header with `sha256=<hex HMAC-SHA256(secret, body)>`.
 pub const SIGNATURE_HEADER: &str = "X-Benchlake-Signature";
 /// Header with `sha256=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`.
@@ -1169,7 +1174,20 @@ impl Outbox {
     /// least once a second, so rows queued by another coordinator before a
     /// takeover are found too).
     pub async fn run(self, c: Arc<Coordinator>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        let mut pruned_at = i64::MIN;
         loop {
+            let now = c.now();
+            if now.saturating_sub(pruned_at) >= PRUNE_EVERY_MS {
+                pruned_at = now;
+                let before = now - KEEP_MS;
+                match c.db(move |tx| tx.prune_notifications(before)).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(rows = n, "notification outbox: old rows removed"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "notification outbox: cannot remove old rows")
+                    }
+                }
+            }
             match self.deliver_due(&c).await {
                 Ok(n) if n > 0 => continue,
                 Ok(_) => {}

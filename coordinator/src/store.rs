@@ -139,6 +139,9 @@ pub trait Tx {
     fn next_notification_ms(&mut self) -> Result<Option<i64>>;
     /// The rows of a run, by notifier.
     fn notifications_of_run(&mut self, run_id: &str) -> Result<Vec<NotificationRow>>;
+    /// Deletes rows that have ended (not PENDING) whose last attempt was
+    /// due before `before_ms`; how many.
+    fn prune_notifications(&mut self, before_ms: i64) -> Result<u64>;
 
     /// The placement index as this transaction sees it (its own writes
     /// included), when the store keeps one; callers fall back to the rows.
@@ -1061,6 +1064,12 @@ impl Tx for SqliteTx<'_> {
             "SELECT data FROM notifications WHERE run_id=?1 ORDER BY notifier",
             params![run_id],
         )
+    }
+    fn prune_notifications(&mut self, before_ms: i64) -> Result<u64> {
+        Ok(self
+            .c
+            .prepare_cached("DELETE FROM notifications WHERE state<>'PENDING' AND next_ms<?1")?
+            .execute(params![before_ms])? as u64)
     }
 
     fn placement(&mut self) -> Option<View<'_>> {

@@ -1298,6 +1298,12 @@ impl Tx for PgTx<'_> {
             &[&run_id],
         )
     }
+    fn prune_notifications(&mut self, before_ms: i64) -> Result<u64> {
+        self.exec(
+            "DELETE FROM notifications WHERE state<>'PENDING' AND next_ms<$1",
+            &[&before_ms],
+        )
+    }
 
     fn placement(&mut self) -> Option<View<'_>> {
         Some(View {

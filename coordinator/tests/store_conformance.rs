@@ -200,6 +200,14 @@ fn notifications(s: &dyn StateStore) {
         assert_eq!(r1[0].attempt, 3);
         assert_eq!(r1[0].body.as_deref(), Some("{\"event\":\"verdict.fail\"}"));
         assert_eq!((r1[1].next_ms, r1[1].attempt), (5_000, 1));
+        // Pruning takes ended rows only: d1 (DELIVERED, due at 100), not the
+        // PENDING d2 and d3.
+        assert_eq!(tx.prune_notifications(10_000)?, 1);
+        assert_eq!(
+            ids(&tx.notifications_of_run("r1")?, |r| &r.delivery_id),
+            ["d2"]
+        );
+        assert_eq!(tx.prune_notifications(10_000)?, 0);
         Ok(())
     })
     .unwrap();
@@ -618,7 +626,9 @@ fn node_drains(s: &dyn StateStore) {
     // A rolled-back transaction leaves no record.
     let _ = s.transact(|tx| {
         tx.upsert_node_drain(&d("n4", "01C"))?;
-        Err::<(), _>(benchlake_coordinator::CoordError::Invalid("roll back".into()))
+        Err::<(), _>(benchlake_coordinator::CoordError::Invalid(
+            "roll back".into(),
+        ))
     });
     s.transact(|tx| {
         assert_eq!(ids(&tx.list_node_drains()?, |x| &x.node), ["n10"]);
