@@ -34,11 +34,19 @@ use crate::runner::Stop;
 use crate::{AgentConfig, Client};
 
 /// The batch script every task is submitted with: it runs its arguments
-/// (the argument vector the agent built and checked) as they are.
+/// (the argument vector the agent built and checked) as they are, and
+/// leaves their exit status in [`EXIT_FILE`] for an agent that finds the job
+/// forgotten by Slurm (no accounting to ask).
 pub const SCRIPT: &str = "#!/bin/sh\n\
 # benchlake batch task (docs/slurm.md): runs its arguments, the argument\n\
 # vector the agent built from its catalog; nothing is interpolated here.\n\
-exec \"$@\"\n";
+\"$@\"\n\
+rc=$?\n\
+echo \"$rc\" > benchlake-exit-status\n\
+exit \"$rc\"\n";
+
+/// Where the script leaves the exit status, in the task directory.
+pub const EXIT_FILE: &str = "benchlake-exit-status";
 
 /// The script's file name in the task directory.
 pub const SCRIPT_NAME: &str = "benchlake-batch.sh";
@@ -396,12 +404,15 @@ pub async fn find_job(
 }
 
 /// The job's status now: `scontrol show job`, or `sacct` once slurmctld no
-/// longer keeps it (MinJobAge). Err when neither knows the job or Slurm
-/// cannot be asked; the message says which.
+/// longer keeps it (MinJobAge), or, where neither knows it (no
+/// accounting), the exit status the batch script left in `dir`
+/// ([`EXIT_FILE`]). Err when none of them tells or Slurm cannot be asked;
+/// the message says which.
 pub async fn status(
     tools: &SlurmTools,
     env: &[(String, String)],
     job: u64,
+    dir: Option<&Path>,
 ) -> Result<JobStatus, String> {
     let sc = slurm_cmd(
         &[
@@ -440,17 +451,33 @@ pub async fn status(
         env,
     )
     .await;
-    match acct {
+    let why = match acct {
         Ok(out) => match out.lines().find(|l| !l.trim().is_empty()) {
-            Some(line) => JobStatus::parse_sacct(line).map_err(|e| e.to_string()),
-            None => Err(format!(
-                "Slurm no longer knows job {job} (not in slurmctld, not in sacct)"
-            )),
+            Some(line) => return JobStatus::parse_sacct(line).map_err(|e| e.to_string()),
+            None => format!("Slurm no longer knows job {job} (not in slurmctld, not in sacct)"),
         },
-        Err(e) => Err(format!(
-            "Slurm no longer knows job {job} and its accounting cannot be asked: {e}"
-        )),
+        Err(e) => {
+            format!("Slurm no longer knows job {job} and its accounting cannot be asked: {e}")
+        }
+    };
+    match dir.and_then(exit_status_in) {
+        Some(rc) => Ok(JobStatus {
+            state: if rc == 0 { "COMPLETED" } else { "FAILED" }.into(),
+            reason: format!("Slurm forgot the job; exit status from {EXIT_FILE}"),
+            exit_code: Some(rc),
+            ..Default::default()
+        }),
+        None => Err(why),
     }
+}
+
+/// The exit status the batch script left in `dir`, if it finished.
+fn exit_status_in(dir: &Path) -> Option<i32> {
+    std::fs::read_to_string(dir.join(EXIT_FILE))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// `scancel ID`, then waits (up to 10 s) until Slurm names a final state.
@@ -461,7 +488,7 @@ pub async fn cancel(tools: &SlurmTools, env: &[(String, String)], job: u64) -> O
     let until = tokio::time::Instant::now() + Duration::from_secs(10);
     let mut last = None;
     while tokio::time::Instant::now() < until {
-        match status(tools, env, job).await {
+        match status(tools, env, job, None).await {
             Ok(s) if matches!(s.phase(), JobPhase::Ended | JobPhase::Completed) => return Some(s),
             Ok(s) => last = Some(s),
             Err(_) => {}
@@ -544,7 +571,7 @@ pub async fn follow(
     };
     loop {
         // First look at once, then with backoff.
-        let st = status(&tools, env, job).await;
+        let st = status(&tools, env, job, Some(f.dir)).await;
         match st {
             Ok(s) => {
                 last_error.clear();
@@ -552,6 +579,12 @@ pub async fn follow(
                 if changed {
                     pause = POLL_MIN;
                     tracing::info!(task = %f.t.task_id, job, state = %s.describe(job), "Slurm job");
+                }
+                let mut s = s;
+                if s.nodes.is_empty()
+                    && let Some(l) = &last
+                {
+                    s.nodes = l.nodes.clone();
                 }
                 match s.phase() {
                     JobPhase::Completed => return Some(ended(&s, String::new(), false)),
@@ -728,7 +761,7 @@ mod tests {
             ])
         );
         // The script never holds a value: it runs its arguments.
-        assert!(SCRIPT.contains("exec \"$@\"") && !SCRIPT.contains("pio"));
+        assert!(SCRIPT.contains("\n\"$@\"\n") && !SCRIPT.contains("pio"));
         let bad = SlurmOptions {
             reservation: "r;id".into(),
             ..Default::default()
@@ -753,6 +786,19 @@ mod tests {
             .output()
             .unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout), "a b|$(id)|'q'|*|-n|");
+        assert_eq!(exit_status_in(dir.path()), Some(0));
+        let st = std::process::Command::new("sh")
+            .arg(&script)
+            .args(["sh", "-c", "exit 3"])
+            .current_dir(dir.path())
+            .status()
+            .unwrap();
+        assert_eq!(
+            st.code(),
+            Some(3),
+            "the script exits with the program's status"
+        );
+        assert_eq!(exit_status_in(dir.path()), Some(3));
         let st = std::process::Command::new("sh")
             .arg("-n")
             .arg(&script)

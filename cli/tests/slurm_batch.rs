@@ -582,6 +582,77 @@ async fn an_agent_back_after_its_lease_cancels_its_old_job_and_the_retry_runs() 
     assert_eq!(sl.queue(), "");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_slurm_forgot_while_its_agent_was_away_is_collected_by_its_exit_status() {
+    // slurmctld forgets ended jobs after 2 s (purged about once a minute) and
+    // has no accounting: only the script's exit status tells how it ended.
+    let Some(sl) = SlurmCluster::start_with("MinJobAge=2\n") else {
+        return;
+    };
+    let mut c = Cluster::start(Tokens::default()).await;
+    c.add_worker("w1", None);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("catalog.toml"), SLOW_PIO).unwrap();
+    let mut agent = agent_process(&c, &sl, dir.path());
+    let run = submit_when_registered(
+        &c,
+        sbatch_spec("slowpio", &[("np", "2"), ("seconds", "2")], nodes(2)),
+    )
+    .await;
+    let d = c
+        .wait_run(&run.run_id, 60, |d| {
+            d.tasks
+                .first()
+                .is_some_and(|t| t.progress.contains(" RUNNING"))
+        })
+        .await;
+    let job = d.tasks[0].slurm_job_id.clone();
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+    // Wait (real time, the coordinator's clock stands still) until Slurm
+    // no longer knows the job.
+    let deadline = std::time::Instant::now() + Duration::from_secs(150);
+    loop {
+        let out = sl
+            .command("scontrol")
+            .args(["show", "job", &job, "-o"])
+            .output()
+            .expect("scontrol");
+        let said = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        if said.contains("Invalid job id") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "slurmctld still knows job {job}: {said}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let mut agent = agent_process(&c, &sl, dir.path());
+    let d = c.wait_settled(&run.run_id, 60).await;
+    let log = std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
+    let _ = agent.kill();
+    let _ = agent.wait();
+    let t = &d.tasks[0];
+    assert_eq!(
+        state(&d),
+        pb::RunState::Succeeded,
+        "{}\n{d:#?}\n{log}",
+        t.error
+    );
+    assert_eq!((t.attempt, t.slurm_job_id.as_str()), (1, job.as_str()));
+    assert_eq!(t.slurm_nodes, "n[1-2]", "the nodes seen while it ran");
+    assert!(
+        log.contains("exit status from benchlake-exit-status"),
+        "{log}"
+    );
+    assert_eq!(
+        table_rows(&c.lake_dir(), "io_task_times", Some(&run.run_id)),
+        4
+    );
+}
+
 const DEPLOY_SCRIPT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../deploy/slurm/linktest-nightly.sbatch"

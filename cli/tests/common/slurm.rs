@@ -75,6 +75,12 @@ impl SlurmCluster {
     /// None (after a message) when Slurm or munge is not installed or the
     /// test does not run as root, outside CI.
     pub fn start() -> Option<Self> {
+        Self::start_with("")
+    }
+
+    /// [`start`](Self::start) with `extra` lines appended to slurm.conf
+    /// (e.g. `MinJobAge=2`).
+    pub fn start_with(extra: &str) -> Option<Self> {
         let missing: Vec<&str> = PROGRAMS.into_iter().filter(|p| find(p).is_none()).collect();
         if !missing.is_empty() {
             return unavailable(&format!("not installed: {}", missing.join(", ")));
@@ -93,7 +99,7 @@ impl SlurmCluster {
             daemons: Vec::new(),
         };
         c.start_munge();
-        c.write_conf();
+        c.write_conf(extra);
         c.start_slurm();
         Some(c)
     }
@@ -146,7 +152,7 @@ impl SlurmCluster {
         self.path("munge/munge.socket")
     }
 
-    fn write_conf(&self) {
+    fn write_conf(&self, extra: &str) {
         let host = short_hostname();
         let d = self.dir.path().display().to_string();
         let ports = free_ports(1 + NODES.len());
@@ -189,6 +195,7 @@ impl SlurmCluster {
             "PartitionName=debug Nodes={} Default=YES MaxTime=INFINITE State=UP\n",
             NODES.join(",")
         ));
+        conf.push_str(extra);
         std::fs::write(&self.conf, conf).expect("write slurm.conf");
     }
 
