@@ -84,7 +84,7 @@ pub struct SpecArgs {
     /// Number of agents.
     #[arg(long, default_value_t = 0)]
     pub count: u32,
-    /// Launcher: local, mpirun or srun (default: the benchmark's).
+    /// Launcher: local, mpirun, srun or sbatch (Slurm batch mode) (default: the benchmark's).
     #[arg(long)]
     pub launcher: Option<String>,
     /// Attempts per task.
@@ -100,7 +100,7 @@ pub struct SpecArgs {
 /// Slurm options of a run with `--launcher srun` or `sbatch` (docs/slurm.md).
 #[derive(Debug, Clone, Default, Args)]
 pub struct SlurmArgs {
-    /// srun: number of Slurm nodes (-N).
+    /// srun, sbatch: number of Slurm nodes (-N).
     #[arg(
         short = 'N',
         long = "nodes",
@@ -108,33 +108,33 @@ pub struct SlurmArgs {
         help_heading = "Slurm (--launcher srun|sbatch)"
     )]
     pub nodes: u32,
-    /// srun: tasks per node.
+    /// srun, sbatch: tasks per node.
     #[arg(
         long,
         default_value_t = 0,
         help_heading = "Slurm (--launcher srun|sbatch)"
     )]
     pub ntasks_per_node: u32,
-    /// srun: partition.
+    /// srun, sbatch: partition.
     #[arg(long, help_heading = "Slurm (--launcher srun|sbatch)")]
     pub partition: Option<String>,
-    /// srun: time limit in minutes.
+    /// srun, sbatch: time limit in minutes.
     #[arg(
         long,
         default_value_t = 0,
         help_heading = "Slurm (--launcher srun|sbatch)"
     )]
     pub time_limit: u32,
-    /// srun: Slurm node names or ranges (comma-separated: n1,n[2-3]); default: Slurm places the tasks.
+    /// srun, sbatch: Slurm node names or ranges (comma-separated: n1,n[2-3]); default: Slurm places the tasks.
     #[arg(long, help_heading = "Slurm (--launcher srun|sbatch)")]
     pub nodelist: Option<String>,
-    /// srun: account.
+    /// srun, sbatch: account.
     #[arg(long, help_heading = "Slurm (--launcher srun|sbatch)")]
     pub account: Option<String>,
-    /// srun: quality of service.
+    /// srun, sbatch: quality of service.
     #[arg(long, help_heading = "Slurm (--launcher srun|sbatch)")]
     pub qos: Option<String>,
-    /// srun: reservation.
+    /// srun, sbatch: reservation.
     #[arg(long, help_heading = "Slurm (--launcher srun|sbatch)")]
     pub reservation: Option<String>,
     /// srun, sbatch: node features the nodes must have (-C: ib&nvme, a|b).
