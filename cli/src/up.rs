@@ -330,6 +330,7 @@ async fn demo(
             .submit_run(pb::SubmitRunRequest {
                 spec: Some(spec),
                 idempotency_key: String::new(),
+                notify: Vec::new(),
             })
             .await
             .with_context(|| format!("submitting the {bench} demo run"))?
@@ -401,6 +402,7 @@ async fn demo(
                 ..Default::default()
             }),
             idempotency_key: String::new(),
+            notify: Vec::new(),
         })
         .await
         .context("submitting the refused demo run")?

@@ -240,6 +240,10 @@ pub enum RunCmd {
         /// A repeated submit with the same key returns the same run.
         #[arg(long, default_value = "")]
         idempotency_key: String,
+        /// A notifier of the coordinator told when the run ends FAILED or
+        /// with the verdict FAIL or ERROR (repeatable; docs/notifications.md).
+        #[arg(long = "notify", value_name = "NAME")]
+        notify: Vec<String>,
         /// Watch it until it ends.
         #[arg(long)]
         watch: bool,
@@ -621,6 +625,7 @@ pub async fn run_cmd(c: RunCmd) -> anyhow::Result<()> {
             conn,
             spec,
             idempotency_key,
+            notify,
             watch: w,
         } => {
             let run = conn
@@ -628,6 +633,7 @@ pub async fn run_cmd(c: RunCmd) -> anyhow::Result<()> {
                 .submit_run(pb::SubmitRunRequest {
                     spec: Some(spec.spec()?),
                     idempotency_key,
+                    notify,
                 })
                 .await?
                 .into_inner();

@@ -747,6 +747,7 @@ async fn bad_input_is_refused_with_the_field_named() {
                 ..Default::default()
             }),
             idempotency_key: String::new(),
+            notify: Vec::new(),
         })
         .await
         .unwrap_err();
@@ -759,6 +760,7 @@ async fn bad_input_is_refused_with_the_field_named() {
             ..Default::default()
         }),
         idempotency_key: key.into(),
+        notify: Vec::new(),
     };
     let r1 = c
         .runs()

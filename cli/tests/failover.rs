@@ -244,6 +244,7 @@ async fn an_agent_and_a_worker_given_a_list_follow_the_coordinator() {
                     r.submit_run(pb::SubmitRunRequest {
                         spec: Some(common::bench_spec("hostinfo", &[])),
                         idempotency_key: format!("round-{round}"),
+                        notify: Vec::new(),
                     })
                     .await
                 }

@@ -244,6 +244,7 @@ async fn a_hostinfo_run_lands_with_agent_and_worker_over_mutual_tls() {
         .submit_run(pb::SubmitRunRequest {
             spec: Some(common::bench_spec("hostinfo", &[])),
             idempotency_key: String::new(),
+            notify: Vec::new(),
         })
         .await
         .unwrap()

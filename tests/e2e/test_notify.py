@@ -315,6 +315,18 @@ def test_schedule_notifiers_refusals_and_a_refused_delivery(tmp_path, secret_fil
         assert len(team.requests()) == 1, "a 404 is not retried"
         assert up.metric("benchlake_notifications_total", {"result": "rejected"}) == 1
         assert "notification refused by the receiver" in up.log()
+        # run submit --notify: an on-demand run names a notifier too.
+        r = up.cli("run", "submit", "pio", "--notify", "nope", check=False)
+        assert r.returncode != 0 and "notify" in r.stderr and "nope" in r.stderr, r.stderr
+        args = ["run", "submit", "pio", "--notify", "team", "--json"]
+        for kv in IMPOSSIBLE:
+            args += ["-p", kv]
+        adhoc = json.loads(up.cli(*args).stdout)["run_id"]
+        up.wait_final(adhoc)
+        t = team.wait(lambda g: len(g) == 2, what="the on-demand run's attempt")
+        assert json.loads(t[1]["body"])["run"]["run_id"] == adhoc
+        assert json.loads(t[1]["body"])["schedule"] is None
+        ops.wait(lambda g: len(g) == 2, what="the default notifier's second delivery")
     finally:
         up.stop()
         ops.close()

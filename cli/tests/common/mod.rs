@@ -417,6 +417,7 @@ impl Cluster {
             .submit_run(pb::SubmitRunRequest {
                 spec: Some(spec),
                 idempotency_key: String::new(),
+                notify: Vec::new(),
             })
             .await
             .map(|r| r.into_inner())

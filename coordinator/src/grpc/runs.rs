@@ -42,6 +42,8 @@ impl RunService for Svc {
             return Err(invalid("idempotency_key", "longer than 200 characters"));
         }
         let key = (!r.idempotency_key.is_empty()).then_some(r.idempotency_key);
+        self.0.cfg.notify.check_names("notify", &r.notify)?;
+        let notify = r.notify;
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
         // The transaction runs on a blocking thread: waiting for the store's
@@ -60,6 +62,7 @@ impl RunService for Svc {
                 let chosen = logic::select_agents(tx, &spec, &[])?;
                 let origin = Origin {
                     idempotency_key: key.clone(),
+                    notify: notify.clone(),
                     ..Default::default()
                 };
                 let (run, fx) = lifecycle::run::create(tx, &cfg, spec, kind, origin, chosen, now)?;
