@@ -437,20 +437,26 @@ pub async fn status(
     if !forgotten {
         return Err(sc.err().unwrap_or_default());
     }
-    let acct = slurm_cmd(
-        &[
-            tools.sacct.clone(),
-            "-j".into(),
-            job.to_string(),
-            "-X".into(),
-            "-n".into(),
-            "-P".into(),
-            "-o".into(),
-            "State,ExitCode,NodeList,Reason".into(),
-        ],
-        env,
-    )
-    .await;
+    let sacct = |fields: &str| -> Vec<String> {
+        [
+            &tools.sacct,
+            "-j",
+            &job.to_string(),
+            "-X",
+            "-n",
+            "-P",
+            "-o",
+            fields,
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect()
+    };
+    let mut acct = slurm_cmd(&sacct("State,ExitCode,NodeList,Reason"), env).await;
+    // A sacct without the Reason field still tells the state.
+    if acct.as_ref().is_err_and(|e| e.contains("Invalid field")) {
+        acct = slurm_cmd(&sacct("State,ExitCode,NodeList"), env).await;
+    }
     let why = match acct {
         Ok(out) => match out.lines().find(|l| !l.trim().is_empty()) {
             Some(line) => return JobStatus::parse_sacct(line).map_err(|e| e.to_string()),
