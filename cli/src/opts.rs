@@ -497,6 +497,23 @@ impl NotifyArgs {
     }
 }
 
+/// The dashboard's URL from `--http-addr`: an unspecified address
+/// (`0.0.0.0`, `[::]`) becomes this host's name, which receivers can reach.
+fn dashboard_base(http_addr: &str, tls: bool) -> String {
+    let scheme = if tls { "https" } else { "http" };
+    match http_addr.parse::<std::net::SocketAddr>() {
+        Ok(sa) if sa.ip().is_unspecified() => {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "localhost".into());
+            format!("{scheme}://{host}:{}", sa.port())
+        }
+        _ => format!("{scheme}://{http_addr}"),
+    }
+}
+
 /// `benchlake coordinator`.
 #[derive(Debug, Clone, Args)]
 pub struct CoordinatorArgs {
@@ -557,14 +574,12 @@ impl CoordinatorArgs {
             tls_key: self.tls.tls_key.clone(),
             tls_client_ca: self.tls.tls_client_ca.clone(),
             metrics_tokens: benchlake_coordinator::config::MetricsTokens(self.http.tokens()?),
-            notify: self.notify.config(self.http.http_addr.as_ref().map(|a| {
-                let scheme = if self.tls.tls_cert.is_some() {
-                    "https"
-                } else {
-                    "http"
-                };
-                format!("{scheme}://{a}")
-            }))?,
+            notify: self.notify.config(
+                self.http
+                    .http_addr
+                    .as_deref()
+                    .map(|a| dashboard_base(a, self.tls.tls_cert.is_some())),
+            )?,
             ..Default::default()
         })
     }
@@ -869,4 +884,69 @@ pub async fn run_worker(a: WorkerArgs) -> anyhow::Result<()> {
     )
     .await
     .map_err(anyhow::Error::msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_dashboard_link_names_a_reachable_host() {
+        assert_eq!(
+            dashboard_base("10.1.2.3:8080", false),
+            "http://10.1.2.3:8080"
+        );
+        assert_eq!(
+            dashboard_base("bench.example.org:443", true),
+            "https://bench.example.org:443"
+        );
+        let any = dashboard_base("0.0.0.0:8080", false);
+        assert!(
+            any.starts_with("http://") && any.ends_with(":8080"),
+            "{any}"
+        );
+        assert!(!any.contains("0.0.0.0"), "{any}");
+        assert!(!dashboard_base("[::]:9", true).contains("[::]"));
+    }
+
+    #[test]
+    fn notifier_flags_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("s");
+        std::fs::write(&secret, "short\n").unwrap();
+        let args = |w: &[&str], s: &[&str]| NotifyArgs {
+            webhooks: w.iter().map(|x| x.to_string()).collect(),
+            webhook_secret_files: s.iter().map(|x| x.to_string()).collect(),
+            notify_timeout_ms: 10_000,
+            notify_max_attempts: 8,
+            notify_backoff_ms: 2_000,
+            ..Default::default()
+        };
+        let e = args(&["ops=http://h/"], &[&format!("ops={}", secret.display())])
+            .config(None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at least 16"), "{e}");
+        std::fs::write(&secret, "0123456789abcdef-secret\n").unwrap();
+        let cfg = args(&["ops=http://h/"], &[&format!("ops={}", secret.display())])
+            .config(Some("http://d:1".into()))
+            .unwrap();
+        assert_eq!(
+            cfg.webhooks[0].secret.as_deref(),
+            Some(&b"0123456789abcdef-secret"[..])
+        );
+        assert_eq!(cfg.dashboard_url.as_deref(), Some("http://d:1"));
+        let e = args(&["ops"], &[]).config(None).unwrap_err().to_string();
+        assert!(e.contains("--webhook: expected NAME=VALUE"), "{e}");
+        let e = args(&["a b=http://h/"], &[])
+            .config(None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a notifier name"), "{e}");
+        let e = args(&[], &[&format!("x={}", secret.display())])
+            .config(None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no --webhook named 'x'"), "{e}");
+    }
 }
