@@ -766,7 +766,8 @@ pub(super) async fn read_run(c: &Coordinator, id: String) -> crate::error::Resul
 fn version(d: &RunData) -> String {
     let mut v = d.run.state.as_str().to_string();
     for t in &d.tasks {
-        let _ = write!(v, ";{}{}", t.state.as_str(), t.attempt);
+        // A Slurm job's state and reason change while the task stays LEASED.
+        let _ = write!(v, ";{}{}{}", t.state.as_str(), t.attempt, t.report.message);
     }
     for j in &d.jobs {
         let _ = write!(v, ";{}{}", j.state.as_str(), j.attempt);
@@ -948,14 +949,17 @@ pub async fn run(
             } else {
                 t.agent.clone()
             };
+            let (slurm_job, said) = slurm_notes(t);
             let _ = write!(
                 b,
-                "<tr><td class=\"mono\">{}</td><td class=\"node\">{}</td><td>{}/{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"err\">{}</td></tr>",
+                "<tr><td class=\"mono\">{}</td><td class=\"node\">{}{}</td><td>{}/{}</td><td>{}{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"err\">{}</td></tr>",
                 esc(&t.task_id),
                 esc(&nodes),
+                slurm_job,
                 t.rank,
                 t.num_tasks,
                 badge(t.state.as_str()),
+                said,
                 t.attempt,
                 t.max_attempts,
                 t.exit_code
@@ -1183,9 +1187,76 @@ pub async fn run_json(
     )
 }
 
+/// A task's Slurm job for the node cell (`<br>Slurm job 7 on n[1-3]`) and,
+/// while it has not ended, what its agent last said for the state cell
+/// (`<br>Slurm job 7 PENDING (Resources)`): escaped HTML, empty when none
+/// (docs/slurm.md, batch mode).
+fn slurm_notes(t: &crate::model::TaskRow) -> (String, String) {
+    let r = &t.report;
+    let job = if r.slurm_job_id.is_empty() {
+        String::new()
+    } else if r.slurm_nodes.is_empty() {
+        format!(
+            "<br><span class=\"muted\">Slurm job {}</span>",
+            esc(&r.slurm_job_id)
+        )
+    } else {
+        format!(
+            "<br><span class=\"muted\">Slurm job {} on {}</span>",
+            esc(&r.slurm_job_id),
+            esc(&r.slurm_nodes)
+        )
+    };
+    let said = if r.message.is_empty() || t.state.is_final() {
+        String::new()
+    } else {
+        format!("<br><span class=\"muted\">{}</span>", esc(&r.message))
+    };
+    (job, said)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tasks_slurm_job_and_progress_are_shown_escaped() {
+        let mut t = crate::lifecycle::task::new(
+            "R",
+            "login",
+            0,
+            1,
+            &crate::model::Spec {
+                benchmark: "pio".into(),
+                params: Default::default(),
+                nodes: Default::default(),
+                launcher: benchlake_core::bench::LauncherKind::Sbatch,
+                max_attempts: 1,
+                timeout_s: 60,
+                slurm: Default::default(),
+            },
+            vec!["login".into()],
+            0,
+        );
+        assert_eq!(slurm_notes(&t), (String::new(), String::new()));
+        t.state = crate::model::TaskState::Leased;
+        t.report.slurm_job_id = "7".into();
+        t.report.message = "Slurm job 7 PENDING (<Resources>)".into();
+        let (job, said) = slurm_notes(&t);
+        assert_eq!(job, "<br><span class=\"muted\">Slurm job 7</span>");
+        assert_eq!(
+            said,
+            "<br><span class=\"muted\">Slurm job 7 PENDING (&lt;Resources&gt;)</span>"
+        );
+        t.state = crate::model::TaskState::Done;
+        t.report.slurm_nodes = "n[1-3]".into();
+        let (job, said) = slurm_notes(&t);
+        assert_eq!(
+            job,
+            "<br><span class=\"muted\">Slurm job 7 on n[1-3]</span>"
+        );
+        assert_eq!(said, "", "an ended task shows no progress");
+    }
 
     #[test]
     fn run_ids_and_filters_are_validated() {
