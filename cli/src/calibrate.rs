@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use benchlake_formats::linktest::LinkTestRun;
-use benchlake_replay::calibrate::{self, LinkClass, NodesByClass, Sample};
+use benchlake_replay::calibrate::{self, LinkClass, NodesByClass, Samples};
 use clap::Args;
 
 /// Model parameters from measured pair times.
@@ -43,15 +43,100 @@ pub struct CalibrateArgs {
     pub lake: crate::opts::LakeArgs,
 }
 
-/// The LinkTest results named by `inputs`: (source name, run).
-async fn load(a: &CalibrateArgs) -> anyhow::Result<Vec<(String, LinkTestRun)>> {
+/// What the inputs gave: pair times per class and size, the nodes seen per
+/// class, and the inputs' names.
+#[derive(Default)]
+struct Gathered {
+    samples: Samples,
+    nodes: NodesByClass,
+    inputs: Vec<String>,
+    /// Ping-pong inputs (others are skipped).
+    used: usize,
+}
+
+impl Gathered {
+    /// Adds the pair times of one LinkTest result (its ranks' hosts looked up
+    /// once, not per pair: a 4,096-rank file has 16.7 M pairs).
+    fn add_run(&mut self, name: String, run: &LinkTestRun, only: &BTreeSet<String>) {
+        // Both-ways and one-way streams time something else than the
+        // ping-pong the models' L + s/BW describes.
+        if run.flags.bidirectional || run.flags.unidirectional {
+            tracing::warn!(
+                source = %name,
+                "skipped: bidirectional or unidirectional tests are not ping-pong times"
+            );
+            eprintln!("warning: {name}: skipped (bidirectional or unidirectional test)");
+            self.inputs.push(name);
+            return;
+        }
+        self.used += 1;
+        self.inputs.push(name);
+        let n = run.num_tasks;
+        let mut ids: std::collections::HashMap<&str, usize> = Default::default();
+        let mut names: Vec<&str> = Vec::new();
+        // Per rank: its host's index, or None when --nodes leaves it out.
+        let host: Vec<Option<usize>> = (0..n)
+            .map(|r| {
+                let h = run.ranks.get(r)?.hostname.as_str();
+                if !only.is_empty() && !only.contains(h) {
+                    return None;
+                }
+                Some(*ids.entry(h).or_insert_with(|| {
+                    names.push(h);
+                    names.len() - 1
+                }))
+            })
+            .collect();
+        let mut seen = vec![[false; 2]; names.len()];
+        let mut intra = std::mem::take(self.samples.slot(LinkClass::Intra, run.message_size));
+        let mut inter = std::mem::take(self.samples.slot(LinkClass::Inter, run.message_size));
+        for p in &run.permutations {
+            for (from, hf) in host.iter().enumerate() {
+                let Some(hf) = *hf else { continue };
+                let Some(row) = p.times.get(from * n..(from + 1) * n) else {
+                    continue;
+                };
+                for (to, (&t, ht)) in row.iter().zip(&host).enumerate() {
+                    let Some(ht) = *ht else { continue };
+                    if from == to || !(t.is_finite() && t > 0.0) {
+                        continue;
+                    }
+                    let k = usize::from(hf != ht);
+                    if k == 0 {
+                        intra.push(t as f32);
+                    } else {
+                        inter.push(t as f32);
+                    }
+                    seen[hf][k] = true;
+                    seen[ht][k] = true;
+                }
+            }
+        }
+        *self.samples.slot(LinkClass::Intra, run.message_size) = intra;
+        *self.samples.slot(LinkClass::Inter, run.message_size) = inter;
+        for (h, s) in names.iter().zip(&seen) {
+            for (k, class) in [LinkClass::Intra, LinkClass::Inter].into_iter().enumerate() {
+                if s[k] {
+                    self.nodes.entry(class).or_default().insert(h.to_string());
+                }
+            }
+        }
+    }
+}
+
+/// Reads the LinkTest results named by `a.inputs` one at a time (a 4,096-rank
+/// run holds 200 MB of times) into their pair times.
+async fn gather(a: &CalibrateArgs, only: &BTreeSet<String>) -> anyhow::Result<Gathered> {
     use benchlake_analysis::linktest_lake;
-    let mut out = Vec::new();
+    let mut g = Gathered::default();
     for t in &a.inputs {
         let path = PathBuf::from(t);
         if path.exists() {
-            let run = benchlake_formats::linktest::read_file(&path)?;
-            out.push((path.display().to_string(), run));
+            let p2 = path.clone();
+            let run =
+                tokio::task::spawn_blocking(move || benchlake_formats::linktest::read_file(&p2))
+                    .await??;
+            g.add_run(path.display().to_string(), &run, only);
             continue;
         }
         benchlake_core::ids::validate_id("run_id", t)
@@ -70,69 +155,13 @@ async fn load(a: &CalibrateArgs) -> anyhow::Result<Vec<(String, LinkTestRun)>> {
         }
         for s in sources {
             let (run, _) = linktest_lake::load_run(&lake, t, Some(&s)).await?;
-            out.push((format!("{t}:{s}"), run));
+            g.add_run(format!("{t}:{s}"), &run, only);
         }
     }
-    Ok(out)
-}
-
-/// The pair samples of `runs`, and the nodes seen per link class.
-fn samples(
-    runs: &[(String, LinkTestRun)],
-    only: &BTreeSet<String>,
-) -> anyhow::Result<(Vec<Sample>, NodesByClass)> {
-    let mut v = Vec::new();
-    let mut nodes = NodesByClass::new();
-    let mut used = 0usize;
-    for (name, run) in runs {
-        // Both-ways and one-way streams time something else than the
-        // ping-pong the models' L + s/BW describes.
-        if run.flags.bidirectional || run.flags.unidirectional {
-            tracing::warn!(
-                source = %name,
-                "skipped: bidirectional or unidirectional tests are not ping-pong times"
-            );
-            eprintln!("warning: {name}: skipped (bidirectional or unidirectional test)");
-            continue;
-        }
-        used += 1;
-        let n = run.num_tasks;
-        let host = |r: usize| run.ranks.get(r).map(|x| x.hostname.as_str());
-        for p in &run.permutations {
-            for from in 0..n {
-                let Some(hf) = host(from) else { continue };
-                if !only.is_empty() && !only.contains(hf) {
-                    continue;
-                }
-                for to in 0..n {
-                    let Some(&t) = p.times.get(from * n + to) else {
-                        continue;
-                    };
-                    let Some(ht) = host(to) else { continue };
-                    if from == to || t <= 0.0 || (!only.is_empty() && !only.contains(ht)) {
-                        continue;
-                    }
-                    let class = if hf == ht {
-                        LinkClass::Intra
-                    } else {
-                        LinkClass::Inter
-                    };
-                    let e = nodes.entry(class).or_default();
-                    e.insert(hf.to_string());
-                    e.insert(ht.to_string());
-                    v.push(Sample {
-                        class,
-                        bytes: run.message_size,
-                        time_s: t,
-                    });
-                }
-            }
-        }
-    }
-    if used == 0 {
+    if g.used == 0 {
         bail!("no ping-pong results among the inputs");
     }
-    if v.is_empty() {
+    if g.samples.is_empty() {
         if only.is_empty() {
             bail!("the inputs hold no measured pair");
         }
@@ -141,7 +170,7 @@ fn samples(
             only.iter().cloned().collect::<Vec<_>>().join(",")
         );
     }
-    Ok((v, nodes))
+    Ok(g)
 }
 
 pub async fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<()> {
@@ -151,9 +180,13 @@ pub async fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<()> {
             bail!("--nodes: '{n}' is not a node name");
         }
     }
-    let runs = load(&a).await?;
-    let (samples, nodes) = samples(&runs, &only)?;
-    let cal = calibrate::fit(&samples)?;
+    let Gathered {
+        samples,
+        nodes,
+        inputs,
+        ..
+    } = gather(&a, &only).await?;
+    let cal = calibrate::fit(samples)?;
     let measured: BTreeSet<&String> = nodes.values().flatten().collect();
     let platform_nodes = a
         .platform_nodes
@@ -167,16 +200,12 @@ pub async fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<()> {
     if cpu_ratio != 1.0 {
         params.insert("cpu_ratio".into(), cpu_ratio.to_string());
     }
-    let source = runs
-        .iter()
-        .map(|(n, _)| n.as_str())
-        .collect::<Vec<_>>()
-        .join(" ");
+    let source = inputs.join(" ");
     let doc = serde_json::json!({
         "params": params,
         "fits": cal.fits().collect::<Vec<_>>(),
         "nodes": measured,
-        "inputs": runs.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        "inputs": inputs,
     });
     if a.json {
         println!("{}", serde_json::to_string_pretty(&doc)?);

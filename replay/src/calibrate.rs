@@ -153,16 +153,61 @@ impl Calibration {
     }
 }
 
+/// Pair times gathered per link class and message size (as `f32`, the
+/// precision LinkTest stores), ready for [`fit`]. A 4,096-rank file adds 16.7 M
+/// times: 67 MB here.
+#[derive(Debug, Default, Clone)]
+pub struct Samples {
+    by: BTreeMap<(LinkClass, u64), Vec<f32>>,
+}
+
+impl Samples {
+    /// Adds one pair time; zero, negative and non-finite times are ignored
+    /// (LinkTest writes 0 for pairs it did not measure).
+    pub fn add(&mut self, class: LinkClass, bytes: u64, time_s: f64) {
+        if time_s.is_finite() && time_s > 0.0 {
+            self.by
+                .entry((class, bytes))
+                .or_default()
+                .push(time_s as f32);
+        }
+    }
+
+    /// The times of one class and size, to add many at once.
+    pub fn slot(&mut self, class: LinkClass, bytes: u64) -> &mut Vec<f32> {
+        self.by.entry((class, bytes)).or_default()
+    }
+
+    /// Pair times held.
+    pub fn len(&self) -> usize {
+        self.by.values().map(Vec::len).sum()
+    }
+
+    /// Whether no time is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl FromIterator<Sample> for Samples {
+    fn from_iter<I: IntoIterator<Item = Sample>>(it: I) -> Self {
+        let mut s = Samples::default();
+        for x in it {
+            s.add(x.class, x.bytes, x.time_s);
+        }
+        s
+    }
+}
+
 /// Fits both link classes from `samples`. A class needs two distinct message
 /// sizes (one size cannot separate latency from bandwidth); no class with
 /// enough data at all is an error that says what to measure.
-pub fn fit(samples: &[Sample]) -> Result<Calibration> {
-    let mut by: BTreeMap<(LinkClass, u64), Vec<f64>> = BTreeMap::new();
-    for s in samples {
-        if s.time_s.is_finite() && s.time_s > 0.0 {
-            by.entry((s.class, s.bytes)).or_default().push(s.time_s);
-        }
-    }
+pub fn fit(samples: Samples) -> Result<Calibration> {
+    let mut by = samples.by;
+    by.retain(|_, v| {
+        v.retain(|t| t.is_finite() && *t > 0.0);
+        !v.is_empty()
+    });
     let mut out = Calibration {
         intra: None,
         inter: None,
@@ -200,13 +245,16 @@ pub fn fit(samples: &[Sample]) -> Result<Calibration> {
     Ok(out)
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
+/// The median of a non-empty slice, by selection (O(n); the order is lost).
+fn median(v: &mut [f32]) -> f64 {
     let n = v.len();
+    let (lo, &mut hi, _) = v.select_nth_unstable_by(n / 2, f32::total_cmp);
     if n % 2 == 1 {
-        v[n / 2]
+        f64::from(hi)
     } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
+        // The lower middle is the largest of the lower half.
+        let lo = lo.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        (f64::from(lo) + f64::from(hi)) / 2.0
     }
 }
 
@@ -585,7 +633,7 @@ mod tests {
             &sizes,
             &[0.0, 0.002],
         ));
-        let c = fit(&s).unwrap();
+        let c = fit(s.iter().copied().collect()).unwrap();
         let inter = c.inter.as_ref().unwrap();
         assert!((inter.latency_s - 2e-6).abs() < 0.05e-6, "{inter:?}");
         assert!(
@@ -623,12 +671,12 @@ mod tests {
             &[32768, 262144, 1 << 20, 4 << 20],
             &[0.0],
         ));
-        let f = fit(&s).unwrap().inter.unwrap();
+        let f = fit(s.iter().copied().collect()).unwrap().inter.unwrap();
         assert_eq!(f.eager_limit, Some(32768), "{f:?}");
         assert!((f.latency_s - 1e-6).abs() < 0.01e-6, "{f:?}");
         assert!((f.bandwidth_mb_s - 10000.0).abs() < 10.0, "{f:?}");
         assert_eq!(
-            fit(&s)
+            fit(s.iter().copied().collect())
                 .unwrap()
                 .params()
                 .get("eager_limit")
@@ -640,7 +688,7 @@ mod tests {
     #[test]
     fn one_size_or_no_growth_is_refused_with_what_to_measure() {
         let s = samples(LinkClass::Inter, 1e-6, 5000.0, &[1024], &[0.0, 0.1]);
-        let e = fit(&s).unwrap_err().to_string();
+        let e = fit(s.iter().copied().collect()).unwrap_err().to_string();
         assert!(e.contains("one message size only (1024 bytes)"), "{e}");
         let flat: Vec<Sample> = [8u64, 1 << 20]
             .iter()
@@ -650,9 +698,9 @@ mod tests {
                 time_s: 1e-6,
             })
             .collect();
-        let e = fit(&flat).unwrap_err().to_string();
+        let e = fit(flat.iter().copied().collect()).unwrap_err().to_string();
         assert!(e.contains("do not grow"), "{e}");
-        assert!(fit(&[]).is_err());
+        assert!(fit(Samples::default()).is_err());
         // NaN and negative times are ignored, not fitted.
         let mut s = samples(LinkClass::Inter, 1e-6, 5000.0, &[8, 1 << 20], &[0.0]);
         s.push(Sample {
@@ -660,7 +708,14 @@ mod tests {
             bytes: 8,
             time_s: f64::NAN,
         });
-        assert_eq!(fit(&s).unwrap().inter.unwrap().samples, 2);
+        assert_eq!(
+            fit(s.iter().copied().collect())
+                .unwrap()
+                .inter
+                .unwrap()
+                .samples,
+            2
+        );
     }
 
     #[test]
@@ -668,7 +723,7 @@ mod tests {
         let s = samples(LinkClass::Inter, 2e-6, 12000.0, &[8, 1 << 20], &[0.0]);
         let mut s2 = samples(LinkClass::Intra, 0.5e-6, 30000.0, &[8, 1 << 20], &[0.0]);
         s2.extend(s);
-        let c = fit(&s2).unwrap();
+        let c = fit(s2.iter().copied().collect()).unwrap();
         let text = dimemas_cfg(&c, 4, 2, 0.5);
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("cal.cfg");
@@ -705,7 +760,7 @@ mod tests {
             &[8, 1 << 20],
             &[0.0],
         ));
-        let c = fit(&s).unwrap();
+        let c = fit(s.iter().copied().collect()).unwrap();
         let text = bandela_input(&c, 2, 4);
         let i =
             benchlake_formats::bandela::BandelaInput::parse(std::path::Path::new("cal.in"), &text)
