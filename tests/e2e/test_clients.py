@@ -282,7 +282,9 @@ token = "u-secret-0123456789abcdef"
     out = show.stdout
     assert f"# benchlake coordinator: effective configuration (file {cfg})" in out, out
     assert f'listen = "127.0.0.1:{port}"  # file' in out, out
-    assert 'user_tokens = "***"  # file' in out and "secret" not in out.replace("s3_secret", ""), out
+    # No value of the file's secret; the word itself only in flag names.
+    names = out.replace("s3_secret", "").replace("webhook_secret_file", "").replace("WEBHOOK_SECRET_FILES", "")
+    assert 'user_tokens = "***"  # file' in out and "secret" not in names, out
     assert "tick_ms = 250  # environment" in out, out
     assert "lease_timeout_ms = 30000  # default" in out, out
     # A typo is an error naming the file and the key.
