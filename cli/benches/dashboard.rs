@@ -7,6 +7,12 @@
 //! loopback; each page is fetched BENCH_REPEAT (9) times over HTTP/1.1 after
 //! one warm-up, and the median and maximum wall times are printed with the
 //! body size. Target (issue 15): `/` and `/runs` at most 300 ms each.
+//!
+//! Then a LinkTest run of BENCH_LT_RANKS (4,096; 0 skips it) synthetic ranks
+//! (`probe linktest`'s generator, 48 ranks per host) committed to the lake
+//! and recorded in the state store: its page's first request (the view
+//! derived from 16.8 M pair rows and cached), the page again, the matrix
+//! image and the hover's pair lookup.
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -178,6 +184,12 @@ async fn bench() {
         })
         .expect("fill");
     let lake = Lake::open(&cfg.store).expect("lake");
+    let lt_ranks = env("BENCH_LT_RANKS", 4096) as usize;
+    let lt_run = if lt_ranks >= 2 {
+        Some(linktest_run(&store, &lake, lt_ranks, now).await)
+    } else {
+        None
+    };
     let coord =
         Coordinator::new(store, lake, Arc::new(SystemClock), cfg.clone()).expect("coordinator");
     for (k, (id, node)) in finished.iter().enumerate() {
@@ -243,22 +255,109 @@ async fn bench() {
     );
     for p in &pages {
         let _ = get(&addr, p).await;
-        let mut times = Vec::new();
-        let (mut size, mut status) = (0, 0);
-        for _ in 0..repeat {
-            let (dt, n, st) = get(&addr, p).await;
-            times.push(dt.as_secs_f64() * 1e3);
-            size = n;
-            status = st;
-        }
-        times.sort_by(|a, b| a.total_cmp(b));
-        let shown: String = p.chars().take(44).collect();
-        println!(
-            "{shown:<44} {:>10.1} {:>10.1} {:>10} {:>6}",
-            times[times.len() / 2],
-            times[times.len() - 1],
-            size,
-            status
-        );
+        page_times(&addr, p, repeat).await;
     }
+    if let Some(id) = lt_run {
+        let page = format!("/runs/{id}/linktest");
+        let (dt, n, st) = get(&addr, &page).await;
+        println!(
+            "{:<44} {:>10.1} {:>10} {:>10} {:>6}",
+            format!("{page} (first: derive + cache)")
+                .chars()
+                .take(44)
+                .collect::<String>(),
+            dt.as_secs_f64() * 1e3,
+            "",
+            n,
+            st
+        );
+        for p in [
+            page.clone(),
+            format!("{page}/matrix.png"),
+            format!("/api/runs/{id}/linktest/pair?from=1&to={}", lt_ranks - 1),
+        ] {
+            page_times(&addr, &p, repeat).await;
+        }
+    }
+}
+
+/// Fetches `p` `repeat` times and prints the median and maximum.
+async fn page_times(addr: &str, p: &str, repeat: usize) {
+    let mut times = Vec::new();
+    let (mut size, mut status) = (0, 0);
+    for _ in 0..repeat {
+        let (dt, n, st) = get(addr, p).await;
+        times.push(dt.as_secs_f64() * 1e3);
+        size = n;
+        status = st;
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    let shown: String = p.chars().take(44).collect();
+    println!(
+        "{shown:<44} {:>10.1} {:>10.1} {:>10} {:>6}",
+        times[times.len() / 2],
+        times[times.len() - 1],
+        size,
+        status
+    );
+}
+
+/// A LinkTest run of `ranks` synthetic ranks: its tables written to `lake`
+/// and recorded as committed in `store`, as a worker's ingest leaves them.
+async fn linktest_run(store: &Arc<dyn StateStore>, lake: &Lake, ranks: usize, now: i64) -> String {
+    let t0 = Instant::now();
+    let id = ulid::Ulid::new().to_string();
+    let job = ulid::Ulid::new().to_string();
+    let run = benchlake_formats::linktest::synth::synthetic_run(ranks, 48, 7);
+    let source = format!("raw/{id}/{job}/pingpong_results_bin.sion");
+    let outputs =
+        benchlake_formats::linktest::into_run_tables(run, &id, &source).expect("linktest tables");
+    let mut r = RunRow::new(
+        id.clone(),
+        spec("netprobe"),
+        "netprobe",
+        Origin::default(),
+        now,
+    );
+    r.state = RunState::Succeeded;
+    r.started_at_ms = Some(now);
+    r.finished_at_ms = Some(now + 60_000);
+    let keys = lake
+        .write_final(&outputs, &r.date, &id, &job)
+        .await
+        .expect("write linktest tables");
+    let mut files = Vec::new();
+    for (o, key) in outputs.iter().zip(&keys) {
+        let bytes = lake.size(key).await.expect("size").unwrap_or(0);
+        files.push(CommittedFile {
+            key: key.clone(),
+            table: o.table.clone(),
+            run_id: id.clone(),
+            job_id: job.clone(),
+            date: r.date.clone(),
+            rows: o.rows() as u64,
+            bytes,
+            committed_ms: now,
+        });
+    }
+    store
+        .transact(|tx| {
+            tx.insert_run(&r)?;
+            for f in &files {
+                tx.upsert_committed(f)?;
+            }
+            Ok(())
+        })
+        .expect("record the linktest run");
+    println!(
+        "linktest run {id}: {ranks} ranks, {} pair rows, {} MB of Parquet, written in {:.1} s",
+        outputs
+            .iter()
+            .filter(|o| o.table == "linktest_timings")
+            .map(|o| o.rows())
+            .sum::<usize>(),
+        files.iter().map(|f| f.bytes).sum::<u64>() / 1_000_000,
+        t0.elapsed().as_secs_f64()
+    );
+    id
 }
