@@ -229,6 +229,67 @@ struct Query {
     perm: usize,
     from: Option<usize>,
     to: Option<usize>,
+    /// Zoom window: first row, first column, ranks a side.
+    r0: Option<usize>,
+    c0: Option<usize>,
+    span: Option<usize>,
+}
+
+/// The part of the matrix drawn: ranks `r0..r0+span` × `c0..c0+span`, at
+/// `bin` ranks a pixel on `side` pixels.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Window {
+    pub r0: usize,
+    pub c0: usize,
+    pub span: usize,
+    pub bin: usize,
+    pub side: usize,
+}
+
+impl Window {
+    /// The window of a query over `n` ranks (clamped into the matrix; the
+    /// whole matrix by default).
+    fn of(q: &Query, n: usize) -> Self {
+        let n = n.max(1);
+        let span = q.span.unwrap_or(n).clamp(1, n);
+        let bin = span.div_ceil(MATRIX_PX).max(1);
+        Self {
+            r0: q.r0.unwrap_or(0).min(n - span),
+            c0: q.c0.unwrap_or(0).min(n - span),
+            span,
+            bin,
+            side: span.div_ceil(bin),
+        }
+    }
+
+    /// Whether this is the whole matrix of `n` ranks.
+    fn whole(&self, n: usize) -> bool {
+        self.r0 == 0 && self.c0 == 0 && self.span >= n
+    }
+
+    /// `&r0=…&c0=…&span=…`, empty for the whole matrix.
+    fn query(&self, n: usize) -> String {
+        if self.whole(n) {
+            String::new()
+        } else {
+            format!("&r0={}&c0={}&span={}", self.r0, self.c0, self.span)
+        }
+    }
+}
+
+/// The window's cells (`side`², row-major): the slowest pair of each
+/// `bin`×`bin` block, NaN where nothing was measured.
+pub fn window_cells(v: &LinkTestView, w: &Window) -> Vec<f64> {
+    let mut m = vec![f64::NAN; w.side * w.side];
+    for i in 0..w.span {
+        for j in 0..w.span {
+            if let Some(t) = v.time(w.r0 + i, w.c0 + j) {
+                let c = &mut m[(i / w.bin) * w.side + j / w.bin];
+                *c = if c.is_nan() { t } else { c.max(t) };
+            }
+        }
+    }
+    m
 }
 
 impl Query {
@@ -256,6 +317,9 @@ impl Query {
             perm: num("perm")?.unwrap_or(0),
             from: num("from")?,
             to: num("to")?,
+            r0: num("r0")?,
+            c0: num("c0")?,
+            span: num("span")?.map(|x| x.max(2)),
         })
     }
 
@@ -345,16 +409,34 @@ pub async fn matrix_png(
     uri: Uri,
     Path(id): Path<String>,
 ) -> Response {
-    match view(&h, &headers, &uri, &id, true).await {
-        Ok((v, _, _)) => (
+    let (v, _, q) = match view(&h, &headers, &uri, &id, true).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let w = Window::of(&q, v.n);
+    let png = if w.whole(v.n) {
+        Ok(v.png.clone())
+    } else {
+        // A zoomed window (at most 640² pixels): drawn per request, off the runtime.
+        tokio::task::spawn_blocking(move || {
+            report::matrix_png(w.side, &window_cells(&v, &w), Scale::of(&v.summary))
+                .map(bytes::Bytes::from)
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r)
+    };
+    match png {
+        Ok(png) => (
             [
                 (header::CONTENT_TYPE, "image/png"),
                 (header::CACHE_CONTROL, "private, max-age=60"),
             ],
-            v.png.clone(),
+            png,
         )
             .into_response(),
-        Err(r) => r,
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e).into_response(),
     }
 }
 
@@ -393,7 +475,10 @@ pub async fn pair_json(
             serde_json::json!({"error": format!("from, to: ranks are 0..{}", v.n)}),
         );
     }
-    json(StatusCode::OK, pair_value(&v, from, to))
+    json(
+        StatusCode::OK,
+        pair_value(&v, from, to, &Window::of(&q, v.n)),
+    )
 }
 
 /// The JSON of pair (from, to): its time, bandwidth, hosts, retest, and
@@ -401,12 +486,13 @@ pub async fn pair_json(
 /// [`MATRIX_PX`]), the pair is the slowest of the block (the pixel) holding
 /// (from, to), which is what coloured that pixel, and `block` gives the
 /// block's rank ranges.
-pub fn pair_value(v: &LinkTestView, from: usize, to: usize) -> serde_json::Value {
-    let bin = v.summary.matrix.1.max(1);
+pub fn pair_value(v: &LinkTestView, from: usize, to: usize, w: &Window) -> serde_json::Value {
+    let bin = w.bin;
     let mut block = serde_json::Value::Null;
     let mut prefix = String::new();
     let (from, to) = if bin > 1 {
-        let (bi, bj) = (from / bin * bin, to / bin * bin);
+        let bi = w.r0 + from.saturating_sub(w.r0) / bin * bin;
+        let bj = w.c0 + to.saturating_sub(w.c0) / bin * bin;
         let (ei, ej) = ((bi + bin).min(v.n), (bj + bin).min(v.n));
         let mut best: Option<(f64, usize, usize)> = None;
         for i in bi..ei {
@@ -562,21 +648,25 @@ fn render(v: &LinkTestView, id: &str, q: &Query, checks: &[crate::verdicts::Chec
     b.push_str("</tbody></table></section>");
 
     // Matrix.
+    let win = Window::of(q, v.n);
     let api = format!(
-        "/api/runs/{}/linktest/pair?{}",
+        "/api/runs/{}/linktest/pair?{}{}",
         id,
-        q.link(&v.source, v.permutation)
+        q.link(&v.source, v.permutation),
+        win.query(v.n)
     );
     let img = format!(
-        "/runs/{}/linktest/matrix.png?{}",
+        "/runs/{}/linktest/matrix.png?{}{}",
         id,
-        q.link(&v.source, v.permutation)
+        q.link(&v.source, v.permutation),
+        win.query(v.n)
     );
-    let (side, bin, _) = s.matrix;
+    let zoom = format!("/runs/{}/linktest?{}", id, q.link(&v.source, v.permutation));
+    let (side, bin) = (win.side, win.bin);
     let _ = write!(
         b,
         "<section><h2>Pair matrix</h2><p class=\"muted\">Rows: the initiating rank (from), columns: its partner (to); colour: time of the pair ({}, fastest dark, slowest yellow, grey: not measured; red rings: the five slowest pairs of the list below). {}Point at a cell for its values.</p>\
-         <div class=\"lt-wrap\"><div>{}</div><div class=\"lt-side\"><p class=\"lt-hover\" id=\"lt-hover\">Point at the matrix.</p></div></div></section>",
+         {}<div class=\"lt-wrap\"><div>{}</div><div class=\"lt-side\"><p class=\"lt-hover\" id=\"lt-hover\">Point at the matrix.</p></div></div></section>",
         if s.log_scale {
             "logarithmic scale"
         } else {
@@ -584,13 +674,25 @@ fn render(v: &LinkTestView, id: &str, q: &Query, checks: &[crate::verdicts::Chec
         },
         if bin > 1 {
             format!(
-                "{} ranks: each pixel is the slowest pair of a block of {bin}×{bin} ranks ({side}×{side} pixels). ",
-                rfmt::int(v.n as u64)
+                "{} ranks: each pixel is the slowest pair of a block of {bin}×{bin} ranks ({side}×{side} pixels); click to zoom in. ",
+                rfmt::int(win.span as u64)
             )
         } else {
             String::new()
         },
-        matrix_svg(v, &img, &api)
+        if win.whole(v.n) {
+            String::new()
+        } else {
+            format!(
+                "<p id=\"lt-zoom\">Zoomed: rows (from) {}–{}, columns (to) {}–{} · <a href=\"{}\">whole matrix</a></p>",
+                win.r0,
+                win.r0 + win.span - 1,
+                win.c0,
+                win.c0 + win.span - 1,
+                esc(&zoom)
+            )
+        },
+        matrix_svg(v, &img, &api, &win, &zoom)
     );
 
     // Histogram.
@@ -718,12 +820,18 @@ fn short(s: &str, max: usize) -> String {
 
 /// The matrix figure: the image, rank ticks on top and left, host labels at
 /// the left, host boundaries, the colour legend.
-fn matrix_svg(v: &LinkTestView, img: &str, api: &str) -> String {
+fn matrix_svg(v: &LinkTestView, img: &str, api: &str, win: &Window, zoom: &str) -> String {
     let s = &v.summary;
-    let n = v.n.max(1);
+    let n = win.span.max(1);
+    let (r0, c0) = (win.r0, win.c0);
+    // Zooming in: a window of an eighth of this one, at least 32 ranks.
+    let zspan = (n / 8).max(32).min(v.n);
     let (l, t) = (170.0, 34.0);
     let (w, hgt) = (l + MS + 110.0, t + MS + 16.0);
-    let pos = |r: f64| r / n as f64 * MS;
+    // Position of a row (rank r, absolute) and of a column along the axes.
+    let pos = |r: f64| (r - r0 as f64) / n as f64 * MS;
+    let cpos = |c: f64| (c - c0 as f64) / n as f64 * MS;
+    let inside = |r: usize, c: usize| r >= r0 && r < r0 + n && c >= c0 && c < c0 + n;
     let mut o = String::with_capacity(16 * 1024);
     let _ = write!(
         o,
@@ -731,36 +839,60 @@ fn matrix_svg(v: &LinkTestView, img: &str, api: &str) -> String {
          <text x=\"{}\" y=\"11\" class=\"ax\" text-anchor=\"middle\">to rank</text>\
          <text x=\"12\" y=\"{}\" class=\"ax\" text-anchor=\"middle\" transform=\"rotate(-90 12 {})\">from rank (host)</text>\
          <rect x=\"{l}\" y=\"{t}\" width=\"{MS}\" height=\"{MS}\" fill=\"#eeeeee\"/>\
-         <image id=\"lt-matrix\" href=\"{}\" x=\"{l}\" y=\"{t}\" width=\"{MS}\" height=\"{MS}\" preserveAspectRatio=\"none\" data-n=\"{n}\" data-bin=\"{}\" data-side=\"{}\" data-api=\"{}\"/>",
+         <image id=\"lt-matrix\" href=\"{}\" x=\"{l}\" y=\"{t}\" width=\"{MS}\" height=\"{MS}\" preserveAspectRatio=\"none\" data-n=\"{n}\" data-r0=\"{r0}\" data-c0=\"{c0}\" data-total=\"{}\" data-bin=\"{}\" data-side=\"{}\" data-api=\"{}\"{}/>",
         l + MS / 2.0,
         t + MS / 2.0,
         t + MS / 2.0,
         esc(img),
-        s.matrix.1.max(1),
-        s.matrix.0.max(1),
-        esc(api)
+        v.n,
+        win.bin,
+        win.side,
+        esc(api),
+        if win.bin > 1 {
+            format!(" data-zoom=\"{}\" data-zspan=\"{zspan}\"", esc(zoom))
+        } else {
+            String::new()
+        }
     );
     // Host boundaries (when they stay apart).
     let bounds = &s.host_boundaries;
-    if bounds.len() > 1 && MS / bounds.len() as f64 >= 3.0 {
-        let class = if bounds.len() > 32 { "hb many" } else { "hb" };
+    let shown = bounds
+        .iter()
+        .skip(1)
+        .filter(|(r, _)| (*r > r0 && *r < r0 + n) || (*r > c0 && *r < c0 + n))
+        .count();
+    if shown > 0 && MS / shown as f64 >= 3.0 {
+        let class = if shown > 32 { "hb many" } else { "hb" };
         for (r, _) in bounds.iter().skip(1) {
-            let x = l + pos(*r as f64);
-            let y = t + pos(*r as f64);
-            let _ = write!(
-                o,
-                "<line x1=\"{x:.1}\" y1=\"{t}\" x2=\"{x:.1}\" y2=\"{}\" class=\"{class}\"/><line x1=\"{l}\" y1=\"{y:.1}\" x2=\"{}\" y2=\"{y:.1}\" class=\"{class}\"/>",
-                t + MS,
-                l + MS
-            );
+            if *r > c0 && *r < c0 + n {
+                let x = l + cpos(*r as f64);
+                let _ = write!(
+                    o,
+                    "<line x1=\"{x:.1}\" y1=\"{t}\" x2=\"{x:.1}\" y2=\"{}\" class=\"{class}\"/>",
+                    t + MS
+                );
+            }
+            if *r > r0 && *r < r0 + n {
+                let y = t + pos(*r as f64);
+                let _ = write!(
+                    o,
+                    "<line x1=\"{l}\" y1=\"{y:.1}\" x2=\"{}\" y2=\"{y:.1}\" class=\"{class}\"/>",
+                    l + MS
+                );
+            }
         }
     }
     // Rings around the five slowest pairs (a single slow pixel is easy to miss).
-    for p in s.slowest.iter().take(5) {
+    for p in s
+        .slowest
+        .iter()
+        .take(5)
+        .filter(|p| inside(p.from_rank, p.to_rank))
+    {
         let _ = write!(
             o,
             "<circle class=\"slowmark\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"6\"/>",
-            l + pos(p.to_rank as f64 + 0.5),
+            l + cpos(p.to_rank as f64 + 0.5),
             t + pos(p.from_rank as f64 + 0.5)
         );
     }
@@ -770,28 +902,40 @@ fn matrix_svg(v: &LinkTestView, img: &str, api: &str) -> String {
     );
     // Rank ticks.
     let step = nice_step(n, 10);
-    let mut r = 0;
-    while r < n {
-        let c = pos(r as f64 + 0.5);
-        let _ = write!(
-            o,
-            "<line x1=\"{x:.1}\" y1=\"{}\" x2=\"{x:.1}\" y2=\"{t}\" class=\"tick\"/><text x=\"{x:.1}\" y=\"{}\" class=\"tk\" text-anchor=\"middle\">{r}</text>\
-             <line x1=\"{}\" y1=\"{y:.1}\" x2=\"{l}\" y2=\"{y:.1}\" class=\"tick\"/><text x=\"{}\" y=\"{:.1}\" class=\"tk\" text-anchor=\"end\">{r}</text>",
-            t - 4.0,
-            t - 7.0,
-            l - 4.0,
-            l - 6.0,
-            t + c + 3.5,
-            x = l + c,
-            y = t + c,
-        );
-        r += step;
+    for k in 0..=n / step {
+        // Columns from c0, rows from r0, each at the multiples of the step.
+        let c = c0.div_ceil(step) * step + k * step;
+        if c < c0 + n {
+            let x = l + cpos(c as f64 + 0.5);
+            let _ = write!(
+                o,
+                "<line x1=\"{x:.1}\" y1=\"{}\" x2=\"{x:.1}\" y2=\"{t}\" class=\"tick\"/><text x=\"{x:.1}\" y=\"{}\" class=\"tk\" text-anchor=\"middle\">{c}</text>",
+                t - 4.0,
+                t - 7.0,
+            );
+        }
+        let r = r0.div_ceil(step) * step + k * step;
+        if r < r0 + n {
+            let y = t + pos(r as f64 + 0.5);
+            let _ = write!(
+                o,
+                "<line x1=\"{}\" y1=\"{y:.1}\" x2=\"{l}\" y2=\"{y:.1}\" class=\"tick\"/><text x=\"{}\" y=\"{:.1}\" class=\"tk\" text-anchor=\"end\">{r}</text>",
+                l - 4.0,
+                l - 6.0,
+                y + 3.5,
+            );
+        }
     }
     // Host labels, thinned so that they never overlap (12 px apart).
     let mut last = f64::NEG_INFINITY;
     for (k, (start, host)) in bounds.iter().enumerate() {
-        let end = bounds.get(k + 1).map(|x| x.0).unwrap_or(n);
-        let y = t + pos((*start + end) as f64 / 2.0);
+        let end = bounds.get(k + 1).map(|x| x.0).unwrap_or(v.n);
+        // The part of the host's block inside the window's rows.
+        let (a, z) = ((*start).max(r0), end.min(r0 + n));
+        if a >= z {
+            continue;
+        }
+        let y = t + pos((a + z) as f64 / 2.0);
         if y - last < 12.0 {
             continue;
         }
@@ -1069,7 +1213,8 @@ mod tests {
         let v = view_of_np16(|r| format!("n{}<x>", r / 8));
         assert_eq!(report::png_size(&v.png).unwrap(), (16, 16));
         // The slowest pair of the real file: 9 → 12, 5.01 ms, retested at 32.2 µs.
-        let j = pair_value(&v, 9, 12);
+        let whole = Window::of(&Query::default(), v.n);
+        let j = pair_value(&v, 9, 12, &whole);
         assert_eq!(
             j["time_s"].as_f64().unwrap(),
             "0.0050112479366362095".parse::<f64>().unwrap()
@@ -1079,7 +1224,10 @@ mod tests {
             j["text"],
             "from rank 9 (n1<x>) → to rank 12 (n1<x>): 5.01 ms (817 kB/s); serial retest 32.2 µs"
         );
-        assert_eq!(pair_value(&v, 3, 3)["time_s"], serde_json::Value::Null);
+        assert_eq!(
+            pair_value(&v, 3, 3, &whole)["time_s"],
+            serde_json::Value::Null
+        );
         assert!(v.time(16, 0).is_none() && v.time(0, 16).is_none());
 
         let page = render(&v, "01JD3Q6Z5YV9C2M4T8N0R7K1PX", &Query::default(), &[]);
@@ -1118,7 +1266,9 @@ mod tests {
         v.summary.matrix = (434, 3, Vec::new());
         v.retests = [((1, 1299), 4.2e-6)].into_iter().collect();
         // Anywhere in the pixel of ranks 0–2 × 1299: the slow pair 1 → 1299.
-        let j = pair_value(&v, 0, 1299);
+        let whole = Window::of(&Query::default(), n);
+        assert_eq!((whole.bin, whole.side), (3, 434));
+        let j = pair_value(&v, 0, 1299, &whole);
         assert_eq!(
             (j["from"].as_u64(), j["to"].as_u64()),
             (Some(1), Some(1299))
@@ -1129,9 +1279,42 @@ mod tests {
             j["text"],
             "ranks 0–2 → 1299–1299, slowest: from rank 1 (h) → to rank 1299 (h): 300 µs (13.7 MB/s); serial retest 4.20 µs"
         );
-        let j = pair_value(&v, 4, 7);
+        let j = pair_value(&v, 4, 7, &whole);
         assert_eq!(j["block"]["from"], serde_json::json!([3, 5]));
         assert_eq!(j["time_s"].as_f64(), Some(f64::from(1e-6f32)));
+        // Zoomed to 20 ranks at the top right: one pixel per pair, the slow pair at (1, 19).
+        let q = Query::parse("r0=0&c0=1290&span=20").unwrap();
+        let w = Window::of(&q, n);
+        assert_eq!((w.r0, w.c0, w.span, w.bin, w.side), (0, 1280, 20, 1, 20));
+        let cells = window_cells(&v, &w);
+        assert_eq!(cells[20 + 19], f64::from(3e-4f32));
+        assert_eq!(cells[0], f64::from(1e-6f32));
+        assert_eq!(
+            pair_value(&v, 1, 1299, &w)["block"],
+            serde_json::Value::Null
+        );
+        assert_eq!(w.query(n), "&r0=0&c0=1280&span=20");
+        assert_eq!(whole.query(n), "");
+        let svg = matrix_svg(&v, "/m.png", "/api", &w, "/z");
+        assert!(svg.contains(
+            "data-r0=\"0\" data-c0=\"1280\" data-total=\"1300\" data-bin=\"1\" data-side=\"20\""
+        ));
+        // The ring of the slow pair (the first of the list) sits in its cell.
+        v.summary.slowest = vec![report::SlowPair {
+            from_rank: 1,
+            to_rank: 1299,
+            from_host: "h".into(),
+            to_host: "h".into(),
+            time_s: 3e-4,
+            retest_time_s: Some(4.2e-6),
+        }];
+        let svg = matrix_svg(&v, "/m.png", "/api", &w, "/z");
+        assert!(
+            svg.contains("<circle class=\"slowmark\" cx=\"794.0\" cy=\"82.0\""),
+            "{svg}"
+        );
+        // Ticks at the window's own ranks.
+        assert!(svg.contains(">1280</text>") && svg.contains(">1298</text>"));
     }
 
     #[test]
@@ -1142,7 +1325,8 @@ mod tests {
                 source: Some("raw/a.sion".into()),
                 perm: 1,
                 from: Some(3),
-                to: Some(4)
+                to: Some(4),
+                ..Default::default()
             }
         );
         assert!(Query::parse("perm=-1").is_err());

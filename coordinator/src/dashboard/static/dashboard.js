@@ -43,6 +43,13 @@
     // of its block): the pointer picks a pixel, the server names its pair.
     var bin = Math.max(1, parseInt(matrix.getAttribute("data-bin") || "1", 10));
     var side = Math.max(1, parseInt(matrix.getAttribute("data-side") || String(n), 10));
+    // A zoomed window starts at rank r0 (rows) and c0 (columns) of `total`.
+    var r0 = parseInt(matrix.getAttribute("data-r0") || "0", 10);
+    var c0 = parseInt(matrix.getAttribute("data-c0") || "0", 10);
+    var total = parseInt(matrix.getAttribute("data-total") || String(n), 10);
+    var zoom = matrix.getAttribute("data-zoom");
+    var zspan = parseInt(matrix.getAttribute("data-zspan") || "0", 10);
+    var at = null;
     var api = matrix.getAttribute("data-api");
     var last = "";
     var timer = null;
@@ -54,7 +61,8 @@
       var key = py + "," + px;
       if (key === last) { return; }
       last = key;
-      var from = Math.min(n - 1, py * bin), to = Math.min(n - 1, px * bin);
+      var from = r0 + Math.min(n - 1, py * bin), to = c0 + Math.min(n - 1, px * bin);
+      at = [from + Math.floor(bin / 2), to + Math.floor(bin / 2)];
       var cursor = document.getElementById("lt-cursor");
       if (cursor) {
         // The pixel in the SVG's units, at least 4 units wide to stay visible.
@@ -82,6 +90,15 @@
           .catch(function (e) { hover.textContent = "no value (" + e.message + ")"; });
       }, 40);
     });
+    // A click on a binned matrix zooms into a window around the pixel.
+    if (zoom && zspan > 0) {
+      matrix.addEventListener("click", function () {
+        if (!at) { return; }
+        var clamp = function (v) { return Math.max(0, Math.min(total - zspan, v)); };
+        window.location.href = zoom + "&r0=" + clamp(at[0] - Math.floor(zspan / 2)) +
+          "&c0=" + clamp(at[1] - Math.floor(zspan / 2)) + "&span=" + zspan;
+      });
+    }
   }
   var refresh = parseInt(body.getAttribute("data-refresh") || "0", 10);
   if (refresh > 0) {
