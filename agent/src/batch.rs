@@ -359,6 +359,7 @@ pub async fn submit(cfg: &AgentConfig, s: &Submission<'_>) -> Result<u64, String
         .flatten();
     let Some(id) = id else {
         let _ = book.remove(&s.t.task_id);
+        crate::health::metrics().slurm_jobs.inc(&["REFUSED"]);
         let err = String::from_utf8_lossy(&out.stderr);
         let said: Vec<&str> = err
             .lines()
@@ -519,6 +520,9 @@ pub async fn abandon(cfg: &AgentConfig, e: &Entry) {
         Some(j) => Some(j),
         None => find_job(&tools, &env, &e.task_id).await.ok().flatten(),
     };
+    if job.is_some() {
+        crate::health::metrics().slurm_jobs.inc(&["SCANCELLED"]);
+    }
     if let Some(job) = job
         && let Some(s) = cancel(&tools, &env, job).await
     {
@@ -593,8 +597,12 @@ pub async fn follow(
                     s.nodes = l.nodes.clone();
                 }
                 match s.phase() {
-                    JobPhase::Completed => return Some(ended(&s, String::new(), false)),
+                    JobPhase::Completed => {
+                        crate::health::metrics().slurm_jobs.inc(&[&s.state]);
+                        return Some(ended(&s, String::new(), false));
+                    }
                     JobPhase::Ended => {
+                        crate::health::metrics().slurm_jobs.inc(&[&s.state]);
                         let why = s.describe(job);
                         return Some(ended(&s, why, false));
                     }
@@ -663,6 +671,7 @@ async fn cancel_job(
     job: u64,
     last: Option<&JobStatus>,
 ) -> JobStatus {
+    crate::health::metrics().slurm_jobs.inc(&["SCANCELLED"]);
     match cancel(tools, env, job).await {
         Some(s) => s,
         None => last.cloned().unwrap_or_default(),

@@ -24,6 +24,11 @@ pub struct AgentMetrics {
     pub tasks: CounterVec,
     /// Tasks running now.
     pub running: AtomicI64,
+    /// Slurm batch jobs by how they ended (Slurm's final state, `REFUSED`
+    /// by sbatch, `SCANCELLED` by the agent; docs/slurm.md).
+    pub slurm_jobs: CounterVec,
+    /// Slurm batch jobs followed again after an agent restart.
+    pub slurm_reattached: AtomicI64,
     /// Registered with the coordinator.
     pub registered: AtomicBool,
     /// The coordinator asked this agent to drain.
@@ -147,6 +152,18 @@ impl Probe for AgentProbe {
             "Tasks handled by benchmark and outcome (succeeded, failed, abandoned, unreported).",
             &["benchmark", "outcome"],
             &m.tasks,
+        );
+        e.counter_vec(
+            "benchlake_agent_slurm_jobs_total",
+            "Slurm batch jobs by how they ended: Slurm's state (COMPLETED, FAILED, TIMEOUT, NODE_FAIL, ...), REFUSED by sbatch, SCANCELLED by the agent.",
+            &["state"],
+            &m.slurm_jobs,
+        );
+        e.single(
+            "benchlake_agent_slurm_reattached_total",
+            "Slurm batch jobs followed again after an agent restart.",
+            Kind::Counter,
+            m.slurm_reattached.load(Ordering::Relaxed) as f64,
         );
         e.single(
             "benchlake_agent_tasks_running",

@@ -528,6 +528,9 @@ async fn execute_batch(
     let tools = batch::SlurmTools::new(&cfg.sbatch);
     let (job, deadline_ms) = match resume {
         Some(e) => {
+            crate::health::metrics()
+                .slurm_reattached
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let job = match e.job_id {
                 Some(j) => Some(j),
                 None => batch::find_job(&tools, &env, &t.task_id).await.unwrap_or_else(|err| {

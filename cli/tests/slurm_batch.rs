@@ -427,8 +427,19 @@ required = true
 
 /// A `benchlake agent` process of `c`, as the login node.
 fn agent_process(c: &Cluster, sl: &SlurmCluster, dir: &Path) -> std::process::Child {
+    agent_process_with(c, sl, dir, &[])
+}
+
+/// [`agent_process`] with more arguments.
+fn agent_process_with(
+    c: &Cluster,
+    sl: &SlurmCluster,
+    dir: &Path,
+    more: &[&str],
+) -> std::process::Child {
     std::process::Command::new(bin())
         .args(["agent", "--coordinator", &c.addr, "--name", "login"])
+        .args(more)
         .arg("--work-dir")
         .arg(dir.join("work"))
         .arg("--catalog")
@@ -476,9 +487,15 @@ async fn an_agent_killed_while_its_job_runs_re_attaches_and_the_run_succeeds() {
     );
     let book = std::fs::read_to_string(dir.path().join("work/slurm-jobs.json")).unwrap();
     assert!(book.contains(&d.tasks[0].task_id), "{book}");
-    let mut agent = agent_process(&c, &sl, dir.path());
+    let http = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let mut agent = agent_process_with(&c, &sl, dir.path(), &["--http-addr", &http]);
     let d = c.wait_settled(&run.run_id, 120).await;
     let log = std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
+    let metrics = http_get(&http, "/metrics");
     let _ = agent.kill();
     let _ = agent.wait();
     let t = &d.tasks[0];
@@ -489,6 +506,15 @@ async fn an_agent_killed_while_its_job_runs_re_attaches_and_the_run_succeeds() {
         t.error
     );
     assert_eq!(t.attempt, 1, "re-attached, not retried");
+    for line in [
+        "benchlake_agent_slurm_reattached_total 1",
+        "benchlake_agent_slurm_jobs_total{state=\"COMPLETED\"} 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "{line} in the agent's /metrics:\n{metrics}"
+        );
+    }
     assert_eq!(t.slurm_job_id, job, "the same Slurm job");
     assert!(log.contains("re-attaching"), "{log}");
     let mut hosts = BTreeSet::new();
@@ -508,6 +534,18 @@ async fn an_agent_killed_while_its_job_runs_re_attaches_and_the_run_succeeds() {
         "the book forgot the job: {book}"
     );
     assert_eq!(sl.queue(), "");
+}
+
+/// The body of `GET path` from `addr` (plain HTTP/1.0).
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or(out)
 }
 
 /// Submits `spec` once the agent process has registered.
