@@ -11,6 +11,7 @@ holding <script>) is shown as text and never runs; the security headers; a
 running run's page updates by itself. Screenshots of every page are kept in
 the test's tmp dir and copied to target/dashboard-screenshots/."""
 import getpass
+import math
 import os
 import re
 import shutil
@@ -705,3 +706,95 @@ def test_alltoallv_page(demo, browser):
     assert browser.page.request.get(f"{demo['base']}/runs/{rid}/alltoallv?direction=both").status == 400
     pio = lake_rows(demo, "SELECT run_id FROM read_parquet('LAKE/io_results/**/*.parquet', hive_partitioning=true) LIMIT 1")[0][0]
     assert browser.page.request.get(f"{demo['base']}/runs/{pio}/alltoallv").status == 404
+
+
+def test_linktest_at_4096_ranks(demo, browser, tmp_path):
+    """A 4,096-rank LinkTest file (the `probe linktest` generator, run as an
+    agent's benchmark, ingested by the cluster): the page shows the lake's
+    slowest pair; the matrix is 586 pixels a side of 7x7-rank blocks; the
+    hover names a block's slowest pair; a click zooms in, where the slow pair
+    is its own pixel and ringed."""
+    browser.ctx.clear_cookies()
+    browser.login(USER)
+    (tmp_path / "catalog.toml").write_text(
+        "[[benchmark]]\n"
+        'name = "lt4096"\n'
+        'kind = "netprobe"\n'
+        'description = "synthetic 4,096-rank LinkTest file"\n'
+        f'command = ["{BIN}", "probe", "linktest", "--ranks", "4096", "--ranks-per-host", "48", "--seed", "7", '
+        '"--out", "{out_dir}/pingpong_results_bin.sion"]\n'
+        "timeout_s = 600\n"
+        "[[benchmark.output]]\n"
+        'file = "pingpong_results_bin.sion"\n'
+        'format = "linktest"\n')
+    agent = subprocess.Popen(
+        [BIN, "agent", "--coordinator", demo["addr"], "--token", ADMIN, "--name", "big-node",
+         "--catalog", str(tmp_path / "catalog.toml"), "--work-dir", str(tmp_path / "work"),
+         "--poll-ms", "100", "--run-as", getpass.getuser()],
+        stdout=open(tmp_path / "agent.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        rid = None
+        while time.time() < deadline and rid is None:
+            r = subprocess.run([BIN, "run", "submit", "lt4096", "--agents", "big-node",
+                                "--coordinator", demo["addr"], "--token", USER],
+                               capture_output=True, text=True, timeout=60)
+            m = ULID.search(r.stdout + r.stderr) if r.returncode == 0 else None
+            rid = m.group(0) if m else None
+            if rid is None:
+                time.sleep(0.5)
+        assert rid, r.stderr
+        j = _wait_final(demo, browser, rid, timeout=300)
+        assert j["state"] == "SUCCEEDED", j
+    finally:
+        os.killpg(agent.pid, signal.SIGTERM)
+        agent.wait(timeout=20)
+    t = "read_parquet('LAKE/linktest_timings/**/*.parquet', hive_partitioning=true)"
+    f, to, slow = lake_rows(demo, f"SELECT from_rank, to_rank, time_s FROM {t} WHERE run_id = '{rid}' ORDER BY time_s DESC LIMIT 1")[0]
+
+    before = len(browser.errors)
+    browser.page.set_default_timeout(120_000)  # the first request derives the view (debug build: ~10 s)
+    browser.go(f"/runs/{rid}/linktest", shot="linktest-4096")
+    browser.page.set_default_timeout(30_000)
+    assert browser.page.inner_text("#lt-ranks") == "4,096"
+    assert float(browser.page.get_attribute("#lt-max", "data-value")) == slow
+    m = browser.page.locator("#lt-matrix")
+    n, bin_, side = (int(m.get_attribute(a)) for a in ("data-n", "data-bin", "data-side"))
+    assert (n, bin_, side) == (4096, 7, 586)
+    img = browser.page.request.get(f"{demo['base']}/runs/{rid}/linktest/matrix.png")
+    assert _png_size(img.body()) == (side, side)
+    m.scroll_into_view_if_needed()
+    box = m.bounding_box()
+
+    def hover(px, py):
+        # The pointer on image pixel (px, py): a pixel is about 1 CSS px here,
+        # and events carry whole CSS pixels, so take the first whole
+        # coordinate inside it.
+        def inside(start, size, k):
+            a, z = start + size * k / side, start + size * (k + 1) / side
+            c = math.ceil(a)
+            assert c < z, (a, z)
+            return c
+        browser.page.mouse.move(inside(box["x"], box["width"], px), inside(box["y"], box["height"], py))
+
+    # The pixel holding the slowest pair names it as its block's slowest.
+    hover(to // bin_, f // bin_)
+    browser.page.wait_for_selector(f"#lt-hover[data-pair='{f},{to}']", timeout=10_000)
+    assert "slowest: from rank" in browser.page.inner_text("#lt-hover")
+    # A click there zooms into a window holding the pair, one pixel per pair.
+    browser.page.click("#lt-matrix", position={"x": box["width"] * (to // bin_ + 0.5) / side,
+                                              "y": box["height"] * (f // bin_ + 0.5) / side})
+    browser.page.wait_for_selector("#lt-zoom")
+    m = browser.page.locator("#lt-matrix")
+    r0, c0, span, zbin = (int(m.get_attribute(a)) for a in ("data-r0", "data-c0", "data-n", "data-bin"))
+    assert zbin == 1 and span == 512 and r0 <= f < r0 + span and c0 <= to < c0 + span
+    assert browser.page.locator("circle.slowmark").count() >= 1
+    browser.page.screenshot(path=str(demo["shots"] / "linktest-4096-zoom.png"), full_page=True)
+    m.scroll_into_view_if_needed()
+    box = m.bounding_box()
+    side = span
+    hover(to - c0, f - r0)
+    browser.page.wait_for_selector(f"#lt-hover[data-pair='{f},{to}']", timeout=10_000)
+    text = browser.page.inner_text("#lt-hover")
+    assert text.startswith(f"from rank {f} (") and f"to rank {to} (" in text, text
+    assert browser.errors[before:] == [], browser.errors[before:]
