@@ -667,3 +667,71 @@ async fn pio_bandwidth_is_judged_per_slurm_node() {
     );
     c.shutdown();
 }
+
+/// node-check is a user call like any other: a user token answers, an
+/// agent's token or none is refused (exit 2, saying why). No Slurm needed:
+/// an agent on the node runs `hostinfo` with the local launcher.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn node_check_needs_a_user_token() {
+    let tok = |r: &str| format!("{r}-token-0123456789abcdef");
+    let tokens = Tokens {
+        admin: vec![tok("admin")],
+        user: vec![tok("user")],
+        agent: vec![tok("agent")],
+        worker: vec![tok("worker")],
+    };
+    let mut c = Cluster::start(tokens).await;
+    c.token = Some(tok("admin"));
+    let agent_token = tok("agent");
+    c.add_agent_with("n7", move |cfg| {
+        with_hostinfo(cfg, &[]);
+        cfg.token = Some(agent_token);
+    })
+    .await;
+    c.add_worker("w1", Some(&tok("worker")));
+    let cores = std::thread::available_parallelism().unwrap().get() as i64;
+    let run = c.submit_spec(local_on("n7", cores)).await.unwrap();
+    let d = c.wait_settled(&run.run_id, 60).await;
+    assert_eq!(verdict(&d), "PASS", "{d:#?}");
+    assert_eq!(
+        node_rows(&c, &run.run_id),
+        [(
+            "n7".to_string(),
+            "node.cores".to_string(),
+            "PASS".to_string()
+        )]
+    );
+    let check = |token: Option<String>| {
+        let mut cmd = std::process::Command::new(bin());
+        cmd.args(["node-check", "n7", "--coordinator", &c.addr])
+            .env_remove("BENCHLAKE_TOKEN");
+        if let Some(t) = token {
+            cmd.env("BENCHLAKE_TOKEN", t);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    };
+    let (code, out) = check(Some(tok("user")));
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.starts_with("n7: healthy"), "{out}");
+    assert!(
+        out.contains("node.cores") && out.contains(&run.run_id),
+        "{out}"
+    );
+    let (code, out) = check(Some(tok("agent")));
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("did not answer") && out.to_lowercase().contains("permission"),
+        "{out}"
+    );
+    let (code, out) = check(None);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.to_lowercase().contains("unauthenticated") || out.contains("token"),
+        "{out}"
+    );
+    c.shutdown();
+}
