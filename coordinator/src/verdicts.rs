@@ -148,7 +148,9 @@ impl VerdictIndex {
     /// `key` of `run_id`.
     pub fn record_nodes(&self, run_id: &str, key: &str, rows: Vec<(String, CheckRow)>) {
         let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        for (n, r) in &rows {
+        // `*` rows (a node check that could not be evaluated) name no node:
+        // they count toward the run only.
+        for (n, r) in rows.iter().filter(|(n, _)| n != "*") {
             let newer = |have: Option<&str>| have.is_none_or(|h| h <= run_id);
             let node = g.nodes.entry(n.clone()).or_default();
             if newer(node.get(&r.check).map(|c| c.run_id.as_str())) {
@@ -470,5 +472,9 @@ mod tests {
         ix.record_nodes("019", "k0", vec![("n2".into(), row("node.cores", "FAIL"))]);
         let h = &ix.node_health("n2")["node.cores"];
         assert_eq!((h.run_id.as_str(), h.row.status.as_str()), ("01B", "PASS"));
+        // A row about no node (bad parameters) counts for the run only.
+        ix.record_nodes("01C", "k3", vec![("*".into(), row("node.config", "ERROR"))]);
+        assert_eq!(ix.run("01C").and_then(|r| r.verdict()), Some("ERROR"));
+        assert!(!ix.nodes().contains_key("*") && ix.node_health("*").is_empty());
     }
 }
