@@ -118,6 +118,42 @@ impl ViewCache {
             .map_err(|_| format!("cache entry {key} holds another type"))
     }
 
+    /// The value of `key` when it is cached (loaded) and of type `T`.
+    pub fn peek<T: Any + Send + Sync>(&self, key: &str) -> Option<Arc<T>> {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        g.tick += 1;
+        let tick = g.tick;
+        let slot = g.slots.get_mut(key)?;
+        slot.used = tick;
+        slot.cell.get()?.clone().downcast::<T>().ok()
+    }
+
+    /// Caches `value` (about `bytes` bytes) under `key` unless it is held
+    /// already: e.g. the answer "no such permutation", so that asking again
+    /// does not read the run again.
+    pub fn put<T: Any + Send + Sync>(&self, key: String, value: T, bytes: usize) {
+        let cell: Cell = Arc::new(tokio::sync::OnceCell::new_with(Some(
+            Arc::new(value) as Value
+        )));
+        {
+            let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            if g.slots.contains_key(&key) {
+                return;
+            }
+            g.tick += 1;
+            let used = g.tick;
+            g.slots.insert(
+                key.clone(),
+                Slot {
+                    cell: cell.clone(),
+                    bytes: 0,
+                    used,
+                },
+            );
+        }
+        self.admit(&key, &cell, bytes);
+    }
+
     /// Records the size of a value just loaded and evicts the least recently
     /// used other entries beyond the budget.
     fn admit(&self, key: &str, cell: &Cell, bytes: usize) {
@@ -203,6 +239,15 @@ mod tests {
             .await;
         assert_eq!(e.unwrap_err(), "broken");
         assert_eq!(*c.get("x".into(), || Ok((7u32, 1))).await.unwrap(), 7);
+        // Peeking and putting.
+        assert_eq!(c.peek::<u32>("x").as_deref(), Some(&7));
+        assert!(c.peek::<String>("x").is_none() && c.peek::<u32>("nope").is_none());
+        c.put("neg".into(), "no such permutation".to_string(), 10);
+        c.put("neg".into(), "other".to_string(), 10);
+        assert_eq!(
+            c.peek::<String>("neg").as_deref().map(String::as_str),
+            Some("no such permutation")
+        );
         // Another type under the same key is an error, not a panic.
         assert!(
             c.get::<String, _>("x".into(), || Ok((String::new(), 1)))

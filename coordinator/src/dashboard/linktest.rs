@@ -323,9 +323,14 @@ impl Query {
         })
     }
 
-    /// `source=…&perm=…` of this view.
-    fn link(&self, source: &str, perm: usize) -> String {
-        format!("source={}&perm={perm}", html::url_encode(source))
+    /// `perm=…` of this view, and `source=…` when the request named one: the
+    /// page's image, hover and zoom requests then use the same cache entry
+    /// as the page (the default file is keyed without its name).
+    fn link(&self, perm: usize) -> String {
+        match &self.source {
+            Some(s) => format!("source={}&perm={perm}", html::url_encode(s)),
+            None => format!("perm={perm}"),
+        }
     }
 }
 
@@ -380,6 +385,12 @@ async fn view(
     );
     let (lake, run_id, source, perm) = (c.lake.clone(), id.to_string(), q.source.clone(), q.perm);
     let rt = tokio::runtime::Handle::current();
+    // A file or permutation the run does not have is remembered, so asking
+    // again does not read the run's tables again.
+    let missing = format!("{key}|missing");
+    if let Some(m) = h.views().peek::<String>(&missing) {
+        return Err(pages::error_page(h, headers, StatusCode::NOT_FOUND, &m));
+    }
     match h
         .views()
         .get(key, move || load(rt, lake, run_id, source, perm))
@@ -387,6 +398,9 @@ async fn view(
     {
         Ok(v) => Ok((v, d, q)),
         Err(e) => {
+            if let Some(m) = e.strip_prefix("not found: ") {
+                h.views().put(missing, m.to_string(), 256 + m.len());
+            }
             let (code, msg) = match e.strip_prefix("not found: ") {
                 Some(m) => (StatusCode::NOT_FOUND, m.to_string()),
                 None => {
@@ -652,16 +666,16 @@ fn render(v: &LinkTestView, id: &str, q: &Query, checks: &[crate::verdicts::Chec
     let api = format!(
         "/api/runs/{}/linktest/pair?{}{}",
         id,
-        q.link(&v.source, v.permutation),
+        q.link(v.permutation),
         win.query(v.n)
     );
     let img = format!(
         "/runs/{}/linktest/matrix.png?{}{}",
         id,
-        q.link(&v.source, v.permutation),
+        q.link(v.permutation),
         win.query(v.n)
     );
-    let zoom = format!("/runs/{}/linktest?{}", id, q.link(&v.source, v.permutation));
+    let zoom = format!("/runs/{}/linktest?{}", id, q.link(v.permutation));
     let (side, bin) = (win.side, win.bin);
     let _ = write!(
         b,
@@ -1240,6 +1254,11 @@ mod tests {
         assert!(page.contains(">5.01 ms<") && page.contains(">32.2 µs<"));
         assert!(page.contains("id=\"lt-max\" data-value=\"0.0050112479366362095\">5.01 ms</span>"));
         // The image and the hover endpoint of this file and permutation.
+        assert!(
+            page.contains("href=\"/runs/01JD3Q6Z5YV9C2M4T8N0R7K1PX/linktest/matrix.png?perm=0\"")
+        );
+        let q = Query::parse("source=raw%2FX%2FT%2Fpingpong_results_bin.sion").unwrap();
+        let page = render(&v, "01JD3Q6Z5YV9C2M4T8N0R7K1PX", &q, &[]);
         assert!(page.contains("href=\"/runs/01JD3Q6Z5YV9C2M4T8N0R7K1PX/linktest/matrix.png?source=raw/X/T/pingpong_results_bin.sion&amp;perm=0\""));
         assert!(page.contains("data-n=\"16\""));
         // Histogram: one bar per bin, the counts add up to the pairs.
