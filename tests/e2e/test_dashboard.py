@@ -702,6 +702,13 @@ def test_alltoallv_page(demo, browser):
     titles = browser.page.locator("[id^=a2a-send-] rect.hc title").evaluate_all("ts => ts.map(t => t.textContent)")
     assert any(t.endswith(f": {top:,}") for t in titles), (top, titles[:5])
     assert browser.errors[before:] == [], browser.errors[before:]
+    # The image heat map (what communicators above 64 ranks get): one pixel per rank pair.
+    (size,) = lake_rows(demo, f"SELECT max(len(counts)) FROM {rows} WHERE run_id = '{rid}' AND lead_rank = {leads[0]}")[0]
+    hm = f"{demo['base']}/runs/{rid}/alltoallv/heatmap.png"
+    img = browser.page.request.get(f"{hm}?lead={leads[0]}&direction=send&block=0")
+    assert img.status == 200 and _png_size(img.body()) == (size, size)
+    assert browser.page.request.get(f"{hm}?lead={leads[0]}&direction=send").status == 400
+    assert browser.page.request.get(f"{hm}?lead={leads[0]}&direction=send&block=99").status == 404
     assert browser.page.request.get(f"{demo['base']}/runs/{rid}/alltoallv?lead=999").status == 404
     assert browser.page.request.get(f"{demo['base']}/runs/{rid}/alltoallv?direction=both").status == 400
     pio = lake_rows(demo, "SELECT run_id FROM read_parquet('LAKE/io_results/**/*.parquet', hive_partitioning=true) LIMIT 1")[0][0]
