@@ -735,3 +735,83 @@ async fn node_check_needs_a_user_token() {
     );
     c.shutdown();
 }
+
+/// LinkTest's slow links pinned on a host through the whole pipeline: an
+/// agent "runs LinkTest" (benchlake's synthetic LinkTest 2.1.17 file of 32
+/// ranks on 8 hosts, every link of node0001 4x slower), the worker ingests
+/// it and writes one `node_health` row per host, only node0001 FAIL; the run
+/// FAILs; a dry-run schedule says it would drain node0001 and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn linktest_slow_links_are_pinned_on_their_host() {
+    let mut c = Cluster::start(Tokens::default()).await;
+    let toml = format!(
+        r#"
+[[benchmark]]
+name = "linktest-synthetic"
+kind = "linktest"
+command = ["{bin}", "probe", "linktest", "--ranks", "32", "--ranks-per-host", "4", "--seed", "5", "--out", "{{out_dir}}/pingpong_results_bin.sion"]
+timeout_s = 120
+[[benchmark.param]]
+name = "check_node_slow_pair_fraction"
+type = "float"
+optional = true
+min = 0
+max = 1
+[[benchmark.output]]
+file = "pingpong_results_bin.sion"
+format = "linktest"
+required = true
+"#,
+        bin = bin()
+    );
+    c.add_agent_with_catalog("login", &toml).await;
+    c.add_worker("w1", None);
+    let spec = pb::BenchmarkSpec {
+        max_attempts: 1,
+        ..bench_spec("linktest-synthetic", &[])
+    };
+    let id = create_schedule(&c, "links", spec, pb::NodeAction::DryRun).await;
+    let d = run_schedule(&c, &id).await;
+    let run_id = d.run.as_ref().unwrap().run_id.clone();
+    let rows = node_rows(&c, &run_id);
+    assert_eq!(rows.len(), 8, "{rows:?}");
+    assert!(
+        rows.iter()
+            .all(|r| r.1 == "node.linktest_slow_pair_fraction")
+    );
+    let failing: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.2 == "FAIL")
+        .map(|r| r.0.as_str())
+        .collect();
+    assert_eq!(failing, ["node0001"], "{rows:?}");
+    assert_eq!(verdict(&d), "FAIL");
+    let t = Instant::now();
+    let v = loop {
+        let out = std::process::Command::new(bin())
+            .args(["node-check", "node0001", "--json", "--coordinator", &c.addr])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        if !v["events"].as_array().is_none_or(|e| e.is_empty()) {
+            assert_eq!(out.status.code(), Some(1), "{v}");
+            break v;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "{v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let detail = v["events"][0]["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("would drain node0001: benchlake: node.linktest_slow_pair_fraction 0.")
+            && detail.ends_with(&format!("vs 0.50 (run {run_id})")),
+        "{detail}"
+    );
+    let out = std::process::Command::new(bin())
+        .args(["node-check", "node0002", "--json", "--coordinator", &c.addr])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    assert!(v["events"].as_array().unwrap().is_empty(), "{v}");
+    c.shutdown();
+}
