@@ -602,6 +602,16 @@ def test_io_trends(demo, browser):
     browser.page.locator("#reports a", has_text="I/O trends").click()
     browser.page.wait_for_load_state("load")
     assert "/io?schedule=" in browser.page.url
+    # The form shows fewer runs: the newest 20 is all five here; 2 keeps the newest two.
+    browser.go(browser.page.url.removeprefix(demo["base"]))
+    browser.page.select_option("#io-form select[name=runs]", "20")
+    browser.page.click("#io-form button[type=submit]")
+    browser.page.wait_for_load_state("load")
+    assert "runs=20" in browser.page.url and "schedule=" in browser.page.url
+    assert browser.page.locator("#io-write-runs tbody tr").count() == 5
+    browser.go(browser.page.url.removeprefix(demo["base"]).replace("runs=20", "runs=2"))
+    assert [browser.page.locator("#io-write-runs tbody tr").nth(i).get_attribute("data-run") for i in range(2)] == fired[:2:-1][:2]
+    assert browser.page.locator("#io-write-runs tbody tr").count() == 2
     assert browser.go("/io?schedule=%3Cx%3E", expect_errors=True).status == 400
     assert browser.go("/io?runs=1", expect_errors=True).status == 400
 

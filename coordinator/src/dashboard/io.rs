@@ -661,6 +661,27 @@ pub async fn page(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Respon
             ),
         }
     );
+    // How many runs to show.
+    let _ = write!(
+        b,
+        "<form method=\"get\" action=\"/io\" class=\"filters\" id=\"io-form\">{}<label>runs shown <select name=\"runs\">",
+        match (&q.schedule, &q.benchmark) {
+            (Some(s), _) => format!(
+                "<input type=\"hidden\" name=\"schedule\" value=\"{}\">",
+                esc(s)
+            ),
+            (None, Some(bm)) => format!(
+                "<input type=\"hidden\" name=\"benchmark\" value=\"{}\">",
+                esc(bm)
+            ),
+            _ => String::new(),
+        }
+    );
+    for n in [20, 60, 120, 250, 500] {
+        let sel = if n == q.show { " selected" } else { "" };
+        let _ = write!(b, "<option{sel}>{n}</option>");
+    }
+    b.push_str("</select></label><button type=\"submit\">Show</button></form>");
     if let Some(setup) = data
         .last()
         .map(|d| d.setup.clone())
