@@ -841,7 +841,8 @@ fn matrix_svg(v: &LinkTestView, img: &str, api: &str, win: &Window, zoom: &str) 
     // Zooming in: a window of an eighth of this one, at least 32 ranks.
     let zspan = (n / 8).max(32).min(v.n);
     let (l, t) = (170.0, 34.0);
-    let (w, hgt) = (l + MS + 110.0, t + MS + 16.0);
+    // Below the matrix: the column hosts, rotated.
+    let (w, hgt) = (l + MS + 110.0, t + MS + 96.0);
     // Position of a row (rank r, absolute) and of a column along the axes.
     let pos = |r: f64| (r - r0 as f64) / n as f64 * MS;
     let cpos = |c: f64| (c - c0 as f64) / n as f64 * MS;
@@ -959,6 +960,31 @@ fn matrix_svg(v: &LinkTestView, img: &str, api: &str, win: &Window, zoom: &str) 
             "<text x=\"{}\" y=\"{:.1}\" class=\"host\" text-anchor=\"end\"><title>{} (ranks {}–{})</title>{}</text>",
             l - 36.0,
             y + 3.5,
+            esc(host),
+            start,
+            end - 1,
+            esc(&short(host, 16))
+        );
+    }
+    // The columns' hosts below the matrix, the same way.
+    let mut last = f64::NEG_INFINITY;
+    for (k, (start, host)) in bounds.iter().enumerate() {
+        let end = bounds.get(k + 1).map(|x| x.0).unwrap_or(v.n);
+        let (a, z) = ((*start).max(c0), end.min(c0 + n));
+        if a >= z {
+            continue;
+        }
+        let x = l + cpos((a + z) as f64 / 2.0);
+        if x - last < 12.0 {
+            continue;
+        }
+        last = x;
+        let y = t + MS + 8.0;
+        let _ = write!(
+            o,
+            "<text x=\"{:.1}\" y=\"{y:.1}\" class=\"host\" text-anchor=\"end\" transform=\"rotate(-60 {:.1} {y:.1})\"><title>{} (ranks {}–{})</title>{}</text>",
+            x + 3.0,
+            x + 3.0,
             esc(host),
             start,
             end - 1,
