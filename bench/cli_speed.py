@@ -6,7 +6,7 @@ bytes in the same run (`zstd -1 -T1`, `cat`). Prints medians, spreads, peak
 memory and the ratios issue 16 asks about.
 
     python3 bench/cli_speed.py [--bin target/release/benchlake] [--runs 5] [--work DIR]
-                               [--only linktest,counts,many,replay]
+                               [--only linktest,counts,many,replay,calibrate]
 
 Inputs are made here: a synthetic 4,096-rank LinkTest 2.1.17 file
 (`benchlake probe linktest`, 285 MB), the 156.7 MB synthetic alltoallv count
@@ -81,7 +81,7 @@ def main():
                                          "benchlake"))
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--work")
-    ap.add_argument("--only", default="linktest,counts,many,replay")
+    ap.add_argument("--only", default="linktest,counts,many,replay,calibrate")
     a = ap.parse_args()
     exe = Path(a.bin)
     if not exe.is_file():
@@ -113,6 +113,23 @@ def main():
         c = summary("cat (same bytes)", measure(["cat", lt], a.runs, cold), n)
         ratio("benchlake / zstd wall", ing, z)
         ratio("benchlake / cat wall", ing, c)
+
+    if "calibrate" in only:
+        # Two synthetic 4,096-rank files at 8 B and 1 MiB per message (the
+        # generator adds size / bandwidth), as a message-size sweep gives them.
+        files = []
+        for size in (8, 1 << 20):
+            f = work / f"lt4096-{size}.sion"
+            if not f.exists():
+                subprocess.run([exe, "probe", "linktest", "--ranks", "4096", "--message-size", str(size),
+                                "--out", f], check=True, stdout=subprocess.DEVNULL)
+            files.append(f)
+        n = sum(f.stat().st_size for f in files)
+        print(f"\nreplay calibrate of two synthetic 4,096-rank files ({n / 1e6:.1f} MB, 33.5 M pair times)")
+        cal = summary("benchlake replay calibrate", measure([exe, "replay", "calibrate", *files], a.runs, cold), n)
+        z = summary("cat … | zstd -1 -T1 (same bytes)",
+                    measure(["sh", "-c", f"cat {files[0]} {files[1]} | zstd -1 -T1 -q -c"], a.runs, cold), n)
+        ratio("benchlake / zstd wall", cal, z)
 
     if "counts" in only:
         gen = SHARED / "data" / "counts" / "gen_compact.py"

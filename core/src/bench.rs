@@ -1015,7 +1015,7 @@ mod tests {
             assert_eq!(LauncherKind::parse(&l.as_str().to_uppercase()), Some(l));
         }
         assert_eq!(LauncherKind::parse("slurm"), None);
-        assert_eq!(LauncherKind::known(), "local, mpirun, srun");
+        assert_eq!(LauncherKind::known(), "local, mpirun, srun, sbatch");
     }
 
     const CAT: &str = r#"
