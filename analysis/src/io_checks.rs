@@ -277,7 +277,8 @@ pub fn evaluate(
                 (
                     "FAIL",
                     format!(
-                        "{v:.4} {} is {} the bound {b}",
+                        "{} {} is {} the bound {b}",
+                        figure(v),
                         r.unit,
                         if r.better == Better::Higher {
                             "below"
@@ -287,7 +288,10 @@ pub fn evaluate(
                     ),
                 )
             } else {
-                ("PASS", format!("{v:.4} {} within the bound {b}", r.unit))
+                (
+                    "PASS",
+                    format!("{} {} within the bound {b}", figure(v), r.unit),
+                )
             };
             out.push(row("", st, Some(v), Some(b), msg));
         }
@@ -319,7 +323,13 @@ pub fn evaluate(
                         st,
                         Some(v),
                         Some(m),
-                        format!("{v:.4} {} vs median {m:.4} of the last {n} runs ({change:+.1} %, allowed {:.0} %)", r.unit, reg * 100.0),
+                        format!(
+                            "{} {} vs median {} of the last {n} runs ({change:+.1} %, allowed {:.0} %)",
+                            figure(v),
+                            r.unit,
+                            figure(m),
+                            reg * 100.0
+                        ),
                     ));
                 }
             }
@@ -504,8 +514,42 @@ pub fn to_batch(
     Ok(RecordBatch::try_new(catalog::schema("checks")?, cols)?)
 }
 
+/// A measured figure for a verdict's message: a count as a whole number
+/// ("330059 pairs", not "330059.0000"), anything else with four significant
+/// digits (so 3.174e-4 s keeps its digits instead of printing "0.0003").
+pub fn figure(v: f64) -> String {
+    if !v.is_finite() {
+        return v.to_string();
+    }
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        return format!("{v:.0}");
+    }
+    let mag = if v == 0.0 {
+        0
+    } else {
+        v.abs().log10().floor() as i32
+    };
+    if mag >= 3 {
+        return format!("{v:.1}");
+    }
+    if mag < -4 {
+        return format!("{v:.3e}");
+    }
+    format!("{v:.*}", (3 - mag) as usize)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn figures_in_messages_keep_their_digits() {
+        assert_eq!(super::figure(330059.0), "330059");
+        assert_eq!(super::figure(261.731), "261.7");
+        assert_eq!(super::figure(3.174e-4), "0.0003174");
+        assert_eq!(super::figure(12345.678), "12345.7");
+        assert_eq!(super::figure(1.5e-6), "1.500e-6");
+        assert_eq!(super::figure(0.5), "0.5000");
+    }
+
     use super::*;
 
     fn results(rows: &[(&str, f64, f64, Option<i64>)]) -> RecordBatch {
