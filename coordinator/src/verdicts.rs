@@ -337,7 +337,17 @@ pub async fn read_into(c: &crate::Coordinator, keys: Vec<(String, String)>) {
         .map(|(run_id, key)| {
             let lake = c.lake.clone();
             async move {
-                let r = lake.read_parquet(&key).await;
+                // A read that fails is tried twice more before the file's
+                // verdicts are left out (a transient lake error must not hide
+                // a node's FAIL).
+                let mut r = lake.read_parquet(&key).await;
+                for pause in [200u64, 1000] {
+                    if r.is_ok() {
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
+                    r = lake.read_parquet(&key).await;
+                }
                 (run_id, key, r)
             }
         })
@@ -383,19 +393,26 @@ pub fn is_node_health(key: &str) -> bool {
 /// store.
 pub async fn load(c: std::sync::Arc<crate::Coordinator>) {
     let t0 = std::time::Instant::now();
-    let files = match c
-        .db(|tx| {
-            let mut f = tx.committed_files(Some("checks"))?;
-            f.extend(tx.committed_files(Some("node_health"))?);
-            Ok(f)
-        })
-        .await
-    {
-        Ok(f) => f,
-        Err(e) => {
-            tracing::warn!(error = %e, "dashboard verdicts: cannot list the committed checks files");
-            c.verdicts.set_loaded();
-            return;
+    // The listing is retried until it succeeds (a store busy with a
+    // starting coordinator's other work, or not reachable yet): marking the
+    // index loaded without it would let `node-check` and the dashboard
+    // report "no verdict" as complete.
+    let mut wait = std::time::Duration::from_millis(100);
+    let files = loop {
+        match c
+            .db(|tx| {
+                let mut f = tx.committed_files(Some("checks"))?;
+                f.extend(tx.committed_files(Some("node_health"))?);
+                Ok(f)
+            })
+            .await
+        {
+            Ok(f) => break f,
+            Err(e) => {
+                tracing::warn!(error = %e, retry_ms = wait.as_millis() as u64, "verdicts: cannot list the committed checks files yet");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(std::time::Duration::from_secs(5));
+            }
         }
     };
     let n = files.len();
