@@ -39,12 +39,13 @@ impl ScheduleService for Svc {
         if s.max_catch_up > 1000 {
             return Err(invalid("schedule.max_catch_up", "above 1000"));
         }
-        let node_action = crate::node_actions::NodeAction::from_pb(s.node_action).ok_or_else(|| {
-            invalid(
-                "schedule.node_action",
-                format!("unknown value {}", s.node_action),
-            )
-        })?;
+        let node_action =
+            crate::node_actions::NodeAction::from_pb(s.node_action).ok_or_else(|| {
+                invalid(
+                    "schedule.node_action",
+                    format!("unknown value {}", s.node_action),
+                )
+            })?;
         let spec = s
             .spec
             .ok_or_else(|| invalid("schedule.spec", "is required"))?;
