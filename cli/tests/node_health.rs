@@ -556,7 +556,7 @@ async fn failing_nodes_are_drained_and_resumed_only_by_benchlake() {
     let v = loop {
         let (code, v) = node_check(&c, &sl, "n2", &[]);
         if v["complete"] == true {
-            assert_eq!(code, 1, "{v}");
+            assert_eq!(code, 1, "{v}\n{:?}", c.coord.verdicts().load_report());
             break v;
         }
         assert!(t.elapsed() < Duration::from_secs(30), "{v}");

@@ -109,6 +109,19 @@ struct Inner {
 pub struct VerdictIndex {
     inner: RwLock<Inner>,
     loaded: AtomicBool,
+    report: std::sync::Mutex<LoadReport>,
+}
+
+/// What the start-up load found: files listed, read, and those that could
+/// not be read yet (key, error), so an incomplete answer can say why.
+#[derive(Clone, Debug, Default)]
+pub struct LoadReport {
+    /// Committed `checks` and `node_health` files listed.
+    pub listed: usize,
+    /// Of those, read into the index.
+    pub read: usize,
+    /// Files still unreadable: (key, last error).
+    pub unreadable: Vec<(String, String)>,
 }
 
 impl VerdictIndex {
@@ -188,6 +201,18 @@ impl VerdictIndex {
     /// Marks the start-up load finished.
     pub fn set_loaded(&self) {
         self.loaded.store(true, Ordering::Release);
+    }
+
+    /// The start-up load's progress (see [`LoadReport`]).
+    pub fn load_report(&self) -> LoadReport {
+        self.report
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn set_report(&self, r: LoadReport) {
+        *self.report.lock().unwrap_or_else(|p| p.into_inner()) = r;
     }
 
     /// Whether the start-up load has finished (before, older verdicts may
@@ -326,20 +351,24 @@ fn rows_with_node(batches: &[RecordBatch]) -> Vec<(Option<String>, CheckRow)> {
 /// Objects [`read_into`] reads at once.
 pub const READ_CONCURRENCY: usize = 8;
 
-/// Reads the committed `checks` objects `keys` (run id, object key) of `c`
-/// into its index ([`READ_CONCURRENCY`] reads at once; an object that cannot
-/// be read is logged and skipped).
-pub async fn read_into(c: &crate::Coordinator, keys: Vec<(String, String)>) {
+/// Reads the committed `checks` and `node_health` objects `keys` (run id,
+/// object key) of `c` into its index ([`READ_CONCURRENCY`] reads at once);
+/// returns those that could not be read, with the error (each read is tried
+/// three times first).
+pub async fn read_into(
+    c: &crate::Coordinator,
+    keys: Vec<(String, String)>,
+) -> Vec<(String, String, String)> {
     use futures::StreamExt;
     let mut agents_of: HashMap<String, Vec<String>> = HashMap::new();
+    let mut failed = Vec::new();
     // Object reads overlap (an S3 lake answers each in tens of ms).
     let mut reads = futures::stream::iter(keys)
         .map(|(run_id, key)| {
             let lake = c.lake.clone();
             async move {
-                // A read that fails is tried twice more before the file's
-                // verdicts are left out (a transient lake error must not hide
-                // a node's FAIL).
+                // A read that fails is tried twice more before it is reported
+                // (a transient lake error must not hide a node's FAIL).
                 let mut r = lake.read_parquet(&key).await;
                 for pause in [200u64, 1000] {
                     if r.is_ok() {
@@ -356,7 +385,8 @@ pub async fn read_into(c: &crate::Coordinator, keys: Vec<(String, String)>) {
         let batches = match read {
             Ok(b) => b,
             Err(e) => {
-                tracing::warn!(key = %key, error = %e, "cannot read committed checks for the dashboard");
+                tracing::warn!(key = %key, error = %e, "cannot read committed checks for the verdict index");
+                failed.push((run_id, key, e.to_string()));
                 continue;
             }
         };
@@ -382,6 +412,7 @@ pub async fn read_into(c: &crate::Coordinator, keys: Vec<(String, String)>) {
         let agents = agents_of.get(&run_id).cloned().unwrap_or_default();
         c.verdicts.record(&run_id, &key, &agents, rows);
     }
+    failed
 }
 
 /// Whether a committed object key is one of the `node_health` table's.
@@ -389,16 +420,19 @@ pub fn is_node_health(key: &str) -> bool {
     key.starts_with("tables/node_health/")
 }
 
-/// The start-up load: every committed `checks` and `node_health` file of the
-/// store.
-pub async fn load(c: std::sync::Arc<crate::Coordinator>) {
-    let t0 = std::time::Instant::now();
+/// How long the start-up load keeps retrying files it cannot read before it
+/// calls the index loaded without them (logged as an error, kept in the
+/// [`LoadReport`]).
+pub const LOAD_GIVE_UP: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The committed `checks` and `node_health` files of the state store.
+async fn list_verdict_files(c: &crate::Coordinator) -> Vec<(String, String)> {
     // The listing is retried until it succeeds (a store busy with a
     // starting coordinator's other work, or not reachable yet): marking the
     // index loaded without it would let `node-check` and the dashboard
     // report "no verdict" as complete.
     let mut wait = std::time::Duration::from_millis(100);
-    let files = loop {
+    loop {
         match c
             .db(|tx| {
                 let mut f = tx.committed_files(Some("checks"))?;
@@ -407,19 +441,59 @@ pub async fn load(c: std::sync::Arc<crate::Coordinator>) {
             })
             .await
         {
-            Ok(f) => break f,
+            Ok(f) => return f.into_iter().map(|f| (f.run_id, f.key)).collect(),
             Err(e) => {
                 tracing::warn!(error = %e, retry_ms = wait.as_millis() as u64, "verdicts: cannot list the committed checks files yet");
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(std::time::Duration::from_secs(5));
             }
         }
-    };
-    let n = files.len();
-    read_into(&c, files.into_iter().map(|f| (f.run_id, f.key)).collect()).await;
+    }
+}
+
+/// The start-up load: every committed `checks` and `node_health` file of the
+/// store. The index counts as loaded (`complete` in node-check answers) only
+/// once every listed file was read: files that fail are read again with a
+/// growing pause (a file no longer committed is dropped), for at most
+/// [`LOAD_GIVE_UP`].
+pub async fn load(c: std::sync::Arc<crate::Coordinator>) {
+    let t0 = std::time::Instant::now();
+    let files = list_verdict_files(&c).await;
+    let listed = files.len();
+    let mut failed = read_into(&c, files).await;
+    let mut wait = std::time::Duration::from_millis(500);
+    loop {
+        c.verdicts.set_report(LoadReport {
+            listed,
+            read: listed.saturating_sub(failed.len()),
+            unreadable: failed.iter().map(|f| (f.1.clone(), f.2.clone())).collect(),
+        });
+        if failed.is_empty() {
+            break;
+        }
+        if t0.elapsed() >= LOAD_GIVE_UP {
+            tracing::error!(
+                unreadable = failed.len(),
+                first = %failed[0].1,
+                error = %failed[0].2,
+                "verdicts: committed checks files stay unreadable; their verdicts are left out"
+            );
+            break;
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(std::time::Duration::from_secs(10));
+        let committed: std::collections::HashSet<String> = list_verdict_files(&c)
+            .await
+            .into_iter()
+            .map(|f| f.1)
+            .collect();
+        failed.retain(|f| committed.contains(&f.1));
+        let again = failed.drain(..).map(|f| (f.0, f.1)).collect();
+        failed = read_into(&c, again).await;
+    }
     c.verdicts.set_loaded();
     tracing::info!(
-        files = n,
+        files = listed,
         ms = t0.elapsed().as_millis() as u64,
         "dashboard verdicts loaded"
     );

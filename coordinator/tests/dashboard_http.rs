@@ -365,6 +365,7 @@ async fn verdicts_are_read_back_at_start() {
         ..Default::default()
     };
     let id = benchlake_core::ids::new_id();
+    let committed_key;
     {
         let c = Coordinator::open(cfg.clone(), Arc::new(SystemClock)).unwrap();
         let spec: Spec = serde_json::from_value(serde_json::json!({
@@ -383,6 +384,7 @@ async fn verdicts_are_read_back_at_start() {
         }))
         .unwrap();
         let key = format!("tables/checks/date={}/run_id={id}/part-J.parquet", run.date);
+        committed_key = key.clone();
         let data = checks_parquet(
             &id,
             &[
@@ -410,6 +412,11 @@ async fn verdicts_are_read_back_at_start() {
         .await
         .unwrap();
     }
+    // The committed file cannot be read when the new coordinator starts (a
+    // lake not answering yet): the load is not complete until it is read.
+    let file = dir.path().join("lake").join(&committed_key);
+    let aside = dir.path().join("aside.parquet");
+    std::fs::rename(&file, &aside).unwrap();
     // A new coordinator on the same state and lake (the first one's store
     // lock goes with its last handle).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -423,6 +430,20 @@ async fn verdicts_are_read_back_at_start() {
             Err(e) => panic!("reopen: {e}"),
         }
     };
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    assert!(
+        !c.verdicts().loaded(),
+        "complete while a committed file is unreadable"
+    );
+    let report = c.verdicts().load_report();
+    assert_eq!((report.listed, report.read), (1, 0), "{report:?}");
+    assert!(
+        report.unreadable[0].0.ends_with("part-J.parquet"),
+        "{report:?}"
+    );
+    assert!(c.verdicts().run(&id).is_none());
+    std::fs::rename(&aside, &file).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !c.verdicts().loaded() {
         assert!(
             std::time::Instant::now() < deadline,
