@@ -96,7 +96,8 @@ pub fn judge(h: &pb::NodeHealth) -> (u8, String) {
     }
 }
 
-fn fmt_value(v: Option<f64>, unit: &str) -> String {
+/// A check's figure with its unit (`-` when there is none).
+pub(crate) fn fmt_value(v: Option<f64>, unit: &str) -> String {
     match v {
         None => "-".into(),
         Some(x) => {

@@ -400,6 +400,11 @@ fn detail_json(d: &pb::RunDetail) -> serde_json::Value {
             "attempts": n.attempts, "last_error": n.last_error,
             "next_attempt_ms": n.next_attempt_ms, "delivered_at_ms": n.delivered_at_ms,
         })).collect::<Vec<_>>(),
+        "checks": d.checks.iter().map(|c| serde_json::json!({
+            "check": c.check, "status": c.status, "value": c.value, "reference": c.reference,
+            "unit": c.unit, "message": c.message, "node": (!c.node.is_empty()).then_some(&c.node),
+        })).collect::<Vec<_>>(),
+        "failing_nodes": failing_nodes(d),
     })
 }
 
@@ -422,6 +427,57 @@ fn slurm_line(t: &pb::Task) -> Option<String> {
             }
             Some(s)
         }
+    }
+}
+
+/// The nodes with a FAIL or ERROR `node_health` row in `d`, sorted, once
+/// each (`*`, a row naming no node, is left out).
+fn failing_nodes(d: &pb::RunDetail) -> Vec<&str> {
+    let mut v: Vec<&str> = d
+        .checks
+        .iter()
+        .filter(|c| !c.node.is_empty() && c.node != "*" && c.status != "PASS")
+        .map(|c| c.node.as_str())
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// The run's checks: counts by status, then each FAIL and ERROR row (its
+/// node, figure against reference, message) and the failing nodes.
+fn print_checks(d: &pb::RunDetail) {
+    if d.checks.is_empty() {
+        return;
+    }
+    let count = |s: &str| d.checks.iter().filter(|c| c.status == s).count();
+    println!(
+        "checks     {} FAIL, {} ERROR, {} PASS",
+        count("FAIL"),
+        count("ERROR"),
+        count("PASS")
+    );
+    let mut bad: Vec<&pb::RunCheck> = d.checks.iter().filter(|c| c.status != "PASS").collect();
+    // FAIL before ERROR, then by check and node.
+    bad.sort_by(|a, b| (&b.status, &a.check, &a.node).cmp(&(&a.status, &b.check, &b.node)));
+    for c in bad {
+        let node = if c.node.is_empty() { "-" } else { &c.node };
+        let figure = match c.reference {
+            Some(_) => format!(
+                "{} vs {}",
+                crate::nodecheck::fmt_value(c.value, &c.unit),
+                crate::nodecheck::fmt_value(c.reference, &c.unit)
+            ),
+            None => crate::nodecheck::fmt_value(c.value, &c.unit),
+        };
+        println!(
+            "  {:<5} {:<24} {:<10} {}  {}",
+            c.status, c.check, node, figure, c.message
+        );
+    }
+    let nodes = failing_nodes(d);
+    if !nodes.is_empty() {
+        println!("failing nodes  {}", nodes.join(" "));
     }
 }
 
@@ -459,6 +515,7 @@ pub fn print_detail(d: &pb::RunDetail) {
             println!("queued     behind the schedule's active run (placed when it has ended)");
         }
     }
+    print_checks(d);
     println!("tasks:");
     for t in &d.tasks {
         println!(
@@ -569,6 +626,7 @@ pub async fn watch(conn: &Conn, run_id: &str, quiet: bool) -> anyhow::Result<pb:
             tasks: ev.tasks.clone(),
             jobs: ev.jobs.clone(),
             notifications: Vec::new(),
+            checks: Vec::new(),
         };
         if let Some(r) = &ev.run {
             let tasks_done = ev
@@ -616,7 +674,33 @@ pub async fn watch(conn: &Conn, run_id: &str, quiet: bool) -> anyhow::Result<pb:
         }
     }
     pb_bar.finish_and_clear();
-    last.context("the watch stream ended without an event")
+    let last = last.context("the watch stream ended without an event")?;
+    // The final word comes from GetRun: it adds the run's checks and
+    // notifications, which the watch stream does not carry. The coordinator
+    // reads committed checks files just after their commit, so a run that
+    // committed some is asked again briefly until its verdict shows.
+    let wrote_checks = last.jobs.iter().any(|j| {
+        j.committed_keys
+            .iter()
+            .any(|k| k.starts_with("tables/checks/") || k.starts_with("tables/node_health/"))
+    });
+    let mut best = last;
+    for _ in 0..20 {
+        match c
+            .get_run(pb::GetRunRequest {
+                run_id: run_id.to_string(),
+            })
+            .await
+        {
+            Ok(d) => best = d.into_inner(),
+            Err(_) => break,
+        }
+        if !wrote_checks || !best.checks.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Ok(best)
 }
 
 pub async fn run_cmd(c: RunCmd) -> anyhow::Result<()> {

@@ -276,6 +276,34 @@ async fn failing_nodes_are_drained_and_resumed_only_by_benchlake() {
     assert_eq!(v["checks"][0]["check"], "node.cores");
     assert_eq!(v["checks"][0]["value"], cores as f64);
     assert_eq!(v["drain"]["reason"], want.as_str());
+    // `run show` names the failing node and the figure that failed it.
+    let out = std::process::Command::new(bin())
+        .args(["run", "show", &run1, "--coordinator", &c.addr])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("verdict    FAIL"), "{text}");
+    assert!(
+        text.contains("checks     1 FAIL, 0 ERROR, 0 PASS"),
+        "{text}"
+    );
+    assert!(text.contains("failing nodes  n2\n"), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("FAIL  node.cores"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        row.contains(" n2 ") && row.contains(&format!("{cores} cores vs 4096 cores")),
+        "{row}"
+    );
+    let out = std::process::Command::new(bin())
+        .args(["run", "show", &run1, "--json", "--coordinator", &c.addr])
+        .output()
+        .unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["failing_nodes"], serde_json::json!(["n2"]), "{j}");
+    assert_eq!(j["checks"][0]["node"], "n2", "{j}");
+    assert_eq!(j["checks"][0]["reference"], 4096.0, "{j}");
     let (code, v) = node_check(&c, &sl, "n1", &[]);
     assert_eq!(code, 2, "no verdict for n1: cannot tell: {v}");
     assert_eq!(v["health"], "unknown");

@@ -254,6 +254,7 @@ pub fn run_detail(tx: &mut dyn Tx, run_id: &str) -> Result<pb::RunDetail> {
         tasks: tasks.iter().map(TaskRow::to_pb).collect(),
         jobs: jobs.iter().map(JobRow::to_pb).collect(),
         notifications,
+        checks: Vec::new(),
     })
 }
 

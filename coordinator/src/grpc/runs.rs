@@ -84,6 +84,7 @@ impl RunService for Svc {
         check_id("run_id", &id)?;
         let mut d = self.tx(|tx| convert::run_detail(tx, &id)).await?;
         self.with_verdict(d.run.as_mut());
+        d.checks = self.checks_of(&id);
         Ok(Response::new(d))
     }
 
@@ -263,6 +264,27 @@ fn analysis_options(
 impl Svc {
     /// Fills a run's overall verdict (the worst status of its checks, from the
     /// verdicts read off the committed `checks` files; empty while none is).
+    /// The verdict rows of run `id` from the verdict index: run-level
+    /// checks, then node rows, each in object key order.
+    fn checks_of(&self, id: &str) -> Vec<pb::RunCheck> {
+        let Some(v) = self.0.verdicts.run(id) else {
+            return Vec::new();
+        };
+        let row = |node: &str, r: &crate::verdicts::CheckRow| pb::RunCheck {
+            check: r.check.clone(),
+            status: r.status.clone(),
+            value: r.value,
+            reference: r.reference,
+            unit: r.unit.clone(),
+            message: r.message.clone(),
+            node: node.to_string(),
+        };
+        v.rows()
+            .map(|r| row("", r))
+            .chain(v.node_rows().map(|(n, r)| row(n, r)))
+            .collect()
+    }
+
     fn with_verdict(&self, run: Option<&mut pb::Run>) {
         if let Some(r) = run
             && let Some(v) = self.0.verdicts.run(&r.run_id).and_then(|v| v.verdict())
