@@ -211,6 +211,7 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
     let result = if a.demo {
         let r = demo(
             &client_addr,
+            &agent_name,
             client_tls,
             user_token,
             &store.url,
@@ -262,6 +263,7 @@ async fn wait_for_agent(conn: &Conn) -> anyhow::Result<()> {
 
 async fn demo(
     addr: &str,
+    agent_name: &str,
     tls: benchlake_proto::client::ClientTls,
     token: Option<String>,
     lake: &str,
@@ -277,8 +279,24 @@ async fn demo(
     };
     wait_for_agent(&conn).await?;
     // The demo runs: one per capability that exists.
-    let runs: [(&str, Vec<(String, String)>); 3] = [
-        ("hostinfo", vec![]),
+    // Node health: hostinfo judged against what this machine is (PASS
+    // rows in `node_health`) after a run expecting 4,096 cores (a FAIL on
+    // this node, as a node with missing cores would get); the newer run's
+    // verdicts are the node's, so node-check answers healthy at the end.
+    let facts = benchlake_formats::hostinfo::collect();
+    let wrong_cores = if facts.cores == 4096 { 8192 } else { 4096 };
+    let kv = |v: &[(&str, String)]| -> Vec<(String, String)> {
+        v.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+    };
+    let runs: [(&str, Vec<(String, String)>); 4] = [
+        ("hostinfo", kv(&[("expect_cores", wrong_cores.to_string())])),
+        (
+            "hostinfo",
+            kv(&[
+                ("expect_cores", facts.cores.to_string()),
+                ("expect_kernel", facts.kernel_release.clone()),
+            ]),
+        ),
         // Ingest of alltoallv count files, then the pattern analysis fanned out
         // as one part job per lead rank and a merge job waiting for them.
         ("a2av-demo", vec![]),
@@ -375,6 +393,7 @@ async fn demo(
     ids.push(("replay sweep", r.run_id));
 
     let mut failed = Vec::new();
+    let mut hostinfo = Vec::new();
     for (bench, id) in &ids {
         let d = user::watch(&conn, id, false).await?;
         let state = d.run.as_ref().map(|r| r.state).unwrap_or_default();
@@ -384,6 +403,12 @@ async fn demo(
         } else {
             println!("{bench} run {id} landed");
         }
+        if *bench == "hostinfo" {
+            hostinfo.push(d);
+        }
+    }
+    if let Err(e) = demo_node_health(&conn, agent_name, wrong_cores, &hostinfo).await {
+        failed.push(format!("node health: {e:#}"));
     }
     if let Some(dir) = traced.as_ref().and_then(|p| p.parent()) {
         let _ = std::fs::remove_dir_all(dir);
@@ -452,6 +477,10 @@ async fn demo(
         glob("node_facts")?
     );
     println!(
+        "  duckdb -c \"SELECT run_id, node, \\\"check\\\", status, value, reference, message FROM read_parquet('{}', hive_partitioning=true) ORDER BY run_id, \\\"check\\\"\"",
+        glob("node_health")?
+    );
+    println!(
         "  duckdb -c \"SELECT tool, pattern, num_tasks, iteration, operation, round(bw_mib_s, 1) AS mib_s, cache_mode FROM read_parquet('{}', hive_partitioning=true) ORDER BY iteration, operation\"",
         glob("io_results")?
     );
@@ -484,6 +513,83 @@ async fn demo(
     if !failed.is_empty() {
         bail!("demo runs did not succeed: {}", failed.join(", "));
     }
+    Ok(())
+}
+
+/// The demo's node-health part: the first hostinfo run (expecting
+/// `wrong_cores`) must FAIL on `node` with the `node.cores` figure, the
+/// second must PASS, and node-check (Slurm's HealthCheckProgram, docs/slurm.md)
+/// must answer healthy from the newer verdicts.
+async fn demo_node_health(
+    conn: &Conn,
+    node: &str,
+    wrong_cores: i64,
+    runs: &[pb::RunDetail],
+) -> anyhow::Result<()> {
+    let [bad, good] = runs else {
+        bail!("expected two hostinfo runs, got {}", runs.len());
+    };
+    let id = |d: &pb::RunDetail| d.run.as_ref().map(|r| r.run_id.clone()).unwrap_or_default();
+    let verdict = |d: &pb::RunDetail| {
+        d.run
+            .as_ref()
+            .map(|r| r.verdict.clone())
+            .unwrap_or_default()
+    };
+    let fail = bad
+        .checks
+        .iter()
+        .find(|c| c.check == "node.cores" && c.status == "FAIL" && c.node == node)
+        .with_context(|| {
+            format!(
+                "hostinfo -p expect_cores={wrong_cores} run {} has no node.cores FAIL on {node} (verdict '{}')",
+                id(bad),
+                verdict(bad)
+            )
+        })?;
+    println!(
+        "hostinfo -p expect_cores={wrong_cores} run {}: verdict {} on node {node}: {} {} vs {}, as it must be",
+        id(bad),
+        verdict(bad),
+        fail.check,
+        crate::nodecheck::fmt_value(fail.value, &fail.unit),
+        crate::nodecheck::fmt_value(fail.reference, &fail.unit)
+    );
+    if verdict(good) != "PASS" {
+        bail!(
+            "hostinfo run {} expecting this machine: verdict '{}', not PASS",
+            id(good),
+            verdict(good)
+        );
+    }
+    let h = conn
+        .cluster()?
+        .get_node_health(pb::GetNodeHealthRequest {
+            node: node.to_string(),
+        })
+        .await?
+        .into_inner();
+    let (code, why) = crate::nodecheck::judge(&h);
+    if code != 0 {
+        bail!("node-check {node}: exit {code}: {why}");
+    }
+    let checks: Vec<String> = h
+        .checks
+        .iter()
+        .map(|c| match c.value {
+            Some(_) => format!(
+                "{} {}",
+                c.check,
+                crate::nodecheck::fmt_value(c.value, &c.unit)
+            ),
+            None => format!("{} {}", c.check, c.status),
+        })
+        .collect();
+    println!(
+        "node-check {node}: exit 0, {why}: the newer run {} passed {} (benchlake node-check serves as Slurm's HealthCheckProgram)",
+        id(good),
+        checks.join(", ")
+    );
     Ok(())
 }
 

@@ -3,6 +3,7 @@ grpcio-tools, grpcurl through server reflection, DuckDB reading the lake with
 hive partitions, pyarrow.flight streaming a table, and the CLI."""
 import json
 import os
+import re
 import subprocess
 import time
 
@@ -162,10 +163,20 @@ def test_up_demo(tmp_path):
     # The traced run (2 ranks, 20 alltoallv calls) runs where MPI is installed.
     traced = "submitted traced run" in r.stdout
     assert traced or "skipping the traced demo run" in r.stdout, r.stdout
-    assert duck_count(lake, "node_facts") == 1
+    # Two hostinfo runs: one expecting 4096 cores (a node.cores FAIL on this
+    # node), then one expecting this machine (PASS: node-check answers healthy).
+    assert duck_count(lake, "node_facts") == 2
+    import duckdb
+    health = duckdb.sql(f"SELECT \"check\", status, value, reference FROM read_parquet('{lake}/tables/node_health/**/*.parquet', "
+                        "hive_partitioning=true) ORDER BY run_id, \"check\"").fetchall()
+    cores = os.cpu_count()
+    assert health[0] == ("node.cores", "FAIL", cores, 4096.0 if cores != 4096 else 8192.0), health
+    assert [h[:2] for h in health[1:]] == [("node.cores", "PASS"), ("node.kernel", "PASS")], health
+    assert "verdict FAIL on node " in r.stdout and "node.cores " in r.stdout, r.stdout
+    assert re.search(r"^node-check \S+: exit 0, healthy", r.stdout, re.M), r.stdout
     # The demo's pio run with dir=/proc/sys is refused by the agent (a FAILED run).
     assert "pio -p dir=/proc/sys run" in r.stdout and "refused, as it must be" in r.stdout, r.stdout
-    assert duck_count(lake, "runs") == 5 + traced
+    assert duck_count(lake, "runs") == 6 + traced
     assert duck_count(lake, "replays") == 6 + traced
     assert duck_count(lake, "io_results") == 4
     # a2av-demo: ingest, then the pattern analysis (2 lead ranks = 2 part jobs

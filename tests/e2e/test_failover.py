@@ -173,7 +173,7 @@ def test_up_demo_lands_on_postgres(tmp_path, postgres):
     assert int(runs.get("SUCCEEDED", "0")) >= 4, runs
     assert not set(runs) - {"SUCCEEDED", "FAILED"}, runs
     lake = tmp_path / "data" / "lake"
-    assert duck_count(lake, "node_facts") == 1
+    assert duck_count(lake, "node_facts") == 2
     assert duck_count(lake, "io_results") == 4
     assert duck_count(lake, "alltoallv_patterns") == 8 + 2 * traced
     # Every finished run has exactly one `runs` row in the lake.

@@ -186,7 +186,8 @@ pub fn figure(v: Option<f64>, unit: &str) -> String {
         "s" if v.abs() < 1.0 && v != 0.0 => (v * 1e3, "ms"),
         u => (v, u),
     };
-    let digits = if v == 0.0 {
+    // Whole numbers (cores, bytes, pairs) print without decimals.
+    let digits = if v == 0.0 || (v.fract() == 0.0 && v.abs() < 1e15) {
         0
     } else {
         (3 - v.abs().log10().floor() as i32).clamp(0, 6) as usize
@@ -239,6 +240,8 @@ mod tests {
         assert_eq!(figure(Some(1e8), "MiB/s"), "100,000,000 MiB/s");
         assert_eq!(figure(Some(-12345.6), "B"), "-12,346 B");
         assert_eq!(figure(Some(99_999.4), ""), "99,999");
+        assert_eq!(figure(Some(2.0), "cores"), "2 cores");
+        assert_eq!(figure(Some(2.5), "cores"), "2.500 cores");
         assert_eq!(bytes(2048), "2.0 KiB");
         assert_eq!(badge("<x>"), "<span class=\"b b-x\">&lt;x&gt;</span>");
     }
