@@ -397,6 +397,124 @@ async fn a_job_past_its_slurm_time_limit_fails_with_timeout() {
     assert_eq!(sl.queue(), "");
 }
 
+/// Waits until the run's first task says its Slurm job is RUNNING; the task.
+async fn wait_running(c: &Cluster, run_id: &str) -> pb::Task {
+    let d = c
+        .wait_run(run_id, 60, |d| {
+            d.tasks
+                .first()
+                .is_some_and(|t| t.progress.contains(" RUNNING"))
+        })
+        .await;
+    d.tasks[0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_failure_or_a_preemption_fails_the_task_with_slurms_state() {
+    // Jobs of partition `low` are cancelled when a job of `high` needs their
+    // node (Slurm's partition-priority preemption, PreemptMode=CANCEL).
+    let Some(sl) = SlurmCluster::start_with(
+        "PreemptType=preempt/partition_prio\n\
+         PreemptMode=CANCEL\n\
+         PartitionName=low Nodes=n1 PriorityTier=1 MaxTime=INFINITE State=UP\n\
+         PartitionName=high Nodes=n1 PriorityTier=10 MaxTime=INFINITE State=UP\n",
+    ) else {
+        return;
+    };
+    let c = login_node(&sl, vec![slow()]).await;
+
+    // 1. The node under the job goes down: NODE_FAIL.
+    let run = c
+        .submit_spec(sbatch_spec(
+            "slow",
+            &[("seconds", "600")],
+            pb::SlurmOptions {
+                nodes: 1,
+                nodelist: vec!["n2".into()],
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap();
+    let t = wait_running(&c, &run.run_id).await;
+    assert_eq!(t.slurm_nodes, "n2");
+    let st = sl
+        .command("scontrol")
+        .args(["update", "nodename=n2", "state=down", "reason=test: PSU"])
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let d = c.wait_settled(&run.run_id, 90).await;
+    let t = &d.tasks[0];
+    assert_eq!(state(&d), pb::RunState::Failed, "{d:#?}");
+    assert!(
+        t.error
+            .starts_with(&format!("Slurm job {} NODE_FAIL", t.slurm_job_id)),
+        "{}",
+        t.error
+    );
+    assert_eq!(
+        scontrol_field(&sl, &t.slurm_job_id, "JobState"),
+        "NODE_FAIL"
+    );
+    let show = run_show(&c, &run.run_id, false);
+    assert!(show.contains("NODE_FAIL"), "{show}");
+
+    // 2. A job of a higher-priority partition takes the node: PREEMPTED.
+    let run = c
+        .submit_spec(sbatch_spec(
+            "slow",
+            &[("seconds", "600")],
+            pb::SlurmOptions {
+                nodes: 1,
+                partition: "low".into(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap();
+    let t = wait_running(&c, &run.run_id).await;
+    assert_eq!(t.slurm_nodes, "n1");
+    let out = sl
+        .command("sbatch")
+        .args([
+            "-p",
+            "high",
+            "--exclusive",
+            "-N",
+            "1",
+            "-w",
+            "n1",
+            "-o",
+            "/dev/null",
+        ])
+        .args(["--wrap", "sleep 1"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d = c.wait_settled(&run.run_id, 90).await;
+    let t = &d.tasks[0];
+    assert_eq!(state(&d), pb::RunState::Failed, "{d:#?}");
+    assert!(
+        t.error
+            .starts_with(&format!("Slurm job {} PREEMPTED", t.slurm_job_id)),
+        "{}",
+        t.error
+    );
+    assert_eq!(
+        scontrol_field(&sl, &t.slurm_job_id, "JobState"),
+        "PREEMPTED"
+    );
+}
+
 /// A catalog for the agent process: pio started after a pause, so the agent
 /// can be killed while the job runs.
 const SLOW_PIO: &str = r#"
