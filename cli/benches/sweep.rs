@@ -115,6 +115,7 @@ async fn sweep(workers: usize, trace: &[u8]) -> f64 {
             model: benchlake_replay::models::DIMEMAS.name.into(),
             params: Default::default(),
             sweep: vec![axis("latency", lat), axis("bandwidth", bw)],
+            calibration: String::new(),
         })
         .await
         .expect("trigger")

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use benchlake_formats::linktest::LinkTestRun;
-use benchlake_replay::calibrate::{self, LinkClass, NodesByClass, Samples};
+use benchlake_replay::calibrate;
+use benchlake_replay::calibrations::Gathered;
 use clap::Args;
 
 /// Model parameters from measured pair times.
@@ -41,87 +41,6 @@ pub struct CalibrateArgs {
     pub json: bool,
     #[command(flatten)]
     pub lake: crate::opts::LakeArgs,
-}
-
-/// What the inputs gave: pair times per class and size, the nodes seen per
-/// class, and the inputs' names.
-#[derive(Default)]
-struct Gathered {
-    samples: Samples,
-    nodes: NodesByClass,
-    inputs: Vec<String>,
-    /// Ping-pong inputs (others are skipped).
-    used: usize,
-}
-
-impl Gathered {
-    /// Adds the pair times of one LinkTest result (its ranks' hosts looked up
-    /// once, not per pair: a 4,096-rank file has 16.7 M pairs).
-    fn add_run(&mut self, name: String, run: &LinkTestRun, only: &BTreeSet<String>) {
-        // Both-ways and one-way streams time something else than the
-        // ping-pong the models' L + s/BW describes.
-        if run.flags.bidirectional || run.flags.unidirectional {
-            tracing::warn!(
-                source = %name,
-                "skipped: bidirectional or unidirectional tests are not ping-pong times"
-            );
-            eprintln!("warning: {name}: skipped (bidirectional or unidirectional test)");
-            self.inputs.push(name);
-            return;
-        }
-        self.used += 1;
-        self.inputs.push(name);
-        let n = run.num_tasks;
-        let mut ids: std::collections::HashMap<&str, usize> = Default::default();
-        let mut names: Vec<&str> = Vec::new();
-        // Per rank: its host's index, or None when --nodes leaves it out.
-        let host: Vec<Option<usize>> = (0..n)
-            .map(|r| {
-                let h = run.ranks.get(r)?.hostname.as_str();
-                if !only.is_empty() && !only.contains(h) {
-                    return None;
-                }
-                Some(*ids.entry(h).or_insert_with(|| {
-                    names.push(h);
-                    names.len() - 1
-                }))
-            })
-            .collect();
-        let mut seen = vec![[false; 2]; names.len()];
-        let mut intra = std::mem::take(self.samples.slot(LinkClass::Intra, run.message_size));
-        let mut inter = std::mem::take(self.samples.slot(LinkClass::Inter, run.message_size));
-        for p in &run.permutations {
-            for (from, hf) in host.iter().enumerate() {
-                let Some(hf) = *hf else { continue };
-                let Some(row) = p.times.get(from * n..(from + 1) * n) else {
-                    continue;
-                };
-                for (to, (&t, ht)) in row.iter().zip(&host).enumerate() {
-                    let Some(ht) = *ht else { continue };
-                    if from == to || !(t.is_finite() && t > 0.0) {
-                        continue;
-                    }
-                    let k = usize::from(hf != ht);
-                    if k == 0 {
-                        intra.push(t as f32);
-                    } else {
-                        inter.push(t as f32);
-                    }
-                    seen[hf][k] = true;
-                    seen[ht][k] = true;
-                }
-            }
-        }
-        *self.samples.slot(LinkClass::Intra, run.message_size) = intra;
-        *self.samples.slot(LinkClass::Inter, run.message_size) = inter;
-        for (h, s) in names.iter().zip(&seen) {
-            for (k, class) in [LinkClass::Intra, LinkClass::Inter].into_iter().enumerate() {
-                if s[k] {
-                    self.nodes.entry(class).or_default().insert(h.to_string());
-                }
-            }
-        }
-    }
 }
 
 /// Reads the LinkTest results named by `a.inputs` one at a time (a 4,096-rank
@@ -157,6 +76,9 @@ async fn gather(a: &CalibrateArgs, only: &BTreeSet<String>) -> anyhow::Result<Ga
             let (run, _) = linktest_lake::load_run(&lake, t, Some(&s)).await?;
             g.add_run(format!("{t}:{s}"), &run, only);
         }
+    }
+    for w in &g.skipped {
+        eprintln!("warning: skipped {w}");
     }
     if g.used == 0 {
         bail!("no ping-pong results among the inputs");
@@ -335,6 +257,8 @@ struct Judged {
     run_id: String,
     benchmark: String,
     model: String,
+    /// The calibration the replay used (its id), or "-" for none.
+    calibration: String,
     ranks: usize,
     measured_s: f64,
     predicted_s: f64,
@@ -373,17 +297,22 @@ pub async fn validate_cmd(a: ValidateArgs) -> anyhow::Result<()> {
         let rows = lake
             .read_run_rows(RunRows::new("trace_comparison", run))
             .await?;
-        let w = calibrate::whole_run(&rows).with_context(|| format!("run {run}"))?;
+        let ws = calibrate::whole_runs(&rows).with_context(|| format!("run {run}"))?;
         let runs_rows = lake.read_run_rows(RunRows::new("runs", run)).await?;
-        judged.push(Judged {
-            run_id: run.clone(),
-            benchmark: calibrate::first_string(&runs_rows, "benchmark").unwrap_or_default(),
-            model: w.model,
-            ranks: w.ranks,
-            measured_s: w.measured_s,
-            predicted_s: w.predicted_s,
-            error_pct: (w.predicted_s - w.measured_s) / w.measured_s * 100.0,
-        });
+        let replays = lake.read_run_rows(RunRows::new("replays", run)).await?;
+        let used = calibrate::calibrations_used(&replays);
+        for w in ws {
+            judged.push(Judged {
+                run_id: run.clone(),
+                benchmark: calibrate::first_string(&runs_rows, "benchmark").unwrap_or_default(),
+                calibration: used.get(&w.model).cloned().unwrap_or_default(),
+                model: w.model,
+                ranks: w.ranks,
+                measured_s: w.measured_s,
+                predicted_s: w.predicted_s,
+                error_pct: (w.predicted_s - w.measured_s) / w.measured_s * 100.0,
+            });
+        }
     }
     let mut abs: Vec<f64> = judged.iter().map(|j| j.error_pct.abs()).collect();
     abs.sort_by(f64::total_cmp);
@@ -410,13 +339,20 @@ pub async fn validate_cmd(a: ValidateArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<26} {:<12} {:<8} {:>5} {:>12} {:>12} {:>8}",
-        "run", "benchmark", "model", "ranks", "measured s", "predicted s", "error"
+        "{:<26} {:<12} {:<8} {:<26} {:>5} {:>12} {:>12} {:>8}",
+        "run", "benchmark", "model", "calibration", "ranks", "measured s", "predicted s", "error"
     );
     for j in &judged {
         println!(
-            "{:<26} {:<12} {:<8} {:>5} {:>12.6} {:>12.6} {:>7.1}%",
-            j.run_id, j.benchmark, j.model, j.ranks, j.measured_s, j.predicted_s, j.error_pct
+            "{:<26} {:<12} {:<8} {:<26} {:>5} {:>12.6} {:>12.6} {:>7.1}%",
+            j.run_id,
+            j.benchmark,
+            j.model,
+            j.calibration,
+            j.ranks,
+            j.measured_s,
+            j.predicted_s,
+            j.error_pct
         );
     }
     println!(

@@ -91,6 +91,11 @@ pub struct SubmitArgs {
     /// A sweep axis, PARAM=V1,V2,... (repeatable; the grid is their product).
     #[arg(long)]
     pub sweep: Vec<String>,
+    /// A calibration from the lake: `latest` (the newest whose nodes cover
+    /// the nodes of the trace's run) or a calibration id (the LinkTest or
+    /// netprobe run it was fitted after). Its parameters apply under -p.
+    #[arg(long, env = "BENCHLAKE_REPLAY_CALIBRATION")]
+    pub calibration: Option<String>,
     /// Follow the sweep until it has landed.
     #[arg(long)]
     pub watch: bool,
@@ -308,6 +313,7 @@ async fn submit(a: SubmitArgs) -> anyhow::Result<()> {
             model: a.model.clone(),
             params,
             sweep,
+            calibration: a.calibration.clone().unwrap_or_default(),
         })
         .await?
         .into_inner();

@@ -385,6 +385,7 @@ async fn demo(
                 axis("latency", &["1e-6", "5e-6", "2e-5"]),
                 axis("bandwidth", &["1000", "10000"]),
             ],
+            calibration: String::new(),
         })
         .await
         .context("triggering the demo replay sweep")?

@@ -217,8 +217,9 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
     assert_eq!(formats, ["bandela", "counts", "dimemas"]);
     assert_eq!(jobs_of(&d, "analyze_plan").len(), 1);
     assert_eq!(jobs_of(&d, "analyze_merge").len(), 1);
-    assert_eq!(jobs_of(&d, "replay").len(), 1);
-    assert_eq!(jobs_of(&d, "trace_compare").len(), 1);
+    // The default replays (Bandela and Dimemas) and their comparisons.
+    assert_eq!(jobs_of(&d, "replay").len(), 2);
+    assert_eq!(jobs_of(&d, "trace_compare").len(), 2);
 
     let lake = c.lake_dir();
     let id = run.run_id.as_str();
@@ -297,9 +298,29 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
 
     // The default replay: Bandela, with the run's latency and bandwidth.
     let replays = batches(&lake, "replays", id);
-    assert_eq!(replays.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
-    let rb = &replays[0];
-    assert_eq!(strs(rb, "model").value(0), "bandela");
+    assert_eq!(replays.iter().map(|b| b.num_rows()).sum::<usize>(), 2);
+    let rb = replays
+        .iter()
+        .find(|b| strs(b, "model").value(0) == "bandela")
+        .unwrap();
+    let dim = replays
+        .iter()
+        .find(|b| strs(b, "model").value(0) == "dimemas")
+        .expect("the default Dimemas replay");
+    let dim_id = strs(dim, "replay_id").value(0).to_string();
+    assert!(f64s(dim, "predicted_time_s").value(0) > 0.0);
+    // No calibration in the lake: both say so in their params.
+    for b in [rb, dim] {
+        let p: serde_json::Value = serde_json::from_str(strs(b, "params").value(0)).unwrap();
+        assert!(p["calibration"]["id"].is_null(), "{p}");
+        assert!(
+            p["calibration"]["note"]
+                .as_str()
+                .unwrap()
+                .contains("no fitted calibration"),
+            "{p}"
+        );
+    }
     let replay_id = strs(rb, "replay_id").value(0).to_string();
     assert!(f64s(rb, "predicted_time_s").value(0) > 0.0);
     let input_key = format!(
@@ -325,7 +346,10 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
             f64s(&b, "big_transfer_s"),
         );
         for i in 0..b.num_rows() {
-            assert_eq!(rid.value(i), replay_id);
+            if rid.value(i) != replay_id {
+                assert_eq!(rid.value(i), dim_id);
+                continue;
+            }
             *func
                 .entry((rk.value(i), f.value(i).to_string()))
                 .or_default() += w.value(i) + l.value(i) + s.value(i) + g.value(i);
@@ -333,12 +357,13 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
     }
     let mut ranks: BTreeMap<i32, (f64, f64)> = BTreeMap::new();
     for b in batches(&lake, "replay_ranks", id) {
-        let (rk, comm, comp) = (
+        let (rid, rk, comm, comp) = (
+            strs(&b, "replay_id"),
             i32s(&b, "rank"),
             f64s(&b, "communication_s"),
             f64s(&b, "computation_s"),
         );
-        for i in 0..b.num_rows() {
+        for i in (0..b.num_rows()).filter(|&i| rid.value(i) == replay_id) {
             ranks.insert(rk.value(i), (comm.value(i), comp.value(i)));
         }
     }
@@ -357,8 +382,13 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
     assert_eq!(stats.bandwidth_mbps, 500.0);
     let mut moved = vec![vec![0u64; NP]; NP];
     for b in batches(&lake, "replay_transfers", id) {
-        let (rv, sd, by) = (i32s(&b, "receiver"), i32s(&b, "sender"), i64s(&b, "bytes"));
-        for i in 0..b.num_rows() {
+        let (rid, rv, sd, by) = (
+            strs(&b, "replay_id"),
+            i32s(&b, "receiver"),
+            i32s(&b, "sender"),
+            i64s(&b, "bytes"),
+        );
+        for i in (0..b.num_rows()).filter(|&i| rid.value(i) == replay_id) {
             moved[rv.value(i) as usize][sd.value(i) as usize] += by.value(i) as u64;
         }
     }
@@ -422,6 +452,24 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
     }
     let mut got: Rows = BTreeMap::new();
     let mut n = 0;
+    // The Dimemas replay's comparison: an `all` row per rank with both totals.
+    let mut dim_all = 0;
+    for b in batches(&lake, "trace_comparison", id) {
+        let (rid, model, f, pt) = (
+            strs(&b, "replay_id"),
+            strs(&b, "model"),
+            strs(&b, "function"),
+            f64s(&b, "modelled_total_s"),
+        );
+        for i in (0..b.num_rows()).filter(|&i| model.value(i) == "dimemas") {
+            assert_eq!(rid.value(i), dim_id);
+            if f.value(i) == "all" {
+                assert!(pt.value(i) > 0.0);
+                dim_all += 1;
+            }
+        }
+    }
+    assert_eq!(dim_all, NP, "one Dimemas `all` row per rank");
     for b in batches(&lake, "trace_comparison", id) {
         let (rid, model, rk, f, calls) = (
             strs(&b, "replay_id"),
@@ -440,7 +488,7 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
             strs(&b, "stats_source"),
         );
         let (mt, pt) = (f64s(&b, "measured_total_s"), f64s(&b, "modelled_total_s"));
-        for i in 0..b.num_rows() {
+        for i in (0..b.num_rows()).filter(|&i| model.value(i) == "bandela") {
             n += 1;
             // The whole-run figures: on `all` rows only, measured = the
             // rank's computation + communication, predicted ≥ its modelled
@@ -501,12 +549,13 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
     // measured and predicted times, and their relative difference.
     let (mut meas, mut pred) = (0f64, 0f64);
     for b in batches(&lake, "trace_comparison", id) {
-        let (f, mt, pt) = (
+        let (f, m, mt, pt) = (
             strs(&b, "function"),
+            strs(&b, "model"),
             f64s(&b, "measured_total_s"),
             f64s(&b, "modelled_total_s"),
         );
-        for i in (0..b.num_rows()).filter(|&i| f.value(i) == "all") {
+        for i in (0..b.num_rows()).filter(|&i| f.value(i) == "all" && m.value(i) == "bandela") {
             meas = meas.max(mt.value(i));
             pred = pred.max(pt.value(i));
         }
@@ -518,6 +567,10 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // One line per model: Bandela, then Dimemas.
+    assert_eq!(v["runs"].as_array().unwrap().len(), 2, "{v}");
+    assert_eq!(v["runs"][1]["model"], "dimemas", "{v}");
+    assert_eq!(v["runs"][1]["calibration"], "-", "{v}");
     let r = &v["runs"][0];
     assert_eq!(r["run_id"], id, "{v}");
     assert_eq!(r["model"], "bandela");
@@ -526,9 +579,11 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
     assert!(close(r["predicted_s"].as_f64().unwrap(), pred), "{v}");
     let err = (pred - meas) / meas * 100.0;
     assert!(close(r["error_pct"].as_f64().unwrap(), err), "{v}");
-    assert!(close(
-        v["median_abs_error_pct"].as_f64().unwrap(),
-        err.abs()
-    ));
+    let dim_err = v["runs"][1]["error_pct"].as_f64().unwrap().abs();
+    let mid = (err.abs() + dim_err) / 2.0;
+    assert!(
+        close(v["median_abs_error_pct"].as_f64().unwrap(), mid),
+        "{v}"
+    );
     eprintln!("replay validate: measured {meas:.6} s, predicted {pred:.6} s, error {err:.1} %");
 }

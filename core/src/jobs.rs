@@ -100,6 +100,29 @@ pub struct ReplaySpec {
     pub point: BTreeMap<String, String>,
     /// The replay id (`replays.replay_id`).
     pub replay_id: String,
+    /// The calibration whose parameters the replay uses (a LinkTest or
+    /// netprobe run id, `calibrations/{id}/` in the lake): applied under
+    /// `params` and `point`, recorded in the `replays.params` JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<String>,
+    /// Why no calibration is used when one was looked for (recorded in the
+    /// `replays.params` JSON, e.g. "no calibration covers node a1").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration_note: Option<String>,
+}
+
+/// Job kind that fits a calibration after a LinkTest or netprobe ingest
+/// (docs/replay.md, "Calibrations in the lake").
+pub const CALIBRATE_JOB: &str = "calibrate";
+
+/// The spec of a `calibrate` job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CalibrateSpec {
+    /// Raw keys of the LinkTest or netprobe result files (SION).
+    pub keys: Vec<String>,
+    /// The agent that ran the task.
+    #[serde(default)]
+    pub agent: String,
 }
 
 /// Job kind that plans a counts analysis: splits the count files into parts and

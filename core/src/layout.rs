@@ -8,6 +8,8 @@
 //! _staging/{job_id}/{attempt}/...                                          in-flight, never read by users
 //! _work/{run_id}/counts/{analysis}/part-{index}.json                       a counts analysis' part results
 //! _work/{run_id}/traced/{job_id}/replaympi.input                           a traced run's default replay input
+//! calibrations/{run_id}/calibration.json                                   a LinkTest/netprobe run's calibration (fit or why not)
+//! calibrations/{run_id}/calibration.cfg | calibration.bandela              its model inputs (Dimemas, replaympi)
 //! ```
 //!
 //! `_staging/` and `_work/` are garbage once their job attempt or run has ended;
@@ -27,6 +29,13 @@ pub const STAGING: &str = "_staging";
 pub const WORK: &str = "_work";
 /// Top-level prefix of text reports (per run).
 pub const REPORTS: &str = "reports";
+/// Top-level prefix of replay calibrations (per LinkTest or netprobe run).
+pub const CALIBRATIONS: &str = "calibrations";
+/// The files of one calibration under [`calibration_prefix`]: the document
+/// (parameters, fits, nodes, or why nothing was fitted), the Dimemas
+/// configuration and the replaympi input.
+pub const CALIBRATION_FILES: &[&str] =
+    &["calibration.json", "calibration.cfg", "calibration.bandela"];
 
 /// Checks a plain file or part name: non-empty, ≤ 200 bytes, no path separators,
 /// no `..`, only printable ASCII without spaces or quotes.
@@ -311,6 +320,38 @@ pub fn counts_report_key(run_id: &str, analysis: &str, file: &str) -> Result<Str
     ))
 }
 
+/// `calibrations/` (with the trailing slash): every calibration in the lake.
+pub fn calibrations_prefix() -> String {
+    format!("{CALIBRATIONS}/")
+}
+
+/// `calibrations/{run_id}/` (with the trailing slash): the calibration fitted
+/// after the LinkTest or netprobe run `run_id` (its id is the run's).
+pub fn calibration_prefix(run_id: &str) -> Result<String> {
+    validate_id("calibration", run_id)?;
+    Ok(format!("{CALIBRATIONS}/{run_id}/"))
+}
+
+/// `calibrations/{run_id}/{file}`, `file` one of [`CALIBRATION_FILES`].
+pub fn calibration_key(run_id: &str, file: &str) -> Result<String> {
+    if !CALIBRATION_FILES.contains(&file) {
+        return Err(Error::invalid(
+            "calibration_file",
+            format!("'{file}' is not one of {}", CALIBRATION_FILES.join(", ")),
+        ));
+    }
+    Ok(format!("{}{file}", calibration_prefix(run_id)?))
+}
+
+/// The calibration id and file of a key `calibrations/{run_id}/{file}`, or
+/// None when the key does not have that shape.
+pub fn parse_calibration_key(key: &str) -> Option<(&str, &str)> {
+    let rest = key.strip_prefix(CALIBRATIONS)?.strip_prefix('/')?;
+    let (id, file) = rest.split_once('/')?;
+    (validate_id("calibration", id).is_ok() && CALIBRATION_FILES.contains(&file))
+        .then_some((id, file))
+}
+
 /// The date partition (UTC) of a time in ms since the epoch.
 pub fn date_of_ms(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
@@ -491,6 +532,29 @@ mod tests {
             "raw", "rawx/a", "raw/../x", "raw/a//b", "tables/x", "/raw/a",
         ] {
             assert!(!is_raw_key(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn calibration_keys_follow_the_layout() {
+        let r = new_id();
+        let k = calibration_key(&r, "calibration.json").unwrap();
+        assert_eq!(k, format!("calibrations/{r}/calibration.json"));
+        assert!(k.starts_with(&calibrations_prefix()));
+        assert_eq!(
+            parse_calibration_key(&k),
+            Some((r.as_str(), "calibration.json"))
+        );
+        assert!(calibration_key(&r, "../x").is_err());
+        assert!(calibration_key("latest", "calibration.json").is_err());
+        assert!(calibration_prefix("../..").is_err());
+        for bad in [
+            format!("calibrations/{r}/other.json"),
+            format!("calibrations/{r}/"),
+            "calibrations/nope/calibration.json".to_string(),
+            format!("raw/{r}/calibration.json"),
+        ] {
+            assert_eq!(parse_calibration_key(&bad), None, "{bad}");
         }
     }
 

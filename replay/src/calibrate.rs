@@ -178,6 +178,11 @@ impl Samples {
         self.by.entry((class, bytes)).or_default()
     }
 
+    /// The times held, by class and size.
+    pub fn iter(&self) -> impl Iterator<Item = ((LinkClass, u64), &Vec<f32>)> {
+        self.by.iter().map(|(k, v)| (*k, v))
+    }
+
     /// Pair times held.
     pub fn len(&self) -> usize {
         self.by.values().map(Vec::len).sum()
@@ -529,14 +534,15 @@ pub struct WholeRun {
 }
 
 /// The whole-run figures of `trace_comparison` batches (one run's): the
-/// `all` rows' `measured_total_s` and `modelled_total_s`, largest over ranks.
-pub fn whole_run(batches: &[RecordBatch]) -> Result<WholeRun> {
+/// `all` rows' `measured_total_s` and `modelled_total_s`, largest over ranks,
+/// one per model (a traced run is replayed with Bandela and Dimemas), by
+/// model name.
+pub fn whole_runs(batches: &[RecordBatch]) -> Result<Vec<WholeRun>> {
     use arrow::array::AsArray;
     use arrow::datatypes::{Float64Type, Int32Type};
     let bad = |m: String| ReplayError::param("trace_comparison", m);
-    let mut ranks = std::collections::BTreeSet::new();
-    let (mut meas, mut pred) = (0f64, 0f64);
-    let mut model = String::new();
+    // model -> (ranks, measured, predicted)
+    let mut by: BTreeMap<String, (std::collections::BTreeSet<i32>, f64, f64)> = BTreeMap::new();
     for b in batches {
         let col = |n: &str| {
             b.column_by_name(n).ok_or_else(|| {
@@ -565,26 +571,55 @@ pub fn whole_run(batches: &[RecordBatch]) -> Result<WholeRun> {
             if f.value(i) != "all" || mt.is_null(i) || pt.is_null(i) {
                 continue;
             }
-            ranks.insert(rk.value(i));
-            meas = meas.max(mt.value(i));
-            pred = pred.max(pt.value(i));
-            model = m.value(i).to_string();
+            let e = by.entry(m.value(i).to_string()).or_default();
+            e.0.insert(rk.value(i));
+            e.1 = e.1.max(mt.value(i));
+            e.2 = e.2.max(pt.value(i));
         }
     }
-    if ranks.is_empty() {
+    if by.is_empty() {
         return Err(bad("no whole-run (`all`) rows".into()));
     }
-    if meas <= 0.0 {
-        return Err(bad(
-            "nothing was measured (every rank's measured time is 0)".into(),
-        ));
+    let mut out = Vec::new();
+    for (model, (ranks, meas, pred)) in by {
+        if meas <= 0.0 {
+            return Err(bad(format!(
+                "{model}: nothing was measured (every rank's measured time is 0)"
+            )));
+        }
+        out.push(WholeRun {
+            model,
+            ranks: ranks.len(),
+            measured_s: meas,
+            predicted_s: pred,
+        });
     }
-    Ok(WholeRun {
-        model,
-        ranks: ranks.len(),
-        measured_s: meas,
-        predicted_s: pred,
-    })
+    Ok(out)
+}
+
+/// The calibration each model's replay of a run used (`replays.params`
+/// JSON's `calibration.id`; "-" when it used none), by model.
+pub fn calibrations_used(replays: &[RecordBatch]) -> BTreeMap<String, String> {
+    use arrow::array::AsArray;
+    let mut out = BTreeMap::new();
+    for b in replays {
+        let (Some(m), Some(p)) = (
+            b.column_by_name("model")
+                .and_then(|c| c.as_string_opt::<i32>()),
+            b.column_by_name("params")
+                .and_then(|c| c.as_string_opt::<i32>()),
+        ) else {
+            continue;
+        };
+        for i in 0..b.num_rows() {
+            let id = serde_json::from_str::<serde_json::Value>(p.value(i))
+                .ok()
+                .and_then(|v| v["calibration"]["id"].as_str().map(str::to_string))
+                .unwrap_or_else(|| "-".into());
+            out.insert(m.value(i).to_string(), id);
+        }
+    }
+    out
 }
 
 /// The first value of the utf8 column `column` in `batches`.

@@ -5,10 +5,12 @@
 //! * [`result`] — what a replay produces, whatever the model;
 //! * [`models`] — the model registry (names, trace kinds, parameter checks);
 //! * [`api`] — [`run_replay`], the entry point a worker job calls;
-//! * [`calibrate`] — model parameters fitted from the cluster's pair measurements.
+//! * [`calibrate`] — model parameters fitted from the cluster's pair measurements;
+//! * [`calibrations`] — calibrations in the lake: stored, found, applied.
 pub mod api;
 pub mod bandela;
 pub mod calibrate;
+pub mod calibrations;
 pub mod dimemas;
 pub mod error;
 pub mod event;

@@ -61,8 +61,12 @@ impl Executor for Ingest {
             follow_ups: {
                 let mut f = crate::analyze::follow_up_of_ingest(&s);
                 f.extend(crate::checks::follow_up(&s, &info, &ctx.job_id));
+                // A LinkTest or netprobe run's calibration (docs/replay.md).
+                f.extend(crate::calibrate::follow_up_of_ingest(&s));
                 // A traced run's default replay and comparison (docs/tracer.md).
                 f.extend(crate::traced::follow_up_of_ingest(ctx, &s, &info)?);
+                // ... and its default Dimemas replay (docs/replay.md).
+                f.extend(crate::traced_dimemas::follow_up_of_ingest(ctx, &s, &info)?);
                 f
             },
         })
@@ -225,10 +229,30 @@ impl Executor for Replay {
         for (name, key) in &s.files {
             params.insert(name.clone(), ctx.fetch(key)?.display().to_string());
         }
+        // A named calibration: applied under the job's own parameters.
+        let calibration = match &s.calibration {
+            Some(id) => Some(crate::calibrate::apply(ctx, id, model.name, &mut params)?),
+            None => None,
+        };
         let started = std::time::Instant::now();
-        let result = model
+        let mut result = model
             .replay(&trace, &params)
             .map_err(|e| ExecError::Permanent(e.to_string()))?;
+        // `replays.params` says which calibration was used, or why none.
+        if let serde_json::Value::Object(m) = &mut result.params {
+            match (&calibration, &s.calibration_note) {
+                (Some(doc), _) => {
+                    m.insert("calibration".into(), doc.summary());
+                }
+                (None, Some(note)) => {
+                    m.insert(
+                        "calibration".into(),
+                        serde_json::json!({ "id": null, "note": note }),
+                    );
+                }
+                (None, None) => {}
+            }
+        }
         let meta = benchlake_replay::ReplayMeta {
             run_id: &ctx.run_id,
             replay_id: &s.replay_id,

@@ -6,10 +6,12 @@
 //!
 //! [`run`] is the entry point of `benchlake worker`.
 pub mod analyze;
+pub mod calibrate;
 pub mod checks;
 pub mod executors;
 pub mod health;
 pub mod traced;
+pub mod traced_dimemas;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -149,6 +151,7 @@ impl Executors {
         e.add(analyze::AnalyzeMerge);
         e.add(checks::Checks);
         e.add(traced::TraceCompare);
+        e.add(calibrate::Calibrate);
         e
     }
     /// Adds (or replaces) an executor.

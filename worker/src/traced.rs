@@ -142,6 +142,9 @@ pub fn follow_up_of_ingest(
     let input = default_input(s.keys.len(), &info.params)?;
     let input_key = layout::traced_replay_input_key(&ctx.run_id, &ctx.job_id)?;
     ctx.block_on(ctx.lake.put(&input_key, bytes::Bytes::from(input)))?;
+    // The newest calibration of the nodes the ranks ran on (docs/replay.md).
+    let (calibration, calibration_note) =
+        crate::calibrate::for_default_replay(ctx, &s.agent, None)?;
     // Deterministic per ingest job: a retried ingest names the same replay.
     let replay_id = format!("{}-default", ctx.job_id);
     let replay = ReplaySpec {
@@ -151,6 +154,8 @@ pub fn follow_up_of_ingest(
         params: BTreeMap::new(),
         point: BTreeMap::new(),
         replay_id: replay_id.clone(),
+        calibration,
+        calibration_note,
     };
     let compare = CompareSpec {
         stats_key,

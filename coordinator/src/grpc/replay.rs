@@ -53,6 +53,45 @@ fn sweep_points(
     Ok(points)
 }
 
+impl Svc {
+    /// The calibration a request names, resolved to an id that exists and
+    /// was fitted: `latest` is the newest covering the nodes (the agents of
+    /// the tasks) of the run the trace belongs to; an id is checked to be a
+    /// ULID before it reaches a key. None when the request names none.
+    async fn calibration_of(
+        &self,
+        name: &str,
+        trace_key: &str,
+        uploaded: bool,
+    ) -> std::result::Result<Option<String>, Status> {
+        let name = name.trim();
+        if name.is_empty() {
+            return Ok(None);
+        }
+        let mut nodes = std::collections::BTreeSet::new();
+        if name == "latest" && !uploaded {
+            let run = trace_key
+                .strip_prefix("raw/")
+                .and_then(|r| r.split('/').next())
+                .unwrap_or_default()
+                .to_string();
+            if ids::validate_id("run_id", &run).is_ok() {
+                let tasks = self.tx(move |tx| tx.tasks_of_run(&run)).await?;
+                nodes.extend(tasks.into_iter().map(|t| t.agent));
+            }
+        } else if name != "latest" && ids::validate_id("calibration", name).is_err() {
+            return Err(invalid(
+                "calibration",
+                format!("'{name}' is neither 'latest' nor a calibration id (a ULID)"),
+            ));
+        }
+        match benchlake_replay::calibrations::resolve(&self.0.lake, name, &nodes).await {
+            Ok(d) => Ok(Some(d.id)),
+            Err(e) => Err(Status::failed_precondition(e.to_string())),
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl ReplayService for Svc {
     async fn trigger_replay(
@@ -144,6 +183,9 @@ impl ReplayService for Svc {
                 .check_params(&all)
                 .map_err(|e| Status::invalid_argument(format!("params: {e}")))?;
         }
+        let calibration = self
+            .calibration_of(&r.calibration, &trace_key, uploaded)
+            .await?;
         let cfg = self.0.cfg.clone();
         let n = points.len();
         let fx = self
@@ -152,6 +194,9 @@ impl ReplayService for Svc {
                 params.insert("model".into(), model.to_string());
                 params.insert("trace".into(), trace_key.clone());
                 params.insert("points".into(), n.to_string());
+                if let Some(c) = &calibration {
+                    params.insert("calibration".into(), c.clone());
+                }
                 let mut jobs = Vec::with_capacity(points.len() + 1);
                 if uploaded {
                     let spec = benchlake_core::jobs::IngestSpec {
@@ -170,6 +215,8 @@ impl ReplayService for Svc {
                         params: base.clone(),
                         point: p.clone(),
                         replay_id: ids::new_id_at(now),
+                        calibration: calibration.clone(),
+                        calibration_note: None,
                     };
                     jobs.push((REPLAY_JOB.to_string(), serde_json::to_string(&spec)?));
                 }

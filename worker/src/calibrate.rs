@@ -1,0 +1,214 @@
+//! The calibration of a LinkTest or netprobe run (docs/replay.md,
+//! "Calibrations in the lake"): every `linktest` ingest is followed by one
+//! `calibrate` job, which reads the run's result files, combines their
+//! per-size medians with earlier calibrations of the same nodes
+//! ([`benchlake_replay::calibrations::fit_document`]) and stores under
+//! `calibrations/{run_id}/` the document (`calibration.json`: parameters,
+//! fits, nodes, or why nothing could be fitted), a Dimemas `.cfg` and a
+//! replaympi input, and commits the `replay_calibrations` rows of a fit.
+//! Data that cannot be fitted (one message size, ...) is recorded, not an
+//! error: the run does not fail for it.
+//!
+//! It also applies a calibration to a `replay` job ([`apply`]).
+use std::collections::BTreeMap;
+
+use benchlake_core::jobs::{CALIBRATE_JOB, CalibrateSpec, FollowUp, IngestSpec};
+use benchlake_core::lake::TableOutput;
+use benchlake_core::layout;
+use benchlake_replay::calibrate;
+use benchlake_replay::calibrations::{self, CalibrationDoc, Gathered};
+
+use crate::{ExecError, ExecOutput, Executor, JobContext};
+
+/// The ingest kind whose files are LinkTest or netprobe results.
+pub const LINKTEST_FORMAT: &str = "linktest";
+
+/// The `calibrate` follow-up of a `linktest` ingest.
+pub fn follow_up_of_ingest(s: &IngestSpec) -> Option<FollowUp> {
+    if s.format != LINKTEST_FORMAT || s.keys.is_empty() {
+        return None;
+    }
+    let spec = CalibrateSpec {
+        keys: s.keys.clone(),
+        agent: s.agent.clone(),
+    };
+    Some(FollowUp {
+        kind: CALIBRATE_JOB.into(),
+        spec: serde_json::to_value(&spec).ok()?,
+        group: None,
+        wait_for: None,
+    })
+}
+
+fn retryable(e: impl std::fmt::Display) -> ExecError {
+    ExecError::Retryable(e.to_string())
+}
+
+/// Fits and stores the calibration of one LinkTest or netprobe run.
+pub struct Calibrate;
+
+impl Executor for Calibrate {
+    fn kind(&self) -> &'static str {
+        CALIBRATE_JOB
+    }
+    fn execute(&self, ctx: &JobContext) -> Result<ExecOutput, ExecError> {
+        let s: CalibrateSpec = serde_json::from_str(&ctx.spec_json)
+            .map_err(|e| ExecError::Permanent(format!("{} job spec: {e}", ctx.kind)))?;
+        let mut g = Gathered::default();
+        let mut unreadable = Vec::new();
+        for key in &s.keys {
+            if !layout::is_raw_key(key) {
+                return Err(ExecError::Permanent(format!(
+                    "calibrate: '{key}' is not a raw object key"
+                )));
+            }
+            if ctx.cancelled() {
+                return Err(ExecError::Cancelled);
+            }
+            let path = ctx.fetch(key)?;
+            match benchlake_formats::linktest::read_file(&path) {
+                Ok(run) => g.add_run(key.clone(), &run, &Default::default()),
+                // The ingest read it; a file it could not is the ingest's error.
+                Err(e) => unreadable.push(format!(
+                    "{key}: {}",
+                    e.to_string().replace(&path.display().to_string(), key)
+                )),
+            }
+            let _ = std::fs::remove_file(&path);
+        }
+        let earlier = ctx
+            .block_on(calibrations::recent(&ctx.lake, calibrations::MAX_SCAN))
+            .map_err(retryable)?;
+        let created_ms = chrono::Utc::now().timestamp_millis();
+        let nodes = g.nodes.clone();
+        let used = g.used;
+        let (mut doc, cal) = calibrations::fit_document(&ctx.run_id, created_ms, g, &earlier);
+        if used == 0 && !unreadable.is_empty() {
+            doc.reason = Some(format!("unreadable: {}", unreadable.join("; ")));
+        }
+        let mut tables = Vec::new();
+        let mut files = vec![("calibration.json", String::new())];
+        if let Some(cal) = &cal {
+            let hosts = u32::try_from(doc.nodes.len()).unwrap_or(u32::MAX).max(1);
+            files.push((
+                "calibration.cfg",
+                calibrate::dimemas_cfg(cal, hosts, 1, 1.0),
+            ));
+            files.push((
+                "calibration.bandela",
+                calibrate::bandela_input(cal, hosts, 1),
+            ));
+            let source = s.keys.join(" ");
+            let batch = calibrate::table(cal, &ctx.run_id, &source, &nodes)
+                .map_err(|e| ExecError::Permanent(e.to_string()))?;
+            tables.push(TableOutput::new("replay_calibrations", vec![batch]));
+            tracing::info!(
+                run = %ctx.run_id,
+                params = ?doc.params,
+                combined = doc.combined.len(),
+                "calibration fitted"
+            );
+        } else {
+            tracing::warn!(
+                run = %ctx.run_id,
+                reason = doc.reason.as_deref().unwrap_or(""),
+                "calibration not fitted (recorded)"
+            );
+        }
+        files[0].1 = serde_json::to_string_pretty(&doc)
+            .map_err(|e| ExecError::Permanent(format!("calibration.json: {e}")))?
+            + "\n";
+        // The model inputs first, the document last: a reader that finds the
+        // document finds its inputs.
+        files.rotate_left(1);
+        for (name, text) in files {
+            let key = layout::calibration_key(&ctx.run_id, name)?;
+            ctx.block_on(ctx.lake.put(&key, bytes::Bytes::from(text)))?;
+        }
+        Ok(ExecOutput {
+            tables,
+            follow_ups: Vec::new(),
+        })
+    }
+}
+
+/// A `replay` job's calibration, applied: the Dimemas model gets the
+/// calibration's parameters under the job's own (`params` is returned with
+/// them), the Bandela model's `input` file gets its figures in place of its
+/// own (rewritten beside it). Returns the document.
+pub fn apply(
+    ctx: &JobContext,
+    id: &str,
+    model: &str,
+    params: &mut BTreeMap<String, String>,
+) -> Result<CalibrationDoc, ExecError> {
+    let doc = ctx
+        .block_on(calibrations::resolve(&ctx.lake, id, &Default::default()))
+        .map_err(|e| ExecError::Permanent(e.to_string()))?;
+    let cal = doc.calibration();
+    if model == benchlake_replay::models::BANDELA.name {
+        let Some(path) = params.get("input").cloned() else {
+            return Err(ExecError::Permanent(
+                "a Bandela replay with a calibration needs its input".into(),
+            ));
+        };
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| ExecError::Retryable(format!("{path}: {e}")))?;
+        let out = calibrations::apply_to_bandela_input(&text, &cal);
+        let p = ctx.scratch.join("calibrated.input");
+        std::fs::write(&p, out).map_err(|e| retryable(format!("{}: {e}", p.display())))?;
+        params.insert("input".into(), p.display().to_string());
+    } else {
+        let mut merged = doc.params.clone();
+        merged.append(params);
+        *params = merged;
+    }
+    Ok(doc)
+}
+
+/// The calibration of a traced run's default replay: the newest fitted one
+/// whose nodes cover the nodes the run's ranks ran on (`rank_nodes`, from the
+/// tracer's rank map, empty names unknown), else the newest covering the
+/// task's agent (agents are named after their host; without a rank map the
+/// agent is the run's node). Returns (calibration id, note when there is
+/// none).
+pub fn for_default_replay(
+    ctx: &JobContext,
+    agent: &str,
+    rank_nodes: Option<&[String]>,
+) -> Result<(Option<String>, Option<String>), ExecError> {
+    use std::collections::BTreeSet;
+    let ranked: BTreeSet<String> = rank_nodes
+        .unwrap_or_default()
+        .iter()
+        .filter(|n| !n.is_empty())
+        .cloned()
+        .collect();
+    let mut tries = Vec::new();
+    if !ranked.is_empty() {
+        tries.push(ranked);
+    }
+    if !agent.is_empty() {
+        tries.push([agent.to_string()].into());
+    }
+    for nodes in &tries {
+        let found = ctx
+            .block_on(calibrations::latest_covering(&ctx.lake, nodes))
+            .map_err(retryable)?;
+        if let Some(d) = found {
+            tracing::info!(run = %ctx.run_id, calibration = %d.id, nodes = ?nodes, "default replay calibrated");
+            return Ok((Some(d.id), None));
+        }
+    }
+    let list = tries
+        .iter()
+        .map(|n| n.iter().cloned().collect::<Vec<_>>().join(","))
+        .collect::<Vec<_>>()
+        .join(" or ");
+    Ok((
+        None,
+        Some(format!(
+            "no fitted calibration covers the nodes {list}: the default parameters"
+        )),
+    ))
+}

@@ -1,0 +1,166 @@
+//! A traced run's **default Dimemas replay** (docs/tracer.md, docs/replay.md):
+//! the tracer writes a Dimemas trace (`trace.dim`) beside its Bandela rank
+//! files, so the `dimemas` ingest of a traced run asks, like the Bandela one
+//! ([`crate::traced`]), for one `replay` job (the Dimemas model) in the job
+//! group `traced-{ingest job}` and one `trace_compare` job waiting for it.
+//! The comparison rows carry `model = dimemas`, beside the Bandela ones.
+//!
+//! Platform: every rank on one node (the nodes of a traced run are the
+//! agents of its tasks, one per task), `tasks_per_node` = the ranks. With a
+//! calibration covering that node (the newest, [`crate::calibrate`]), its
+//! latencies and bandwidths; without, the run's `replay_latency_us` and
+//! `replay_bandwidth_mbs` (the Bandela default replay's figures, converted to
+//! the model's MB of 2^20 B) for intra-node messages, and the replay's
+//! params say no calibration was found.
+use std::collections::BTreeMap;
+
+use benchlake_core::jobs::{
+    FollowUp, IngestRunInfo, IngestSpec, REPLAY_JOB, ReplaySpec, TRACE_COMPARE_JOB,
+};
+use benchlake_core::layout;
+use benchlake_replay::models::DIMEMAS;
+
+use crate::traced::{CompareSpec, REPLAY_PARAMS, STATS_FILE, TRACED_KIND, group_of};
+use crate::{ExecError, JobContext};
+
+/// The number of ranks of a traced task: its `bandela.<rank>[.txt]` objects.
+fn ranks_of_task(ctx: &JobContext, prefix: &str) -> Result<usize, ExecError> {
+    let listed = ctx.block_on(ctx.lake.list(prefix))?;
+    Ok(listed
+        .iter()
+        .filter(|(k, _)| {
+            let name = k.rsplit('/').next().unwrap_or("");
+            name.strip_prefix("bandela.")
+                .map(|r| r.strip_suffix(".txt").unwrap_or(r))
+                .is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .count())
+}
+
+/// The Dimemas parameters of the default replay of `ranks` ranks on one node:
+/// the platform, and without a calibration the run's figures.
+pub fn default_params(
+    ranks: usize,
+    params: &BTreeMap<String, String>,
+    calibrated: bool,
+) -> Result<BTreeMap<String, String>, ExecError> {
+    let mut p = BTreeMap::new();
+    p.insert("nodes".to_string(), "1".to_string());
+    p.insert("tasks_per_node".to_string(), ranks.max(1).to_string());
+    if !calibrated {
+        let num = |name: &str| -> Result<f64, ExecError> {
+            let default = REPLAY_PARAMS
+                .iter()
+                .find(|(n, _, _)| *n == name)
+                .map_or("0", |(_, d, _)| d);
+            let raw = params.get(name).map(String::as_str).unwrap_or(default);
+            raw.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| {
+                    ExecError::Permanent(format!(
+                        "run parameter {name}: '{raw}' is not a number >= 0"
+                    ))
+                })
+        };
+        let l = num("replay_latency_us")? * 1e-6;
+        let bw = num("replay_bandwidth_mbs")? * 1e6 / (1u64 << 20) as f64;
+        if bw <= 0.0 {
+            return Err(ExecError::Permanent(
+                "run parameter replay_bandwidth_mbs: must be > 0".into(),
+            ));
+        }
+        p.insert("intra_latency".into(), format!("{l:e}"));
+        p.insert("intra_bandwidth".into(), format!("{bw}"));
+    }
+    Ok(p)
+}
+
+/// The follow-ups of a traced run's `dimemas` ingest: the default Dimemas
+/// replay and its comparison.
+pub fn follow_up_of_ingest(
+    ctx: &JobContext,
+    s: &IngestSpec,
+    info: &IngestRunInfo,
+) -> Result<Vec<FollowUp>, ExecError> {
+    if info.kind.as_deref() != Some(TRACED_KIND)
+        || s.format != DIMEMAS.trace.format()
+        || s.keys.len() != 1
+    {
+        return Ok(Vec::new());
+    }
+    let trace_key = &s.keys[0];
+    let Some((run, task, _)) = layout::parse_raw_key(trace_key) else {
+        return Err(ExecError::Permanent(format!(
+            "trace key {trace_key} is not a raw object key (raw/RUN/TASK/FILE)"
+        )));
+    };
+    let prefix = layout::raw_prefix(run, task)?;
+    let ranks = ranks_of_task(ctx, &prefix)?;
+    if ranks == 0 {
+        // No Bandela statistics beside it: nothing to compare with.
+        return Ok(Vec::new());
+    }
+    let (calibration, calibration_note) =
+        crate::calibrate::for_default_replay(ctx, &s.agent, None)?;
+    let params = default_params(ranks, &info.params, calibration.is_some())?;
+    DIMEMAS
+        .check_params(&params)
+        .map_err(|e| ExecError::Permanent(e.to_string()))?;
+    let replay_id = format!("{}-default", ctx.job_id);
+    let replay = ReplaySpec {
+        model: DIMEMAS.name.into(),
+        trace_key: trace_key.clone(),
+        files: BTreeMap::new(),
+        params,
+        point: BTreeMap::new(),
+        replay_id: replay_id.clone(),
+        calibration,
+        calibration_note,
+    };
+    let compare = CompareSpec {
+        stats_key: layout::raw_key(run, task, STATS_FILE)?,
+        replay_id,
+        model: DIMEMAS.name.into(),
+    };
+    let json = |v: serde_json::Result<serde_json::Value>| {
+        v.map_err(|e| ExecError::Permanent(format!("traced follow-up spec: {e}")))
+    };
+    let group = group_of(&ctx.job_id);
+    Ok(vec![
+        FollowUp {
+            kind: REPLAY_JOB.into(),
+            spec: json(serde_json::to_value(&replay))?,
+            group: Some(group.clone()),
+            wait_for: None,
+        },
+        FollowUp {
+            kind: TRACE_COMPARE_JOB.into(),
+            spec: json(serde_json::to_value(&compare))?,
+            group: None,
+            wait_for: Some(group),
+        },
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_params_put_every_rank_on_one_node_with_the_runs_figures() {
+        let p = default_params(4, &BTreeMap::new(), false).unwrap();
+        assert_eq!(p["tasks_per_node"], "4");
+        assert_eq!(p["nodes"], "1");
+        assert_eq!(p["intra_latency"], "2e-6");
+        let bw: f64 = p["intra_bandwidth"].parse().unwrap();
+        assert!((bw - 700e6 / 1048576.0).abs() < 1e-9, "{bw}");
+        DIMEMAS.check_params(&p).unwrap();
+        // A calibration sets the network: only the platform is given.
+        let p = default_params(4, &BTreeMap::new(), true).unwrap();
+        assert_eq!(p.len(), 2);
+        let bad = [("replay_latency_us".to_string(), "x".to_string())].into();
+        assert!(default_params(2, &bad, false).is_err());
+    }
+}
