@@ -25,6 +25,20 @@
 //!   suspect: a bad host is slow with every peer, its peers only with it.
 //!   With two hosts a slow link cannot be pinned on either, and both fail.
 //!
+//! - **slow ranks of traced runs** (`traced.rank_time`; `mpi_trace_ranks` and
+//!   the tracer's `bandela_stats`): each rank's measured computation time
+//!   against the ranks **on other nodes doing the same work** (the same
+//!   number of calls of every MPI routine): their median plus the largest of
+//!   `check_rank_time_mads` (default 5) scaled median absolute deviations,
+//!   `check_rank_time_min_excess` (default 0.5) × the median and
+//!   `check_rank_time_min_excess_s` (default 0.01 s). A node fails when one
+//!   of its ranks is over its bound, passes when all of its judged ranks are
+//!   within. Computation, not total time: ranks wait for a slow one, so in
+//!   a synchronising program every rank's total grows with it, while only
+//!   the slow node's ranks compute longer. Comparing only with other nodes'
+//!   ranks doing the same work keeps an application's own imbalance (a
+//!   root's extra work) and a node's own slowness out of the reference.
+//!
 //! Every node the run measured gets a row for every check that applies to it,
 //! PASS included: a later passing run is what lets a drained node return.
 use std::collections::BTreeMap;
@@ -532,6 +546,185 @@ pub fn linktest_node_checks(
         .collect()
 }
 
+/// Parameters of the traced runs' rank-time check (skipped by the run-level
+/// `check_*` parser).
+pub const RANK_TIME_PARAMS: &[&str] = &[
+    "check_rank_time_mads",
+    "check_rank_time_min_excess",
+    "check_rank_time_min_excess_s",
+];
+
+/// Name of the traced runs' rank-time check.
+pub const RANK_TIME_CHECK: &str = "traced.rank_time";
+
+/// Default of `check_rank_time_mads`.
+pub const DEFAULT_RANK_TIME_MADS: f64 = 5.0;
+/// Default of `check_rank_time_min_excess`.
+pub const DEFAULT_RANK_TIME_MIN_EXCESS: f64 = 0.5;
+/// Default of `check_rank_time_min_excess_s`.
+pub const DEFAULT_RANK_TIME_MIN_EXCESS_S: f64 = 0.01;
+
+/// The bound of the rank-time check: a rank is slow when its computation
+/// exceeds the reference median by more than the largest of `mads` scaled
+/// MADs (1.4826 × MAD, the normal-consistent spread), `min_excess` × the
+/// median and `min_excess_s`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankTimeConfig {
+    pub mads: f64,
+    pub min_excess: f64,
+    pub min_excess_s: f64,
+}
+
+impl Default for RankTimeConfig {
+    fn default() -> Self {
+        Self {
+            mads: DEFAULT_RANK_TIME_MADS,
+            min_excess: DEFAULT_RANK_TIME_MIN_EXCESS,
+            min_excess_s: DEFAULT_RANK_TIME_MIN_EXCESS_S,
+        }
+    }
+}
+
+impl RankTimeConfig {
+    /// From a run's parameters; an error names the parameter.
+    pub fn from_params(params: &BTreeMap<String, String>) -> Result<Self, String> {
+        Ok(Self {
+            mads: num(params, "check_rank_time_mads")?.unwrap_or(DEFAULT_RANK_TIME_MADS),
+            min_excess: num(params, "check_rank_time_min_excess")?
+                .unwrap_or(DEFAULT_RANK_TIME_MIN_EXCESS),
+            min_excess_s: num(params, "check_rank_time_min_excess_s")?
+                .unwrap_or(DEFAULT_RANK_TIME_MIN_EXCESS_S),
+        })
+    }
+}
+
+/// One rank of a traced run as the rank-time check reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankWork {
+    pub rank: u32,
+    /// The rank's node (`mpi_trace_ranks.node`).
+    pub node: String,
+    /// Measured computation in the traced window (s).
+    pub comp_s: f64,
+    /// What the rank did: its number of calls of every MPI routine (ranks
+    /// with equal vectors are compared).
+    pub work: Vec<u64>,
+}
+
+/// The `rank → node` map of `mpi_trace_ranks` batches.
+pub fn trace_rank_nodes(batches: &[RecordBatch]) -> BTreeMap<u32, String> {
+    let mut out = BTreeMap::new();
+    for b in batches {
+        let (Some(rank), Some(node)) = (f64_col(b, "rank"), text_col(b, "node")) else {
+            continue;
+        };
+        for i in 0..b.num_rows() {
+            if rank.is_valid(i) && node.is_valid(i) && !node.value(i).is_empty() {
+                let r = rank.value(i);
+                if r >= 0.0 && r <= u32::MAX as f64 {
+                    out.insert(r as u32, node.value(i).to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The rank-time check of a traced run: one row per node with a judged
+/// rank (value: the computation of its rank furthest over or nearest to its
+/// bound, reference: that bound), none when the ranks ran on one node, one
+/// ERROR row on `*` when they ran on several but no rank could be compared
+/// with a rank of another node doing the same work.
+pub fn rank_time_checks(ranks: &[RankWork], cfg: &RankTimeConfig) -> Vec<NodeRow> {
+    let nodes: std::collections::BTreeSet<&str> = ranks.iter().map(|r| r.node.as_str()).collect();
+    if nodes.len() < 2 {
+        return Vec::new();
+    }
+    // node → (worst ratio, rank, comp, bound, median, reference ranks, over, judged)
+    struct Worst {
+        ratio: f64,
+        rank: u32,
+        comp: f64,
+        bound: f64,
+        median: f64,
+        refs: usize,
+        over: usize,
+        judged: usize,
+    }
+    let mut per_node: BTreeMap<&str, Worst> = BTreeMap::new();
+    for r in ranks.iter().filter(|r| r.comp_s.is_finite()) {
+        let mut refs: Vec<f64> = ranks
+            .iter()
+            .filter(|o| o.node != r.node && o.work == r.work && o.comp_s.is_finite())
+            .map(|o| o.comp_s)
+            .collect();
+        let n_refs = refs.len();
+        let Some(med) = median(&mut refs) else {
+            continue;
+        };
+        let mut dev: Vec<f64> = refs.iter().map(|v| (v - med).abs()).collect();
+        let mad = median(&mut dev).unwrap_or(0.0);
+        let excess = (cfg.mads * 1.4826 * mad)
+            .max(cfg.min_excess * med)
+            .max(cfg.min_excess_s);
+        let bound = med + excess;
+        let ratio = if bound > 0.0 { r.comp_s / bound } else { 0.0 };
+        let over = r.comp_s > bound;
+        let w = per_node.entry(r.node.as_str()).or_insert(Worst {
+            ratio: f64::NEG_INFINITY,
+            rank: r.rank,
+            comp: r.comp_s,
+            bound,
+            median: med,
+            refs: n_refs,
+            over: 0,
+            judged: 0,
+        });
+        w.judged += 1;
+        w.over += usize::from(over);
+        if ratio > w.ratio {
+            (w.ratio, w.rank, w.comp, w.bound, w.median, w.refs) =
+                (ratio, r.rank, r.comp_s, bound, med, n_refs);
+        }
+    }
+    if per_node.is_empty() {
+        return vec![NodeRow {
+            node: "*".into(),
+            check: RANK_TIME_CHECK.into(),
+            status: "ERROR".into(),
+            value: None,
+            reference: None,
+            unit: "s".into(),
+            message: format!(
+                "no rank could be compared: the ranks of the {} nodes do different work (different MPI call counts)",
+                nodes.len()
+            ),
+        }];
+    }
+    per_node
+        .into_iter()
+        .map(|(node, w)| {
+            let ok = w.over == 0;
+            NodeRow::new(node, RANK_TIME_CHECK, ok, Some(w.comp), Some(w.bound))
+                .unit("s")
+                .message(format!(
+                    "{} of its {} ranks over the bound; rank {} computed {:.4} s, bound {:.4} s (median {:.4} s of {} ranks of other nodes doing the same work + max({} MADs, {} × median, {} s))",
+                    w.over, w.judged, w.rank, w.comp, w.bound, w.median, w.refs,
+                    cfg.mads, cfg.min_excess, cfg.min_excess_s
+                ))
+        })
+        .collect()
+}
+
+/// An ERROR row of the rank-time check that could not be evaluated (its
+/// inputs unreadable): on the node `*`, like [`config_error`].
+pub fn rank_time_error(message: String) -> NodeRow {
+    NodeRow {
+        check: RANK_TIME_CHECK.into(),
+        ..config_error(message)
+    }
+}
+
 /// An ERROR row for a node-level check that could not be evaluated (bad
 /// parameters): it names no node (`*`), so it counts toward the run's
 /// verdict and never drains one.
@@ -785,6 +978,100 @@ mod tests {
         );
         let e = slow_pair_fraction(&p(&[("check_node_slow_pair_fraction", "1.5")])).unwrap_err();
         assert!(e.contains("check_node_slow_pair_fraction"), "{e}");
+    }
+
+    fn rw(rank: u32, node: &str, comp_s: f64, work: &[u64]) -> RankWork {
+        RankWork {
+            rank,
+            node: node.into(),
+            comp_s,
+            work: work.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_slow_rank_fails_its_node_against_other_nodes_doing_the_same_work() {
+        let cfg = RankTimeConfig::default();
+        // Two ranks per node; n3's rank 5 computes 3x longer. Rank 0 (a
+        // root with other call counts) computes more by design: never judged
+        // against the others, and alone of its kind.
+        let ranks = [
+            rw(0, "n1", 9.0, &[1, 3]),
+            rw(1, "n1", 1.00, &[3, 3]),
+            rw(2, "n2", 1.02, &[3, 3]),
+            rw(3, "n2", 0.98, &[3, 3]),
+            rw(4, "n3", 1.01, &[3, 3]),
+            rw(5, "n3", 3.0, &[3, 3]),
+        ];
+        let rows = rank_time_checks(&ranks, &cfg);
+        let st: Vec<(&str, &str)> = rows
+            .iter()
+            .map(|r| (r.node.as_str(), r.status.as_str()))
+            .collect();
+        assert_eq!(st, [("n1", "PASS"), ("n2", "PASS"), ("n3", "FAIL")]);
+        let n3 = &rows[2];
+        // Reference of rank 5: ranks 1-3 (1.00, 1.02, 0.98): median 1.00,
+        // MAD 0.02 → 5 × 1.4826 × 0.02 = 0.148 < 0.5 × 1.00: bound 1.5.
+        assert_eq!(n3.value, Some(3.0));
+        assert!((n3.reference.unwrap() - 1.5).abs() < 1e-12, "{n3:?}");
+        assert!(
+            n3.message
+                .starts_with("1 of its 2 ranks over the bound; rank 5"),
+            "{}",
+            n3.message
+        );
+        assert_eq!(n3.check, "traced.rank_time");
+        assert_eq!(n3.unit, "s");
+        // n1: only rank 1 is judged (rank 0's work is unique).
+        assert!(
+            rows[0].message.starts_with("0 of its 1 ranks"),
+            "{}",
+            rows[0].message
+        );
+        // A wide spread widens the bound: 5 MADs of (1, 2, 3) = 5 × 1.4826.
+        let spread = [
+            rw(0, "a", 1.0, &[1]),
+            rw(1, "b", 2.0, &[1]),
+            rw(2, "c", 3.0, &[1]),
+            rw(3, "d", 8.0, &[1]),
+        ];
+        let rows = rank_time_checks(&spread, &cfg);
+        let d = rows.iter().find(|r| r.node == "d").unwrap();
+        assert_eq!(d.status, "PASS", "{d:?}");
+        assert!((d.reference.unwrap() - (2.0 + 5.0 * 1.4826)).abs() < 1e-9);
+        let tight = RankTimeConfig {
+            mads: 1.0,
+            ..cfg.clone()
+        };
+        let rows = rank_time_checks(&spread, &tight);
+        assert_eq!(rows.iter().find(|r| r.node == "d").unwrap().status, "FAIL");
+    }
+
+    #[test]
+    fn rank_time_needs_two_nodes_and_comparable_work() {
+        let cfg = RankTimeConfig::default();
+        // One node: nothing to compare with.
+        assert!(
+            rank_time_checks(&[rw(0, "n1", 1.0, &[1]), rw(1, "n1", 9.0, &[1])], &cfg).is_empty()
+        );
+        // Two nodes whose ranks do different work: one ERROR on `*`.
+        let rows = rank_time_checks(&[rw(0, "n1", 1.0, &[1]), rw(1, "n2", 1.0, &[2])], &cfg);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(
+            (rows[0].node.as_str(), rows[0].status.as_str()),
+            ("*", "ERROR")
+        );
+        // Two nodes: the slow one fails, the other passes; tiny times stay
+        // under the absolute floor.
+        let rows = rank_time_checks(&[rw(0, "n1", 1.0, &[1]), rw(1, "n2", 2.0, &[1])], &cfg);
+        assert_eq!(rows[0].status, "PASS");
+        assert_eq!(rows[1].status, "FAIL");
+        let rows = rank_time_checks(&[rw(0, "n1", 0.001, &[1]), rw(1, "n2", 0.004, &[1])], &cfg);
+        assert!(rows.iter().all(|r| r.status == "PASS"), "{rows:?}");
+        let e = RankTimeConfig::from_params(&p(&[("check_rank_time_mads", "-1")])).unwrap_err();
+        assert!(e.contains("check_rank_time_mads"), "{e}");
+        let c = RankTimeConfig::from_params(&p(&[("check_rank_time_min_excess", "0.25")])).unwrap();
+        assert_eq!((c.mads, c.min_excess, c.min_excess_s), (5.0, 0.25, 0.01));
     }
 
     #[test]

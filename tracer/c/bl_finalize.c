@@ -955,6 +955,48 @@ static void write_stats(const uint64_t *all, size_t w) {
     fclose(f);
 }
 
+/* A host or node name as the rank map writes it: printable ASCII without
+ * spaces, anything else replaced by '_'; an empty name becomes "unknown". */
+static void bl_clean_name(char *dst, const char *src, size_t cap) {
+    size_t k = 0;
+    for (; src && src[k] && k + 1 < cap; k++) {
+        unsigned char c = (unsigned char)src[k];
+        dst[k] = (c > 0x20 && c < 0x7f) ? (char)c : '_';
+    }
+    dst[k] = 0;
+    if (k == 0) snprintf(dst, cap, "unknown");
+}
+
+/* bandela_ranks (format v1, docs/tracer.md): rank 0 writes every rank's host
+ * name and node (SLURMD_NODENAME, else the host name), gathered here. */
+static void write_ranks(const char *hosts) {
+    char node[64];
+    const char *env = getenv("SLURMD_NODENAME");
+    bl_clean_name(node, env && *env ? env : hosts + (size_t)bl.world_rank * 64, sizeof node);
+    char *nodes = bl.world_rank == 0 ? malloc((size_t)bl.world_size * 64) : NULL;
+    if (bl.world_rank == 0 && !nodes) PMPI_Abort(MPI_COMM_WORLD, 70);
+    PMPI_Gather(node, 64, MPI_CHAR, nodes, 64, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (bl.world_rank != 0) return;
+    char path[4300];
+    snprintf(path, sizeof path, "%s/bandela_ranks", bl.dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "benchlake-tracer: cannot write %s: %s\n", path, strerror(errno));
+        free(nodes);
+        return;
+    }
+    fprintf(f, "# benchlake-tracer ranks v1\nranks %d\n", bl.world_size);
+    for (int r = 0; r < bl.world_size; r++) {
+        char h[64], n[64];
+        bl_clean_name(h, hosts + (size_t)r * 64, sizeof h);
+        memcpy(n, nodes + (size_t)r * 64, 64);
+        n[63] = 0;
+        fprintf(f, "%d %s %s\n", r, h, n);
+    }
+    fclose(f);
+    free(nodes);
+}
+
 void bl_finalize_before(void) {
     if (bl.active) {
         uint64_t t = bl_now();
@@ -998,6 +1040,7 @@ void bl_finalize_before(void) {
             }
         }
     }
+    write_ranks(hosts);
     free(hosts);
     char hl[64];
     snprintf(hl, sizeof hl, ", hosts=%d", nhosts);

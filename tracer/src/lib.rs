@@ -61,7 +61,9 @@ pub fn library_path() -> Option<PathBuf> {
 }
 
 /// Names of the files the tracer writes into its output directory, grouped by the
-/// ingest kind that reads them (`bandela`, `dimemas`, `counts`, or `tracer_stats`).
+/// ingest kind that reads them (`bandela`, `dimemas`, `counts`, or the stored-only
+/// `tracer_stats` and `tracer_ranks`; the `bandela` ingest reads the rank map beside
+/// the rank files).
 pub fn classify_output(file_name: &str) -> Option<&'static str> {
     if let Some(rest) = file_name.strip_prefix("bandela.") {
         let num = rest.strip_suffix(".txt").unwrap_or(rest);
@@ -72,6 +74,9 @@ pub fn classify_output(file_name: &str) -> Option<&'static str> {
     }
     if file_name == "bandela_stats" {
         return Some("tracer_stats");
+    }
+    if file_name == "bandela_ranks" {
+        return Some("tracer_ranks");
     }
     let counts = ["send-counters.", "recv-counters.", "alltoallv_"];
     if counts.iter().any(|p| file_name.starts_with(p)) {
@@ -91,6 +96,7 @@ mod tests {
         assert_eq!(classify_output("bandela_heartbeat.0"), None);
         assert_eq!(classify_output("trace.dim"), Some("dimemas"));
         assert_eq!(classify_output("bandela_stats"), Some("tracer_stats"));
+        assert_eq!(classify_output("bandela_ranks"), Some("tracer_ranks"));
         assert_eq!(
             classify_output("send-counters.job0.rank0.txt"),
             Some("counts")

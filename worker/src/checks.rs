@@ -4,7 +4,10 @@
 //! computes the figures and the verdicts with `benchlake_analysis`
 //! (`io_checks`, `linktest_checks`) and writes `checks` rows, and the
 //! per-node verdicts (`node_checks`: node facts against expected values,
-//! each node's I/O bandwidth) as `node_health` rows.
+//! each node's I/O bandwidth) as `node_health` rows. The `bandela` ingest of
+//! a traced run gets node checks only: each rank's computation against the
+//! ranks of other nodes (`traced.rank_time`, from `mpi_trace_ranks` and the
+//! tracer's `bandela_stats`).
 //!
 //! The relative references come from the lake: `runs` maps earlier runs to
 //! their schedule; the same figures are recomputed from the tables of the
@@ -33,7 +36,9 @@ pub const MAX_HISTORY_SCAN: usize = 5000;
 
 /// The `checks` follow-up of an ingest job (none for formats without checks).
 pub fn follow_up(spec: &IngestSpec, info: &IngestRunInfo, ingest_job_id: &str) -> Vec<FollowUp> {
-    if !CHECKED_FORMATS.contains(&spec.format.as_str()) {
+    let traced =
+        spec.format == "bandela" && info.kind.as_deref() == Some(crate::traced::TRACED_KIND);
+    if !CHECKED_FORMATS.contains(&spec.format.as_str()) && !traced {
         return Vec::new();
     }
     // hostinfo has node checks only, and only against expected values.
@@ -65,7 +70,7 @@ fn tables_of(format: &str) -> Option<&'static [&'static str]> {
         "ior" | "pio" => Some(&["io_results"]),
         "mdtest" => Some(&["mdtest_summary"]),
         "linktest" => Some(&["linktest_runs", "linktest_timings"]),
-        "hostinfo" => Some(&[]),
+        "hostinfo" | "bandela" => Some(&[]),
         _ => None,
     }
 }
@@ -76,6 +81,7 @@ fn node_tables_of(format: &str) -> &'static [&'static str] {
         "pio" => &["io_task_times"],
         "hostinfo" => &["node_facts"],
         "linktest" => &["linktest_ranks", "linktest_timings"],
+        "bandela" => &["mpi_trace_ranks"],
         _ => &[],
     }
 }
@@ -281,6 +287,7 @@ pub fn check_rows(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<CheckRow>, Exe
     let skip: Vec<&str> = linktest_checks::SLOW_PAIR_PARAMS
         .iter()
         .chain(node_checks::NODE_IO_PARAMS)
+        .chain(node_checks::RANK_TIME_PARAMS)
         .copied()
         .collect();
     if let Err(e) = io_checks::apply_params(&mut cfg, &s.params, &skip) {
@@ -313,6 +320,7 @@ pub fn node_rows(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<NodeRow>, ExecE
     }
     let get = |n: &str| current.get(n).map(Vec::as_slice).unwrap_or(&[]);
     match s.format.as_str() {
+        "bandela" => rank_time_rows(ctx, s, get("mpi_trace_ranks")),
         "hostinfo" => {
             let expect = match node_checks::FactsExpect::from_params(&s.params) {
                 Ok(e) => e,
@@ -344,6 +352,63 @@ pub fn node_rows(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<NodeRow>, ExecE
             Err(e) => Ok(vec![node_checks::config_error(e)]),
         },
     }
+}
+
+/// The `traced.rank_time` rows of a traced run's `bandela` ingest: its
+/// ranks' nodes (`mpi_trace_ranks` of that ingest; none for traces without a
+/// rank map) and each rank's computation and call counts from the tracer's
+/// `bandela_stats` beside the rank files. Unreadable statistics, or ranks
+/// the statistics lack, give one ERROR row on `*`.
+fn rank_time_rows(
+    ctx: &JobContext,
+    s: &ChecksSpec,
+    ranks: &[RecordBatch],
+) -> Result<Vec<NodeRow>, ExecError> {
+    let node_of = node_checks::trace_rank_nodes(ranks);
+    if node_of.is_empty() {
+        return Ok(Vec::new());
+    }
+    let cfg = match node_checks::RankTimeConfig::from_params(&s.params) {
+        Ok(c) => c,
+        Err(e) => return Ok(vec![node_checks::config_error(e)]),
+    };
+    let first = s.source.split(' ').next().unwrap_or_default();
+    let Some((run, task, _)) = layout::parse_raw_key(first) else {
+        return Ok(vec![node_checks::rank_time_error(format!(
+            "trace key '{first}' is not a raw object key"
+        ))]);
+    };
+    let key = layout::raw_key(run, task, crate::traced::STATS_FILE)?;
+    let stats = match ctx.fetch(&key).and_then(|p| {
+        benchlake_tracer::stats::read(&p).map_err(|e| {
+            ExecError::Permanent(e.to_string().replace(&p.display().to_string(), &key))
+        })
+    }) {
+        Ok(st) => st,
+        Err(ExecError::Permanent(e)) => {
+            return Ok(vec![node_checks::rank_time_error(format!(
+                "the tracer's statistics: {e}"
+            ))]);
+        }
+        Err(e) => return Err(e),
+    };
+    let mut work = Vec::with_capacity(node_of.len());
+    for (&rank, node) in &node_of {
+        let r = rank as usize;
+        let (Some(per), Some(calls)) = (stats.per_rank.get(r), stats.routine.get(r)) else {
+            return Ok(vec![node_checks::rank_time_error(format!(
+                "{key} has {} ranks, the rank map names rank {rank}",
+                stats.ranks
+            ))]);
+        };
+        work.push(node_checks::RankWork {
+            rank,
+            node: node.clone(),
+            comp_s: per.comput_s,
+            work: calls.iter().map(|c| c.calls).collect(),
+        });
+    }
+    Ok(node_checks::rank_time_checks(&work, &cfg))
 }
 
 /// Computes and writes the `checks` and `node_health` rows of a run.

@@ -53,6 +53,21 @@ impl Executor for Ingest {
             }
             err
         })?;
+        let mut tables = tables;
+        // A traced run's rank map (where each rank ran) rides with its Bandela
+        // rank files: `mpi_trace_ranks` (docs/tracer.md).
+        if s.format == "bandela" {
+            match crate::traced::rank_map(ctx, &s)? {
+                Some((key, rows)) => tables.push(
+                    benchlake_formats::bandela::ranks::table(&ctx.run_id, &key, &rows)
+                        .map_err(ExecError::from)?,
+                ),
+                None => tracing::info!(
+                    job = %ctx.job_id,
+                    "no bandela_ranks beside the rank files (a trace of an older tracer): no mpi_trace_ranks rows, the default replay puts every rank on one host"
+                ),
+            }
+        }
         // The run's health verdicts follow the I/O and LinkTest ingests.
         let info: benchlake_core::jobs::IngestRunInfo =
             serde_json::from_str(&ctx.spec_json).unwrap_or_default();

@@ -2,7 +2,9 @@
 //!
 //! - the `bandela` ingest job of a run whose benchmark kind is `traced` asks,
 //!   besides its own tables, for the run's **default replay**: one `replay` job
-//!   (the Bandela model, host type 0, one host holding every rank, latency,
+//!   (the Bandela model; the ranks on the hosts they ran on, by the tracer's
+//!   rank map: one host holding every rank (host type 0) without a map or
+//!   when all ran on one node, else one host per node (host type 2); latency,
 //!   bandwidth and barrier latency from the run's `replay_*` parameters, whose
 //!   defaults are the tracer's Bandelalight defaults) in the job group
 //!   `traced-{ingest job}`, and one `trace_compare` job waiting for that group;
@@ -57,6 +59,23 @@ pub const REPLAY_PARAMS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// Run parameters of the default replay across nodes (ranks on different
+/// nodes are on different hosts): (name, default, keyword). Plain defaults
+/// until a calibration says otherwise (docs/tracer.md).
+pub const INTER_REPLAY_PARAMS: &[(&str, &str, &str)] = &[
+    ("replay_inter_latency_us", "5", "INTER_HOST_LATENCY"),
+    (
+        "replay_inter_bandwidth_mbs",
+        "700",
+        "INTER_HOST_BANDWIDTH_PEAKS",
+    ),
+    (
+        "replay_inter_barrier_latency_us",
+        "20",
+        "INTER_HOST_BARRIER_LATENCY",
+    ),
+];
+
 /// Spec of a `trace_compare` job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompareSpec {
@@ -73,41 +92,153 @@ pub fn group_of(ingest_job: &str) -> String {
     format!("traced-{ingest_job}")
 }
 
-/// The replaympi input of the default replay for `ranks` ranks with the run's
-/// parameters (`replay_*`, defaults in [`REPLAY_PARAMS`]).
+/// A `replay_*` run parameter (or its default) as a number in range
+/// (bandwidths > 0, latencies >= 0).
+fn replay_param(
+    params: &BTreeMap<String, String>,
+    name: &str,
+    default: &str,
+) -> Result<f64, ExecError> {
+    let raw = params.get(name).map(String::as_str).unwrap_or(default);
+    let v: f64 = raw.trim().parse().map_err(|_| {
+        ExecError::Permanent(format!("run parameter {name}: '{raw}' is not a number"))
+    })?;
+    let ok = v.is_finite()
+        && if name.ends_with("bandwidth_mbs") {
+            v > 0.0
+        } else {
+            v >= 0.0
+        };
+    if !ok {
+        return Err(ExecError::Permanent(format!(
+            "run parameter {name}: {raw} is out of range (bandwidth > 0, latencies >= 0)"
+        )));
+    }
+    Ok(v)
+}
+
+/// The replaympi input of the default replay for `ranks` ranks on one host
+/// with the run's parameters (`replay_*`, defaults in [`REPLAY_PARAMS`]).
 pub fn default_input(ranks: usize, params: &BTreeMap<String, String>) -> Result<String, ExecError> {
-    if ranks == 0 {
+    default_input_on(&vec![""; ranks], params)
+}
+
+/// `0-3,5,7-8`: a sorted rank list as replaympi's `MPI_RANKS`.
+fn rank_ranges(ranks: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let mut j = i;
+        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
+            j += 1;
+        }
+        out.push(if j > i {
+            format!("{}-{}", ranks[i], ranks[j])
+        } else {
+            ranks[i].to_string()
+        });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
+/// The replaympi input of the default replay with rank `r` on node
+/// `node_of_rank[r]`: one host per distinct node (in order of first rank).
+/// One node: host type 0, as without a rank map. More: host type 2 (a
+/// switch cluster, one adapter per host) with the `replay_inter_*`
+/// parameters (defaults in [`INTER_REPLAY_PARAMS`]) between hosts.
+pub fn default_input_on(
+    node_of_rank: &[&str],
+    params: &BTreeMap<String, String>,
+) -> Result<String, ExecError> {
+    if node_of_rank.is_empty() {
         return Err(ExecError::Permanent(
             "traced run: no Bandela rank files to replay".into(),
         ));
     }
-    let mut text = String::from(
+    let mut hosts: Vec<(&str, Vec<usize>)> = Vec::new();
+    for (r, node) in node_of_rank.iter().enumerate() {
+        match hosts.iter_mut().find(|h| h.0 == *node) {
+            Some(h) => h.1.push(r),
+            None => hosts.push((node, vec![r])),
+        }
+    }
+    let multi = hosts.len() > 1;
+    let mut text = format!(
         "# default replay of a traced run (benchlake worker, docs/tracer.md)\n\
-         NUMBER_OF_HOSTS 1\nHOST_TYPE 0\n",
+         NUMBER_OF_HOSTS {}\nHOST_TYPE {}\n",
+        hosts.len(),
+        if multi { 2 } else { 0 }
     );
     for (name, default, keyword) in REPLAY_PARAMS {
-        let raw = params.get(*name).map(String::as_str).unwrap_or(default);
-        let v: f64 = raw.trim().parse().map_err(|_| {
-            ExecError::Permanent(format!("run parameter {name}: '{raw}' is not a number"))
-        })?;
-        let ok = v.is_finite()
-            && if *name == "replay_bandwidth_mbs" {
-                v > 0.0
-            } else {
-                v >= 0.0
-            };
-        if !ok {
-            return Err(ExecError::Permanent(format!(
-                "run parameter {name}: {raw} is out of range (bandwidth > 0, latencies >= 0)"
-            )));
-        }
+        let v = replay_param(params, name, default)?;
         text.push_str(&format!("{keyword} {v}\n"));
     }
-    text.push_str(&format!(
-        "BLOCK_HOST 0\nNUMBER_OF_PROCS {ranks}\nMPI_RANKS 0-{}\nADAPTERS 0\n",
-        ranks - 1
-    ));
+    if multi {
+        for (name, default, keyword) in INTER_REPLAY_PARAMS {
+            let v = replay_param(params, name, default)?;
+            // Per link; no aggregate limit (-1: the degradation ratio, 1).
+            let extra = if keyword.ends_with("PEAKS") {
+                " -1"
+            } else {
+                ""
+            };
+            text.push_str(&format!("{keyword} {v}{extra}\n"));
+        }
+    }
+    for (i, (node, ranks)) in hosts.iter().enumerate() {
+        if multi {
+            text.push_str(&format!("# node {node}\n"));
+        }
+        text.push_str(&format!(
+            "BLOCK_HOST {i}\nNUMBER_OF_PROCS {}\nMPI_RANKS {}\nADAPTERS {}\n",
+            ranks.len(),
+            rank_ranges(ranks),
+            u8::from(multi)
+        ));
+    }
     Ok(text)
+}
+
+/// The tracer's rank map of the task whose Bandela rank files `s` ingests
+/// (`bandela_ranks` beside them): its raw key and rows, or `None` when the
+/// task has none (traces of older tracers). A map whose rank count differs
+/// from the rank files' is an error.
+pub fn rank_map(
+    ctx: &JobContext,
+    s: &IngestSpec,
+) -> Result<Option<(String, Vec<benchlake_formats::bandela::ranks::RankHost>)>, ExecError> {
+    use benchlake_formats::bandela::ranks;
+    let Some((run, task, _)) = s.keys.first().and_then(|k| layout::parse_raw_key(k)) else {
+        return Ok(None);
+    };
+    let prefix = layout::raw_prefix(run, task)?;
+    let key = layout::raw_key(run, task, ranks::FILE_NAME)?;
+    let listed = ctx.block_on(ctx.lake.list(&prefix))?;
+    if !listed.iter().any(|(k, _)| *k == key) {
+        return Ok(None);
+    }
+    let path = ctx.fetch(&key)?;
+    let rows = ranks::read(&path).map_err(|e| {
+        ExecError::Permanent(e.to_string().replace(&path.display().to_string(), &key))
+    })?;
+    if rows.len() != s.keys.len() {
+        return Err(ExecError::Permanent(format!(
+            "{key}: {} ranks, but the task has {} Bandela rank files",
+            rows.len(),
+            s.keys.len()
+        )));
+    }
+    Ok(Some((key, rows)))
+}
+
+/// The node of every rank (rank order) for the default replay: from the
+/// rank map, or one unnamed node for all when the task has none.
+fn replay_nodes(ctx: &JobContext, s: &IngestSpec) -> Result<Vec<String>, ExecError> {
+    Ok(match rank_map(ctx, s)? {
+        Some((_, rows)) => rows.into_iter().map(|r| r.node).collect(),
+        None => vec![String::new(); s.keys.len()],
+    })
 }
 
 /// The follow-ups of an ingest job that belong to a traced run: for its
@@ -139,7 +270,11 @@ pub fn follow_up_of_ingest(
         )));
     }
     let stats_key = layout::raw_key(run, task, STATS_FILE)?;
-    let input = default_input(s.keys.len(), &info.params)?;
+    let nodes = replay_nodes(ctx, s)?;
+    let input = default_input_on(
+        &nodes.iter().map(String::as_str).collect::<Vec<_>>(),
+        &info.params,
+    )?;
     let input_key = layout::traced_replay_input_key(&ctx.run_id, &ctx.job_id)?;
     ctx.block_on(ctx.lake.put(&input_key, bytes::Bytes::from(input)))?;
     // The newest calibration of the nodes the ranks ran on (docs/replay.md).
@@ -444,6 +579,44 @@ mod tests {
         assert!(default_input(0, &BTreeMap::new()).is_err());
         // The follow-up's files are all the default model needs.
         assert_eq!(DEFAULT_MODEL.missing_file(["input"]), None);
+    }
+
+    #[test]
+    fn ranks_of_different_nodes_are_on_different_hosts() {
+        let params = [("replay_inter_latency_us".to_string(), "7".to_string())].into();
+        let text = default_input_on(&["n2", "n1", "n2", "n3", "n1"], &params).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("in");
+        std::fs::write(&p, &text).unwrap();
+        let inp = benchlake_formats::bandela::BandelaInput::read(p.to_str().unwrap()).unwrap();
+        assert_eq!((inp.hosts, inp.host_type), (3, 2), "{text}");
+        // Hosts in order of their first rank: n2 {0, 2}, n1 {1, 4}, n3 {3}.
+        let hosts: Vec<Option<u32>> = (0..5).map(|r| inp.host_of(r)).collect();
+        assert_eq!(
+            hosts,
+            [Some(0), Some(1), Some(0), Some(2), Some(1)],
+            "{text}"
+        );
+        assert!(text.contains("INTER_HOST_LATENCY 7\n"), "{text}");
+        assert!(
+            text.contains("INTER_HOST_BANDWIDTH_PEAKS 700 -1\n"),
+            "{text}"
+        );
+        assert!(text.contains("INTER_HOST_BARRIER_LATENCY 20\n"), "{text}");
+        assert!(text.contains("MPI_RANKS 1,4\n"), "{text}");
+        assert!(
+            text.contains("# node n3\nBLOCK_HOST 2\nNUMBER_OF_PROCS 1\nMPI_RANKS 3\nADAPTERS 1\n"),
+            "{text}"
+        );
+        // One node: the single-host input of a run without a rank map.
+        assert_eq!(
+            default_input_on(&["n1"; 4], &BTreeMap::new()).unwrap(),
+            default_input(4, &BTreeMap::new()).unwrap()
+        );
+        let bad = [("replay_inter_bandwidth_mbs".to_string(), "0".to_string())].into();
+        let e = default_input_on(&["a", "b"], &bad).unwrap_err().to_string();
+        assert!(e.contains("replay_inter_bandwidth_mbs"), "{e}");
+        assert_eq!(rank_ranges(&[0, 1, 2, 5, 7, 8]), "0-2,5,7-8");
     }
 
     #[test]
