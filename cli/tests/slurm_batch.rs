@@ -424,64 +424,37 @@ async fn a_node_failure_or_a_preemption_fails_the_task_with_slurms_state() {
     let c = login_node(&sl, vec![slow()]).await;
 
     // 1. The node under the job goes down: NODE_FAIL.
-    let run = c
-        .submit_spec(sbatch_spec(
-            "slow",
-            &[("seconds", "600")],
-            pb::SlurmOptions {
-                nodes: 1,
-                nodelist: vec!["n2".into()],
-                ..Default::default()
-            },
-        ))
-        .await
-        .unwrap();
-    let t = wait_running(&c, &run.run_id).await;
+    let (run, t) = start_slow(
+        &c,
+        pb::SlurmOptions {
+            nodes: 1,
+            nodelist: vec!["n2".into()],
+            ..Default::default()
+        },
+    )
+    .await;
     assert_eq!(t.slurm_nodes, "n2");
-    let st = sl
-        .command("scontrol")
-        .args(["update", "nodename=n2", "state=down", "reason=test: PSU"])
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
+    sl.run_ok(
+        "scontrol",
+        &["update", "nodename=n2", "state=down", "reason=test: PSU"],
     );
-    let d = c.wait_settled(&run.run_id, 90).await;
-    let t = &d.tasks[0];
-    assert_eq!(state(&d), pb::RunState::Failed, "{d:#?}");
-    assert!(
-        t.error
-            .starts_with(&format!("Slurm job {} NODE_FAIL", t.slurm_job_id)),
-        "{}",
-        t.error
-    );
-    assert_eq!(
-        scontrol_field(&sl, &t.slurm_job_id, "JobState"),
-        "NODE_FAIL"
-    );
-    let show = run_show(&c, &run.run_id, false);
-    assert!(show.contains("NODE_FAIL"), "{show}");
+    fails_with(&c, &sl, &run, "NODE_FAIL").await;
+    assert!(run_show(&c, &run, false).contains("NODE_FAIL"));
 
     // 2. A job of a higher-priority partition takes the node: PREEMPTED.
-    let run = c
-        .submit_spec(sbatch_spec(
-            "slow",
-            &[("seconds", "600")],
-            pb::SlurmOptions {
-                nodes: 1,
-                partition: "low".into(),
-                ..Default::default()
-            },
-        ))
-        .await
-        .unwrap();
-    let t = wait_running(&c, &run.run_id).await;
+    let (run, t) = start_slow(
+        &c,
+        pb::SlurmOptions {
+            nodes: 1,
+            partition: "low".into(),
+            ..Default::default()
+        },
+    )
+    .await;
     assert_eq!(t.slurm_nodes, "n1");
-    let out = sl
-        .command("sbatch")
-        .args([
+    sl.run_ok(
+        "sbatch",
+        &[
             "-p",
             "high",
             "--exclusive",
@@ -491,28 +464,33 @@ async fn a_node_failure_or_a_preemption_fails_the_task_with_slurms_state() {
             "n1",
             "-o",
             "/dev/null",
-        ])
-        .args(["--wrap", "sleep 1"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+            "--wrap",
+            "sleep 1",
+        ],
     );
-    let d = c.wait_settled(&run.run_id, 90).await;
+    fails_with(&c, &sl, &run, "PREEMPTED").await;
+}
+
+/// Submits `slow` for ten minutes as a batch job with `opts` and waits until
+/// it runs; the run id and its task.
+async fn start_slow(c: &Cluster, opts: pb::SlurmOptions) -> (String, pb::Task) {
+    let run = c
+        .submit_spec(sbatch_spec("slow", &[("seconds", "600")], opts))
+        .await
+        .unwrap();
+    let t = wait_running(c, &run.run_id).await;
+    (run.run_id, t)
+}
+
+/// Waits until the run has settled and checks that its task failed with
+/// Slurm's `slurm_state`, as Slurm itself says.
+async fn fails_with(c: &Cluster, sl: &SlurmCluster, run_id: &str, slurm_state: &str) {
+    let d = c.wait_settled(run_id, 90).await;
     let t = &d.tasks[0];
     assert_eq!(state(&d), pb::RunState::Failed, "{d:#?}");
-    assert!(
-        t.error
-            .starts_with(&format!("Slurm job {} PREEMPTED", t.slurm_job_id)),
-        "{}",
-        t.error
-    );
-    assert_eq!(
-        scontrol_field(&sl, &t.slurm_job_id, "JobState"),
-        "PREEMPTED"
-    );
+    let want = format!("Slurm job {} {slurm_state}", t.slurm_job_id);
+    assert!(t.error.starts_with(&want), "{}", t.error);
+    assert_eq!(scontrol_field(sl, &t.slurm_job_id, "JobState"), slurm_state);
 }
 
 /// A catalog for the agent process: pio started after a pause, so the agent

@@ -289,6 +289,18 @@ impl SlurmCluster {
         c
     }
 
+    /// Runs a Slurm command of this cluster and returns its stdout; panics
+    /// with its stderr when it fails.
+    pub fn run_ok(&self, prog: &str, args: &[&str]) -> String {
+        let out = self.command(prog).args(args).output().expect(prog);
+        assert!(
+            out.status.success(),
+            "{prog} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// The jobs Slurm still knows (`squeue -h -o "%i %T %R"`), one a line.
     pub fn queue(&self) -> String {
         self.command("squeue")

@@ -18,7 +18,7 @@ use std::time::Instant;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Field, Int64Type};
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{Html, IntoResponse, Response};
 use benchlake_analysis::linktest_report::{self as report, Scale, fmt as rfmt};
 
@@ -532,17 +532,7 @@ pub async fn heatmap_png(
         .await
         .map_err(|e| e.to_string())
         .and_then(|r| r.map_err(|e| e.to_string()));
-    match png {
-        Ok(png) => (
-            [
-                (header::CONTENT_TYPE, "image/png"),
-                (header::CACHE_CONTROL, "private, max-age=60"),
-            ],
-            png,
-        )
-            .into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e).into_response(),
-    }
+    super::html::png_response(png)
 }
 
 /// `/runs/{id}/alltoallv`: the page.

@@ -207,6 +207,26 @@ pub fn figure(v: Option<f64>, unit: &str) -> String {
     format!("{num} {unit}").trim_end().to_string()
 }
 
+/// A PNG the server drew (private, cached for a minute), or the drawing's
+/// error as a 500.
+pub fn png_response<B: axum::response::IntoResponse>(
+    png: Result<B, String>,
+) -> axum::response::Response {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+    match png {
+        Ok(png) => (
+            [
+                (header::CONTENT_TYPE, "image/png"),
+                (header::CACHE_CONTROL, "private, max-age=60"),
+            ],
+            png,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e).into_response(),
+    }
+}
+
 /// A state or verdict badge (`class="b b-STATE"`).
 pub fn badge(s: &str) -> String {
     let class: String = s

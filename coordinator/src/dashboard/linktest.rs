@@ -441,17 +441,7 @@ pub async fn matrix_png(
         .map_err(|e| e.to_string())
         .and_then(|r| r)
     };
-    match png {
-        Ok(png) => (
-            [
-                (header::CONTENT_TYPE, "image/png"),
-                (header::CACHE_CONTROL, "private, max-age=60"),
-            ],
-            png,
-        )
-            .into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e).into_response(),
-    }
+    super::html::png_response(png)
 }
 
 /// `/api/runs/{id}/linktest/pair?from=I&to=J`: one pair's values (the
