@@ -12,7 +12,11 @@
 //! - IOR and mdtest (the shipped entries, with stand-ins that record each
 //!   Slurm task's node: real IOR is not installable here) and a traced real
 //!   MPI program under `srun --mpi=pmix` (one world of three ranks, one per
-//!   node, the tracer preloaded through `--export`);
+//!   node, the tracer preloaded through `--export`): `mpi_trace_ranks` names
+//!   n1, n2, n3 and the default replay puts them on three hosts;
+//! - a traced program whose ranks on one node sleep (the program's argument
+//!   names the node): `traced.rank_time` fails that node in `node_health`
+//!   and passes the other two, the run's verdict is FAIL;
 //! - a node list (`n[2-3]`) reaches srun and the rows name n2 and n3 only;
 //! - failures: a partition Slurm does not know fails the task with Slurm's
 //!   own error; more nodes than exist leave the job queued, and the task's
@@ -698,6 +702,227 @@ async fn traced_mpi_app_runs_under_srun_pmix_on_three_slurm_nodes() {
         }
     }
     assert_eq!(ranks, BTreeSet::from([0, 1, 2]), "mpi_trace_records ranks");
+    // The rank map: each rank's Slurm node (the fake nodes share this
+    // machine's host name), the same node the program itself saw.
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string();
+    let mut placed = Vec::new();
+    for b in table_batches(&c.lake_dir(), "mpi_trace_ranks", Some(&run.run_id)) {
+        let (rank, h, n) = (
+            col::<Int32Array>(&b, "rank"),
+            col::<StringArray>(&b, "hostname"),
+            col::<StringArray>(&b, "node"),
+        );
+        for i in 0..b.num_rows() {
+            assert_eq!(h.value(i), host, "rank {}", rank.value(i));
+            placed.push((rank.value(i), n.value(i).to_string()));
+        }
+    }
+    placed.sort();
+    let seen: Vec<(i32, String)> = (0..3)
+        .map(|r| {
+            let line = std::fs::read_to_string(rec.join(format!("node.{r}"))).unwrap();
+            (r, line.trim().split_once(' ').unwrap().1.to_string())
+        })
+        .collect();
+    assert_eq!(placed, seen, "mpi_trace_ranks");
+    let nodes: BTreeSet<&str> = placed.iter().map(|p| p.1.as_str()).collect();
+    assert_eq!(nodes, BTreeSet::from(["n1", "n2", "n3"]));
+    // The default Bandela replay: three hosts, one rank each, a rank's
+    // host the one of its node.
+    let input = default_replay_input(&c, &run.run_id);
+    assert!(
+        input.contains("NUMBER_OF_HOSTS 3\nHOST_TYPE 2\n"),
+        "{input}"
+    );
+    assert!(input.contains("INTER_HOST_LATENCY 5\n"), "{input}");
+    for (r, node) in &placed {
+        assert!(
+            input.contains(&format!(
+                "# node {node}\nBLOCK_HOST {r}\nNUMBER_OF_PROCS 1\nMPI_RANKS {r}\nADAPTERS 1\n"
+            )),
+            "rank {r} on {node}: {input}"
+        );
+    }
+    // Every node's ranks were judged (traced.rank_time; statuses depend on
+    // this machine's noise, the slow-node test below pins them).
+    let judged: BTreeSet<String> = node_health(&c, &run.run_id)
+        .into_iter()
+        .filter(|r| r.1 == "traced.rank_time")
+        .map(|r| r.0)
+        .collect();
+    assert_eq!(
+        judged,
+        BTreeSet::from(["n1".into(), "n2".into(), "n3".into()])
+    );
+    assert_eq!(sl.queue(), "", "no job left in Slurm");
+}
+
+/// The text of a run's default Bandela replay input (kept under `_work/`).
+fn default_replay_input(c: &Cluster, run_id: &str) -> String {
+    for b in table_batches(&c.lake_dir(), "replays", Some(run_id)) {
+        let (id, model) = (
+            col::<StringArray>(&b, "replay_id"),
+            col::<StringArray>(&b, "model"),
+        );
+        for i in 0..b.num_rows() {
+            if model.value(i) == "bandela" && id.value(i).ends_with("-default") {
+                let job = id.value(i).trim_end_matches("-default");
+                let key = format!("_work/{run_id}/traced/{job}/replaympi.input");
+                return std::fs::read_to_string(c.lake_dir().join(&key))
+                    .unwrap_or_else(|e| panic!("{key}: {e}"));
+            }
+        }
+    }
+    panic!("run {run_id} has no default Bandela replay");
+}
+
+/// `node_health` rows of a run: (node, check, status, value, reference, message).
+type HealthRow = (String, String, String, Option<f64>, Option<f64>, String);
+
+fn node_health(c: &Cluster, run_id: &str) -> Vec<HealthRow> {
+    let mut out = Vec::new();
+    for b in table_batches(&c.lake_dir(), "node_health", Some(run_id)) {
+        let s = |n: &str| col::<StringArray>(&b, n).clone();
+        let f = |n: &str| col::<Float64Array>(&b, n).clone();
+        let (node, check, status, msg) = (s("node"), s("check"), s("status"), s("message"));
+        let (value, reference) = (f("value"), f("reference"));
+        for i in 0..b.num_rows() {
+            out.push((
+                node.value(i).to_string(),
+                check.value(i).to_string(),
+                status.value(i).to_string(),
+                value.is_valid(i).then(|| value.value(i)),
+                reference.is_valid(i).then(|| reference.value(i)),
+                msg.value(i).to_string(),
+            ));
+        }
+    }
+    out.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    out
+}
+
+/// Every rank does the same work: per iteration some computation (tens of
+/// ms), a ring
+/// exchange and an Allreduce. The ranks of the node named by the argument
+/// (`SLURMD_NODENAME`) also sleep 250 ms per iteration: a slow node.
+const SLOW_NODE_PROGRAM: &str = r#"
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+static volatile double sink;
+static void work(int n) { double x = 0; for (int i = 0; i < n; i++) x += i * 0.5; sink = x; }
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int r, n;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    const char *node = getenv("SLURMD_NODENAME");
+    int slow = argc > 1 && node && strcmp(node, argv[1]) == 0;
+    char s[4096] = {0}, q[4096];
+    double v = r, sum;
+    for (int it = 0; it < 4; it++) {
+        work(20000000);
+        if (slow) { struct timespec ts = {0, 250000000}; nanosleep(&ts, NULL); }
+        MPI_Sendrecv(s, sizeof s, MPI_CHAR, (r + 1) % n, 1, q, sizeof q, MPI_CHAR,
+                     (r + n - 1) % n, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Allreduce(&v, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    }
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slow_node_of_a_traced_run_fails_the_rank_time_check() {
+    let Some(sl) = SlurmCluster::start() else {
+        return;
+    };
+    let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty());
+    let have_mpicc = std::process::Command::new("mpicc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_mpicc || benchlake_tracer::library_path().is_none() {
+        assert!(!ci, "mpicc or the tracer library missing in CI");
+        eprintln!("SKIPPED: mpicc or the tracer library missing");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let apps = tmp.path().join("apps");
+    std::fs::create_dir_all(&apps).unwrap();
+    let src = tmp.path().join("slow.c");
+    std::fs::write(&src, SLOW_NODE_PROGRAM).unwrap();
+    let exe = apps.join("slow");
+    let out = std::process::Command::new("mpicc")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let apps_dir = apps.clone();
+    let c = login_node_with(&sl, vec![builtin("traced")], move |cfg| {
+        cfg.apps_dir = Some(apps_dir);
+    })
+    .await;
+    let run = c
+        .submit_spec(srun_spec(
+            "traced",
+            &[("np", "3"), ("app", exe.to_str().unwrap()), ("arg", "n2")],
+            three_nodes(),
+        ))
+        .await
+        .unwrap();
+    let d = c.wait_settled(&run.run_id, 300).await;
+    assert_eq!(
+        state(&d),
+        pb::RunState::Succeeded,
+        "{}\n{d:#?}\n{}",
+        run_error(&d),
+        sl.logs()
+    );
+    let rows: Vec<HealthRow> = node_health(&c, &run.run_id)
+        .into_iter()
+        .filter(|r| r.1 == "traced.rank_time")
+        .collect();
+    for r in &rows {
+        eprintln!(
+            "node_health {} {} {} value {:?} reference {:?}: {}",
+            r.0, r.1, r.2, r.3, r.4, r.5
+        );
+    }
+    let status: Vec<(&str, &str)> = rows.iter().map(|r| (r.0.as_str(), r.2.as_str())).collect();
+    assert_eq!(
+        status,
+        [("n1", "PASS"), ("n2", "FAIL"), ("n3", "PASS")],
+        "{rows:#?}"
+    );
+    // n2's rank slept 4 × 250 ms: its computation is at least 1 s, over the
+    // bound built from n1's and n3's ranks; the others stay within theirs.
+    let (v, reference) = (rows[1].3.unwrap(), rows[1].4.unwrap());
+    assert!(v >= 1.0 && v > reference, "{:?}", rows[1]);
+    assert!(
+        rows[1].5.contains("1 of its 1 ranks over the bound"),
+        "{}",
+        rows[1].5
+    );
+    for r in [&rows[0], &rows[2]] {
+        assert!(r.3.unwrap() <= r.4.unwrap() && r.3.unwrap() < 1.0, "{r:?}");
+    }
+    assert_eq!(
+        c.detail(&run.run_id).await.run.unwrap().verdict,
+        "FAIL",
+        "a failing node fails the run"
+    );
     assert_eq!(sl.queue(), "", "no job left in Slurm");
 }
 

@@ -227,6 +227,34 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
     let recs = batches(&lake, "mpi_trace_records", id);
     assert!(recs.iter().map(|b| b.num_rows()).sum::<usize>() > 0);
 
+    // The rank map: every rank on this machine, its node the host name
+    // (no SLURMD_NODENAME under mpirun), read from the uploaded file.
+    assert!(has("tracer_ranks", "bandela_ranks"), "{t:#?}");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string();
+    let mut placed = Vec::new();
+    for b in batches(&lake, "mpi_trace_ranks", id) {
+        let (rk, h, n, src) = (
+            i32s(&b, "rank"),
+            strs(&b, "hostname"),
+            strs(&b, "node"),
+            strs(&b, "source"),
+        );
+        for i in 0..b.num_rows() {
+            assert!(src.value(i).ends_with("/bandela_ranks"), "{}", src.value(i));
+            placed.push((rk.value(i), h.value(i).to_string(), n.value(i).to_string()));
+        }
+    }
+    placed.sort();
+    let want: Vec<(i32, String, String)> = (0..NP as i32)
+        .map(|r| (r, host.clone(), host.clone()))
+        .collect();
+    assert_eq!(placed, want, "mpi_trace_ranks");
+    // One node: no rank is compared with another node's, no node_health rows.
+    assert!(batches(&lake, "node_health", id).is_empty());
+
     // The count files hold the program's matrix, 3 identical calls.
     let calls = batches(&lake, "alltoallv_calls", id);
     let mut n_calls = 0;
@@ -329,6 +357,12 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
     );
     let input = std::fs::read_to_string(lake.join(&input_key)).unwrap();
     assert!(input.contains("INTRA_HOST_LATENCY 3\n"), "{input}");
+    // Every rank ran on this machine: one host holds them all.
+    assert!(
+        input.contains("NUMBER_OF_HOSTS 1\nHOST_TYPE 0\n"),
+        "{input}"
+    );
+    assert!(input.contains("MPI_RANKS 0-3\n"), "{input}");
     assert!(input.contains("INTRA_HOST_BANDWIDTH_PEAK 500\n"), "{input}");
 
     // Modelled figures, read from the replay rows.
