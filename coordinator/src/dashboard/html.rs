@@ -186,8 +186,13 @@ pub fn figure(v: Option<f64>, unit: &str) -> String {
         "s" if v.abs() < 1.0 && v != 0.0 => (v * 1e3, "ms"),
         u => (v, u),
     };
-    // Whole numbers (cores, bytes, pairs) print without decimals.
-    let digits = if v == 0.0 || (v.fract() == 0.0 && v.abs() < 1e15) {
+    // Counts (cores, bytes, pairs) print without decimals; measures keep
+    // their four digits (50.00 MiB/s beside 350.0 MiB/s).
+    let count = matches!(
+        unit,
+        "cores" | "bytes" | "B" | "pairs" | "ranks" | "calls" | "files" | "nodes" | "errors"
+    );
+    let digits = if v == 0.0 || (count && v.fract() == 0.0 && v.abs() < 1e15) {
         0
     } else {
         (3 - v.abs().log10().floor() as i32).clamp(0, 6) as usize
