@@ -14,7 +14,9 @@
 //! then one line per rank (`rank hostname node`, any order), each rank of
 //! 0..N-1 exactly once. Names are 1–255 bytes of printable ASCII without
 //! spaces (the tracer writes `_` for anything else). Fields are separated by
-//! spaces or tabs; empty lines are skipped. Errors name
+//! spaces or tabs; empty lines are skipped; every rank line ends with a line
+//! end (`\n` or `\r\n`), so a file cut inside its last name is an error,
+//! not a shorter name. Errors name
 //! the file, the field and the byte offset where it starts.
 use std::path::Path;
 use std::sync::Arc;
@@ -169,6 +171,13 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<RankHost>> {
             ));
         }
         let f = fields(line, off);
+        if off + line.len() >= end && !bytes.ends_with(b"\n") {
+            return Err(bad(
+                if f.len() >= 3 { "node" } else { "rank" },
+                end,
+                "the last line has no line end: the file is cut short".into(),
+            ));
+        }
         let [(ro, r), (ho, h), (no, nd)] = f.as_slice() else {
             let (field, at) = match f.len() {
                 0 => ("rank", off),
@@ -263,12 +272,19 @@ mod tests {
             .map(|x| (x.rank, x.hostname.as_str(), x.node.as_str()))
             .collect();
         assert_eq!(got, [(0, "ha", "n1"), (1, "ha", "n2"), (2, "hb", "n3")]);
-        // CRLF line ends, no final newline.
+        // CRLF line ends; a last line without one is cut short.
         assert_eq!(
-            p("# benchlake-tracer ranks v1\r\nranks 1\r\n0 h h")
+            p("# benchlake-tracer ranks v1\r\nranks 1\r\n0 h h\r\n")
                 .unwrap()
                 .len(),
             1
+        );
+        let e = p("# benchlake-tracer ranks v1\nranks 1\n0 h n1").unwrap_err();
+        assert!(
+            e.to_string().ends_with(
+                "node at byte offset 42: the last line has no line end: the file is cut short"
+            ),
+            "{e}"
         );
         let t = table("R", "raw/R/t/bandela_ranks", &r).unwrap();
         assert_eq!(t.rows(), 3);
@@ -298,7 +314,10 @@ mod tests {
                 "rank at byte offset 42: the file ends after 1 of 2 ranks (rank 1 is missing)",
             ),
             // Cut inside a line.
-            (format!("{h}ranks 2\n0 h n\n1 h"), "node at byte offset 45"),
+            (
+                format!("{h}ranks 2\n0 h n\n1 h"),
+                "rank at byte offset 45: the last line has no line end",
+            ),
             (
                 format!("{h}ranks 2\n0 h n\n1.5 h n\n"),
                 "rank at byte offset 42: '1.5' is not a rank",
@@ -342,6 +361,35 @@ mod tests {
         #[test]
         fn never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = parse(Path::new("x"), &bytes);
+        }
+
+        #[test]
+        fn damaged_maps_fail_with_a_position(
+            n in 1usize..20,
+            cut in any::<prop::sample::Index>(),
+            flip in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+        ) {
+            let mut text = format!("{HEADER}{VERSION}\nranks {n}\n");
+            for r in 0..n {
+                text.push_str(&format!("{r} host n{}\n", r % 3));
+            }
+            let bytes = text.into_bytes();
+            // Cut anywhere before the last line's end: an error, never a panic.
+            let at = cut.index(bytes.len() - 1);
+            if let Err(e) = parse(Path::new("x"), &bytes[..at]) {
+                prop_assert!(e.to_string().contains("at byte offset"), "{}", e);
+            } else {
+                // Only the whole file parses (a cut keeps at most all but
+                // its final line end).
+                prop_assert!(false, "a cut at {} of {} parsed", at, bytes.len());
+            }
+            let mut b = bytes.clone();
+            let i = flip.index(b.len());
+            b[i] = byte;
+            if let Err(e) = parse(Path::new("x"), &b) {
+                prop_assert!(e.to_string().contains("at byte offset"), "{}", e);
+            }
         }
 
         #[test]
