@@ -309,3 +309,137 @@ mod name_tests {
         );
     }
 }
+
+#[cfg(test)]
+mod rank_map_tests {
+    use super::*;
+    use benchlake_core::jobs::{IngestRunInfo, REPLAY_JOB, ReplaySpec};
+    use benchlake_core::lake::Lake;
+
+    const TRACE: &str = "# bandela-replay v1  rank=R nranks=2  (benchlake-tracer, app=t, hosts=1)\nH R 2 0\nM comm 1 0,1\nC 0.001\nK 1 MPI_Barrier barrier 1\nC 0.000003\n";
+
+    /// Runs the `ingest` executor on a traced run's two Bandela rank files
+    /// (and `map`, the rank map beside them, when given) in a local lake.
+    fn ingest(map: Option<&str>) -> (Result<ExecOutput, ExecError>, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let lake = Lake::local(&dir.path().join("lake")).unwrap();
+        let (run, task, job) = (
+            benchlake_core::ids::new_id(),
+            benchlake_core::ids::new_id(),
+            benchlake_core::ids::new_id(),
+        );
+        let mut keys = Vec::new();
+        for r in 0..2 {
+            let key = format!("raw/{run}/{task}/bandela.{r}.txt");
+            let text = TRACE.replace('R', &r.to_string());
+            rt.block_on(lake.put(&key, bytes::Bytes::from(text)))
+                .unwrap();
+            keys.push(key);
+        }
+        if let Some(m) = map {
+            let key = format!("raw/{run}/{task}/bandela_ranks");
+            rt.block_on(lake.put(&key, bytes::Bytes::from(m.to_string())))
+                .unwrap();
+        }
+        let spec = IngestSpec {
+            format: "bandela".into(),
+            keys,
+            task_id: task.clone(),
+            agent: "a1".into(),
+        };
+        let info = IngestRunInfo {
+            kind: Some("traced".into()),
+            ..Default::default()
+        };
+        let scratch = dir.path().join("scratch");
+        std::fs::create_dir_all(&scratch).unwrap();
+        let ctx = JobContext {
+            job_id: job,
+            run_id: run.clone(),
+            kind: INGEST_JOB.into(),
+            attempt: 1,
+            spec_json: benchlake_core::jobs::ingest_spec_json(&spec, &info),
+            run_date: "2026-11-24".into(),
+            lake: lake.clone(),
+            scratch,
+            rt: rt.handle().clone(),
+            cancel: Default::default(),
+        };
+        let out = Ingest.execute(&ctx);
+        // The replay input the follow-up wrote, if any.
+        let input = out
+            .as_ref()
+            .ok()
+            .and_then(|o| o.follow_ups.iter().find(|f| f.kind == REPLAY_JOB))
+            .map(|f| {
+                let s: ReplaySpec = serde_json::from_value(f.spec.clone()).unwrap();
+                let b = rt.block_on(lake.get(&s.files["input"])).unwrap();
+                String::from_utf8(b.to_vec()).unwrap()
+            })
+            .unwrap_or_default();
+        (out, input)
+    }
+
+    fn table<'a>(o: &'a ExecOutput, name: &str) -> Option<&'a TableOutput> {
+        o.tables.iter().find(|t| t.table == name)
+    }
+
+    #[test]
+    fn the_rank_map_lands_in_mpi_trace_ranks_and_places_the_replay() {
+        let (out, input) = ingest(Some(
+            "# benchlake-tracer ranks v1\nranks 2\n0 host n1\n1 host n2\n",
+        ));
+        let out = out.unwrap();
+        let t = table(&out, "mpi_trace_ranks").expect("mpi_trace_ranks");
+        assert_eq!(t.rows(), 2);
+        let b = &t.batches[0];
+        let node = b
+            .column_by_name("node")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        assert_eq!((node.value(0), node.value(1)), ("n1", "n2"));
+        assert!(table(&out, "mpi_trace_records").is_some());
+        assert!(
+            input.contains("NUMBER_OF_HOSTS 2\nHOST_TYPE 2\n"),
+            "{input}"
+        );
+        // The node check follows the traced run's bandela ingest.
+        assert!(out.follow_ups.iter().any(|f| f.kind == "checks"));
+    }
+
+    #[test]
+    fn an_old_trace_without_a_rank_map_still_ingests() {
+        let (out, input) = ingest(None);
+        let out = out.unwrap();
+        assert!(table(&out, "mpi_trace_ranks").is_none());
+        assert!(table(&out, "mpi_trace_records").is_some());
+        assert!(
+            input.contains("NUMBER_OF_HOSTS 1\nHOST_TYPE 0\n"),
+            "{input}"
+        );
+    }
+
+    #[test]
+    fn a_bad_rank_map_fails_the_ingest_naming_the_object() {
+        let (out, _) = ingest(Some(
+            "# benchlake-tracer ranks v1\nranks 2\n0 h n1\n0 h n2\n",
+        ));
+        let e = out.unwrap_err().to_string();
+        assert!(
+            e.contains("/bandela_ranks: rank at byte offset 43: rank 0 appears twice"),
+            "{e}"
+        );
+        assert!(!e.contains("scratch"), "{e}");
+        let (out, _) = ingest(Some(
+            "# benchlake-tracer ranks v1\nranks 3\n0 h a\n1 h b\n2 h c\n",
+        ));
+        let e = out.unwrap_err().to_string();
+        assert!(
+            e.contains("3 ranks, but the task has 2 Bandela rank files"),
+            "{e}"
+        );
+    }
+}
