@@ -664,10 +664,31 @@ def test_replay_page(demo, browser):
     if not traced:
         pytest.skip("the demo ran no traced run (no MPI tracer here)")
     tid = traced[0][0]
+    browser.go(f"/runs/{tid}/replay", shot="replay-traced")
+    # Predicted against measured: one row per default replay (Bandela and
+    # Dimemas), the whole run's figures as the `all` rows give them, and the
+    # calibration each used (none in the demo: the note says why).
+    totals = {r: (m, p) for r, m, p in lake_rows(
+        demo, f"SELECT replay_id, max(measured_total_s), max(modelled_total_s) FROM {rp.format('trace_comparison')} "
+              f"WHERE run_id = '{tid}' AND function = 'all' GROUP BY replay_id")}
+    models = {r: m for r, m in lake_rows(demo, f"SELECT replay_id, model FROM {rp.format('replays')} WHERE run_id = '{tid}'")}
+    assert sorted(models.values()) == ["bandela", "dimemas"], models
+    trows = browser.page.locator("#totals tbody tr")
+    assert trows.count() == len(totals) == 2
+    for i in range(trows.count()):
+        r = trows.nth(i)
+        rid_ = r.get_attribute("data-replay")
+        assert r.get_attribute("data-model") == models[rid_]
+        assert float(r.get_attribute("data-measured-s")) == pytest.approx(totals[rid_][0], rel=1e-12)
+        assert float(r.get_attribute("data-predicted-s")) == pytest.approx(totals[rid_][1], rel=1e-12)
+        assert "no fitted calibration covers the nodes" in r.inner_text()
+    assert browser.page.locator("#replay-totals g.total").count() == 2
+    assert "no fitted calibration" in browser.page.inner_text("#replay-calibration")
+    # Per routine, the chosen replay's rows.
+    chosen = browser.page.inner_text("#replay-chosen")
     sums = {f: (m, o) for f, m, o in lake_rows(
         demo, f"SELECT function, sum(measured_comm_s), sum(modelled_comm_s) FROM {rp.format('trace_comparison')} "
-              f"WHERE run_id = '{tid}' GROUP BY function")}
-    browser.go(f"/runs/{tid}/replay", shot="replay-traced")
+              f"WHERE run_id = '{tid}' AND replay_id = '{chosen}' GROUP BY function")}
     rows = browser.page.locator("#routines tbody tr")
     assert rows.count() == len(sums)
     for i in range(rows.count()):

@@ -188,8 +188,9 @@ pub fn for_default_replay(
     if !ranked.is_empty() {
         tries.push(ranked);
     }
-    if !agent.is_empty() {
-        tries.push([agent.to_string()].into());
+    let by_agent: BTreeSet<String> = [agent.to_string()].into();
+    if !agent.is_empty() && !tries.contains(&by_agent) {
+        tries.push(by_agent);
     }
     for nodes in &tries {
         let found = ctx

@@ -279,7 +279,7 @@ pub fn follow_up_of_ingest(
     ctx.block_on(ctx.lake.put(&input_key, bytes::Bytes::from(input)))?;
     // The newest calibration of the nodes the ranks ran on (docs/replay.md).
     let (calibration, calibration_note) =
-        crate::calibrate::for_default_replay(ctx, &s.agent, None)?;
+        crate::calibrate::for_default_replay(ctx, &s.agent, Some(&nodes))?;
     // Deterministic per ingest job: a retried ingest names the same replay.
     let replay_id = format!("{}-default", ctx.job_id);
     let replay = ReplaySpec {

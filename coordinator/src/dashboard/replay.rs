@@ -3,7 +3,9 @@
 //! per value of the other parameters) and every point; for one replay
 //! (`?replay=ID`, default the first), the per-rank breakdown of the
 //! predicted time into computation, wait, latency and transfers
-//! (`replay_ranks`); for a traced run, measured against modelled
+//! (`replay_ranks`); for a traced run, the whole run's predicted against
+//! measured time per replay (model) with the calibration each used
+//! (`replays.params`, docs/replay.md), and measured against modelled
 //! communication time per MPI routine (`trace_comparison`).
 //!
 //! The run's `replays`, `replay_ranks` and `trace_comparison` objects are
@@ -46,6 +48,67 @@ pub struct ReplayPoint {
     pub predicted_time_s: f64,
     pub records: i64,
     pub engine_wall_s: f64,
+    /// The calibration the replay used (`replays.params` JSON's
+    /// `calibration`): its id, or None with why none.
+    pub calibration: Option<Calibration>,
+}
+
+/// The calibration a replay used, as its params record it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Calibration {
+    /// The calibration's id (None: no calibration was found).
+    pub id: Option<String>,
+    /// Its parameters (`latency`, `bandwidth`, `intra_latency`, ...).
+    pub params: BTreeMap<String, String>,
+    /// Why none was used.
+    pub note: String,
+}
+
+impl Calibration {
+    /// The `calibration` object of a `replays.params` JSON text, if any.
+    pub fn of_params(json: &str) -> Option<Self> {
+        let v: serde_json::Value = serde_json::from_str(json).ok()?;
+        let c = v.get("calibration")?;
+        Some(Self {
+            id: c.get("id").and_then(|x| x.as_str()).map(str::to_string),
+            params: c
+                .get("params")
+                .and_then(|p| p.as_object())
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            note: c
+                .get("note")
+                .and_then(|x| x.as_str())
+                .unwrap_or_default()
+                .to_string(),
+        })
+    }
+
+    /// `latency 4.1 µs, bandwidth 9,537 MB/s; intra ...`: the fitted figures.
+    pub fn figures(&self) -> String {
+        let f = |k: &str| self.params.get(k).and_then(|v| v.parse::<f64>().ok());
+        let mut out = Vec::new();
+        for (label, l, b) in [
+            ("inter-node", "latency", "bandwidth"),
+            ("intra-node", "intra_latency", "intra_bandwidth"),
+        ] {
+            if let (Some(l), Some(b)) = (f(l), f(b)) {
+                out.push(format!(
+                    "{label} {} + size / {}",
+                    html::figure(Some(l), "s"),
+                    html::figure(Some(b), "MB/s")
+                ));
+            }
+        }
+        if let Some(e) = self.params.get("eager_limit") {
+            out.push(format!("eager limit {e} B"));
+        }
+        out.join("; ")
+    }
 }
 
 /// One `replay_ranks` row.
@@ -79,6 +142,9 @@ pub struct ReplayView {
     pub ranks: BTreeMap<String, Vec<RankTimes>>,
     /// Per replay id, the routines of `trace_comparison` (the `all` row last).
     pub routines: BTreeMap<String, Vec<Routine>>,
+    /// Per replay id of a traced run, the whole run's (measured, predicted)
+    /// time: the largest over the ranks' `all` rows of `trace_comparison`.
+    pub totals: BTreeMap<String, (f64, f64)>,
 }
 
 fn col<'a>(b: &'a RecordBatch, name: &str, table: &str) -> Result<&'a dyn Array, String> {
@@ -135,6 +201,8 @@ pub fn build(
             strings(b, "trace_source", t)?,
             strings(b, "point", t)?,
         );
+        // Older test batches and files may lack params: no calibration then.
+        let params = strings(b, "params", t).unwrap_or_default();
         let (pred, recs, wall) = (
             floats(b, "predicted_time_s", t)?,
             ints(b, "records", t)?,
@@ -164,6 +232,7 @@ pub fn build(
                 predicted_time_s: pred[i],
                 records: recs[i],
                 engine_wall_s: wall[i],
+                calibration: params.get(i).and_then(|p| Calibration::of_params(p)),
             });
         }
     }
@@ -216,7 +285,24 @@ pub fn build(
             floats(b, "measured_comm_s", t)?,
             floats(b, "modelled_comm_s", t)?,
         );
+        // Rows written before the whole-run times existed have no totals.
+        let totals = match (
+            floats(b, "measured_total_s", t),
+            floats(b, "modelled_total_s", t),
+        ) {
+            (Ok(m), Ok(p)) => Some((m, p)),
+            _ => None,
+        };
         for i in 0..b.num_rows() {
+            if let Some((mt, pt)) = &totals
+                && func[i] == "all"
+                && mt[i].is_finite()
+                && pt[i].is_finite()
+            {
+                let e = v.totals.entry(id[i].clone()).or_insert((0.0, 0.0));
+                e.0 = e.0.max(mt[i]);
+                e.1 = e.1.max(pt[i]);
+            }
             let r = routines
                 .entry((id[i].clone(), func[i].clone()))
                 .or_insert_with(|| Routine {
@@ -797,6 +883,10 @@ fn render(v: &ReplayView, id: &str, chosen: &ReplayPoint) -> String {
         }
         b.push_str("</section>");
     }
+    // Traced runs: the whole run, predicted against measured, per replay.
+    if !v.totals.is_empty() {
+        b.push_str(&totals_section(v));
+    }
     // Every point.
     b.push_str("<section><h2>Replays</h2><table id=\"replays\"><thead><tr><th>replay</th>");
     let keys: BTreeSet<&str> = v
@@ -858,6 +948,13 @@ fn render(v: &ReplayView, id: &str, chosen: &ReplayPoint) -> String {
         },
         esc(&html::figure(Some(chosen.predicted_time_s), "s"))
     );
+    if let Some(c) = &chosen.calibration {
+        let _ = write!(
+            b,
+            "<p id=\"replay-calibration\">Calibration: {}</p>",
+            calibration_text(c)
+        );
+    }
     match v.ranks.get(&chosen.replay_id) {
         Some(r) if !r.is_empty() => {
             let _ = write!(b, "<div class=\"scroll\">{}</div>", ranks_svg(r));
@@ -890,6 +987,107 @@ fn render(v: &ReplayView, id: &str, chosen: &ReplayPoint) -> String {
         }
         b.push_str("</tbody></table></section>");
     }
+    b
+}
+
+/// How a replay's calibration reads on the page (HTML).
+fn calibration_text(c: &Calibration) -> String {
+    match &c.id {
+        Some(id) => format!(
+            "<span class=\"mono\" data-calibration=\"{0}\">{0}</span> ({1})",
+            esc(id),
+            esc(&c.figures())
+        ),
+        None => format!("none — {}", esc(&c.note)),
+    }
+}
+
+/// The whole run's measured time against each replay's prediction (one
+/// pair of bars per replay) and the calibration each used.
+fn totals_section(v: &ReplayView) -> String {
+    let rows: Vec<(&ReplayPoint, f64, f64)> = v
+        .points
+        .iter()
+        .filter_map(|p| v.totals.get(&p.replay_id).map(|(m, pr)| (p, *m, *pr)))
+        .collect();
+    let mut b = String::new();
+    b.push_str("<section><h2>Predicted against measured</h2><p class=\"muted\">The whole traced run: its measured time (the slowest rank's computation and communication in the traced window) and each replay's predicted time, with the calibration it used (docs/replay.md).</p>");
+    let (l, t, w, rh) = (150.0, 24.0, 520.0, 34.0);
+    let (width, height) = (l + w + 190.0, t + rh * rows.len() as f64 + 12.0);
+    let _ = write!(
+        b,
+        "<div class=\"scroll\"><svg class=\"chart\" id=\"replay-totals\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" role=\"img\" aria-label=\"predicted against measured time\">\
+         <rect x=\"{l}\" y=\"4\" width=\"12\" height=\"10\" fill=\"#1d2733\"/><text x=\"{}\" y=\"13\">measured</text>\
+         <rect x=\"{}\" y=\"4\" width=\"12\" height=\"10\" fill=\"#e08a00\"/><text x=\"{}\" y=\"13\">predicted</text>",
+        l + 16.0,
+        l + 110.0,
+        l + 126.0
+    );
+    let xmax = rows
+        .iter()
+        .map(|(_, m, p)| m.max(*p))
+        .fold(0.0f64, f64::max)
+        * 1.05;
+    let xmax = if xmax > 0.0 { xmax } else { 1.0 };
+    for (i, (p, m, pr)) in rows.iter().enumerate() {
+        let y = t + i as f64 * rh;
+        let err = if *m > 0.0 {
+            (pr - m) / m * 100.0
+        } else {
+            f64::NAN
+        };
+        let _ = write!(
+            b,
+            "<g class=\"total\" data-replay=\"{0}\"><title>{1}: measured {2}, predicted {3} ({4:+.1} %)</title>\
+             <text x=\"{5}\" y=\"{6:.1}\" text-anchor=\"end\">{1}</text>\
+             <rect x=\"{l}\" y=\"{7:.1}\" width=\"{8:.2}\" height=\"12\" fill=\"#1d2733\"/>\
+             <rect x=\"{l}\" y=\"{9:.1}\" width=\"{10:.2}\" height=\"12\" fill=\"#e08a00\"/>\
+             <text x=\"{11:.1}\" y=\"{6:.1}\" class=\"tk\">{3} vs {2} ({4:+.1} %)</text></g>",
+            esc(&p.replay_id),
+            esc(&p.model),
+            esc(&html::figure(Some(*m), "s")),
+            esc(&html::figure(Some(*pr), "s")),
+            err,
+            l - 8.0,
+            y + 17.0,
+            y + 3.0,
+            (m / xmax * w).max(0.5),
+            y + 16.0,
+            (pr / xmax * w).max(0.5),
+            l + (m.max(*pr) / xmax * w) + 6.0,
+        );
+    }
+    b.push_str("</svg></div>");
+    b.push_str("<table id=\"totals\"><thead><tr><th>replay</th><th>model</th><th class=\"num\">measured</th><th class=\"num\">predicted</th><th class=\"num\">error</th><th>calibration</th></tr></thead><tbody>");
+    for (p, m, pr) in &rows {
+        let err = if *m > 0.0 {
+            (pr - m) / m * 100.0
+        } else {
+            f64::NAN
+        };
+        let _ = write!(
+            b,
+            "<tr data-replay=\"{0}\" data-model=\"{1}\" data-measured-s=\"{2}\" data-predicted-s=\"{3}\" data-calibration=\"{4}\"><td><a class=\"mono\" href=\"?replay={5}\">{0}</a></td><td>{1}</td><td class=\"num\">{6}</td><td class=\"num\">{7}</td><td class=\"num\">{8:+.1} %</td><td>{9}</td></tr>",
+            esc(&p.replay_id),
+            esc(&p.model),
+            m,
+            pr,
+            esc(p
+                .calibration
+                .as_ref()
+                .and_then(|c| c.id.as_deref())
+                .unwrap_or("")),
+            esc(&html::url_encode(&p.replay_id)),
+            esc(&html::figure(Some(*m), "s")),
+            esc(&html::figure(Some(*pr), "s")),
+            err,
+            p.calibration
+                .as_ref()
+                .map(calibration_text)
+                .unwrap_or_else(|| "—".into())
+        );
+    }
+    b.push_str("</tbody></table></section>");
     b
 }
 
@@ -1036,6 +1234,92 @@ mod tests {
         assert!(page.contains("<title>rank 0: total 51.20 ms; computation 30.00 ms; wait 2.200 ms; latency 19.00 ms; small transfers 0 s; big transfers 0 s</title>"));
         assert!(page.contains("<g class=\"routine\" data-function=\"MPI_Isend\"><title>MPI_Isend: 40 calls; measured 40.00 µs, modelled 100.0 µs (2.50×)</title>"));
         assert!(page.contains("data-function=\"all\" data-measured-s=\"0.00006\""));
+    }
+
+    #[test]
+    fn traced_runs_show_predicted_against_measured_and_the_calibration() {
+        let params = [
+            r#"{"host_type":0,"calibration":{"id":"01KAXYZ","params":{"latency":"4.5e-6","bandwidth":"9536.74","intra_latency":"1e-6","intra_bandwidth":"38147"},"nodes":["n1"]}}"#,
+            r#"{"calibration":{"id":null,"note":"no fitted calibration covers the nodes a1: the default parameters"}}"#,
+        ];
+        let replays = RecordBatch::try_from_iter(vec![
+            (
+                "replay_id",
+                Arc::new(StringArray::from(vec!["j1-default", "j2-default"])) as _,
+            ),
+            (
+                "model",
+                Arc::new(StringArray::from(vec!["bandela", "dimemas"])) as _,
+            ),
+            (
+                "trace_source",
+                Arc::new(StringArray::from(vec!["raw/r/t/"; 2])) as _,
+            ),
+            ("params", Arc::new(StringArray::from(params.to_vec())) as _),
+            ("point", Arc::new(StringArray::from(vec!["{}"; 2])) as _),
+            (
+                "predicted_time_s",
+                Arc::new(Float64Array::from(vec![0.3, 0.12])) as _,
+            ),
+            ("records", Arc::new(Int64Array::from(vec![10, 10])) as _),
+            (
+                "engine_wall_s",
+                Arc::new(Float64Array::from(vec![0.01; 2])) as _,
+            ),
+        ])
+        .unwrap();
+        let cmp = RecordBatch::try_from_iter(vec![
+            (
+                "replay_id",
+                Arc::new(StringArray::from(vec![
+                    "j1-default",
+                    "j1-default",
+                    "j2-default",
+                ])) as _,
+            ),
+            (
+                "function",
+                Arc::new(StringArray::from(vec!["all", "all", "all"])) as _,
+            ),
+            ("calls", Arc::new(Int64Array::from(vec![1, 1, 1])) as _),
+            (
+                "measured_comm_s",
+                Arc::new(Float64Array::from(vec![0.1, 0.1, 0.1])) as _,
+            ),
+            (
+                "modelled_comm_s",
+                Arc::new(Float64Array::from(vec![0.1, 0.1, 0.1])) as _,
+            ),
+            (
+                "measured_total_s",
+                Arc::new(Float64Array::from(vec![0.25, 0.2, 0.25])) as _,
+            ),
+            (
+                "modelled_total_s",
+                Arc::new(Float64Array::from(vec![0.3, 0.28, 0.12])) as _,
+            ),
+        ])
+        .unwrap();
+        let v = build(&[replays], &[], &[cmp]).unwrap();
+        assert_eq!(v.totals["j1-default"], (0.25, 0.3));
+        assert_eq!(v.totals["j2-default"], (0.25, 0.12));
+        let c = v.points[0].calibration.clone().unwrap();
+        assert_eq!(c.id.as_deref(), Some("01KAXYZ"));
+        assert!(
+            c.figures().contains("inter-node 4.500 µs"),
+            "{}",
+            c.figures()
+        );
+        let page = render(&v, "R", &v.points[0]);
+        assert!(page.contains("id=\"replay-totals\""), "{page}");
+        assert!(page.contains("data-replay=\"j1-default\" data-model=\"bandela\" data-measured-s=\"0.25\" data-predicted-s=\"0.3\" data-calibration=\"01KAXYZ\""), "{page}");
+        assert!(page.contains("+20.0 %"), "{page}");
+        assert!(page.contains("-52.0 %"), "{page}");
+        assert!(
+            page.contains("none — no fitted calibration covers the nodes a1"),
+            "{page}"
+        );
+        assert!(page.contains("<p id=\"replay-calibration\">Calibration: <span class=\"mono\" data-calibration=\"01KAXYZ\">"), "{page}");
     }
 
     #[test]
