@@ -171,6 +171,41 @@ fn check(np: usize) {
         assert!(s.routine[r][i].comm_s > 0.0);
         assert!(s.per_rank[r].comput_s > 0.0);
     }
+    // The rank map: every rank on this machine, its node the host name
+    // (mpirun outside Slurm sets no SLURMD_NODENAME).
+    let host = this_host();
+    let map = benchlake_formats::bandela::ranks::read(&out.join("bandela_ranks")).unwrap();
+    let got: Vec<(u32, &str, &str)> = map
+        .iter()
+        .map(|m| (m.rank, m.hostname.as_str(), m.node.as_str()))
+        .collect();
+    let want: Vec<(u32, &str, &str)> = (0..np as u32)
+        .map(|r| (r, host.as_str(), host.as_str()))
+        .collect();
+    assert_eq!(got, want);
+}
+
+fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// Under Slurm the node is `SLURMD_NODENAME` (cleaned: a space becomes `_`).
+#[test]
+fn the_rank_map_names_the_slurm_node() {
+    let Some(lib) = common::lib() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = common::build("p2p.c", tmp.path());
+    let out = tmp.path().join("trace");
+    common::run(&lib, &exe, 2, &out, &[("SLURMD_NODENAME", "node 7")]);
+    let text = std::fs::read_to_string(out.join("bandela_ranks")).unwrap();
+    let host = this_host();
+    assert_eq!(
+        text,
+        format!("# benchlake-tracer ranks v1\nranks 2\n0 {host} node_7\n1 {host} node_7\n")
+    );
 }
 
 #[test]
