@@ -414,6 +414,12 @@ int main(int argc, char **argv) {
                 ("tasks_per_node".to_string(), "2".to_string()),
             ]
             .into();
+            let mut base = base;
+            // Ranks beyond the agent's cores slow the bursts down.
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            if cores < 2 {
+                base.insert("cpu_ratio".into(), (cores as f64 / 2.0).to_string());
+            }
             let mut p = d2.params.clone();
             p.extend(base.clone());
             let mut plain = base;

@@ -337,6 +337,15 @@ async fn traced_run_is_ingested_analysed_replayed_and_compared() {
         .expect("the default Dimemas replay");
     let dim_id = strs(dim, "replay_id").value(0).to_string();
     assert!(f64s(dim, "predicted_time_s").value(0) > 0.0);
+    // Ranks beyond the agent's cores: bursts slowed by cores / ranks.
+    let cores = benchlake_agent::host::cores() as usize;
+    let dp: serde_json::Value = serde_json::from_str(strs(dim, "params").value(0)).unwrap();
+    let want = if NP > cores {
+        cores as f64 / NP as f64
+    } else {
+        1.0
+    };
+    assert_eq!(dp["cpu_ratio"].as_f64(), Some(want), "{dp}");
     // No calibration in the lake: both say so in their params.
     for b in [rb, dim] {
         let p: serde_json::Value = serde_json::from_str(strs(b, "params").value(0)).unwrap();

@@ -155,6 +155,10 @@ pub struct IngestRunInfo {
     /// `trace_comparison` table, docs/tracer.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// Cores of the task's agent (traced runs only: the default Dimemas
+    /// replay slows bursts down when ranks outnumber them, docs/replay.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores: Option<u32>,
 }
 
 /// One JSON object holding an [`IngestSpec`] and its [`IngestRunInfo`]
@@ -214,6 +218,7 @@ mod tests {
             benchmark: Some("pio".into()),
             params: [("check_window".to_string(), "3".to_string())].into(),
             kind: Some("pio".into()),
+            cores: Some(4),
         };
         let json = ingest_spec_json(&spec, &info);
         assert_eq!(serde_json::from_str::<IngestSpec>(&json).unwrap(), spec);

@@ -6,7 +6,9 @@
 //! The comparison rows carry `model = dimemas`, beside the Bandela ones.
 //!
 //! Platform: every rank on one node (the nodes of a traced run are the
-//! agents of its tasks, one per task), `tasks_per_node` = the ranks. With a
+//! agents of its tasks, one per task), `tasks_per_node` = the ranks; when
+//! the ranks outnumber the agent's cores, `cpu_ratio` = cores / ranks (bursts
+//! take longer as if the ranks shared the cores evenly). With a
 //! calibration covering that node (the newest, [`crate::calibrate`]), its
 //! latencies and bandwidths; without, the run's `replay_latency_us` and
 //! `replay_bandwidth_mbs` (the Bandela default replay's figures, converted to
@@ -41,12 +43,19 @@ fn ranks_of_task(ctx: &JobContext, prefix: &str) -> Result<usize, ExecError> {
 /// the platform, and without a calibration the run's figures.
 pub fn default_params(
     ranks: usize,
+    cores: Option<u32>,
     params: &BTreeMap<String, String>,
     calibrated: bool,
 ) -> Result<BTreeMap<String, String>, ExecError> {
     let mut p = BTreeMap::new();
     p.insert("nodes".to_string(), "1".to_string());
     p.insert("tasks_per_node".to_string(), ranks.max(1).to_string());
+    if let Some(c) = cores.filter(|c| *c > 0 && (*c as usize) < ranks) {
+        p.insert(
+            "cpu_ratio".to_string(),
+            (f64::from(c) / ranks as f64).to_string(),
+        );
+    }
     if !calibrated {
         let num = |name: &str| -> Result<f64, ExecError> {
             let default = REPLAY_PARAMS
@@ -104,7 +113,7 @@ pub fn follow_up_of_ingest(
     }
     let (calibration, calibration_note) =
         crate::calibrate::for_default_replay(ctx, &s.agent, None)?;
-    let params = default_params(ranks, &info.params, calibration.is_some())?;
+    let params = default_params(ranks, info.cores, &info.params, calibration.is_some())?;
     DIMEMAS
         .check_params(&params)
         .map_err(|e| ExecError::Permanent(e.to_string()))?;
@@ -150,17 +159,22 @@ mod tests {
 
     #[test]
     fn default_params_put_every_rank_on_one_node_with_the_runs_figures() {
-        let p = default_params(4, &BTreeMap::new(), false).unwrap();
+        let p = default_params(4, Some(4), &BTreeMap::new(), false).unwrap();
         assert_eq!(p["tasks_per_node"], "4");
+        assert!(!p.contains_key("cpu_ratio"), "as many cores as ranks");
         assert_eq!(p["nodes"], "1");
         assert_eq!(p["intra_latency"], "2e-6");
         let bw: f64 = p["intra_bandwidth"].parse().unwrap();
         assert!((bw - 700e6 / 1048576.0).abs() < 1e-9, "{bw}");
         DIMEMAS.check_params(&p).unwrap();
         // A calibration sets the network: only the platform is given.
-        let p = default_params(4, &BTreeMap::new(), true).unwrap();
+        let p = default_params(4, None, &BTreeMap::new(), true).unwrap();
         assert_eq!(p.len(), 2);
+        // 8 ranks on 2 cores: bursts 4x longer.
+        let p = default_params(8, Some(2), &BTreeMap::new(), true).unwrap();
+        assert_eq!(p["cpu_ratio"], "0.25");
+        DIMEMAS.check_params(&p).unwrap();
         let bad = [("replay_latency_us".to_string(), "x".to_string())].into();
-        assert!(default_params(2, &bad, false).is_err());
+        assert!(default_params(2, None, &bad, false).is_err());
     }
 }

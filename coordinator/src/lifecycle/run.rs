@@ -326,7 +326,18 @@ pub(super) fn advance_into(
                     run.started_at_ms = Some(now);
                 }
                 run.state = RunState::Processing;
-                for j in ingest_jobs(&run, tasks, cfg, now) {
+                // Traced runs' default Dimemas replay wants the agents' cores.
+                let mut cores = BTreeMap::new();
+                if run.kind == "traced" {
+                    for t in tasks {
+                        if !cores.contains_key(&t.agent)
+                            && let Some(a) = tx.get_agent(&t.agent)?
+                        {
+                            cores.insert(t.agent.clone(), a.cores);
+                        }
+                    }
+                }
+                for j in ingest_jobs(&run, tasks, &cores, cfg, now) {
                     job::insert(tx, &j, fx)?;
                 }
             }
@@ -480,7 +491,13 @@ fn decide(tasks: &[TaskRow], jobs: &[JobRow]) -> (RunState, Option<String>) {
 }
 
 /// One `ingest` job per (finished task, output format that is an ingest kind).
-fn ingest_jobs(run: &RunRow, tasks: &[TaskRow], cfg: &CoordinatorConfig, now: i64) -> Vec<JobRow> {
+fn ingest_jobs(
+    run: &RunRow,
+    tasks: &[TaskRow],
+    cores: &BTreeMap<String, u32>,
+    cfg: &CoordinatorConfig,
+    now: i64,
+) -> Vec<JobRow> {
     let known: Vec<&str> = benchlake_formats::kinds().iter().map(|k| k.0).collect();
     let mut out = Vec::new();
     for t in tasks.iter().filter(|t| t.state == TaskState::Done) {
@@ -503,6 +520,7 @@ fn ingest_jobs(run: &RunRow, tasks: &[TaskRow], cfg: &CoordinatorConfig, now: i6
                 benchmark: Some(run.benchmark.clone()),
                 params: run.spec.params.clone(),
                 kind: Some(run.kind.clone()),
+                cores: cores.get(&t.agent).copied().filter(|c| *c > 0),
             };
             out.push(job::new(
                 run,
