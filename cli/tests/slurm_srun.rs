@@ -16,7 +16,8 @@
 //!   n1, n2, n3 and the default replay puts them on three hosts;
 //! - a traced program whose ranks on one node sleep (the program's argument
 //!   names the node): `traced.rank_time` fails that node in `node_health`
-//!   and passes the other two, the run's verdict is FAIL;
+//!   and passes the other two, the run's verdict is FAIL, and `node-check`
+//!   answers unhealthy for n2 and healthy for n1;
 //! - a node list (`n[2-3]`) reaches srun and the rows name n2 and n3 only;
 //! - failures: a partition Slurm does not know fails the task with Slurm's
 //!   own error; more nodes than exist leave the job queued, and the task's
@@ -923,6 +924,36 @@ async fn a_slow_node_of_a_traced_run_fails_the_rank_time_check() {
         "FAIL",
         "a failing node fails the run"
     );
+    // The node verdicts serve `node-check` (Slurm's HealthCheckProgram) like
+    // any other node check: n2 is unhealthy (exit 1), n1 healthy (exit 0).
+    let node_check = |node: &str| {
+        let out = std::process::Command::new(bin())
+            .args(["node-check", node, "--json", "--coordinator", &c.addr])
+            .env("SLURM_CONF", sl.conf())
+            .env("BENCHLAKE_NODE_CHECK_STATE", tmp.path().join("cli-state"))
+            .env_remove("SLURMD_NODENAME")
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let start = std::time::Instant::now();
+    loop {
+        let (code, text) = node_check("n2");
+        if code == 1 {
+            assert!(text.contains("traced.rank_time"), "{text}");
+            break;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(20),
+            "node-check n2 exited {code}: {text}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let (code, text) = node_check("n1");
+    assert_eq!(code, 0, "{text}");
     assert_eq!(sl.queue(), "", "no job left in Slurm");
 }
 
