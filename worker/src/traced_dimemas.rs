@@ -5,10 +5,12 @@
 //! group `traced-{ingest job}` and one `trace_compare` job waiting for it.
 //! The comparison rows carry `model = dimemas`, beside the Bandela ones.
 //!
-//! Platform: every rank on one node (the nodes of a traced run are the
-//! agents of its tasks, one per task), `tasks_per_node` = the ranks; when
-//! the ranks outnumber the agent's cores, `cpu_ratio` = cores / ranks (bursts
-//! take longer as if the ranks shared the cores evenly). With a
+//! Platform: the ranks on the nodes they ran on, by the tracer's rank map
+//! (`bandela_ranks`) when it places them in equal blocks of consecutive
+//! ranks (Dimemas maps `k TASKS_PER_NODE` only); otherwise (no map, one node,
+//! another placement) every rank on one node, `tasks_per_node` = the ranks,
+//! and when they outnumber the agent's cores `cpu_ratio` = cores / ranks
+//! (bursts take longer as if the ranks shared the cores evenly). With a
 //! calibration covering that node (the newest, [`crate::calibrate`]), its
 //! latencies and bandwidths; without, the run's `replay_latency_us` and
 //! `replay_bandwidth_mbs` (the Bandela default replay's figures, converted to
@@ -22,7 +24,9 @@ use benchlake_core::jobs::{
 use benchlake_core::layout;
 use benchlake_replay::models::DIMEMAS;
 
-use crate::traced::{CompareSpec, REPLAY_PARAMS, STATS_FILE, TRACED_KIND, group_of};
+use crate::traced::{
+    CompareSpec, INTER_REPLAY_PARAMS, REPLAY_PARAMS, STATS_FILE, TRACED_KIND, group_of,
+};
 use crate::{ExecError, JobContext};
 
 /// The number of ranks of a traced task: its `bandela.<rank>[.txt]` objects.
@@ -37,6 +41,44 @@ fn ranks_of_task(ctx: &JobContext, prefix: &str) -> Result<usize, ExecError> {
                 .is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
         })
         .count())
+}
+
+/// `(nodes, tasks per node)` when `node_of_rank` puts equal blocks of
+/// consecutive ranks on distinct nodes (what Dimemas's `k TASKS_PER_NODE`
+/// mapping expresses), else None.
+pub fn block_placement(node_of_rank: &[String]) -> Option<(usize, usize)> {
+    let mut blocks: Vec<(&str, usize)> = Vec::new();
+    for n in node_of_rank {
+        match blocks.last_mut() {
+            Some((last, k)) if *last == n.as_str() => *k += 1,
+            _ => {
+                if blocks.iter().any(|(b, _)| *b == n.as_str()) {
+                    return None;
+                }
+                blocks.push((n.as_str(), 1));
+            }
+        }
+    }
+    let k = blocks.first()?.1;
+    blocks
+        .iter()
+        .all(|(_, n)| *n == k)
+        .then_some((blocks.len(), k))
+}
+
+/// The node of each rank of a traced task, from its rank map, or None
+/// without one (traces of older tracers) or when it does not read.
+fn rank_nodes(ctx: &JobContext, run: &str, task: &str) -> Result<Option<Vec<String>>, ExecError> {
+    use benchlake_formats::bandela::ranks;
+    let key = layout::raw_key(run, task, ranks::FILE_NAME)?;
+    if ctx.block_on(ctx.lake.size(&key))?.is_none() {
+        return Ok(None);
+    }
+    let path = ctx.fetch(&key)?;
+    // The bandela ingest reports a bad map; the replay goes on without it.
+    Ok(ranks::read(&path)
+        .ok()
+        .map(|rows| rows.into_iter().map(|r| r.node).collect()))
 }
 
 /// The Dimemas parameters of the default replay of `ranks` ranks on one node:
@@ -111,9 +153,46 @@ pub fn follow_up_of_ingest(
         // No Bandela statistics beside it: nothing to compare with.
         return Ok(Vec::new());
     }
+    let nodes = rank_nodes(ctx, run, task)?.filter(|n| n.len() == ranks);
     let (calibration, calibration_note) =
-        crate::calibrate::for_default_replay(ctx, &s.agent, None)?;
-    let params = default_params(ranks, info.cores, &info.params, calibration.is_some())?;
+        crate::calibrate::for_default_replay(ctx, &s.agent, nodes.as_deref())?;
+    let mut params = default_params(ranks, info.cores, &info.params, calibration.is_some())?;
+    if let Some((n, k)) = nodes.as_deref().and_then(block_placement)
+        && n > 1
+    {
+        // Ranks on several nodes: the agent's cores say nothing of theirs.
+        params.insert("nodes".into(), n.to_string());
+        params.insert("tasks_per_node".into(), k.to_string());
+        params.remove("cpu_ratio");
+        if calibration.is_none() {
+            // Between nodes, the Bandela default replay's figures.
+            for (name, key, scale) in [
+                ("replay_inter_latency_us", "latency", 1e-6),
+                (
+                    "replay_inter_bandwidth_mbs",
+                    "bandwidth",
+                    1e6 / (1u64 << 20) as f64,
+                ),
+            ] {
+                let default = INTER_REPLAY_PARAMS
+                    .iter()
+                    .find(|(n, _, _)| *n == name)
+                    .map_or("0", |(_, d, _)| d);
+                let raw = info.params.get(name).map(String::as_str).unwrap_or(default);
+                let v = raw
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| v.is_finite() && (*v > 0.0 || (*v == 0.0 && key == "latency")))
+                    .ok_or_else(|| {
+                        ExecError::Permanent(format!(
+                            "run parameter {name}: '{raw}' is out of range (bandwidth > 0, latency >= 0)"
+                        ))
+                    })?;
+                params.insert(key.into(), format!("{:e}", v * scale));
+            }
+        }
+    }
     DIMEMAS
         .check_params(&params)
         .map_err(|e| ExecError::Permanent(e.to_string()))?;
@@ -156,6 +235,16 @@ pub fn follow_up_of_ingest(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn equal_blocks_of_consecutive_ranks_are_a_dimemas_placement() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(block_placement(&v(&["a", "a", "b", "b"])), Some((2, 2)));
+        assert_eq!(block_placement(&v(&["a", "a", "a"])), Some((1, 3)));
+        assert_eq!(block_placement(&v(&["a", "b", "a", "b"])), None);
+        assert_eq!(block_placement(&v(&["a", "a", "b"])), None);
+        assert_eq!(block_placement(&v(&[])), None);
+    }
 
     #[test]
     fn default_params_put_every_rank_on_one_node_with_the_runs_figures() {
