@@ -308,6 +308,44 @@ async fn linktest_runs_calibrate_and_replays_use_the_calibration() {
         assert_eq!(*t, by_hand, "the calibrated prediction");
     }
     assert_ne!(by_hand, default, "the calibration changes the prediction");
+    // The CLI names it the same way.
+    let o = Command::new(bin())
+        .args(["replay", "submit", "--coordinator", &c.addr, "--trace"])
+        .arg(&dim)
+        .args([
+            "-p",
+            "tasks_per_node=2",
+            "--calibration",
+            "latest",
+            "--watch",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let cli_run = out
+        .split_whitespace()
+        .skip_while(|w| *w != "run")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_string();
+    let d = c.wait_settled(&cli_run, 120).await;
+    assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}");
+    let (_, params, t) = replays(&lake, &cli_run).into_values().next().unwrap();
+    assert_eq!(params["calibration"]["id"], r2.run_id.as_str(), "{params}");
+    assert_eq!(t, by_hand);
+    let o = Command::new(bin())
+        .args(["replay", "submit", "--coordinator", &c.addr, "--trace"])
+        .arg(&dim)
+        .args(["--calibration", "../../etc"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("neither 'latest' nor a calibration id"),
+        "{err}"
+    );
     eprintln!("halo 4 ranks: default {default:.6} s, calibrated {by_hand:.6} s");
 
     // 4. A traced run on node0000: both default replays use the calibration.
