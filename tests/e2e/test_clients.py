@@ -177,7 +177,8 @@ def test_up_demo(tmp_path):
     # The demo's pio run with dir=/proc/sys is refused by the agent (a FAILED run).
     assert "pio -p dir=/proc/sys run" in r.stdout and "refused, as it must be" in r.stdout, r.stdout
     assert duck_count(lake, "runs") == 6 + traced
-    assert duck_count(lake, "replays") == 6 + traced
+    # The sweep's 6 points, and a traced run's default Bandela and Dimemas replays.
+    assert duck_count(lake, "replays") == 6 + 2 * traced
     assert duck_count(lake, "io_results") == 4
     # a2av-demo: ingest, then the pattern analysis (2 lead ranks = 2 part jobs
     # and a merge): lead 0 has 3 patterns, lead 4 one, each a send and a recv row.
