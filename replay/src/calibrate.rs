@@ -208,11 +208,29 @@ impl FromIterator<Sample> for Samples {
 /// sizes (one size cannot separate latency from bandwidth); no class with
 /// enough data at all is an error that says what to measure.
 pub fn fit(samples: Samples) -> Result<Calibration> {
-    let mut by = samples.by;
-    by.retain(|_, v| {
+    fit_medians(&medians(samples))
+}
+
+/// The median pair time and the number of times behind it, per link class
+/// and message size (non-positive and non-finite times left out).
+pub type Medians = BTreeMap<(LinkClass, u64), (f64, u64)>;
+
+/// The per-class-and-size medians of `samples` (by selection, in place).
+pub fn medians(samples: Samples) -> Medians {
+    let mut out = Medians::new();
+    for (k, mut v) in samples.by {
         v.retain(|t| t.is_finite() && *t > 0.0);
-        !v.is_empty()
-    });
+        if !v.is_empty() {
+            let n = v.len() as u64;
+            out.insert(k, (median(&mut v), n));
+        }
+    }
+    out
+}
+
+/// [`fit`] from per-size medians: what a calibration combining the medians
+/// of several runs fits.
+pub fn fit_medians(by: &Medians) -> Result<Calibration> {
     let mut out = Calibration {
         intra: None,
         inter: None,
@@ -221,9 +239,9 @@ pub fn fit(samples: Samples) -> Result<Calibration> {
     for class in [LinkClass::Intra, LinkClass::Inter] {
         let mut medians = Vec::new();
         let mut n = 0u64;
-        for ((_, bytes), times) in by.range_mut((class, 0)..=(class, u64::MAX)) {
-            n += times.len() as u64;
-            medians.push((*bytes, median(times)));
+        for ((_, bytes), (m, k)) in by.range((class, 0)..=(class, u64::MAX)) {
+            n += k;
+            medians.push((*bytes, *m));
         }
         if medians.is_empty() {
             continue;

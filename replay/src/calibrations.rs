@@ -187,34 +187,17 @@ impl CalibrationDoc {
     }
 }
 
-/// The per-size medians of `samples` (each slot's median), by class and size.
-pub fn measurements(samples: &Samples) -> Vec<Measurement> {
-    let mut out = Vec::new();
-    for ((class, bytes), times) in samples.iter() {
-        let mut v: Vec<f64> = times
-            .iter()
-            .map(|t| f64::from(*t))
-            .filter(|t| t.is_finite() && *t > 0.0)
-            .collect();
-        if v.is_empty() {
-            continue;
-        }
-        let mid = v.len() / 2;
-        let m = if v.len() % 2 == 1 {
-            *v.select_nth_unstable_by(mid, f64::total_cmp).1
-        } else {
-            let hi = *v.select_nth_unstable_by(mid, f64::total_cmp).1;
-            let lo = v[..mid].iter().copied().fold(f64::MIN, f64::max);
-            (lo + hi) / 2.0
-        };
-        out.push(Measurement {
+/// The per-size medians of `samples`, by class and size.
+pub fn measurements(samples: Samples) -> Vec<Measurement> {
+    crate::calibrate::medians(samples)
+        .into_iter()
+        .map(|((class, bytes), (median_s, samples))| Measurement {
             class,
             bytes,
-            median_s: m,
-            samples: v.len() as u64,
-        });
-    }
-    out
+            median_s,
+            samples,
+        })
+        .collect()
 }
 
 /// Fits run `id`'s pair times, combined with the measurements of `earlier`
@@ -228,9 +211,13 @@ pub fn fit_document(
     earlier: &[CalibrationDoc],
 ) -> (CalibrationDoc, Option<Calibration>) {
     let nodes = g.all_nodes();
-    let own = measurements(&g.samples);
-    let mut samples = g.samples;
-    let mut have: BTreeSet<(LinkClass, u64)> = own.iter().map(|m| (m.class, m.bytes)).collect();
+    // Each slot reduced to its median once (a 4,096-rank file holds 16.7 M
+    // pair times); the fit needs nothing else.
+    let own = measurements(g.samples);
+    let mut by: crate::calibrate::Medians = own
+        .iter()
+        .map(|m| ((m.class, m.bytes), (m.median_s, m.samples)))
+        .collect();
     let mut combined = Vec::new();
     for e in earlier {
         if e.id == id || e.nodes != nodes {
@@ -238,8 +225,8 @@ pub fn fit_document(
         }
         let mut used = false;
         for m in &e.measurements {
-            if have.insert((m.class, m.bytes)) {
-                samples.add(m.class, m.bytes, m.median_s);
+            if let std::collections::btree_map::Entry::Vacant(v) = by.entry((m.class, m.bytes)) {
+                v.insert((m.median_s, m.samples));
                 used = true;
             }
         }
@@ -266,7 +253,7 @@ pub fn fit_document(
         ));
         return (doc, None);
     }
-    match crate::calibrate::fit(samples) {
+    match crate::calibrate::fit_medians(&by) {
         Ok(c) => {
             doc.fitted = true;
             doc.params = c.params();

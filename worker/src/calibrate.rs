@@ -213,3 +213,93 @@ pub fn for_default_replay(
         )),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use benchlake_core::ids::new_id;
+    use benchlake_core::lake::Lake;
+
+    /// Runs the `calibrate` executor on synthetic LinkTest files (one run per
+    /// size, of `ranks` ranks, 48 per host) in a local lake; returns each
+    /// run's document, how long its job took and the rows it committed.
+    fn calibrate_runs(ranks: usize, sizes: &[u64]) -> Vec<(CalibrationDoc, f64, usize)> {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let lake = Lake::local(&dir.path().join("lake")).unwrap();
+        let mut out = Vec::new();
+        for (i, &size) in sizes.iter().enumerate() {
+            let (run, task) = (benchlake_core::ids::new_id_at(1_000 + i as i64), new_id());
+            let file = dir.path().join(format!("lt{size}.sion"));
+            let r = benchlake_formats::linktest::synth::with_message_size(
+                benchlake_formats::linktest::synth::synthetic_run(
+                    ranks,
+                    if ranks >= 96 { 48 } else { ranks / 2 },
+                    7,
+                ),
+                size,
+            );
+            benchlake_formats::linktest::v2::write_file(&r, &file, &Default::default()).unwrap();
+            let key = format!("raw/{run}/{task}/pingpong_results_bin.sion");
+            rt.block_on(lake.put(&key, bytes::Bytes::from(std::fs::read(&file).unwrap())))
+                .unwrap();
+            let _ = std::fs::remove_file(&file);
+            let scratch = dir.path().join(format!("scratch{i}"));
+            std::fs::create_dir_all(&scratch).unwrap();
+            let spec = CalibrateSpec {
+                keys: vec![key],
+                agent: "a1".into(),
+            };
+            let ctx = JobContext {
+                job_id: new_id(),
+                run_id: run.clone(),
+                kind: CALIBRATE_JOB.into(),
+                attempt: 1,
+                spec_json: serde_json::to_string(&spec).unwrap(),
+                run_date: "2026-11-24".into(),
+                lake: lake.clone(),
+                scratch,
+                rt: rt.handle().clone(),
+                cancel: Default::default(),
+            };
+            let t = std::time::Instant::now();
+            let o = Calibrate.execute(&ctx).unwrap();
+            let secs = t.elapsed().as_secs_f64();
+            let rows = o.tables.iter().map(|t| t.rows()).sum();
+            let doc = rt.block_on(calibrations::load(&lake, &run)).unwrap();
+            out.push((doc, secs, rows));
+        }
+        out
+    }
+
+    #[test]
+    fn one_size_records_why_and_the_next_size_fits() {
+        let docs = calibrate_runs(8, &[64, 1 << 20]);
+        assert!(!docs[0].0.fitted && docs[0].2 == 0, "{:?}", docs[0].0);
+        assert!(docs[0].0.reason.as_deref().unwrap().contains("size"));
+        let (d, _, rows) = &docs[1];
+        assert!(d.fitted, "{d:?}");
+        assert_eq!(rows, &2, "an intra and an inter row");
+        assert_eq!(d.combined, vec![docs[0].0.id.clone()]);
+        let bw: f64 = d.params["bandwidth"].parse().unwrap();
+        assert!(
+            (bw * 1048576.0 - 10e9).abs() / 10e9 < 0.02,
+            "{:?}",
+            d.params
+        );
+    }
+
+    /// The job's time on 4,096-rank runs (`cargo test --release -p
+    /// benchlake-worker calibrate_speed -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn calibrate_speed_at_4096_ranks() {
+        for (d, secs, _) in calibrate_runs(4096, &[8, 1 << 20]) {
+            eprintln!(
+                "4096 ranks: calibrate job {secs:.3} s (fitted {}, {} measurements)",
+                d.fitted,
+                d.measurements.len()
+            );
+        }
+    }
+}
