@@ -258,10 +258,22 @@ fn main() -> std::process::ExitCode {
             }
         };
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // An offline replay needs no worker threads: a current-thread runtime
+    // keeps its process small (issue 16: peak memory under Dimemas's).
+    let offline_replay = matches!(
+        cli.cmd,
+        Cmd::Replay(replay::ReplayCmd::Dimemas { .. } | replay::ReplayCmd::Bandela { .. })
+    );
+    let built = if offline_replay {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    };
+    let rt = match built {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");

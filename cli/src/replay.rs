@@ -61,6 +61,12 @@ pub struct Offline {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Threads of the replay (default: the cores available). With 2 or more
+    /// the Dimemas model decodes the trace on a second thread while it
+    /// simulates; the predictions are the same whatever the number. The
+    /// Bandela model runs on one thread.
+    #[arg(long, env = benchlake_replay::models::THREADS_ENV, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub threads: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -113,15 +119,23 @@ fn kv(items: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
 }
 
 fn print_result(r: &benchlake_replay::ReplayResult, wall: f64, json: bool) -> anyhow::Result<()> {
+    use std::io::Write;
+    // One locked, buffered writer: a 1,024-rank table is one write, and a
+    // closed pipe (`| head`) is an error, not a panic.
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if json {
-        println!("{}", serde_json::to_string_pretty(r)?);
+        serde_json::to_writer_pretty(&mut out, r)?;
+        writeln!(out)?;
+        out.flush()?;
         return Ok(());
     }
-    println!(
+    writeln!(
+        out,
         "model {}: predicted execution time {:.9} s ({} records replayed in {:.3} s)",
         r.model, r.predicted_time_s, r.records, wall
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "{:>5} {:>14} {:>14} {:>14} {:>12} {:>12} {:>12} {:>12}",
         "rank",
         "total_s",
@@ -131,9 +145,10 @@ fn print_result(r: &benchlake_replay::ReplayResult, wall: f64, json: bool) -> an
         "latency_s",
         "small_s",
         "big_s"
-    );
+    )?;
     for k in &r.ranks {
-        println!(
+        writeln!(
+            out,
             "{:>5} {:>14.9} {:>14.9} {:>14.9} {:>12.9} {:>12.9} {:>12.9} {:>12.9}",
             k.rank,
             k.total_s,
@@ -143,8 +158,9 @@ fn print_result(r: &benchlake_replay::ReplayResult, wall: f64, json: bool) -> an
             k.comm.latency,
             k.comm.small,
             k.comm.big
-        );
+        )?;
     }
+    out.flush()?;
     Ok(())
 }
 
@@ -160,10 +176,13 @@ async fn offline(
             params.insert(name.to_string(), p.display().to_string());
         }
     }
-    let trace_s = trace.clone();
-    let p2 = params.clone();
+    let threads = o
+        .threads
+        .map_or_else(benchlake_replay::models::default_threads, |n| n as usize);
     let started = std::time::Instant::now();
-    let r = tokio::task::spawn_blocking(move || model.replay(&trace_s, &p2)).await??;
+    // On this thread: an offline replay runs on a current-thread runtime
+    // (main.rs) with nothing else to serve, so no extra thread is started.
+    let r = model.replay_threads(&trace, &params, threads)?;
     let wall = started.elapsed().as_secs_f64();
     if let Some(summary) = model.summary_text
         && !o.json

@@ -1467,6 +1467,22 @@ pub enum ProbeCmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Write a synthetic Dimemas trace (.dim): the 1-D periodic halo of the
+    /// reference runs (shared/data/replay/dimemas/tools/synth.py), per rank and
+    /// iteration a compute burst, 2 Irecv, 2 Isend and 2 Wait, with an 8-byte
+    /// Allreduce every 10 iterations. 1,024 ranks × 1,000 iterations make
+    /// 7.3 M records (182 MB), the size `bench/replay_speed.py` replays.
+    Dimemas {
+        /// Number of ranks (2–65536).
+        #[arg(long)]
+        ranks: u32,
+        /// Iterations (1–1000000).
+        #[arg(long, default_value_t = 100)]
+        iters: u32,
+        /// The file to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 /// Rank lists as the profiler writes them (`0-3, 5`).
@@ -1602,6 +1618,25 @@ pub fn probe(c: ProbeCmd) -> anyhow::Result<()> {
                 out.display(),
                 ranks.div_ceil(ranks_per_host),
                 ranks * (ranks - 1),
+                bytes as f64 / 1e6,
+                t.elapsed().as_secs_f64()
+            );
+        }
+        ProbeCmd::Dimemas { ranks, iters, out } => {
+            if !(2..=65_536).contains(&ranks) {
+                bail!("--ranks {ranks}: give 2 to 65536 ranks");
+            }
+            if !(1..=1_000_000).contains(&iters) {
+                bail!("--iters {iters}: give 1 to 1000000 iterations");
+            }
+            let t = std::time::Instant::now();
+            let records = benchlake_replay::synth::Halo::new(ranks, iters)
+                .write_dim(&out)
+                .with_context(|| format!("writing {}", out.display()))?;
+            let bytes = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+            println!(
+                "{}: Dimemas halo trace, {ranks} ranks, {iters} iterations, {records} records, {:.1} MB in {:.2} s",
+                out.display(),
                 bytes as f64 / 1e6,
                 t.elapsed().as_secs_f64()
             );

@@ -59,7 +59,7 @@ impl TraceKind {
 }
 
 type CheckFn = fn(&BTreeMap<String, String>) -> Result<()>;
-type RunFn = fn(&Path, &BTreeMap<String, String>) -> Result<ReplayResult>;
+type RunFn = fn(&Path, &BTreeMap<String, String>, usize) -> Result<ReplayResult>;
 
 /// One replay model.
 #[derive(Debug)]
@@ -109,9 +109,20 @@ impl Model {
     }
 
     /// Replays `trace` (a file, or the directory of the rank files) with
-    /// `params` (file parameters as local paths).
+    /// `params` (file parameters as local paths), with [`default_threads`].
     pub fn replay(&self, trace: &Path, params: &BTreeMap<String, String>) -> Result<ReplayResult> {
-        (self.run)(trace, params)
+        self.replay_threads(trace, params, default_threads())
+    }
+
+    /// [`Model::replay`] with up to `threads` threads (1 = all on the
+    /// caller's thread). The result does not depend on `threads`.
+    pub fn replay_threads(
+        &self,
+        trace: &Path,
+        params: &BTreeMap<String, String>,
+        threads: usize,
+    ) -> Result<ReplayResult> {
+        (self.run)(trace, params, threads.max(1))
     }
 }
 
@@ -145,6 +156,20 @@ pub const MODELS: &[&Model] = &[&DIMEMAS, &BANDELA];
 /// The model of a replay nobody named: a traced run's default replay (the
 /// tracer writes Bandela traces).
 pub const DEFAULT: &Model = &BANDELA;
+
+/// The environment variable giving a replay's threads (`benchlake replay
+/// --threads` reads it too).
+pub const THREADS_ENV: &str = "BENCHLAKE_REPLAY_THREADS";
+
+/// The threads a replay uses when nobody says: `BENCHLAKE_REPLAY_THREADS` when
+/// it holds a positive number, else the cores available to the process.
+pub fn default_threads() -> usize {
+    std::env::var(THREADS_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
 
 /// The names of the known models, comma-separated (for messages).
 pub fn known() -> String {
@@ -188,10 +213,14 @@ fn check_dimemas(params: &BTreeMap<String, String>) -> Result<()> {
     Platform::default().apply_params(params).map(|_| ())
 }
 
-fn run_dimemas(trace: &Path, params: &BTreeMap<String, String>) -> Result<ReplayResult> {
+fn run_dimemas(
+    trace: &Path,
+    params: &BTreeMap<String, String>,
+    threads: usize,
+) -> Result<ReplayResult> {
     let platform = Platform::default().apply_params(params)?;
     let t = DimTrace::open(trace)?;
-    crate::dimemas::simulate(&t, &platform)
+    crate::dimemas::simulate_threads(&t, &platform, threads)
 }
 
 /// Parameters of the Bandela model.
@@ -213,7 +242,12 @@ fn check_bandela(params: &BTreeMap<String, String>) -> Result<()> {
     }
 }
 
-fn run_bandela(trace: &Path, params: &BTreeMap<String, String>) -> Result<ReplayResult> {
+/// The Bandela model runs on one thread whatever `threads` is.
+fn run_bandela(
+    trace: &Path,
+    params: &BTreeMap<String, String>,
+    _threads: usize,
+) -> Result<ReplayResult> {
     // `trace` is the directory of bandela.<rank> files; `input` names the
     // replaympi input file; `topology` a host type 1 plug-in (C shared library).
     let input = params.get("input").ok_or_else(|| {

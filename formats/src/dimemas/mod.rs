@@ -10,4 +10,4 @@ mod text;
 pub mod trace;
 
 pub use config::{CollectiveDef, CollectivesFile, DimConfig, GopModel, GopSize, NodeConfig};
-pub use trace::{DimHeader, DimRecord, DimTrace, TaskStream};
+pub use trace::{DimHeader, DimRecord, DimTrace, TaskCursor, TaskStream};

@@ -302,6 +302,162 @@ impl TaskStream {
     }
 }
 
+/// Where one task's records are read next, without a read buffer of its own:
+/// [`TaskCursor::fill`] reads the file at the cursor with positioned reads into
+/// a scratch buffer the caller shares between all tasks, and decodes up to a
+/// given number of records. A replay of N tasks keeps N cursors (a few bytes
+/// each) and one scratch buffer instead of N buffered readers, and the decoding
+/// can run on another thread than the simulation. The records, their offsets
+/// and the errors are those [`TaskStream`] gives, in the same order.
+#[derive(Debug)]
+pub struct TaskCursor {
+    task: u32,
+    pos: u64,
+    done: bool,
+    /// An error met after records that were handed out first.
+    pending: Option<FormatError>,
+}
+
+impl DimTrace {
+    /// A cursor at the first record of `task` (thread 0); see [`TaskCursor`].
+    pub fn task_cursor(&self, task: u32) -> Result<TaskCursor> {
+        let off = *self.offsets.get(task as usize).ok_or_else(|| {
+            FormatError::malformed(
+                &self.path,
+                "task",
+                crate::error::Position::None,
+                format!(
+                    "task {task} does not exist (trace has {} tasks)",
+                    self.ntasks()
+                ),
+            )
+        })?;
+        Ok(TaskCursor {
+            task,
+            pos: off,
+            done: false,
+            pending: None,
+        })
+    }
+}
+
+/// Reads at `pos` until `buf` is full or the file ends; the bytes read.
+fn read_full_at(file: &File, buf: &mut [u8], pos: u64) -> std::io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    let mut n = 0;
+    while n < buf.len() {
+        let Some(rest) = buf.get_mut(n..) else { break };
+        match file.read_at(rest, pos + n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+impl TaskCursor {
+    /// The task this cursor reads.
+    pub fn task(&self) -> u32 {
+        self.task
+    }
+
+    /// Whether the task's stream has ended (every record was handed out).
+    pub fn is_done(&self) -> bool {
+        self.done && self.pending.is_none()
+    }
+
+    /// Appends up to `max` of the task's next records, each with the byte
+    /// offset of its line, to `out`, reading `file` (the trace at `path`)
+    /// into `scratch`. Appends nothing once the stream has ended. An error
+    /// met after some records is returned by the next call, so the records
+    /// before it are replayed first, as with [`TaskStream`].
+    pub fn fill(
+        &mut self,
+        path: &Path,
+        file: &File,
+        scratch: &mut Vec<u8>,
+        out: &mut Vec<(DimRecord, u64)>,
+        max: usize,
+    ) -> Result<()> {
+        if let Some(e) = self.pending.take() {
+            return Err(e);
+        }
+        let start = out.len();
+        let mut want = (max.saturating_mul(40)).clamp(512, MAX_LINE as usize);
+        while !self.done && out.len() - start < max {
+            if scratch.len() < want {
+                scratch.resize(want, 0);
+            }
+            let buf = scratch.get_mut(..want).unwrap_or_default();
+            let n = read_full_at(file, buf, self.pos).map_err(|e| FormatError::io(path, e))?;
+            let data = buf.get(..n).unwrap_or_default();
+            let eof = n < want;
+            let mut used = 0usize;
+            while out.len() - start < max {
+                let rest = data.get(used..).unwrap_or_default();
+                if rest.is_empty() {
+                    if eof {
+                        self.done = true;
+                    }
+                    break;
+                }
+                let (line_len, whole) = match rest.iter().position(|&b| b == b'\n') {
+                    Some(k) => (k + 1, true),
+                    None if eof || rest.len() as u64 >= MAX_LINE => (rest.len(), false),
+                    None => break,
+                };
+                let raw = rest.get(..line_len).unwrap_or_default();
+                let at = self.pos + used as u64;
+                used += line_len;
+                if !whole && let Some(e) = cut_short(path, "record", at, line_len, raw) {
+                    self.done = true;
+                    return self.stop(e, out.len() > start);
+                }
+                let line = strip_eol(raw);
+                if trim(line).is_empty() {
+                    continue;
+                }
+                if line.starts_with(b"s:") || line.starts_with(b"#") || line.starts_with(b"d:") {
+                    self.done = true;
+                    break;
+                }
+                match parse_record(path, line, at) {
+                    Ok((task, thread, rec)) => {
+                        if task != self.task || thread != 0 {
+                            self.done = true;
+                            break;
+                        }
+                        out.push((rec, at));
+                    }
+                    Err(e) => {
+                        self.done = true;
+                        self.pos += used as u64;
+                        return self.stop(e, out.len() > start);
+                    }
+                }
+            }
+            self.pos += used as u64;
+            if used == 0 && !self.done {
+                // A line longer than the read: read more at once.
+                want = (want * 4).min(MAX_LINE as usize);
+            }
+        }
+        Ok(())
+    }
+
+    /// An error: now when nothing was appended, else after the records.
+    fn stop(&mut self, e: FormatError, appended: bool) -> Result<()> {
+        if appended {
+            self.pending = Some(e);
+            Ok(())
+        } else {
+            Err(e)
+        }
+    }
+}
+
 fn parse_header(path: &Path, line: &[u8]) -> Result<DimHeader> {
     let bad = |col: usize, msg: &str| malformed(path, "header", col as u64, msg.to_string());
     let rest = line.strip_prefix(b"#DIMEMAS:").ok_or_else(|| {
@@ -880,6 +1036,69 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+
+        /// A cursor hands out what a stream does: the same records, offsets
+        /// and error, whatever its chunk size, on blank lines, CRLF, other
+        /// tasks' lines, garbage and a missing last newline.
+        #[test]
+        fn cursors_read_what_streams_read(
+            lines in proptest::collection::vec(prop_oneof![
+                Just("1:0:0:0.5".to_string()),
+                Just("2:0:0:1:-1:8:1:1:0".to_string()),
+                Just("3:0:0:1:-1:8:1:1:2".to_string()),
+                Just("1:1:0:0.25".to_string()),
+                Just(String::new()),
+                Just("  ".to_string()),
+                Just("1:0:0:0.5\r".to_string()),
+                Just("20:0:0:5:1".to_string()),
+                "[0-9:.x]{0,12}",
+                "1:0:0:[0-9.]{1,30}",
+            ], 0..60),
+            last_newline in any::<bool>(),
+            chunk in 1usize..6,
+        ) {
+            let d = tempfile::tempdir().expect("tmp");
+            let mut text = String::from("#DIMEMAS:\"p\":0:2(1,1),1\n");
+            text.push_str(&lines.join("\n"));
+            if last_newline {
+                text.push('\n');
+            }
+            let p = write(d.path(), text.as_bytes());
+            let Ok(t) = DimTrace::open(&p) else { return Ok(()) };
+            let file = File::open(&p).expect("open");
+            let mut scratch = Vec::new();
+            for task in 0..t.ntasks() as u32 {
+                let mut want = Vec::new();
+                let mut want_err = None;
+                let mut s = t.task_stream(task).expect("stream");
+                loop {
+                    match s.next_record() {
+                        Ok(Some(r)) => want.push(r),
+                        Ok(None) => break,
+                        Err(e) => {
+                            want_err = Some(e.to_string());
+                            break;
+                        }
+                    }
+                }
+                let mut got = Vec::new();
+                let mut got_err = None;
+                let mut c = t.task_cursor(task).expect("cursor");
+                let mut guard = 0;
+                while !c.is_done() {
+                    let before = got.len();
+                    if let Err(e) = c.fill(&p, &file, &mut scratch, &mut got, chunk) {
+                        got_err = Some(e.to_string());
+                        break;
+                    }
+                    prop_assert!(got.len() - before <= chunk);
+                    guard += 1;
+                    prop_assert!(guard < 1000);
+                }
+                prop_assert_eq!(&got, &want);
+                prop_assert_eq!(got_err, want_err);
             }
         }
 

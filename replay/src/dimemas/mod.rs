@@ -6,6 +6,7 @@
 //! [`Platform`] gathers the parameters (from a `.cfg` file, a collectives definition
 //! file and sweep-point overrides); [`simulate`] replays a `.dim` trace on it.
 mod sim;
+mod source;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -15,7 +16,7 @@ use benchlake_formats::dimemas::{CollectivesFile, DimConfig, GopModel, NodeConfi
 
 use crate::error::{ReplayError, Result};
 
-pub use sim::simulate;
+pub use sim::{simulate, simulate_threads};
 
 /// The platform a `.dim` trace is replayed on (one machine).
 #[derive(Debug, Clone, PartialEq)]

@@ -12,11 +12,10 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 
 use benchlake_formats::dimemas::trace::{RecvKind, describe_offset};
-use benchlake_formats::dimemas::{
-    CollectiveDef, DimRecord, DimTrace, GopModel, GopSize, TaskStream,
-};
+use benchlake_formats::dimemas::{CollectiveDef, DimRecord, DimTrace, GopModel, GopSize};
 
 use super::Platform;
+use super::source::Source;
 use crate::error::{ReplayError, Result};
 use crate::event::{EventQueue, Nanos};
 use crate::result::{CommTimes, DEFAULT_SMALL_MESSAGE, RankResult, ReplayResult, TimelineEvent};
@@ -57,10 +56,11 @@ type Tid = usize;
 #[derive(Clone, Copy)]
 enum Ev {
     Resume(u32),
-    ResFree(Tid),
-    Done(Tid),
-    GroupRes(i64),
-    GroupDone(i64),
+    /// A transfer's end: its resources are freed, then the message is received
+    /// (Dimemas's two events at one time, which nothing can come between).
+    End(Tid),
+    /// A collective's end: the buses are released, then its members resume.
+    GroupEnd(i64),
 }
 
 #[derive(Clone, Copy)]
@@ -191,7 +191,7 @@ struct Sim<'a> {
     now: Nanos,
     queue: EventQueue<Ev>,
     tasks: Vec<Task>,
-    streams: Vec<TaskStream>,
+    src: Source,
     nodes: Vec<Node>,
     transfers: Vec<Option<Transfer>>,
     free_tids: Vec<Tid>,
@@ -205,11 +205,31 @@ struct Sim<'a> {
     timeline: Option<Vec<TimelineEvent>>,
 }
 
-/// Replays the `.dim` trace `trace` on `platform`.
+/// Replays the `.dim` trace `trace` on `platform` on one thread.
 pub fn simulate(trace: &DimTrace, platform: &Platform) -> Result<ReplayResult> {
-    let mut sim = Sim::new(trace, platform)?;
-    sim.run()?;
-    Ok(sim.result())
+    simulate_threads(trace, platform, 1)
+}
+
+/// Replays the `.dim` trace `trace` on `platform` with up to `threads`
+/// threads: with 2 or more, a second thread decodes the trace ahead of the
+/// simulation (the simulation itself is one ordered event loop: the machine's
+/// buses and links are shared by every rank). The result is the same,
+/// bit for bit, whatever `threads` is.
+pub fn simulate_threads(
+    trace: &DimTrace,
+    platform: &Platform,
+    threads: usize,
+) -> Result<ReplayResult> {
+    if threads <= 1 {
+        let mut sim = Sim::new(trace, platform, Source::sequential(trace)?)?;
+        sim.run()?;
+        return Ok(sim.result());
+    }
+    std::thread::scope(|scope| {
+        let mut sim = Sim::new(trace, platform, Source::pipelined(trace, scope)?)?;
+        sim.run()?;
+        Ok(sim.result())
+    })
 }
 
 fn links(n: u32) -> (u32, bool) {
@@ -217,7 +237,7 @@ fn links(n: u32) -> (u32, bool) {
 }
 
 impl<'a> Sim<'a> {
-    fn new(trace: &'a DimTrace, platform: &'a Platform) -> Result<Self> {
+    fn new(trace: &'a DimTrace, platform: &'a Platform, src: Source) -> Result<Self> {
         let path = trace.path();
         let ntasks = trace.ntasks() as u32;
         if let Some((t, n)) = trace
@@ -235,7 +255,6 @@ impl<'a> Sim<'a> {
         let mut node_index: HashMap<u32, usize> = HashMap::new();
         let mut nodes = Vec::new();
         let mut tasks = Vec::with_capacity(ntasks as usize);
-        let mut streams = Vec::with_capacity(ntasks as usize);
         for t in 0..ntasks {
             let node_id = platform
                 .node_of(t, ntasks)
@@ -308,7 +327,6 @@ impl<'a> Sim<'a> {
                 mem_th_for_in: VecDeque::new(),
                 mem_th_for_out: VecDeque::new(),
             });
-            streams.push(trace.task_stream(t)?);
         }
         let mut comms = HashMap::new();
         for c in &trace.comms {
@@ -333,7 +351,7 @@ impl<'a> Sim<'a> {
             now: 0.0,
             queue: EventQueue::default(),
             tasks,
-            streams,
+            src,
             nodes,
             transfers: Vec::new(),
             free_tids: Vec::new(),
@@ -379,10 +397,14 @@ impl<'a> Sim<'a> {
             self.now = time;
             match ev {
                 Ev::Resume(t) => self.run_task(t)?,
-                Ev::ResFree(tid) => self.free_resources(tid)?,
-                Ev::Done(tid) => self.message_received(tid)?,
-                Ev::GroupRes(c) => self.group_resources(c)?,
-                Ev::GroupDone(c) => self.group_done(c)?,
+                Ev::End(tid) => {
+                    self.free_resources(tid)?;
+                    self.message_received(tid)?;
+                }
+                Ev::GroupEnd(c) => {
+                    self.group_resources(c)?;
+                    self.group_done(c)?;
+                }
             }
         }
         // Nothing left to happen: every task must have finished.
@@ -434,10 +456,7 @@ impl<'a> Sim<'a> {
                 return Ok(());
             };
             if task.cur.is_none() {
-                let Some(stream) = self.streams.get_mut(ti) else {
-                    return Ok(());
-                };
-                match stream.next_record()? {
+                match self.src.next(ti)? {
                     None => {
                         task.finished = true;
                         task.end = self.now;
@@ -820,8 +839,7 @@ impl<'a> Sim<'a> {
         let Some(tr) = self.tr(tid) else { return };
         let ti = ns_per_byte * tr.size as f64;
         let now = self.now;
-        self.queue.push(now + ti, Ev::ResFree(tid));
-        self.queue.push(now + ti, Ev::Done(tid));
+        self.queue.push(now + ti, Ev::End(tid));
     }
 
     fn really_send_mem(&mut self, tid: Tid) {
@@ -1364,8 +1382,7 @@ impl<'a> Sim<'a> {
                 self.mark(m, "wait", s, now);
             }
         }
-        self.queue.push(now + total, Ev::GroupRes(comm));
-        self.queue.push(now + total, Ev::GroupDone(comm));
+        self.queue.push(now + total, Ev::GroupEnd(comm));
         Ok(())
     }
 

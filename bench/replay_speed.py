@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Times `benchlake replay dimemas` the way users run it: each replay a fresh
+process, on a synthetic 1,024-rank halo trace (`benchlake probe dimemas`,
+7.3 M records, 182 MB by default), with `--threads 1` and `--threads 2`
+interleaved run by run, next to `zstd -1 -T1` of the same bytes in the same
+run. Prints medians, spreads (min-max), CPU, peak memory (GNU time's maximum
+resident set) and the 1-thread / 2-thread ratio, checks that both print the
+same predictions, and gives the load average before and after, since the
+machine may be shared. Peak memory at 8 and 1,024 ranks is printed next to
+Dimemas 5.5's (`shared/data/replay/dimemas/anchor_speed.tsv`).
+
+    python3 bench/replay_speed.py [--bin target/release/benchlake] [--runs 7]
+                                  [--ranks 1024] [--iters 1000] [--work DIR]
+
+The page cache is left warm (the trace was just written); the replay reads
+182 MB that the reference reads too.
+"""
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+
+
+def run_once(argv):
+    """One fresh process: wall s, CPU s, peak RSS MB, stdout."""
+    t0 = time.perf_counter()
+    r = subprocess.run(["/usr/bin/time", "-f", "%U %S %M", *map(str, argv)], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t0
+    if r.returncode != 0:
+        sys.exit(f"failed ({r.returncode}): {' '.join(map(str, argv))}\n{r.stderr[-2000:]}")
+    user, sys_s, rss_kb = r.stderr.strip().splitlines()[-1].split()
+    return wall, float(user) + float(sys_s), int(rss_kb) / 1024, r.stdout
+
+
+def summary(name, samples):
+    walls = [s[0] for s in samples]
+    cpus = [s[1] for s in samples]
+    rss = max(s[2] for s in samples)
+    med = statistics.median(walls)
+    print(f"  {name:<40} wall {med:7.3f} s ({min(walls):.3f}-{max(walls):.3f})  "
+          f"cpu {statistics.median(cpus):7.3f} s  peak {rss:6.1f} MB")
+    return {"wall": med, "rss": rss}
+
+
+def predictions(stdout):
+    """The printed predictions without the replay's own wall time."""
+    lines = stdout.splitlines()
+    head = lines[0].split(" records replayed in ")[0] if lines else ""
+    return [head, *lines[1:]]
+
+
+def load():
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def dimemas_anchor_rss():
+    """(ranks, iters) -> Dimemas 5.5's peak RSS MB from the anchor runs."""
+    out = {}
+    tsv = SHARED / "data/replay/dimemas/anchor_speed.tsv"
+    if tsv.exists():
+        for line in tsv.read_text().splitlines()[1:]:
+            f = line.split("\t")
+            if f[0] == "dimemas-5.5":
+                out[(int(f[1]), int(f[2]))] = (int(f[5]) / 1024, float(f[4]))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=str(Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release" /
+                                         "benchlake"))
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--ranks", type=int, default=1024)
+    ap.add_argument("--iters", type=int, default=1000)
+    ap.add_argument("--work")
+    a = ap.parse_args()
+    exe = Path(a.bin)
+    if not exe.is_file():
+        sys.exit(f"{exe} not found: cargo build --release -p benchlake (or --bin PATH)")
+    for tool in ("zstd", "/usr/bin/time"):
+        if not shutil.which(tool):
+            sys.exit(f"{tool} is needed (apt-get install zstd time)")
+    work = Path(a.work or tempfile.mkdtemp(prefix="benchlake-replay-speed-"))
+    work.mkdir(parents=True, exist_ok=True)
+
+    def trace(ranks, iters):
+        p = work / f"halo1d_P{ranks}_I{iters}.dim"
+        if not p.exists():
+            subprocess.run([exe, "probe", "dimemas", "--ranks", str(ranks), "--iters", str(iters), "--out", p],
+                           check=True, stdout=subprocess.DEVNULL)
+        return p
+
+    big = trace(a.ranks, a.iters)
+    size = big.stat().st_size
+    print(f"benchlake replay speed: {exe}, {a.runs} runs each (threads 1 and 2 interleaved), warm page cache, "
+          f"{os.cpu_count()} cores, load average before: {load()}")
+    print(f"\nDimemas-model replay of a synthetic {a.ranks}-rank halo, {a.iters} iterations "
+          f"({size / 1e6:.1f} MB, {big.name})")
+    one, two, outs = [], [], {}
+    for _ in range(a.runs):
+        for threads, acc in ((1, one), (2, two)):
+            w, c, m, out = run_once([exe, "replay", "dimemas", "--threads", threads, big])
+            acc.append((w, c, m))
+            outs.setdefault(threads, predictions(out))
+    zs = [run_once(["sh", "-c", f"zstd -1 -T1 -q -c '{big}' > /dev/null"])[:3] for _ in range(a.runs)]
+    s1 = summary("benchlake replay dimemas --threads 1", one)
+    s2 = summary("benchlake replay dimemas --threads 2", two)
+    z = summary("zstd -1 -T1 (same bytes)", zs)
+    print(f"  -> 1 thread / 2 threads wall: {s1['wall'] / s2['wall']:.2f}x")
+    print(f"  -> 2 threads / zstd wall: {s2['wall'] / z['wall']:.2f}x")
+    same = outs.get(1) == outs.get(2)
+    print(f"  -> predictions (predicted time and every rank's row) identical on 1 and 2 threads: "
+          f"{'yes' if same else 'NO'}")
+
+    anchors = dimemas_anchor_rss()
+    print("\nPeak memory next to Dimemas 5.5 (anchor runs, anchor_speed.tsv, same traces)")
+    for ranks, iters in ((8, 8000), (1024, 60)):
+        p = trace(ranks, iters)
+        for threads in (1, 2):
+            samples = [run_once([exe, "replay", "dimemas", "--threads", threads, p])[:3] for _ in range(3)]
+            s = summary(f"P={ranks} I={iters} --threads {threads}", samples)
+            if (ranks, iters) in anchors:
+                rss, wall = anchors[(ranks, iters)]
+                print(f"  -> Dimemas 5.5: {rss:.1f} MB, {wall:.2f} s; benchlake / Dimemas peak memory "
+                      f"{s['rss'] / rss:.2f}x, wall {s['wall'] / wall:.3f}x")
+    print(f"\nload average after: {load()}")
+    if not same:
+        sys.exit("the predictions differ between 1 and 2 threads")
+
+
+if __name__ == "__main__":
+    main()
