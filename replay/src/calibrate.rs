@@ -251,6 +251,8 @@ pub fn fit_medians(by: &Medians) -> Result<Calibration> {
                 LinkClass::Intra => out.intra = Some(f),
                 LinkClass::Inter => out.inter = Some(f),
             },
+            // The message only: the error below names the parameter once.
+            Err(ReplayError::Param { message, .. }) => why.push(message),
             Err(e) => why.push(e.to_string()),
         }
     }

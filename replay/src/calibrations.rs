@@ -524,6 +524,7 @@ mod tests {
         assert!(c.is_none() && !first.fitted);
         let why = first.reason.clone().unwrap();
         assert!(why.contains("size"), "{why}");
+        assert_eq!(why.matches("parameter 'calibration'").count(), 1, "{why}");
         assert_eq!(first.measurements.len(), 1);
         assert_eq!(first.measurements[0].bytes, 64);
         // A second run at 1 MiB combines the first's 64-byte median.
