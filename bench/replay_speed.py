@@ -47,7 +47,7 @@ def summary(name, samples):
     rss = max(s[2] for s in samples)
     med = statistics.median(walls)
     print(f"  {name:<40} wall {med:7.3f} s ({min(walls):.3f}-{max(walls):.3f})  "
-          f"cpu {statistics.median(cpus):7.3f} s  peak {rss:6.1f} MB")
+          f"cpu {statistics.median(cpus):7.3f} s  peak {rss:6.1f} MiB")
     return {"wall": med, "rss": rss}
 
 
@@ -63,7 +63,7 @@ def load():
 
 
 def dimemas_anchor_rss():
-    """(ranks, iters) -> Dimemas 5.5's peak RSS MB from the anchor runs."""
+    """(ranks, iters) -> Dimemas 5.5's peak RSS (MiB) and wall from the anchor runs."""
     out = {}
     tsv = SHARED / "data/replay/dimemas/anchor_speed.tsv"
     if tsv.exists():
@@ -130,7 +130,7 @@ def main():
             s = summary(f"P={ranks} I={iters} --threads {threads}", samples)
             if (ranks, iters) in anchors:
                 rss, wall = anchors[(ranks, iters)]
-                print(f"  -> Dimemas 5.5: {rss:.1f} MB, {wall:.2f} s; benchlake / Dimemas peak memory "
+                print(f"  -> Dimemas 5.5: {rss:.1f} MiB, {wall:.2f} s; benchlake / Dimemas peak memory "
                       f"{s['rss'] / rss:.2f}x, wall {s['wall'] / wall:.3f}x")
     print(f"\nload average after: {load()}")
     if not same:
