@@ -201,7 +201,8 @@ struct Sim<'a> {
     net_bw_ns: f64,
     comms: HashMap<i64, Comm>,
     records: u64,
-    matrix: BTreeMap<(u32, u32), (u64, u64)>,
+    /// (receiver, sender) -> (messages, bytes); ordered once, in the result.
+    matrix: HashMap<(u32, u32), (u64, u64)>,
     timeline: Option<Vec<TimelineEvent>>,
 }
 
@@ -361,7 +362,7 @@ impl<'a> Sim<'a> {
             net_bw_ns: bw_ns_per_byte(platform.bandwidth),
             comms,
             records: 0,
-            matrix: BTreeMap::new(),
+            matrix: HashMap::new(),
             timeline: platform.timeline.then(Vec::new),
         })
     }
@@ -1495,7 +1496,7 @@ impl<'a> Sim<'a> {
             predicted_time_s: predicted / 1e9,
             records: self.records,
             ranks,
-            transfers: self.matrix,
+            transfers: self.matrix.into_iter().collect(),
             adapters: Vec::new(),
             timeline: self.timeline.unwrap_or_default(),
             params: self.platform.to_json(),
