@@ -613,31 +613,32 @@ int main(int argc, char **argv) {
 }
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn traced_mpi_app_runs_under_srun_pmix_on_three_slurm_nodes() {
-    let Some(sl) = SlurmCluster::start() else {
-        return;
-    };
+/// Builds the MPI program `source` with `mpicc FLAGS` as `apps/NAME` in a
+/// new temporary directory: (the directory, apps, the program). None (the
+/// test skips) where mpicc or the tracer library is missing, except in CI.
+fn traced_app(
+    name: &str,
+    source: &str,
+    flags: &[&str],
+) -> Option<(tempfile::TempDir, std::path::PathBuf, std::path::PathBuf)> {
     let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty());
     let have_mpicc = std::process::Command::new("mpicc")
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    let lib = benchlake_tracer::library_path();
-    if !have_mpicc || lib.is_none() {
+    if !have_mpicc || benchlake_tracer::library_path().is_none() {
         assert!(!ci, "mpicc or the tracer library missing in CI");
         eprintln!("SKIPPED: mpicc or the tracer library missing");
-        return;
+        return None;
     }
     let tmp = tempfile::tempdir().unwrap();
     let apps = tmp.path().join("apps");
-    let rec = tmp.path().join("rec");
     std::fs::create_dir_all(&apps).unwrap();
-    std::fs::create_dir_all(&rec).unwrap();
-    let src = tmp.path().join("ring.c");
-    std::fs::write(&src, MPI_PROGRAM).unwrap();
-    let exe = apps.join("ring");
+    let src = tmp.path().join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let exe = apps.join(name);
     let out = std::process::Command::new("mpicc")
+        .args(flags)
         .arg("-o")
         .arg(&exe)
         .arg(&src)
@@ -648,6 +649,19 @@ async fn traced_mpi_app_runs_under_srun_pmix_on_three_slurm_nodes() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    Some((tmp, apps, exe))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn traced_mpi_app_runs_under_srun_pmix_on_three_slurm_nodes() {
+    let Some(sl) = SlurmCluster::start() else {
+        return;
+    };
+    let Some((tmp, apps, exe)) = traced_app("ring", MPI_PROGRAM, &[]) else {
+        return;
+    };
+    let rec = tmp.path().join("rec");
+    std::fs::create_dir_all(&rec).unwrap();
     let apps_dir = apps.clone();
     let c = login_node_with(&sl, vec![builtin("traced")], move |cfg| {
         cfg.apps_dir = Some(apps_dir);
@@ -842,34 +856,9 @@ async fn a_slow_node_of_a_traced_run_fails_the_rank_time_check() {
     let Some(sl) = SlurmCluster::start() else {
         return;
     };
-    let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty());
-    let have_mpicc = std::process::Command::new("mpicc")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have_mpicc || benchlake_tracer::library_path().is_none() {
-        assert!(!ci, "mpicc or the tracer library missing in CI");
-        eprintln!("SKIPPED: mpicc or the tracer library missing");
+    let Some((tmp, apps, exe)) = traced_app("slow", SLOW_NODE_PROGRAM, &["-O1"]) else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let apps = tmp.path().join("apps");
-    std::fs::create_dir_all(&apps).unwrap();
-    let src = tmp.path().join("slow.c");
-    std::fs::write(&src, SLOW_NODE_PROGRAM).unwrap();
-    let exe = apps.join("slow");
-    let out = std::process::Command::new("mpicc")
-        .arg("-O1")
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    };
     let apps_dir = apps.clone();
     let c = login_node_with(&sl, vec![builtin("traced")], move |cfg| {
         cfg.apps_dir = Some(apps_dir);

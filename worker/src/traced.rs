@@ -297,6 +297,16 @@ pub fn follow_up_of_ingest(
         replay_id,
         model: DEFAULT_MODEL.name.into(),
     };
+    replay_then_compare(ctx, &replay, &compare)
+}
+
+/// The follow-ups of one default replay: the `replay` job in the ingest's
+/// job group ([`group_of`]) and the `trace_compare` job waiting for it.
+pub(crate) fn replay_then_compare(
+    ctx: &JobContext,
+    replay: &ReplaySpec,
+    compare: &CompareSpec,
+) -> Result<Vec<FollowUp>, ExecError> {
     let json = |v: serde_json::Result<serde_json::Value>| {
         v.map_err(|e| ExecError::Permanent(format!("traced follow-up spec: {e}")))
     };
@@ -304,13 +314,13 @@ pub fn follow_up_of_ingest(
     Ok(vec![
         FollowUp {
             kind: REPLAY_JOB.into(),
-            spec: json(serde_json::to_value(&replay))?,
+            spec: json(serde_json::to_value(replay))?,
             group: Some(group.clone()),
             wait_for: None,
         },
         FollowUp {
             kind: TRACE_COMPARE_JOB.into(),
-            spec: json(serde_json::to_value(&compare))?,
+            spec: json(serde_json::to_value(compare))?,
             group: None,
             wait_for: Some(group),
         },

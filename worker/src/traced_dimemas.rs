@@ -18,15 +18,11 @@
 //! params say no calibration was found.
 use std::collections::BTreeMap;
 
-use benchlake_core::jobs::{
-    FollowUp, IngestRunInfo, IngestSpec, REPLAY_JOB, ReplaySpec, TRACE_COMPARE_JOB,
-};
+use benchlake_core::jobs::{FollowUp, IngestRunInfo, IngestSpec, ReplaySpec};
 use benchlake_core::layout;
 use benchlake_replay::models::DIMEMAS;
 
-use crate::traced::{
-    CompareSpec, INTER_REPLAY_PARAMS, REPLAY_PARAMS, STATS_FILE, TRACED_KIND, group_of,
-};
+use crate::traced::{CompareSpec, INTER_REPLAY_PARAMS, REPLAY_PARAMS, STATS_FILE, TRACED_KIND};
 use crate::{ExecError, JobContext};
 
 /// The number of ranks of a traced task: its `bandela.<rank>[.txt]` objects.
@@ -212,24 +208,7 @@ pub fn follow_up_of_ingest(
         replay_id,
         model: DIMEMAS.name.into(),
     };
-    let json = |v: serde_json::Result<serde_json::Value>| {
-        v.map_err(|e| ExecError::Permanent(format!("traced follow-up spec: {e}")))
-    };
-    let group = group_of(&ctx.job_id);
-    Ok(vec![
-        FollowUp {
-            kind: REPLAY_JOB.into(),
-            spec: json(serde_json::to_value(&replay))?,
-            group: Some(group.clone()),
-            wait_for: None,
-        },
-        FollowUp {
-            kind: TRACE_COMPARE_JOB.into(),
-            spec: json(serde_json::to_value(&compare))?,
-            group: None,
-            wait_for: Some(group),
-        },
-    ])
+    crate::traced::replay_then_compare(ctx, &replay, &compare)
 }
 
 #[cfg(test)]
