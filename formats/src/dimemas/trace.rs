@@ -222,9 +222,10 @@ impl DimTrace {
         self.header.threads.len()
     }
 
-    /// A lazy stream over the records of `task` (thread 0).
-    pub fn task_stream(&self, task: u32) -> Result<TaskStream> {
-        let off = *self.offsets.get(task as usize).ok_or_else(|| {
+    /// Byte offset of the first record of `task`; an error naming the trace
+    /// when the task does not exist.
+    fn task_offset(&self, task: u32) -> Result<u64> {
+        self.offsets.get(task as usize).copied().ok_or_else(|| {
             FormatError::malformed(
                 &self.path,
                 "task",
@@ -234,7 +235,12 @@ impl DimTrace {
                     self.ntasks()
                 ),
             )
-        })?;
+        })
+    }
+
+    /// A lazy stream over the records of `task` (thread 0).
+    pub fn task_stream(&self, task: u32) -> Result<TaskStream> {
+        let off = self.task_offset(task)?;
         let mut f = File::open(&self.path).map_err(|e| FormatError::io(&self.path, e))?;
         f.seek(SeekFrom::Start(off))
             .map_err(|e| FormatError::io(&self.path, e))?;
@@ -321,17 +327,7 @@ pub struct TaskCursor {
 impl DimTrace {
     /// A cursor at the first record of `task` (thread 0); see [`TaskCursor`].
     pub fn task_cursor(&self, task: u32) -> Result<TaskCursor> {
-        let off = *self.offsets.get(task as usize).ok_or_else(|| {
-            FormatError::malformed(
-                &self.path,
-                "task",
-                crate::error::Position::None,
-                format!(
-                    "task {task} does not exist (trace has {} tasks)",
-                    self.ntasks()
-                ),
-            )
-        })?;
+        let off = self.task_offset(task)?;
         Ok(TaskCursor {
             task,
             pos: off,
