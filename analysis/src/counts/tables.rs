@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int64Builder, ListBuilder, StringArray, StringBuilder};
+use arrow::array::{
+    Array, ArrayRef, Int64Array, Int64Builder, ListBuilder, StringArray, StringBuilder,
+};
 use arrow::record_batch::RecordBatch;
 use benchlake_core::catalog;
 use benchlake_core::lake::TableOutput;
@@ -27,13 +29,14 @@ fn batch(
 pub fn tables(a: &Analysis, run_id: &str) -> Result<Vec<TableOutput>, CountsError> {
     let mut out = Vec::new();
     for (name, b) in [
-        ("alltoallv_patterns", patterns(a, run_id)?),
-        ("alltoallv_stats", stats(a, run_id)?),
+        ("alltoallv_patterns", vec![patterns(a, run_id)?]),
+        ("alltoallv_stats", vec![stats(a, run_id)?]),
         ("alltoallv_heatmap", heatmap(a, run_id)?),
-        ("alltoallv_host_heatmap", host_heatmap(a, run_id)?),
+        ("alltoallv_host_heatmap", vec![host_heatmap(a, run_id)?]),
     ] {
-        if b.num_rows() > 0 {
-            out.push(TableOutput::new(name, vec![b]));
+        let t = TableOutput::new(name, b);
+        if t.rows() > 0 {
+            out.push(t);
         }
     }
     Ok(out)
@@ -180,43 +183,115 @@ pub fn stats(a: &Analysis, run: &str) -> Result<RecordBatch, CountsError> {
     )
 }
 
-/// `alltoallv_heatmap`: non-zero rank×rank bytes.
-pub fn heatmap(a: &Analysis, run: &str) -> Result<RecordBatch, CountsError> {
-    let mut src = StringBuilder::new();
-    let (mut lead, mut r, mut p, mut b) = (
-        Int64Builder::new(),
-        Int64Builder::new(),
-        Int64Builder::new(),
-        Int64Builder::new(),
-    );
-    let mut dir = StringBuilder::new();
-    let mut n = 0;
-    for l in &a.leads {
-        for (d, v) in &l.heat {
-            for &(x, y, bytes) in v {
-                src.append_value(&l.source);
-                lead.append_value(l.lead as i64);
-                dir.append_value(d.as_str());
-                r.append_value(x as i64);
-                p.append_value(y as i64);
-                b.append_value(i64::try_from(bytes).unwrap_or(i64::MAX));
-                n += 1;
+/// Rows per batch of `alltoallv_heatmap`: a multiple of the Parquet writer's
+/// 8,192-value mini-batches, so the file is the same as from one batch.
+pub const HEAT_BATCH_ROWS: usize = 1 << 16;
+
+/// `alltoallv_heatmap`: non-zero rank×rank bytes, in batches of
+/// [`HEAT_BATCH_ROWS`] rows.
+///
+/// A 1,024-rank lead has a million rows. The columns that are the same on every
+/// row of a lead and direction (`run_id`, `source`, `lead_rank`, `direction`)
+/// are one array of [`HEAT_BATCH_ROWS`] rows shared by every batch of that lead
+/// and direction (the lake writer verifies a shared constant array once and
+/// writes it as one run): the table holds the three varying columns and not
+/// 130 MB of repeated strings.
+pub fn heatmap(a: &Analysis, run: &str) -> Result<Vec<RecordBatch>, CountsError> {
+    let schema = catalog::schema("alltoallv_heatmap")?;
+    // The (lead, direction) runs of rows, in table order.
+    let segs: Vec<(&super::LeadAnalysis, Direction, &[(u64, u64, u64)])> = a
+        .leads
+        .iter()
+        .flat_map(|l| l.heat.iter().map(move |(d, v)| (l, *d, v.as_slice())))
+        .filter(|(_, _, v)| !v.is_empty())
+        .collect();
+    let total: usize = segs.iter().map(|s| s.2.len()).sum();
+    let full = total.min(HEAT_BATCH_ROWS);
+    let run_col: ArrayRef = Arc::new(StringArray::from(vec![run; full]));
+    let mut out = Vec::with_capacity(total.div_ceil(HEAT_BATCH_ROWS.max(1)));
+    // Shared constant columns of the current segment: source, lead, direction.
+    let mut consts: Option<(usize, [ArrayRef; 3])> = None;
+    let (mut si, mut at) = (0usize, 0usize);
+    while si < segs.len() {
+        let mut n = 0usize;
+        let (mut rank, mut peer, mut bytes) = (
+            Vec::with_capacity(full),
+            Vec::with_capacity(full),
+            Vec::with_capacity(full),
+        );
+        // Per-row constant columns, only when a batch spans several segments.
+        let mut spans: Vec<(usize, usize)> = Vec::new();
+        while n < HEAT_BATCH_ROWS && si < segs.len() {
+            let Some(&(_, _, v)) = segs.get(si) else {
+                break;
+            };
+            let take = (HEAT_BATCH_ROWS - n).min(v.len() - at);
+            for &(x, y, b) in v.get(at..at + take).unwrap_or_default() {
+                rank.push(x as i64);
+                peer.push(y as i64);
+                bytes.push(i64::try_from(b).unwrap_or(i64::MAX));
+            }
+            spans.push((si, take));
+            n += take;
+            at += take;
+            if at == v.len() {
+                si += 1;
+                at = 0;
             }
         }
+        let [src, lead, dir]: [ArrayRef; 3] = match spans.as_slice() {
+            [(s, _)] => {
+                if consts.as_ref().is_none_or(|c| c.0 != *s) {
+                    let Some(&(l, d, _)) = segs.get(*s) else {
+                        break;
+                    };
+                    consts = Some((
+                        *s,
+                        [
+                            Arc::new(StringArray::from(vec![l.source.as_str(); full])),
+                            Arc::new(Int64Array::from(vec![l.lead as i64; full])),
+                            Arc::new(StringArray::from(vec![d.as_str(); full])),
+                        ],
+                    ));
+                }
+                let Some((_, c)) = &consts else {
+                    break;
+                };
+                c.clone().map(|a| a.slice(0, n))
+            }
+            _ => {
+                let rows = || {
+                    spans.iter().flat_map(|&(s, k)| {
+                        std::iter::repeat_n(segs.get(s).map(|x| (x.0, x.1)), k).flatten()
+                    })
+                };
+                [
+                    Arc::new(StringArray::from_iter_values(
+                        rows().map(|(l, _)| l.source.as_str()),
+                    )),
+                    Arc::new(Int64Array::from_iter_values(
+                        rows().map(|(l, _)| l.lead as i64),
+                    )),
+                    Arc::new(StringArray::from_iter_values(
+                        rows().map(|(_, d)| d.as_str()),
+                    )),
+                ]
+            }
+        };
+        out.push(RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                run_col.slice(0, n),
+                src,
+                lead,
+                dir,
+                Arc::new(Int64Array::from(rank)),
+                Arc::new(Int64Array::from(peer)),
+                Arc::new(Int64Array::from(bytes)),
+            ],
+        )?);
     }
-    batch(
-        "alltoallv_heatmap",
-        run,
-        n,
-        vec![
-            Arc::new(src.finish()),
-            Arc::new(lead.finish()),
-            Arc::new(dir.finish()),
-            Arc::new(r.finish()),
-            Arc::new(p.finish()),
-            Arc::new(b.finish()),
-        ],
-    )
+    Ok(out)
 }
 
 /// `alltoallv_host_heatmap`: bytes between hosts (needs location files).
