@@ -1690,6 +1690,12 @@ pub enum AnalyzeCmd {
         /// ranges); per-call files are grouped into parts of about this size.
         #[arg(long)]
         max_part_bytes: Option<u64>,
+        /// Threads of an offline analysis (default: the cores available). With
+        /// 2 or more the reports are written on their own thread while the
+        /// tables are built and written; the outputs are the same whatever the
+        /// number.
+        #[arg(long, env = benchlake_analysis::counts::THREADS_ENV, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        threads: Option<u32>,
         #[command(flatten)]
         conn: Conn,
     },
@@ -1704,6 +1710,7 @@ pub async fn analyze(c: AnalyzeCmd) -> anyhow::Result<()> {
             no_reference_compat,
             run_id,
             max_part_bytes,
+            threads,
             conn,
         } => {
             if !dir.exists()
@@ -1736,18 +1743,46 @@ pub async fn analyze(c: AnalyzeCmd) -> anyhow::Result<()> {
             std::fs::create_dir_all(&reports).with_context(|| reports.display().to_string())?;
             let run_id = run_id.unwrap_or_else(benchlake_core::ids::new_id);
             benchlake_core::ids::validate_id("run_id", &run_id)?;
+            let threads =
+                threads.map_or_else(benchlake_analysis::counts::default_threads, |n| n as usize);
             let started = std::time::Instant::now();
             let (d, r, rid) = (dir.clone(), reports.clone(), run_id.clone());
-            let tables = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-                let a = benchlake_analysis::counts::analyze_dir(&d, &r, &opts)?;
-                Ok(benchlake_analysis::counts::tables::tables(&a, &rid)?)
-            })
-            .await??;
+            let (tables, reports_thread) =
+                tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+                    use benchlake_analysis::counts::{report, tables};
+                    let a = std::sync::Arc::new(benchlake_analysis::counts::analyze_input_dir(
+                        &d, &opts,
+                    )?);
+                    if threads < 2 {
+                        report::write_all(&a, &r)?;
+                        return Ok((tables::tables(&a, &rid)?, None));
+                    }
+                    // The reports (two of them 117 MB at 1,024 ranks and 5,000
+                    // calls) are written while the tables are built and encoded.
+                    let shared = a.clone();
+                    let h = std::thread::Builder::new()
+                        .name("counts-reports".into())
+                        .spawn(move || report::write_all(&shared, &r))?;
+                    match tables::tables(&a, &rid) {
+                        Ok(t) => Ok((t, Some(h))),
+                        Err(e) => {
+                            let _ = h.join();
+                            Err(e.into())
+                        }
+                    }
+                })
+                .await??;
             let lake = benchlake_core::lake::Lake::local(&out)?;
             let date = chrono::Utc::now().format("%Y-%m-%d").to_string();
-            let keys = lake
+            let written = lake
                 .write_final(&tables, &date, &run_id, &benchlake_core::ids::new_id())
-                .await?;
+                .await;
+            if let Some(h) = reports_thread {
+                tokio::task::spawn_blocking(move || h.join())
+                    .await?
+                    .map_err(|_| anyhow::anyhow!("the reports thread panicked"))??;
+            }
+            let keys = written?;
             for (t, k) in tables.iter().zip(&keys) {
                 println!(
                     "{:<24} {:>10} rows  {}",

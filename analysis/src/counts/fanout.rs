@@ -666,6 +666,13 @@ fn merge_lead(job: u64, lead: u64, parts: Vec<PartResult>, opts: &Options) -> Le
 /// Runs the whole analysis of a profiler output directory locally (parts run one
 /// after the other) and writes the Go-compatible reports into `out_dir`.
 pub fn analyze_dir(dir: &Path, out_dir: &Path, options: &Options) -> Result<Analysis, CountsError> {
+    let analysis = analyze_input_dir(dir, options)?;
+    super::report::write_all(&analysis, out_dir)?;
+    Ok(analysis)
+}
+
+/// The analysis of a profiler output directory, without writing anything.
+pub fn analyze_input_dir(dir: &Path, options: &Options) -> Result<Analysis, CountsError> {
     let files: Vec<PathBuf> = expand_dir(dir)
         .map_err(|e| CountsError::Io {
             path: dir.to_path_buf(),
@@ -674,9 +681,7 @@ pub fn analyze_dir(dir: &Path, out_dir: &Path, options: &Options) -> Result<Anal
         .into_iter()
         .map(|(p, _)| p)
         .collect();
-    let analysis = analyze_files(&files, options)?;
-    super::report::write_all(&analysis, out_dir)?;
-    Ok(analysis)
+    analyze_files(&files, options)
 }
 
 /// Plans, runs every part and merges, without writing anything.

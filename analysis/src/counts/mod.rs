@@ -24,8 +24,25 @@ use std::path::PathBuf;
 use benchlake_formats::counts::ranklist::CallList;
 use serde::{Deserialize, Serialize};
 
-pub use fanout::{PartInput, PartResult, PartSpec, analyze_dir, analyze_part, merge, plan};
+pub use fanout::{
+    PartInput, PartResult, PartSpec, analyze_dir, analyze_input_dir, analyze_part, merge, plan,
+};
 pub use summary::{BlockSummary, Direction, SideStats};
+
+/// The environment variable giving the threads of an offline analysis
+/// (`benchlake analyze counts --threads` reads it too).
+pub const THREADS_ENV: &str = "BENCHLAKE_COUNTS_THREADS";
+
+/// The threads an offline analysis uses when nobody says:
+/// `BENCHLAKE_COUNTS_THREADS` when it holds a positive number, else the cores
+/// available to the process.
+pub fn default_threads() -> usize {
+    std::env::var(THREADS_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
 
 /// Errors of the counts analysis.
 #[derive(Debug, thiserror::Error)]
