@@ -532,3 +532,80 @@ proptest! {
         let _ = v2::ID;
     }
 }
+
+/// One `linktest` ingest of many files (real 1.2p1 files, small and large
+/// synthetic 2.1.17 files, one with an unmeasured pair, one with two
+/// permutations) has, table by table, the rows of `run_tables` of each file
+/// in input order; the large files keep batches of their own.
+#[test]
+fn ingest_of_many_files_has_the_rows_of_each_file_in_order() {
+    use benchlake_formats::linktest::synth::synthetic_run;
+    use benchlake_formats::{IngestContext, InputFile};
+    let dir = tempfile::tempdir().unwrap();
+    let real: Vec<std::path::PathBuf> = ["np4_default", "np16_a2a_mix", "np8_mix_retest3"]
+        .iter()
+        .map(|c| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../shared/data/linktest/v1.2p1")
+                .join(c)
+                .join("pingpong_results_bin.sion")
+        })
+        .collect();
+    let mut runs: Vec<(std::path::PathBuf, LinkTestRun)> = Vec::new();
+    let mut partial = synthetic_run(300, 48, 3);
+    partial.permutations[0].times[5] = 0.0;
+    partial.permutations[0].steps[5] = 0;
+    let mut two = synthetic_run(6, 2, 4);
+    let p = two.permutations[0].clone();
+    two.permutations.push(p);
+    two.num_randomized_tasks = Some(1);
+    for (k, run) in [
+        synthetic_run(5, 2, 1),
+        synthetic_run(300, 48, 2),
+        partial,
+        two,
+        synthetic_run(257, 48, 5),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let path = dir.path().join(format!("s{k}.sion"));
+        v2::write_file(&run, &path, &SionWriteOptions::default()).unwrap();
+        runs.push((path, run));
+    }
+    // Interleave the real and the synthetic files.
+    let mut paths = Vec::new();
+    for (i, (p, _)) in runs.iter().enumerate() {
+        paths.push(p.clone());
+        if let Some(r) = real.get(i) {
+            paths.push(r.clone());
+        }
+    }
+    let inputs: Vec<InputFile> = paths.iter().map(InputFile::from_path).collect();
+    let got = benchlake_formats::ingest("linktest", &inputs, &IngestContext { run_id: "R".into() })
+        .unwrap();
+    let mut want: Vec<Vec<arrow::record_batch::RecordBatch>> = vec![Vec::new(); 5];
+    for i in &inputs {
+        let run = benchlake_formats::linktest::read_file(&i.path).unwrap();
+        for (w, t) in want
+            .iter_mut()
+            .zip(run_tables(&run, "R", &i.source).unwrap())
+        {
+            w.extend(t.batches);
+        }
+    }
+    assert_eq!(got.len(), 5);
+    for (g, w) in got.iter().zip(&want) {
+        let schema = benchlake_core::catalog::schema(&g.table).unwrap();
+        let g_all = arrow::compute::concat_batches(&schema, &g.batches).unwrap();
+        let w_all = arrow::compute::concat_batches(&schema, w).unwrap();
+        assert!(g_all.num_rows() > 0, "{}", g.table);
+        assert_eq!(g_all, w_all, "{}", g.table);
+    }
+    // 8 files, one batch for each small table.
+    assert_eq!(got[0].batches.len(), 1);
+    assert_eq!(got[0].rows(), 8);
+    assert_eq!(got[1].batches.len(), 1);
+    // 300·299 + 300·299 − 1 + 257·256 rows come in the large files' own batches.
+    assert!(got[2].batches.len() >= 4, "{}", got[2].batches.len());
+}

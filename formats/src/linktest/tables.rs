@@ -7,7 +7,7 @@
 //! measured (bisection) and has no row. Large tables are cut into batches of at
 //! most [`BATCH_ROWS`] rows ([`TIMING_BATCH_ROWS`] for `linktest_timings`).
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -42,30 +42,28 @@ pub const TABLES: [&str; 5] = [
 
 /// The `linktest` ingest kind: every input is file 0 of a LinkTest SION set
 /// (`name.000001`, … beside it are read with it and skipped as inputs).
+///
+/// Rows of many files are gathered into one batch per table (see
+/// [`Gather`]), so a thousand small files cost a thousand decodes and five
+/// batches, not five thousand batches; a file with many pair times keeps
+/// its own `linktest_timings` batches. The rows and their order are those of
+/// [`into_run_tables`] for each file in turn.
 pub fn ingest_linktest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutput>> {
-    let given: HashSet<PathBuf> = inputs.iter().map(|i| i.path.clone()).collect();
-    let mut out: Vec<TableOutput> = TABLES
-        .iter()
-        .map(|t| TableOutput::new(*t, Vec::new()))
-        .collect();
+    let given: HashSet<&Path> = inputs.iter().map(|i| i.path.as_path()).collect();
+    let mut g = Gather::default();
     for input in inputs {
         if is_continuation_of_given(&input.path, &given) {
             tracing::debug!(path = %input.path.display(), "part of a multi-file set given as input; read with file 0");
             continue;
         }
         let run = read_file(&input.path)?;
-        for (acc, t) in out
-            .iter_mut()
-            .zip(into_run_tables(run, &ctx.run_id, &input.source)?)
-        {
-            acc.batches.extend(t.batches);
-        }
+        g.add(run, &ctx.run_id, &input.source)?;
     }
-    Ok(out)
+    g.finish(&ctx.run_id)
 }
 
 /// True when `p` is `base.NNNNNN` and `base` is also an input.
-fn is_continuation_of_given(p: &Path, given: &HashSet<PathBuf>) -> bool {
+fn is_continuation_of_given(p: &Path, given: &HashSet<&Path>) -> bool {
     let s = p.as_os_str().to_string_lossy();
     match s.rsplit_once('.') {
         Some((base, suffix)) if suffix.len() == 6 && suffix.bytes().all(|b| b.is_ascii_digit()) => {
@@ -190,79 +188,196 @@ pub fn parse_time(s: &str) -> Option<i64> {
 }
 
 fn runs_batch(run: &LinkTestRun, run_id: &str, source: &str) -> Result<RecordBatch> {
-    let (min, avg, max) = run.summary();
-    let a2a = run.a2a_summary();
-    let start = run
-        .permutations
-        .first()
-        .and_then(|p| p.start_time.as_deref())
-        .and_then(parse_time);
-    let end = run
-        .permutations
-        .last()
-        .and_then(|p| p.end_time.as_deref())
-        .and_then(parse_time);
-    let i64c = |v: i64| -> ArrayRef { Arc::new(Int64Array::from(vec![v])) };
-    let i64o =
-        |v: Option<u64>| -> ArrayRef { Arc::new(Int64Array::from(vec![v.map(|x| x as i64)])) };
-    let b = |v: bool| -> ArrayRef { Arc::new(BooleanArray::from(vec![v])) };
-    let f = |v: f64| -> ArrayRef { Arc::new(Float64Array::from(vec![v])) };
-    let fo = |v: Option<f64>| -> ArrayRef { Arc::new(Float64Array::from(vec![v])) };
-    let ts = |v: Option<i64>| -> ArrayRef {
-        Arc::new(TimestampMicrosecondArray::from(vec![v]).with_timezone("UTC"))
+    let mut cols = vec![repeated(run_id, 1), repeated(source, 1)];
+    cols.extend(runs_columns(&[RunRow::of(run)]));
+    batch("linktest_runs", cols)
+}
+
+/// The `linktest_runs` values of one run (all but run_id and source).
+struct RunRow {
+    version: String,
+    git_hash: Option<String>,
+    mode: String,
+    /// num_tasks, num_messages, message_size, num_serial_retests.
+    ints: [i64; 4],
+    opt_ints: [Option<u64>; 3],
+    flags: [bool; 6],
+    start: Option<i64>,
+    end: Option<i64>,
+    summary: [f64; 3],
+    a2a: Option<(f64, f64, f64)>,
+}
+
+impl RunRow {
+    fn of(run: &LinkTestRun) -> Self {
+        let (min, avg, max) = run.summary();
+        let start = run
+            .permutations
+            .first()
+            .and_then(|p| p.start_time.as_deref())
+            .and_then(parse_time);
+        let end = run
+            .permutations
+            .last()
+            .and_then(|p| p.end_time.as_deref())
+            .and_then(parse_time);
+        let fl = &run.flags;
+        RunRow {
+            version: run.version_string(),
+            git_hash: run.git_hash.clone(),
+            mode: run.mode.clone(),
+            ints: [
+                run.num_tasks as i64,
+                run.num_messages as i64,
+                run.message_size as i64,
+                run.num_serial_retests as i64,
+            ],
+            opt_ints: [
+                run.num_warmup_messages,
+                run.num_multi_buffers,
+                run.num_randomized_tasks,
+            ],
+            flags: [
+                fl.all_to_all,
+                fl.bidirectional,
+                fl.unidirectional,
+                fl.bisection,
+                fl.randomize_steps,
+                fl.serial,
+            ],
+            start,
+            end,
+            summary: [min, avg, max],
+            a2a: run.a2a_summary(),
+        }
+    }
+}
+
+/// The `linktest_runs` columns after run_id and source, one row per run.
+fn runs_columns(rows: &[RunRow]) -> Vec<ArrayRef> {
+    let i64o = |f: &dyn Fn(&RunRow) -> Option<u64>| -> ArrayRef {
+        Arc::new(Int64Array::from_iter(
+            rows.iter().map(|r| f(r).map(|x| x as i64)),
+        ))
     };
-    let fl = &run.flags;
-    batch(
-        "linktest_runs",
-        vec![
-            repeated(run_id, 1),
-            repeated(source, 1),
-            repeated(&run.version_string(), 1),
-            Arc::new(StringArray::from(vec![run.git_hash.as_deref()])),
-            repeated(&run.mode, 1),
-            i64c(run.num_tasks as i64),
-            i64c(run.num_messages as i64),
-            i64c(run.message_size as i64),
-            i64o(run.num_warmup_messages),
-            i64c(run.num_serial_retests as i64),
-            i64o(run.num_multi_buffers),
-            i64o(run.num_randomized_tasks),
-            b(fl.all_to_all),
-            b(fl.bidirectional),
-            b(fl.unidirectional),
-            b(fl.bisection),
-            b(fl.randomize_steps),
-            b(fl.serial),
-            ts(start),
-            ts(end),
-            f(min),
-            f(avg),
-            f(max),
-            fo(a2a.map(|a| a.0)),
-            fo(a2a.map(|a| a.1)),
-            fo(a2a.map(|a| a.2)),
-        ],
-    )
+    let b = |k: usize| -> ArrayRef {
+        Arc::new(BooleanArray::from_iter(
+            rows.iter().map(|r| Some(r.flags[k])),
+        ))
+    };
+    let f = |k: usize| -> ArrayRef {
+        Arc::new(Float64Array::from_iter_values(
+            rows.iter().map(|r| r.summary[k]),
+        ))
+    };
+    let fo = |g: &dyn Fn(&(f64, f64, f64)) -> f64| -> ArrayRef {
+        Arc::new(Float64Array::from_iter(
+            rows.iter().map(|r| r.a2a.as_ref().map(g)),
+        ))
+    };
+    let ts = |g: &dyn Fn(&RunRow) -> Option<i64>| -> ArrayRef {
+        Arc::new(TimestampMicrosecondArray::from_iter(rows.iter().map(g)).with_timezone("UTC"))
+    };
+    let i64c = |k: usize| -> ArrayRef {
+        Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.ints[k])))
+    };
+    vec![
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.version.as_str()),
+        )),
+        Arc::new(StringArray::from_iter(
+            rows.iter().map(|r| r.git_hash.as_deref()),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.mode.as_str()),
+        )),
+        i64c(0),
+        i64c(1),
+        i64c(2),
+        i64o(&|r| r.opt_ints[0]),
+        i64c(3),
+        i64o(&|r| r.opt_ints[1]),
+        i64o(&|r| r.opt_ints[2]),
+        b(0),
+        b(1),
+        b(2),
+        b(3),
+        b(4),
+        b(5),
+        ts(&|r| r.start),
+        ts(&|r| r.end),
+        f(0),
+        f(1),
+        f(2),
+        fo(&|a| a.0),
+        fo(&|a| a.1),
+        fo(&|a| a.2),
+    ]
 }
 
 fn ranks_batch(run: &LinkTestRun, run_id: &str, source: &str) -> Result<RecordBatch> {
-    let n = run.ranks.len();
-    batch(
-        "linktest_ranks",
+    let mut rows = RankRows::default();
+    rows.add(run)?;
+    let mut cols = vec![
+        repeated(run_id, rows.rank.len()),
+        repeated(source, rows.rank.len()),
+    ];
+    cols.extend(rows.columns());
+    batch("linktest_ranks", cols)
+}
+
+/// `linktest_ranks` values (all but run_id and source).
+#[derive(Default)]
+struct RankRows {
+    rank: Vec<i32>,
+    host_offsets: Vec<i32>,
+    host_bytes: Vec<u8>,
+    core: Vec<Option<i32>>,
+}
+
+impl RankRows {
+    fn add(&mut self, run: &LinkTestRun) -> Result<()> {
+        if self.host_offsets.is_empty() {
+            self.host_offsets.push(0);
+        }
+        for r in &run.ranks {
+            self.host_bytes.extend_from_slice(r.hostname.as_bytes());
+            let end = i32::try_from(self.host_bytes.len()).map_err(|_| {
+                crate::error::FormatError::malformed(
+                    "<linktest ingest>",
+                    "hostname",
+                    crate::error::Position::None,
+                    "the hostnames of one batch exceed 2 GiB",
+                )
+            })?;
+            self.host_offsets.push(end);
+        }
+        self.rank.extend(run.ranks.iter().map(|r| r.rank as i32));
+        self.core.extend(run.ranks.iter().map(|r| r.core_id));
+        Ok(())
+    }
+
+    fn bytes(&self) -> usize {
+        self.host_bytes.len()
+    }
+
+    fn columns(self) -> Vec<ArrayRef> {
+        let hosts: ArrayRef = if self.host_offsets.is_empty() {
+            Arc::new(StringArray::from(Vec::<&str>::new()))
+        } else {
+            // Every hostname came from a `String`, so the bytes are UTF-8.
+            Arc::new(StringArray::new(
+                arrow::buffer::OffsetBuffer::new(self.host_offsets.into()),
+                self.host_bytes.into(),
+                None,
+            ))
+        };
         vec![
-            repeated(run_id, n),
-            repeated(source, n),
-            Arc::new(Int32Array::from_iter_values(
-                run.ranks.iter().map(|r| r.rank as i32),
-            )),
-            Arc::new(StringArray::from_iter_values(
-                run.ranks.iter().map(|r| r.hostname.as_str()),
-            )),
-            Arc::new(Int32Array::from(
-                run.ranks.iter().map(|r| r.core_id).collect::<Vec<_>>(),
-            )),
-        ],
-    )
+            Arc::new(Int32Array::from(self.rank)),
+            hosts,
+            Arc::new(Int32Array::from(self.core)),
+        ]
+    }
 }
 
 /// The value columns of `linktest_timings` and the row at which each
@@ -483,63 +598,349 @@ fn timings_batches_of(cols: TimingColumns, run_id: &str, source: &str) -> Result
 }
 
 fn alltoall_batches(run: &LinkTestRun, run_id: &str, source: &str) -> Result<Vec<RecordBatch>> {
-    let mut perm = Vec::new();
-    let mut rank = Vec::new();
-    let mut step = Vec::new();
-    let mut time = Vec::new();
-    for (p, pm) in run.permutations.iter().enumerate() {
-        for a in &pm.alltoall {
-            perm.push(p as i32);
-            rank.push(a.rank as i32);
-            step.push(a.step);
-            time.push(a.time_s);
+    let mut rows = AllToAllRows::default();
+    rows.add(run);
+    batches("linktest_alltoall", run_id, source, rows.columns())
+}
+
+/// `linktest_alltoall` values (all but run_id and source).
+#[derive(Default)]
+struct AllToAllRows {
+    perm: Vec<i32>,
+    rank: Vec<i32>,
+    step: Vec<Option<i32>>,
+    time: Vec<f64>,
+}
+
+impl AllToAllRows {
+    fn add(&mut self, run: &LinkTestRun) {
+        for (p, pm) in run.permutations.iter().enumerate() {
+            for a in &pm.alltoall {
+                self.perm.push(p as i32);
+                self.rank.push(a.rank as i32);
+                self.step.push(a.step);
+                self.time.push(a.time_s);
+            }
         }
     }
-    batches(
-        "linktest_alltoall",
-        run_id,
-        source,
+
+    fn columns(self) -> Vec<ArrayRef> {
         vec![
-            Arc::new(Int32Array::from(perm)),
-            Arc::new(Int32Array::from(rank)),
-            Arc::new(Int32Array::from(step)),
-            Arc::new(Float64Array::from(time)),
-        ],
-    )
+            Arc::new(Int32Array::from(self.perm)),
+            Arc::new(Int32Array::from(self.rank)),
+            Arc::new(Int32Array::from(self.step)),
+            Arc::new(Float64Array::from(self.time)),
+        ]
+    }
 }
 
 fn slow_batches(run: &LinkTestRun, run_id: &str, source: &str) -> Result<Vec<RecordBatch>> {
-    let mut perm = Vec::new();
-    let mut kind = Vec::new();
-    let mut from = Vec::new();
-    let mut to = Vec::new();
-    let mut time = Vec::new();
-    let mut retest = Vec::new();
-    for (p, pm) in run.permutations.iter().enumerate() {
-        for s in &pm.slow_links {
-            perm.push(p as i32);
-            kind.push(if s.retest_time_s.is_some() {
-                "retested"
-            } else {
-                "slowest"
-            });
-            from.push(s.from_rank as i32);
-            to.push(s.to_rank as i32);
-            time.push(s.time_s);
-            retest.push(s.retest_time_s);
+    let mut rows = SlowRows::default();
+    rows.add(run);
+    batches("linktest_slow_links", run_id, source, rows.columns())
+}
+
+/// `linktest_slow_links` values (all but run_id and source).
+#[derive(Default)]
+struct SlowRows {
+    perm: Vec<i32>,
+    kind: Vec<&'static str>,
+    from: Vec<i32>,
+    to: Vec<i32>,
+    time: Vec<f64>,
+    retest: Vec<Option<f64>>,
+}
+
+impl SlowRows {
+    fn add(&mut self, run: &LinkTestRun) {
+        for (p, pm) in run.permutations.iter().enumerate() {
+            for s in &pm.slow_links {
+                self.perm.push(p as i32);
+                self.kind.push(if s.retest_time_s.is_some() {
+                    "retested"
+                } else {
+                    "slowest"
+                });
+                self.from.push(s.from_rank as i32);
+                self.to.push(s.to_rank as i32);
+                self.time.push(s.time_s);
+                self.retest.push(s.retest_time_s);
+            }
         }
     }
-    batches(
-        "linktest_slow_links",
-        run_id,
-        source,
+
+    fn columns(self) -> Vec<ArrayRef> {
         vec![
-            Arc::new(Int32Array::from(perm)),
-            Arc::new(StringArray::from(kind)),
-            Arc::new(Int32Array::from(from)),
-            Arc::new(Int32Array::from(to)),
-            Arc::new(Float64Array::from(time)),
-            Arc::new(Float64Array::from(retest)),
-        ],
-    )
+            Arc::new(Int32Array::from(self.perm)),
+            Arc::new(StringArray::from(self.kind)),
+            Arc::new(Int32Array::from(self.from)),
+            Arc::new(Int32Array::from(self.to)),
+            Arc::new(Float64Array::from(self.time)),
+            Arc::new(Float64Array::from(self.retest)),
+        ]
+    }
+}
+
+/// `linktest_timings` values of files too small for their own batches.
+#[derive(Default)]
+struct TimingRows {
+    perm: Vec<i32>,
+    from: Vec<i32>,
+    to: Vec<i32>,
+    step: Vec<i32>,
+    time: Vec<f64>,
+}
+
+impl TimingRows {
+    /// The rows of `timing_columns`: per permutation and initiating rank, the
+    /// measured partners in order.
+    fn add(&mut self, run: &LinkTestRun) {
+        let n = run.num_tasks;
+        for (p, pm) in run.permutations.iter().enumerate() {
+            let rows = pm
+                .times
+                .chunks_exact(n.max(1))
+                .zip(pm.steps.chunks_exact(n.max(1)));
+            for (i, (trow, srow)) in rows.enumerate() {
+                for (j, (t, s)) in trow.iter().zip(srow).enumerate() {
+                    if i == j || (*t == 0.0 && *s == 0) {
+                        continue;
+                    }
+                    self.perm.push(p as i32);
+                    self.from.push(i as i32);
+                    self.to.push(j as i32);
+                    self.step.push(*s);
+                    self.time.push(*t);
+                }
+            }
+        }
+    }
+
+    fn columns(self) -> Vec<ArrayRef> {
+        vec![
+            Arc::new(Int32Array::from(self.perm)),
+            Arc::new(Int32Array::from(self.from)),
+            Arc::new(Int32Array::from(self.to)),
+            Arc::new(Int32Array::from(self.step)),
+            Arc::new(Float64Array::from(self.time)),
+        ]
+    }
+}
+
+/// Files whose `linktest_timings` may reach this many rows (ranks × (ranks
+/// minus one) × permutations) keep their own batches (built in place, see
+/// [`into_run_tables`]); smaller ones are gathered.
+const OWN_TIMING_ROWS: usize = TIMING_BATCH_ROWS;
+
+/// Which rows came from which file: (index in `Gather::sources`, rows).
+#[derive(Default)]
+struct Spans(Vec<(usize, usize)>);
+
+impl Spans {
+    fn push(&mut self, source: usize, rows: usize) {
+        match self.0.last_mut() {
+            Some((s, r)) if *s == source => *r += rows,
+            _ if rows == 0 => {}
+            _ => self.0.push((source, rows)),
+        }
+    }
+
+    fn rows(&self) -> usize {
+        self.0.iter().map(|s| s.1).sum()
+    }
+}
+
+/// Rows of the five tables gathered over the files of one ingest, in file
+/// order; each table becomes a few batches at the end instead of one or more
+/// per file. The `source` column is built from spans of rows per file.
+#[derive(Default)]
+struct Gather {
+    sources: Vec<String>,
+    runs: (Spans, Vec<RunRow>),
+    ranks: (Spans, RankRows),
+    timings: (Spans, TimingRows),
+    alltoall: (Spans, AllToAllRows),
+    slow: (Spans, SlowRows),
+    /// `linktest_timings` batches already made (gathered rows flushed before
+    /// a large file's own batches, to keep the file order).
+    timing_batches: Vec<RecordBatch>,
+}
+
+impl Gather {
+    fn add(&mut self, mut run: LinkTestRun, run_id: &str, source: &str) -> Result<()> {
+        let src = self.sources.len();
+        self.sources.push(source.to_string());
+        self.runs.0.push(src, 1);
+        self.runs.1.push(RunRow::of(&run));
+        if self.ranks.1.bytes() > GATHER_BYTES {
+            return Err(crate::error::FormatError::malformed(
+                source,
+                "hostname",
+                crate::error::Position::None,
+                "the hostnames of the inputs exceed 1 GiB",
+            ));
+        }
+        self.ranks.1.add(&run)?;
+        self.ranks.0.push(src, run.ranks.len());
+        let before = self.alltoall.1.perm.len();
+        self.alltoall.1.add(&run);
+        self.alltoall
+            .0
+            .push(src, self.alltoall.1.perm.len() - before);
+        let before = self.slow.1.perm.len();
+        self.slow.1.add(&run);
+        self.slow.0.push(src, self.slow.1.perm.len() - before);
+        let n = run.num_tasks;
+        let bound = n
+            .saturating_mul(n.saturating_sub(1))
+            .saturating_mul(run.permutations.len());
+        if bound >= OWN_TIMING_ROWS {
+            self.flush_timings(run_id)?;
+            let own = match timing_columns_owned(&mut run) {
+                Some(cols) => timings_batches_of(cols, run_id, source)?,
+                None => timings_batches(&run, run_id, source)?,
+            };
+            self.timing_batches.extend(own);
+        } else {
+            let before = self.timings.1.perm.len();
+            self.timings.1.add(&run);
+            self.timings.0.push(src, self.timings.1.perm.len() - before);
+        }
+        Ok(())
+    }
+
+    fn flush_timings(&mut self, run_id: &str) -> Result<()> {
+        let (spans, rows) = std::mem::take(&mut self.timings);
+        let rid = run_id_column(run_id, spans.rows());
+        self.timing_batches.extend(gathered(
+            "linktest_timings",
+            &rid,
+            &self.sources,
+            &spans,
+            rows.columns(),
+        )?);
+        Ok(())
+    }
+
+    fn finish(mut self, run_id: &str) -> Result<Vec<TableOutput>> {
+        self.flush_timings(run_id)?;
+        // One run_id column for every table, sliced.
+        let longest = [
+            self.runs.0.rows(),
+            self.ranks.0.rows(),
+            self.alltoall.0.rows(),
+            self.slow.0.rows(),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+        let rid = run_id_column(run_id, longest);
+        let s = &self.sources;
+        let (spans, rows) = self.runs;
+        let runs = gathered("linktest_runs", &rid, s, &spans, runs_columns(&rows))?;
+        let (spans, rows) = self.ranks;
+        let ranks = gathered("linktest_ranks", &rid, s, &spans, rows.columns())?;
+        let (spans, rows) = self.alltoall;
+        let a2a = gathered("linktest_alltoall", &rid, s, &spans, rows.columns())?;
+        let (spans, rows) = self.slow;
+        let slow = gathered("linktest_slow_links", &rid, s, &spans, rows.columns())?;
+        Ok(vec![
+            TableOutput::new("linktest_runs", runs),
+            TableOutput::new("linktest_ranks", ranks),
+            TableOutput::new("linktest_timings", self.timing_batches),
+            TableOutput::new("linktest_alltoall", a2a),
+            TableOutput::new("linktest_slow_links", slow),
+        ])
+    }
+}
+
+/// The run_id column sliced by gathered batches: as long as the longest batch
+/// of `rows` rows ([`BATCH_ROWS`], fewer when the repeated run_id would pass
+/// the 2 GiB of i32 string offsets).
+fn run_id_column(run_id: &str, rows: usize) -> ArrayRef {
+    let per = BATCH_ROWS.min((i32::MAX as usize / run_id.len().max(1)).max(1));
+    repeated(run_id, rows.min(per))
+}
+
+/// Bytes of `source` values (and of hostnames) per gathered batch.
+const GATHER_BYTES: usize = 1 << 30;
+
+/// Batches of gathered rows: at most `rid.len()` rows and about
+/// [`GATHER_BYTES`] of `source` values each, the `source` of every row taken
+/// from its file's span; one empty batch when there are no rows.
+fn gathered(
+    table: &str,
+    rid: &ArrayRef,
+    sources: &[String],
+    spans: &Spans,
+    cols: Vec<ArrayRef>,
+) -> Result<Vec<RecordBatch>> {
+    let total = spans.rows();
+    let per = rid.len().max(1);
+    let mut out = Vec::new();
+    let mut at = 0;
+    let mut pending = spans
+        .0
+        .iter()
+        .map(|(s, r)| (sources.get(*s).map(String::as_str).unwrap_or_default(), *r));
+    let mut carry: Option<(&str, usize)> = None;
+    while at < total {
+        let mut offsets: Vec<i32> = Vec::with_capacity((total - at).min(per) + 1);
+        offsets.push(0);
+        let mut bytes: Vec<u8> = Vec::new();
+        let mut len = 0;
+        while len < per {
+            let Some((src, rows)) = carry.take().or_else(|| pending.next()) else {
+                break;
+            };
+            let w = src.len();
+            // Rows of this span that fit the batch (at least one).
+            let room = (GATHER_BYTES.saturating_sub(bytes.len()) / w.max(1)).max(1);
+            let take = rows.min(per - len).min(room);
+            if bytes.len() + w * take > i32::MAX as usize {
+                carry = Some((src, rows));
+                break;
+            }
+            bytes.reserve(w * take);
+            for _ in 0..take {
+                bytes.extend_from_slice(src.as_bytes());
+                offsets.push(bytes.len() as i32);
+            }
+            len += take;
+            if take < rows {
+                carry = Some((src, rows - take));
+                if bytes.len() >= GATHER_BYTES {
+                    break;
+                }
+            }
+        }
+        if len == 0 {
+            return Err(crate::error::FormatError::malformed(
+                table,
+                "source",
+                crate::error::Position::None,
+                "a source name longer than 2 GiB",
+            ));
+        }
+        // SAFETY: the offsets start at 0 and grow with `bytes`, ending at its
+        // length, and each value is a whole `&str`, so valid UTF-8.
+        let source: ArrayRef = Arc::new(unsafe {
+            StringArray::new_unchecked(
+                arrow::buffer::OffsetBuffer::new_unchecked(offsets.into()),
+                bytes.into(),
+                None,
+            )
+        });
+        let mut v = vec![rid.slice(0, len), source];
+        v.extend(cols.iter().map(|c| c.slice(at, len)));
+        out.push(batch(table, v)?);
+        at += len;
+    }
+    if out.is_empty() {
+        // As for one file: an empty table still has its (empty) batch.
+        let mut v = vec![rid.slice(0, 0), repeated("", 0)];
+        v.extend(cols.iter().map(|c| c.slice(0, 0)));
+        out.push(batch(table, v)?);
+    }
+    Ok(out)
 }
