@@ -1041,6 +1041,26 @@ launchers = ["mpirun", "local"]
             assert!(argv.iter().any(|a| a == want), "{want} in {argv:?}");
         }
         assert!(!argv.iter().any(|a| a.starts_with("--seed")), "{argv:?}");
+        assert!(argv.iter().any(|a| a == "--local-ranks=1"), "{argv:?}");
+        assert!(
+            !argv.iter().any(|a| a.starts_with("--message-sizes")),
+            "{argv:?}"
+        );
+        // The calibration sweep of one agent (the demo's): two local ranks
+        // at three sizes.
+        let t = task_named(
+            "netprobe",
+            &[("local_ranks", "2"), ("message_sizes", "8,64k,1MiB")],
+        );
+        let (argv, _) = build_argv(&cfg, &t, Path::new("/o")).unwrap();
+        for want in ["--local-ranks=2", "--message-sizes=8,64k,1MiB"] {
+            assert!(argv.iter().any(|a| a == want), "{want} in {argv:?}");
+        }
+        for (k, v) in [("local_ranks", "65"), ("message_sizes", "8;rm")] {
+            let e =
+                build_argv(&cfg, &task_named("netprobe", &[(k, v)]), Path::new("/o")).unwrap_err();
+            assert!(e.contains(&format!("params.{k}")), "{e}");
+        }
         let e = build_argv(
             &cfg,
             &task_named("netprobe", &[("message_size", "2GiB")]),

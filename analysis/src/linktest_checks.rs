@@ -9,9 +9,11 @@
 //!   is better: one bad link or port shows here first;
 //! - `linktest.avg_time_s`: the mean of the files' average pair times;
 //! - `linktest.slow_pairs`: pairs measured slower than the slow-pair
-//!   threshold (an absolute time when configured, else a factor of the run's
-//!   median pair time, 2 by default like the LinkTest report's host-pair
-//!   listing). Any slow pair fails by default (bound 0).
+//!   threshold (an absolute time when configured, else a factor of the
+//!   median pair time of the pair's own file, 2 by default like the LinkTest
+//!   report's host-pair listing: a run of several files, such as netprobe's
+//!   size sweep with one file per message size, judges each size against
+//!   itself). Any slow pair fails by default (bound 0).
 use std::collections::BTreeMap;
 
 use arrow::array::{Array, Float64Array, RecordBatch};
@@ -100,6 +102,55 @@ fn values(batches: &[RecordBatch], name: &str) -> Result<Vec<f64>, IoCheckError>
     Ok(out)
 }
 
+/// The median of `v` (sorted in place); 0 when empty.
+fn median_of(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// The pair times of `timings` grouped by their `source` (the file they
+/// were read from; one group when the batches have no such column).
+pub fn times_by_source(timings: &[RecordBatch]) -> Result<Vec<Vec<f64>>, IoCheckError> {
+    let mut by: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for b in timings {
+        let c = f64_col(b, "time_s")?;
+        let src = b
+            .column_by_name("source")
+            .and_then(|a| arrow::compute::cast(a, &arrow::datatypes::DataType::Utf8).ok());
+        let src = src
+            .as_ref()
+            .and_then(|a| a.as_any().downcast_ref::<arrow::array::StringArray>());
+        for i in (0..c.len()).filter(|i| !c.is_null(*i)) {
+            let key = src
+                .filter(|s| s.is_valid(i))
+                .map(|s| s.value(i).to_string())
+                .unwrap_or_default();
+            by.entry(key).or_default().push(c.value(i));
+        }
+    }
+    Ok(by.into_values().collect())
+}
+
+/// The slow pairs among `groups` (pair times per file): above the absolute
+/// time when set, else above the factor × the median of the pair's file.
+pub fn count_slow(groups: &mut [Vec<f64>], slow: &SlowPair) -> usize {
+    groups
+        .iter_mut()
+        .map(|g| {
+            let threshold = match slow.time_s {
+                Some(t) => t,
+                None => slow.factor * median_of(g),
+            };
+            g.iter().filter(|t| **t > threshold).count()
+        })
+        .sum()
+}
+
 /// The figures of one run. Absent when the run has no rows for them.
 pub fn figures(
     runs: &[RecordBatch],
@@ -122,23 +173,7 @@ pub fn figures(
         );
     }
     if !times.is_empty() {
-        let threshold = match slow.time_s {
-            Some(t) => t,
-            None => {
-                let mut sorted = times.clone();
-                sorted.sort_by(f64::total_cmp);
-                let n = sorted.len();
-                let med = if n % 2 == 1 {
-                    sorted.get(n / 2).copied().unwrap_or(0.0)
-                } else {
-                    (sorted.get(n / 2 - 1).copied().unwrap_or(0.0)
-                        + sorted.get(n / 2).copied().unwrap_or(0.0))
-                        / 2.0
-                };
-                slow.factor * med
-            }
-        };
-        let n = times.iter().filter(|t| **t > threshold).count();
+        let n = count_slow(&mut times_by_source(timings)?, slow);
         out.insert("linktest.slow_pairs".into(), n as f64);
     }
     Ok(out)
@@ -234,6 +269,43 @@ mod tests {
         assert_eq!(get("linktest.slow_pairs"), ("FAIL".into(), 0.0));
         assert_eq!(get("linktest.max_time_s.vs_median"), ("FAIL".into(), 3e-6));
         assert_eq!(get("linktest.avg_time_s.vs_median"), ("PASS".into(), 3e-6));
+    }
+
+    /// A size sweep (one file per message size): each pair is judged
+    /// against the median of its own file, not of the whole run.
+    #[test]
+    fn slow_pairs_of_a_sweep_are_judged_per_file() {
+        let t = |src: &str, times: Vec<f64>| {
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("source", DataType::Utf8, false),
+                Field::new("time_s", DataType::Float64, false),
+            ]));
+            RecordBatch::try_new(
+                schema,
+                vec![
+                    Arc::new(StringArray::from(vec![src; times.len()])),
+                    Arc::new(Float64Array::from(times)),
+                ],
+            )
+            .unwrap()
+        };
+        // 8 B pairs at 2-3 us, 1 MiB pairs at 300 us: the run's median
+        // would make every 1 MiB pair slow; per file one 8 B pair is.
+        let timings = [
+            t("raw/r/t/pp_8B.sion", vec![2e-6, 2e-6, 3e-6, 9e-6]),
+            t("raw/r/t/pp_1048576B.sion", vec![3e-4, 3e-4, 3.1e-4, 3.2e-4]),
+        ];
+        let f = figures(&[], &timings, &SlowPair::default()).unwrap();
+        assert_eq!(f["linktest.slow_pairs"], 1.0);
+        // Without a source column: one group (the whole run's median,
+        // 1.545e-4 s: the two slowest 1 MiB pairs are "slow", the 8 B
+        // outlier is not).
+        let plain = batch(&[(
+            "time_s",
+            vec![2e-6, 2e-6, 3e-6, 9e-6, 3e-4, 3e-4, 3.1e-4, 3.2e-4],
+        )]);
+        let f = figures(&[], std::slice::from_ref(&plain), &SlowPair::default()).unwrap();
+        assert_eq!(f["linktest.slow_pairs"], 2.0);
     }
 
     #[test]

@@ -448,7 +448,9 @@ pub fn slow_pair_fraction(params: &BTreeMap<String, String>) -> Result<f64, Stri
 
 /// The per-host LinkTest check: each host's share of slow pairs among the
 /// pairs it took part in (`linktest_ranks` names the host of each rank of
-/// each source file). None of the rows when no rank names a host.
+/// each source file). A pair is slow against the median pair of its own
+/// file (a size sweep writes one file per message size). None of the rows
+/// when no rank names a host.
 pub fn linktest_node_checks(
     ranks: &[RecordBatch],
     timings: &[RecordBatch],
@@ -477,8 +479,8 @@ pub fn linktest_node_checks(
     if host_of.is_empty() {
         return Vec::new();
     }
-    // (host a, host b, time) per measured pair.
-    let mut pairs: Vec<(&str, &str, f64)> = Vec::new();
+    // (host a, host b, time, source) per measured pair.
+    let mut pairs: Vec<(&str, &str, f64, String)> = Vec::new();
     for b in timings {
         let (Some(src), Some(from), Some(to), Some(t)) = (
             text_col(b, "source"),
@@ -499,26 +501,40 @@ pub fn linktest_node_checks(
             ) else {
                 continue;
             };
-            pairs.push((a.as_str(), h.as_str(), t.value(i)));
+            pairs.push((a.as_str(), h.as_str(), t.value(i), src.value(i).to_string()));
         }
     }
-    let mut times: Vec<f64> = pairs.iter().map(|p| p.2).collect();
-    let Some(med) = median(&mut times) else {
+    let mut by_source: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for p in &pairs {
+        by_source.entry(p.3.as_str()).or_default().push(p.2);
+    }
+    let mut threshold_of: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut medians = Vec::new();
+    for (src, mut times) in by_source {
+        let Some(med) = median(&mut times) else {
+            continue;
+        };
+        medians.push(med);
+        threshold_of.insert(src, slow.time_s.unwrap_or(slow.factor * med));
+    }
+    if threshold_of.is_empty() {
         return Vec::new();
-    };
-    let (threshold, rule) = match slow.time_s {
-        Some(t) => (t, format!("slower than {t} s")),
-        None => (
-            slow.factor * med,
-            format!(
-                "slower than {} × the median pair ({med:.3e} s)",
-                slow.factor
-            ),
+    }
+    let rule = match (slow.time_s, medians.as_slice()) {
+        (Some(t), _) => format!("slower than {t} s"),
+        (None, [med]) => format!(
+            "slower than {} × the median pair ({med:.3e} s)",
+            slow.factor
+        ),
+        (None, _) => format!(
+            "slower than {} × the median pair of their file ({} files)",
+            slow.factor,
+            medians.len()
         ),
     };
     let mut per_host: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-    for (a, b, t) in &pairs {
-        let is_slow = *t > threshold;
+    for (a, b, t, src) in &pairs {
+        let is_slow = threshold_of.get(src.as_str()).is_some_and(|th| *t > *th);
         for h in if a == b { vec![*a] } else { vec![*a, *b] } {
             let e = per_host.entry(h).or_default();
             e.0 += 1;
@@ -978,6 +994,51 @@ mod tests {
         );
         let e = slow_pair_fraction(&p(&[("check_node_slow_pair_fraction", "1.5")])).unwrap_err();
         assert!(e.contains("check_node_slow_pair_fraction"), "{e}");
+    }
+
+    /// A size sweep (netprobe's `message_sizes`: one file per size): a pair
+    /// is judged against the median of its own file, so the larger size's
+    /// pairs do not all count as slow.
+    #[test]
+    fn a_sweep_judges_each_file_against_its_own_median() {
+        use benchlake_formats::linktest::{synth, tables};
+        let small = synth::synthetic_run(32, 4, 5);
+        let mut large = small.clone();
+        for p in &mut large.permutations {
+            for t in &mut p.times {
+                *t *= 100.0;
+            }
+        }
+        let mut ranks = Vec::new();
+        let mut timings = Vec::new();
+        for (run, src) in [
+            (small, "raw/R/t/pp_8B.sion"),
+            (large, "raw/R/t/pp_1048576B.sion"),
+        ] {
+            for t in tables::run_tables(&run, "R", src).unwrap() {
+                match t.table.as_str() {
+                    "linktest_ranks" => ranks.extend(t.batches),
+                    "linktest_timings" => timings.extend(t.batches),
+                    _ => {}
+                }
+            }
+        }
+        let rows = linktest_node_checks(
+            &ranks,
+            &timings,
+            &crate::linktest_checks::SlowPair::default(),
+            DEFAULT_SLOW_PAIR_FRACTION,
+        );
+        let failing: Vec<&str> = rows
+            .iter()
+            .filter(|r| r.status == "FAIL")
+            .map(|r| r.node.as_str())
+            .collect();
+        assert_eq!(failing, ["node0001"], "{rows:?}");
+        for r in rows.iter().filter(|r| r.node != "node0001") {
+            assert!(r.value.unwrap() < 0.25, "{r:?}");
+            assert!(r.message.contains("of their file (2 files)"), "{r:?}");
+        }
     }
 
     fn rw(rank: u32, node: &str, comp_s: f64, work: &[u64]) -> RankWork {

@@ -214,7 +214,7 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
             &agent_name,
             client_tls,
             user_token,
-            &store.url,
+            &store,
             &apps,
             started,
         )
@@ -266,10 +266,11 @@ async fn demo(
     agent_name: &str,
     tls: benchlake_proto::client::ClientTls,
     token: Option<String>,
-    lake: &str,
+    store: &benchlake_core::lake::StoreConfig,
     apps: &std::path::Path,
     started: Instant,
 ) -> anyhow::Result<()> {
+    let lake = store.url.as_str();
     let conn = Conn {
         coordinator: addr.to_string(),
         token,
@@ -288,7 +289,15 @@ async fn demo(
     let kv = |v: &[(&str, String)]| -> Vec<(String, String)> {
         v.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
     };
-    let runs: [(&str, Vec<(String, String)>); 4] = [
+    let runs: [(&str, Vec<(String, String)>); 5] = [
+        // Calibration: netprobe's ping-pongs between two ranks of this node
+        // at five message sizes (one run, one file per size); the worker's
+        // calibrate job fits latency and bandwidth, which the traced run's
+        // default replays then use (docs/replay.md).
+        (
+            "netprobe",
+            kv(&DEMO_NETPROBE.map(|(k, v)| (k, v.to_string()))),
+        ),
         ("hostinfo", kv(&[("expect_cores", wrong_cores.to_string())])),
         (
             "hostinfo",
@@ -341,8 +350,19 @@ async fn demo(
         };
         specs.push(("traced", spec));
     }
-    let mut ids = Vec::new();
+    let mut ids: Vec<(&str, String)> = Vec::new();
     for (bench, spec) in specs {
+        if bench == "traced"
+            && let Some((_, np)) = ids.iter().find(|(b, _)| *b == "netprobe")
+        {
+            // The traced run's default replays look for the newest
+            // calibration of its node when its trace is ingested: the
+            // netprobe run and its calibrate job land first.
+            let d = user::watch(&conn, np, false).await?;
+            if d.run.as_ref().map(|r| r.state) != Some(pb::RunState::Succeeded as i32) {
+                user::print_detail(&d);
+            }
+        }
         let r = conn
             .runs()?
             .submit_run(pb::SubmitRunRequest {
@@ -410,6 +430,12 @@ async fn demo(
     }
     if let Err(e) = demo_node_health(&conn, agent_name, wrong_cores, &hostinfo).await {
         failed.push(format!("node health: {e:#}"));
+    }
+    let run_of = |b: &str| ids.iter().find(|(x, _)| *x == b).map(|(_, id)| id.as_str());
+    if let Some(np) = run_of("netprobe")
+        && let Err(e) = demo_calibration(store, np, run_of("traced")).await
+    {
+        failed.push(format!("calibration: {e:#}"));
     }
     if let Some(dir) = traced.as_ref().and_then(|p| p.parent()) {
         let _ = std::fs::remove_dir_all(dir);
@@ -497,6 +523,10 @@ async fn demo(
         "  duckdb -c \"SELECT lead_rank, pattern_id, direction, num_ranks, num_peers, num_calls FROM read_parquet('{}', hive_partitioning=true) ORDER BY lead_rank, pattern_id, direction\"",
         glob("alltoallv_patterns")?
     );
+    println!(
+        "  duckdb -c \"SELECT run_id, class, round(latency_s * 1e6, 2) AS latency_us, round(bandwidth_mb_s) AS mb_s, round(r2, 3) AS r2, sizes FROM read_parquet('{}', hive_partitioning=true)\"",
+        glob("replay_calibrations")?
+    );
     if traced.is_some() {
         println!(
             "  duckdb -c \"SELECT rank, function, calls, round(measured_comm_s * 1e6, 1) AS measured_us, round(modelled_comm_s * 1e6, 1) AS modelled_us, round(ratio, 2) AS ratio FROM read_parquet('{}', hive_partitioning=true) ORDER BY rank, function\"",
@@ -513,6 +543,87 @@ async fn demo(
     );
     if !failed.is_empty() {
         bail!("demo runs did not succeed: {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+/// The demo's netprobe run: two ranks of the one agent as threads over
+/// loopback, ping-pongs at five sizes (8 B to 1 MiB), 50 timed messages per
+/// size, no serial retests (one pair).
+const DEMO_NETPROBE: [(&str, &str); 5] = [
+    ("local_ranks", "2"),
+    ("message_sizes", "8,1k,16k,128k,1MiB"),
+    ("num_messages", "50"),
+    ("warmup_messages", "5"),
+    ("serial_retests", "0"),
+];
+
+/// The demo's calibration: prints the fit of the netprobe run (latency,
+/// bandwidth, r²) and, for the traced run, each default replay's predicted
+/// against measured time and the calibration it used. An error when the
+/// netprobe run fitted nothing or a traced replay did not use its fit.
+async fn demo_calibration(
+    store: &benchlake_core::lake::StoreConfig,
+    netprobe: &str,
+    traced: Option<&str>,
+) -> anyhow::Result<()> {
+    use benchlake_core::lake::{Lake, RunRows};
+    use benchlake_replay::{calibrate, calibrations};
+    let lake = Lake::open(store)?;
+    let doc = calibrations::load(&lake, netprobe).await?;
+    if !doc.fitted {
+        bail!(
+            "netprobe run {netprobe} fitted no calibration: {}",
+            doc.reason.as_deref().unwrap_or("no reason recorded")
+        );
+    }
+    let nodes = doc.nodes.iter().cloned().collect::<Vec<_>>().join(",");
+    for f in &doc.fits {
+        println!(
+            "calibration {} of node {nodes} ({}): latency {:.2} us, bandwidth {:.0} MB/s (2^20 B), r2 {:.3} over {} sizes{}",
+            doc.id,
+            f.class.as_str(),
+            f.latency_s * 1e6,
+            f.bandwidth_mb_s,
+            f.r2,
+            f.medians.len(),
+            f.eager_limit
+                .map(|e| format!(", eager limit {e} B"))
+                .unwrap_or_default()
+        );
+    }
+    let Some(run) = traced else {
+        return Ok(());
+    };
+    let rows = lake
+        .read_run_rows(RunRows::new("trace_comparison", run))
+        .await?;
+    let whole = calibrate::whole_runs(&rows)?;
+    let replays = lake.read_run_rows(RunRows::new("replays", run)).await?;
+    let used = calibrate::calibrations_used(&replays);
+    if whole.is_empty() {
+        bail!("traced run {run}: no trace_comparison rows");
+    }
+    let mut wrong = Vec::new();
+    for w in &whole {
+        let cal = used.get(&w.model).map(String::as_str).unwrap_or("-");
+        println!(
+            "traced run {run} {} replay: predicted {:.3} ms, measured {:.3} ms ({:+.1} %), calibration {cal}",
+            w.model,
+            w.predicted_s * 1e3,
+            w.measured_s * 1e3,
+            (w.predicted_s - w.measured_s) / w.measured_s * 100.0
+        );
+        if cal != doc.id {
+            wrong.push(format!("{} used {cal}", w.model));
+        }
+    }
+    if !wrong.is_empty() {
+        bail!(
+            "the traced run's default replays did not use calibration {}: {}",
+            doc.id,
+            wrong.join(", ")
+        );
     }
     Ok(())
 }

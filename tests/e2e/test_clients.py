@@ -168,7 +168,7 @@ def test_up_demo(tmp_path):
     assert duck_count(lake, "node_facts") == 2
     import duckdb
     health = duckdb.sql(f"SELECT \"check\", status, value, reference FROM read_parquet('{lake}/tables/node_health/**/*.parquet', "
-                        "hive_partitioning=true) ORDER BY run_id, \"check\"").fetchall()
+                        "hive_partitioning=true) WHERE \"check\" NOT LIKE 'node.linktest%' ORDER BY run_id, \"check\"").fetchall()
     cores = os.cpu_count()
     assert health[0] == ("node.cores", "FAIL", cores, 4096.0 if cores != 4096 else 8192.0), health
     assert [h[:2] for h in health[1:]] == [("node.cores", "PASS"), ("node.kernel", "PASS")], health
@@ -176,7 +176,23 @@ def test_up_demo(tmp_path):
     assert re.search(r"^node-check \S+: exit 0, healthy", r.stdout, re.M), r.stdout
     # The demo's pio run with dir=/proc/sys is refused by the agent (a FAILED run).
     assert "pio -p dir=/proc/sys run" in r.stdout and "refused, as it must be" in r.stdout, r.stdout
-    assert duck_count(lake, "runs") == 6 + traced
+    assert duck_count(lake, "runs") == 7 + traced
+    # Calibration: the netprobe run (2 local ranks, 5 message sizes, one file
+    # each) is fitted by the worker's calibrate job into replay_calibrations
+    # (one intra-node row), and the demo prints the fit.
+    np_run = re.search(r"^submitted netprobe run (\S+)$", r.stdout, re.M).group(1)
+    cal = duckdb.sql(f"SELECT run_id, class, latency_s, bandwidth_mb_s, r2, sizes FROM read_parquet("
+                     f"'{lake}/tables/replay_calibrations/**/*.parquet', hive_partitioning=true)").fetchall()
+    assert len(cal) == 1, cal
+    run_id, cls, lat, bw, r2, sizes = cal[0]
+    assert (run_id, cls, sizes) == (np_run, "intra", 5), cal
+    assert 0 < lat < 1e-3 and bw > 0 and r2 <= 1, cal
+    assert re.search(rf"^calibration {np_run} of node \S+ \(intra\): latency [0-9.]+ us, bandwidth [0-9]+ MB/s "
+                     r"\(2\^20 B\), r2 -?[0-9.]+ over 5 sizes", r.stdout, re.M), r.stdout
+    # Its checks: no slow pair (each size's pairs against their own median).
+    slow = duckdb.sql(f"SELECT status, value FROM read_parquet('{lake}/tables/checks/**/*.parquet', hive_partitioning=true) "
+                      f"WHERE run_id = '{np_run}' AND \"check\" = 'linktest.slow_pairs'").fetchall()
+    assert slow == [("PASS", 0.0)], slow
     # The sweep's 6 points, and a traced run's default Bandela and Dimemas replays.
     assert duck_count(lake, "replays") == 6 + 2 * traced
     assert duck_count(lake, "io_results") == 4
@@ -188,6 +204,25 @@ def test_up_demo(tmp_path):
     if traced:
         # rank x {MPI_Irecv, MPI_Isend, MPI_Waitall, MPI_Bcast, MPI_Alltoallv, MPI_Barrier, all}
         assert duck_count(lake, "trace_comparison") >= 2 * 7
+        # Both default replays of the traced run name the netprobe calibration
+        # (replays.params) and use its figures; the demo prints each one's
+        # predicted against measured time.
+        t_run = re.search(r"^submitted traced run (\S+)$", r.stdout, re.M).group(1)
+        reps = duckdb.sql(f"SELECT model, params FROM read_parquet('{lake}/tables/replays/**/*.parquet', "
+                          f"hive_partitioning=true) WHERE run_id = '{t_run}' ORDER BY model").fetchall()
+        assert [m for m, _ in reps] == ["bandela", "dimemas"], reps
+        for model, params in reps:
+            c = json.loads(params)["calibration"]
+            assert c["id"] == np_run, (model, c)
+            assert float(c["params"]["intra_latency"]) == pytest.approx(lat, rel=1e-5), (model, c)
+            m = re.search(rf"^traced run {t_run} {model} replay: predicted ([0-9.]+) ms, measured ([0-9.]+) ms "
+                          rf"\(([-+][0-9.]+) %\), calibration {np_run}$", r.stdout, re.M)
+            assert m, r.stdout
+            whole = duckdb.sql(f"SELECT max(measured_total_s), max(modelled_total_s) FROM read_parquet("
+                               f"'{lake}/tables/trace_comparison/**/*.parquet', hive_partitioning=true) "
+                               f"WHERE run_id = '{t_run}' AND model = '{model}' AND function = 'all'").fetchall()[0]
+            assert float(m.group(2)) == pytest.approx(whole[0] * 1e3, abs=6e-4), (m.group(0), whole)
+            assert float(m.group(1)) == pytest.approx(whole[1] * 1e3, abs=6e-4), (m.group(0), whole)
     reports = list((tmp_path / "data" / "lake" / "reports").glob("*/counts/*/patterns-job0-rank0.md"))
     assert len(reports) == 1 + traced, reports
     assert any("## Pattern #2 (4/12 alltoallv calls)" in p.read_text() for p in reports)
