@@ -6,7 +6,9 @@
 //!   rank map: one host holding every rank (host type 0) without a map or
 //!   when all ran on one node, else one host per node (host type 2); latency,
 //!   bandwidth and barrier latency from the run's `replay_*` parameters, whose
-//!   defaults are the tracer's Bandelalight defaults) in the job group
+//!   defaults are the tracer's Bandelalight defaults; on one host whose ranks
+//!   outnumber the agent's cores, `cpu_boost` = cores / ranks, as the default
+//!   Dimemas replay's `cpu_ratio`) in the job group
 //!   `traced-{ingest job}`, and one `trace_compare` job waiting for that group;
 //! - `trace_compare` reads the tracer's `bandela_stats` file (measured) and the
 //!   replay's committed `replay_functions` / `replay_ranks` rows (modelled) and
@@ -151,6 +153,20 @@ pub fn default_input_on(
     node_of_rank: &[&str],
     params: &BTreeMap<String, String>,
 ) -> Result<String, ExecError> {
+    default_input_with_cores(node_of_rank, params, None)
+}
+
+/// [`default_input_on`] knowing the agent's cores: when one host holds
+/// every rank and they outnumber `cores`, the input's `cpu_boost` is
+/// cores / ranks (replaympi divides every burst by it: bursts take longer
+/// as if the ranks shared the cores evenly, as the default Dimemas replay's
+/// `cpu_ratio`). Ranks on several nodes: the agent's cores say nothing of
+/// theirs, so no factor.
+pub fn default_input_with_cores(
+    node_of_rank: &[&str],
+    params: &BTreeMap<String, String>,
+    cores: Option<u32>,
+) -> Result<String, ExecError> {
     if node_of_rank.is_empty() {
         return Err(ExecError::Permanent(
             "traced run: no Bandela rank files to replay".into(),
@@ -170,6 +186,12 @@ pub fn default_input_on(
         hosts.len(),
         if multi { 2 } else { 0 }
     );
+    if let Some(c) = cores.filter(|c| !multi && *c > 0 && (*c as usize) < node_of_rank.len()) {
+        text.push_str(&format!(
+            "cpu_boost {}\n",
+            f64::from(c) / node_of_rank.len() as f64
+        ));
+    }
     for (name, default, keyword) in REPLAY_PARAMS {
         let v = replay_param(params, name, default)?;
         text.push_str(&format!("{keyword} {v}\n"));
@@ -271,9 +293,10 @@ pub fn follow_up_of_ingest(
     }
     let stats_key = layout::raw_key(run, task, STATS_FILE)?;
     let nodes = replay_nodes(ctx, s)?;
-    let input = default_input_on(
+    let input = default_input_with_cores(
         &nodes.iter().map(String::as_str).collect::<Vec<_>>(),
         &info.params,
+        info.cores,
     )?;
     let input_key = layout::traced_replay_input_key(&ctx.run_id, &ctx.job_id)?;
     ctx.block_on(ctx.lake.put(&input_key, bytes::Bytes::from(input)))?;
@@ -627,6 +650,60 @@ mod tests {
         let e = default_input_on(&["a", "b"], &bad).unwrap_err().to_string();
         assert!(e.contains("replay_inter_bandwidth_mbs"), "{e}");
         assert_eq!(rank_ranges(&[0, 1, 2, 5, 7, 8]), "0-2,5,7-8");
+    }
+
+    /// 8 ranks on a 2-core agent: the default input slows bursts by 2 / 8
+    /// (`cpu_boost 0.25`), and the Bandela model's prediction grows by
+    /// exactly the slower computation; as many cores as ranks, or ranks on
+    /// several nodes: no factor.
+    #[test]
+    fn ranks_outnumbering_the_cores_slow_the_bursts() {
+        let ranks = 8;
+        let plain = default_input_with_cores(&vec![""; ranks], &BTreeMap::new(), None).unwrap();
+        let shared = default_input_with_cores(&vec![""; ranks], &BTreeMap::new(), Some(2)).unwrap();
+        assert!(!plain.contains("cpu_boost"), "{plain}");
+        assert!(shared.contains("cpu_boost 0.25\n"), "{shared}");
+        for cores in [Some(8), Some(16), Some(0)] {
+            assert_eq!(
+                default_input_with_cores(&vec![""; ranks], &BTreeMap::new(), cores).unwrap(),
+                plain
+            );
+        }
+        let two_nodes = ["a", "a", "a", "a", "b", "b", "b", "b"];
+        assert_eq!(
+            default_input_with_cores(&two_nodes, &BTreeMap::new(), Some(2)).unwrap(),
+            default_input_on(&two_nodes, &BTreeMap::new()).unwrap()
+        );
+        // A ring of 8 ranks: 1 ms of computation, then a 1000-byte message
+        // to the right neighbour and one from the left, then a barrier.
+        let dir = tempfile::tempdir().unwrap();
+        for r in 0..ranks {
+            let (right, left) = ((r + 1) % ranks, (r + ranks - 1) % ranks);
+            std::fs::write(
+                dir.path().join(format!("bandela.{r}.txt")),
+                format!(
+                    "H {r} {ranks} 0\nC 0.001\nK 0 MPI_Irecv irecv {left} 1 5 1000 1 0\n\
+                     K 1 MPI_Isend isend {right} 1 5 1000 2 0\nK 2 MPI_Waitall wait 1\n\
+                     K 3 MPI_Waitall wait 2\nK 4 MPI_Barrier barrier 1\n"
+                ),
+            )
+            .unwrap();
+        }
+        let predict = |text: &str| {
+            let p = dir.path().join("input");
+            std::fs::write(&p, text).unwrap();
+            let params = [("input".to_string(), p.display().to_string())].into();
+            benchlake_replay::run_replay("bandela", dir.path(), &params)
+                .unwrap()
+                .predicted_time_s
+        };
+        let (t_plain, t_shared) = (predict(&plain), predict(&shared));
+        // Only the computation changes: 1 ms becomes 4 ms on every rank.
+        assert!(
+            ((t_shared - t_plain) - 0.003).abs() < 1e-12,
+            "{t_plain} -> {t_shared}"
+        );
+        assert!(t_plain > 0.001 && t_plain < 0.0011, "{t_plain}");
     }
 
     #[test]
