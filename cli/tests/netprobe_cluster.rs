@@ -171,6 +171,110 @@ async fn netprobe_on_four_agents_lands_a_complete_matrix() {
     check_landed(&c, &run.run_id, 4, &vec![host; 4]);
 }
 
+/// One agent calibrates by itself (what `benchlake up --demo` does): the
+/// built-in entry with `local_ranks=2` (two ranks as threads over loopback)
+/// and a size sweep writes one file per size, the ingest reads all three,
+/// the run's checks judge each size against itself (no slow pair), and the
+/// calibrate job fits latency and bandwidth from the run alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_agent_sweep_with_local_ranks_calibrates_by_itself() {
+    let mut c = Cluster::start(Tokens::default()).await;
+    c.add_agent_with("solo", |cfg| {
+        cfg.address = "127.0.0.1".into();
+        cfg.catalog = catalog_with(builtin_netprobe(&[]));
+    })
+    .await;
+    c.add_worker("w1", None);
+    let run = c
+        .submit(
+            "netprobe",
+            &[
+                ("local_ranks", "2"),
+                ("message_sizes", "8,64k,1MiB"),
+                ("num_messages", "20"),
+                ("warmup_messages", "2"),
+                ("serial_retests", "0"),
+            ],
+            1,
+        )
+        .await
+        .unwrap();
+    let d = c.wait_settled(&run.run_id, 180).await;
+    assert_eq!(state(&d), pb::RunState::Succeeded, "{}", task_text(&d));
+    let mut files: Vec<String> = d.tasks[0]
+        .outputs
+        .iter()
+        .filter(|o| o.format == "linktest")
+        .map(|o| o.key.rsplit('/').next().unwrap().to_string())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "pingpong_results_bin_1048576B.sion",
+            "pingpong_results_bin_65536B.sion",
+            "pingpong_results_bin_8B.sion"
+        ]
+    );
+    let lake = c.lake_dir();
+    let mut sizes = BTreeSet::new();
+    for b in batches(&lake, "linktest_runs", &run.run_id) {
+        let (n, s) = (
+            b.column_by_name("num_tasks").unwrap(),
+            b.column_by_name("message_size").unwrap(),
+        );
+        let n = arrow::compute::cast(n, &arrow::datatypes::DataType::Int64).unwrap();
+        let s = arrow::compute::cast(s, &arrow::datatypes::DataType::Int64).unwrap();
+        let (n, s) = (
+            n.as_any()
+                .downcast_ref::<arrow::array::Int64Array>()
+                .unwrap(),
+            s.as_any()
+                .downcast_ref::<arrow::array::Int64Array>()
+                .unwrap(),
+        );
+        for i in 0..b.num_rows() {
+            assert_eq!(n.value(i), 2, "two local ranks");
+            sizes.insert(s.value(i));
+        }
+    }
+    assert_eq!(sizes, BTreeSet::from([8, 65536, 1 << 20]));
+    // No slow pair: each size's pairs against their own file's median.
+    let mut slow = Vec::new();
+    for b in batches(&lake, "checks", &run.run_id) {
+        let (ch, st, v) = (
+            col::<StringArray>(&b, "check"),
+            col::<StringArray>(&b, "status"),
+            col::<Float64Array>(&b, "value"),
+        );
+        for i in 0..b.num_rows() {
+            if ch.value(i) == "linktest.slow_pairs" {
+                slow.push((st.value(i).to_string(), v.value(i)));
+            }
+        }
+    }
+    assert_eq!(slow, [("PASS".to_string(), 0.0)]);
+    // Fitted from this run alone: intra-node, three sizes.
+    let doc: benchlake_replay::calibrations::CalibrationDoc = serde_json::from_str(
+        &std::fs::read_to_string(
+            lake.join(format!("calibrations/{}/calibration.json", run.run_id)),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(doc.fitted, "{doc:?}");
+    assert!(doc.combined.is_empty(), "{doc:?}");
+    assert_eq!(doc.fits.len(), 1, "{doc:?}");
+    let f = &doc.fits[0];
+    assert_eq!(f.class.as_str(), "intra");
+    assert_eq!(f.medians.len(), 3, "{f:?}");
+    assert!(f.latency_s >= 0.0 && f.bandwidth_mb_s > 0.0, "{f:?}");
+    assert_eq!(
+        table_rows(&lake, "replay_calibrations", Some(&run.run_id)),
+        1
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rank_that_never_starts_fails_the_run_with_a_clear_error() {
     let mut c = Cluster::start(Tokens::default()).await;
