@@ -183,6 +183,9 @@ pub fn stats(a: &Analysis, run: &str) -> Result<RecordBatch, CountsError> {
     )
 }
 
+/// The heat-map rows of one lead rank and direction.
+type HeatRun<'a> = (&'a super::LeadAnalysis, Direction, &'a [(u64, u64, u64)]);
+
 /// Rows per batch of `alltoallv_heatmap`: a multiple of the Parquet writer's
 /// 8,192-value mini-batches, so the file is the same as from one batch.
 pub const HEAT_BATCH_ROWS: usize = 1 << 16;
@@ -199,7 +202,7 @@ pub const HEAT_BATCH_ROWS: usize = 1 << 16;
 pub fn heatmap(a: &Analysis, run: &str) -> Result<Vec<RecordBatch>, CountsError> {
     let schema = catalog::schema("alltoallv_heatmap")?;
     // The (lead, direction) runs of rows, in table order.
-    let segs: Vec<(&super::LeadAnalysis, Direction, &[(u64, u64, u64)])> = a
+    let segs: Vec<HeatRun<'_>> = a
         .leads
         .iter()
         .flat_map(|l| l.heat.iter().map(move |(d, v)| (l, *d, v.as_slice())))
