@@ -1691,9 +1691,10 @@ pub enum AnalyzeCmd {
         #[arg(long)]
         max_part_bytes: Option<u64>,
         /// Threads of an offline analysis (default: the cores available). With
-        /// 2 or more the reports are written on their own thread while the
-        /// tables are built and written; the outputs are the same whatever the
-        /// number.
+        /// 2 or more the files of a compact pair are read side by side (the
+        /// recv file cut at block starts into about equal shares), and the
+        /// reports are written on their own thread while the tables are built
+        /// and written; the outputs are the same whatever the number.
         #[arg(long, env = benchlake_analysis::counts::THREADS_ENV, value_parser = clap::value_parser!(u32).range(1..=1024))]
         threads: Option<u32>,
         #[command(flatten)]
@@ -1751,7 +1752,7 @@ pub async fn analyze(c: AnalyzeCmd) -> anyhow::Result<()> {
                 tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
                     use benchlake_analysis::counts::{report, tables};
                     let a = std::sync::Arc::new(benchlake_analysis::counts::analyze_input_dir(
-                        &d, &opts,
+                        &d, &opts, threads,
                     )?);
                     if threads < 2 {
                         report::write_all(&a, &r)?;

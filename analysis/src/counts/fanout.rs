@@ -17,7 +17,7 @@ use benchlake_formats::counts::{FileKind, classify, expand_dir};
 use serde::{Deserialize, Serialize};
 
 use super::locations::LocationIndex;
-use super::summary::{BlockSummary, CallMapping, Direction, HeatAcc, SideAcc};
+use super::summary::{BlockSummary, CallMapping, Direction, HeatAcc, SideAcc, SideStats};
 use super::{Analysis, Class, CountsError, LeadAnalysis, Options, Pattern, Stats};
 
 /// Where a part starts reading a compact file.
@@ -245,8 +245,6 @@ pub fn plan(files: &[PathBuf], options: &Options) -> Result<Vec<PartSpec>, Count
 
 /// Per-part accumulation of one block.
 struct BlockWork<'a> {
-    lead: u64,
-    comm_size: u64,
     mappings: Vec<CallMapping>,
     send: SideAcc,
     recv: SideAcc,
@@ -280,8 +278,348 @@ impl BlockWork<'_> {
     }
 }
 
-/// Analyses one part.
+/// What the readers of a compact pair share.
+struct ChunkCtx<'a> {
+    lead: u64,
+    index: &'a LocationIndex,
+    opts: &'a Options,
+}
+
+/// One block of one side of a compact pair.
+struct SideBlock {
+    header: compact::BlockHeader,
+    stats: SideStats,
+    /// The world-rank mappings of the block's calls (send side only).
+    mappings: Vec<CallMapping>,
+}
+
+/// A byte range of one file of a pair, starting at a block, for one reader.
+#[derive(Debug, Clone, Copy)]
+struct Chunk {
+    /// 0: the send file, 1: the recv file.
+    side: usize,
+    start: u64,
+    end: Option<u64>,
+    /// The line before `start` and the index of its block: exact for a file's
+    /// first chunk, 0 for the others (shifted once the chunks before are read).
+    line_before: u64,
+    index: u64,
+    /// The file's first chunk.
+    first: bool,
+}
+
+/// What one reader found: its blocks, then the error that stopped it, if any.
+struct ChunkOut {
+    blocks: Vec<SideBlock>,
+    error: Option<CountsError>,
+    /// The number of the last line read.
+    lines: u64,
+    heat: Option<HeatAcc>,
+    heat_ok: bool,
+}
+
+/// The blocks of both sides of a pair, in file order, each side ending with the
+/// error that stopped its reading (if any), and the send side's heat map.
+struct PairRead {
+    send: Vec<Result<SideBlock, CountsError>>,
+    recv: Vec<Result<SideBlock, CountsError>>,
+    heat: Option<HeatAcc>,
+    heat_ok: bool,
+}
+
+/// Send bytes cost about twice what recv bytes cost (the rank×rank map is
+/// built from the send rows): the weight of a send byte when the work of a
+/// pair is shared between threads.
+const SEND_WEIGHT: u64 = 2;
+
+/// Least work (weighted bytes) worth a thread of its own when a recv file is cut.
+const MIN_CHUNK_BYTES: u64 = 4 << 20;
+
+fn read_chunk(ctx: &ChunkCtx<'_>, path: &Path, c: Chunk, nblocks: Option<u64>) -> ChunkOut {
+    let mut out = ChunkOut {
+        blocks: Vec::new(),
+        error: None,
+        lines: c.line_before,
+        heat: None,
+        heat_ok: true,
+    };
+    if let Err(e) = read_chunk_into(ctx, path, c, nblocks, &mut out) {
+        out.error = Some(e);
+    }
+    out
+}
+
+fn read_chunk_into(
+    ctx: &ChunkCtx<'_>,
+    path: &Path,
+    c: Chunk,
+    nblocks: Option<u64>,
+    out: &mut ChunkOut,
+) -> Result<(), CountsError> {
+    let mut r = CompactReader::open_range(path, c.start, c.end, c.line_before, c.index)?;
+    let send = c.side == 0;
+    let mut row = Row::default();
+    while nblocks.is_none_or(|n| (out.blocks.len() as u64) < n) {
+        let Some(h) = r.next_block()? else {
+            break;
+        };
+        let mut acc = SideAcc::new(h.comm_size, h.datatype_size, ctx.opts.size_threshold);
+        let mappings = if send {
+            ctx.index
+                .mappings(ctx.lead, h.comm_size, &h.calls, ctx.opts.reference_compat)
+        } else {
+            Vec::new()
+        };
+        while r.next_row(&mut row)? {
+            acc.add_row(&row.ranks, &row.counts);
+            // The rank×rank map is built from the send side only: for any valid
+            // alltoallv the bytes rank j receives from rank i equal the bytes i
+            // sends to j, so the receive map is its transpose (and costs as much
+            // again).
+            if send && out.heat_ok {
+                let heat = out.heat.get_or_insert_with(HeatAcc::new);
+                for m in &mappings {
+                    let factor = h.datatype_size.saturating_mul(m.calls.len());
+                    if !heat.add_row(&row.ranks, &row.counts, m.world_ranks.as_deref(), factor) {
+                        out.heat_ok = false;
+                        break;
+                    }
+                }
+            }
+        }
+        out.blocks.push(SideBlock {
+            header: h,
+            stats: acc.finish(),
+            mappings,
+        });
+    }
+    out.lines = r.line();
+    Ok(())
+}
+
+/// `e` with its line number moved down by `by` lines: the position, and the
+/// line a file cut short names in its message ("… in the middle of line L
+/// (…"; the only message of the compact reader that holds a line number).
+fn shift_lines(e: CountsError, by: u64) -> CountsError {
+    use benchlake_formats::FormatError;
+    use benchlake_formats::error::Position;
+    if by == 0 {
+        return e;
+    }
+    let CountsError::Format(FormatError::Malformed {
+        file,
+        field,
+        pos,
+        mut message,
+    }) = e
+    else {
+        return e;
+    };
+    let pos = match pos {
+        Position::LineCol(l, c) => Position::LineCol(l.saturating_add(by), c),
+        p => p,
+    };
+    const CUT: &str = " in the middle of line ";
+    if let Some(at) = message.find(CUT).map(|i| i + CUT.len()) {
+        let digits = message
+            .get(at..)
+            .map_or(0, |t| t.bytes().take_while(u8::is_ascii_digit).count());
+        if let Some(l) = message
+            .get(at..at + digits)
+            .and_then(|t| t.parse::<u64>().ok())
+        {
+            message.replace_range(at..at + digits, &l.saturating_add(by).to_string());
+        }
+    }
+    CountsError::Format(FormatError::Malformed {
+        file,
+        field,
+        pos,
+        message,
+    })
+}
+
+/// Reads both files of a compact pair from their starts (up to `nblocks`
+/// blocks each) on up to `threads` threads.
+///
+/// Each side is read on its own (its blocks' figures need only its own rows;
+/// the caller pairs the blocks up). With two or more threads the send file is
+/// read on this thread and the recv file on others; without a block limit the
+/// recv file is cut at block starts ([`compact::next_block_start`]) so that
+/// every thread gets about the same work, counting [`SEND_WEIGHT`] per send
+/// byte. A cut's line numbers and block indices are shifted by those of the
+/// chunks before it, so the result (errors included) does not depend on the
+/// cuts: blocks, figures and heat map are the same as from one reader per file.
+fn read_pair(
+    ctx: &ChunkCtx<'_>,
+    files: [(&Path, BlockStart); 2],
+    nblocks: Option<u64>,
+    threads: usize,
+    min_chunk: u64,
+) -> PairRead {
+    let [(send, ss), (recv, rs)] = files;
+    let first = |side: usize, st: BlockStart| Chunk {
+        side,
+        start: st.offset,
+        end: None,
+        line_before: st.line.saturating_sub(1),
+        index: st.index,
+        first: true,
+    };
+    // (thread, chunk), in file order: the send chunk, then the recv chunks.
+    let mut chunks: Vec<(usize, Chunk)> = vec![(0, first(0, ss))];
+    let mut recv_chunks = vec![first(1, rs)];
+    let mut recv_thread0 = threads < 2;
+    if threads >= 2 && nblocks.is_none() {
+        let ws = file_len(send)
+            .saturating_sub(ss.offset)
+            .saturating_mul(SEND_WEIGHT);
+        let wr = file_len(recv).saturating_sub(rs.offset);
+        let total = ws.saturating_add(wr);
+        let t = threads as u64;
+        let share = total / t;
+        // Thread 0 reads the send file, and the head of the recv file when the
+        // send file is less than its share.
+        recv_thread0 = ws < share && share >= min_chunk;
+        if share >= min_chunk {
+            for k in 1..t {
+                let v = share.saturating_mul(k);
+                if v <= ws {
+                    continue;
+                }
+                let at = rs.offset.saturating_add(v - ws);
+                let prev = recv_chunks.last().map_or(rs.offset, |c| c.start);
+                // A cut is tried at most once; an unreadable file is an error
+                // of the reader of the whole file instead.
+                match compact::next_block_start(recv, at) {
+                    Ok(Some(o)) if o > prev => {
+                        if let Some(last) = recv_chunks.last_mut() {
+                            last.end = Some(o);
+                        }
+                        recv_chunks.push(Chunk {
+                            side: 1,
+                            start: o,
+                            end: None,
+                            line_before: 0,
+                            index: 0,
+                            first: false,
+                        });
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        }
+    }
+    // Without a cut the recv file is the second thread's.
+    let first_recv_thread = if recv_thread0 && recv_chunks.len() > 1 {
+        0
+    } else {
+        1
+    };
+    chunks.extend(
+        recv_chunks
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| ((first_recv_thread + i).min(threads.max(1) - 1), c)),
+    );
+    let used = chunks.iter().map(|c| c.0).max().unwrap_or(0) + 1;
+    let path = |c: &Chunk| if c.side == 0 { send } else { recv };
+    let run = |t: usize| -> Vec<(usize, ChunkOut)> {
+        chunks
+            .iter()
+            .enumerate()
+            .filter(|(_, (th, _))| *th == t)
+            .map(|(i, (_, c))| (i, read_chunk(ctx, path(c), *c, nblocks)))
+            .collect()
+    };
+    let mut outs: Vec<Option<ChunkOut>> = (0..chunks.len()).map(|_| None).collect();
+    std::thread::scope(|s| {
+        let others: Vec<_> = (1..used)
+            .map(|t| {
+                let job = &run;
+                std::thread::Builder::new()
+                    .name(format!("counts-read-{t}"))
+                    .spawn_scoped(s, move || job(t))
+                    .map_err(|_| t)
+            })
+            .collect();
+        let mut all = run(0);
+        for h in others {
+            match h {
+                Ok(h) => match h.join() {
+                    Ok(v) => all.extend(v),
+                    Err(p) => std::panic::resume_unwind(p),
+                },
+                // No thread to be had: read its chunks here.
+                Err(t) => all.extend(run(t)),
+            }
+        }
+        for (i, o) in all {
+            if let Some(slot) = outs.get_mut(i) {
+                *slot = Some(o);
+            }
+        }
+    });
+    let mut pair = PairRead {
+        send: Vec::new(),
+        recv: Vec::new(),
+        heat: None,
+        heat_ok: true,
+    };
+    // Per side: the (line, index) the next chunk's numbers are shifted by, and
+    // whether an error ended the side (what follows it is not read in one pass).
+    let mut bases = [(0u64, 0u64); 2];
+    let mut ended = [false; 2];
+    for ((_, c), o) in chunks.iter().zip(outs) {
+        let Some(o) = o else { continue };
+        let side = c.side.min(1);
+        if ended[side] {
+            continue;
+        }
+        let (line0, index0) = if c.first { (0, 0) } else { bases[side] };
+        let list = if side == 0 {
+            &mut pair.send
+        } else {
+            &mut pair.recv
+        };
+        let n = o.blocks.len() as u64;
+        for mut b in o.blocks {
+            b.header.line = b.header.line.saturating_add(line0);
+            b.header.index = b.header.index.saturating_add(index0);
+            list.push(Ok(b));
+        }
+        let start = if c.first { c.index } else { index0 };
+        bases[side] = (o.lines.saturating_add(line0), start.saturating_add(n));
+        if let Some(e) = o.error {
+            list.push(Err(shift_lines(e, line0)));
+            ended[side] = true;
+        }
+        if side == 0 {
+            pair.heat = o.heat;
+            pair.heat_ok &= o.heat_ok;
+        }
+    }
+    pair
+}
+
+/// Analyses one part on one thread.
 pub fn analyze_part(spec: &PartSpec) -> Result<PartResult, CountsError> {
+    analyze_part_threads(spec, 1)
+}
+
+/// Analyses one part on up to `threads` threads (a compact pair's files are
+/// read side by side, the recv file in several pieces): the same result
+/// whatever the number.
+pub fn analyze_part_threads(spec: &PartSpec, threads: usize) -> Result<PartResult, CountsError> {
+    analyze_part_with(spec, threads, MIN_CHUNK_BYTES)
+}
+
+fn analyze_part_with(
+    spec: &PartSpec,
+    threads: usize,
+    min_chunk: u64,
+) -> Result<PartResult, CountsError> {
     let opts = &spec.options;
     let index = LocationIndex::load(&spec.location_files)?;
     let mut heat: BTreeMap<Direction, HeatAcc> = BTreeMap::new();
@@ -298,16 +636,28 @@ pub fn analyze_part(spec: &PartSpec) -> Result<PartResult, CountsError> {
             blocks: nblocks,
         } => {
             source = format!("{}, {}", file_name(send), file_name(recv));
-            let mut s =
-                CompactReader::open_at(send, send_start.offset, send_start.line, send_start.index)?;
-            let mut r =
-                CompactReader::open_at(recv, recv_start.offset, recv_start.line, recv_start.index)?;
-            let mut row = Row::default();
-            let mut done = 0u64;
-            while nblocks.is_none_or(|n| done < n) {
-                let (hs, hr) = match (s.next_block()?, r.next_block()?) {
+            let ctx = ChunkCtx {
+                lead: spec.lead,
+                index: &index,
+                opts,
+            };
+            let pair = read_pair(
+                &ctx,
+                [(send.as_path(), *send_start), (recv.as_path(), *recv_start)],
+                *nblocks,
+                threads,
+                min_chunk,
+            );
+            let (pair_heat, pair_heat_ok) = (pair.heat, pair.heat_ok);
+            let mut sends = pair.send.into_iter();
+            let mut recvs = pair.recv.into_iter();
+            loop {
+                // In file order, as one reader of each file in lockstep finds
+                // them: a block's headers, then whatever stopped a side.
+                let (bs, br) = match (sends.next(), recvs.next()) {
+                    (Some(Ok(a)), Some(Ok(b))) => (a, b),
+                    (Some(Err(e)), _) | (_, Some(Err(e))) => return Err(e),
                     (None, None) => break,
-                    (Some(a), Some(b)) => (a, b),
                     _ => {
                         return Err(CountsError::Input(format!(
                             "{} and {} have different numbers of blocks",
@@ -316,6 +666,7 @@ pub fn analyze_part(spec: &PartSpec) -> Result<PartResult, CountsError> {
                         )));
                     }
                 };
+                let (hs, hr) = (&bs.header, &br.header);
                 if hs.calls != hr.calls || hs.comm_size != hr.comm_size {
                     return Err(CountsError::Input(format!(
                         "{}: block {} (line {}) does not match block {} of {} (calls or communicator size differ)",
@@ -326,36 +677,20 @@ pub fn analyze_part(spec: &PartSpec) -> Result<PartResult, CountsError> {
                         send.display()
                     )));
                 }
-                let n = hs.comm_size;
-                let mut w = BlockWork {
-                    lead: spec.lead,
-                    comm_size: n,
-                    mappings: index.mappings(spec.lead, n, &hs.calls, opts.reference_compat),
-                    send: SideAcc::new(n, hs.datatype_size, opts.size_threshold),
-                    recv: SideAcc::new(n, hr.datatype_size, opts.size_threshold),
-                    heat: &mut heat,
-                    heat_ok: &mut heat_ok,
-                    sdt: hs.datatype_size,
-                    rdt: hr.datatype_size,
-                };
-                while s.next_row(&mut row)? {
-                    w.row(Direction::Send, &row.ranks, &row.counts);
-                }
-                while r.next_row(&mut row)? {
-                    w.row(Direction::Recv, &row.ranks, &row.counts);
-                }
-                let _ = (w.lead, w.comm_size);
                 blocks.push(BlockSummary {
                     index: hs.index,
-                    comm_size: n,
+                    comm_size: hs.comm_size,
                     header_calls: Some(hs.header_calls),
-                    calls: hs.calls.clone(),
-                    mappings: w.mappings,
-                    send: w.send.finish(),
-                    recv: w.recv.finish(),
+                    calls: bs.header.calls,
+                    mappings: bs.mappings,
+                    send: bs.stats,
+                    recv: br.stats,
                 });
-                done += 1;
             }
+            if let Some(h) = pair_heat {
+                heat.insert(Direction::Send, h);
+            }
+            heat_ok &= pair_heat_ok;
         }
         PartInput::PerCall { files } => {
             source = files.first().map(|(_, p)| file_name(p)).unwrap_or_default();
@@ -370,8 +705,6 @@ pub fn analyze_part(spec: &PartSpec) -> Result<PartResult, CountsError> {
                 let n = c.comm_size;
                 let calls = CallList(vec![(*call, *call)]);
                 let mut w = BlockWork {
-                    lead: spec.lead,
-                    comm_size: n,
                     mappings: index.mappings(spec.lead, n, &calls, opts.reference_compat),
                     send: SideAcc::new(n, c.send_datatype_size, opts.size_threshold),
                     recv: SideAcc::new(n, c.recv_datatype_size, opts.size_threshold),
@@ -664,15 +997,21 @@ fn merge_lead(job: u64, lead: u64, parts: Vec<PartResult>, opts: &Options) -> Le
 }
 
 /// Runs the whole analysis of a profiler output directory locally (parts run one
-/// after the other) and writes the Go-compatible reports into `out_dir`.
+/// after the other, on one thread) and writes the Go-compatible reports into
+/// `out_dir`.
 pub fn analyze_dir(dir: &Path, out_dir: &Path, options: &Options) -> Result<Analysis, CountsError> {
-    let analysis = analyze_input_dir(dir, options)?;
+    let analysis = analyze_input_dir(dir, options, 1)?;
     super::report::write_all(&analysis, out_dir)?;
     Ok(analysis)
 }
 
-/// The analysis of a profiler output directory, without writing anything.
-pub fn analyze_input_dir(dir: &Path, options: &Options) -> Result<Analysis, CountsError> {
+/// The analysis of a profiler output directory, without writing anything;
+/// `threads` as in [`analyze_files_threads`].
+pub fn analyze_input_dir(
+    dir: &Path,
+    options: &Options,
+    threads: usize,
+) -> Result<Analysis, CountsError> {
     let files: Vec<PathBuf> = expand_dir(dir)
         .map_err(|e| CountsError::Io {
             path: dir.to_path_buf(),
@@ -681,17 +1020,231 @@ pub fn analyze_input_dir(dir: &Path, options: &Options) -> Result<Analysis, Coun
         .into_iter()
         .map(|(p, _)| p)
         .collect();
-    analyze_files(&files, options)
+    analyze_files_threads(&files, options, threads)
 }
 
-/// Plans, runs every part and merges, without writing anything.
+/// Plans, runs every part and merges, without writing anything (one thread).
 pub fn analyze_files(files: &[PathBuf], options: &Options) -> Result<Analysis, CountsError> {
+    analyze_files_threads(files, options, 1)
+}
+
+/// [`analyze_files`] with each part on up to `threads` threads
+/// ([`analyze_part_threads`]): the same analysis whatever the number.
+pub fn analyze_files_threads(
+    files: &[PathBuf],
+    options: &Options,
+    threads: usize,
+) -> Result<Analysis, CountsError> {
     let mut results = Vec::new();
     for spec in plan(files, options)? {
         tracing::debug!(lead = spec.lead, "analysing part");
-        results.push(analyze_part(&spec)?);
+        results.push(analyze_part_threads(&spec, threads)?);
     }
     let mut a = merge(results);
     a.options = options.clone();
     Ok(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A compact pair of `blocks` blocks of `n` ranks (rows grouped as the
+    /// profiler does), the recv file about three times the send file.
+    fn write_pair(dir: &Path, n: u64, blocks: u64) -> (PathBuf, PathBuf) {
+        let mut x = 12345u64;
+        let mut rnd = move |m: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % m
+        };
+        let (mut send, mut recv) = (String::new(), String::new());
+        for b in 0..blocks {
+            let calls = format!("{}-{}, {}", b * 10, b * 10 + rnd(3), b * 10 + 7);
+            let k = ranklist::count(&ranklist::parse(calls.as_bytes()).unwrap());
+            for (text, dt, distinct) in [(&mut send, 4, 2), (&mut recv, 8, n)] {
+                // Blank lines between blocks and header lines, as tolerated.
+                text.push_str(&format!(
+                    "{}# Raw counters\n\nNumber of ranks: {n}\nDatatype size: {dt}\nAlltoallv calls 0-{}\nCount: {k} calls - {calls}\n\n\nBEGINNING DATA\n",
+                    if b % 3 == 1 { "\n" } else { "" },
+                    blocks * 10 - 1
+                ));
+                let rows: Vec<Vec<u64>> = (0..distinct.min(n))
+                    .map(|_| {
+                        (0..n)
+                            .map(|_| if rnd(3) == 0 { 0 } else { rnd(500) })
+                            .collect()
+                    })
+                    .collect();
+                for g in 0..distinct.min(n) {
+                    let ranks: Vec<(u64, u64)> = (0..n)
+                        .filter(|r| r % distinct.min(n) == g)
+                        .map(|r| (r, r))
+                        .collect();
+                    text.push_str(&format!("Rank(s) {}: ", ranklist::format(&ranks, ", ")));
+                    for c in &rows[g as usize] {
+                        text.push_str(&format!("{c} "));
+                    }
+                    text.push('\n');
+                }
+                text.push_str("END DATA\n");
+            }
+        }
+        let (s, r) = (
+            dir.join("send-counters.job0.rank0.txt"),
+            dir.join("recv-counters.job0.rank0.txt"),
+        );
+        std::fs::write(&s, send).unwrap();
+        std::fs::write(&r, recv).unwrap();
+        (s, r)
+    }
+
+    fn spec(s: &Path, r: &Path, blocks: Option<u64>) -> PartSpec {
+        PartSpec {
+            job: 0,
+            lead: 0,
+            input: PartInput::Compact {
+                send: s.to_path_buf(),
+                recv: r.to_path_buf(),
+                send_start: BlockStart::FILE_START,
+                recv_start: BlockStart::FILE_START,
+                blocks,
+            },
+            location_files: Vec::new(),
+            options: Options::default(),
+        }
+    }
+
+    /// Every thread count and cut gives the one-thread result, errors included.
+    fn same_on_all_threads(spec: &PartSpec) -> Result<PartResult, String> {
+        let one = analyze_part_with(spec, 1, u64::MAX).map_err(|e| e.to_string());
+        for threads in 2..=6 {
+            for min_chunk in [1, 64, 4096, u64::MAX] {
+                let got = analyze_part_with(spec, threads, min_chunk).map_err(|e| e.to_string());
+                assert_eq!(
+                    got, one,
+                    "{threads} threads, chunks of at least {min_chunk} bytes"
+                );
+            }
+        }
+        one
+    }
+
+    #[test]
+    fn threads_and_cuts_give_the_one_thread_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, r) = write_pair(dir.path(), 13, 40);
+        let whole = same_on_all_threads(&spec(&s, &r, None)).unwrap();
+        assert_eq!(whole.blocks.len(), 40);
+        assert_eq!(whole.blocks[39].index, 39);
+        assert!(!whole.heat[&Direction::Send].is_empty());
+        // A block-limited part from a later block start.
+        let ss = compact::block_starts(&s).unwrap();
+        let rs = compact::block_starts(&r).unwrap();
+        let mut p = spec(&s, &r, Some(5));
+        if let PartInput::Compact {
+            send_start,
+            recv_start,
+            ..
+        } = &mut p.input
+        {
+            let at = |t: &(u64, u64, u64)| BlockStart {
+                offset: t.0,
+                line: t.1,
+                index: t.2,
+            };
+            *send_start = at(&ss[7]);
+            *recv_start = at(&rs[7]);
+        }
+        let part = same_on_all_threads(&p).unwrap();
+        assert_eq!(part.blocks.len(), 5);
+        assert_eq!(part.blocks[0], whole.blocks[7]);
+        // To the end from a later block start.
+        if let PartInput::Compact { blocks, .. } = &mut p.input {
+            *blocks = None;
+        }
+        assert_eq!(same_on_all_threads(&p).unwrap().blocks, whole.blocks[7..]);
+    }
+
+    #[test]
+    fn errors_name_the_same_line_whatever_the_threads() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, r) = write_pair(dir.path(), 11, 30);
+        let text = std::fs::read_to_string(&r).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let write = |l: &[&str]| {
+            let mut t = l.join("\n");
+            t.push('\n');
+            std::fs::write(&r, t).unwrap();
+        };
+        let fails = || same_on_all_threads(&spec(&s, &r, None)).unwrap_err();
+        // A bad count in the last block of the recv file (past every cut).
+        let row = lines.len() - 5;
+        assert!(lines[row].starts_with("Rank(s) "));
+        let bad = lines[row].replace(": ", ": x");
+        let mut l = lines.clone();
+        l[row] = &bad;
+        write(&l);
+        let e = fails();
+        assert!(e.contains(&format!("line {}, column", row + 1)), "{e}");
+        // A missing row: named at the block's END DATA line.
+        let mut l = lines.clone();
+        l.remove(row);
+        write(&l);
+        let e = fails();
+        assert!(e.contains("rows for 10 of 11 ranks"), "{e}");
+        assert!(
+            e.contains(&format!("line {}, column", lines.len() - 1)),
+            "{e}"
+        );
+        // Block 20 of the recv file lists other calls than the send file's.
+        let count = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.starts_with("Count: "))
+            .nth(20)
+            .unwrap()
+            .0;
+        let mut l = lines.clone();
+        l[count] = "Count: 1 calls - 99999";
+        write(&l);
+        let e = fails();
+        assert!(e.contains(&format!("block 20 (line {})", count - 4)), "{e}");
+        assert!(e.contains("does not match block 20"), "{e}");
+        // Blocks cut short by the next block (where the file may be cut for
+        // the threads): a missing END DATA, a header without its last lines.
+        let starts: Vec<usize> = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.starts_with("# Raw counters"))
+            .map(|(k, _)| k)
+            .collect();
+        for what in [
+            "missing 'END DATA' before the next block",
+            "expected 'Alltoallv calls S-E', found '#'",
+        ] {
+            let mut l = lines.clone();
+            // Block 18 follows block 17 without a blank line.
+            let cut = if what.starts_with("missing") {
+                l.remove(starts[18] - 1);
+                starts[18] - 1
+            } else {
+                l.drain(starts[17] + 4..starts[18]);
+                starts[17] + 4
+            };
+            write(&l);
+            let e = fails();
+            assert!(e.contains(what), "{e}");
+            assert!(e.contains(&format!("line {}, column 1", cut + 1)), "{e}");
+        }
+        // A recv file cut short, and one with a block fewer than the send file.
+        std::fs::write(&r, &text[..text.len() - 4]).unwrap();
+        let e = fails();
+        assert!(e.contains("recv-counters"), "{e}");
+        let last = text.rfind("# Raw counters").unwrap();
+        std::fs::write(&r, &text[..last]).unwrap();
+        let e = fails();
+        assert!(e.contains("different numbers of blocks"), "{e}");
+    }
 }

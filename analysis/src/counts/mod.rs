@@ -25,7 +25,8 @@ use benchlake_formats::counts::ranklist::CallList;
 use serde::{Deserialize, Serialize};
 
 pub use fanout::{
-    PartInput, PartResult, PartSpec, analyze_dir, analyze_input_dir, analyze_part, merge, plan,
+    PartInput, PartResult, PartSpec, analyze_dir, analyze_files_threads, analyze_input_dir,
+    analyze_part, analyze_part_threads, merge, plan,
 };
 pub use summary::{BlockSummary, Direction, SideStats};
 

@@ -79,6 +79,10 @@ pub struct CompactReader<R> {
     /// Which ranks of the current block have had a row.
     seen: Vec<u64>,
     seen_count: u64,
+    /// Blocks starting at or after this byte offset are not read.
+    end: Option<u64>,
+    /// A block start at or after `end` was reached (and pushed back).
+    at_end: bool,
 }
 
 impl CompactReader<BufReader<File>> {
@@ -99,6 +103,32 @@ impl CompactReader<BufReader<File>> {
         r.next_index = index;
         Ok(r)
     }
+
+    /// Opens the blocks of `path` that start in the byte range `start..end`
+    /// (`end`: to the end of the file), where `start` is the start of a block,
+    /// `line_before` the number of the line before it and `index` that block's
+    /// index. Readers of consecutive ranges cut at block starts
+    /// ([`next_block_start`]) together read the file exactly as one reader
+    /// does, errors included: a reader sees the lines after its range (a block
+    /// cut short by the next one is the same error). A range whose line number
+    /// is not known yet is read with `line_before` 0 and its numbers shifted
+    /// afterwards.
+    pub fn open_range(
+        path: &Path,
+        start: u64,
+        end: Option<u64>,
+        line_before: u64,
+        index: u64,
+    ) -> Result<Self> {
+        let mut f = File::open(path).map_err(|e| FormatError::io(path, e))?;
+        f.seek(SeekFrom::Start(start))
+            .map_err(|e| FormatError::io(path, e))?;
+        let mut r = Self::new(BufReader::with_capacity(1 << 16, f), path);
+        r.lines = r.lines.with_line(line_before, start);
+        r.next_index = index;
+        r.end = end;
+        Ok(r)
+    }
 }
 
 impl<R: BufRead> CompactReader<R> {
@@ -111,12 +141,20 @@ impl<R: BufRead> CompactReader<R> {
             header: None,
             seen: Vec::new(),
             seen_count: 0,
+            end: None,
+            at_end: false,
         }
     }
 
     /// The file being read.
     pub fn path(&self) -> &Path {
         self.lines.path()
+    }
+
+    /// The number of the last line read (the number of lines of the input
+    /// once [`CompactReader::next_block`] returned `None`).
+    pub fn line(&self) -> u64 {
+        self.lines.number() - u64::from(self.at_end)
     }
 
     /// The current block's header.
@@ -131,7 +169,13 @@ impl<R: BufRead> CompactReader<R> {
             let mut row = Row::default();
             while self.next_row(&mut row)? {}
         }
-        if !self.lines.skip_blank()? {
+        if self.at_end || !self.lines.skip_blank()? {
+            return Ok(None);
+        }
+        if self.end.is_some_and(|e| self.lines.offset() >= e) {
+            // The next range's first line.
+            self.lines.unread();
+            self.at_end = true;
             return Ok(None);
         }
         let l = &mut self.lines;
@@ -452,6 +496,65 @@ fn char_error<R: BufRead>(l: &Lines<R>, col: usize, c: u8) -> FormatError {
     l.error("counts", col, msg)
 }
 
+/// The first line of `path` at or after byte `from` that starts with
+/// `# Raw counters` (a block start, or a line no block may hold): its byte
+/// offset, `None` when there is none. Reads from `from` on only, so a file can
+/// be cut for several readers ([`CompactReader::open_range`]) without a scan of
+/// what comes before.
+pub fn next_block_start(path: &Path, from: u64) -> Result<Option<u64>> {
+    next_block_start_buf(path, from, 1 << 16)
+}
+
+/// [`next_block_start`] reading `buf_len` bytes at a time (at least 32).
+fn next_block_start_buf(path: &Path, from: u64, buf_len: usize) -> Result<Option<u64>> {
+    use std::io::Read;
+    const TAG: &[u8] = b"# Raw counters";
+    let mut f = File::open(path).map_err(|e| FormatError::io(path, e))?;
+    // Start one byte early: a line starts at `from` when the byte before it is
+    // a newline (or `from` is the start of the file).
+    let begin = from.saturating_sub(1);
+    f.seek(SeekFrom::Start(begin))
+        .map_err(|e| FormatError::io(path, e))?;
+    let mut buf = vec![0u8; buf_len.max(32)];
+    // `buf[..keep]` holds the unsearched tail of the previous read, at file
+    // offset `at`.
+    let (mut keep, mut at) = (0usize, begin);
+    let mut first = true;
+    loop {
+        let n = f
+            .read(buf.get_mut(keep..).unwrap_or_default())
+            .map_err(|e| FormatError::io(path, e))?;
+        let have = keep + n;
+        let hay = buf.get(..have).unwrap_or_default();
+        if first && from == 0 && hay.starts_with(TAG) {
+            return Ok(Some(0));
+        }
+        first = false;
+        let mut i = 0;
+        while let Some(p) = hay
+            .get(i..)
+            .and_then(|h| h.iter().position(|&c| c == b'\n'))
+        {
+            let line = i + p + 1;
+            match hay.get(line..line + TAG.len()) {
+                Some(t) if t == TAG => return Ok(Some(at + line as u64)),
+                Some(_) => i = line,
+                // Too few bytes after the newline: keep them for the next read.
+                None => break,
+            }
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        // Keep from the last newline on (at most TAG.len() bytes matter).
+        let tail = hay.len().saturating_sub(i).min(TAG.len() + 1);
+        let from_tail = have - tail;
+        buf.copy_within(from_tail..have, 0);
+        at += from_tail as u64;
+        keep = tail;
+    }
+}
+
 /// Where each block of a compact file starts (for splitting work): byte offset,
 /// line and index, found by a light scan for `# Raw counters` lines.
 pub fn block_starts(path: &Path) -> Result<Vec<(u64, u64, u64)>> {
@@ -588,6 +691,66 @@ mod tests {
                 prop_assert!(parse_all(&text[..cut]).is_err() || text[..cut].trim().is_empty());
             }
         }
+    }
+
+    #[test]
+    fn next_block_start_and_ranges_read_as_one_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("recv-counters.job0.rank0.txt");
+        let m = vec![vec![1, 2, 0], vec![3, 4, 5], vec![0, 0, 7]];
+        // Blank lines between blocks; a '#' mid-line is not a block start.
+        let blocks: Vec<String> = (0..200)
+            .map(|i| write_block(3, 4, &i.to_string(), &m, ", "))
+            .collect();
+        let text = blocks
+            .join("\n")
+            .replace("\n\n\nBEGINNING", " (# Raw counters)\n\n\nBEGINNING");
+        std::fs::write(&p, &text).unwrap();
+        let starts: Vec<u64> = block_starts(&p).unwrap().iter().map(|t| t.0).collect();
+        assert_eq!(starts.len(), 200);
+        // From every offset: the first block start at or after it (reads that
+        // end inside the tag are carried over).
+        for from in (0..text.len() as u64 + 2).step_by(7) {
+            let want = starts.iter().copied().find(|&s| s >= from);
+            assert_eq!(next_block_start(&p, from).unwrap(), want, "from {from}");
+            for buf in [32, 33, 47, 100] {
+                let got = next_block_start_buf(&p, from, buf).unwrap();
+                assert_eq!(got, want, "from {from}, {buf}-byte reads");
+            }
+        }
+        // Ranges cut at block starts: the blocks and rows of one reader, with
+        // line numbers and indices shifted by those of the ranges before.
+        let whole = {
+            let mut r = CompactReader::open(&p).unwrap();
+            let mut out = Vec::new();
+            while let Some(h) = r.next_block().unwrap() {
+                let mut row = Row::default();
+                while r.next_row(&mut row).unwrap() {
+                    out.push((h.clone(), row.clone()));
+                }
+            }
+            out
+        };
+        let cuts = [0, starts[37], starts[38], starts[150], text.len() as u64];
+        let (mut got, mut lines, mut index) = (Vec::new(), 0, 0);
+        for w in cuts.windows(2) {
+            let mut r = CompactReader::open_range(&p, w[0], Some(w[1]), 0, 0).unwrap();
+            let mut n = 0;
+            while let Some(mut h) = r.next_block().unwrap() {
+                n += 1;
+                h.line += lines;
+                h.index += index;
+                let mut row = Row::default();
+                while r.next_row(&mut row).unwrap() {
+                    row.line += lines;
+                    got.push((h.clone(), row.clone()));
+                }
+            }
+            lines += r.line();
+            index += n;
+        }
+        assert_eq!(got, whole);
+        assert_eq!(lines, text.lines().count() as u64);
     }
 
     #[test]
