@@ -378,6 +378,7 @@ def measure(a, work: Path, slurm):
     run(["mpicc", "-O1", "-o", str(exe), str(src)])
     variants = ["bandela", "bandela+cal", "bandela+cal+cpu", "dimemas", "dimemas+cal", "dimemas+cal+cpu"]
     results = {}
+    failed_runs = []
     for kernel in a.kernels.split(","):
         for np_ in [int(x) for x in a.ranks.split(",")]:
             for rep in range(a.repeat):
@@ -389,9 +390,23 @@ def measure(a, work: Path, slurm):
                          str(exe), kernel])
                 else:
                     env = {**slurm.env(), **SLURM_MPI_ENV}
-                    run(["srun", "--mpi=pmix", "-N2", "-n", str(np_), "--overcommit",
-                         f"--export=ALL,LD_PRELOAD={TRACER},BENCHLAKE_TRACE_DIR={out}",
-                         str(exe), kernel], env=env)
+                    argv = ["srun", "--mpi=pmix", "-N2", "-n", str(np_), "--overcommit",
+                            f"--export=ALL,LD_PRELOAD={TRACER},BENCHLAKE_TRACE_DIR={out}",
+                            str(exe), kernel]
+                    # Open MPI's TCP wire-up on loopback now and then fails
+                    # (connect() EAGAIN when 8 ranks connect at once): such a
+                    # run is started again, at most twice, and counted.
+                    for attempt in range(3):
+                        p = subprocess.run(argv, capture_output=True, text=True, env=env)
+                        if p.returncode == 0:
+                            break
+                        failed_runs.append(f"{kernel} np{np_} #{rep}: {p.stderr.strip().splitlines()[-1:]}")
+                        print(f"{kernel} np{np_} #{rep} failed (attempt {attempt + 1}): {p.stderr[-300:]}",
+                              file=sys.stderr)
+                        shutil.rmtree(out)
+                        out.mkdir()
+                    else:
+                        raise SystemExit(f"{' '.join(argv)}: failed 3 times")
                 meas = measured(out / "bandela_stats")
                 nodes = rank_nodes(out, np_)
                 traces = out / "bandela"
@@ -428,6 +443,8 @@ def measure(a, work: Path, slurm):
                 results.setdefault((kernel, np_), []).append((meas, pred))
                 print(f"{kernel} np{np_} #{rep} on {','.join(sorted(set(nodes)))}: measured {meas * 1e3:.3f} ms; "
                       + ", ".join(f"{v} {pred[v] * 1e3:.3f}" for v in variants), file=sys.stderr)
+    if failed_runs:
+        print(f"\n{len(failed_runs)} run(s) failed and were started again: " + "; ".join(failed_runs))
     print(f"\nMedian signed error of the predicted total time, {a.repeat} runs each "
           f"({a.launcher}, {CORES} cores; calibration {fits}):\n")
     print("| kernel | ranks | measured (ms) | " + " | ".join(variants) + " |")
