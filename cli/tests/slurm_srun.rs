@@ -18,6 +18,9 @@
 //!   names the node): `traced.rank_time` fails that node in `node_health`
 //!   and passes the other two, the run's verdict is FAIL, and `node-check`
 //!   answers unhealthy for n2 and healthy for n1;
+//! - LinkTest through srun at 64 B and at 1 MiB calibrates the three nodes
+//!   (an inter-node fit), and a traced run on them has both default
+//!   replays use it (host type 2 Bandela, three Dimemas nodes);
 //! - a node list (`n[2-3]`) reaches srun and the rows name n2 and n3 only;
 //! - failures: a partition Slurm does not know fails the task with Slurm's
 //!   own error; more nodes than exist leave the job queued, and the task's
@@ -772,6 +775,193 @@ async fn traced_mpi_app_runs_under_srun_pmix_on_three_slurm_nodes() {
         judged,
         BTreeSet::from(["n1".into(), "n2".into(), "n3".into()])
     );
+    assert_eq!(sl.queue(), "", "no job left in Slurm");
+}
+
+/// A LinkTest stand-in that measures at the size LinkTest was asked for
+/// (`--size-messages N`): netprobe between the Slurm tasks, so each run
+/// records one message size, as real LinkTest does.
+fn sized_stand_in(dir: &Path) -> String {
+    let p = dir.join("linktest-sized");
+    let script = format!(
+        "#!/bin/sh\n\
+         size=4096\n\
+         while [ $# -gt 0 ]; do [ \"$1\" = --size-messages ] && size=$2; shift; done\n\
+         hosts=127.0.0.1; i=1\n\
+         while [ $i -lt $SLURM_NTASKS ]; do hosts=$hosts,127.0.0.1; i=$((i+1)); done\n\
+         exec '{bin}' netprobe --rank=$SLURM_PROCID --num-tasks=$SLURM_NTASKS --hosts=$hosts \
+         --run-id=$BENCHLAKE_RUN_ID --out=pingpong_results_bin.sion \
+         --num-messages=20 --message-size=$size --warmup-messages=2 --serial-retests=0\n",
+        bin = bin(),
+    );
+    std::fs::write(&p, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p.display().to_string()
+}
+
+/// Calibration across Slurm nodes (docs/replay.md): LinkTest through srun on
+/// n1, n2 and n3 at 64 B, then at 1 MiB (one size per run, as LinkTest
+/// measures); the second run's calibrate job combines both into an
+/// inter-node fit covering the three nodes. A traced MPI program on the same
+/// three nodes then has both default replays use it: Bandela's one host per
+/// node (host type 2) gets the fitted inter-node figures in place of the
+/// defaults, Dimemas's three nodes of one task the fitted latency and
+/// bandwidth, and each predicts exactly what the model gives offline with
+/// them, which differs from the uncalibrated prediction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_traced_run_on_slurm_nodes_uses_their_linktest_calibration() {
+    use benchlake_replay::calibrations::CalibrationDoc;
+    let Some(sl) = SlurmCluster::start() else {
+        return;
+    };
+    let Some((tmp, apps, exe)) = traced_app("ring", MPI_PROGRAM, &[]) else {
+        return;
+    };
+    let rec = tmp.path().join("rec");
+    std::fs::create_dir_all(&rec).unwrap();
+    let shipped = Catalog::from_toml(&std::fs::read_to_string(LINKTEST_CATALOG).unwrap()).unwrap();
+    let mut lt = shipped.get("linktest").unwrap().clone();
+    lt.command[0] = ArgTemplate::Arg(sized_stand_in(tmp.path()));
+    let apps_dir = apps.clone();
+    let c = login_node_with(&sl, vec![lt, builtin("traced")], move |cfg| {
+        cfg.apps_dir = Some(apps_dir);
+    })
+    .await;
+    let lake = c.lake_dir();
+    let doc = |run: &str| -> CalibrationDoc {
+        let p = lake.join(format!("calibrations/{run}/calibration.json"));
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+    };
+    let mut ids = Vec::new();
+    for size in ["64", "1MiB"] {
+        let params = [("np", "3"), ("num_messages", "20"), ("size_messages", size)];
+        let run = c
+            .submit_spec(srun_spec("linktest", &params, three_nodes()))
+            .await
+            .unwrap();
+        let d = c.wait_settled(&run.run_id, 120).await;
+        assert_eq!(
+            state(&d),
+            pb::RunState::Succeeded,
+            "{}\n{d:#?}\n{}",
+            run_error(&d),
+            sl.logs()
+        );
+        ids.push(run.run_id);
+    }
+    let (d1, d2) = (doc(&ids[0]), doc(&ids[1]));
+    assert!(
+        !d1.fitted && d1.reason.as_deref().unwrap_or("").contains("size"),
+        "{d1:?}"
+    );
+    assert!(d2.fitted, "{d2:?}");
+    assert_eq!(d2.combined, vec![ids[0].clone()]);
+    assert_eq!(
+        d2.nodes.iter().map(String::as_str).collect::<Vec<_>>(),
+        ["n1", "n2", "n3"]
+    );
+    // One rank per node: only inter-node pairs.
+    assert_eq!(d2.fits.len(), 1, "{d2:?}");
+    assert_eq!(d2.fits[0].class.as_str(), "inter");
+    assert_eq!(d2.fits[0].medians.len(), 2);
+    assert!(d2.params.contains_key("latency") && d2.params.contains_key("bandwidth"));
+
+    // The traced run on the same three nodes.
+    let run = c
+        .submit_spec(srun_spec(
+            "traced",
+            &[
+                ("np", "3"),
+                ("app", exe.to_str().unwrap()),
+                ("arg", rec.to_str().unwrap()),
+            ],
+            three_nodes(),
+        ))
+        .await
+        .unwrap();
+    let d = c.wait_settled(&run.run_id, 300).await;
+    assert_eq!(
+        state(&d),
+        pb::RunState::Succeeded,
+        "{}\n{d:#?}\n{}",
+        run_error(&d),
+        sl.logs()
+    );
+    let prefix = d.tasks[0]
+        .outputs
+        .iter()
+        .find(|o| o.format == "bandela")
+        .map(|o| o.key.rsplit_once('/').unwrap().0.to_string())
+        .unwrap();
+    let cal = d2.calibration();
+    let mut models = Vec::new();
+    for b in table_batches(&lake, "replays", Some(&run.run_id)) {
+        let (m, p, t) = (
+            col::<StringArray>(&b, "model"),
+            col::<StringArray>(&b, "params"),
+            col::<Float64Array>(&b, "predicted_time_s"),
+        );
+        for i in 0..b.num_rows() {
+            let params: serde_json::Value = serde_json::from_str(p.value(i)).unwrap();
+            assert_eq!(params["calibration"]["id"], ids[1].as_str(), "{params}");
+            let (with, without) = if m.value(i) == "bandela" {
+                let text = default_replay_input(&c, &run.run_id);
+                assert!(
+                    text.contains("NUMBER_OF_HOSTS 3\nHOST_TYPE 2\n")
+                        && text.contains("INTER_HOST_LATENCY 5\n"),
+                    "{text}"
+                );
+                let calibrated =
+                    benchlake_replay::calibrations::apply_to_bandela_input(&text, &cal);
+                assert!(
+                    !calibrated.contains("INTER_HOST_LATENCY 5\n"),
+                    "{calibrated}"
+                );
+                let replay = |input: &str| {
+                    let f = tmp.path().join("input");
+                    std::fs::write(&f, input).unwrap();
+                    benchlake_replay::models::BANDELA
+                        .replay(
+                            &lake.join(&prefix),
+                            &[("input".to_string(), f.display().to_string())].into(),
+                        )
+                        .unwrap()
+                        .predicted_time_s
+                };
+                (replay(&calibrated), replay(&text))
+            } else {
+                let dim = lake.join(format!("{prefix}/trace.dim"));
+                let base: std::collections::BTreeMap<String, String> = [
+                    ("nodes".to_string(), "3".to_string()),
+                    ("tasks_per_node".to_string(), "1".to_string()),
+                ]
+                .into();
+                let mut p = d2.params.clone();
+                p.extend(base.clone());
+                let mut plain = base;
+                plain.insert("intra_latency".into(), "2e-6".into());
+                plain.insert("intra_bandwidth".into(), (700e6 / 1048576.0).to_string());
+                plain.insert("latency".into(), "5e-6".into());
+                plain.insert("bandwidth".into(), (700e6 / 1048576.0).to_string());
+                let m = &benchlake_replay::models::DIMEMAS;
+                (
+                    m.replay(&dim, &p).unwrap().predicted_time_s,
+                    m.replay(&dim, &plain).unwrap().predicted_time_s,
+                )
+            };
+            assert_eq!(
+                t.value(i),
+                with,
+                "{}: the calibrated prediction",
+                m.value(i)
+            );
+            assert_ne!(with, without, "{}: the calibration changes it", m.value(i));
+            models.push(m.value(i).to_string());
+        }
+    }
+    models.sort();
+    assert_eq!(models, ["bandela", "dimemas"]);
     assert_eq!(sl.queue(), "", "no job left in Slurm");
 }
 
