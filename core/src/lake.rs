@@ -354,17 +354,56 @@ impl Lake {
         job_id: &str,
     ) -> Result<Vec<String>> {
         // Encode everything first, so a bad batch writes nothing.
-        let mut encoded = Vec::with_capacity(outputs.len());
-        for o in outputs {
-            let key = layout::table_key(&o.table, date, run_id, job_id, &o.part)?;
-            encoded.push((key, encode_parquet(&o.table, &o.batches)?));
-        }
-        let mut keys = Vec::new();
-        for (key, data) in encoded {
-            self.put(&key, data).await?;
-            keys.push(key);
+        let encoded = outputs
+            .iter()
+            .map(EncodedTable::encode)
+            .collect::<Result<Vec<_>>>()?;
+        self.write_final_encoded(&encoded, date, run_id, job_id)
+            .await
+    }
+
+    /// [`Lake::write_final`] of tables already encoded. Every key is checked
+    /// before anything is written.
+    pub async fn write_final_encoded(
+        &self,
+        tables: &[EncodedTable],
+        date: &str,
+        run_id: &str,
+        job_id: &str,
+    ) -> Result<Vec<String>> {
+        let keys = tables
+            .iter()
+            .map(|t| layout::table_key(&t.table, date, run_id, job_id, &t.part))
+            .collect::<Result<Vec<_>>>()?;
+        for (key, t) in keys.iter().zip(tables) {
+            self.put(key, t.data.clone()).await?;
         }
         Ok(keys)
+    }
+}
+
+/// A table encoded as one Parquet object, ready to be put.
+#[derive(Debug, Clone)]
+pub struct EncodedTable {
+    /// Catalog table name.
+    pub table: String,
+    /// Part suffix (see [`TableOutput::part`]).
+    pub part: String,
+    /// Rows in the file.
+    pub rows: usize,
+    /// The Parquet file.
+    pub data: Bytes,
+}
+
+impl EncodedTable {
+    /// Encodes `o` with [`encode_parquet`].
+    pub fn encode(o: &TableOutput) -> Result<Self> {
+        Ok(Self {
+            table: o.table.clone(),
+            part: o.part.clone(),
+            rows: o.rows(),
+            data: encode_parquet(&o.table, &o.batches)?,
+        })
     }
 }
 
@@ -475,56 +514,29 @@ pub fn encode_parquet(table: &str, batches: &[RecordBatch]) -> Result<Bytes> {
         check_schema(table, &b.schema())?;
     }
     let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-    encode_with_schema(schema, batches, rows >= BULK_ROWS, chunks::PAGE_VALUES)
+    encode_with_schema(
+        table,
+        schema,
+        batches,
+        rows >= BULK_ROWS,
+        chunks::PAGE_VALUES,
+    )
 }
 
 /// [`encode_parquet`] for a schema already checked; `bulk` selects the large
 /// table path (bulk properties, hand-written numeric chunks of `page_values`
 /// values per page).
 fn encode_with_schema(
+    table: &str,
     schema: SchemaRef,
     batches: &[RecordBatch],
     bulk: bool,
     page_values: usize,
 ) -> Result<Bytes> {
-    use parquet::arrow::arrow_writer::{ArrowRowGroupWriterFactory, compute_leaves};
-    use parquet::arrow::{ArrowSchemaConverter, add_encoded_arrow_schema_to_metadata};
-    use parquet::file::writer::SerializedFileWriter;
-
-    let mut props = if bulk {
-        bulk_writer_properties(&schema)
-    } else {
-        writer_properties()
-    };
-    add_encoded_arrow_schema_to_metadata(&schema, &mut props);
-    let parquet_schema = ArrowSchemaConverter::new()
-        .with_coerce_types(props.coerce_types())
-        .convert(&schema)?;
-    // Reserve what the file is likely to need up front: growing the buffer by
-    // doubling copied it and faulted in fresh pages several times for large
-    // tables. Untouched capacity is only address space.
-    // (Half the fixed-width bytes of the rows; slices of shared arrays make
-    // the arrays' own memory sizes useless here.)
-    let row_bytes: usize = schema
-        .fields()
-        .iter()
-        .map(|f| f.data_type().primitive_width().unwrap_or(16))
-        .sum();
     let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-    let mut buf = Vec::with_capacity(if bulk { rows * row_bytes / 2 } else { 0 });
-    if bulk {
-        // The file is written into fresh memory: huge pages save ~13k faults
-        // for a 50 MB file.
-        crate::mem::advise_huge_pages(&mut buf);
-    }
-    let mut file =
-        SerializedFileWriter::new(&mut buf, parquet_schema.root_schema_ptr(), Arc::new(props))?;
-    let factory = ArrowRowGroupWriterFactory::new(&file, schema.clone());
-    let mut cache = ConstantCache::default();
-    let mut scratch = NumericScratch::new(page_values);
+    let mut enc = ParquetEncoder::with_schema(table, schema, bulk, page_values, rows)?;
 
     // Cut the batches into row groups of ROW_GROUP_ROWS rows.
-    let mut groups: Vec<Vec<RecordBatch>> = Vec::new();
     let mut pending: Vec<RecordBatch> = Vec::new();
     let mut pending_rows = 0;
     for b in batches {
@@ -535,31 +547,151 @@ fn encode_with_schema(
             pending_rows += take;
             at += take;
             if pending_rows == ROW_GROUP_ROWS {
-                groups.push(std::mem::take(&mut pending));
+                enc.write_row_group(&std::mem::take(&mut pending))?;
                 pending_rows = 0;
             }
         }
     }
     if pending_rows > 0 {
-        groups.push(pending);
+        enc.write_row_group(&pending)?;
+    }
+    enc.finish()
+}
+
+/// One Parquet file of a table written row group by row group, so a reader
+/// can hand over its rows a group at a time and reuse the memory. The bytes
+/// are those [`encode_parquet`] writes for the same rows when every group but
+/// the last has [`ROW_GROUP_ROWS`] rows.
+pub struct ParquetEncoder {
+    table: String,
+    schema: SchemaRef,
+    parquet_schema: parquet::schema::types::SchemaDescPtr,
+    file: parquet::file::writer::SerializedFileWriter<Vec<u8>>,
+    factory: parquet::arrow::arrow_writer::ArrowRowGroupWriterFactory,
+    cache: ConstantCache,
+    scratch: NumericScratch,
+    bulk: bool,
+    groups: usize,
+    rows: usize,
+}
+
+impl std::fmt::Debug for ParquetEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParquetEncoder")
+            .field("bulk", &self.bulk)
+            .field("groups", &self.groups)
+            .field("rows", &self.rows)
+            .finish()
+    }
+}
+
+impl ParquetEncoder {
+    /// An encoder for `table` whose file will hold `rows` rows: the large-table
+    /// settings apply from [`BULK_ROWS`] rows, as in [`encode_parquet`] (a
+    /// caller that does not know the count yet passes any number from
+    /// [`ROW_GROUP_ROWS`] once it has a full group). `expected` rows size the
+    /// file buffer (address space reserved, touched only as it fills).
+    pub fn new(table: &str, rows: usize, expected: usize) -> Result<Self> {
+        Self::with_schema(
+            table,
+            catalog::schema(table)?,
+            rows >= BULK_ROWS,
+            chunks::PAGE_VALUES,
+            expected.max(rows),
+        )
     }
 
-    for (index, group) in groups.iter().enumerate() {
+    fn with_schema(
+        table: &str,
+        schema: SchemaRef,
+        bulk: bool,
+        page_values: usize,
+        rows: usize,
+    ) -> Result<Self> {
+        use parquet::arrow::arrow_writer::ArrowRowGroupWriterFactory;
+        use parquet::arrow::{ArrowSchemaConverter, add_encoded_arrow_schema_to_metadata};
+        use parquet::file::writer::SerializedFileWriter;
+
+        let mut props = if bulk {
+            bulk_writer_properties(&schema)
+        } else {
+            writer_properties()
+        };
+        add_encoded_arrow_schema_to_metadata(&schema, &mut props);
+        let parquet_schema = ArrowSchemaConverter::new()
+            .with_coerce_types(props.coerce_types())
+            .convert(&schema)?;
+        // Reserve what the file is likely to need up front: growing the buffer by
+        // doubling copied it and faulted in fresh pages several times for large
+        // tables. Untouched capacity is only address space.
+        // (Half the fixed-width bytes of the rows; slices of shared arrays make
+        // the arrays' own memory sizes useless here.)
+        let row_bytes: usize = schema
+            .fields()
+            .iter()
+            .map(|f| f.data_type().primitive_width().unwrap_or(16))
+            .sum();
+        let mut buf = Vec::with_capacity(if bulk { rows * row_bytes / 2 } else { 0 });
+        if bulk {
+            // The file is written into fresh memory: huge pages save ~13k faults
+            // for a 50 MB file.
+            crate::mem::advise_huge_pages(&mut buf);
+        }
+        let file =
+            SerializedFileWriter::new(buf, parquet_schema.root_schema_ptr(), Arc::new(props))?;
+        let factory = ArrowRowGroupWriterFactory::new(&file, schema.clone());
+        Ok(Self {
+            table: table.to_string(),
+            schema,
+            parquet_schema: Arc::new(parquet_schema),
+            file,
+            factory,
+            cache: ConstantCache::default(),
+            scratch: NumericScratch::new(page_values),
+            bulk,
+            groups: 0,
+            rows: 0,
+        })
+    }
+
+    /// Rows written so far.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Writes `group` (batches of the table's schema; nothing when they hold
+    /// no rows) as the next row group.
+    pub fn write_row_group(&mut self, group: &[RecordBatch]) -> Result<()> {
+        use parquet::arrow::arrow_writer::compute_leaves;
+
         let group_rows: usize = group.iter().map(|b| b.num_rows()).sum();
-        let writers = factory.create_column_writers(index)?;
-        let mut rg = file.next_row_group()?;
+        if group_rows == 0 {
+            return Ok(());
+        }
+        let schema = self.schema.clone();
+        for b in group {
+            if !Arc::ptr_eq(&b.schema(), &schema) && b.schema().fields() != schema.fields() {
+                return Err(Error::SchemaMismatch {
+                    table: self.table.clone(),
+                    message: format!("a batch of schema {} in a row group", b.schema()),
+                });
+            }
+        }
+        let writers = self.factory.create_column_writers(self.groups)?;
+        let mut rg = self.file.next_row_group()?;
+        let parquet_schema = &self.parquet_schema;
         for ((i, field), mut w) in schema.fields().iter().enumerate().zip(writers) {
             let cols: Vec<&arrow::array::ArrayRef> = group.iter().map(|b| b.column(i)).collect();
             let descr = parquet_schema.column(i);
-            if let Some(value) = cache.constant(&cols)
+            if let Some(value) = self.cache.constant(&cols)
                 && let Some((data, close)) = constant_chunk(descr.clone(), &value, group_rows)?
             {
                 rg.append_column(&data, close)?;
                 continue;
             }
-            if bulk
+            if self.bulk
                 && let Some((data, close)) =
-                    numeric_chunk(descr.clone(), &cols, group_rows, &mut scratch)?
+                    numeric_chunk(descr.clone(), &cols, group_rows, &mut self.scratch)?
             {
                 rg.append_column(&data, close)?;
                 continue;
@@ -572,9 +704,15 @@ fn encode_with_schema(
             w.close()?.append_to_row_group(&mut rg)?;
         }
         rg.close()?;
+        self.groups += 1;
+        self.rows += group_rows;
+        Ok(())
     }
-    file.close()?;
-    Ok(Bytes::from(buf))
+
+    /// Writes the footer and returns the file.
+    pub fn finish(self) -> Result<Bytes> {
+        Ok(Bytes::from(self.file.into_inner()?))
+    }
 }
 
 /// SHA-256 of bytes, lower-case hex.
@@ -755,7 +893,8 @@ mod tests {
             batches.push(b.slice(at, c - at));
             at = c;
         }
-        let data = encode_with_schema(b.schema(), &batches, true, page_values).unwrap();
+        let data =
+            encode_with_schema("numeric_test", b.schema(), &batches, true, page_values).unwrap();
         let reader =
             parquet::file::serialized_reader::SerializedFileReader::new(data.clone()).unwrap();
         let meta = parquet::file::reader::FileReader::metadata(&reader).clone();

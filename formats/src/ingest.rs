@@ -82,6 +82,24 @@ pub fn kinds() -> Vec<(&'static str, &'static str)> {
     KINDS.iter().map(|(n, d, _)| (*n, *d)).collect()
 }
 
+/// [`ingest`] with every table encoded as a Parquet file (what
+/// `benchlake ingest` writes). `linktest` streams its pair times into the file
+/// a row group at a time (`linktest::ingest_linktest_encoded`); other kinds
+/// encode [`ingest`]'s batches.
+pub fn ingest_encoded(
+    kind: &str,
+    inputs: &[InputFile],
+    ctx: &IngestContext,
+) -> Result<Vec<benchlake_core::lake::EncodedTable>> {
+    if kind == "linktest" {
+        return crate::linktest::ingest_linktest_encoded(inputs, ctx);
+    }
+    ingest(kind, inputs, ctx)?
+        .iter()
+        .map(|t| benchlake_core::lake::EncodedTable::encode(t).map_err(Into::into))
+        .collect()
+}
+
 /// Reads `inputs` as `kind` and returns the tables they yield.
 pub fn ingest(kind: &str, inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutput>> {
     match KINDS.iter().find(|(n, _, _)| *n == kind) {

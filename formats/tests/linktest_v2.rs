@@ -609,3 +609,88 @@ fn ingest_of_many_files_has_the_rows_of_each_file_in_order() {
     // 300·299 + 300·299 − 1 + 257·256 rows come in the large files' own batches.
     assert!(got[2].batches.len() >= 4, "{}", got[2].batches.len());
 }
+
+/// Rows of a Parquet file, as one batch.
+fn parquet_rows<R: parquet::file::reader::ChunkReader + 'static>(
+    data: R,
+    table: &str,
+) -> arrow::record_batch::RecordBatch {
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(data)
+        .unwrap()
+        .build()
+        .unwrap();
+    let batches: Vec<_> = reader.map(|b| b.unwrap()).collect();
+    let schema = benchlake_core::catalog::schema(table).unwrap();
+    arrow::compute::concat_batches(&schema, &batches).unwrap()
+}
+
+/// `ingest_encoded("linktest")` (what the CLI writes: pair times streamed into
+/// the file a row group at a time) gives the Parquet bytes of `ingest`'s
+/// batches for one large file (two row groups), and the same rows for a mix
+/// of real 1.2p1 files, a two-permutation file, an unmeasured pair and
+/// files whose row groups straddle them.
+#[test]
+fn encoded_ingest_equals_the_batches_encoded() {
+    use benchlake_core::lake::EncodedTable;
+    use benchlake_formats::linktest::synth::synthetic_run;
+    use benchlake_formats::{IngestContext, InputFile};
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, run: &LinkTestRun| {
+        let path = dir.path().join(name);
+        v2::write_file(run, &path, &SionWriteOptions::default()).unwrap();
+        InputFile::from_path(path)
+    };
+    let ctx = IngestContext {
+        run_id: "01JBENCH000000000000000001".into(),
+    };
+    // 1,025 ranks: 1,049,600 pair times, one more row group than 2^20.
+    let big = write("big.sion", &synthetic_run(1025, 48, 7));
+    let got =
+        benchlake_formats::ingest_encoded("linktest", std::slice::from_ref(&big), &ctx).unwrap();
+    let want = benchlake_formats::ingest("linktest", std::slice::from_ref(&big), &ctx).unwrap();
+    assert_eq!(got.len(), 5);
+    for (g, w) in got.iter().zip(&want) {
+        let w = EncodedTable::encode(w).unwrap();
+        assert_eq!((&g.table, g.rows), (&w.table, w.rows));
+        assert!(g.data == w.data, "{}: the encoded bytes differ", g.table);
+    }
+    assert_eq!(got[2].rows, 1025 * 1024);
+
+    let mut partial = synthetic_run(700, 48, 3);
+    partial.permutations[0].times[9] = 0.0;
+    partial.permutations[0].steps[9] = 0;
+    let mut two = synthetic_run(6, 2, 4);
+    let p = two.permutations[0].clone();
+    two.permutations.push(p);
+    two.num_randomized_tasks = Some(1);
+    let real = |c: &str| {
+        InputFile::from_path(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../shared/data/linktest/v1.2p1")
+                .join(c)
+                .join("pingpong_results_bin.sion"),
+        )
+    };
+    let inputs = vec![
+        real("np4_default"),
+        write("a.sion", &synthetic_run(900, 48, 1)),
+        write("two.sion", &two),
+        write("partial.sion", &partial),
+        real("np16_a2a_mix"),
+        write("b.sion", &synthetic_run(5, 2, 2)),
+        real("np8_mix_retest3"),
+    ];
+    let got = benchlake_formats::ingest_encoded("linktest", &inputs, &ctx).unwrap();
+    let want = benchlake_formats::ingest("linktest", &inputs, &ctx).unwrap();
+    for (g, w) in got.iter().zip(&want) {
+        let w = EncodedTable::encode(w).unwrap();
+        assert_eq!((&g.table, g.rows), (&w.table, w.rows));
+        assert_eq!(
+            parquet_rows(g.data.clone(), &g.table),
+            parquet_rows(w.data.clone(), &w.table),
+            "{}",
+            g.table
+        );
+    }
+    assert!(got[2].rows > 1 << 20, "{}", got[2].rows);
+}

@@ -504,15 +504,23 @@ fn delta_pages<T: DeltaInt>(
     };
     let (mut lo, mut hi) = (first, first);
     let mut pages = Vec::with_capacity(total.div_ceil(per_page));
-    let mut values: Vec<T> = Vec::with_capacity(total.min(per_page));
+    let mut values: Vec<T> = Vec::new();
     for_each_page(parts, per_page, |page, _| {
-        values.clear();
         for s in page {
-            values.extend_from_slice(s);
             lo = s.iter().copied().fold(lo, T::min);
             hi = s.iter().copied().fold(hi, T::max);
         }
-        pages.push(delta_page(&values, optional));
+        // A page inside one part (the usual case) is encoded where it is;
+        // one that straddles parts is copied together first.
+        if let [one] = page {
+            pages.push(delta_page(one, optional));
+        } else {
+            values.clear();
+            for s in page {
+                values.extend_from_slice(s);
+            }
+            pages.push(delta_page(&values, optional));
+        }
         Ok(())
     })?;
     Ok(Some((pages, lo, hi)))

@@ -20,12 +20,14 @@ use crate::sion::{ByteOrder, SionSet, TaskStream};
 
 mod bulk;
 pub mod inspect;
+mod stream;
 pub mod synth;
 pub mod tables;
 pub mod v1;
 pub mod v2;
 
 pub use inspect::{Inspection, inspect_file, inspect_set};
+pub use stream::ingest_linktest_encoded;
 pub use tables::{ingest_linktest, into_run_tables, run_tables};
 
 /// Which payload layout a file has.
@@ -236,12 +238,18 @@ pub fn read_file(path: &Path) -> Result<LinkTestRun> {
 /// Decodes the payload of an opened SION set, choosing the layout from rank 0's
 /// first bytes.
 pub fn decode(set: &SionSet) -> Result<LinkTestRun> {
+    decode_with(set, None)
+}
+
+/// [`decode`], handing a 2.1.17 file's pair times to `sink` when it has one
+/// permutation (see `v2::decode_with`; its matrices then stay empty).
+pub(crate) fn decode_with(set: &SionSet, sink: Option<v2::RankSink<'_>>) -> Result<LinkTestRun> {
     let r0 = set.task(0).ok_or_else(|| {
         FormatError::malformed(set.path(), "ntasks", Position::Offset(24), "no rank 0")
     })?;
     let head = r0.contiguous();
     if head.starts_with(v2::ID) {
-        v2::decode(set)
+        v2::decode_with(set, sink)
     } else if head.starts_with(v1::ID) {
         v1::decode(set)
     } else {

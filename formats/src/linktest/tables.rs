@@ -63,7 +63,7 @@ pub fn ingest_linktest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<
 }
 
 /// True when `p` is `base.NNNNNN` and `base` is also an input.
-fn is_continuation_of_given(p: &Path, given: &HashSet<&Path>) -> bool {
+pub(super) fn is_continuation_of_given(p: &Path, given: &HashSet<&Path>) -> bool {
     let s = p.as_os_str().to_string_lossy();
     match s.rsplit_once('.') {
         Some((base, suffix)) if suffix.len() == 6 && suffix.bytes().all(|b| b.is_ascii_digit()) => {
@@ -110,7 +110,7 @@ pub fn run_tables(run: &LinkTestRun, run_id: &str, source: &str) -> Result<Vec<T
 
 /// A string column repeating `s`, `len` times (offsets computed, bytes
 /// repeated: no per-value builder).
-fn repeated(s: &str, len: usize) -> ArrayRef {
+pub(super) fn repeated(s: &str, len: usize) -> ArrayRef {
     let w = s.len();
     let total = w.checked_mul(len).filter(|t| *t <= i32::MAX as usize);
     match total {
@@ -754,7 +754,7 @@ impl Spans {
 /// order; each table becomes a few batches at the end instead of one or more
 /// per file. The `source` column is built from spans of rows per file.
 #[derive(Default)]
-struct Gather {
+pub(super) struct Gather {
     sources: Vec<String>,
     runs: (Spans, Vec<RunRow>),
     ranks: (Spans, RankRows),
@@ -768,28 +768,7 @@ struct Gather {
 
 impl Gather {
     fn add(&mut self, mut run: LinkTestRun, run_id: &str, source: &str) -> Result<()> {
-        let src = self.sources.len();
-        self.sources.push(source.to_string());
-        self.runs.0.push(src, 1);
-        self.runs.1.push(RunRow::of(&run));
-        if self.ranks.1.bytes() > GATHER_BYTES {
-            return Err(crate::error::FormatError::malformed(
-                source,
-                "hostname",
-                crate::error::Position::None,
-                "the hostnames of the inputs exceed 1 GiB",
-            ));
-        }
-        self.ranks.1.add(&run)?;
-        self.ranks.0.push(src, run.ranks.len());
-        let before = self.alltoall.1.perm.len();
-        self.alltoall.1.add(&run);
-        self.alltoall
-            .0
-            .push(src, self.alltoall.1.perm.len() - before);
-        let before = self.slow.1.perm.len();
-        self.slow.1.add(&run);
-        self.slow.0.push(src, self.slow.1.perm.len() - before);
+        let src = self.add_without_timings(&run, source)?;
         let n = run.num_tasks;
         let bound = n
             .saturating_mul(n.saturating_sub(1))
@@ -809,6 +788,34 @@ impl Gather {
         Ok(())
     }
 
+    /// The rows of every table but `linktest_timings`; returns the file's
+    /// index in `sources`.
+    pub(super) fn add_without_timings(&mut self, run: &LinkTestRun, source: &str) -> Result<usize> {
+        let src = self.sources.len();
+        self.sources.push(source.to_string());
+        self.runs.0.push(src, 1);
+        self.runs.1.push(RunRow::of(run));
+        if self.ranks.1.bytes() > GATHER_BYTES {
+            return Err(crate::error::FormatError::malformed(
+                source,
+                "hostname",
+                crate::error::Position::None,
+                "the hostnames of the inputs exceed 1 GiB",
+            ));
+        }
+        self.ranks.1.add(run)?;
+        self.ranks.0.push(src, run.ranks.len());
+        let before = self.alltoall.1.perm.len();
+        self.alltoall.1.add(run);
+        self.alltoall
+            .0
+            .push(src, self.alltoall.1.perm.len() - before);
+        let before = self.slow.1.perm.len();
+        self.slow.1.add(run);
+        self.slow.0.push(src, self.slow.1.perm.len() - before);
+        Ok(src)
+    }
+
     fn flush_timings(&mut self, run_id: &str) -> Result<()> {
         let (spans, rows) = std::mem::take(&mut self.timings);
         let rid = run_id_column(run_id, spans.rows());
@@ -822,7 +829,7 @@ impl Gather {
         Ok(())
     }
 
-    fn finish(mut self, run_id: &str) -> Result<Vec<TableOutput>> {
+    pub(super) fn finish(mut self, run_id: &str) -> Result<Vec<TableOutput>> {
         self.flush_timings(run_id)?;
         // One run_id column for every table, sliced.
         let longest = [

@@ -39,6 +39,18 @@ pub const END_BLOCK: &[u8] = b"END_BLOCK";
 
 /// Decodes a 2.1.17 file.
 pub fn decode(set: &SionSet) -> Result<LinkTestRun> {
+    decode_with(set, None)
+}
+
+/// Receives each rank's pair times and steps of a one-permutation file, in
+/// rank order, instead of the n × n matrices: `(rank, times, steps)`, slot k
+/// being partner k for k < rank and k + 1 otherwise.
+pub(crate) type RankSink<'s> = &'s mut dyn FnMut(usize, &[f64], &[i32]) -> Result<()>;
+
+/// [`decode`]; with a sink and a file of one permutation, the pair times go to
+/// the sink as each rank is decoded and the run's matrices stay empty (same
+/// checks, same errors in the same order).
+pub(crate) fn decode_with(set: &SionSet, mut sink: Option<RankSink<'_>>) -> Result<LinkTestRun> {
     let n = set.ntasks();
     let order = payload_order(set);
     let s0 = set
@@ -175,9 +187,13 @@ pub fn decode(set: &SionSet) -> Result<LinkTestRun> {
             ));
         }
     }
+    if m != 1 {
+        sink = None;
+    }
     let mut perms: Vec<Permutation> = Vec::with_capacity(m);
     let mut ranks = Vec::with_capacity(n);
     let mut slot_t = vec![0f64; pairs];
+    let mut slot_s = vec![0i32; pairs];
     for r in 0..n {
         let stream = set.task(r).ok_or_else(|| {
             FormatError::malformed(set.path(), format!("rank {r}"), Position::None, "missing")
@@ -214,8 +230,16 @@ pub fn decode(set: &SionSet) -> Result<LinkTestRun> {
                     avg_time_s: 0.0,
                     max_time_s: 0.0,
                     a2a: None,
-                    times: vec![0f64; n * n],
-                    steps: vec![0i32; n * n],
+                    times: if sink.is_some() {
+                        Vec::new()
+                    } else {
+                        vec![0f64; n * n]
+                    },
+                    steps: if sink.is_some() {
+                        Vec::new()
+                    } else {
+                        vec![0i32; n * n]
+                    },
                     alltoall: Vec::with_capacity(if flags.all_to_all { n } else { 0 }),
                     slow_links: Vec::new(),
                 });
@@ -228,25 +252,32 @@ pub fn decode(set: &SionSet) -> Result<LinkTestRun> {
             c.f64s(&mut slot_t, "timings")?;
             let steps_pos = c.pos();
             let raw = c.take(pairs * 8, "access pattern")?;
-            let row = r * n;
-            for (k, t) in slot_t.iter().enumerate() {
-                let j = if k < r { k } else { k + 1 };
+            if let Err(k) = steps_into(raw, order, &mut slot_s) {
                 let mut a = [0u8; 8];
                 a.copy_from_slice(raw.get(k * 8..k * 8 + 8).unwrap_or(&[0; 8]));
                 let s = match order {
                     ByteOrder::Little => u64::from_le_bytes(a),
                     ByteOrder::Big => u64::from_be_bytes(a),
                 };
-                let s = i32::try_from(s).map_err(|_| {
-                    c.err_at(
-                        steps_pos + 8 * k,
-                        "access pattern",
-                        format!("step {s} exceeds i32"),
-                    )
-                })?;
-                if let (Some(tt), Some(ss)) = (p.times.get_mut(row + j), p.steps.get_mut(row + j)) {
-                    *tt = *t;
-                    *ss = s;
+                return Err(c.err_at(
+                    steps_pos + 8 * k,
+                    "access pattern",
+                    format!("step {s} exceeds i32"),
+                ));
+            }
+            match sink.as_mut() {
+                Some(f) => f(r, &slot_t, &slot_s)?,
+                None => {
+                    // Slots before the diagonal, then after it.
+                    let row = r * n;
+                    if let (Some(tt), Some(ss)) =
+                        (p.times.get_mut(row..row + n), p.steps.get_mut(row..row + n))
+                    {
+                        tt[..r].copy_from_slice(&slot_t[..r]);
+                        tt[r + 1..].copy_from_slice(&slot_t[r..]);
+                        ss[..r].copy_from_slice(&slot_s[..r]);
+                        ss[r + 1..].copy_from_slice(&slot_s[r..]);
+                    }
                 }
             }
             if flags.all_to_all {
@@ -290,6 +321,39 @@ pub fn decode(set: &SionSet) -> Result<LinkTestRun> {
         ranks,
         permutations: perms,
     })
+}
+
+/// The access pattern (u64 steps) as i32 into `out`; `Err(k)` for the first
+/// slot whose step does not fit.
+fn steps_into(raw: &[u8], order: ByteOrder, out: &mut [i32]) -> std::result::Result<(), usize> {
+    let mut big = 0u64;
+    for (o, c) in out.iter_mut().zip(raw.chunks_exact(8)) {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(c);
+        let v = match order {
+            ByteOrder::Little => u64::from_le_bytes(a),
+            ByteOrder::Big => u64::from_be_bytes(a),
+        };
+        // Branch-free: remember any high bits, check once at the end.
+        big |= v >> 31;
+        *o = v as i32;
+    }
+    if big == 0 {
+        return Ok(());
+    }
+    let first = raw
+        .chunks_exact(8)
+        .position(|c| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(c);
+            let v = match order {
+                ByteOrder::Little => u64::from_le_bytes(a),
+                ByteOrder::Big => u64::from_be_bytes(a),
+            };
+            i32::try_from(v).is_err()
+        })
+        .unwrap_or(0);
+    Err(first)
 }
 
 /// Empty strings (all-NUL fields) are "not recorded".

@@ -1,0 +1,308 @@
+//! The `linktest` ingest straight to Parquet (`benchlake ingest linktest`):
+//! the pair times of a one-permutation 2.1.17 file go from the mapped file
+//! into a row group of at most [`ROW_GROUP_ROWS`] rows, which is encoded and
+//! its memory reused for the next one, instead of becoming n × n matrices
+//! and then 16.8 M-row columns (4,096 ranks: about 540 MB of fresh memory,
+//! most of the CLI's time went into faulting it in and copying it).
+//!
+//! Files of other shapes (1.x, several permutations) are decoded as usual and
+//! their rows go through the same row groups. The other four tables are
+//! gathered as in [`super::ingest_linktest`]. The files are those
+//! `encode_parquet` writes for [`super::ingest_linktest`]'s batches: the same
+//! rows, row groups and bytes.
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, Float64Array, Int32Array};
+use arrow::buffer::ScalarBuffer;
+use arrow::record_batch::RecordBatch;
+use benchlake_core::lake::{BULK_ROWS, EncodedTable, ParquetEncoder, ROW_GROUP_ROWS};
+
+use super::LinkTestRun;
+use super::tables::{Gather, TIMING_BATCH_ROWS, is_continuation_of_given, repeated};
+use crate::error::Result;
+use crate::ingest::{IngestContext, InputFile};
+use crate::sion::SionSet;
+
+const TABLE: &str = "linktest_timings";
+
+/// [`super::ingest_linktest`] encoded: the five tables as Parquet files.
+pub fn ingest_linktest_encoded(
+    inputs: &[InputFile],
+    ctx: &IngestContext,
+) -> Result<Vec<EncodedTable>> {
+    let given: HashSet<&Path> = inputs.iter().map(|i| i.path.as_path()).collect();
+    let mut g = Gather::default();
+    let mut timings = TimingGroups::new(&ctx.run_id);
+    for input in inputs {
+        if is_continuation_of_given(&input.path, &given) {
+            tracing::debug!(path = %input.path.display(), "part of a multi-file set given as input; read with file 0");
+            continue;
+        }
+        let set = SionSet::open(&input.path)?;
+        let n = set.ntasks();
+        timings.expected = timings
+            .expected
+            .saturating_add(n.saturating_mul(n.saturating_sub(1)));
+        let src = timings.source(&input.source);
+        let run = {
+            let mut sink = |r: usize, t: &[f64], s: &[i32]| timings.push_rank(src, 0, r, t, s);
+            super::decode_with(&set, Some(&mut sink))?
+        };
+        drop(set);
+        // Files whose matrices were filled (1.x, several permutations).
+        timings.push_matrices(src, &run)?;
+        g.add_without_timings(&run, &input.source)?;
+    }
+    let mut timings = Some(timings.finish()?);
+    let mut out = Vec::with_capacity(5);
+    for t in g.finish(&ctx.run_id)? {
+        match timings.take() {
+            Some(enc) if t.table == TABLE => out.push(enc),
+            other => {
+                timings = other;
+                out.push(EncodedTable::encode(&t)?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The `linktest_timings` row group being filled, and the file it goes to.
+struct TimingGroups {
+    run_id: ArrayRef,
+    sources: Vec<String>,
+    /// A source's column of [`TIMING_BATCH_ROWS`] rows, kept while its rows come.
+    source_col: Option<(usize, ArrayRef)>,
+    perm: Vec<i32>,
+    from: Vec<i32>,
+    to: Vec<i32>,
+    step: Vec<i32>,
+    time: Vec<f64>,
+    /// (source, rows) of the group's rows.
+    spans: Vec<(usize, usize)>,
+    enc: Option<ParquetEncoder>,
+    /// Rows the files so far may have (sizes the file buffer).
+    expected: usize,
+    /// Slots of one rank, for files decoded into matrices.
+    scratch_t: Vec<f64>,
+    scratch_s: Vec<i32>,
+}
+
+impl TimingGroups {
+    fn new(run_id: &str) -> Self {
+        // Utf8 offsets are i32: keep a batch's run_id bytes below 2 GiB.
+        let per = TIMING_BATCH_ROWS.min((i32::MAX as usize / run_id.len().max(1)).max(1));
+        Self {
+            run_id: repeated(run_id, per),
+            sources: Vec::new(),
+            source_col: None,
+            perm: Vec::new(),
+            from: Vec::new(),
+            to: Vec::new(),
+            step: Vec::new(),
+            time: Vec::new(),
+            spans: Vec::new(),
+            enc: None,
+            expected: 0,
+            scratch_t: Vec::new(),
+            scratch_s: Vec::new(),
+        }
+    }
+
+    fn source(&mut self, s: &str) -> usize {
+        self.sources.push(s.to_string());
+        self.sources.len() - 1
+    }
+
+    /// Appends rank `r`'s measured pairs of permutation `perm` (slot k is
+    /// partner k for k < r, k + 1 otherwise; a pair whose time and step are
+    /// both 0 was not measured), flushing full row groups.
+    fn push_rank(&mut self, src: usize, perm: i32, r: usize, t: &[f64], s: &[i32]) -> Result<()> {
+        let slots = t.len().min(s.len());
+        let all = !t.iter().zip(s).any(|(t, s)| *t == 0.0 && *s == 0);
+        let partner = |k: usize| (if k < r { k } else { k + 1 }) as i32;
+        if all {
+            let mut k = 0;
+            while k < slots {
+                let take = (ROW_GROUP_ROWS - self.time.len()).min(slots - k);
+                self.note_rows(src, take);
+                self.perm.extend(std::iter::repeat_n(perm, take));
+                self.from.extend(std::iter::repeat_n(r as i32, take));
+                let (a, b) = (k.min(r), (k + take).min(r));
+                self.to.extend(a as i32..b as i32);
+                let (a, b) = (k.max(r), (k + take).max(r));
+                self.to.extend(a as i32 + 1..b as i32 + 1);
+                self.step.extend_from_slice(&s[k..k + take]);
+                self.time.extend_from_slice(&t[k..k + take]);
+                k += take;
+                if self.time.len() == ROW_GROUP_ROWS {
+                    self.flush()?;
+                }
+            }
+            return Ok(());
+        }
+        for k in 0..slots {
+            if t[k] == 0.0 && s[k] == 0 {
+                continue;
+            }
+            self.note_rows(src, 1);
+            self.perm.push(perm);
+            self.from.push(r as i32);
+            self.to.push(partner(k));
+            self.step.push(s[k]);
+            self.time.push(t[k]);
+            if self.time.len() == ROW_GROUP_ROWS {
+                self.flush()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The rows of a run decoded into matrices (nothing when they are empty,
+    /// i.e. its pairs went through [`Self::push_rank`]).
+    fn push_matrices(&mut self, src: usize, run: &LinkTestRun) -> Result<()> {
+        let n = run.num_tasks;
+        for (p, pm) in run.permutations.iter().enumerate() {
+            if pm.times.len() != n * n || pm.steps.len() != n * n {
+                continue;
+            }
+            let rows = pm
+                .times
+                .chunks_exact(n.max(1))
+                .zip(pm.steps.chunks_exact(n.max(1)));
+            let (mut t, mut s) = (
+                std::mem::take(&mut self.scratch_t),
+                std::mem::take(&mut self.scratch_s),
+            );
+            for (i, (trow, srow)) in rows.enumerate() {
+                t.clear();
+                t.extend_from_slice(&trow[..i]);
+                t.extend_from_slice(&trow[i + 1..]);
+                s.clear();
+                s.extend_from_slice(&srow[..i]);
+                s.extend_from_slice(&srow[i + 1..]);
+                self.push_rank(src, p as i32, i, &t, &s)?;
+            }
+            self.scratch_t = t;
+            self.scratch_s = s;
+        }
+        Ok(())
+    }
+
+    fn note_rows(&mut self, src: usize, rows: usize) {
+        match self.spans.last_mut() {
+            Some((s, r)) if *s == src => *r += rows,
+            _ => self.spans.push((src, rows)),
+        }
+    }
+
+    /// The source column of `src` for batches of up to [`TIMING_BATCH_ROWS`]
+    /// rows (one array, sliced, so the writer checks its bytes once).
+    fn source_col(&mut self, src: usize) -> ArrayRef {
+        if let Some((s, a)) = &self.source_col
+            && *s == src
+        {
+            return a.clone();
+        }
+        let name = self
+            .sources
+            .get(src)
+            .map(String::as_str)
+            .unwrap_or_default();
+        let per = TIMING_BATCH_ROWS.min((i32::MAX as usize / name.len().max(1)).max(1));
+        let a = repeated(name, per);
+        self.source_col = Some((src, a.clone()));
+        a
+    }
+
+    /// Encodes the filled rows as one row group and keeps their memory.
+    fn flush(&mut self) -> Result<()> {
+        let rows = self.time.len();
+        if rows == 0 {
+            return Ok(());
+        }
+        if self.enc.is_none() {
+            // A full group means the table has at least ROW_GROUP_ROWS rows
+            // (bulk settings); a first group that is the last one has all of them.
+            let total = if rows == ROW_GROUP_ROWS {
+                ROW_GROUP_ROWS.max(BULK_ROWS)
+            } else {
+                rows
+            };
+            self.enc = Some(ParquetEncoder::new(TABLE, total, self.expected)?);
+        }
+        let int = |v: &mut Vec<i32>| Int32Array::new(ScalarBuffer::from(std::mem::take(v)), None);
+        let (perm, from, to, step) = (
+            int(&mut self.perm),
+            int(&mut self.from),
+            int(&mut self.to),
+            int(&mut self.step),
+        );
+        let time = Float64Array::new(ScalarBuffer::from(std::mem::take(&mut self.time)), None);
+        let cols: [ArrayRef; 5] = [
+            Arc::new(perm.clone()),
+            Arc::new(from.clone()),
+            Arc::new(to.clone()),
+            Arc::new(step.clone()),
+            Arc::new(time.clone()),
+        ];
+        let schema = benchlake_core::catalog::schema(TABLE)?;
+        let mut batches = Vec::with_capacity(rows.div_ceil(TIMING_BATCH_ROWS) + 1);
+        let mut at = 0;
+        let spans = std::mem::take(&mut self.spans);
+        for (src, span) in spans {
+            let source = self.source_col(src);
+            let per = self.run_id.len().min(source.len()).max(1);
+            let end = at + span;
+            while at < end {
+                let len = per.min(end - at);
+                let mut v = vec![self.run_id.slice(0, len), source.slice(0, len)];
+                v.extend(cols.iter().map(|c| c.slice(at, len)));
+                batches.push(RecordBatch::try_new(schema.clone(), v)?);
+                at += len;
+            }
+        }
+        if let Some(enc) = self.enc.as_mut() {
+            enc.write_row_group(&batches)?;
+        }
+        drop(batches);
+        drop(cols);
+        // Take the column memory back for the next group (the arrays are no
+        // longer shared); fresh vectors if that fails.
+        self.perm = reuse(perm.into_parts().1, rows);
+        self.from = reuse(from.into_parts().1, rows);
+        self.to = reuse(to.into_parts().1, rows);
+        self.step = reuse(step.into_parts().1, rows);
+        self.time = reuse(time.into_parts().1, rows);
+        Ok(())
+    }
+
+    /// Encodes the last group and returns the file.
+    fn finish(mut self) -> Result<EncodedTable> {
+        self.flush()?;
+        let enc = match self.enc {
+            Some(e) => e,
+            None => ParquetEncoder::new(TABLE, 0, 0)?,
+        };
+        Ok(EncodedTable {
+            table: TABLE.into(),
+            part: String::new(),
+            rows: enc.rows(),
+            data: enc.finish()?,
+        })
+    }
+}
+
+/// The vector behind an unshared column buffer, emptied (a new one when the
+/// buffer is still shared).
+fn reuse<T: arrow::datatypes::ArrowNativeType>(b: ScalarBuffer<T>, rows: usize) -> Vec<T> {
+    match b.into_inner().into_vec::<T>() {
+        Ok(mut v) => {
+            v.clear();
+            v
+        }
+        Err(_) => Vec::with_capacity(rows),
+    }
+}
