@@ -140,7 +140,10 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<RankHost>> {
             })?,
         _ => return Err(bad("ranks", off, "expected 'ranks N'".into())),
     };
-    let mut out: Vec<Option<RankHost>> = vec![None; n];
+    // Memory follows the lines read, not the count declared: a 20-byte file
+    // declaring 16 M ranks costs a 2 MB bit set, not a 16 M-slot table.
+    let mut seen = vec![0u64; n.div_ceil(64)];
+    let mut out: Vec<RankHost> = Vec::new();
     let mut read = 0usize;
     let name = |field: &str, o: usize, v: &[u8]| -> Result<String> {
         if v.len() > MAX_NAME {
@@ -201,17 +204,19 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<RankHost>> {
                     format!("'{}' is not a rank", String::from_utf8_lossy(r)),
                 )
             })?;
-        let slot = out.get_mut(rank as usize).ok_or_else(|| {
-            bad(
+        let r = rank as usize;
+        if r >= n {
+            return Err(bad(
                 "rank",
                 *ro,
                 format!("rank {rank} is not below the {n} ranks declared"),
-            )
-        })?;
-        if slot.is_some() {
+            ));
+        }
+        if seen[r / 64] & (1 << (r % 64)) != 0 {
             return Err(bad("rank", *ro, format!("rank {rank} appears twice")));
         }
-        *slot = Some(RankHost {
+        seen[r / 64] |= 1 << (r % 64);
+        out.push(RankHost {
             rank,
             hostname: name("hostname", *ho, h)?,
             node: name("node", *no, nd)?,
@@ -219,14 +224,17 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<RankHost>> {
         read += 1;
     }
     if read < n {
-        let missing = out.iter().position(Option::is_none).unwrap_or(read);
+        let missing = (0..n)
+            .find(|r| seen[r / 64] & (1 << (r % 64)) == 0)
+            .unwrap_or(read);
         return Err(bad(
             "rank",
             end,
             format!("the file ends after {read} of {n} ranks (rank {missing} is missing)"),
         ));
     }
-    Ok(out.into_iter().flatten().collect())
+    out.sort_unstable_by_key(|h| h.rank);
+    Ok(out)
 }
 
 /// The `mpi_trace_ranks` table of a rank map read from `source`.
@@ -343,6 +351,11 @@ mod tests {
                 "hostname at byte offset 39: byte 0xc3",
             ),
             (format!("{h}ranks 1\n0 h n x\n"), "node at byte offset 42"),
+            // The largest count in a tiny file: an error, not a 16 M-slot table.
+            (
+                format!("{h}ranks 16777216\n16777215 h n\n"),
+                "the file ends after 1 of 16777216 ranks (rank 0 is missing)",
+            ),
             (
                 format!("{h}ranks 1\n0 h {}\n", "n".repeat(300)),
                 "node at byte offset 40: 300 bytes long",
