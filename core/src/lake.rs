@@ -694,6 +694,7 @@ impl ParquetEncoder {
                     numeric_chunk(descr.clone(), &cols, group_rows, &mut self.scratch)?
             {
                 rg.append_column(&data, close)?;
+                self.scratch.recycle(data);
                 continue;
             }
             for c in cols {

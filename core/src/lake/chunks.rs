@@ -170,7 +170,7 @@ fn all_defined_levels(out: &mut Vec<u8>, rows: usize) {
 /// One data page ready to be written: its body (compressed when the chunk is),
 /// the body's uncompressed size and what the header says.
 struct DataPage {
-    body: Vec<u8>,
+    body: Bytes,
     uncompressed: usize,
     values: usize,
     encoding: Encoding,
@@ -186,14 +186,20 @@ struct ChunkSpec {
 
 /// Writes the (optional) dictionary page and the data pages of one column
 /// chunk with page headers, and builds its metadata and offset index.
+///
+/// The chunk is written into `sink` (emptied first; pass a buffer back from
+/// [`NumericScratch::recycle`] to reuse its memory).
 fn assemble(
     descr: ColumnDescPtr,
     dict: Option<Vec<u8>>,
     pages: Vec<DataPage>,
     spec: ChunkSpec,
+    mut sink: Vec<u8>,
 ) -> Result<(Bytes, ColumnCloseResult)> {
     let body_bytes: usize = pages.iter().map(|p| p.body.len() + 64).sum();
-    let mut sink = TrackedWrite::new(Vec::with_capacity(body_bytes + 128));
+    sink.clear();
+    sink.reserve(body_bytes + 128);
+    let mut sink = TrackedWrite::new(sink);
     let mut dict_offset = None;
     let mut first_data_offset = None;
     let mut uncompressed = 0i64;
@@ -220,7 +226,7 @@ fn assemble(
                 .map_err(|_| Error::Config(format!("{} values in one page", p.values)))?;
             let s = writer.write_page(CompressedPage::new(
                 Page::DataPage {
-                    buf: Bytes::from(p.body),
+                    buf: p.body,
                     num_values,
                     encoding: p.encoding,
                     def_level_encoding: Encoding::RLE,
@@ -311,7 +317,7 @@ pub(super) fn constant_chunk(
     data.push(0);
     let len = data.len();
     let page = DataPage {
-        body: data,
+        body: Bytes::from(data),
         uncompressed: len,
         values: rows,
         encoding: Encoding::RLE_DICTIONARY,
@@ -322,7 +328,7 @@ pub(super) fn constant_chunk(
         stats,
         rows,
     };
-    assemble(descr, Some(dict), vec![page], spec).map(Some)
+    assemble(descr, Some(dict), vec![page], spec, Vec::new()).map(Some)
 }
 
 /// Reusable state of the numeric chunk writer (the ZSTD context and the page
@@ -330,6 +336,10 @@ pub(super) fn constant_chunk(
 pub(super) struct NumericScratch {
     zstd: Option<zstd::bulk::Compressor<'static>>,
     page: Vec<u8>,
+    /// The compressed pages of the float chunk being written.
+    bodies: Vec<u8>,
+    /// The buffer the next chunk is assembled in.
+    sink: Vec<u8>,
     /// Values per data page ([`PAGE_VALUES`]; tests use small pages).
     page_values: usize,
 }
@@ -339,7 +349,19 @@ impl NumericScratch {
         Self {
             zstd: None,
             page: Vec::new(),
+            bodies: Vec::new(),
+            sink: Vec::new(),
             page_values: page_values.max(1),
+        }
+    }
+}
+
+impl NumericScratch {
+    /// Takes back a chunk's bytes once the row group has copied them, so the
+    /// next chunk is assembled in memory already faulted in.
+    pub(super) fn recycle(&mut self, chunk: Bytes) {
+        if let Ok(m) = chunk.try_into_mut() {
+            self.sink = Vec::from(m);
         }
     }
 }
@@ -382,7 +404,7 @@ pub(super) fn numeric_chunk(
                 return Ok(None);
             };
             let stats = Statistics::int32(Some(min), Some(max), None, Some(0), false);
-            integer_chunk(descr, pages, stats, rows).map(Some)
+            integer_chunk(descr, pages, stats, rows, std::mem::take(&mut scratch.sink)).map(Some)
         }
         (DataType::Int64, PhysicalType::INT64) => {
             let parts: Vec<&[i64]> = cols
@@ -395,7 +417,7 @@ pub(super) fn numeric_chunk(
                 return Ok(None);
             };
             let stats = Statistics::int64(Some(min), Some(max), None, Some(0), false);
-            integer_chunk(descr, pages, stats, rows).map(Some)
+            integer_chunk(descr, pages, stats, rows, std::mem::take(&mut scratch.sink)).map(Some)
         }
         (DataType::Float64, PhysicalType::DOUBLE) => {
             let parts: Vec<&[f64]> = cols
@@ -413,6 +435,7 @@ fn integer_chunk(
     pages: Vec<DataPage>,
     stats: Statistics,
     rows: usize,
+    sink: Vec<u8>,
 ) -> Result<(Bytes, ColumnCloseResult)> {
     let spec = ChunkSpec {
         codec: Compression::UNCOMPRESSED,
@@ -420,7 +443,7 @@ fn integer_chunk(
         stats,
         rows,
     };
-    assemble(descr, None, pages, spec)
+    assemble(descr, None, pages, spec, sink)
 }
 
 /// Integer types written with `DELTA_BINARY_PACKED`. Deltas wrap in the
@@ -544,7 +567,7 @@ fn delta_page<T: DeltaInt>(values: &[T], optional: bool) -> DataPage {
         push_zigzag(&mut body, 0);
         let len = body.len();
         return DataPage {
-            body,
+            body: Bytes::from(body),
             uncompressed: len,
             values: 0,
             encoding: Encoding::DELTA_BINARY_PACKED,
@@ -598,7 +621,7 @@ fn delta_page<T: DeltaInt>(values: &[T], optional: bool) -> DataPage {
     }
     let len = body.len();
     DataPage {
-        body,
+        body: Bytes::from(body),
         uncompressed: len,
         values: n,
         encoding: Encoding::DELTA_BINARY_PACKED,
@@ -637,18 +660,17 @@ fn float_chunk(
     let level = ZstdLevel::try_new(FLOAT_ZSTD_LEVEL)?;
     let mut zstd = match scratch.zstd.take() {
         Some(z) => z,
-        None => zstd::bulk::Compressor::new(
-            std::env::var("XZ")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(FLOAT_ZSTD_LEVEL),
-        )
-        .map_err(|e| Error::Config(format!("zstd compressor: {e}")))?,
+        None => zstd::bulk::Compressor::new(FLOAT_ZSTD_LEVEL)
+            .map_err(|e| Error::Config(format!("zstd compressor: {e}")))?,
     };
     let per_page = scratch.page_values;
-    let mut pages = Vec::with_capacity(rows.div_ceil(per_page));
+    // Every page is compressed into one buffer (reused from chunk to chunk);
+    // the pages are slices of it.
+    let mut spans = Vec::with_capacity(rows.div_ceil(per_page));
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
     let buf = &mut scratch.page;
+    let mut bodies = std::mem::take(&mut scratch.bodies);
+    bodies.clear();
     for_each_page(parts, per_page, |page, n| {
         buf.clear();
         if optional {
@@ -666,17 +688,26 @@ fn float_chunk(
             hi = hi.max(h);
         }
         let uncompressed = buf.len();
-        let body = zstd
-            .compress(buf)
-            .map_err(|e| Error::Config(format!("zstd: {e}")))?;
-        pages.push(DataPage {
-            body,
+        let from = bodies.len();
+        bodies.reserve(zstd::zstd_safe::compress_bound(uncompressed));
+        let mut out = std::io::Cursor::new(std::mem::take(&mut bodies));
+        out.set_position(from as u64);
+        let r = zstd.compress_to_buffer(buf, &mut out);
+        bodies = out.into_inner();
+        r.map_err(|e| Error::Config(format!("zstd: {e}")))?;
+        spans.push((from..bodies.len(), uncompressed, n));
+        Ok(())
+    })?;
+    let all = Bytes::from(bodies);
+    let pages = spans
+        .into_iter()
+        .map(|(range, uncompressed, n)| DataPage {
+            body: all.slice(range),
             uncompressed,
             values: n,
             encoding: Encoding::BYTE_STREAM_SPLIT,
-        });
-        Ok(())
-    })?;
+        })
+        .collect();
     scratch.zstd = Some(zstd);
     // Parquet's rules for float statistics: NaNs are left out, a zero minimum
     // is written as -0.0 and a zero maximum as +0.0.
@@ -693,7 +724,12 @@ fn float_chunk(
         stats,
         rows,
     };
-    assemble(descr, None, pages, spec)
+    let chunk = assemble(descr, None, pages, spec, std::mem::take(&mut scratch.sink));
+    // The pages were copied into the chunk: keep their buffer for the next one.
+    if let Ok(m) = all.try_into_mut() {
+        scratch.bodies = Vec::from(m);
+    }
+    chunk
 }
 
 /// Minimum and maximum of `values` ignoring NaNs ((+inf, -inf) when there is

@@ -40,7 +40,7 @@ pub fn ingest_linktest_encoded(
             tracing::debug!(path = %input.path.display(), "part of a multi-file set given as input; read with file 0");
             continue;
         }
-        let set = SionSet::open(&input.path)?;
+        let set = SionSet::open_whole(&input.path)?;
         let n = set.ntasks();
         timings.expected = timings
             .expected
