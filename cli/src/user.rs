@@ -1700,7 +1700,7 @@ pub enum AnalyzeCmd {
         max_part_bytes: Option<u64>,
         /// Threads of an offline analysis (default: the cores available). With
         /// 2 or more the files of a compact pair are read side by side (the
-        /// recv file cut at block starts into about equal shares), and the
+        /// recv file cut at block starts into chunks the threads share), and the
         /// reports are written on their own thread while the tables are built
         /// and written; the outputs are the same whatever the number.
         #[arg(long, env = benchlake_analysis::counts::THREADS_ENV, value_parser = clap::value_parser!(u32).range(1..=1024))]

@@ -327,12 +327,12 @@ struct PairRead {
     heat_ok: bool,
 }
 
-/// Send bytes cost about twice what recv bytes cost (the rank×rank map is
-/// built from the send rows): the weight of a send byte when the work of a
-/// pair is shared between threads.
-const SEND_WEIGHT: u64 = 2;
+/// Chunks of the recv file per thread: threads take the next chunk when they
+/// are done with one, so that the time the send file's rows take (their cost
+/// per byte depends on how many ranks share a row) and uneven chunks even out.
+const CHUNKS_PER_THREAD: u64 = 8;
 
-/// Least work (weighted bytes) worth a thread of its own when a recv file is cut.
+/// The smallest chunk a recv file is cut into.
 const MIN_CHUNK_BYTES: u64 = 4 << 20;
 
 fn read_chunk(ctx: &ChunkCtx<'_>, path: &Path, c: Chunk, nblocks: Option<u64>) -> ChunkOut {
@@ -444,12 +444,14 @@ fn shift_lines(e: CountsError, by: u64) -> CountsError {
 ///
 /// Each side is read on its own (its blocks' figures need only its own rows;
 /// the caller pairs the blocks up). With two or more threads the send file is
-/// read on this thread and the recv file on others; without a block limit the
-/// recv file is cut at block starts ([`compact::next_block_start`]) so that
-/// every thread gets about the same work, counting [`SEND_WEIGHT`] per send
-/// byte. A cut's line numbers and block indices are shifted by those of the
-/// chunks before it, so the result (errors included) does not depend on the
-/// cuts: blocks, figures and heat map are the same as from one reader per file.
+/// read on this thread and the recv file on the others; without a block limit
+/// the recv file is cut at block starts ([`compact::next_block_start`]) into
+/// chunks of at least `min_chunk` bytes, [`CHUNKS_PER_THREAD`] per thread, which
+/// the threads take in file order as they become free (this thread once the send
+/// file is read). A chunk's line numbers and block indices are shifted by those
+/// of the chunks before it, so the result (errors included) does not depend on
+/// the cuts or on which thread read what: blocks, figures and heat map are the
+/// same as from one reader per file.
 fn read_pair(
     ctx: &ChunkCtx<'_>,
     files: [(&Path, BlockStart); 2],
@@ -457,6 +459,7 @@ fn read_pair(
     threads: usize,
     min_chunk: u64,
 ) -> PairRead {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let [(send, ss), (recv, rs)] = files;
     let first = |side: usize, st: BlockStart| Chunk {
         side,
@@ -466,101 +469,84 @@ fn read_pair(
         index: st.index,
         first: true,
     };
-    // (thread, chunk), in file order: the send chunk, then the recv chunks.
-    let mut chunks: Vec<(usize, Chunk)> = vec![(0, first(0, ss))];
+    let send_chunk = first(0, ss);
     let mut recv_chunks = vec![first(1, rs)];
-    let mut recv_thread0 = threads < 2;
     if threads >= 2 && nblocks.is_none() {
-        let ws = file_len(send)
-            .saturating_sub(ss.offset)
-            .saturating_mul(SEND_WEIGHT);
-        let wr = file_len(recv).saturating_sub(rs.offset);
-        let total = ws.saturating_add(wr);
-        let t = threads as u64;
-        let share = total / t;
-        // Thread 0 reads the send file, and the head of the recv file when the
-        // send file is less than its share.
-        recv_thread0 = ws < share && share >= min_chunk;
-        if share >= min_chunk {
-            for k in 1..t {
-                let v = share.saturating_mul(k);
-                if v <= ws {
-                    continue;
-                }
-                let at = rs.offset.saturating_add(v - ws);
-                let prev = recv_chunks.last().map_or(rs.offset, |c| c.start);
-                // A cut is tried at most once; an unreadable file is an error
-                // of the reader of the whole file instead.
-                match compact::next_block_start(recv, at) {
-                    Ok(Some(o)) if o > prev => {
-                        if let Some(last) = recv_chunks.last_mut() {
-                            last.end = Some(o);
-                        }
-                        recv_chunks.push(Chunk {
-                            side: 1,
-                            start: o,
-                            end: None,
-                            line_before: 0,
-                            index: 0,
-                            first: false,
-                        });
+        let len = file_len(recv).saturating_sub(rs.offset);
+        let size = (len / (threads as u64).saturating_mul(CHUNKS_PER_THREAD)).max(min_chunk.max(1));
+        let mut at = rs.offset.saturating_add(size);
+        while at < rs.offset.saturating_add(len) {
+            let prev = recv_chunks.last().map_or(rs.offset, |c| c.start);
+            // A cut is tried once; an unreadable file is an error of the reader
+            // of the whole file instead.
+            match compact::next_block_start(recv, at) {
+                Ok(Some(o)) if o > prev => {
+                    if let Some(last) = recv_chunks.last_mut() {
+                        last.end = Some(o);
                     }
-                    Ok(Some(_)) => {}
-                    Ok(None) | Err(_) => break,
+                    recv_chunks.push(Chunk {
+                        side: 1,
+                        start: o,
+                        end: None,
+                        line_before: 0,
+                        index: 0,
+                        first: false,
+                    });
+                    at = o.saturating_add(size);
                 }
+                Ok(Some(o)) => at = o.saturating_add(size),
+                Ok(None) | Err(_) => break,
             }
         }
     }
-    // Without a cut the recv file is the second thread's.
-    let first_recv_thread = if recv_thread0 && recv_chunks.len() > 1 {
+    let path = |c: &Chunk| if c.side == 0 { send } else { recv };
+    // The recv chunks, taken in order by whichever thread is free.
+    let next = AtomicUsize::new(0);
+    let take = || -> Vec<(usize, ChunkOut)> {
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(c) = recv_chunks.get(i) else {
+                break;
+            };
+            done.push((i, read_chunk(ctx, path(c), *c, nblocks)));
+        }
+        done
+    };
+    let helpers = if threads < 2 {
         0
     } else {
-        1
+        (threads - 1).min(recv_chunks.len())
     };
-    chunks.extend(
-        recv_chunks
-            .into_iter()
-            .enumerate()
-            .map(|(i, c)| ((first_recv_thread + i).min(threads.max(1) - 1), c)),
-    );
-    let used = chunks.iter().map(|c| c.0).max().unwrap_or(0) + 1;
-    let path = |c: &Chunk| if c.side == 0 { send } else { recv };
-    let run = |t: usize| -> Vec<(usize, ChunkOut)> {
-        chunks
-            .iter()
-            .enumerate()
-            .filter(|(_, (th, _))| *th == t)
-            .map(|(i, (_, c))| (i, read_chunk(ctx, path(c), *c, nblocks)))
-            .collect()
-    };
-    let mut outs: Vec<Option<ChunkOut>> = (0..chunks.len()).map(|_| None).collect();
-    std::thread::scope(|s| {
-        let others: Vec<_> = (1..used)
-            .map(|t| {
-                let job = &run;
+    let (send_out, recv_done) = std::thread::scope(|s| {
+        let others: Vec<_> = (1..=helpers)
+            .filter_map(|t| {
+                let job = &take;
                 std::thread::Builder::new()
                     .name(format!("counts-read-{t}"))
-                    .spawn_scoped(s, move || job(t))
-                    .map_err(|_| t)
+                    .spawn_scoped(s, job)
+                    .ok()
             })
             .collect();
-        let mut all = run(0);
+        let send_out = read_chunk(ctx, send, send_chunk, nblocks);
+        // What is left (everything, without helpers) is read here.
+        let mut done = take();
         for h in others {
-            match h {
-                Ok(h) => match h.join() {
-                    Ok(v) => all.extend(v),
-                    Err(p) => std::panic::resume_unwind(p),
-                },
-                // No thread to be had: read its chunks here.
-                Err(t) => all.extend(run(t)),
+            match h.join() {
+                Ok(v) => done.extend(v),
+                Err(p) => std::panic::resume_unwind(p),
             }
         }
-        for (i, o) in all {
-            if let Some(slot) = outs.get_mut(i) {
-                *slot = Some(o);
-            }
-        }
+        (send_out, done)
     });
+    let mut outs: Vec<(Chunk, Option<ChunkOut>)> = vec![(send_chunk, Some(send_out))];
+    let base = outs.len();
+    outs.extend(recv_chunks.iter().map(|c| (*c, None)));
+    for (i, o) in recv_done {
+        if let Some(slot) = outs.get_mut(base + i) {
+            slot.1 = Some(o);
+        }
+    }
     let mut pair = PairRead {
         send: Vec::new(),
         recv: Vec::new(),
@@ -571,7 +557,7 @@ fn read_pair(
     // whether an error ended the side (what follows it is not read in one pass).
     let mut bases = [(0u64, 0u64); 2];
     let mut ended = [false; 2];
-    for ((_, c), o) in chunks.iter().zip(outs) {
+    for (c, o) in outs {
         let Some(o) = o else { continue };
         let side = c.side.min(1);
         if ended[side] {
