@@ -199,20 +199,23 @@ impl TimingGroups {
     }
 
     /// The source column of `src` for batches of up to [`TIMING_BATCH_ROWS`]
-    /// rows (one array, sliced, so the writer checks its bytes once).
-    fn source_col(&mut self, src: usize) -> ArrayRef {
-        if let Some((s, a)) = &self.source_col
-            && *s == src
-        {
-            return a.clone();
-        }
+    /// rows and at least `rows` when fewer (one array, sliced, so the writer
+    /// checks its bytes once).
+    fn source_col(&mut self, src: usize, rows: usize) -> ArrayRef {
         let name = self
             .sources
             .get(src)
             .map(String::as_str)
             .unwrap_or_default();
         let per = TIMING_BATCH_ROWS.min((i32::MAX as usize / name.len().max(1)).max(1));
-        let a = repeated(name, per);
+        let want = rows.min(per);
+        if let Some((s, a)) = &self.source_col
+            && *s == src
+            && a.len() >= want
+        {
+            return a.clone();
+        }
+        let a = repeated(name, want);
         self.source_col = Some((src, a.clone()));
         a
     }
@@ -252,13 +255,73 @@ impl TimingGroups {
         let mut batches = Vec::with_capacity(rows.div_ceil(TIMING_BATCH_ROWS) + 1);
         let mut at = 0;
         let spans = std::mem::take(&mut self.spans);
-        for (src, span) in spans {
-            let source = self.source_col(src);
+        if let [(src, _)] = spans.as_slice() {
+            // Rows of one file (a large one): its source column is one
+            // repeated array, sliced by every batch.
+            let source = self.source_col(*src, rows);
             let per = self.run_id.len().min(source.len()).max(1);
-            let end = at + span;
-            while at < end {
-                let len = per.min(end - at);
+            while at < rows {
+                let len = per.min(rows - at);
                 let mut v = vec![self.run_id.slice(0, len), source.slice(0, len)];
+                v.extend(cols.iter().map(|c| c.slice(at, len)));
+                batches.push(RecordBatch::try_new(schema.clone(), v)?);
+                at += len;
+            }
+        } else {
+            // Rows of many files: batches with a source value per row (a
+            // thousand small files make a few batches, not a thousand).
+            let per = self.run_id.len().max(1);
+            let mut queue = spans.into_iter();
+            let mut carry: Option<(usize, usize)> = None;
+            while at < rows {
+                let len = per.min(rows - at);
+                let mut offsets: Vec<i32> = Vec::with_capacity(len + 1);
+                offsets.push(0);
+                let mut bytes: Vec<u8> = Vec::new();
+                let mut filled = 0;
+                while filled < len {
+                    let Some((src, n)) = carry.take().or_else(|| queue.next()) else {
+                        break;
+                    };
+                    let take = n.min(len - filled);
+                    let name = self
+                        .sources
+                        .get(src)
+                        .map(String::as_str)
+                        .unwrap_or_default();
+                    let end = bytes.len().saturating_add(name.len().saturating_mul(take));
+                    if i32::try_from(end).is_err() {
+                        return Err(crate::error::FormatError::malformed(
+                            TABLE,
+                            "source",
+                            crate::error::Position::None,
+                            "source names of one batch exceed 2 GiB",
+                        ));
+                    }
+                    for _ in 0..take {
+                        bytes.extend_from_slice(name.as_bytes());
+                        offsets.push(bytes.len() as i32);
+                    }
+                    filled += take;
+                    if take < n {
+                        carry = Some((src, n - take));
+                    }
+                }
+                // SAFETY: the offsets start at 0, grow with `bytes` and end at
+                // its length (checked to fit i32 above); every value is a whole
+                // `&str`, so valid UTF-8.
+                let source: ArrayRef = Arc::new(unsafe {
+                    arrow::array::StringArray::new_unchecked(
+                        arrow::buffer::OffsetBuffer::new_unchecked(offsets.into()),
+                        bytes.into(),
+                        None,
+                    )
+                });
+                let len = source.len();
+                if len == 0 {
+                    break;
+                }
+                let mut v = vec![self.run_id.slice(0, len), source];
                 v.extend(cols.iter().map(|c| c.slice(at, len)));
                 batches.push(RecordBatch::try_new(schema.clone(), v)?);
                 at += len;
