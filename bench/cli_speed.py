@@ -5,14 +5,15 @@ outputs written as users get them, next to reference commands on the same
 bytes in the same run (`zstd -1 -T1`, `cat`). Prints medians, spreads, peak
 memory and the ratios issue 16 asks about.
 
-    python3 bench/cli_speed.py [--bin target/release/benchlake] [--runs 5] [--work DIR]
+    python3 bench/cli_speed.py [--bin target/release/benchlake] [--runs 5] [--work DIR] [--warm]
                                [--only linktest,counts,many,replay,calibrate]
 
 Inputs are made here: a synthetic 4,096-rank LinkTest 2.1.17 file
 (`benchlake probe linktest`, 285 MB), the 156.7 MB synthetic alltoallv count
 pair (../shared/data/counts/gen_compact.py 1024 5000 50 30 8 1), 1,000 copies
 of a real LinkTest file, and a Dimemas trace from ../shared when present.
-Needs numpy for the count generator. Peak memory comes from GNU time.
+Needs numpy for the count generator. Peak memory comes from GNU time, CPU
+time from wait4 on it (microseconds, where time prints 10 ms steps).
 """
 import argparse
 import os
@@ -47,14 +48,20 @@ def measure(argv, runs, cold, stdout=subprocess.DEVNULL, cwd=None, before=None):
             before()
         if cold:
             drop_caches()
+        # CPU time from wait4 on GNU time (its child's and its own, which is
+        # nil) at microseconds instead of time's 10 ms; peak RSS from time
+        # (a Python fork would count the interpreter's memory).
         t0 = time.perf_counter()
-        r = subprocess.run(["/usr/bin/time", "-f", "%U %S %M", *argv], stdout=stdout, stderr=subprocess.PIPE,
-                           text=True, cwd=cwd)
+        p = subprocess.Popen(["/usr/bin/time", "-f", "%M", *[str(x) for x in argv]], stdout=stdout,
+                             stderr=subprocess.PIPE, cwd=cwd)
+        err = p.stderr.read().decode(errors="replace")
+        _, status, ru = os.wait4(p.pid, 0)
         wall = time.perf_counter() - t0
-        if r.returncode != 0:
-            sys.exit(f"failed ({r.returncode}): {' '.join(map(str, argv))}\n{r.stderr[-2000:]}")
-        user, sys_s, rss_kb = r.stderr.strip().splitlines()[-1].split()
-        out.append((wall, float(user) + float(sys_s), int(rss_kb) / 1024))
+        p.returncode = os.waitstatus_to_exitcode(status)
+        if p.returncode != 0:
+            sys.exit(f"failed ({p.returncode}): {' '.join(map(str, argv))}\n{err[-2000:]}")
+        rss_kb = err.strip().splitlines()[-1].split()[-1]
+        out.append((wall, ru.ru_utime + ru.ru_stime, int(rss_kb) / 1024))
     return out
 
 
@@ -81,6 +88,8 @@ def main():
                                          "benchlake"))
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--work")
+    ap.add_argument("--warm", action="store_true",
+                    help="keep the page cache (inputs read once before timing): CPU without the disk")
     ap.add_argument("--only", default="linktest,counts,many,replay,calibrate")
     a = ap.parse_args()
     exe = Path(a.bin)
@@ -92,9 +101,9 @@ def main():
     only = set(a.only.split(","))
     work = Path(a.work or tempfile.mkdtemp(prefix="benchlake-cli-speed-"))
     work.mkdir(parents=True, exist_ok=True)
-    cold = drop_caches()
+    cold = not a.warm and drop_caches()
     print(f"benchlake CLI speed: {exe}, {a.runs} runs each, page cache "
-          f"{'dropped before each run' if cold else 'NOT dropped (not permitted here): warm-cache figures'}, "
+          f"{'dropped before each run' if cold else 'kept (--warm)' if a.warm else 'NOT dropped (not permitted here): warm-cache figures'}, "
           f"work dir {work}")
     zstd = ["zstd", "-1", "-T1", "-q", "-c"]
 
@@ -166,8 +175,14 @@ def main():
                 cold, before=lambda: shutil.rmtree(out, ignore_errors=True)), n)
             z = summary("cat … | zstd -1 -T1", measure(["sh", "-c", f"cat {many}/*/*.sion | zstd -1 -T1 -q -c"],
                                                       a.runs, cold), n)
+            one = summary("benchlake ingest linktest (one of the files)", measure(
+                [exe, "ingest", "linktest", many / "r0000", "--out", out, "--run-id",
+                 "01JBENCH000000000000000002"], a.runs, cold,
+                before=lambda: shutil.rmtree(out, ignore_errors=True)))
             ratio("benchlake / (cat | zstd) wall", ing, z)
-            print(f"  -> per file: {ing['wall'] / 1000 * 1e6:.0f} µs")
+            print(f"  -> per file: {ing['wall'] / 1000 * 1e6:.0f} µs of wall, "
+                  f"{ing['cpu'] / 1000 * 1e6:.0f} µs of CPU; over one file's run: "
+                  f"{(ing['cpu'] - one['cpu']) / 999 * 1e6:.0f} µs of CPU per further file")
 
     if "replay" in only:
         traces = sorted((SHARED / "data").rglob("*.dim"))
