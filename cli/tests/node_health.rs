@@ -136,6 +136,29 @@ fn node_check(
     (out.status.code().unwrap_or(-1), v)
 }
 
+/// Polls `node-check NODE --json` until `pred` holds: a node action runs after
+/// its run commits, off the request path, later still on a loaded machine.
+async fn wait_check(
+    c: &Cluster,
+    sl: &SlurmCluster,
+    node: &str,
+    what: &str,
+    pred: impl Fn(i32, &serde_json::Value) -> bool,
+) -> (i32, serde_json::Value) {
+    let t = Instant::now();
+    loop {
+        let (code, v) = node_check(c, sl, node, &[]);
+        if pred(code, &v) {
+            return (code, v);
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{node}: never {what}: exit {code}, {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn create_schedule(
     c: &Cluster,
     name: &str,
@@ -323,12 +346,13 @@ async fn failing_nodes_are_drained_and_resumed_only_by_benchlake() {
         create_schedule(&c, "n3-pass", local_on("n3", cores), pb::NodeAction::Drain).await;
     run_schedule(&c, &n3_fail).await;
     run_schedule(&c, &n3_pass).await;
-    // The actions run after the commit: give them the time the drain above took.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, v) = wait_check(&c, &sl, "n3", "saw the admin's drain", |_, v| {
+        v["events"].to_string().contains("already")
+    })
+    .await;
     let st = show(&sl, "n3");
     assert!(st.drained(), "{st:?}");
     assert_eq!(st.reason.as_deref(), Some("admin: PSU swap"));
-    let (_, v) = node_check(&c, &sl, "n3", &[]);
     assert!(v["drain"].is_null(), "benchlake never recorded n3: {v}");
     let events = v["events"].to_string();
     assert!(
@@ -360,11 +384,13 @@ async fn failing_nodes_are_drained_and_resumed_only_by_benchlake() {
         ],
     );
     run_schedule(&c, &n2_pass).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (code, v) = wait_check(&c, &sl, "n2", "left the admin's drain", |_, v| {
+        v["events"].to_string().contains("not benchlake's")
+    })
+    .await;
     let st = show(&sl, "n2");
     assert!(st.drained(), "{st:?}");
     assert_eq!(st.reason.as_deref(), Some("admin: keep out"));
-    let (code, v) = node_check(&c, &sl, "n2", &[]);
     assert_eq!(code, 0, "n2 passes: {v}");
     assert!(v["drain"].is_null(), "the record is forgotten: {v}");
     assert!(v["events"].to_string().contains("not benchlake's"), "{v}");
@@ -469,9 +495,11 @@ async fn failing_nodes_are_drained_and_resumed_only_by_benchlake() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("starts with '-'"));
     let d = run_schedule(&c, &dry).await;
     let run5 = d.run.as_ref().unwrap().run_id.clone();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (code, v) = wait_check(&c, &sl, "n1", "recorded the dry run", |_, v| {
+        v["events"][0]["dry_run"] == true
+    })
+    .await;
     assert!(!show(&sl, "n1").drained());
-    let (code, v) = node_check(&c, &sl, "n1", &[]);
     assert_eq!(code, 1, "{v}");
     let e = &v["events"][0];
     assert_eq!(e["dry_run"], true, "{v}");
