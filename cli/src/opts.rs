@@ -763,11 +763,9 @@ impl WorkerArgs {
                 )
             }),
             store: self.lake.store("benchlake-data/lake"),
-            concurrency: self.concurrency.unwrap_or_else(|| {
-                std::thread::available_parallelism()
-                    .map(|n| n.get())
-                    .unwrap_or(1)
-            }),
+            concurrency: self
+                .concurrency
+                .unwrap_or_else(benchlake_core::threads::available),
             scratch_dir: self.scratch.clone(),
             lease_wait: Duration::from_secs(10),
             commit_delay: Duration::from_millis(self.fault_commit_delay_ms),

@@ -18,6 +18,7 @@ pub mod layout;
 pub mod mem;
 pub mod scontrol;
 pub mod slurm;
+pub mod threads;
 pub mod verdict;
 
 pub use error::{Error, Result};

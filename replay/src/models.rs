@@ -164,11 +164,7 @@ pub const THREADS_ENV: &str = "BENCHLAKE_REPLAY_THREADS";
 /// The threads a replay uses when nobody says: `BENCHLAKE_REPLAY_THREADS` when
 /// it holds a positive number, else the cores available to the process.
 pub fn default_threads() -> usize {
-    std::env::var(THREADS_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    benchlake_core::threads::from_env(THREADS_ENV)
 }
 
 /// The names of the known models, comma-separated (for messages).

@@ -38,11 +38,7 @@ pub const THREADS_ENV: &str = "BENCHLAKE_COUNTS_THREADS";
 /// `BENCHLAKE_COUNTS_THREADS` when it holds a positive number, else the cores
 /// available to the process.
 pub fn default_threads() -> usize {
-    std::env::var(THREADS_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    benchlake_core::threads::from_env(THREADS_ENV)
 }
 
 /// Errors of the counts analysis.
