@@ -1346,17 +1346,39 @@ fn expand(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     for p in paths {
         let md = std::fs::metadata(p).with_context(|| format!("{}", p.display()))?;
         if md.is_dir() {
-            let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
-                .with_context(|| format!("{}", p.display()))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .collect();
-            entries.sort();
-            out.extend(expand(&entries)?);
+            expand_dir(p, &mut out)?;
         } else {
             out.push(p.clone());
         }
     }
     Ok(out)
+}
+
+/// The files under directory `dir`, recursively, in name order. An entry's
+/// type comes from the directory listing (no stat per file); symbolic links
+/// are followed as before.
+fn expand_dir(dir: &std::path::Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    let mut entries: Vec<(PathBuf, bool)> = Vec::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("{}", dir.display()))? {
+        let Ok(e) = e else { continue };
+        let path = e.path();
+        let is_dir = match e.file_type() {
+            Ok(t) if !t.is_symlink() => t.is_dir(),
+            _ => std::fs::metadata(&path)
+                .with_context(|| format!("{}", path.display()))?
+                .is_dir(),
+        };
+        entries.push((path, is_dir));
+    }
+    entries.sort();
+    for (path, is_dir) in entries {
+        if is_dir {
+            expand_dir(&path, out)?;
+        } else {
+            out.push(path);
+        }
+    }
+    Ok(())
 }
 
 pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {

@@ -160,7 +160,9 @@ fn load(path: &Path, access: Access) -> Result<Storage> {
     let f = std::fs::File::open(path).map_err(|e| FormatError::io(path, e))?;
     let len = f.metadata().map_err(|e| FormatError::io(path, e))?.len();
     if len < MAP_THRESHOLD {
-        let v = std::fs::read(path).map_err(|e| FormatError::io(path, e))?;
+        // Read through the handle already open (not a second open by name).
+        let mut v = Vec::with_capacity(len as usize);
+        std::io::Read::read_to_end(&mut &f, &mut v).map_err(|e| FormatError::io(path, e))?;
         return Ok(Storage::Owned(v));
     }
     // SAFETY: the map is read-only and private to this process. If another
