@@ -105,12 +105,6 @@ fn spec(bench: &str, params: &[(&str, &str)], launcher: pb::Launcher) -> pb::Ben
     }
 }
 
-fn write_script(path: &Path, text: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
-
 /// Stand-ins that behave like IOR's and mdtest's interfaces: every rank records
 /// argv and the `IOR_HINT*` environment; rank 0 writes the real outputs of a
 /// reference case where the command line asks for them.

@@ -8,7 +8,6 @@
 //! lands in the linktest tables with the reference values.
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use arrow::array::{Float64Array, Int32Array};
@@ -38,8 +37,7 @@ fn stand_in(dir: &Path, record: &Path) -> String {
         rec = record.display(),
         src = REF_DIR
     );
-    std::fs::write(&p, script).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_script(&p, &script);
     p.display().to_string()
 }
 

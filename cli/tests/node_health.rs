@@ -526,19 +526,14 @@ async fn failing_nodes_are_drained_and_resumed_only_by_benchlake() {
     )
     .unwrap();
     let wrapper = dir.join("healthcheck-wrapper");
-    std::fs::write(
+    write_script(
         &wrapper,
-        format!(
+        &format!(
             "#!/bin/sh\nBENCHLAKE_HEALTHCHECK_ENV='{}' exec '{}'\n",
             envf.display(),
             concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/slurm/healthcheck")
         ),
-    )
-    .unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    );
     let mut conf = std::fs::read_to_string(sl.conf()).unwrap();
     conf.push_str(&format!(
         "HealthCheckProgram={}\nHealthCheckInterval=1\nHealthCheckNodeState=ANY\n",

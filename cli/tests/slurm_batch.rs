@@ -809,21 +809,16 @@ fn the_deploy_linktest_batch_script_runs_on_the_cluster_and_fills_a_lake() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let stand_in = tmp.path().join("linktest");
-    std::fs::write(
+    write_script(
         &stand_in,
-        format!(
-            "#!/bin/sh\n\
-             hosts=127.0.0.1; i=1\n\
-             while [ $i -lt $SLURM_NTASKS ]; do hosts=$hosts,127.0.0.1; i=$((i+1)); done\n\
-             exec '{bin}' netprobe --rank=$SLURM_PROCID --num-tasks=$SLURM_NTASKS --hosts=$hosts \
-             --run-id=job$SLURM_JOB_ID --out=pingpong_results_bin.sion \
-             --num-messages=5 --message-size=4096 --warmup-messages=1\n",
-            bin = bin()
+        &format!(
+            "#!/bin/sh\n{}",
+            srun_netprobe_lines(
+                "job$SLURM_JOB_ID",
+                "--num-messages=5 --message-size=4096 --warmup-messages=1"
+            )
         ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&stand_in, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let results = tmp.path().join("results");
     let lake = tmp.path().join("lake");
     // Command-line options override the script's #SBATCH lines (4 nodes).

@@ -227,18 +227,14 @@ fn stand_in(dir: &Path, record: &Path) -> String {
         "#!/bin/sh\n\
          r=$SLURM_PROCID\n\
          printf '%s\\n' \"$@\" > '{rec}/argv.rank'$r\n\
-         echo \"$SLURMD_NODENAME\" > '{rec}/node.rank'$r\n\
-         hosts=127.0.0.1; i=1\n\
-         while [ $i -lt $SLURM_NTASKS ]; do hosts=$hosts,127.0.0.1; i=$((i+1)); done\n\
-         exec '{bin}' netprobe --rank=$r --num-tasks=$SLURM_NTASKS --hosts=$hosts \
-         --run-id=$BENCHLAKE_RUN_ID --out=pingpong_results_bin.sion \
-         --num-messages=5 --message-size=4096 --warmup-messages=1\n",
+         echo \"$SLURMD_NODENAME\" > '{rec}/node.rank'$r\n{netprobe}",
         rec = record.display(),
-        bin = bin(),
+        netprobe = srun_netprobe_lines(
+            "$BENCHLAKE_RUN_ID",
+            "--num-messages=5 --message-size=4096 --warmup-messages=1"
+        ),
     );
-    std::fs::write(&p, script).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_script(&p, &script);
     p.display().to_string()
 }
 
@@ -421,12 +417,6 @@ async fn slurm_refusals_fail_the_task_with_slurms_reason() {
 }
 
 const IO_DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/io");
-
-fn write_script(path: &Path, text: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
 
 /// IOR and mdtest stand-ins for Slurm tasks (real IOR and mdtest are not
 /// installable here): every task records its argv, Slurm rank and node;
@@ -786,17 +776,13 @@ fn sized_stand_in(dir: &Path) -> String {
     let script = format!(
         "#!/bin/sh\n\
          size=4096\n\
-         while [ $# -gt 0 ]; do [ \"$1\" = --size-messages ] && size=$2; shift; done\n\
-         hosts=127.0.0.1; i=1\n\
-         while [ $i -lt $SLURM_NTASKS ]; do hosts=$hosts,127.0.0.1; i=$((i+1)); done\n\
-         exec '{bin}' netprobe --rank=$SLURM_PROCID --num-tasks=$SLURM_NTASKS --hosts=$hosts \
-         --run-id=$BENCHLAKE_RUN_ID --out=pingpong_results_bin.sion \
-         --num-messages=20 --message-size=$size --warmup-messages=2 --serial-retests=0\n",
-        bin = bin(),
+         while [ $# -gt 0 ]; do [ \"$1\" = --size-messages ] && size=$2; shift; done\n{}",
+        srun_netprobe_lines(
+            "$BENCHLAKE_RUN_ID",
+            "--num-messages=20 --message-size=$size --warmup-messages=2 --serial-retests=0"
+        ),
     );
-    std::fs::write(&p, script).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_script(&p, &script);
     p.display().to_string()
 }
 

@@ -654,3 +654,24 @@ impl Cluster {
         self.coord = coord;
     }
 }
+
+/// Writes an executable script (a stand-in for a benchmark, a Slurm hook).
+pub fn write_script(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// The shell lines that make one task of a Slurm step a netprobe rank (the
+/// LinkTest stand-in of the Slurm tests: real LinkTest is not installable
+/// here): every rank on 127.0.0.1, rank and size from Slurm's variables,
+/// then `args` (message counts and sizes).
+pub fn srun_netprobe_lines(run_id: &str, args: &str) -> String {
+    format!(
+        "hosts=127.0.0.1; i=1\n\
+         while [ $i -lt $SLURM_NTASKS ]; do hosts=$hosts,127.0.0.1; i=$((i+1)); done\n\
+         exec '{bin}' netprobe --rank=$SLURM_PROCID --num-tasks=$SLURM_NTASKS --hosts=$hosts \
+         --run-id={run_id} --out=pingpong_results_bin.sion {args}\n",
+        bin = bin(),
+    )
+}
