@@ -240,6 +240,7 @@ impl Executor for AnalyzePlan {
         });
         tracing::info!(job = %ctx.job_id, parts = n, "counts analysis planned");
         Ok(ExecOutput {
+            encoded: Vec::new(),
             tables: Vec::new(),
             follow_ups,
         })
@@ -339,6 +340,7 @@ impl Executor for AnalyzeMerge {
         let tables = counts::tables::tables(&a, &ctx.run_id)
             .map_err(|e| analysis_err(e, &BTreeMap::new()))?;
         Ok(ExecOutput {
+            encoded: Vec::new(),
             tables,
             follow_ups: Vec::new(),
         })

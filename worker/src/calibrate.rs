@@ -126,6 +126,7 @@ impl Executor for Calibrate {
             ctx.block_on(ctx.lake.put(&key, bytes::Bytes::from(text)))?;
         }
         Ok(ExecOutput {
+            encoded: Vec::new(),
             tables,
             follow_ups: Vec::new(),
         })

@@ -436,6 +436,7 @@ impl Executor for Checks {
             tables.push(TableOutput::new("node_health", vec![b]));
         }
         Ok(ExecOutput {
+            encoded: Vec::new(),
             tables,
             follow_ups: Vec::new(),
         })

@@ -38,22 +38,27 @@ impl Executor for Ingest {
                 source: k.clone(),
             });
         }
-        let tables = benchlake_formats::ingest(
-            &s.format,
-            &inputs,
-            &IngestContext {
-                run_id: ctx.run_id.clone(),
-            },
-        )
-        .map_err(|e| {
-            // Users know the raw object, not this worker's scratch copy of it.
+        let ictx = IngestContext {
+            run_id: ctx.run_id.clone(),
+        };
+        // Users know the raw object, not this worker's scratch copy of it.
+        let named = |e: benchlake_formats::FormatError| {
             let mut err = ExecError::from(e);
             if let ExecError::Permanent(m) | ExecError::Retryable(m) = &mut err {
                 *m = name_objects(m, &inputs);
             }
             err
-        })?;
-        let mut tables = tables;
+        };
+        // LinkTest's pair times go straight into Parquet a row group at a
+        // time (a 4,096-rank file's 16.8 M rows are never held as batches);
+        // the other formats give batches that the commit encodes.
+        let (mut tables, encoded) = if s.format == "linktest" {
+            let e = benchlake_formats::ingest_encoded(&s.format, &inputs, &ictx).map_err(named)?;
+            (Vec::new(), e)
+        } else {
+            let t = benchlake_formats::ingest(&s.format, &inputs, &ictx).map_err(named)?;
+            (t, Vec::new())
+        };
         // A traced run's rank map (where each rank ran) rides with its Bandela
         // rank files: `mpi_trace_ranks` (docs/tracer.md).
         if s.format == "bandela" {
@@ -72,6 +77,7 @@ impl Executor for Ingest {
         let info: benchlake_core::jobs::IngestRunInfo =
             serde_json::from_str(&ctx.spec_json).unwrap_or_default();
         Ok(ExecOutput {
+            encoded,
             tables,
             follow_ups: {
                 let mut f = crate::analyze::follow_up_of_ingest(&s);
@@ -190,6 +196,7 @@ impl Executor for Record {
         let statuses = crate::checks::run_statuses(ctx, &s.run_id)?;
         let verdict = benchlake_core::verdict::worst(statuses.iter().map(String::as_str));
         Ok(ExecOutput {
+            encoded: Vec::new(),
             tables: record_tables(&s, verdict)?,
             follow_ups: Vec::new(),
         })
@@ -278,6 +285,7 @@ impl Executor for Replay {
         let tables = benchlake_replay::replay_tables(&result, &meta)
             .map_err(|e| ExecError::Permanent(e.to_string()))?;
         Ok(ExecOutput {
+            encoded: Vec::new(),
             tables,
             follow_ups: Vec::new(),
         })
@@ -318,9 +326,19 @@ mod rank_map_tests {
 
     const TRACE: &str = "# bandela-replay v1  rank=R nranks=2  (benchlake-tracer, app=t, hosts=1)\nH R 2 0\nM comm 1 0,1\nC 0.001\nK 1 MPI_Barrier barrier 1\nC 0.000003\n";
 
-    /// Runs the `ingest` executor on a traced run's two Bandela rank files
-    /// (and `map`, the rank map beside them, when given) in a local lake.
-    fn ingest(map: Option<&str>) -> (Result<ExecOutput, ExecError>, String) {
+    /// What [`execute`] ran and gave.
+    struct Ran {
+        out: Result<ExecOutput, ExecError>,
+        lake: Lake,
+        rt: tokio::runtime::Runtime,
+        dir: tempfile::TempDir,
+        run_id: String,
+        keys: Vec<String>,
+    }
+
+    /// Runs the `ingest` executor on raw files `(name, bytes)` of one task in
+    /// a local lake.
+    fn execute(format: &str, kind: &str, files: Vec<(String, Vec<u8>)>) -> Ran {
         let dir = tempfile::tempdir().unwrap();
         let rt = tokio::runtime::Runtime::new().unwrap();
         let lake = Lake::local(&dir.path().join("lake")).unwrap();
@@ -330,26 +348,23 @@ mod rank_map_tests {
             benchlake_core::ids::new_id(),
         );
         let mut keys = Vec::new();
-        for r in 0..2 {
-            let key = format!("raw/{run}/{task}/bandela.{r}.txt");
-            let text = TRACE.replace('R', &r.to_string());
-            rt.block_on(lake.put(&key, bytes::Bytes::from(text)))
+        for (name, data) in files {
+            let key = format!("raw/{run}/{task}/{name}");
+            rt.block_on(lake.put(&key, bytes::Bytes::from(data)))
                 .unwrap();
-            keys.push(key);
-        }
-        if let Some(m) = map {
-            let key = format!("raw/{run}/{task}/bandela_ranks");
-            rt.block_on(lake.put(&key, bytes::Bytes::from(m.to_string())))
-                .unwrap();
+            // The rank map rides beside the rank files, not as an input.
+            if name != "bandela_ranks" {
+                keys.push(key);
+            }
         }
         let spec = IngestSpec {
-            format: "bandela".into(),
-            keys,
+            format: format.into(),
+            keys: keys.clone(),
             task_id: task.clone(),
             agent: "a1".into(),
         };
         let info = IngestRunInfo {
-            kind: Some("traced".into()),
+            kind: Some(kind.into()),
             ..Default::default()
         };
         let scratch = dir.path().join("scratch");
@@ -366,7 +381,35 @@ mod rank_map_tests {
             rt: rt.handle().clone(),
             cancel: Default::default(),
         };
-        let out = Ingest.execute(&ctx);
+        Ran {
+            out: Ingest.execute(&ctx),
+            lake,
+            rt,
+            dir,
+            run_id: run,
+            keys,
+        }
+    }
+
+    /// Runs the `ingest` executor on a traced run's two Bandela rank files
+    /// (and `map`, the rank map beside them, when given) in a local lake.
+    fn ingest(map: Option<&str>) -> (Result<ExecOutput, ExecError>, String) {
+        let mut files: Vec<(String, Vec<u8>)> = (0..2)
+            .map(|r| {
+                let text = TRACE.replace('R', &r.to_string());
+                (format!("bandela.{r}.txt"), text.into_bytes())
+            })
+            .collect();
+        if let Some(m) = map {
+            files.push(("bandela_ranks".into(), m.as_bytes().to_vec()));
+        }
+        let Ran {
+            out,
+            lake,
+            rt,
+            dir: _dir,
+            ..
+        } = execute("bandela", "traced", files);
         // The replay input the follow-up wrote, if any.
         let input = out
             .as_ref()
@@ -379,6 +422,60 @@ mod rank_map_tests {
             })
             .unwrap_or_default();
         (out, input)
+    }
+
+    /// A LinkTest ingest hands the commit Parquet files it encoded while
+    /// reading (no batches), the same bytes as the batches encoded, and a
+    /// broken file's error names the raw object, not the scratch copy.
+    #[test]
+    fn linktest_ingest_streams_into_parquet() {
+        let sion = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../shared/data/linktest/v1.2p1/np16_a2a_mix/pingpong_results_bin.sion"
+        ))
+        .unwrap();
+        let name = "pingpong_results_bin.sion";
+        let ran = execute("linktest", "linktest", vec![(name.into(), sion.clone())]);
+        let out = ran.out.unwrap();
+        assert!(out.tables.is_empty());
+        // The same file through the batch path, encoded as the commit would.
+        let path = ran.dir.path().join("copy.sion");
+        std::fs::write(&path, &sion).unwrap();
+        let inputs = [InputFile {
+            path,
+            source: ran.keys[0].clone(),
+        }];
+        let batches = benchlake_formats::ingest(
+            "linktest",
+            &inputs,
+            &IngestContext {
+                run_id: ran.run_id.clone(),
+            },
+        )
+        .unwrap();
+        let want: Vec<_> = batches
+            .iter()
+            .map(|t| benchlake_core::lake::EncodedTable::encode(t).unwrap())
+            .collect();
+        let key =
+            |e: &benchlake_core::lake::EncodedTable| (e.table.clone(), e.part.clone(), e.rows);
+        assert_eq!(
+            out.encoded.iter().map(key).collect::<Vec<_>>(),
+            want.iter().map(key).collect::<Vec<_>>()
+        );
+        assert!(out.encoded.iter().any(|e| e.table == "linktest_timings"));
+        for (got, want) in out.encoded.iter().zip(&want) {
+            assert!(got.data == want.data, "{} differs", got.table);
+        }
+        let mut cut = sion.clone();
+        cut.truncate(sion.len() / 2);
+        let ran = execute("linktest", "linktest", vec![(name.into(), cut)]);
+        let msg = ran.out.unwrap_err().to_string();
+        assert!(msg.contains(&ran.keys[0]), "{msg}");
+        assert!(
+            !msg.contains(&ran.dir.path().display().to_string()),
+            "{msg}"
+        );
     }
 
     fn table<'a>(o: &'a ExecOutput, name: &str) -> Option<&'a TableOutput> {

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use benchlake_core::jobs::FollowUp;
-use benchlake_core::lake::{Lake, StoreConfig, TableOutput, encode_parquet};
+use benchlake_core::lake::{EncodedTable, Lake, StoreConfig, TableOutput};
 use benchlake_proto::client::{Auth, ClientTls, channel_with};
 use benchlake_proto::retry::RetryPolicy;
 use benchlake_proto::v1 as pb;
@@ -122,6 +122,10 @@ impl JobContext {
 pub struct ExecOutput {
     /// Tables to commit.
     pub tables: Vec<TableOutput>,
+    /// Tables to commit that the executor encoded itself (a LinkTest ingest
+    /// streams its pair times into Parquet a row group at a time instead of
+    /// holding them as batches).
+    pub encoded: Vec<EncodedTable>,
     /// Jobs to queue after this one commits.
     pub follow_ups: Vec<FollowUp>,
 }
@@ -488,6 +492,33 @@ async fn fail(
     }
 }
 
+/// Puts one encoded table under the job's staging prefix.
+async fn stage(
+    lake: &Lake,
+    job: &pb::JobAssignment,
+    t: &EncodedTable,
+    policy: &RetryPolicy,
+) -> Result<pb::StagedFile, ExecError> {
+    let key = benchlake_core::layout::staged_key(&job.staging_prefix, &t.table, &t.part)
+        .map_err(|e| ExecError::Permanent(e.to_string()))?;
+    // A full lake disk (ENOSPC) or a flaky store is retried in place
+    // before the job fails (retryably).
+    policy
+        .retry(
+            &format!("staging write {key}"),
+            benchlake_core::Error::is_retryable,
+            || lake.put(&key, t.data.clone()),
+        )
+        .await?;
+    Ok(pb::StagedFile {
+        staged_key: key,
+        table: t.table.clone(),
+        rows: t.rows as u64,
+        bytes: t.data.len() as u64,
+        part: t.part.clone(),
+    })
+}
+
 /// Encodes every table, puts it under the staging prefix and asks for the commit.
 async fn stage_and_commit(
     lake: &Lake,
@@ -498,28 +529,14 @@ async fn stage_and_commit(
     policy: &RetryPolicy,
 ) -> Result<Vec<String>, ExecError> {
     let mut files = Vec::new();
+    // Batches are encoded one table at a time, so only one table's Parquet
+    // bytes are held at once.
     for t in &out.tables {
-        let data = encode_parquet(&t.table, &t.batches)
-            .map_err(|e| ExecError::Permanent(e.to_string()))?;
-        let key = benchlake_core::layout::staged_key(&job.staging_prefix, &t.table, &t.part)
-            .map_err(|e| ExecError::Permanent(e.to_string()))?;
-        let bytes = data.len() as u64;
-        // A full lake disk (ENOSPC) or a flaky store is retried in place
-        // before the job fails (retryably).
-        policy
-            .retry(
-                &format!("staging write {key}"),
-                benchlake_core::Error::is_retryable,
-                || lake.put(&key, data.clone()),
-            )
-            .await?;
-        files.push(pb::StagedFile {
-            staged_key: key,
-            table: t.table.clone(),
-            rows: t.rows() as u64,
-            bytes,
-            part: t.part.clone(),
-        });
+        let e = EncodedTable::encode(t).map_err(|e| ExecError::Permanent(e.to_string()))?;
+        files.push(stage(lake, job, &e, policy).await?);
+    }
+    for e in &out.encoded {
+        files.push(stage(lake, job, e, policy).await?);
     }
     let result_json = serde_json::to_string(&benchlake_core::jobs::JobResult {
         follow_ups: out.follow_ups,

@@ -579,6 +579,7 @@ impl Executor for TraceCompare {
         let rows = compare(&stats, &m)?;
         let batch = comparison_batch(&ctx.run_id, &s, &rows)?;
         Ok(ExecOutput {
+            encoded: Vec::new(),
             tables: vec![TableOutput::new("trace_comparison", vec![batch])],
             follow_ups: Vec::new(),
         })
