@@ -8,8 +8,11 @@
 //! one SION file per size, `OUT` with `_<bytes>B` before its extension), so
 //! one run gives the calibrate job what a latency and a bandwidth need; and
 //! **local ranks** (`--local-ranks N`): a run of one agent measures N ranks
-//! as threads of this process over loopback (the pairs of one host, which
-//! is what an intra-node calibration needs), without any rendezvous.
+//! as threads of this process (the pairs of one host, which is what an
+//! intra-node calibration needs), without any rendezvous. Their ping-pongs
+//! go through shared memory by default (`--transport shm`), as MPI carries
+//! messages between ranks of one host; `--transport tcp` measures loopback
+//! TCP instead (ten times MPI's latency on one host, docs/linktest.md §7.3).
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -60,6 +63,11 @@ pub struct NetprobeArgs {
     /// one rank per process.
     #[arg(long, env = "BENCHLAKE_NETPROBE_LOCAL_RANKS", default_value_t = 1)]
     pub local_ranks: usize,
+    /// How local ranks exchange their ping-pongs: `shm` (shared memory, as
+    /// MPI between ranks of one host; ping-pong only) or `tcp` (loopback).
+    /// Ranks on several hosts always use TCP.
+    #[arg(long, env = "BENCHLAKE_NETPROBE_TRANSPORT", default_value = "shm")]
+    pub transport: String,
     /// Untimed messages before the timed ones.
     #[arg(long, env = "BENCHLAKE_NETPROBE_WARMUP_MESSAGES", default_value_t = 10)]
     pub warmup_messages: u64,
@@ -178,6 +186,11 @@ pub fn netprobe(a: NetprobeArgs) -> anyhow::Result<()> {
             a.local_ranks
         );
     }
+    let shm = match a.transport.as_str() {
+        "shm" => a.local_ranks > 1,
+        "tcp" => false,
+        t => bail!("--transport '{t}' is not shm or tcp"),
+    };
     if a.local_ranks > 1 && (n != 1 || a.rank != 0) {
         bail!(
             "--local-ranks {} measures ranks of one host: --hosts must list one address (it lists {n}) and --rank be 0",
@@ -234,7 +247,7 @@ pub fn netprobe(a: NetprobeArgs) -> anyhow::Result<()> {
         };
         let res = if a.local_ranks > 1 {
             tracing::info!(ranks, size, run = %a.run_id, "netprobe starting (local ranks)");
-            local_ranks(ranks, &params, &out)?
+            local_ranks(ranks, &params, &out, shm)?
         } else {
             let rv = Rendezvous {
                 run_id: run_id.clone(),
@@ -253,12 +266,21 @@ pub fn netprobe(a: NetprobeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `ranks` ranks as threads on loopback (`--local-ranks`): rank 0's run.
+/// `ranks` ranks as threads of this process (`--local-ranks`), their
+/// ping-pongs through shared memory (`shm`) or loopback TCP: rank 0's run.
 fn local_ranks(
     ranks: usize,
     params: &Params,
     out: &std::path::Path,
+    shm: bool,
 ) -> anyhow::Result<Option<benchlake_formats::linktest::LinkTestRun>> {
+    let links = shm.then(|| {
+        std::sync::Arc::new(benchlake_netprobe::ShmLinks::new(
+            ranks,
+            params.message_size,
+            params.io_timeout,
+        ))
+    });
     let mut listeners = Vec::with_capacity(ranks);
     for _ in 0..ranks {
         listeners
@@ -275,7 +297,13 @@ fn local_ranks(
             .enumerate()
             .map(|(r, l)| {
                 let peers = peers.clone();
-                s.spawn(move || benchlake_netprobe::run_with_listener(r, l, peers, params, out))
+                let links = links.clone();
+                s.spawn(move || match links {
+                    Some(links) => {
+                        benchlake_netprobe::run_with_shared_memory(r, l, peers, params, out, links)
+                    }
+                    None => benchlake_netprobe::run_with_listener(r, l, peers, params, out),
+                })
             })
             .collect();
         let mut run = None;

@@ -24,6 +24,7 @@
 //!   both times as LinkTest's slow-link arrays.
 mod mesh;
 mod schedule;
+mod shm;
 mod wire;
 
 use std::io::{Read, Write};
@@ -38,6 +39,8 @@ use benchlake_formats::sion::SionWriteOptions;
 
 pub use mesh::{Rendezvous, candidate_ports, run_hash};
 pub use schedule::{Iteration, partner, plan, shuffled_ranks, shuffled_steps, steps_for};
+
+pub use shm::ShmLinks;
 
 use mesh::Mesh;
 use wire::{Cmd, Row};
@@ -241,6 +244,42 @@ pub fn run_with_listener(
     params: &Params,
     out_path: &Path,
 ) -> Result<Option<LinkTestRun>> {
+    run_listener_mesh(rank, listener, peers, params, out_path, None)
+}
+
+/// [`run_with_listener`] for ranks that are threads of one process: their
+/// ping-pongs go through `links` (shared memory, as MPI on one host), the
+/// rest through the TCP mesh. A rank that fails aborts `links`, so the
+/// others stop waiting for it.
+pub fn run_with_shared_memory(
+    rank: usize,
+    listener: TcpListener,
+    peers: Vec<SocketAddr>,
+    params: &Params,
+    out_path: &Path,
+    links: std::sync::Arc<ShmLinks>,
+) -> Result<Option<LinkTestRun>> {
+    if params.direction != Direction::PingPong || params.all_to_all {
+        links.abort();
+        return Err(NetprobeError::Protocol(
+            "the shared-memory transport measures ping-pongs only (no unidirectional, bidirectional or all-to-all mode)".into(),
+        ));
+    }
+    let r = run_listener_mesh(rank, listener, peers, params, out_path, Some(links.clone()));
+    if r.is_err() {
+        links.abort();
+    }
+    r
+}
+
+fn run_listener_mesh(
+    rank: usize,
+    listener: TcpListener,
+    peers: Vec<SocketAddr>,
+    params: &Params,
+    out_path: &Path,
+    shm: Option<std::sync::Arc<ShmLinks>>,
+) -> Result<Option<LinkTestRun>> {
     let n = peers.len();
     params.validate(n)?;
     if rank >= n {
@@ -248,6 +287,7 @@ pub fn run_with_listener(
     }
     let mut mesh = Mesh {
         conns: (0..n).map(|_| None).collect(),
+        shm,
     };
     // Addresses are known: a token from them keeps strangers out of the mesh.
     let token = run_hash(&format!("{peers:?}"));
@@ -288,6 +328,7 @@ fn measure(
     out_path: &Path,
 ) -> Result<Option<LinkTestRun>> {
     let iterations = params.iterations(n);
+    let shared_memory = mesh.shm.is_some();
     let mut bufs = Bufs {
         recv: vec![0u8; params.message_size],
         send: if params.direction == Direction::Bidirectional {
@@ -389,7 +430,8 @@ fn measure(
         format: PayloadFormat::V2,
         version: [2, 1, 17],
         git_hash: None,
-        mode: "TCP".into(),
+        // LinkTest names the transport it measured; shared memory is ours.
+        mode: if shared_memory { "SHM" } else { "TCP" }.into(),
         num_tasks: n,
         num_messages: params.num_messages,
         message_size: params.message_size as u64,
@@ -470,7 +512,7 @@ fn parallel_phase(
 ) -> Result<()> {
     for (executed, step) in it.order.iter().enumerate() {
         if let Some(p) = it.partner(rank, *step) {
-            let t = exchange(rank, p, mesh.get(p)?, bufs, params)?;
+            let t = exchange(rank, p, mesh, bufs, params)?;
             if let Some(x) = row.times.get_mut(p) {
                 *x = t;
             }
@@ -503,7 +545,7 @@ fn serial_phase(
                 }
             }
             if a == 0 {
-                let t = exchange(0, b, mesh.get(b)?, bufs, params)?;
+                let t = exchange(0, b, mesh, bufs, params)?;
                 if let Some(x) = row.times.get_mut(b) {
                     *x = t;
                 }
@@ -548,7 +590,7 @@ fn serve(
             Cmd::EndPhase if row.is_some() => return Ok(()),
             Cmd::Pair { a, b, step } if row.is_some() && (a == rank || b == rank) => {
                 let other = if a == rank { b } else { a };
-                let t = exchange(rank, other, mesh.get(other)?, bufs, params)?;
+                let t = exchange(rank, other, mesh, bufs, params)?;
                 if let Some(r) = row.as_deref_mut() {
                     if let Some(x) = r.times.get_mut(other) {
                         *x = t;
@@ -566,7 +608,7 @@ fn serve(
                 } else {
                     Role::Receiver
                 };
-                let t = one_way(role, mesh.get(other)?, bufs, params)?;
+                let t = one_way(role, rank, other, mesh, bufs, params)?;
                 wire::send_f64(mesh.get(0)?, t)?;
             }
             cmd => {
@@ -601,9 +643,9 @@ fn retest_slowest(
         }
         let mut retest = None;
         if from == 0 {
-            retest = Some(one_way(Role::Sender, mesh.get(to)?, bufs, params)?);
+            retest = Some(one_way(Role::Sender, 0, to, mesh, bufs, params)?);
         } else if to == 0 {
-            one_way(Role::Receiver, mesh.get(from)?, bufs, params)?;
+            one_way(Role::Receiver, 0, from, mesh, bufs, params)?;
         }
         for r in [from, to] {
             if r != 0 {
@@ -637,27 +679,77 @@ enum Role {
 fn exchange(
     rank: usize,
     p: usize,
-    c: &mut TcpStream,
+    mesh: &mut Mesh,
     bufs: &mut Bufs,
     params: &Params,
 ) -> Result<f64> {
     if params.direction == Direction::Bidirectional {
-        return bidirectional(c, bufs, params);
+        return bidirectional(mesh.get(p)?, bufs, params);
     }
     let mut mine = 0.0;
     for first in [rank.min(p), rank.max(p)] {
         if first == rank {
-            mine = one_way(Role::Sender, c, bufs, params)?;
+            mine = one_way(Role::Sender, rank, p, mesh, bufs, params)?;
         } else {
-            one_way(Role::Receiver, c, bufs, params)?;
+            one_way(Role::Receiver, rank, p, mesh, bufs, params)?;
         }
     }
     Ok(mine)
 }
 
-/// One direction of a pair (bidirectional: both at once). Seconds per message
-/// for the sender (and both sides when bidirectional); 0 for a receiver.
-fn one_way(role: Role, c: &mut TcpStream, bufs: &mut Bufs, params: &Params) -> Result<f64> {
+/// One direction of the pair (`rank`, `p`) (bidirectional: both at once).
+/// Seconds per message for the sender (and both sides when bidirectional);
+/// 0 for a receiver.
+fn one_way(
+    role: Role,
+    rank: usize,
+    p: usize,
+    mesh: &mut Mesh,
+    bufs: &mut Bufs,
+    params: &Params,
+) -> Result<f64> {
+    if let Some(links) = &mesh.shm {
+        return shm_ping_pong(role, rank, p, links, bufs, params);
+    }
+    tcp_one_way(role, mesh.get(p)?, bufs, params)
+}
+
+/// A ping-pong through shared memory ([`ShmLinks`]): the same messages and
+/// timing as the TCP one.
+fn shm_ping_pong(
+    role: Role,
+    rank: usize,
+    p: usize,
+    links: &ShmLinks,
+    bufs: &mut Bufs,
+    params: &Params,
+) -> Result<f64> {
+    let buf = &mut bufs.recv;
+    links.open(rank, p)?;
+    let total = params.warmup_messages + params.num_messages;
+    let mut t = Instant::now();
+    for k in 0..total {
+        if role == Role::Sender {
+            if k == params.warmup_messages {
+                t = Instant::now();
+            }
+            links.send(rank, p, buf)?;
+            links.recv(rank, p, buf)?;
+        } else {
+            links.recv(rank, p, buf)?;
+            links.send(rank, p, buf)?;
+        }
+    }
+    let elapsed = t.elapsed().as_secs_f64();
+    links.close(rank)?;
+    Ok(match role {
+        Role::Sender => elapsed / (2 * params.num_messages) as f64,
+        Role::Receiver => 0.0,
+    })
+}
+
+/// [`one_way`] on the pair's TCP stream.
+fn tcp_one_way(role: Role, c: &mut TcpStream, bufs: &mut Bufs, params: &Params) -> Result<f64> {
     if params.direction == Direction::Bidirectional {
         return bidirectional(c, bufs, params);
     }
@@ -731,7 +823,7 @@ fn polling<T>(c: &mut TcpStream, f: impl FnOnce(&mut TcpStream) -> Result<T>) ->
 /// Polls before yielding the core: a rank that waits keeps its core for about
 /// this many empty reads, then lets another thread run (as Open MPI's
 /// `mpi_yield_when_idle`), so ranks outnumbering the cores still progress.
-const POLLS_BEFORE_YIELD: u32 = 4096;
+pub(crate) const POLLS_BEFORE_YIELD: u32 = 4096;
 
 /// Waits for the socket without sleeping in the kernel.
 fn poll_wait(polls: &mut u32) {

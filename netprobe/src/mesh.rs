@@ -78,6 +78,9 @@ pub fn candidate_ports(run_id: &str, base: u16, span: u16, tries: usize) -> Vec<
 /// The stream to each rank (`None` for itself).
 pub(crate) struct Mesh {
     pub conns: Vec<Option<TcpStream>>,
+    /// Ping-pongs through shared memory instead of these streams (local
+    /// ranks, [`crate::ShmLinks`]).
+    pub shm: Option<std::sync::Arc<crate::ShmLinks>>,
 }
 
 impl Mesh {
@@ -242,6 +245,7 @@ pub(crate) fn rendezvous_mesh(rank: usize, rv: &Rendezvous, params: &Params) -> 
     let deadline = Instant::now() + rv.timeout;
     let token = run_hash(&rv.run_id);
     let mut mesh = Mesh {
+        shm: None,
         conns: (0..n).map(|_| None).collect(),
     };
     if rank == 0 {

@@ -2,16 +2,26 @@
 //! 2.1.17 file with mode "TCP" whose matrices are complete, whose header
 //! records the mode, and whose recorded seed reproduces the step order; the
 //! rendezvous finds rank 0 past taken ports and fails clearly when a rank
-//! never shows up.
+//! never shows up. Ping-pongs through shared memory (mode "SHM") give the
+//! same complete matrices in parallel and serial mode, and a rank that fails
+//! stops the others instead of leaving them waiting.
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use benchlake_formats::linktest::{self, LinkTestRun, PayloadFormat};
 use benchlake_netprobe::{
-    Direction, Params, Rendezvous, candidate_ports, plan, run_rendezvous, run_with_listener,
+    Direction, Params, Rendezvous, ShmLinks, candidate_ports, plan, run_rendezvous,
+    run_with_listener, run_with_shared_memory,
 };
 
 fn probe(n: usize, params: Params) -> (LinkTestRun, LinkTestRun) {
+    probe_over(n, params, false)
+}
+
+/// `n` ranks as threads; their ping-pongs through TCP or shared memory.
+fn probe_over(n: usize, params: Params, shm: bool) -> (LinkTestRun, LinkTestRun) {
+    let links =
+        shm.then(|| std::sync::Arc::new(ShmLinks::new(n, params.message_size, params.io_timeout)));
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("pingpong_results_bin.sion");
     let listeners: Vec<TcpListener> = (0..n)
@@ -26,8 +36,10 @@ fn probe(n: usize, params: Params) -> (LinkTestRun, LinkTestRun) {
             ..params.clone()
         };
         let out = out.clone();
-        handles.push(std::thread::spawn(move || {
-            run_with_listener(rank, l, peers, &params, &out).unwrap()
+        let links = links.clone();
+        handles.push(std::thread::spawn(move || match links {
+            Some(links) => run_with_shared_memory(rank, l, peers, &params, &out, links).unwrap(),
+            None => run_with_listener(rank, l, peers, &params, &out).unwrap(),
         }));
     }
     let mut results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
@@ -369,4 +381,98 @@ fn a_rank_that_never_shows_up_fails_the_rendezvous_clearly() {
         e.contains("rank 0 at '127.0.0.1' (ports") && e.contains("not reachable within 1 s"),
         "{e}"
     );
+}
+
+#[test]
+fn shared_memory_ping_pongs_give_complete_matrices() {
+    // Odd ranks (one idles per step), no barriers (a rank reaches its next
+    // partner while that one is still busy), randomized placements, retests.
+    let (_, run) = probe_over(
+        5,
+        Params {
+            barriers: false,
+            randomized_tasks: 2,
+            ..params()
+        },
+        true,
+    );
+    assert_eq!(run.mode, "SHM");
+    assert_eq!(run.permutations.len(), 3);
+    check_complete(&run);
+    let (_, run) = probe_over(
+        4,
+        Params {
+            serial: true,
+            ..params()
+        },
+        true,
+    );
+    assert!(run.flags.serial);
+    check_complete(&run);
+}
+
+#[test]
+fn shared_memory_refuses_streams_and_a_failed_rank_stops_the_others() {
+    let n = 3;
+    let run = |params: Params, bad_rank: Option<usize>| {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("pp.sion");
+        let links = std::sync::Arc::new(ShmLinks::new(n, params.message_size, params.io_timeout));
+        let listeners: Vec<TcpListener> = (0..n)
+            .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let peers: Vec<_> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+        let handles: Vec<_> = listeners
+            .into_iter()
+            .enumerate()
+            .map(|(rank, l)| {
+                let (peers, out, links) = (peers.clone(), out.clone(), links.clone());
+                // The bad rank sends messages larger than the inboxes hold.
+                let params = Params {
+                    message_size: if Some(rank) == bad_rank {
+                        params.message_size * 2
+                    } else {
+                        params.message_size
+                    },
+                    ..params.clone()
+                };
+                std::thread::spawn(move || {
+                    run_with_shared_memory(rank, l, peers, &params, &out, links)
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let r = run(
+        Params {
+            direction: Direction::Unidirectional,
+            ..params()
+        },
+        None,
+    );
+    assert!(
+        r.iter()
+            .all(|x| x.as_ref().unwrap_err().contains("ping-pongs only")),
+        "{r:?}"
+    );
+    let t = Instant::now();
+    let r = run(
+        Params {
+            io_timeout: Duration::from_secs(60),
+            ..params()
+        },
+        Some(0),
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "the others stopped waiting: {:?}",
+        t.elapsed()
+    );
+    assert!(r[0].as_ref().unwrap_err().contains("does not fit"), "{r:?}");
+    assert!(r.iter().all(|x| x.is_err()), "{r:?}");
 }
