@@ -3,9 +3,10 @@
 (docs/replay.md, "Validation figures"; issue 17).
 
 1. Calibration from the machine's own pair times: `benchlake netprobe` (the
-   LinkTest-style TCP probe, a size sweep of five message sizes), fitted by
+   LinkTest-style probe, a size sweep of five message sizes), fitted by
    `benchlake replay calibrate --out CAL`. Under mpirun: two local ranks
-   (intra-node). Under Slurm: six ranks, two on each of the three Slurm
+   (intra-node) ping-ponging through shared memory, as MPI ranks of one
+   host do (netprobe's default for local ranks). Under Slurm (TCP): six ranks, two on each of the three Slurm
    nodes (`srun -N3 -n6`), so both intra- and inter-node pairs are fitted.
 2. Six MPI kernels (ring, halo, bcast, allreduce, alltoall, mixed) at 2, 4
    and 8 ranks with the benchlake tracer preloaded, REPEAT times each:
