@@ -172,8 +172,8 @@ async fn netprobe_on_four_agents_lands_a_complete_matrix() {
 }
 
 /// One agent calibrates by itself (what `benchlake up --demo` does): the
-/// built-in entry with `local_ranks=2` (two ranks as threads over loopback)
-/// and a size sweep writes one file per size, the ingest reads all three,
+/// built-in entry with `local_ranks=2` (two ranks as threads, ping-ponging
+/// through shared memory by default) and a size sweep writes one file per size, the ingest reads all three,
 /// the run's checks judge each size against itself (no slow pair), and the
 /// calibrate job fits latency and bandwidth from the run alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -233,8 +233,11 @@ async fn one_agent_sweep_with_local_ranks_calibrates_by_itself() {
                 .downcast_ref::<arrow::array::Int64Array>()
                 .unwrap(),
         );
+        let mode = col::<StringArray>(&b, "mode");
         for i in 0..b.num_rows() {
             assert_eq!(n.value(i), 2, "two local ranks");
+            // The entry's default transport for local ranks.
+            assert_eq!(mode.value(i), "SHM", "ping-pongs through shared memory");
             sizes.insert(s.value(i));
         }
     }
