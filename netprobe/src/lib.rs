@@ -754,27 +754,31 @@ fn tcp_one_way(role: Role, c: &mut TcpStream, bufs: &mut Bufs, params: &Params) 
         return bidirectional(c, bufs, params);
     }
     let buf = &mut bufs.recv;
+    let limit = params.io_timeout;
     match (params.direction, role) {
         (Direction::Bidirectional, _) => Ok(0.0),
         (Direction::PingPong, Role::Sender) => polling(c, |c| {
             for _ in 0..params.warmup_messages {
-                write_polling(c, buf).map_err(io("ping"))?;
-                read_polling(c, buf).map_err(io("pong"))?;
+                write_polling(c, buf, limit).map_err(io("ping"))?;
+                read_polling(c, buf, limit).map_err(io("pong"))?;
             }
             let t = Instant::now();
             for _ in 0..params.num_messages {
-                write_polling(c, buf).map_err(io("ping"))?;
-                read_polling(c, buf).map_err(io("pong"))?;
+                write_polling(c, buf, limit).map_err(io("ping"))?;
+                read_polling(c, buf, limit).map_err(io("pong"))?;
             }
             Ok(t.elapsed().as_secs_f64() / (2 * params.num_messages) as f64)
         }),
         (Direction::PingPong, Role::Receiver) => polling(c, |c| {
             for _ in 0..params.warmup_messages + params.num_messages {
-                read_polling(c, buf).map_err(io("ping"))?;
-                write_polling(c, buf).map_err(io("pong"))?;
+                read_polling(c, buf, limit).map_err(io("ping"))?;
+                write_polling(c, buf, limit).map_err(io("pong"))?;
             }
             Ok(0.0)
         }),
+        // Streams block: polling measured slower at 8 B (2.2 against
+        // 0.77 us per message) though faster at 64 KiB and 1 MiB
+        // (docs/linktest.md §7.3); the sockets' timeouts bound every wait.
         (Direction::Unidirectional, Role::Sender) => {
             let mut ack = [0u8; 1];
             if params.warmup_messages > 0 {
@@ -825,24 +829,61 @@ fn polling<T>(c: &mut TcpStream, f: impl FnOnce(&mut TcpStream) -> Result<T>) ->
 /// `mpi_yield_when_idle`), so ranks outnumbering the cores still progress.
 pub(crate) const POLLS_BEFORE_YIELD: u32 = 4096;
 
-/// Waits for the socket without sleeping in the kernel.
-fn poll_wait(polls: &mut u32) {
-    *polls = polls.wrapping_add(1);
-    if polls.is_multiple_of(POLLS_BEFORE_YIELD) {
+/// Waiting on a non-blocking socket without sleeping in the kernel, and
+/// without waiting forever: a socket's read timeout does not apply to
+/// non-blocking reads, so the wait keeps its own (a peer that hangs fails
+/// the exchange after `limit` without progress, as a blocking read would).
+struct PollWait {
+    polls: u32,
+    since: Option<Instant>,
+    limit: Duration,
+}
+
+impl PollWait {
+    fn new(limit: Duration) -> Self {
+        Self {
+            polls: 0,
+            since: None,
+            limit,
+        }
+    }
+
+    /// The socket made progress: the timeout starts again.
+    fn progressed(&mut self) {
+        self.since = None;
+    }
+
+    /// Nothing to read or write yet: spin, or yield the core every
+    /// [`POLLS_BEFORE_YIELD`] polls (and check the timeout then).
+    fn idle(&mut self) -> std::io::Result<()> {
+        self.polls = self.polls.wrapping_add(1);
+        if !self.polls.is_multiple_of(POLLS_BEFORE_YIELD) {
+            std::hint::spin_loop();
+            return Ok(());
+        }
+        let since = *self.since.get_or_insert_with(Instant::now);
+        if since.elapsed() > self.limit {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no progress in {:?}", self.limit),
+            ));
+        }
         std::thread::yield_now();
-    } else {
-        std::hint::spin_loop();
+        Ok(())
     }
 }
 
 /// `read_exact` on a non-blocking socket, polling.
-fn read_polling(c: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
-    let (mut got, mut polls) = (0, 0);
+fn read_polling(c: &mut TcpStream, buf: &mut [u8], limit: Duration) -> std::io::Result<()> {
+    let (mut got, mut wait) = (0, PollWait::new(limit));
     while got < buf.len() {
         match c.read(&mut buf[got..]) {
             Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => poll_wait(&mut polls),
+            Ok(n) => {
+                got += n;
+                wait.progressed();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => wait.idle()?,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
@@ -851,13 +892,16 @@ fn read_polling(c: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
 }
 
 /// `write_all` on a non-blocking socket, polling while its buffer is full.
-fn write_polling(c: &mut TcpStream, buf: &[u8]) -> std::io::Result<()> {
-    let (mut sent, mut polls) = (0, 0);
+fn write_polling(c: &mut TcpStream, buf: &[u8], limit: Duration) -> std::io::Result<()> {
+    let (mut sent, mut wait) = (0, PollWait::new(limit));
     while sent < buf.len() {
         match c.write(&buf[sent..]) {
             Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => sent += n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => poll_wait(&mut polls),
+            Ok(n) => {
+                sent += n;
+                wait.progressed();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => wait.idle()?,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
@@ -867,6 +911,9 @@ fn write_polling(c: &mut TcpStream, buf: &[u8]) -> std::io::Result<()> {
 
 /// Both sides stream to each other at once: a scoped thread writes while this
 /// one reads (blocking sockets would deadlock once both send buffers fill).
+/// Blocking, as the unidirectional streams: polling measured slower here
+/// (docs/linktest.md §7.3), two polling threads per rank competing for the
+/// cores; the sockets' timeouts bound every wait.
 fn bidirectional(c: &mut TcpStream, bufs: &mut Bufs, params: &Params) -> Result<f64> {
     let mut phase = |count: u64| -> Result<f64> {
         if count == 0 {
@@ -914,6 +961,8 @@ fn all_to_all(
     buf: &mut [u8],
     params: &Params,
 ) -> Result<f64> {
+    // Blocking, as the streams of `bidirectional`: polling measured slower
+    // here (docs/linktest.md §7.3).
     let mut t = Instant::now();
     for round in 0..params.warmup_messages + params.num_messages {
         if round == params.warmup_messages {
@@ -955,4 +1004,41 @@ fn local_hostname() -> String {
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "localhost".into())
+}
+
+#[cfg(test)]
+mod poll_tests {
+    use super::*;
+
+    /// A peer that stays connected but sends nothing fails the polling read
+    /// after the limit, as a blocking read with a timeout would, instead of
+    /// spinning until the task's timeout; what arrives is read in full.
+    #[test]
+    fn a_silent_peer_times_out_and_a_slow_one_is_read_in_full() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut b, _) = l.accept().unwrap();
+        b.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 8];
+        let t = Instant::now();
+        let e = read_polling(&mut b, &mut buf, Duration::from_millis(200)).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+        let waited = t.elapsed();
+        assert!(
+            waited >= Duration::from_millis(200) && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
+        // Half now, half later: the timeout counts from the last progress.
+        let w = std::thread::spawn(move || {
+            a.write_all(b"abcd").unwrap();
+            std::thread::sleep(Duration::from_millis(150));
+            a.write_all(b"efgh").unwrap();
+            a
+        });
+        read_polling(&mut b, &mut buf, Duration::from_millis(1000)).unwrap();
+        assert_eq!(&buf, b"abcdefgh");
+        drop(w.join().unwrap());
+        let e = read_polling(&mut b, &mut buf, Duration::from_millis(1000)).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{e}");
+    }
 }
