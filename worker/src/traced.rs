@@ -428,9 +428,44 @@ pub struct ComparisonRow {
     pub totals: Option<(f64, f64)>,
 }
 
+/// The routines a Dimemas trace records as its one kind of wait record: the
+/// Dimemas model charges them all to `MPI_Wait`.
+const WAIT_FAMILY: [&str; 3] = ["MPI_Waitall", "MPI_Waitany", "MPI_Waitsome"];
+
+/// The measured routine a modelled `MPI_Wait` stands for on a rank that
+/// never called `MPI_Wait` but called exactly one of [`WAIT_FAMILY`] (the
+/// Dimemas trace format cannot tell them apart; docs/replay.md): that
+/// routine's row then carries the modelled wait instead of two half-empty
+/// rows. `None` when the rank called `MPI_Wait` itself, or several of them.
+fn wait_stands_for(
+    routines: &[String],
+    calls: impl Fn(usize) -> u64,
+    modelled_wait: bool,
+) -> Option<&str> {
+    if !modelled_wait {
+        return None;
+    }
+    let called = |name: &str| {
+        routines
+            .iter()
+            .position(|r| r == name)
+            .is_some_and(|i| calls(i) > 0)
+    };
+    if called("MPI_Wait") {
+        return None;
+    }
+    let mut it = WAIT_FAMILY.iter().filter(|n| called(n));
+    match (it.next(), it.next()) {
+        (Some(one), None) => routines.iter().find(|r| r == one).map(String::as_str),
+        _ => None,
+    }
+}
+
 /// The comparison rows of a statistics file and a replay's modelled figures:
 /// per rank, one row per routine the rank called or the replay charged
 /// (statistics order, then the replay's extra routines by name), then `all`.
+/// A modelled `MPI_Wait` joins the rank's one `MPI_Wait*` routine
+/// ([`wait_stands_for`]).
 fn compare(
     stats: &benchlake_tracer::stats::Stats,
     m: &Modelled,
@@ -447,13 +482,34 @@ fn compare(
         };
         let mut calls_total = 0i64;
         let mut seen = Vec::new();
+        let wait = m.functions.get(&(rank, "MPI_Wait".to_string())).copied();
+        let wait_as = wait_stands_for(
+            &stats.routines,
+            |i| {
+                stats
+                    .routine
+                    .get(r)
+                    .and_then(|v| v.get(i))
+                    .map_or(0, |x| x.calls)
+            },
+            wait.is_some(),
+        );
+        if wait_as.is_some() {
+            seen.push("MPI_Wait");
+        }
         for (i, name) in stats.routines.iter().enumerate() {
             let Some(rs) = stats.routine.get(r).and_then(|v| v.get(i)) else {
                 continue;
             };
             let calls = i64::try_from(rs.calls).unwrap_or(i64::MAX);
             calls_total = calls_total.saturating_add(calls);
-            let modelled = m.functions.get(&(rank, name.clone())).copied();
+            let mut modelled = m.functions.get(&(rank, name.clone())).copied();
+            if wait_as == Some(name.as_str()) {
+                modelled = Some(modelled.unwrap_or(0.0) + wait.unwrap_or(0.0));
+            } else if wait_as.is_some() && name == "MPI_Wait" {
+                // Moved to the routine it stands for.
+                modelled = None;
+            }
             if calls == 0 && modelled.is_none() {
                 continue;
             }
@@ -705,6 +761,58 @@ mod tests {
             "{t_plain} -> {t_shared}"
         );
         assert!(t_plain > 0.001 && t_plain < 0.0011, "{t_plain}");
+    }
+
+    /// A Dimemas replay charges every wait to `MPI_Wait`; on a rank that
+    /// called only `MPI_Waitall` the modelled wait sits on that row (one
+    /// row, as Bandela's), and on a rank that called `MPI_Wait` too the two
+    /// stay apart.
+    #[test]
+    fn a_modelled_wait_joins_the_ranks_one_waitall() {
+        let text = "Ranks: 2\nBandwidth (MB/s): 700\nLatency (us): 2\nBarrier latency (us): 10\nMPI_BUFFER_MAX: 1048575\n\n\
+>>>> Receive Matrix (bytes) <<<<\nLines are receivers, columns are senders\nCPU 0 1\n0 0 8\n1 8 0\n\n\
+rank 0 bytes_buffered=8 internal_requests=2 barrier_requests=0 bytes_sent=8 bytes_received=8 records=2\n\
+rank 1 bytes_buffered=8 internal_requests=2 barrier_requests=0 bytes_sent=8 bytes_received=8 records=2\n\n\
+>>>> Request times in seconds <<<<\nCPU Comput Wait Latency Transfer MPI_Wait MPI_Waitall\n\
+0000 0.5 0.25 0.125 0.0625 0.1 0.3375\n0001 0.4 0.25 0.0 0.0 0.0 0.25\n\n\
+>>>> Computation before requests in seconds <<<<\nCPU Trailing MPI_Wait MPI_Waitall\n0000 0.01 0.2 0.3\n0001 0.0 0.0 0.4\n\n\
+>>>> Number of requests <<<<\nCPU MPI_Wait MPI_Waitall\n0000 1 1\n0001 0 2\n";
+        let stats = benchlake_tracer::stats::parse(text).unwrap();
+        let mut m = Modelled::default();
+        m.functions.insert((0, "MPI_Wait".into()), 0.5);
+        m.functions.insert((1, "MPI_Wait".into()), 0.125);
+        m.ranks.insert(0, (0.5, 0.5, 1.0));
+        m.ranks.insert(1, (0.125, 0.4, 1.0));
+        let rows = compare(&stats, &m).unwrap();
+        let short: Vec<(i32, &str, i64, f64, f64)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r.rank,
+                    r.function.as_str(),
+                    r.calls,
+                    r.measured_comm_s,
+                    r.modelled_comm_s,
+                )
+            })
+            .collect();
+        assert_eq!(
+            short,
+            vec![
+                (0, "MPI_Wait", 1, 0.1, 0.5),
+                (0, "MPI_Waitall", 1, 0.3375, 0.0),
+                (0, "all", 2, 0.4375, 0.5),
+                (1, "MPI_Waitall", 2, 0.25, 0.125),
+                (1, "all", 2, 0.25, 0.125),
+            ]
+        );
+        let routines: Vec<String> = ["MPI_Waitany", "MPI_Waitsome"].map(String::from).into();
+        assert_eq!(wait_stands_for(&routines, |_| 1, true), None, "two of them");
+        assert_eq!(
+            wait_stands_for(&routines, |i| i as u64, true),
+            Some("MPI_Waitsome")
+        );
+        assert_eq!(wait_stands_for(&routines, |i| i as u64, false), None);
     }
 
     #[test]
