@@ -40,7 +40,12 @@ pub fn tables() -> Vec<TableDef> {
                     false,
                     "the default replay compared (replays.replay_id)",
                 ),
-                ("model", utf8(), false, "replay model (`bandela`)"),
+                (
+                    "model",
+                    utf8(),
+                    false,
+                    "replay model (`bandela` or `dimemas`)",
+                ),
                 ("rank", Int32, false, "rank (MPI_COMM_WORLD)"),
                 (
                     "function",
@@ -64,7 +69,7 @@ pub fn tables() -> Vec<TableDef> {
                     "modelled_comm_s",
                     Float64,
                     false,
-                    "modelled communication: wait + latency + small + big transfer of replay_functions (0 when the replay has no such routine); all: replay_ranks.communication_s",
+                    "modelled communication: wait + latency + small + big transfer of replay_functions (0 when the replay has no such routine); all: replay_ranks.communication_s. The Dimemas trace format has one kind of wait record for `MPI_Wait`, `MPI_Waitall`, `MPI_Waitany` and `MPI_Waitsome`, and the Dimemas model charges it to `MPI_Wait`: on a rank that called exactly one of the other three and never `MPI_Wait`, that routine's row carries it (no separate `MPI_Wait` row)",
                 ),
                 (
                     "diff_s",
