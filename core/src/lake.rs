@@ -1162,6 +1162,76 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(96))]
+        /// String columns of any run structure (runs of 1 to 60, values that
+        /// recur, empty and multi-byte strings, up to 600 distinct values),
+        /// cut into batches anywhere, non-null and nullable (with nulls or
+        /// without), read back as written, with min/max statistics equal to
+        /// the column's: the run-length chunk where it applies, arrow-rs
+        /// where not.
+        #[test]
+        fn string_columns_round_trip(
+            pool in proptest::collection::vec("\\PC{0,24}", 1..600),
+            runs in proptest::collection::vec((0usize..600, 1usize..60, 0u8..10), 1..120),
+            cut in 0usize..4000,
+        ) {
+            use arrow::array::{Array, AsArray};
+            use arrow::datatypes::{DataType, Field, Schema};
+            use parquet::data_type::AsBytes;
+            let mut plain: Vec<String> = Vec::new();
+            let mut nullable: Vec<Option<String>> = Vec::new();
+            for (k, n, null) in &runs {
+                let v = &pool[k % pool.len()];
+                for _ in 0..*n {
+                    plain.push(v.clone());
+                    nullable.push((*null != 0).then(|| v.clone()));
+                }
+            }
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("s", DataType::Utf8, false),
+                Field::new("t", DataType::Utf8, true),
+                Field::new("u", DataType::Utf8, true),
+            ]));
+            let b = RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(StringArray::from(plain.clone())),
+                    Arc::new(StringArray::from(nullable.clone())),
+                    Arc::new(StringArray::from(plain.iter().map(|x| Some(x.as_str())).collect::<Vec<_>>())),
+                ],
+            )
+            .unwrap();
+            let cut = cut.min(b.num_rows());
+            let batches = [b.slice(0, cut), b.slice(cut, b.num_rows() - cut)];
+            let data = encode_with_schema("strings_test", schema.clone(), &batches, false, 1 << 17).unwrap();
+            let meta = parquet::file::reader::FileReader::metadata(
+                &parquet::file::serialized_reader::SerializedFileReader::new(data.clone()).unwrap(),
+            )
+            .clone();
+            let got = arrow::compute::concat_batches(&schema, &read_back(data)).unwrap();
+            proptest::prop_assert_eq!(got.num_rows(), plain.len());
+            for col in [0, 2] {
+                let c = got.column(col).as_string::<i32>();
+                proptest::prop_assert_eq!(c.null_count(), 0);
+                let back: Vec<&str> = (0..c.len()).map(|i| c.value(i)).collect();
+                proptest::prop_assert_eq!(&back, &plain.iter().map(String::as_str).collect::<Vec<_>>());
+            }
+            let t = got.column(1).as_string::<i32>();
+            let back: Vec<Option<&str>> = (0..t.len()).map(|i| t.is_valid(i).then(|| t.value(i))).collect();
+            proptest::prop_assert_eq!(&back, &nullable.iter().map(|x| x.as_deref()).collect::<Vec<_>>());
+            let (lo, hi) = (plain.iter().min().unwrap(), plain.iter().max().unwrap());
+            for col in [0, 2] {
+                let c = meta.row_group(0).column(col);
+                let Some(parquet::file::statistics::Statistics::ByteArray(st)) = c.statistics() else {
+                    panic!("column {col}: no statistics")
+                };
+                proptest::prop_assert_eq!(st.min_opt().unwrap().as_bytes(), lo.as_bytes());
+                proptest::prop_assert_eq!(st.max_opt().unwrap().as_bytes(), hi.as_bytes());
+            }
+        }
+    }
+
     #[test]
     fn wrong_schema_is_refused() {
         let b = timings(2);
