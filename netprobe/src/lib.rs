@@ -262,7 +262,7 @@ pub fn run_with_shared_memory(
     if params.direction != Direction::PingPong || params.all_to_all {
         links.abort();
         return Err(NetprobeError::Protocol(
-            "the shared-memory transport measures ping-pongs only (no unidirectional, bidirectional or all-to-all mode)".into(),
+            "the shared-memory transport measures ping-pongs only (no unidirectional, bidirectional or all-to-all mode; use the tcp transport for those)".into(),
         ));
     }
     let r = run_listener_mesh(rank, listener, peers, params, out_path, Some(links.clone()));
