@@ -773,6 +773,20 @@ mod tests {
         assert_eq!(lake.list("tables/linktest_timings").await.unwrap().len(), 1);
     }
 
+    /// Column `col` of `batches`, a non-null string column, as owned strings.
+    fn strings_of(batches: &[RecordBatch], col: usize) -> Vec<String> {
+        use arrow::array::AsArray;
+        batches
+            .iter()
+            .flat_map(|b| {
+                b.column(col)
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|v| v.unwrap().to_string())
+            })
+            .collect()
+    }
+
     fn read_back(data: Bytes) -> Vec<RecordBatch> {
         parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(data)
             .unwrap()
@@ -789,7 +803,6 @@ mod tests {
     /// often goes through arrow-rs and reads back the same too.
     #[test]
     fn string_columns_in_runs_read_back_identically() {
-        use arrow::array::Array;
         use parquet::data_type::AsBytes;
         let schema = catalog::schema("linktest_timings").unwrap();
         let names = ["raw/b/file.sion", "raw/a/file.sion", "raw/c/file.sion"];
@@ -826,24 +839,8 @@ mod tests {
             ];
             let data = encode_parquet("linktest_timings", &batches).unwrap();
             let back = read_back(data.clone());
-            let got: Vec<String> = back
-                .iter()
-                .flat_map(|b| {
-                    let c = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
-                    (0..c.len())
-                        .map(|i| c.value(i).to_string())
-                        .collect::<Vec<_>>()
-                })
-                .collect();
-            let want: Vec<String> = batches
-                .iter()
-                .flat_map(|b| {
-                    let c = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
-                    (0..c.len())
-                        .map(|i| c.value(i).to_string())
-                        .collect::<Vec<_>>()
-                })
-                .collect();
+            let got = strings_of(&back, 1);
+            let want = strings_of(&batches, 1);
             assert_eq!(got, want, "hosts_like {hosts_like}");
             let meta = parquet::file::reader::FileReader::metadata(
                 &parquet::file::serialized_reader::SerializedFileReader::new(data).unwrap(),
@@ -885,15 +882,7 @@ mod tests {
         )
         .unwrap();
         let back = read_back(encode_parquet("linktest_timings", &[b]).unwrap());
-        let got: Vec<String> = back
-            .iter()
-            .flat_map(|b| {
-                let c = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
-                (0..c.len())
-                    .map(|i| c.value(i).to_string())
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let got = strings_of(&back, 1);
         assert_eq!(got, many);
     }
 

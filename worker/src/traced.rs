@@ -763,21 +763,26 @@ mod tests {
         assert!(t_plain > 0.001 && t_plain < 0.0011, "{t_plain}");
     }
 
+    /// The start of a two-rank statistics file (header, receive matrix,
+    /// per-rank counters); the tests add the request tables.
+    const STATS_HEAD: &str = "Ranks: 2\nBandwidth (MB/s): 700\nLatency (us): 2\nBarrier latency (us): 10\nMPI_BUFFER_MAX: 1048575\n\n\
+>>>> Receive Matrix (bytes) <<<<\nLines are receivers, columns are senders\nCPU 0 1\n0 0 8\n1 8 0\n\n\
+rank 0 bytes_buffered=8 internal_requests=2 barrier_requests=0 bytes_sent=8 bytes_received=8 records=2\n\
+rank 1 bytes_buffered=8 internal_requests=2 barrier_requests=0 bytes_sent=8 bytes_received=8 records=2\n\n";
+
     /// A Dimemas replay charges every wait to `MPI_Wait`; on a rank that
     /// called only `MPI_Waitall` the modelled wait sits on that row (one
     /// row, as Bandela's), and on a rank that called `MPI_Wait` too the two
     /// stay apart.
     #[test]
     fn a_modelled_wait_joins_the_ranks_one_waitall() {
-        let text = "Ranks: 2\nBandwidth (MB/s): 700\nLatency (us): 2\nBarrier latency (us): 10\nMPI_BUFFER_MAX: 1048575\n\n\
->>>> Receive Matrix (bytes) <<<<\nLines are receivers, columns are senders\nCPU 0 1\n0 0 8\n1 8 0\n\n\
-rank 0 bytes_buffered=8 internal_requests=2 barrier_requests=0 bytes_sent=8 bytes_received=8 records=2\n\
-rank 1 bytes_buffered=8 internal_requests=2 barrier_requests=0 bytes_sent=8 bytes_received=8 records=2\n\n\
->>>> Request times in seconds <<<<\nCPU Comput Wait Latency Transfer MPI_Wait MPI_Waitall\n\
+        let text = format!(
+            "{STATS_HEAD}>>>> Request times in seconds <<<<\nCPU Comput Wait Latency Transfer MPI_Wait MPI_Waitall\n\
 0000 0.5 0.25 0.125 0.0625 0.1 0.3375\n0001 0.4 0.25 0.0 0.0 0.0 0.25\n\n\
 >>>> Computation before requests in seconds <<<<\nCPU Trailing MPI_Wait MPI_Waitall\n0000 0.01 0.2 0.3\n0001 0.0 0.0 0.4\n\n\
->>>> Number of requests <<<<\nCPU MPI_Wait MPI_Waitall\n0000 1 1\n0001 0 2\n";
-        let stats = benchlake_tracer::stats::parse(text).unwrap();
+>>>> Number of requests <<<<\nCPU MPI_Wait MPI_Waitall\n0000 1 1\n0001 0 2\n"
+        );
+        let stats = benchlake_tracer::stats::parse(&text).unwrap();
         let mut m = Modelled::default();
         m.functions.insert((0, "MPI_Wait".into()), 0.5);
         m.functions.insert((1, "MPI_Wait".into()), 0.125);
@@ -817,15 +822,13 @@ rank 1 bytes_buffered=8 internal_requests=2 barrier_requests=0 bytes_sent=8 byte
 
     #[test]
     fn rows_pair_measured_and_modelled_per_rank_and_routine() {
-        let text = "Ranks: 2\nBandwidth (MB/s): 700\nLatency (us): 2\nBarrier latency (us): 10\nMPI_BUFFER_MAX: 1048575\n\n\
->>>> Receive Matrix (bytes) <<<<\nLines are receivers, columns are senders\nCPU 0 1\n0 0 8\n1 8 0\n\n\
-rank 0 bytes_buffered=8 internal_requests=2 barrier_requests=0 bytes_sent=8 bytes_received=8 records=2\n\
-rank 1 bytes_buffered=8 internal_requests=2 barrier_requests=0 bytes_sent=8 bytes_received=8 records=2\n\n\
->>>> Request times in seconds <<<<\nCPU Comput Wait Latency Transfer MPI_Send MPI_Recv\n\
+        let text = format!(
+            "{STATS_HEAD}>>>> Request times in seconds <<<<\nCPU Comput Wait Latency Transfer MPI_Send MPI_Recv\n\
 0000 0.5 0.25 0.125 0.0625 0.3 0.1375\n0001 0.4 0.0 0.0 0.0 0.0 0.0\n\n\
 >>>> Computation before requests in seconds <<<<\nCPU Trailing MPI_Send MPI_Recv\n0000 0.01 0.2 0.3\n0001 0.0 0.0 0.0\n\n\
->>>> Number of requests <<<<\nCPU MPI_Send MPI_Recv\n0000 1 1\n0001 0 0\n";
-        let stats = benchlake_tracer::stats::parse(text).unwrap();
+>>>> Number of requests <<<<\nCPU MPI_Send MPI_Recv\n0000 1 1\n0001 0 0\n"
+        );
+        let stats = benchlake_tracer::stats::parse(&text).unwrap();
         let mut m = Modelled::default();
         m.functions.insert((0, "MPI_Send".into()), 0.5);
         m.functions.insert((1, "MPI_Wait".into()), 0.25);
