@@ -39,13 +39,51 @@ fn find(prog: &str) -> Option<PathBuf> {
     dirs.into_iter().map(|d| d.join(prog)).find(|p| p.is_file())
 }
 
+/// `n` free ports for the daemons, taken below the kernel's ephemeral range
+/// (`ip_local_port_range`) so that no outgoing connection or `bind(:0)` of a
+/// test running beside this one can take a port between the choice and the
+/// daemon's bind (a slurmd once lost its port that way in CI). Each port of
+/// this process is handed out once; a port some other program holds is
+/// skipped.
 fn free_ports(n: usize) -> Vec<u16> {
-    let ls: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port"))
-        .collect();
-    ls.iter()
-        .map(|l| l.local_addr().expect("local address").port())
-        .collect()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u32>().ok())
+        })
+        .unwrap_or(32768);
+    let (low, high) = if ephemeral_low > 12_000 {
+        (10_000, ephemeral_low)
+    } else {
+        (61_000, 65_500)
+    };
+    let span = high - low;
+    // Test binaries of one run differ in PID: start each at its own place.
+    let _ = NEXT.compare_exchange(
+        0,
+        std::process::id() * 97 % span + 1,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    let mut ports = Vec::with_capacity(n);
+    for _ in 0..span {
+        if ports.len() == n {
+            break;
+        }
+        let port = (low + NEXT.fetch_add(1, Ordering::SeqCst) % span) as u16;
+        let free = ["127.0.0.1", "0.0.0.0"]
+            .iter()
+            .all(|ip| std::net::TcpListener::bind((*ip, port)).is_ok());
+        if free {
+            ports.push(port);
+        }
+    }
+    assert_eq!(ports.len(), n, "no {n} free ports in {low}..{high}");
+    ports
 }
 
 fn short_hostname() -> String {
@@ -99,9 +137,22 @@ impl SlurmCluster {
             daemons: Vec::new(),
         };
         c.start_munge();
-        c.write_conf(extra);
-        c.start_slurm();
-        Some(c)
+        // Ports are checked free before use, yet another program may still
+        // take one first: then start again on other ports.
+        for attempt in 1..=3 {
+            c.write_conf(extra);
+            match c.start_slurm() {
+                Ok(()) => return Some(c),
+                Err(e) if attempt < 3 && e.contains("Address already in use") => {
+                    eprintln!(
+                        "Slurm test cluster: a port was taken; starting again on others:\n{e}"
+                    );
+                    c.stop_daemons(1);
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        unreachable!("the last attempt returns or panics")
     }
 
     fn path(&self, p: &str) -> PathBuf {
@@ -199,7 +250,7 @@ impl SlurmCluster {
         std::fs::write(&self.conf, conf).expect("write slurm.conf");
     }
 
-    fn start_slurm(&mut self) {
+    fn start_slurm(&mut self) -> Result<(), String> {
         let conf = self.conf.display().to_string();
         self.spawn(
             "slurmctld",
@@ -219,22 +270,34 @@ impl SlurmCluster {
                 ],
             );
         }
-        self.wait_for("3 idle nodes in sinfo", Duration::from_secs(60), |c| {
+        self.try_wait_for("3 idle nodes in sinfo", Duration::from_secs(60), |c| {
             c.command("sinfo")
                 .args(["-h", "-t", "idle", "-o", "%D"])
                 .output()
                 .ok()
                 .is_some_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "3")
-        });
+        })
     }
 
     /// Waits until `ready`, checking that no daemon died; panics with the
     /// daemons' logs after `limit`.
     fn wait_for(&mut self, what: &str, limit: Duration, ready: impl Fn(&Self) -> bool) {
+        if let Err(e) = self.try_wait_for(what, limit, ready) {
+            panic!("{e}");
+        }
+    }
+
+    /// [`wait_for`](Self::wait_for), returning the failure with the logs.
+    fn try_wait_for(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        ready: impl Fn(&Self) -> bool,
+    ) -> Result<(), String> {
         let t = Instant::now();
         loop {
             if ready(self) {
-                return;
+                return Ok(());
             }
             let died = self
                 .daemons
@@ -244,10 +307,14 @@ impl SlurmCluster {
                     _ => None,
                 });
             if let Some(d) = died {
-                panic!("{d} while waiting for {what}:\n{}", self.logs());
+                return Err(format!("{d} while waiting for {what}:\n{}", self.logs()));
             }
             if t.elapsed() > limit {
-                panic!("no {what} after {} s:\n{}", limit.as_secs(), self.logs());
+                return Err(format!(
+                    "no {what} after {} s:\n{}",
+                    limit.as_secs(),
+                    self.logs()
+                ));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -328,10 +395,13 @@ impl SlurmCluster {
     }
 }
 
-impl Drop for SlurmCluster {
-    fn drop(&mut self) {
-        // slurmd first, then slurmctld, then munged: each by its PID.
-        while let Some((name, mut ch)) = self.daemons.pop() {
+impl SlurmCluster {
+    /// Stops the daemons started after the first `keep`, newest first.
+    fn stop_daemons(&mut self, keep: usize) {
+        while self.daemons.len() > keep {
+            let Some((name, mut ch)) = self.daemons.pop() else {
+                break;
+            };
             // The PID of a child we spawned and have not reaped yet.
             let _ = Command::new("kill")
                 .args(["-TERM", &ch.id().to_string()])
@@ -352,5 +422,12 @@ impl Drop for SlurmCluster {
                 }
             }
         }
+    }
+}
+
+impl Drop for SlurmCluster {
+    fn drop(&mut self) {
+        // slurmd first, then slurmctld, then munged: each by its PID.
+        self.stop_daemons(0);
     }
 }
