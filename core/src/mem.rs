@@ -1,5 +1,6 @@
-//! Memory advice for the large, short-lived buffers of bulk ingests (Parquet
-//! file buffers of tens of MB).
+//! Memory advice for bulk ingests: the large, short-lived buffers (Parquet
+//! file buffers of tens of MB) and the allocator's heap headroom when many
+//! small files are read one after another.
 //!
 //! Fresh anonymous memory is faulted in one 4 KiB page at a time, each fault
 //! zeroing its page; for hundreds of MB that costs more than the work done in
@@ -44,23 +45,6 @@ pub fn advise_huge_pages<T>(v: &mut Vec<T>) {
     let _ = v;
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn advised_buffers_keep_their_contents() {
-        for cap in [10usize, MIN_BYTES * 3 + 5] {
-            let mut v: Vec<u8> = Vec::with_capacity(cap);
-            v.extend_from_slice(b"head");
-            advise_huge_pages(&mut v);
-            v.resize(cap, 7);
-            assert_eq!(&v[..4], b"head");
-            assert!(v[4..].iter().all(|b| *b == 7));
-        }
-    }
-}
-
 /// Heap headroom kept by [`keep_heap_headroom_for_many_files`].
 const MANY_FILES_TOP_PAD: usize = 64 << 20;
 
@@ -84,6 +68,23 @@ pub fn keep_heap_headroom_for_many_files() {
         let ok = unsafe { libc::mallopt(libc::M_TOP_PAD, pad) };
         if ok != 1 {
             tracing::debug!("mallopt(M_TOP_PAD) refused");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advised_buffers_keep_their_contents() {
+        for cap in [10usize, MIN_BYTES * 3 + 5] {
+            let mut v: Vec<u8> = Vec::with_capacity(cap);
+            v.extend_from_slice(b"head");
+            advise_huge_pages(&mut v);
+            v.resize(cap, 7);
+            assert_eq!(&v[..4], b"head");
+            assert!(v[4..].iter().all(|b| *b == 7));
         }
     }
 }
