@@ -5,6 +5,10 @@
 //! scraping the coordinator with a bearer token, read back through its query
 //! API. The Prometheus test is skipped when `prometheus` is not installed,
 //! unless `CI` is set (then it fails).
+#[path = "common/ports.rs"]
+mod ports;
+use ports::free_port;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -267,15 +271,6 @@ fn healthz_readyz_metrics_and_grpc_health_of_a_running_cluster() {
     // Back: ready again.
     let (code, body) = get(&u.http, "/readyz", None);
     assert_eq!(code, 200, "{body}");
-}
-
-/// A free port on 127.0.0.1 (bound, then released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A child process killed when dropped.

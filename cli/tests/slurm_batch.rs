@@ -583,11 +583,7 @@ async fn an_agent_killed_while_its_job_runs_re_attaches_and_the_run_succeeds() {
     );
     let book = std::fs::read_to_string(dir.path().join("work/slurm-jobs.json")).unwrap();
     assert!(book.contains(&d.tasks[0].task_id), "{book}");
-    let http = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string();
+    let http = format!("127.0.0.1:{}", slurm::free_port());
     let mut agent = agent_process_with(&c, &sl, dir.path(), &["--http-addr", &http]);
     let d = c.wait_settled(&run.run_id, 120).await;
     let log = std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();

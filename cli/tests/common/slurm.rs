@@ -13,6 +13,12 @@
 //! Use it from a test file with `#[path = "common/slurm.rs"] mod slurm;`.
 #![allow(dead_code)]
 
+#[path = "ports.rs"]
+mod ports;
+// Not every test file that includes this one uses both.
+#[allow(unused_imports)]
+pub use ports::{free_port, free_ports};
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -37,53 +43,6 @@ fn find(prog: &str) -> Option<PathBuf> {
     // The daemons live in sbin, which a non-login PATH may lack.
     dirs.extend(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from));
     dirs.into_iter().map(|d| d.join(prog)).find(|p| p.is_file())
-}
-
-/// `n` free ports for the daemons, taken below the kernel's ephemeral range
-/// (`ip_local_port_range`) so that no outgoing connection or `bind(:0)` of a
-/// test running beside this one can take a port between the choice and the
-/// daemon's bind (a slurmd once lost its port that way in CI). Each port of
-/// this process is handed out once; a port some other program holds is
-/// skipped.
-fn free_ports(n: usize) -> Vec<u16> {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| {
-            s.split_whitespace()
-                .next()
-                .and_then(|v| v.parse::<u32>().ok())
-        })
-        .unwrap_or(32768);
-    let (low, high) = if ephemeral_low > 12_000 {
-        (10_000, ephemeral_low)
-    } else {
-        (61_000, 65_500)
-    };
-    let span = high - low;
-    // Test binaries of one run differ in PID: start each at its own place.
-    let _ = NEXT.compare_exchange(
-        0,
-        std::process::id() * 97 % span + 1,
-        Ordering::SeqCst,
-        Ordering::SeqCst,
-    );
-    let mut ports = Vec::with_capacity(n);
-    for _ in 0..span {
-        if ports.len() == n {
-            break;
-        }
-        let port = (low + NEXT.fetch_add(1, Ordering::SeqCst) % span) as u16;
-        let free = ["127.0.0.1", "0.0.0.0"]
-            .iter()
-            .all(|ip| std::net::TcpListener::bind((*ip, port)).is_ok());
-        if free {
-            ports.push(port);
-        }
-    }
-    assert_eq!(ports.len(), n, "no {n} free ports in {low}..{high}");
-    ports
 }
 
 fn short_hostname() -> String {
