@@ -1381,10 +1381,6 @@ fn expand_dir(dir: &std::path::Path, out: &mut Vec<PathBuf>) -> anyhow::Result<(
     Ok(())
 }
 
-/// From this many input files on, an ingest keeps heap headroom between
-/// files (`benchlake_core::mem::keep_heap_headroom_for_many_files`).
-const MANY_FILES: usize = 32;
-
 pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {
     if a.list {
         for (k, d) in benchlake_formats::kinds() {
@@ -1412,9 +1408,7 @@ pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {
         }
     }
     let files = expand(&a.paths)?;
-    if files.len() >= MANY_FILES {
-        benchlake_core::mem::keep_heap_headroom_for_many_files();
-    }
+    benchlake_core::mem::keep_heap_headroom_for_many_files(files.len());
     let inputs: Vec<benchlake_formats::InputFile> = files
         .iter()
         .map(benchlake_formats::InputFile::from_path)

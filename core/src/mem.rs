@@ -48,18 +48,25 @@ pub fn advise_huge_pages<T>(v: &mut Vec<T>) {
 /// Heap headroom kept by [`keep_heap_headroom_for_many_files`].
 const MANY_FILES_TOP_PAD: usize = 64 << 20;
 
-/// Tells the allocator to grow its heaps by 64 MiB beyond each request and to
-/// keep that much when memory is freed, for a process about to read many
-/// small files one after another (an ingest of a directory of runs).
+/// From this many input files on, [`keep_heap_headroom_for_many_files`] acts.
+const MANY_FILES: usize = 32;
+
+/// For a process about to read `files` files one after another (an ingest of
+/// a directory of runs), from 32 files on: tells the allocator to grow its
+/// heaps by 64 MiB beyond each request and to keep that much when memory is
+/// freed.
 ///
 /// Why: each file's buffers are freed before the next file's are allocated;
 /// with glibc's default 128 KiB pad the heap top is given back to the kernel
 /// and faulted in, zeroed, again for the next file. Measured on 1,000 LinkTest
 /// files (docs/testing.md): 13.1k → 8.1k page faults, 53 → 48 µs of CPU per
 /// further file. Untouched headroom is not resident; a single large input
-/// gains nothing from it (and 18 MB of peak), so callers use it only for many
-/// inputs. Where the allocator is not glibc's, nothing changes.
-pub fn keep_heap_headroom_for_many_files() {
+/// gains nothing from it (and 18 MB of peak), hence the threshold. Where the
+/// allocator is not glibc's, nothing changes.
+pub fn keep_heap_headroom_for_many_files(files: usize) {
+    if files < MANY_FILES {
+        return;
+    }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         let pad = libc::c_int::try_from(MANY_FILES_TOP_PAD).unwrap_or(libc::c_int::MAX);

@@ -31,7 +31,7 @@ pub fn free_ports(n: usize) -> Vec<u16> {
     // Test binaries of one run differ in PID: start each at its own place.
     let _ = NEXT.compare_exchange(
         0,
-        std::process::id() * 97 % span + 1,
+        std::process::id().wrapping_mul(97) % span + 1,
         Ordering::SeqCst,
         Ordering::SeqCst,
     );

@@ -107,6 +107,10 @@ impl SlurmCluster {
                         "Slurm test cluster: a port was taken; starting again on others:\n{e}"
                     );
                     c.stop_daemons(1);
+                    // slurmctld saved the nodes of the failed attempt.
+                    let state = c.path("state");
+                    let _ = std::fs::remove_dir_all(&state);
+                    std::fs::create_dir_all(&state).expect("mkdir");
                 }
                 Err(e) => panic!("{e}"),
             }
