@@ -194,8 +194,20 @@ impl VerdictIndex {
 
     /// The newest verdict of each node-level check (`node_health`) on `node`.
     pub fn node_health(&self, node: &str) -> BTreeMap<String, NodeVerdict> {
+        self.node_health_read(node).0
+    }
+
+    /// [`Self::node_health`] and whether it is complete: the start-up load
+    /// had finished before the index was read. (Asking [`Self::loaded`]
+    /// after the read could call a read taken mid-load complete, if the load
+    /// ended in between.)
+    pub fn node_health_read(&self, node: &str) -> (BTreeMap<String, NodeVerdict>, bool) {
+        let complete = self.loaded();
         let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        g.node_health.get(node).cloned().unwrap_or_default()
+        (
+            g.node_health.get(node).cloned().unwrap_or_default(),
+            complete,
+        )
     }
 
     /// Marks the start-up load finished.
@@ -216,7 +228,8 @@ impl VerdictIndex {
     }
 
     /// Whether the start-up load has finished (before, older verdicts may
-    /// be missing).
+    /// be missing). Ask before reading the index, not after: a read taken
+    /// before the load ended is incomplete even when this is true by then.
     pub fn loaded(&self) -> bool {
         self.loaded.load(Ordering::Acquire)
     }
@@ -567,5 +580,19 @@ mod tests {
         ix.record_nodes("01C", "k3", vec![("*".into(), row("node.config", "ERROR"))]);
         assert_eq!(ix.run("01C").and_then(|r| r.verdict()), Some("ERROR"));
         assert!(!ix.nodes().contains_key("*") && ix.node_health("*").is_empty());
+    }
+
+    #[test]
+    fn a_read_taken_before_the_load_ended_is_not_complete() {
+        let ix = VerdictIndex::default();
+        ix.record_nodes("01A", "k1", vec![("n2".into(), row("node.cores", "PASS"))]);
+        let (mid_load, complete) = ix.node_health_read("n2");
+        // The load goes on and ends while the caller is still answering.
+        ix.record_nodes("01B", "k2", vec![("n2".into(), row("node.cores", "FAIL"))]);
+        ix.set_loaded();
+        assert!(!complete, "the read missed 01B: {mid_load:?}");
+        let (h, complete) = ix.node_health_read("n2");
+        assert!(complete);
+        assert_eq!(h["node.cores"].run_id, "01B");
     }
 }

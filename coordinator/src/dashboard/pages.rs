@@ -164,6 +164,8 @@ pub async fn overview(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
         Err(e) => return store_error(&h, &headers, e),
     };
     let ix = c.verdicts();
+    // Asked before the index is read (see `VerdictIndex::loaded`).
+    let loaded = ix.loaded();
     let node_checks = ix.nodes();
     let mut ids: Vec<&str> = Vec::new();
     for (_, runs) in &d.schedules {
@@ -174,7 +176,7 @@ pub async fn overview(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
 
     let mut b = String::with_capacity(64 * 1024);
     b.push_str("<h1>Cluster health</h1>");
-    if !ix.loaded() {
+    if !loaded {
         b.push_str("<p class=\"note\">Verdicts are still being read from the lake; older ones may be missing.</p>");
     }
 

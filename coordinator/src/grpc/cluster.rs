@@ -142,10 +142,10 @@ impl ClusterService for Svc {
         let node = req.into_inner().node;
         benchlake_core::scontrol::check_node_name(&node)
             .map_err(|e| crate::CoordError::invalid("node", e))?;
-        let checks: Vec<pb::NodeCheckVerdict> = self
-            .0
-            .verdicts
-            .node_health(&node)
+        // Whether the answer is complete is decided with the read itself:
+        // the start-up load may end while the drain record is read below.
+        let (checks, complete) = self.0.verdicts.node_health_read(&node);
+        let checks: Vec<pb::NodeCheckVerdict> = checks
             .into_iter()
             .map(|(check, v)| pb::NodeCheckVerdict {
                 check,
@@ -190,7 +190,7 @@ impl ClusterService for Svc {
             verdict,
             drain,
             events,
-            complete: self.0.verdicts.loaded(),
+            complete,
         }))
     }
 }
