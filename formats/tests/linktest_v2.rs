@@ -342,6 +342,42 @@ fn corrupted_payloads_are_errors_with_offsets() {
     );
 }
 
+#[test]
+fn a_step_beyond_i32_is_an_error_at_its_offset_in_both_readers() {
+    // Rank 1: hostname length (4), "node00\0" (7), core id (4), two times
+    // (16), then its two steps; the second one does not fit i32.
+    let mut s = hand_made();
+    s[1][39..47].copy_from_slice(&(1u64 << 31).to_le_bytes());
+    let at = set_of(&s).task(1).unwrap().blocks[0].offset as usize + 39;
+    let want = |e: &str| {
+        assert!(
+            e.contains("rank 1: access pattern")
+                && e.contains(&format!("byte offset {at}"))
+                && e.contains("step 2147483648 exceeds i32"),
+            "{e}"
+        );
+    };
+    want(&err_of(&s));
+    // The streaming ingest (the CLI's) reads the slots straight into its
+    // columns and finds the same step.
+    let dir = tempfile::tempdir().unwrap();
+    let tasks: Vec<TaskData<'_>> = s.iter().map(|t| TaskData::single(t)).collect();
+    let path = dir.path().join("pingpong_results_bin.sion");
+    let opts = SionWriteOptions {
+        byte_order: ByteOrder::Little,
+        user_data_big_endian: false,
+        ..Default::default()
+    };
+    let files = encode_sion_set(&path, &tasks, &opts).unwrap();
+    std::fs::write(&path, &files[0]).unwrap();
+    let ctx = benchlake_formats::IngestContext {
+        run_id: "01JBENCH000000000000000001".into(),
+    };
+    let input = benchlake_formats::InputFile::from_path(&path);
+    let e = benchlake_formats::ingest_encoded("linktest", &[input], &ctx).unwrap_err();
+    want(&e.to_string());
+}
+
 // ---------- round trip ----------
 
 fn run_strategy() -> impl Strategy<Value = (LinkTestRun, ByteOrder, u32)> {

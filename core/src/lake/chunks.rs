@@ -699,8 +699,9 @@ fn delta_pages<T: DeltaInt>(
     let mut values: Vec<T> = Vec::new();
     for_each_page(parts, per_page, |page, _| {
         for s in page {
-            lo = s.iter().copied().fold(lo, T::min);
-            hi = s.iter().copied().fold(hi, T::max);
+            let (l, h) = int_min_max(s, lo);
+            lo = lo.min(l);
+            hi = hi.max(h);
         }
         // A page inside one part (the usual case) is encoded where it is;
         // one that straddles parts is copied together first.
@@ -716,6 +717,48 @@ fn delta_pages<T: DeltaInt>(
         Ok(())
     })?;
     Ok(Some((pages, lo, hi)))
+}
+
+/// Minimum and maximum of `values` and `start`, in one pass of eight
+/// independent lanes (two folds were two passes). The baseline x86-64 target
+/// has no integer min/max instructions and the loop stays scalar there, so
+/// it is compiled a second time for AVX2 and that copy is used when the CPU
+/// has it (every x86-64 server CPU since 2013).
+fn int_min_max<T: DeltaInt>(values: &[T], start: T) -> (T, T) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { int_min_max_avx2(values, start) };
+    }
+    int_min_max_lanes(values, start)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn int_min_max_avx2<T: DeltaInt>(values: &[T], start: T) -> (T, T) {
+    int_min_max_lanes(values, start)
+}
+
+#[inline(always)]
+fn int_min_max_lanes<T: DeltaInt>(values: &[T], start: T) -> (T, T) {
+    let mut lo = [start; 8];
+    let mut hi = [start; 8];
+    let chunks = values.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for k in 0..8 {
+            lo[k] = if c[k] < lo[k] { c[k] } else { lo[k] };
+            hi[k] = if c[k] > hi[k] { c[k] } else { hi[k] };
+        }
+    }
+    for v in tail {
+        lo[0] = lo[0].min(*v);
+        hi[0] = hi[0].max(*v);
+    }
+    (
+        lo.into_iter().fold(start, T::min),
+        hi.into_iter().fold(start, T::max),
+    )
 }
 
 /// One `DELTA_BINARY_PACKED` page of `values` (not empty): header (block size,

@@ -21,6 +21,7 @@ use benchlake_core::lake::{BULK_ROWS, EncodedTable, ParquetEncoder, ROW_GROUP_RO
 
 use super::LinkTestRun;
 use super::tables::{Gather, TIMING_BATCH_ROWS, is_continuation_of_given, repeated};
+use super::v2::RankSlots;
 use crate::error::Result;
 use crate::ingest::{IngestContext, InputFile};
 use crate::sion::SionSet;
@@ -47,7 +48,7 @@ pub fn ingest_linktest_encoded(
             .saturating_add(n.saturating_mul(n.saturating_sub(1)));
         let src = timings.source(&input.source);
         let run = {
-            let mut sink = |r: usize, t: &[f64], s: &[i32]| timings.push_rank(src, 0, r, t, s);
+            let mut sink = |r: usize, slots: &RankSlots<'_>| timings.push_rank(src, 0, r, slots);
             super::decode_with(&set, Some(&mut sink))?
         };
         drop(set);
@@ -118,41 +119,50 @@ impl TimingGroups {
 
     /// Appends rank `r`'s measured pairs of permutation `perm` (slot k is
     /// partner k for k < r, k + 1 otherwise; a pair whose time and step are
-    /// both 0 was not measured), flushing full row groups.
-    fn push_rank(&mut self, src: usize, perm: i32, r: usize, t: &[f64], s: &[i32]) -> Result<()> {
-        let slots = t.len().min(s.len());
-        let all = !t.iter().zip(s).any(|(t, s)| *t == 0.0 && *s == 0);
+    /// both 0 was not measured), flushing full row groups. The slots go
+    /// straight into the row group's columns and are checked there, while
+    /// they are still in cache.
+    fn push_rank(&mut self, src: usize, perm: i32, r: usize, slots: &impl Slots) -> Result<()> {
+        let n = slots.len();
         let partner = |k: usize| (if k < r { k } else { k + 1 }) as i32;
-        if all {
-            let mut k = 0;
-            while k < slots {
-                let take = (ROW_GROUP_ROWS - self.time.len()).min(slots - k);
-                self.note_rows(src, take);
-                self.perm.extend(std::iter::repeat_n(perm, take));
-                self.from.extend(std::iter::repeat_n(r as i32, take));
+        let mut k = 0;
+        while k < n {
+            let take = (ROW_GROUP_ROWS - self.time.len()).min(n - k);
+            let at = self.time.len();
+            slots.times_to(k..k + take, &mut self.time);
+            slots.steps_to(k..k + take, &mut self.step)?;
+            let unmeasured = self.time[at..]
+                .iter()
+                .zip(&self.step[at..])
+                .fold(false, |any, (t, s)| any | ((*t == 0.0) & (*s == 0)));
+            let rows = if unmeasured {
+                let mut kept = at;
+                for i in 0..take {
+                    let (t, s) = (self.time[at + i], self.step[at + i]);
+                    if t == 0.0 && s == 0 {
+                        continue;
+                    }
+                    self.time[kept] = t;
+                    self.step[kept] = s;
+                    self.to.push(partner(k + i));
+                    kept += 1;
+                }
+                self.time.truncate(kept);
+                self.step.truncate(kept);
+                kept - at
+            } else {
                 let (a, b) = (k.min(r), (k + take).min(r));
                 self.to.extend(a as i32..b as i32);
                 let (a, b) = (k.max(r), (k + take).max(r));
                 self.to.extend(a as i32 + 1..b as i32 + 1);
-                self.step.extend_from_slice(&s[k..k + take]);
-                self.time.extend_from_slice(&t[k..k + take]);
-                k += take;
-                if self.time.len() == ROW_GROUP_ROWS {
-                    self.flush()?;
-                }
+                take
+            };
+            if rows > 0 {
+                self.note_rows(src, rows);
+                self.perm.extend(std::iter::repeat_n(perm, rows));
+                self.from.extend(std::iter::repeat_n(r as i32, rows));
             }
-            return Ok(());
-        }
-        for k in 0..slots {
-            if t[k] == 0.0 && s[k] == 0 {
-                continue;
-            }
-            self.note_rows(src, 1);
-            self.perm.push(perm);
-            self.from.push(r as i32);
-            self.to.push(partner(k));
-            self.step.push(s[k]);
-            self.time.push(t[k]);
+            k += take;
             if self.time.len() == ROW_GROUP_ROWS {
                 self.flush()?;
             }
@@ -183,7 +193,7 @@ impl TimingGroups {
                 s.clear();
                 s.extend_from_slice(&srow[..i]);
                 s.extend_from_slice(&srow[i + 1..]);
-                self.push_rank(src, p as i32, i, &t, &s)?;
+                self.push_rank(src, p as i32, i, &(t.as_slice(), s.as_slice()))?;
             }
             self.scratch_t = t;
             self.scratch_s = s;
@@ -355,6 +365,39 @@ impl TimingGroups {
             rows: enc.rows(),
             data: enc.finish()?,
         })
+    }
+}
+
+/// A rank's pair slots: as the file holds them, or a row of decoded matrices
+/// with its diagonal left out.
+trait Slots {
+    fn len(&self) -> usize;
+    fn times_to(&self, slots: std::ops::Range<usize>, out: &mut Vec<f64>);
+    fn steps_to(&self, slots: std::ops::Range<usize>, out: &mut Vec<i32>) -> Result<()>;
+}
+
+impl Slots for RankSlots<'_> {
+    fn len(&self) -> usize {
+        RankSlots::len(self)
+    }
+    fn times_to(&self, slots: std::ops::Range<usize>, out: &mut Vec<f64>) {
+        RankSlots::times_to(self, slots, out)
+    }
+    fn steps_to(&self, slots: std::ops::Range<usize>, out: &mut Vec<i32>) -> Result<()> {
+        RankSlots::steps_to(self, slots, out)
+    }
+}
+
+impl Slots for (&[f64], &[i32]) {
+    fn len(&self) -> usize {
+        self.0.len().min(self.1.len())
+    }
+    fn times_to(&self, slots: std::ops::Range<usize>, out: &mut Vec<f64>) {
+        out.extend_from_slice(&self.0[slots]);
+    }
+    fn steps_to(&self, slots: std::ops::Range<usize>, out: &mut Vec<i32>) -> Result<()> {
+        out.extend_from_slice(&self.1[slots]);
+        Ok(())
     }
 }
 

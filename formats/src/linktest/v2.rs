@@ -43,9 +43,87 @@ pub fn decode(set: &SionSet) -> Result<LinkTestRun> {
 }
 
 /// Receives each rank's pair times and steps of a one-permutation file, in
-/// rank order, instead of the n × n matrices: `(rank, times, steps)`, slot k
-/// being partner k for k < rank and k + 1 otherwise.
-pub(crate) type RankSink<'s> = &'s mut dyn FnMut(usize, &[f64], &[i32]) -> Result<()>;
+/// rank order, instead of the n × n matrices: `(rank, slots)`, slot k being
+/// partner k for k < rank and k + 1 otherwise.
+pub(crate) type RankSink<'s> = &'s mut dyn FnMut(usize, &RankSlots<'_>) -> Result<()>;
+
+/// One rank's pair slots as the file holds them (times as f64, steps as u64,
+/// in the payload's byte order): the sink converts them straight into its
+/// own columns, with no copy in between; a step that does not fit i32 is
+/// found in that same pass and reported at its offset.
+pub(crate) struct RankSlots<'a> {
+    times: &'a [u8],
+    steps: &'a [u8],
+    order: ByteOrder,
+    /// The error for the step of slot k that does not fit.
+    step_error: &'a dyn Fn(usize) -> FormatError,
+}
+
+impl RankSlots<'_> {
+    /// Number of slots.
+    pub(crate) fn len(&self) -> usize {
+        self.times.len() / 8
+    }
+
+    /// Appends the times of `slots` to `out`.
+    pub(crate) fn times_to(&self, slots: std::ops::Range<usize>, out: &mut Vec<f64>) {
+        let raw = &self.times[slots.start * 8..slots.end * 8];
+        if cfg!(target_endian = "little") && self.order == ByteOrder::Little {
+            extend_native(out, raw);
+        } else {
+            out.extend(raw.chunks_exact(8).map(|c| {
+                let a: [u8; 8] = c.try_into().unwrap_or_default();
+                match self.order {
+                    ByteOrder::Little => f64::from_le_bytes(a),
+                    ByteOrder::Big => f64::from_be_bytes(a),
+                }
+            }));
+        }
+    }
+
+    /// Appends the steps of `slots` to `out`; the error names the first step
+    /// that does not fit i32 (`out` is then left as it was).
+    pub(crate) fn steps_to(&self, slots: std::ops::Range<usize>, out: &mut Vec<i32>) -> Result<()> {
+        let raw = &self.steps[slots.start * 8..slots.end * 8];
+        let n = raw.len() / 8;
+        let len = out.len();
+        out.reserve(n);
+        let spare = &mut out.spare_capacity_mut()[..n];
+        // One pass, branch-free: convert, and remember any high bits.
+        let mut high = 0u64;
+        let mut put = |read: fn([u8; 8]) -> u64| {
+            for (o, c) in spare.iter_mut().zip(raw.chunks_exact(8)) {
+                let v = read(c.try_into().unwrap_or_default());
+                high |= v;
+                o.write(v as i32);
+            }
+        };
+        match self.order {
+            ByteOrder::Little => put(u64::from_le_bytes),
+            ByteOrder::Big => put(u64::from_be_bytes),
+        }
+        if high >> 31 != 0 {
+            let k = first_step_over(raw, self.order);
+            return Err((self.step_error)(slots.start + k));
+        }
+        // SAFETY: the loop above wrote all n values (`raw` holds n steps).
+        unsafe { out.set_len(len + n) };
+        Ok(())
+    }
+}
+
+/// Appends `raw`, whole f64 values in this machine's byte order, to `out`.
+fn extend_native(out: &mut Vec<f64>, raw: &[u8]) {
+    let n = raw.len() / 8;
+    out.reserve(n);
+    let spare = out.spare_capacity_mut();
+    // SAFETY: `reserve` made room for n more values; every bit pattern is an
+    // f64, and the byte copy needs no alignment of `raw`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(raw.as_ptr(), spare.as_mut_ptr().cast::<u8>(), n * 8);
+        out.set_len(out.len() + n);
+    }
+}
 
 /// [`decode`]; with a sink and a file of one permutation, the pair times go to
 /// the sink as each rank is decoded and the run's matrices stay empty (same
@@ -192,8 +270,11 @@ pub(crate) fn decode_with(set: &SionSet, mut sink: Option<RankSink<'_>>) -> Resu
     }
     let mut perms: Vec<Permutation> = Vec::with_capacity(m);
     let mut ranks = Vec::with_capacity(n);
-    let mut slot_t = vec![0f64; pairs];
-    let mut slot_s = vec![0i32; pairs];
+    let (mut slot_t, mut slot_s) = if sink.is_some() {
+        (Vec::new(), Vec::new())
+    } else {
+        (vec![0f64; pairs], vec![0i32; pairs])
+    };
     for r in 0..n {
         let stream = set.task(r).ok_or_else(|| {
             FormatError::malformed(set.path(), format!("rank {r}"), Position::None, "missing")
@@ -249,25 +330,41 @@ pub(crate) fn decode_with(set: &SionSet, mut sink: Option<RankSink<'_>>) -> Resu
             if r == 0 {
                 read_rank0_block(&mut c, p, retests as usize, flags.all_to_all, n)?;
             }
-            c.f64s(&mut slot_t, "timings")?;
+            let times = if sink.is_some() {
+                c.take(pairs * 8, "timings")?
+            } else {
+                c.f64s(&mut slot_t, "timings")?;
+                &[]
+            };
             let steps_pos = c.pos();
             let raw = c.take(pairs * 8, "access pattern")?;
-            if let Err(k) = steps_into(raw, order, &mut slot_s) {
+            let step_error = |k: usize| {
                 let mut a = [0u8; 8];
                 a.copy_from_slice(raw.get(k * 8..k * 8 + 8).unwrap_or(&[0; 8]));
                 let s = match order {
                     ByteOrder::Little => u64::from_le_bytes(a),
                     ByteOrder::Big => u64::from_be_bytes(a),
                 };
-                return Err(c.err_at(
+                c.err_at(
                     steps_pos + 8 * k,
                     "access pattern",
                     format!("step {s} exceeds i32"),
-                ));
-            }
+                )
+            };
             match sink.as_mut() {
-                Some(f) => f(r, &slot_t, &slot_s)?,
+                Some(f) => f(
+                    r,
+                    &RankSlots {
+                        times,
+                        steps: raw,
+                        order,
+                        step_error: &step_error,
+                    },
+                )?,
                 None => {
+                    if let Err(k) = steps_into(raw, order, &mut slot_s) {
+                        return Err(step_error(k));
+                    }
                     // Slots before the diagonal, then after it.
                     let row = r * n;
                     if let (Some(tt), Some(ss)) =
@@ -325,6 +422,20 @@ pub(crate) fn decode_with(set: &SionSet, mut sink: Option<RankSink<'_>>) -> Resu
         ranks,
         permutations: perms,
     })
+}
+
+/// The first slot whose step does not fit i32 (0 when all do).
+fn first_step_over(raw: &[u8], order: ByteOrder) -> usize {
+    raw.chunks_exact(8)
+        .position(|c| {
+            let a: [u8; 8] = c.try_into().unwrap_or_default();
+            let v = match order {
+                ByteOrder::Little => u64::from_le_bytes(a),
+                ByteOrder::Big => u64::from_be_bytes(a),
+            };
+            i32::try_from(v).is_err()
+        })
+        .unwrap_or(0)
 }
 
 /// The access pattern (u64 steps) as i32 into `out`; `Err(k)` for the first
