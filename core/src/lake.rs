@@ -27,8 +27,12 @@ use crate::error::{Error, Result};
 use crate::layout;
 
 mod chunks;
+mod int_runs;
 mod read;
-use chunks::{ConstantCache, NumericScratch, constant_chunk, numeric_chunk, runs_chunk};
+use chunks::{
+    ConstantCache, NumericScratch, constant_chunk, numeric_chunk, runs_chunk, runs_int_chunk,
+};
+pub use int_runs::IntRuns;
 pub use read::RunRows;
 
 /// Rows for one table produced by a reader or an executor.
@@ -558,6 +562,15 @@ fn encode_with_schema(
     enc.finish()
 }
 
+/// One column of a row group ([`ParquetEncoder::write_row_group_columns`]).
+#[derive(Debug)]
+pub enum GroupColumn<'a> {
+    /// The column's arrays, in row order.
+    Arrays(Vec<arrow::array::ArrayRef>),
+    /// An `Int32` column held as runs.
+    Int32Runs(&'a IntRuns),
+}
+
 /// One Parquet file of a table written row group by row group, so a reader
 /// can hand over its rows a group at a time and reuse the memory. The bytes
 /// are those [`encode_parquet`] writes for the same rows when every group but
@@ -662,8 +675,6 @@ impl ParquetEncoder {
     /// Writes `group` (batches of the table's schema; nothing when they hold
     /// no rows) as the next row group.
     pub fn write_row_group(&mut self, group: &[RecordBatch]) -> Result<()> {
-        use parquet::arrow::arrow_writer::compute_leaves;
-
         let group_rows: usize = group.iter().map(|b| b.num_rows()).sum();
         if group_rows == 0 {
             return Ok(());
@@ -677,12 +688,126 @@ impl ParquetEncoder {
                 });
             }
         }
+        let columns: Vec<GroupColumn<'_>> = (0..schema.fields().len())
+            .map(|i| GroupColumn::Arrays(group.iter().map(|b| b.column(i).clone()).collect()))
+            .collect();
+        self.write_columns(&columns, group_rows)
+    }
+
+    /// Writes one row group given column by column: each column's arrays (in
+    /// row order), or an `Int32` column as [`IntRuns`], encoded without making
+    /// its values (the same bytes as [`Self::write_row_group`] of the values).
+    /// Every column of the table, in schema order, with the same row count.
+    pub fn write_row_group_columns(&mut self, columns: &[GroupColumn<'_>]) -> Result<()> {
+        let fields = self.schema.fields().clone();
+        let mismatch = |message: String| Error::SchemaMismatch {
+            table: self.table.clone(),
+            message,
+        };
+        if columns.len() != fields.len() {
+            return Err(mismatch(format!(
+                "{} columns for a table of {}",
+                columns.len(),
+                fields.len()
+            )));
+        }
+        let mut rows = None;
+        for (c, f) in columns.iter().zip(fields.iter()) {
+            let n = match c {
+                GroupColumn::Arrays(parts) => {
+                    if let Some(p) = parts.iter().find(|p| p.data_type() != f.data_type()) {
+                        return Err(mismatch(format!(
+                            "column {} of type {} for {}",
+                            f.name(),
+                            p.data_type(),
+                            f.data_type()
+                        )));
+                    }
+                    if !f.is_nullable() && parts.iter().any(|p| p.null_count() > 0) {
+                        return Err(mismatch(format!("nulls in column {}", f.name())));
+                    }
+                    parts.iter().map(|p| p.len()).sum()
+                }
+                GroupColumn::Int32Runs(r) => {
+                    if f.data_type() != &arrow::datatypes::DataType::Int32 {
+                        return Err(mismatch(format!(
+                            "column {} as Int32 runs for {}",
+                            f.name(),
+                            f.data_type()
+                        )));
+                    }
+                    r.len()
+                }
+            };
+            if *rows.get_or_insert(n) != n {
+                return Err(mismatch(format!(
+                    "column {} has {n} rows, the others {}",
+                    f.name(),
+                    rows.unwrap_or_default()
+                )));
+            }
+        }
+        match rows {
+            Some(0) | None => Ok(()),
+            Some(n) => self.write_columns(columns, n),
+        }
+    }
+
+    fn write_columns(&mut self, columns: &[GroupColumn<'_>], group_rows: usize) -> Result<()> {
+        use parquet::arrow::arrow_writer::compute_leaves;
+
+        let schema = self.schema.clone();
         let writers = self.factory.create_column_writers(self.groups)?;
         let mut rg = self.file.next_row_group()?;
         let parquet_schema = &self.parquet_schema;
-        for ((i, field), mut w) in schema.fields().iter().enumerate().zip(writers) {
-            let cols: Vec<&arrow::array::ArrayRef> = group.iter().map(|b| b.column(i)).collect();
+        for (((i, field), mut w), column) in
+            schema.fields().iter().enumerate().zip(writers).zip(columns)
+        {
             let descr = parquet_schema.column(i);
+            let made: Vec<arrow::array::ArrayRef>;
+            let cols: Vec<&arrow::array::ArrayRef> = match column {
+                GroupColumn::Arrays(parts) => parts.iter().collect(),
+                GroupColumn::Int32Runs(runs) => {
+                    if let Some(v) = runs.constant()
+                        && let Some((data, close)) = constant_chunk(
+                            descr.clone(),
+                            &chunks::ConstValue::Int32(v),
+                            group_rows,
+                        )?
+                    {
+                        rg.append_column(&data, close)?;
+                        continue;
+                    }
+                    if self.bulk
+                        && let Some((data, close)) =
+                            runs_int_chunk(descr.clone(), runs, &mut self.scratch)?
+                    {
+                        rg.append_column(&data, close)?;
+                        self.scratch.recycle(data);
+                        continue;
+                    }
+                    // Small tables: the values, cut like the other columns'
+                    // arrays (arrow-rs's pages depend on the cuts).
+                    let all: arrow::array::ArrayRef = Arc::new(runs.to_array());
+                    let cuts: Vec<usize> = columns
+                        .iter()
+                        .find_map(|c| match c {
+                            GroupColumn::Arrays(p) => Some(p.iter().map(|a| a.len()).collect()),
+                            GroupColumn::Int32Runs(_) => None,
+                        })
+                        .unwrap_or_else(|| vec![group_rows]);
+                    let mut at = 0;
+                    made = cuts
+                        .into_iter()
+                        .map(|n| {
+                            let a = all.slice(at, n);
+                            at += n;
+                            a
+                        })
+                        .collect();
+                    made.iter().collect()
+                }
+            };
             if let Some(value) = self.cache.constant(&cols)
                 && let Some((data, close)) = constant_chunk(descr.clone(), &value, group_rows)?
             {
@@ -1226,5 +1351,117 @@ mod tests {
         let b = timings(2);
         let e = encode_parquet("linktest_ranks", &[b]).unwrap_err();
         assert!(e.to_string().contains("linktest_ranks"), "{e}");
+    }
+
+    /// Int32 columns given as runs are written as the same bytes as their
+    /// values: bulk (hand-written delta pages, several pages per chunk) and
+    /// small tables (arrow-rs), required and optional, constant columns.
+    #[test]
+    fn int_runs_columns_are_the_bytes_of_their_values() {
+        use arrow::array::{Array, ArrayRef};
+        let encode_both = |a: &IntRuns, e: &IntRuns, bulk: bool, page: usize| {
+            let va = a.to_array().values().to_vec();
+            let n = va.len();
+            let b = numeric_batch(
+                va,
+                (0..n as i64).map(|i| i * 7 - 3).collect(),
+                (0..n).map(|i| i as f64 * 1e-6).collect(),
+            );
+            let b = RecordBatch::try_new(b.schema(), {
+                let mut c: Vec<ArrayRef> = b.columns().to_vec();
+                c[4] = Arc::new(e.to_array());
+                c
+            })
+            .unwrap();
+            let mut enc =
+                ParquetEncoder::with_schema("numeric_test", b.schema(), bulk, page, n).unwrap();
+            enc.write_row_group(std::slice::from_ref(&b)).unwrap();
+            let want = enc.finish().unwrap();
+            let mut enc =
+                ParquetEncoder::with_schema("numeric_test", b.schema(), bulk, page, n).unwrap();
+            enc.write_row_group_columns(&[
+                GroupColumn::Int32Runs(a),
+                GroupColumn::Arrays(vec![b.column(1).clone()]),
+                GroupColumn::Arrays(vec![
+                    b.column(2).slice(0, 10),
+                    b.column(2).slice(10, n - 10),
+                ]),
+                GroupColumn::Arrays(vec![b.column(3).clone()]),
+                GroupColumn::Int32Runs(e),
+            ])
+            .unwrap();
+            let got = enc.finish().unwrap();
+            assert!(
+                got == want,
+                "bulk {bulk}, pages of {page}: the bytes differ"
+            );
+            read_back(want)
+        };
+        // Sender and partner ranks of 70 ranks (runs), a pseudo-random
+        // column (one value at a time), a constant one, wrapping values.
+        let (mut from, mut to, mut noise, mut constant) = (
+            IntRuns::new(),
+            IntRuns::new(),
+            IntRuns::new(),
+            IntRuns::new(),
+        );
+        let mut x = 12345u32;
+        for r in 0..70 {
+            from.push_run(r, 69, 0);
+            to.push_run(0, r as usize, 1);
+            to.push_run(r + 1, 69 - r as usize, 1);
+            constant.push_run(4, 69, 0);
+            for _ in 0..69 {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                noise.push((x % 5000) as i32 - (if x.is_multiple_of(7) { i32::MAX } else { 0 }));
+            }
+        }
+        for bulk in [true, false] {
+            for page in [256, 1 << 17] {
+                let back = encode_both(&from, &to, bulk, page);
+                let got = arrow::compute::concat_batches(&back[0].schema(), &back).unwrap();
+                assert_eq!(got.num_rows(), 70 * 69);
+                assert_eq!(
+                    got.column(4).as_any().downcast_ref::<Int32Array>().unwrap(),
+                    &to.to_array()
+                );
+                encode_both(&noise, &constant, bulk, page);
+                encode_both(&constant, &from, bulk, page);
+            }
+        }
+        // A column of the wrong type or length is refused.
+        let b = numeric_batch(vec![1, 2], vec![1, 2], vec![1.0, 2.0]);
+        let mut enc =
+            ParquetEncoder::with_schema("numeric_test", b.schema(), true, 256, 2).unwrap();
+        let mut one = IntRuns::new();
+        one.push(1);
+        let e = enc
+            .write_row_group_columns(&[
+                GroupColumn::Int32Runs(&one),
+                GroupColumn::Arrays(vec![b.column(1).clone()]),
+                GroupColumn::Arrays(vec![b.column(2).clone()]),
+                GroupColumn::Arrays(vec![b.column(3).clone()]),
+                GroupColumn::Arrays(vec![b.column(4).clone()]),
+            ])
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("column b has 2 rows, the others 1"),
+            "{e}"
+        );
+        let e = enc
+            .write_row_group_columns(&[
+                GroupColumn::Arrays(vec![b.column(0).clone()]),
+                GroupColumn::Int32Runs(&one),
+                GroupColumn::Arrays(vec![b.column(2).clone()]),
+                GroupColumn::Arrays(vec![b.column(3).clone()]),
+                GroupColumn::Arrays(vec![b.column(4).clone()]),
+            ])
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("column b as Int32 runs for Int64"),
+            "{e}"
+        );
     }
 }

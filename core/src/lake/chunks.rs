@@ -31,6 +31,7 @@ use parquet::file::statistics::Statistics;
 use parquet::file::writer::{SerializedPageWriter, TrackedWrite};
 use parquet::schema::types::ColumnDescPtr;
 
+use super::int_runs::{IntRuns, RunsCursor};
 use crate::error::{Error, Result};
 
 /// Values per data page of the numeric chunks: 1 MiB of `f64`, as arrow-rs's
@@ -766,7 +767,44 @@ fn int_min_max_lanes<T: DeltaInt>(values: &[T], start: T) -> (T, T) {
 /// deltas the minimum delta, the four miniblock bit widths and the miniblocks
 /// that hold deltas (padded to 32 values).
 fn delta_page<T: DeltaInt>(values: &[T], optional: bool) -> DataPage {
-    let n = values.len();
+    delta_page_from(values.len(), optional, &mut SliceBlocks(values))
+}
+
+/// Values handed to [`delta_page_from`] a few at a time.
+trait Blocks<T> {
+    /// The next `n` values (fewer only at the end).
+    fn next(&mut self, n: usize) -> &[T];
+}
+
+/// The values of a slice.
+struct SliceBlocks<'a, T>(&'a [T]);
+
+impl<T> Blocks<T> for SliceBlocks<'_, T> {
+    fn next(&mut self, n: usize) -> &[T] {
+        let (head, tail) = self.0.split_at(n.min(self.0.len()));
+        self.0 = tail;
+        head
+    }
+}
+
+/// The values of [`IntRuns`], made a block at a time.
+struct RunBlocks<'a> {
+    cursor: RunsCursor<'a>,
+    buf: [i32; BLOCK],
+}
+
+impl Blocks<i32> for RunBlocks<'_> {
+    fn next(&mut self, n: usize) -> &[i32] {
+        let n = n.min(BLOCK);
+        let got = self.cursor.fill(&mut self.buf[..n]);
+        &self.buf[..got]
+    }
+}
+
+/// [`delta_page`] of `n` values taken from `src` (the first value, then
+/// blocks of up to 128): a slice, or values made on the fly ([`IntRuns`]).
+/// Either way the same bytes for the same values.
+fn delta_page_from<T: DeltaInt>(n: usize, optional: bool, src: &mut impl Blocks<T>) -> DataPage {
     // Runs and ascending sequences take a few bytes per block; a first guess.
     let mut body = Vec::with_capacity(n / 8 + 64);
     if optional {
@@ -775,7 +813,7 @@ fn delta_page<T: DeltaInt>(values: &[T], optional: bool) -> DataPage {
     push_varint(&mut body, BLOCK as u64);
     push_varint(&mut body, MINIBLOCKS as u64);
     push_varint(&mut body, n as u64);
-    let Some((&first, rest)) = values.split_first() else {
+    let Some(&first) = (if n > 0 { src.next(1).first() } else { None }) else {
         push_zigzag(&mut body, 0);
         let len = body.len();
         return DataPage {
@@ -789,8 +827,14 @@ fn delta_page<T: DeltaInt>(values: &[T], optional: bool) -> DataPage {
     let mut prev = first;
     let mut deltas = [T::default(); BLOCK];
     let mut offsets = [0u64; BLOCK];
-    for block in rest.chunks(BLOCK) {
+    let mut left = n - 1;
+    while left > 0 {
+        let block = src.next(left.min(BLOCK));
         let len = block.len();
+        if len == 0 {
+            break;
+        }
+        left -= len;
         let d = &mut deltas[..len];
         let d0 = block[0].wsub(prev);
         d[0] = d0;
@@ -838,6 +882,42 @@ fn delta_page<T: DeltaInt>(values: &[T], optional: bool) -> DataPage {
         values: n,
         encoding: Encoding::DELTA_BINARY_PACKED,
     }
+}
+
+/// The `DELTA_BINARY_PACKED` chunk of an [`IntRuns`] column, in pages of
+/// `scratch`'s size: the values are made a block at a time, never stored.
+/// The same bytes as [`numeric_chunk`] of the same values.
+pub(super) fn runs_int_chunk(
+    descr: ColumnDescPtr,
+    runs: &IntRuns,
+    scratch: &mut NumericScratch,
+) -> Result<Option<(Bytes, ColumnCloseResult)>> {
+    let rows = runs.len();
+    if descr.max_rep_level() != 0
+        || descr.max_def_level() > 1
+        || rows == 0
+        || descr.physical_type() != PhysicalType::INT32
+    {
+        return Ok(None);
+    }
+    let Some((min, max)) = runs.min_max() else {
+        return Ok(None);
+    };
+    let optional = descr.max_def_level() == 1;
+    let per_page = scratch.page_values;
+    let mut blocks = RunBlocks {
+        cursor: runs.cursor(),
+        buf: [0; BLOCK],
+    };
+    let mut pages = Vec::with_capacity(rows.div_ceil(per_page));
+    let mut at = 0;
+    while at < rows {
+        let n = per_page.min(rows - at);
+        pages.push(delta_page_from(n, optional, &mut blocks));
+        at += n;
+    }
+    let stats = Statistics::int32(Some(min), Some(max), None, Some(0), false);
+    integer_chunk(descr, pages, stats, rows, std::mem::take(&mut scratch.sink)).map(Some)
 }
 
 /// Packs 32 values of `width` bits LSB first (4 × width bytes).

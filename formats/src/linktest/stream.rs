@@ -16,8 +16,9 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, Float64Array, Int32Array};
 use arrow::buffer::ScalarBuffer;
-use arrow::record_batch::RecordBatch;
-use benchlake_core::lake::{BULK_ROWS, EncodedTable, ParquetEncoder, ROW_GROUP_ROWS};
+use benchlake_core::lake::{
+    BULK_ROWS, EncodedTable, GroupColumn, IntRuns, ParquetEncoder, ROW_GROUP_ROWS,
+};
 
 use super::LinkTestRun;
 use super::tables::{Gather, TIMING_BATCH_ROWS, is_continuation_of_given, repeated};
@@ -76,9 +77,11 @@ struct TimingGroups {
     sources: Vec<String>,
     /// A source's column of [`TIMING_BATCH_ROWS`] rows, kept while its rows come.
     source_col: Option<(usize, ArrayRef)>,
-    perm: Vec<i32>,
-    from: Vec<i32>,
-    to: Vec<i32>,
+    /// The permutation, sender and partner columns follow from the ranks
+    /// and slots: held as runs, never as 16.8 M values.
+    perm: IntRuns,
+    from: IntRuns,
+    to: IntRuns,
     step: Vec<i32>,
     time: Vec<f64>,
     /// (source, rows) of the group's rows.
@@ -99,9 +102,9 @@ impl TimingGroups {
             run_id: repeated(run_id, per),
             sources: Vec::new(),
             source_col: None,
-            perm: Vec::new(),
-            from: Vec::new(),
-            to: Vec::new(),
+            perm: IntRuns::new(),
+            from: IntRuns::new(),
+            to: IntRuns::new(),
             step: Vec::new(),
             time: Vec::new(),
             spans: Vec::new(),
@@ -152,15 +155,15 @@ impl TimingGroups {
                 kept - at
             } else {
                 let (a, b) = (k.min(r), (k + take).min(r));
-                self.to.extend(a as i32..b as i32);
+                self.to.push_run(a as i32, b - a, 1);
                 let (a, b) = (k.max(r), (k + take).max(r));
-                self.to.extend(a as i32 + 1..b as i32 + 1);
+                self.to.push_run(a as i32 + 1, b - a, 1);
                 take
             };
             if rows > 0 {
                 self.note_rows(src, rows);
-                self.perm.extend(std::iter::repeat_n(perm, rows));
-                self.from.extend(std::iter::repeat_n(r as i32, rows));
+                self.perm.push_run(perm, rows, 0);
+                self.from.push_run(r as i32, rows, 0);
             }
             k += take;
             if self.time.len() == ROW_GROUP_ROWS {
@@ -246,23 +249,15 @@ impl TimingGroups {
             };
             self.enc = Some(ParquetEncoder::new(TABLE, total, self.expected)?);
         }
-        let int = |v: &mut Vec<i32>| Int32Array::new(ScalarBuffer::from(std::mem::take(v)), None);
-        let (perm, from, to, step) = (
-            int(&mut self.perm),
-            int(&mut self.from),
-            int(&mut self.to),
-            int(&mut self.step),
-        );
+        let step = Int32Array::new(ScalarBuffer::from(std::mem::take(&mut self.step)), None);
         let time = Float64Array::new(ScalarBuffer::from(std::mem::take(&mut self.time)), None);
-        let cols: [ArrayRef; 5] = [
-            Arc::new(perm.clone()),
-            Arc::new(from.clone()),
-            Arc::new(to.clone()),
-            Arc::new(step.clone()),
-            Arc::new(time.clone()),
-        ];
-        let schema = benchlake_core::catalog::schema(TABLE)?;
-        let mut batches = Vec::with_capacity(rows.div_ceil(TIMING_BATCH_ROWS) + 1);
+        let (step_col, time_col): (ArrayRef, ArrayRef) =
+            (Arc::new(step.clone()), Arc::new(time.clone()));
+        // The string columns come in batches (their offsets are i32), and the
+        // value columns are cut the same way (the small-table writer's pages
+        // depend on the cuts).
+        let mut cuts: Vec<(usize, usize)> = Vec::new();
+        let (mut run_ids, mut sources) = (Vec::new(), Vec::new());
         let mut at = 0;
         let spans = std::mem::take(&mut self.spans);
         if let [(src, _)] = spans.as_slice() {
@@ -272,9 +267,9 @@ impl TimingGroups {
             let per = self.run_id.len().min(source.len()).max(1);
             while at < rows {
                 let len = per.min(rows - at);
-                let mut v = vec![self.run_id.slice(0, len), source.slice(0, len)];
-                v.extend(cols.iter().map(|c| c.slice(at, len)));
-                batches.push(RecordBatch::try_new(schema.clone(), v)?);
+                run_ids.push(self.run_id.slice(0, len));
+                sources.push(source.slice(0, len));
+                cuts.push((at, len));
                 at += len;
             }
         } else {
@@ -331,22 +326,34 @@ impl TimingGroups {
                 if len == 0 {
                     break;
                 }
-                let mut v = vec![self.run_id.slice(0, len), source];
-                v.extend(cols.iter().map(|c| c.slice(at, len)));
-                batches.push(RecordBatch::try_new(schema.clone(), v)?);
+                run_ids.push(self.run_id.slice(0, len));
+                sources.push(source);
+                cuts.push((at, len));
                 at += len;
             }
         }
+        let cut = |c: &ArrayRef| -> Vec<ArrayRef> {
+            cuts.iter().map(|(at, len)| c.slice(*at, *len)).collect()
+        };
+        let columns = [
+            GroupColumn::Arrays(run_ids),
+            GroupColumn::Arrays(sources),
+            GroupColumn::Int32Runs(&self.perm),
+            GroupColumn::Int32Runs(&self.from),
+            GroupColumn::Int32Runs(&self.to),
+            GroupColumn::Arrays(cut(&step_col)),
+            GroupColumn::Arrays(cut(&time_col)),
+        ];
         if let Some(enc) = self.enc.as_mut() {
-            enc.write_row_group(&batches)?;
+            enc.write_row_group_columns(&columns)?;
         }
-        drop(batches);
-        drop(cols);
+        drop(columns);
+        drop((step_col, time_col));
+        self.perm.clear();
+        self.from.clear();
+        self.to.clear();
         // Take the column memory back for the next group (the arrays are no
         // longer shared); fresh vectors if that fails.
-        self.perm = reuse(perm.into_parts().1, rows);
-        self.from = reuse(from.into_parts().1, rows);
-        self.to = reuse(to.into_parts().1, rows);
         self.step = reuse(step.into_parts().1, rows);
         self.time = reuse(time.into_parts().1, rows);
         Ok(())
