@@ -757,12 +757,14 @@ impl ParquetEncoder {
         use parquet::arrow::arrow_writer::compute_leaves;
 
         let schema = self.schema.clone();
-        let writers = self.factory.create_column_writers(self.groups)?;
+        // arrow-rs's column writers (each with its own ZSTD contexts) are made
+        // only when a column of the group needs one: most columns of large
+        // tables are written by `chunks`.
+        let mut writers: Option<Vec<Option<parquet::arrow::arrow_writer::ArrowColumnWriter>>> =
+            None;
         let mut rg = self.file.next_row_group()?;
         let parquet_schema = &self.parquet_schema;
-        for (((i, field), mut w), column) in
-            schema.fields().iter().enumerate().zip(writers).zip(columns)
-        {
+        for ((i, field), column) in schema.fields().iter().enumerate().zip(columns) {
             let descr = parquet_schema.column(i);
             let made: Vec<arrow::array::ArrayRef>;
             let cols: Vec<&arrow::array::ArrayRef> = match column {
@@ -826,6 +828,19 @@ impl ParquetEncoder {
                 self.scratch.recycle(data);
                 continue;
             }
+            let ws = match &mut writers {
+                Some(ws) => ws,
+                None => writers.insert(
+                    self.factory
+                        .create_column_writers(self.groups)?
+                        .into_iter()
+                        .map(Some)
+                        .collect(),
+                ),
+            };
+            let mut w = ws.get_mut(i).and_then(Option::take).ok_or_else(|| {
+                Error::Config(format!("no column writer for column {i} of {}", self.table))
+            })?;
             for c in cols {
                 for leaf in compute_leaves(field, c)? {
                     w.write(&leaf)?;

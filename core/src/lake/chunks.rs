@@ -774,6 +774,13 @@ fn delta_page<T: DeltaInt>(values: &[T], optional: bool) -> DataPage {
 trait Blocks<T> {
     /// The next `n` values (fewer only at the end).
     fn next(&mut self, n: usize) -> &[T];
+
+    /// When the next `n` values are `prev + d`, `prev + 2d`, … (one delta
+    /// throughout), skips them and returns (d, the last of them). Sources
+    /// that know cheaply say so; the default looks at no value.
+    fn uniform(&mut self, _n: usize, _prev: T) -> Option<(T, T)> {
+        None
+    }
 }
 
 /// The values of a slice.
@@ -798,6 +805,10 @@ impl Blocks<i32> for RunBlocks<'_> {
         let n = n.min(BLOCK);
         let got = self.cursor.fill(&mut self.buf[..n]);
         &self.buf[..got]
+    }
+
+    fn uniform(&mut self, n: usize, prev: i32) -> Option<(i32, i32)> {
+        self.cursor.skip_uniform(n, prev)
     }
 }
 
@@ -829,6 +840,14 @@ fn delta_page_from<T: DeltaInt>(n: usize, optional: bool, src: &mut impl Blocks<
     let mut offsets = [0u64; BLOCK];
     let mut left = n - 1;
     while left > 0 {
+        if let Some((d, last)) = src.uniform(left.min(BLOCK), prev) {
+            // As the `same` case below, without making the values.
+            left -= left.min(BLOCK);
+            prev = last;
+            push_zigzag(&mut body, d.to_i64());
+            body.extend_from_slice(&[0; MINIBLOCKS]);
+            continue;
+        }
         let block = src.next(left.min(BLOCK));
         let len = block.len();
         if len == 0 {

@@ -156,6 +156,23 @@ pub(super) struct RunsCursor<'a> {
 }
 
 impl RunsCursor<'_> {
+    /// When the next `n` values lie in the current run and the first of
+    /// them is `prev` + the run's step (so every delta from `prev` on is the
+    /// step), skips them and returns (step, the last of them).
+    pub(super) fn skip_uniform(&mut self, n: usize, prev: i32) -> Option<(i32, i32)> {
+        let r = self.runs.get(self.run)?;
+        if n == 0 || self.at + n > r.len || r.value(self.at).wrapping_sub(prev) != r.step {
+            return None;
+        }
+        let last = r.value(self.at + n - 1);
+        self.at += n;
+        if self.at == r.len {
+            self.run += 1;
+            self.at = 0;
+        }
+        Some((r.step, last))
+    }
+
     /// Fills `out` with the next values; returns how many there were (fewer
     /// than `out.len()` only at the end).
     pub(super) fn fill(&mut self, out: &mut [i32]) -> usize {
