@@ -11,7 +11,8 @@
 //!   ([`runs_chunk`]), in one pass comparing each value with the previous;
 //! - non-null `Int32`/`Int64` columns: `DELTA_BINARY_PACKED` pages, uncompressed
 //!   (rank and step columns are runs or ascending sequences: most miniblocks
-//!   have bit width 0 or 1) ([`numeric_chunk`]);
+//!   have bit width 0 or 1) ([`numeric_chunk`]); an `Int32` column given as
+//!   [`IntRuns`] gets the same pages, made a block at a time ([`runs_int_chunk`]);
 //! - non-null `Float64` columns: `BYTE_STREAM_SPLIT` pages compressed with ZSTD
 //!   (the exponent and high mantissa bytes of times compress well, the low
 //!   ones are stored nearly as they are).
