@@ -61,7 +61,7 @@ def measure(argv, runs, cold, stdout=subprocess.DEVNULL, cwd=None, before=None):
         if p.returncode != 0:
             sys.exit(f"failed ({p.returncode}): {' '.join(map(str, argv))}\n{err[-2000:]}")
         rss_kb = err.strip().splitlines()[-1].split()[-1]
-        out.append((wall, ru.ru_utime + ru.ru_stime, int(rss_kb) / 1024))
+        out.append((wall, ru.ru_utime + ru.ru_stime, int(rss_kb) / 1024, ru.ru_utime, ru.ru_stime))
     return out
 
 
@@ -74,6 +74,11 @@ def summary(name, samples, nbytes=None):
             f"peak {rss:7.1f} MB")
     if nbytes:
         line += f"  {nbytes / 1e9 / max(cpu, 1e-9):5.2f} GB per CPU-second"
+    # User and system CPU apart: on a VM the kernel's share (page cache, disk)
+    # can swing from run to run while the program's own work stays put.
+    user = statistics.median(s[3] for s in samples)
+    system = statistics.median(s[4] for s in samples)
+    line += f"  (user {user:.3f} s, system {system:.3f} s ({min(s[4] for s in samples):.3f}–{max(s[4] for s in samples):.3f}))"
     print(line)
     return {"wall": med, "cpu": cpu, "rss": rss}
 
