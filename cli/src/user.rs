@@ -1419,20 +1419,32 @@ pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {
         .date
         .unwrap_or_else(|| chrono::Utc::now().format("%Y-%m-%d").to_string());
     let started = std::time::Instant::now();
+    let lake = benchlake_core::lake::Lake::open(&a.s3.store_at(&out))?;
+    // A large table of a local lake is written to a temporary file in the
+    // lake's directory and renamed into place (no buffer the size of the
+    // file); one left by a killed ingest is named `.benchlake-*.parquet.tmp`.
+    let spill = match lake.local_dir() {
+        Some(d) => {
+            std::fs::create_dir_all(d)
+                .with_context(|| format!("cannot create the lake directory {}", d.display()))?;
+            Some(d.to_path_buf())
+        }
+        None => None,
+    };
     // Read and encode in one go: the LinkTest reader streams its pair times
     // into the Parquet file a row group at a time.
     let tables = tokio::task::spawn_blocking({
         let run_id = run_id.clone();
         move || {
-            benchlake_formats::ingest_encoded(
+            benchlake_formats::ingest_encoded_in(
                 &kind,
                 &inputs,
                 &benchlake_formats::IngestContext { run_id },
+                spill.as_deref(),
             )
         }
     })
     .await??;
-    let lake = benchlake_core::lake::Lake::open(&a.s3.store_at(&out))?;
     let job = benchlake_core::ids::new_id();
     let keys = lake
         .write_final_encoded(&tables, &date, &run_id, &job)

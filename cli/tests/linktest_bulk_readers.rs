@@ -118,6 +118,13 @@ fn duckdb_and_spark_read_the_bulk_chunks_exactly() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The timings file was written beside the lake's tables and renamed into
+    // place: only `tables` is left at the top.
+    let top: Vec<String> = std::fs::read_dir(&lake)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(top, ["tables"]);
 
     // Expected figures, from the run itself.
     let pm = &r.permutations[0];

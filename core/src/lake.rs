@@ -198,6 +198,36 @@ impl Lake {
         }
     }
 
+    /// The directory of a local lake (None for object stores).
+    pub fn local_dir(&self) -> Option<&Path> {
+        self.local.as_deref()
+    }
+
+    /// Puts a spilled table as object `key`: renamed into place in a local
+    /// lake (atomic, as a put), read and put otherwise.
+    async fn put_file(&self, key: &str, f: &SpilledFile) -> Result<()> {
+        let from: &Path = f.path.as_ref();
+        if let Some(root) = &self.local {
+            let to = root.join(self.path(key).as_ref());
+            if let Some(dir) = to.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| Error::Io {
+                    path: dir.to_path_buf(),
+                    source: e,
+                })?;
+            }
+            // Same file system (the encoder wrote it in the lake's
+            // directory); a rename that fails falls back to a put.
+            if std::fs::rename(from, &to).is_ok() {
+                return Ok(());
+            }
+        }
+        let data = std::fs::read(from).map_err(|e| Error::Io {
+            path: from.to_path_buf(),
+            source: e,
+        })?;
+        self.put(key, Bytes::from(data)).await
+    }
+
     /// Puts an object in one request (atomic).
     pub async fn put(&self, key: &str, data: Bytes) -> Result<()> {
         self.store
@@ -380,7 +410,10 @@ impl Lake {
             .map(|t| layout::table_key(&t.table, date, run_id, job_id, &t.part))
             .collect::<Result<Vec<_>>>()?;
         for (key, t) in keys.iter().zip(tables) {
-            self.put(key, t.data.clone()).await?;
+            match &t.spilled {
+                None => self.put(key, t.data.clone()).await?,
+                Some(f) => self.put_file(key, f).await?,
+            }
         }
         Ok(keys)
     }
@@ -395,8 +428,10 @@ pub struct EncodedTable {
     pub part: String,
     /// Rows in the file.
     pub rows: usize,
-    /// The Parquet file.
+    /// The Parquet file (empty when it was spilled to a file).
     pub data: Bytes,
+    /// The Parquet file, when it was written to a temporary file instead.
+    pub spilled: Option<SpilledFile>,
 }
 
 impl EncodedTable {
@@ -407,6 +442,7 @@ impl EncodedTable {
             part: o.part.clone(),
             rows: o.rows(),
             data: encode_parquet(&o.table, &o.batches)?,
+            spilled: None,
         })
     }
 }
@@ -562,6 +598,45 @@ fn encode_with_schema(
     enc.finish()
 }
 
+/// Where a [`ParquetEncoder`] writes: memory, or a temporary file (large
+/// tables of a local lake: no buffer the size of the file, and the file is
+/// renamed into place by [`Lake::write_final_encoded`]).
+enum Sink {
+    Memory(Vec<u8>),
+    File(tempfile::NamedTempFile),
+}
+
+impl std::io::Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Sink::Memory(v) => v.write(buf),
+            Sink::File(f) => f.write(buf),
+        }
+    }
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        match self {
+            Sink::Memory(v) => v.write_all(buf),
+            Sink::File(f) => f.write_all(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Sink::Memory(_) => Ok(()),
+            Sink::File(f) => f.flush(),
+        }
+    }
+}
+
+/// An encoded table written to a temporary file (deleted unless it is moved
+/// into the lake).
+#[derive(Debug, Clone)]
+pub struct SpilledFile {
+    /// The temporary file (removed when the last handle goes).
+    pub path: Arc<tempfile::TempPath>,
+    /// Its size in bytes.
+    pub len: u64,
+}
+
 /// One column of a row group ([`ParquetEncoder::write_row_group_columns`]).
 #[derive(Debug)]
 pub enum GroupColumn<'a> {
@@ -579,7 +654,7 @@ pub struct ParquetEncoder {
     table: String,
     schema: SchemaRef,
     parquet_schema: parquet::schema::types::SchemaDescPtr,
-    file: parquet::file::writer::SerializedFileWriter<Vec<u8>>,
+    file: parquet::file::writer::SerializedFileWriter<Sink>,
     factory: parquet::arrow::arrow_writer::ArrowRowGroupWriterFactory,
     cache: ConstantCache,
     scratch: NumericScratch,
@@ -605,12 +680,40 @@ impl ParquetEncoder {
     /// [`ROW_GROUP_ROWS`] once it has a full group). `expected` rows size the
     /// file buffer (address space reserved, touched only as it fills).
     pub fn new(table: &str, rows: usize, expected: usize) -> Result<Self> {
-        Self::with_schema(
+        Self::new_in(table, rows, expected, None)
+    }
+
+    /// [`Self::new`], writing a large table (from [`BULK_ROWS`] rows) to a
+    /// temporary file in `spill_dir` when one is given, rather than to memory.
+    /// The directory must be on the lake's file system (it is renamed into
+    /// place); [`Self::finish_table`] then returns it as a [`SpilledFile`].
+    pub fn new_in(
+        table: &str,
+        rows: usize,
+        expected: usize,
+        spill_dir: Option<&Path>,
+    ) -> Result<Self> {
+        let bulk = rows >= BULK_ROWS;
+        let spill = match spill_dir.filter(|_| bulk) {
+            Some(dir) => Some(
+                tempfile::Builder::new()
+                    .prefix(".benchlake-")
+                    .suffix(".parquet.tmp")
+                    .tempfile_in(dir)
+                    .map_err(|e| Error::Io {
+                        path: dir.to_path_buf(),
+                        source: e,
+                    })?,
+            ),
+            None => None,
+        };
+        Self::with_sink(
             table,
             catalog::schema(table)?,
-            rows >= BULK_ROWS,
+            bulk,
             chunks::PAGE_VALUES,
             expected.max(rows),
+            spill,
         )
     }
 
@@ -620,6 +723,17 @@ impl ParquetEncoder {
         bulk: bool,
         page_values: usize,
         rows: usize,
+    ) -> Result<Self> {
+        Self::with_sink(table, schema, bulk, page_values, rows, None)
+    }
+
+    fn with_sink(
+        table: &str,
+        schema: SchemaRef,
+        bulk: bool,
+        page_values: usize,
+        rows: usize,
+        spill: Option<tempfile::NamedTempFile>,
     ) -> Result<Self> {
         use parquet::arrow::arrow_writer::ArrowRowGroupWriterFactory;
         use parquet::arrow::{ArrowSchemaConverter, add_encoded_arrow_schema_to_metadata};
@@ -644,14 +758,20 @@ impl ParquetEncoder {
             .iter()
             .map(|f| f.data_type().primitive_width().unwrap_or(16))
             .sum();
-        let mut buf = Vec::with_capacity(if bulk { rows * row_bytes / 2 } else { 0 });
-        if bulk {
-            // The file is written into fresh memory: huge pages save ~13k faults
-            // for a 50 MB file.
-            crate::mem::advise_huge_pages(&mut buf);
-        }
+        let sink = match spill {
+            Some(f) => Sink::File(f),
+            None => {
+                let mut buf = Vec::with_capacity(if bulk { rows * row_bytes / 2 } else { 0 });
+                if bulk {
+                    // The file is written into fresh memory: huge pages save
+                    // ~13k faults for a 50 MB file.
+                    crate::mem::advise_huge_pages(&mut buf);
+                }
+                Sink::Memory(buf)
+            }
+        };
         let file =
-            SerializedFileWriter::new(buf, parquet_schema.root_schema_ptr(), Arc::new(props))?;
+            SerializedFileWriter::new(sink, parquet_schema.root_schema_ptr(), Arc::new(props))?;
         let factory = ArrowRowGroupWriterFactory::new(&file, schema.clone());
         Ok(Self {
             table: table.to_string(),
@@ -856,7 +976,47 @@ impl ParquetEncoder {
 
     /// Writes the footer and returns the file.
     pub fn finish(self) -> Result<Bytes> {
-        Ok(Bytes::from(self.file.into_inner()?))
+        match self.file.into_inner()? {
+            Sink::Memory(v) => Ok(Bytes::from(v)),
+            Sink::File(f) => Err(Error::Config(format!(
+                "{}: the encoder wrote to {}; use finish_table",
+                self.table,
+                f.path().display()
+            ))),
+        }
+    }
+
+    /// Writes the footer and returns the table, in memory or in its
+    /// temporary file.
+    pub fn finish_table(self, part: &str) -> Result<EncodedTable> {
+        let (table, rows) = (self.table.clone(), self.rows);
+        let (data, spilled) = match self.file.into_inner()? {
+            Sink::Memory(v) => (Bytes::from(v), None),
+            Sink::File(mut f) => {
+                use std::io::Write;
+                f.flush().map_err(|e| Error::Io {
+                    path: f.path().to_path_buf(),
+                    source: e,
+                })?;
+                let len = f
+                    .as_file()
+                    .metadata()
+                    .map_err(|e| Error::Io {
+                        path: f.path().to_path_buf(),
+                        source: e,
+                    })?
+                    .len();
+                let path = Arc::new(f.into_temp_path());
+                (Bytes::new(), Some(SpilledFile { path, len }))
+            }
+        };
+        Ok(EncodedTable {
+            table,
+            part: part.to_string(),
+            rows,
+            data,
+            spilled,
+        })
     }
 }
 
@@ -885,6 +1045,66 @@ mod tests {
             ],
         )
         .unwrap()
+    }
+
+    /// A spilled table is renamed into a local lake's final key (the same
+    /// bytes as encoded in memory) and read back; in an object store lake
+    /// it is read and put. Its temporary file does not outlive either.
+    #[tokio::test]
+    async fn spilled_tables_land_at_their_final_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows = BULK_ROWS as i32 + 5;
+        let b = timings(rows);
+        let want = encode_parquet("linktest_timings", std::slice::from_ref(&b)).unwrap();
+        let spill = |lake_dir: &Path| {
+            let mut enc =
+                ParquetEncoder::new_in("linktest_timings", rows as usize, 0, Some(lake_dir))
+                    .unwrap();
+            enc.write_row_group(std::slice::from_ref(&b)).unwrap();
+            enc.finish_table("").unwrap()
+        };
+        let local = dir.path().join("lake");
+        let lake = Lake::local(&local).unwrap();
+        let t = spill(&local);
+        let tmp = t.spilled.as_ref().unwrap().path.to_path_buf();
+        assert!(tmp.exists() && t.data.is_empty() && t.rows == rows as usize);
+        let keys = lake
+            .write_final_encoded(
+                std::slice::from_ref(&t),
+                "2026-11-24",
+                "01JBENCH000000000000000001",
+                "01JBENCH000000000000000002",
+            )
+            .await
+            .unwrap();
+        assert!(!tmp.exists(), "renamed into place");
+        let got = std::fs::read(local.join(&keys[0])).unwrap();
+        assert!(got == want, "the bytes differ");
+        let back: usize = read_back(Bytes::from(got))
+            .iter()
+            .map(|b| b.num_rows())
+            .sum();
+        assert_eq!(back, rows as usize);
+        // A lake that is not a local directory: the file is read and put.
+        let other = Lake::from_store(Arc::new(object_store::memory::InMemory::new()), "memory://");
+        let t = spill(dir.path());
+        let keys = other
+            .write_final_encoded(
+                std::slice::from_ref(&t),
+                "2026-11-24",
+                "01JBENCH000000000000000001",
+                "01JBENCH000000000000000002",
+            )
+            .await
+            .unwrap();
+        assert!(other.get(&keys[0]).await.unwrap() == want);
+        let tmp = t.spilled.as_ref().unwrap().path.to_path_buf();
+        drop(t);
+        assert!(!tmp.exists());
+        // Small tables are never spilled.
+        let mut enc = ParquetEncoder::new_in("linktest_timings", 10, 0, Some(dir.path())).unwrap();
+        enc.write_row_group(&[timings(10)]).unwrap();
+        assert!(enc.finish_table("").unwrap().spilled.is_none());
     }
 
     #[tokio::test]

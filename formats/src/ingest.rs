@@ -91,8 +91,22 @@ pub fn ingest_encoded(
     inputs: &[InputFile],
     ctx: &IngestContext,
 ) -> Result<Vec<benchlake_core::lake::EncodedTable>> {
+    ingest_encoded_in(kind, inputs, ctx, None)
+}
+
+/// [`ingest_encoded`], writing the large tables (from
+/// [`benchlake_core::lake::BULK_ROWS`] rows; `linktest_timings`) to temporary
+/// files in `spill_dir` instead of memory when it is given: a directory on
+/// the local lake's file system, so [`benchlake_core::lake::Lake::write_final_encoded`]
+/// renames them into place. Nothing is left there when the ingest fails.
+pub fn ingest_encoded_in(
+    kind: &str,
+    inputs: &[InputFile],
+    ctx: &IngestContext,
+    spill_dir: Option<&std::path::Path>,
+) -> Result<Vec<benchlake_core::lake::EncodedTable>> {
     if kind == "linktest" {
-        return crate::linktest::ingest_linktest_encoded(inputs, ctx);
+        return crate::linktest::ingest_linktest_encoded_in(inputs, ctx, spill_dir);
     }
     ingest(kind, inputs, ctx)?
         .iter()

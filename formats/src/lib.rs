@@ -16,4 +16,4 @@ pub mod linktest;
 pub mod sion;
 
 pub use error::{FormatError, Result};
-pub use ingest::{IngestContext, InputFile, ingest, ingest_encoded, kinds};
+pub use ingest::{IngestContext, InputFile, ingest, ingest_encoded, ingest_encoded_in, kinds};

@@ -815,6 +815,77 @@ fn streamed_ingest_reads_both_byte_orders() {
     }
 }
 
+/// With a spill directory (the CLI's local lake), a large timings table is
+/// written to a temporary file there: the same bytes as in memory, the small
+/// tables stay in memory, and a failing ingest leaves no file behind.
+#[test]
+fn spilled_timings_are_the_same_bytes_and_never_left_behind() {
+    use benchlake_formats::linktest::synth::synthetic_run;
+    use benchlake_formats::{IngestContext, InputFile};
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    std::fs::create_dir_all(&lake).unwrap();
+    let ctx = IngestContext {
+        run_id: "01JBENCH000000000000000001".into(),
+    };
+    let path = dir.path().join("big.sion");
+    v2::write_file(
+        &synthetic_run(300, 48, 2),
+        &path,
+        &SionWriteOptions::default(),
+    )
+    .unwrap();
+    let big = InputFile::from_path(&path);
+    let temp_files = || {
+        std::fs::read_dir(&lake)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+    };
+    let got = benchlake_formats::ingest_encoded_in(
+        "linktest",
+        std::slice::from_ref(&big),
+        &ctx,
+        Some(&lake),
+    )
+    .unwrap();
+    let want =
+        benchlake_formats::ingest_encoded("linktest", std::slice::from_ref(&big), &ctx).unwrap();
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!((&g.table, g.rows), (&w.table, w.rows));
+        match &g.spilled {
+            Some(f) => {
+                assert_eq!(g.table, "linktest_timings");
+                assert!(g.data.is_empty());
+                let p: &Path = f.path.as_ref();
+                assert!(p.starts_with(&lake), "{}", p.display());
+                assert_eq!(f.len, w.data.len() as u64);
+                assert!(
+                    std::fs::read(p).unwrap() == w.data,
+                    "the spilled file differs"
+                );
+            }
+            None => assert!(g.data == w.data, "{} differs", g.table),
+        }
+    }
+    assert!(got[2].spilled.is_some());
+    assert_eq!(temp_files().len(), 1, "{:?}", temp_files());
+    drop(got);
+    assert!(temp_files().is_empty(), "{:?}", temp_files());
+    // A corrupt file after the large one: the ingest fails, nothing is left.
+    let bad = dir.path().join("bad.sion");
+    std::fs::write(&bad, b"not a SION file").unwrap();
+    let e = benchlake_formats::ingest_encoded_in(
+        "linktest",
+        &[big, InputFile::from_path(&bad)],
+        &ctx,
+        Some(&lake),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("bad.sion"), "{e}");
+    assert!(temp_files().is_empty(), "{:?}", temp_files());
+}
+
 /// Pages let go with `SionSet::release` read back unchanged (the mapping is
 /// re-read from the file), and a set decodes the same after it.
 #[test]

@@ -27,7 +27,7 @@ pub mod v1;
 pub mod v2;
 
 pub use inspect::{Inspection, inspect_file, inspect_set};
-pub use stream::ingest_linktest_encoded;
+pub use stream::{ingest_linktest_encoded, ingest_linktest_encoded_in};
 pub use tables::{ingest_linktest, into_run_tables, run_tables};
 
 /// Which payload layout a file has.

@@ -34,9 +34,20 @@ pub fn ingest_linktest_encoded(
     inputs: &[InputFile],
     ctx: &IngestContext,
 ) -> Result<Vec<EncodedTable>> {
+    ingest_linktest_encoded_in(inputs, ctx, None)
+}
+
+/// [`ingest_linktest_encoded`], a large `linktest_timings` file written to a
+/// temporary file in `spill_dir` (see `crate::ingest_encoded_in`).
+pub fn ingest_linktest_encoded_in(
+    inputs: &[InputFile],
+    ctx: &IngestContext,
+    spill_dir: Option<&Path>,
+) -> Result<Vec<EncodedTable>> {
     let given: HashSet<&Path> = inputs.iter().map(|i| i.path.as_path()).collect();
     let mut g = Gather::default();
     let mut timings = TimingGroups::new(&ctx.run_id);
+    timings.spill_dir = spill_dir.map(Path::to_path_buf);
     for input in inputs {
         if is_continuation_of_given(&input.path, &given) {
             tracing::debug!(path = %input.path.display(), "part of a multi-file set given as input; read with file 0");
@@ -89,6 +100,8 @@ struct TimingGroups {
     enc: Option<ParquetEncoder>,
     /// Rows the files so far may have (sizes the file buffer).
     expected: usize,
+    /// Where a large file is written instead of memory.
+    spill_dir: Option<std::path::PathBuf>,
     /// Slots of one rank, for files decoded into matrices.
     scratch_t: Vec<f64>,
     scratch_s: Vec<i32>,
@@ -110,6 +123,7 @@ impl TimingGroups {
             spans: Vec::new(),
             enc: None,
             expected: 0,
+            spill_dir: None,
             scratch_t: Vec::new(),
             scratch_s: Vec::new(),
         }
@@ -247,7 +261,12 @@ impl TimingGroups {
             } else {
                 rows
             };
-            self.enc = Some(ParquetEncoder::new(TABLE, total, self.expected)?);
+            self.enc = Some(ParquetEncoder::new_in(
+                TABLE,
+                total,
+                self.expected,
+                self.spill_dir.as_deref(),
+            )?);
         }
         let step = Int32Array::new(ScalarBuffer::from(std::mem::take(&mut self.step)), None);
         let time = Float64Array::new(ScalarBuffer::from(std::mem::take(&mut self.time)), None);
@@ -366,12 +385,7 @@ impl TimingGroups {
             Some(e) => e,
             None => ParquetEncoder::new(TABLE, 0, 0)?,
         };
-        Ok(EncodedTable {
-            table: TABLE.into(),
-            part: String::new(),
-            rows: enc.rows(),
-            data: enc.finish()?,
-        })
+        Ok(enc.finish_table("")?)
     }
 }
 
