@@ -1047,6 +1047,14 @@ mod tests {
         .unwrap()
     }
 
+    /// Writes `t` into `lake` as one job's output; its key.
+    async fn land(lake: &Lake, t: &EncodedTable) -> Vec<String> {
+        let (run, job) = ("01JBENCH000000000000000001", "01JBENCH000000000000000002");
+        lake.write_final_encoded(std::slice::from_ref(t), "2026-11-24", run, job)
+            .await
+            .unwrap()
+    }
+
     /// A spilled table is renamed into a local lake's final key (the same
     /// bytes as encoded in memory) and read back; in an object store lake
     /// it is read and put. Its temporary file does not outlive either.
@@ -1068,15 +1076,7 @@ mod tests {
         let t = spill(&local);
         let tmp = t.spilled.as_ref().unwrap().path.to_path_buf();
         assert!(tmp.exists() && t.data.is_empty() && t.rows == rows as usize);
-        let keys = lake
-            .write_final_encoded(
-                std::slice::from_ref(&t),
-                "2026-11-24",
-                "01JBENCH000000000000000001",
-                "01JBENCH000000000000000002",
-            )
-            .await
-            .unwrap();
+        let keys = land(&lake, &t).await;
         assert!(!tmp.exists(), "renamed into place");
         let got = std::fs::read(local.join(&keys[0])).unwrap();
         assert!(got == want, "the bytes differ");
@@ -1088,15 +1088,7 @@ mod tests {
         // A lake that is not a local directory: the file is read and put.
         let other = Lake::from_store(Arc::new(object_store::memory::InMemory::new()), "memory://");
         let t = spill(dir.path());
-        let keys = other
-            .write_final_encoded(
-                std::slice::from_ref(&t),
-                "2026-11-24",
-                "01JBENCH000000000000000001",
-                "01JBENCH000000000000000002",
-            )
-            .await
-            .unwrap();
+        let keys = land(&other, &t).await;
         assert!(other.get(&keys[0]).await.unwrap() == want);
         let tmp = t.spilled.as_ref().unwrap().path.to_path_buf();
         drop(t);

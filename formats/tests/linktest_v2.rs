@@ -94,15 +94,28 @@ fn hand_made() -> Vec<Vec<u8>> {
     streams
 }
 
-fn set_of(streams: &[Vec<u8>]) -> SionSet {
+/// The one-file little-endian SION container of rank `streams`.
+fn container_of(path: &Path, streams: &[Vec<u8>]) -> Vec<Vec<u8>> {
     let tasks: Vec<TaskData<'_>> = streams.iter().map(|s| TaskData::single(s)).collect();
     let opts = SionWriteOptions {
         byte_order: ByteOrder::Little,
         user_data_big_endian: false,
         ..Default::default()
     };
-    let files = encode_sion_set(Path::new("pingpong_results_bin.sion"), &tasks, &opts).unwrap();
-    SionSet::from_bytes(Path::new("pingpong_results_bin.sion"), files).unwrap()
+    encode_sion_set(path, &tasks, &opts).unwrap()
+}
+
+fn set_of(streams: &[Vec<u8>]) -> SionSet {
+    let path = Path::new("pingpong_results_bin.sion");
+    SionSet::from_bytes(path, container_of(path, streams)).unwrap()
+}
+
+/// [`container_of`] written as `pingpong_results_bin.sion` in `dir` (the
+/// input of an ingest, which reads files).
+fn file_of(dir: &Path, streams: &[Vec<u8>]) -> std::path::PathBuf {
+    let path = dir.join("pingpong_results_bin.sion");
+    std::fs::write(&path, &container_of(&path, streams)[0]).unwrap();
+    path
 }
 
 #[test]
@@ -361,15 +374,7 @@ fn a_step_beyond_i32_is_an_error_at_its_offset_in_both_readers() {
     // The streaming ingest (the CLI's) reads the slots straight into its
     // columns and finds the same step.
     let dir = tempfile::tempdir().unwrap();
-    let tasks: Vec<TaskData<'_>> = s.iter().map(|t| TaskData::single(t)).collect();
-    let path = dir.path().join("pingpong_results_bin.sion");
-    let opts = SionWriteOptions {
-        byte_order: ByteOrder::Little,
-        user_data_big_endian: false,
-        ..Default::default()
-    };
-    let files = encode_sion_set(&path, &tasks, &opts).unwrap();
-    std::fs::write(&path, &files[0]).unwrap();
+    let path = file_of(dir.path(), &s);
     let ctx = benchlake_formats::IngestContext {
         run_id: "01JBENCH000000000000000001".into(),
     };
@@ -581,15 +586,7 @@ proptest! {
         s[rank][k] = val;
         s[rank].truncate(cut.max(k + 1));
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("pingpong_results_bin.sion");
-        let tasks: Vec<TaskData<'_>> = s.iter().map(|t| TaskData::single(t)).collect();
-        let opts = SionWriteOptions {
-            byte_order: ByteOrder::Little,
-            user_data_big_endian: false,
-            ..Default::default()
-        };
-        let files = encode_sion_set(&path, &tasks, &opts).unwrap();
-        std::fs::write(&path, &files[0]).unwrap();
+        let path = file_of(dir.path(), &s);
         let ctx = benchlake_formats::IngestContext { run_id: "01JBENCH000000000000000001".into() };
         let input = benchlake_formats::InputFile::from_path(&path);
         let streamed = benchlake_formats::ingest_encoded("linktest", std::slice::from_ref(&input), &ctx);

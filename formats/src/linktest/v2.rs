@@ -456,19 +456,7 @@ fn steps_into(raw: &[u8], order: ByteOrder, out: &mut [i32]) -> std::result::Res
     if big == 0 {
         return Ok(());
     }
-    let first = raw
-        .chunks_exact(8)
-        .position(|c| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(c);
-            let v = match order {
-                ByteOrder::Little => u64::from_le_bytes(a),
-                ByteOrder::Big => u64::from_be_bytes(a),
-            };
-            i32::try_from(v).is_err()
-        })
-        .unwrap_or(0);
-    Err(first)
+    Err(first_step_over(raw, order))
 }
 
 /// Empty strings (all-NUL fields) are "not recorded".
