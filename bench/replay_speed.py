@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Times `benchlake replay dimemas` the way users run it: each replay a fresh
-process, on a synthetic 1,024-rank halo trace (`benchlake probe dimemas`,
-7.3 M records, 182 MB by default), with `--threads 1` and `--threads 2`
-interleaved run by run, next to `zstd -1 -T1` of the same bytes in the same
-run. Prints medians, spreads (min-max), CPU, peak memory (GNU time's maximum
+"""Times `benchlake replay dimemas` and `benchlake replay bandela` the way
+users run them: each replay a fresh process, on a synthetic 1,024-rank halo
+trace (`benchlake probe dimemas`, 7.3 M records, 182 MB by default; `benchlake
+probe bandela`, one text file per rank, 200 iterations by default: 1.9 M
+records), with `--threads 1` and `--threads 2` interleaved run by run, next to
+`zstd -1 -T1` of the same bytes in the same run. Prints medians, spreads (min-max), CPU, peak memory (GNU time's maximum
 resident set) and the 1-thread / 2-thread ratio, checks that both print the
 same predictions, and gives the load average before and after, since the
 machine may be shared. Peak memory at 8 and 1,024 ranks is printed next to
@@ -11,6 +12,7 @@ Dimemas 5.5's (`shared/data/replay/dimemas/anchor_speed.tsv`).
 
     python3 bench/replay_speed.py [--bin target/release/benchlake] [--runs 7]
                                   [--ranks 1024] [--iters 1000] [--work DIR]
+                                  [--bandela-iters 200] [--only dimemas|bandela]
 
 The page cache is left warm (the trace was just written); the replay reads
 182 MB that the reference reads too.
@@ -53,9 +55,7 @@ def summary(name, samples):
 
 def predictions(stdout):
     """The printed predictions without the replay's own wall time."""
-    lines = stdout.splitlines()
-    head = lines[0].split(" records replayed in ")[0] if lines else ""
-    return [head, *lines[1:]]
+    return [line.split(" records replayed in ")[0] for line in stdout.splitlines()]
 
 
 def load():
@@ -82,6 +82,8 @@ def main():
     ap.add_argument("--ranks", type=int, default=1024)
     ap.add_argument("--iters", type=int, default=1000)
     ap.add_argument("--work")
+    ap.add_argument("--bandela-iters", type=int, default=200)
+    ap.add_argument("--only", choices=("dimemas", "bandela"))
     a = ap.parse_args()
     exe = Path(a.bin)
     if not exe.is_file():
@@ -99,10 +101,52 @@ def main():
                            check=True, stdout=subprocess.DEVNULL)
         return p
 
-    big = trace(a.ranks, a.iters)
-    size = big.stat().st_size
     print(f"benchlake replay speed: {exe}, {a.runs} runs each (threads 1 and 2 interleaved), warm page cache, "
           f"{os.cpu_count()} cores, load average before: {load()}")
+    same = True
+    if a.only != "bandela":
+        same = dimemas(a, exe, trace) and same
+    if a.only != "dimemas":
+        same = bandela(a, exe, work) and same
+    print(f"\nload average after: {load()}")
+    if not same:
+        sys.exit("the predictions differ between 1 and 2 threads")
+
+
+def bandela(a, exe, work):
+    """The Bandela model on the same halo, one text file per rank."""
+    d = work / f"bandela_P{a.ranks}_I{a.bandela_iters}"
+    if not (d / "replaympi.input").exists():
+        subprocess.run([exe, "probe", "bandela", "--ranks", str(a.ranks), "--iters", str(a.bandela_iters),
+                        "--out", d], check=True, stdout=subprocess.DEVNULL)
+    files = sorted(d.glob("bandela.*.txt"))
+    size = sum(f.stat().st_size for f in files)
+    print(f"\nBandela-model replay of a synthetic {a.ranks}-rank halo, {a.bandela_iters} iterations "
+          f"({size / 1e6:.1f} MB in {len(files)} rank files, {d.name})")
+    one, two, outs = [], [], {}
+    for _ in range(a.runs):
+        for threads, acc in ((1, one), (2, two)):
+            w, c, m, out = run_once([exe, "replay", "bandela", "--threads", threads, d,
+                                     "--input", d / "replaympi.input"])
+            acc.append((w, c, m))
+            outs.setdefault(threads, predictions(out))
+    cat = f"cat {d}/bandela.*.txt | zstd -1 -T1 -q -c > /dev/null"
+    zs = [run_once(["sh", "-c", cat])[:3] for _ in range(a.runs)]
+    s1 = summary("benchlake replay bandela --threads 1", one)
+    s2 = summary("benchlake replay bandela --threads 2", two)
+    z = summary("cat | zstd -1 -T1 (same bytes)", zs)
+    print(f"  -> 1 thread / 2 threads wall: {s1['wall'] / s2['wall']:.2f}x")
+    print(f"  -> 2 threads / zstd wall: {s2['wall'] / z['wall']:.2f}x")
+    same = outs.get(1) == outs.get(2)
+    print(f"  -> predictions (predicted time and every CPU's lines) identical on 1 and 2 threads: "
+          f"{'yes' if same else 'NO'}")
+    return same
+
+
+def dimemas(a, exe, trace):
+    """The Dimemas model: speed at 1,024 ranks, memory next to Dimemas 5.5's."""
+    big = trace(a.ranks, a.iters)
+    size = big.stat().st_size
     print(f"\nDimemas-model replay of a synthetic {a.ranks}-rank halo, {a.iters} iterations "
           f"({size / 1e6:.1f} MB, {big.name})")
     one, two, outs = [], [], {}
@@ -132,9 +176,7 @@ def main():
                 rss, wall = anchors[(ranks, iters)]
                 print(f"  -> Dimemas 5.5: {rss:.1f} MiB, {wall:.2f} s; benchlake / Dimemas peak memory "
                       f"{s['rss'] / rss:.2f}x, wall {s['wall'] / wall:.3f}x")
-    print(f"\nload average after: {load()}")
-    if not same:
-        sys.exit("the predictions differ between 1 and 2 threads")
+    return same
 
 
 if __name__ == "__main__":

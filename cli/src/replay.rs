@@ -62,9 +62,9 @@ pub struct Offline {
     #[arg(long)]
     pub json: bool,
     /// Threads of the replay (default: the cores available). With 2 or more
-    /// the Dimemas model decodes the trace on a second thread while it
-    /// simulates; the predictions are the same whatever the number. The
-    /// Bandela model runs on one thread.
+    /// a second thread reads and parses the trace while the model
+    /// simulates (both models); the predictions are the same whatever the
+    /// number.
     #[arg(long, env = benchlake_replay::models::THREADS_ENV, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub threads: Option<u32>,
 }

@@ -1526,6 +1526,22 @@ pub enum ProbeCmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Write the same halo as a Bandela trace directory (`bandela.<rank>.txt`,
+    /// per iteration a burst, 2 irecv, 2 isend and 4 waits; the Allreduce is a
+    /// barrier) and the replaympi input to replay it with
+    /// (`DIR/replaympi.input`: one host, 2 µs, 800 MB/s):
+    /// `benchlake replay bandela DIR --input DIR/replaympi.input`.
+    Bandela {
+        /// Number of ranks (2–65536).
+        #[arg(long)]
+        ranks: u32,
+        /// Iterations (1–1000000).
+        #[arg(long, default_value_t = 100)]
+        iters: u32,
+        /// The directory to write (created if needed).
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 /// Rank lists as the profiler writes them (`0-3, 5`).
@@ -1681,6 +1697,24 @@ pub fn probe(c: ProbeCmd) -> anyhow::Result<()> {
                 "{}: Dimemas halo trace, {ranks} ranks, {iters} iterations, {records} records, {:.1} MB in {:.2} s",
                 out.display(),
                 bytes as f64 / 1e6,
+                t.elapsed().as_secs_f64()
+            );
+        }
+        ProbeCmd::Bandela { ranks, iters, out } => {
+            if !(2..=65_536).contains(&ranks) {
+                bail!("--ranks {ranks}: give 2 to 65536 ranks");
+            }
+            if !(1..=1_000_000).contains(&iters) {
+                bail!("--iters {iters}: give 1 to 1000000 iterations");
+            }
+            let t = std::time::Instant::now();
+            let records = benchlake_replay::synth::Halo::new(ranks, iters)
+                .write_bandela(&out)
+                .with_context(|| format!("writing {}", out.display()))?;
+            println!(
+                "{}: Bandela halo trace, {ranks} rank files, {iters} iterations, {records} records, input {} in {:.2} s",
+                out.display(),
+                out.join("replaympi.input").display(),
                 t.elapsed().as_secs_f64()
             );
         }

@@ -16,6 +16,7 @@ pub mod error;
 pub mod event;
 pub mod models;
 pub mod result;
+mod source;
 pub mod synth;
 pub mod tables;
 

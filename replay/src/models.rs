@@ -238,11 +238,12 @@ fn check_bandela(params: &BTreeMap<String, String>) -> Result<()> {
     }
 }
 
-/// The Bandela model runs on one thread whatever `threads` is.
+/// With 2 or more `threads`, the rank files are read and parsed on a second
+/// thread; the result is the same.
 fn run_bandela(
     trace: &Path,
     params: &BTreeMap<String, String>,
-    _threads: usize,
+    threads: usize,
 ) -> Result<ReplayResult> {
     // `trace` is the directory of bandela.<rank> files; `input` names the
     // replaympi input file; `topology` a host type 1 plug-in (C shared library).
@@ -261,9 +262,9 @@ fn run_bandela(
     match params.get("topology") {
         Some(lib) => {
             let mut plugin = crate::bandela::CPlugin::load(Path::new(lib))?;
-            crate::bandela::simulate_opts(&files, &inp, Some(&mut plugin), timeline)
+            crate::bandela::simulate_threads(&files, &inp, Some(&mut plugin), timeline, threads)
         }
-        None => crate::bandela::simulate_opts(&files, &inp, None, timeline),
+        None => crate::bandela::simulate_threads(&files, &inp, None, timeline, threads),
     }
 }
 

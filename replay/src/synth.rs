@@ -1,7 +1,9 @@
 //! Synthetic traces for benchmarks and tests: the 1-D periodic halo workload of
 //! `shared/data/replay/dimemas/tools/synth.py`, written as a `.dim` trace with the same
 //! records (compute, 2 Irecv, 2 Isend, 2 Wait per rank and iteration, plus an 8-byte
-//! Allreduce every `allreduce_every` iterations), streamed to disk.
+//! Allreduce every `allreduce_every` iterations), streamed to disk; and the same
+//! workload as a Bandela trace directory (one text file per rank) with the
+//! replaympi input to replay it with.
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
@@ -49,6 +51,79 @@ impl Halo {
             }
         }
         s
+    }
+
+    /// Rank `t`'s Bandela trace: per iteration a burst, 2 irecv, 2 isend and
+    /// a wait on each of the 4 requests; the Allreduce is a barrier on
+    /// communicator 0, which the trace does not define (so it holds every
+    /// rank: a list of 65,536 ranks would not fit a line).
+    fn bandela_body(&self, t: u32) -> String {
+        use std::fmt::Write as _;
+        let p = self.ranks;
+        let (l, r) = ((t + p - 1) % p, (t + 1) % p);
+        let bur = self.burst * (1.0 + 0.1 * f64::from(t % 7));
+        let m = self.msg;
+        let mut s = format!(
+            "# bandela-replay v1  rank={t} nranks={p}  (benchlake probe bandela)\nH {t} {p} 0\n"
+        );
+        let mut ord = 0u64;
+        for i in 0..self.iters {
+            let _ = write!(
+                s,
+                "C {bur:.9}\nK {} MPI_Irecv irecv {l} 1 1 {m} 1 0\nK {} MPI_Irecv irecv {r} 1 2 {m} 2 0\nK {} MPI_Isend isend {r} 1 1 {m} 3 0\nK {} MPI_Isend isend {l} 1 2 {m} 4 0\n",
+                ord,
+                ord + 1,
+                ord + 2,
+                ord + 3
+            );
+            ord += 4;
+            for q in 1..=4 {
+                let _ = writeln!(s, "K {ord} MPI_Waitall wait {q}");
+            }
+            ord += 1;
+            if self.allreduce_every > 0 && (i + 1) % self.allreduce_every == 0 {
+                let _ = writeln!(s, "K {ord} MPI_Allreduce barrier 0");
+                ord += 1;
+            }
+        }
+        s
+    }
+
+    /// Records of the Bandela trace (all ranks).
+    pub fn bandela_records(&self) -> u64 {
+        let allreduces = self.iters.checked_div(self.allreduce_every).unwrap_or(0);
+        (9 * u64::from(self.iters) + u64::from(allreduces)) * u64::from(self.ranks)
+    }
+
+    /// The replaympi input for [`Halo::write_bandela`]'s traces: one host of
+    /// type 0 holding every rank, with the reference inputs' 2 µs and 800 MB/s
+    /// and a 10 µs barrier.
+    pub fn bandela_input(&self) -> String {
+        format!(
+            "# benchlake probe bandela\nNUMBER_OF_HOSTS 1\nHOST_TYPE 0\nINTRA_HOST_LATENCY 2.0\nINTRA_HOST_BANDWIDTH_PEAK 800.0\nINTRA_HOST_BARRIER_LATENCY 10.0\nBLOCK_HOST 0\nNUMBER_OF_PROCS {p}\nMPI_RANKS 0-{}\nADAPTERS 0\n",
+            self.ranks - 1,
+            p = self.ranks
+        )
+    }
+
+    /// Writes the Bandela trace into `dir` (`bandela.<rank>.txt`, created if
+    /// needed) and its input as `dir/replaympi.input`; returns the records.
+    pub fn write_bandela(&self, dir: &Path) -> Result<u64> {
+        if self.ranks < 2 {
+            return Err(ReplayError::param(
+                "ranks",
+                "the halo needs at least 2 ranks",
+            ));
+        }
+        let io = |p: &Path, e: std::io::Error| ReplayError::Io(format!("{}: {e}", p.display()));
+        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        for t in 0..self.ranks {
+            let p = dir.join(format!("bandela.{t}.txt"));
+            std::fs::write(&p, self.bandela_body(t)).map_err(|e| io(&p, e))?;
+        }
+        let p = dir.join("replaympi.input");
+        std::fs::write(&p, self.bandela_input()).map_err(|e| io(&p, e))?;
+        Ok(self.bandela_records())
     }
 
     /// Records the trace holds.

@@ -1,7 +1,8 @@
 //! A replay gives the same result, bit for bit, on 1 and on 2 threads (issue
-//! 16): the 40 Dimemas reference cases, the Bandela reference case, synthetic
-//! halo traces up to 1,024 ranks under platforms with shared buses, links and
-//! nodes, and traces whose errors come in the middle of a task's records.
+//! 16): the 40 Dimemas reference cases, the Bandela reference case and a
+//! Bandela halo, synthetic halo traces up to 1,024 ranks under platforms with
+//! shared buses, links and nodes, and traces whose errors come in the middle
+//! of a task's (or a rank file's) records.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -167,8 +168,8 @@ fn errors_in_the_middle_of_a_trace_are_the_same_on_1_and_2_threads() {
 }
 
 /// The seed's 4-rank broadcast inputs (`bandela_seed_bcast_check.json`, as
-/// `replay_bandela.rs` builds them): the Bandela model runs on one thread
-/// whatever it is given, with the same result.
+/// `replay_bandela.rs` builds them): the same result whether the rank files
+/// are read on the event loop's thread or on a second one.
 #[test]
 fn the_bandela_seed_case_is_identical_on_1_and_2_threads() {
     let check: serde_json::Value = serde_json::from_str(
@@ -205,4 +206,93 @@ fn the_bandela_seed_case_is_identical_on_1_and_2_threads() {
     assert_eq!(bits(&one), bits(&two));
     assert_eq!(one.ranks[1].bytes_received, payload);
     assert!(one.predicted_time_s > 0.0193);
+}
+
+/// The synthetic halo of `benchlake probe bandela`, replayed on one thread and
+/// with the rank files decoded on a second one: the same result to the bit,
+/// and every rank's latency, transfer and computation as the input gives them.
+#[test]
+fn halo_is_the_same_on_one_and_two_threads_and_costs_what_the_input_says() {
+    use benchlake_replay::bandela::{rank_files, simulate_threads};
+    let d = tempfile::tempdir().expect("tmp");
+    let (ranks, iters) = (48u32, 30u32);
+    let halo = Halo::new(ranks, iters);
+    let records = halo.write_bandela(d.path()).expect("write");
+    let input = benchlake_formats::bandela::BandelaInput::read(d.path().join("replaympi.input"))
+        .expect("input");
+    let files = rank_files(d.path()).expect("files");
+    assert_eq!(files.len(), ranks as usize);
+    let one = simulate_threads(&files, &input, None, false, 1).expect("1 thread");
+    let two = simulate_threads(&files, &input, None, false, 2).expect("2 threads");
+    assert_eq!(one.records, records);
+    assert_eq!(two.records, records);
+    assert_eq!(bits(&one), bits(&two));
+    // Per iteration: 2 irecv + 2 isend at L = 2 µs and 4 waits at L(0) = 2 µs;
+    // two 8,192-byte receives at 800 MB/s (10.24 µs each) and two buffered
+    // copies at 2 × 800 MB/s (5.12 µs each); every 10th a 10 µs barrier.
+    let it = f64::from(iters);
+    for r in &one.ranks {
+        let burst = 1e-4 * (1.0 + 0.1 * f64::from(r.rank % 7));
+        let near = |x: f64, want: f64, what: &str| {
+            assert!(
+                (x - want).abs() < 1e-9,
+                "rank {} {what}: {x} against {want}",
+                r.rank
+            );
+        };
+        near(r.comm.latency, it * 16e-6 + (it / 10.0) * 10e-6, "latency");
+        near(r.comm.big, it * (2.0 * 10.24e-6 + 2.0 * 5.12e-6), "big");
+        near(r.comm.small, 0.0, "small");
+        near(r.computation_s, it * burst, "computation");
+        assert_eq!(r.bytes_received, u64::from(iters) * 2 * 8192);
+        assert_eq!(r.messages_sent, u64::from(iters) * 2);
+        let names: Vec<&str> = r.functions.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            ["MPI_Allreduce", "MPI_Irecv", "MPI_Isend", "MPI_Waitall"]
+        );
+    }
+    // The slowest ranks (t mod 7 = 6) set the pace: nobody ends before
+    // their computation and communication.
+    let slow = it * 1.6e-4 + it * (16e-6 + 30.72e-6) + (it / 10.0) * 10e-6;
+    assert!(
+        one.predicted_time_s >= slow - 1e-9,
+        "{}",
+        one.predicted_time_s
+    );
+}
+
+/// A record broken in the middle of one rank's file stops the replay with the
+/// same error (file, field, line) whether the files are decoded on the event
+/// loop's thread or on a second one.
+#[test]
+fn a_broken_record_is_the_same_error_on_one_and_two_threads() {
+    use benchlake_replay::bandela::{rank_files, simulate_threads};
+    let d = tempfile::tempdir().expect("tmp");
+    Halo::new(40, 20).write_bandela(d.path()).expect("write");
+    let broken = d.path().join("bandela.17.txt");
+    let text = std::fs::read_to_string(&broken).expect("read");
+    let mut lines: Vec<&str> = text.lines().collect();
+    // Line 97 of the file: the 11th iteration's send to rank 18, its peer
+    // made a word.
+    assert!(lines[96].contains(" isend 18 "), "{}", lines[96]);
+    let bad = lines[96].replacen(" 18 ", " eighteen ", 1);
+    lines[96] = &bad;
+    std::fs::write(&broken, lines.join("\n") + "\n").expect("write");
+    let input = benchlake_formats::bandela::BandelaInput::read(d.path().join("replaympi.input"))
+        .expect("input");
+    let files = rank_files(d.path()).expect("files");
+    let errs: Vec<String> = [1, 2]
+        .into_iter()
+        .map(|t| {
+            simulate_threads(&files, &input, None, false, t)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(errs[0], errs[1]);
+    assert!(errs[0].contains("bandela.17.txt"), "{}", errs[0]);
+    assert!(errs[0].contains("line 97"), "{}", errs[0]);
+    assert!(errs[0].contains("isend.peer"), "{}", errs[0]);
 }

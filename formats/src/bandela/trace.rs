@@ -106,6 +106,8 @@ pub struct RankTrace {
     /// Bytes read so far.
     offset: u64,
     buf: Vec<u8>,
+    /// The current line without its comment and surrounding blanks.
+    text: String,
     layout: Layout,
     /// The header (format_event files get rank from their first record, host 0).
     pub header: RankHeader,
@@ -116,21 +118,82 @@ fn err(path: &Path, field: &str, line: u64, col: usize, msg: impl Into<String>) 
     FormatError::malformed(path, field, Position::LineCol(line, col as u64 + 1), msg)
 }
 
-/// Words of a line with their byte columns.
-fn words(line: &str) -> Vec<(usize, &str)> {
-    let mut out = Vec::new();
+/// The words of a line with their byte columns. A record has at most a dozen
+/// words: they are kept in place, and only a longer line allocates.
+struct Words<'a> {
+    head: [(usize, &'a str); HEAD_WORDS],
+    n: usize,
+    rest: Vec<(usize, &'a str)>,
+}
+
+const HEAD_WORDS: usize = 16;
+
+impl<'a> Words<'a> {
+    fn push(&mut self, w: (usize, &'a str)) {
+        match self.head.get_mut(self.n) {
+            Some(slot) => *slot = w,
+            None => self.rest.push(w),
+        }
+        self.n += 1;
+    }
+
+    fn get(&self, i: usize) -> Option<&(usize, &'a str)> {
+        if i >= self.n {
+            None
+        } else if i < HEAD_WORDS {
+            self.head.get(i)
+        } else {
+            self.rest.get(i - HEAD_WORDS)
+        }
+    }
+
+    fn first(&self) -> Option<&(usize, &'a str)> {
+        self.get(0)
+    }
+
+    fn len(&self) -> usize {
+        self.n
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &(usize, &'a str)> {
+        (0..self.n).filter_map(|i| self.get(i))
+    }
+}
+
+/// Words of a line with their byte columns, split at whitespace as
+/// `char::is_whitespace` says (an ASCII line is split byte by byte).
+fn words(line: &str) -> Words<'_> {
+    let mut out = Words {
+        head: [(0, ""); HEAD_WORDS],
+        n: 0,
+        rest: Vec::new(),
+    };
     let mut start = None;
-    for (i, c) in line.char_indices() {
-        if c.is_whitespace() {
-            if let Some(s) = start.take() {
-                out.push((s, &line[s..i]));
+    if line.is_ascii() {
+        for (i, &b) in line.as_bytes().iter().enumerate() {
+            // char::is_whitespace over ASCII (u8::is_ascii_whitespace leaves
+            // out the vertical tab).
+            if matches!(b, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r') {
+                if let Some(s) = start.take() {
+                    out.push((s, line.get(s..i).unwrap_or_default()));
+                }
+            } else if start.is_none() {
+                start = Some(i);
             }
-        } else if start.is_none() {
-            start = Some(i);
+        }
+    } else {
+        for (i, c) in line.char_indices() {
+            if c.is_whitespace() {
+                if let Some(s) = start.take() {
+                    out.push((s, line.get(s..i).unwrap_or_default()));
+                }
+            } else if start.is_none() {
+                start = Some(i);
+            }
         }
     }
     if let Some(s) = start {
-        out.push((s, &line[s..]));
+        out.push((s, line.get(s..).unwrap_or_default()));
     }
     out
 }
@@ -156,6 +219,7 @@ impl RankTrace {
             line: 0,
             offset: 0,
             buf: Vec::new(),
+            text: String::new(),
             layout: Layout::V1,
             header: RankHeader {
                 rank: 0,
@@ -164,7 +228,7 @@ impl RankTrace {
             },
             pending: None,
         };
-        let Some(first) = t.next_line()? else {
+        if !t.next_line()? {
             return Err(err(
                 &t.path,
                 "header",
@@ -172,7 +236,8 @@ impl RankTrace {
                 0,
                 "empty trace (expected 'H <rank> <nranks> <host>')",
             ));
-        };
+        }
+        let first = std::mem::take(&mut t.text);
         let w = words(&first);
         if w.first().map(|x| x.1) == Some("H") {
             let num = |i: usize, name: &str| -> Result<u32> {
@@ -217,7 +282,8 @@ impl RankTrace {
         Ok(t)
     }
 
-    fn next_line(&mut self) -> Result<Option<String>> {
+    /// Reads the next line that holds a record into `text`; `false` at the end.
+    fn next_line(&mut self) -> Result<bool> {
         loop {
             self.buf.clear();
             let n = self
@@ -227,7 +293,7 @@ impl RankTrace {
                 .read_until(b'\n', &mut self.buf)
                 .map_err(|e| FormatError::io(&self.path, e))?;
             if n == 0 {
-                return Ok(None);
+                return Ok(false);
             }
             self.line += 1;
             let start = self.offset;
@@ -257,10 +323,17 @@ impl RankTrace {
                     ),
                 ));
             }
-            let s = String::from_utf8_lossy(&self.buf);
-            let s = s.split('#').next().unwrap_or("").trim().to_string();
+            // Checked strictly first: the lossy conversion is slower on the
+            // valid lines that are the rule.
+            let s = match std::str::from_utf8(&self.buf) {
+                Ok(s) => std::borrow::Cow::Borrowed(s),
+                Err(_) => String::from_utf8_lossy(&self.buf),
+            };
+            let s = s.split('#').next().unwrap_or("").trim();
             if !s.is_empty() {
-                return Ok(Some(s));
+                self.text.clear();
+                self.text.push_str(s);
+                return Ok(true);
             }
         }
     }
@@ -271,14 +344,18 @@ impl RankTrace {
             return Ok(Some(r));
         }
         loop {
-            let Some(line) = self.next_line()? else {
+            if !self.next_line()? {
                 return Ok(None);
-            };
+            }
+            // Taken out while parsing (the parser borrows the reader) and put
+            // back, so the line's buffer is reused.
+            let line = std::mem::take(&mut self.text);
             let rec = match self.layout {
-                Layout::V1 => Some(self.parse_v1(&line)?),
-                Layout::FormatEvent => self.parse_format_event(&line)?,
+                Layout::V1 => self.parse_v1(&line).map(Some),
+                Layout::FormatEvent => self.parse_format_event(&line),
             };
-            if let Some(r) = rec {
+            self.text = line;
+            if let Some(r) = rec? {
                 return Ok(Some(r));
             }
         }
@@ -617,6 +694,64 @@ mod tests {
         let p = dir.join(name);
         std::fs::write(&p, text).expect("write");
         p
+    }
+
+    /// How lines were split before `Words`: a vector of every word.
+    fn words_by_char(line: &str) -> Vec<(usize, &str)> {
+        let mut out = Vec::new();
+        let mut start = None;
+        for (i, c) in line.char_indices() {
+            if c.is_whitespace() {
+                if let Some(s) = start.take() {
+                    out.push((s, &line[s..i]));
+                }
+            } else if start.is_none() {
+                start = Some(i);
+            }
+        }
+        if let Some(s) = start {
+            out.push((s, &line[s..]));
+        }
+        out
+    }
+
+    #[test]
+    fn words_split_like_char_is_whitespace() {
+        for line in [
+            "",
+            "   ",
+            "K 0 MPI_Isend isend 1 1 7 400000 3 0 col=2",
+            "a\x0bb\x0cc\td\re",
+            "x\u{a0}y\u{3000}z é",
+            &"w ".repeat(40),
+        ] {
+            let w = words(line);
+            assert_eq!(
+                w.iter().copied().collect::<Vec<_>>(),
+                words_by_char(line),
+                "{line:?}"
+            );
+            assert_eq!(w.len(), words_by_char(line).len());
+            assert_eq!(w.get(w.len()), None);
+        }
+    }
+
+    proptest! {
+        /// Any line, ASCII or not, longer than the words kept in place or
+        /// not, splits into the same words at the same columns.
+        #[test]
+        fn words_agree_with_the_char_split(
+            line in "[ a-z0-9=\t\x0b\x0c\u{a0}\u{2003}é#-]{0,120}",
+        ) {
+            let w = words(&line);
+            let want = words_by_char(&line);
+            prop_assert_eq!(w.iter().copied().collect::<Vec<_>>(), want.clone());
+            prop_assert_eq!(w.len(), want.len());
+            for (i, x) in want.iter().enumerate() {
+                prop_assert_eq!(w.get(i), Some(x));
+            }
+            prop_assert_eq!(w.first(), want.first());
+        }
     }
 
     fn all(p: &Path) -> Result<Vec<BRecord>> {

@@ -21,13 +21,16 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 
+use benchlake_formats::FormatError;
 use benchlake_formats::bandela::input::Interp;
 use benchlake_formats::bandela::{BRecord, BandelaInput, Kernel, RankTrace};
 
 use crate::error::{ReplayError, Result};
 use crate::result::{AdapterStats, CommTimes, RankResult, ReplayResult, TimelineEvent};
+use crate::source::{Decode, Source};
 
 mod output;
+mod ready;
 pub mod topology;
 pub use output::{
     chrome_trace_json, column_data_csv, paraver_prv, summary_text, transfer_matrix_text,
@@ -36,7 +39,6 @@ pub use topology::{BandelaItem, CPlugin, Topology};
 
 struct Msg {
     src: u32,
-    dst: u32,
     bytes: u64,
     /// Sender clock when the data can be read (after latency, and copy if buffered).
     avail: f64,
@@ -46,6 +48,10 @@ struct Msg {
     send_req: i64,
     /// Crosses the switch (host type 2, different hosts).
     inter: bool,
+    /// Sides still holding the message (the send request, the receive): its
+    /// slot is reused once both are done, so memory follows the messages in
+    /// flight, not the trace's length.
+    refs: u8,
 }
 
 /// One adapter of a host (host type 2).
@@ -111,19 +117,23 @@ enum Blocked {
 }
 
 struct Rank {
-    stream: RankTrace,
+    /// The rank's trace file.
+    path: PathBuf,
+    /// The line of the record being replayed.
+    line: u64,
     comput: f64,
     acc: CommTimes,
-    funcs: BTreeMap<String, CommTimes>,
+    /// Per routine (by [`Fid`]), once charged.
+    funcs: Vec<Option<CommTimes>>,
     reqs: HashMap<i64, Req>,
     blocked: Blocked,
     finished: bool,
-    cur: Option<BRecord>,
+    cur: Option<(BRecord, Fid)>,
     calipers: Vec<u32>,
     /// A pending `ignore_next_col` marker.
     ignore_mark: Option<u32>,
     /// The collective whose kernels are being skipped.
-    ignoring: Option<String>,
+    ignoring: Option<Fid>,
     bytes_recv: u64,
     /// Timeline intervals (kind, start, end), recorded only when asked for.
     tl: Option<Vec<(u8, f64, f64)>>,
@@ -136,6 +146,107 @@ struct Rank {
 impl Rank {
     fn clock(&self) -> f64 {
         self.comput + self.acc.total()
+    }
+}
+
+/// The ranks' trace files, decoded a chunk at a time for [`Source`]; each
+/// record comes with its line.
+struct RankFiles {
+    traces: Vec<RankTrace>,
+    /// The routines met so far: the decoder's own index of `names`.
+    ids: HashMap<String, Fid>,
+    names: Names,
+    /// Per rank: the error met after the records handed out last.
+    pending: Vec<Option<FormatError>>,
+    /// Per rank: its stream has ended.
+    done: Vec<bool>,
+}
+
+impl Decode for RankFiles {
+    type Rec = (BRecord, u64, Fid);
+
+    fn ntasks(&self) -> usize {
+        self.traces.len()
+    }
+
+    fn fill(
+        &mut self,
+        t: usize,
+        out: &mut Vec<(BRecord, u64, Fid)>,
+        max: usize,
+    ) -> std::result::Result<(), FormatError> {
+        if let Some(e) = self.pending.get_mut(t).and_then(Option::take) {
+            return Err(e);
+        }
+        let (Some(trace), Some(done)) = (self.traces.get_mut(t), self.done.get_mut(t)) else {
+            return Ok(());
+        };
+        let start = out.len();
+        while !*done && out.len() - start < max {
+            match trace.next_record() {
+                Ok(Some(mut r)) => {
+                    // The routine's name becomes its number here, on the
+                    // decoding thread, so that no name is allocated on one
+                    // thread and freed on the other, nor compared per record.
+                    let f = match &mut r {
+                        BRecord::Kernel { main_fn, .. } => {
+                            let name = std::mem::take(main_fn);
+                            match self.ids.get(&name) {
+                                Some(&f) => f,
+                                None => {
+                                    let f = intern(&self.names, &name);
+                                    self.ids.insert(name, f);
+                                    f
+                                }
+                            }
+                        }
+                        _ => 0,
+                    };
+                    out.push((r, trace.line(), f));
+                }
+                Ok(None) => *done = true,
+                Err(e) => {
+                    *done = true;
+                    if out.len() == start {
+                        return Err(e);
+                    }
+                    if let Some(p) = self.pending.get_mut(t) {
+                        *p = Some(e);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn is_done(&self, t: usize) -> bool {
+        self.done.get(t).is_none_or(|d| *d) && self.pending.get(t).is_none_or(Option::is_none)
+    }
+
+    fn placeholder() -> (BRecord, u64, Fid) {
+        (BRecord::CaliperPop, 0, 0)
+    }
+}
+
+/// A routine (`main_fn`) by its number in [`Names`].
+type Fid = u32;
+
+/// Routine names by number, shared by the decoding thread (which numbers
+/// them as it meets them) and the event loop (which needs a name only for a
+/// result or a message).
+type Names = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// `name`'s number in `names`, added if new.
+fn intern(names: &Names, name: &str) -> Fid {
+    let mut list = names
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match list.iter().position(|n| n == name) {
+        Some(f) => f as Fid,
+        None => {
+            list.push(name.to_string());
+            (list.len() - 1) as Fid
+        }
     }
 }
 
@@ -158,8 +269,22 @@ pub fn simulate_with(
 pub fn simulate_opts(
     files: &[PathBuf],
     input: &BandelaInput,
+    topo: Option<&mut dyn Topology>,
+    timeline: bool,
+) -> Result<ReplayResult> {
+    simulate_threads(files, input, topo, timeline, 1)
+}
+
+/// [`simulate_opts`] on up to `threads` threads: with 2 or more, a second
+/// thread reads and parses the rank files ahead of the event loop (the loop
+/// itself is one ordered sequence of events). The result is the same, bit for
+/// bit, whatever `threads` is.
+pub fn simulate_threads(
+    files: &[PathBuf],
+    input: &BandelaInput,
     mut topo: Option<&mut dyn Topology>,
     timeline: bool,
+    threads: usize,
 ) -> Result<ReplayResult> {
     if input.host_type == 1 && topo.is_none() {
         return Err(ReplayError::Unsupported {
@@ -172,6 +297,7 @@ pub fn simulate_opts(
         topo = None;
     }
     let mut ranks = Vec::with_capacity(files.len());
+    let mut traces = Vec::with_capacity(files.len());
     for (i, f) in files.iter().enumerate() {
         let stream = RankTrace::open(f)?;
         if stream.header.rank as usize != i {
@@ -183,11 +309,13 @@ pub fn simulate_opts(
                 ),
             });
         }
+        traces.push(stream);
         ranks.push(Rank {
-            stream,
+            path: f.clone(),
+            line: 0,
             comput: 0.0,
             acc: CommTimes::default(),
-            funcs: BTreeMap::new(),
+            funcs: Vec::new(),
             reqs: HashMap::new(),
             blocked: Blocked::No,
             finished: false,
@@ -203,6 +331,44 @@ pub fn simulate_opts(
             host: input.host_of(i as u32).unwrap_or(0),
         });
     }
+    let names = Names::default();
+    let dec = RankFiles {
+        ids: HashMap::new(),
+        names: names.clone(),
+        pending: (0..traces.len()).map(|_| None).collect(),
+        done: vec![false; traces.len()],
+        traces,
+    };
+    if threads <= 1 {
+        return replay(
+            input,
+            ranks,
+            Source::sequential(dec),
+            names,
+            topo,
+            files.len(),
+        );
+    }
+    let name = files
+        .first()
+        .and_then(|f| f.parent())
+        .map(|d| d.display().to_string())
+        .unwrap_or_default();
+    std::thread::scope(|scope| {
+        let src = Source::pipelined(dec, name, scope)?;
+        replay(input, ranks, src, names, topo, files.len())
+    })
+}
+
+/// The event loop over `ranks`, reading their records from `src`.
+fn replay(
+    input: &BandelaInput,
+    ranks: Vec<Rank>,
+    src: Source<RankFiles>,
+    names: Names,
+    topo: Option<&mut dyn Topology>,
+    nfiles: usize,
+) -> Result<ReplayResult> {
     let adapters = input
         .blocks
         .iter()
@@ -217,9 +383,12 @@ pub fn simulate_opts(
         .collect();
     let mut m = Model {
         input,
+        src,
+        names,
         ranks,
         msgs: Vec::new(),
-        unmatched_sends: VecDeque::new(),
+        free_msgs: Vec::new(),
+        unmatched_sends: (0..nfiles).map(|_| VecDeque::new()).collect(),
         comms: HashMap::new(),
         barrier: HashMap::new(),
         records: 0,
@@ -228,11 +397,16 @@ pub fn simulate_opts(
         rr: HashMap::new(),
         topo,
         live: topology::LiveTransfers::new(),
+        ready: ready::Ready::new(nfiles),
+        touched: Vec::new(),
     };
+    for i in 0..m.ranks.len() {
+        m.refresh(i);
+    }
     let local_bw = input
         .local_bandwidth
         .unwrap_or(2.0 * input.intra_bandwidth.base);
-    let nprocs = i32::try_from(files.len()).unwrap_or(i32::MAX);
+    let nprocs = i32::try_from(nfiles).unwrap_or(i32::MAX);
     if let Some(t) = m.topo.as_deref_mut() {
         t.start(nprocs, local_bw);
     }
@@ -247,10 +421,17 @@ pub fn simulate_opts(
 
 struct Model<'a, 't> {
     input: &'a BandelaInput,
+    /// Every rank's records.
+    src: Source<RankFiles>,
+    /// The routines' names.
+    names: Names,
     ranks: Vec<Rank>,
     msgs: Vec<Msg>,
+    /// Slots of `msgs` no side holds any more.
+    free_msgs: Vec<usize>,
     /// (msg id, tag, comm) of sends not yet matched by a receive.
-    unmatched_sends: VecDeque<(usize, i64, i64)>,
+    /// per destination rank, in the order they were sent.
+    unmatched_sends: Vec<VecDeque<(usize, i64, i64)>>,
     comms: HashMap<i64, Vec<u32>>,
     barrier: HashMap<i64, Vec<u32>>,
     records: u64,
@@ -262,16 +443,30 @@ struct Model<'a, 't> {
     /// Host type 1 plug-in.
     topo: Option<&'t mut dyn Topology>,
     live: topology::LiveTransfers,
+    /// The next rank to step.
+    ready: ready::Ready,
+    /// Ranks other than the stepped one whose clock or state a step changed
+    /// (woken, released from a barrier): their place in `ready` is redone.
+    touched: Vec<u32>,
 }
 
-fn charge(r: &mut Rank, f: &str, cat: usize, v: f64) {
+fn charge(r: &mut Rank, f: Fid, cat: usize, v: f64) {
     if v > 0.0 {
         let start = r.clock();
         if let Some(tl) = r.tl.as_mut() {
             tl.push((cat as u8, start, start + v));
         }
     }
-    let e = r.funcs.entry(f.to_string()).or_default();
+    if r.funcs.len() <= f as usize {
+        r.funcs.resize(f as usize + 1, None);
+    }
+    let Some(e) = r
+        .funcs
+        .get_mut(f as usize)
+        .map(|e| e.get_or_insert_default())
+    else {
+        return;
+    };
     match cat {
         0 => {
             r.acc.wait += v;
@@ -297,7 +492,7 @@ impl Model<'_, '_> {
         let (file, line) = self
             .ranks
             .get(rank)
-            .map(|r| (r.stream.path().to_path_buf(), r.stream.line()))
+            .map(|r| (r.path.clone(), r.line))
             .unwrap_or_default();
         ReplayError::Inconsistent {
             file,
@@ -408,18 +603,35 @@ impl Model<'_, '_> {
         }
     }
 
+    /// Rank `i`'s place in `ready`: its clock when it can run.
+    fn refresh(&mut self, i: usize) {
+        let key = self
+            .ranks
+            .get(i)
+            .filter(|r| !r.finished && r.blocked == Blocked::No)
+            .map(Rank::clock);
+        self.ready.set(i, key);
+    }
+
     fn run(&mut self) -> Result<()> {
-        loop {
-            // The unblocked rank with the smallest clock goes next.
-            let next = self
-                .ranks
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| !r.finished && r.blocked == Blocked::No)
-                .min_by(|a, b| a.1.clock().total_cmp(&b.1.clock()).then(a.0.cmp(&b.0)))
-                .map(|(i, _)| i);
-            let Some(i) = next else { break };
+        // The unblocked rank with the smallest clock goes next.
+        while let Some(i) = self.ready.first() {
+            #[cfg(debug_assertions)]
+            debug_assert_eq!(
+                Some(i),
+                self.ranks
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| !r.finished && r.blocked == Blocked::No)
+                    .min_by(|a, b| a.1.clock().total_cmp(&b.1.clock()).then(a.0.cmp(&b.0)))
+                    .map(|(i, _)| i),
+                "the ready tree disagrees with a scan"
+            );
             self.step(i)?;
+            self.refresh(i);
+            while let Some(j) = self.touched.pop() {
+                self.refresh(j as usize);
+            }
         }
         let stuck: Vec<String> = self
             .ranks
@@ -437,8 +649,8 @@ impl Model<'_, '_> {
                 };
                 format!(
                     "rank {i} (record at line {} of {}) {what}",
-                    r.stream.line(),
-                    r.stream.path().display()
+                    r.line,
+                    r.path.display()
                 )
             })
             .collect();
@@ -447,7 +659,7 @@ impl Model<'_, '_> {
                 file: self
                     .ranks
                     .first()
-                    .map(|r| r.stream.path().to_path_buf())
+                    .map(|r| r.path.clone())
                     .unwrap_or_default(),
                 message: format!("deadlock: {}", stuck.join("; ")),
             });
@@ -459,12 +671,13 @@ impl Model<'_, '_> {
         let Some(r) = self.ranks.get_mut(i) else {
             return Ok(());
         };
-        let rec = match r.cur.take() {
+        let (rec, f) = match r.cur.take() {
             Some(c) => c,
-            None => match r.stream.next_record()? {
-                Some(rec) => {
+            None => match self.src.next(i)? {
+                Some((rec, line, f)) => {
                     self.records += 1;
-                    rec
+                    r.line = line;
+                    (rec, f)
                 }
                 None => {
                     r.finished = true;
@@ -506,18 +719,17 @@ impl Model<'_, '_> {
                 r.calipers.pop();
             }
             BRecord::IgnoreNextCol(idx) => r.ignore_mark = Some(idx),
-            BRecord::Kernel {
-                main_fn, kernel, ..
-            } => {
+            BRecord::Kernel { kernel, .. } => {
                 // ignore_next_col: skip the kernels of the marked collective.
-                if r.ignoring.as_deref() == Some(main_fn.as_str()) {
+                if r.ignoring == Some(f) {
                     return Ok(());
                 }
                 r.ignoring = None;
                 if let Some(idx) = r.ignore_mark.take() {
+                    let main_fn = name_of(&self.names, f);
                     if is_collective(&main_fn) {
                         if self.input.ignore_index.get((idx as usize).wrapping_sub(1)) == Some(&1) {
-                            r.ignoring = Some(main_fn);
+                            r.ignoring = Some(f);
                             return Ok(());
                         }
                     } else if !self.input.ignore_safely {
@@ -527,7 +739,7 @@ impl Model<'_, '_> {
                         ));
                     }
                 }
-                self.kernel(i, &main_fn, kernel)?
+                self.kernel(i, f, kernel)?
             }
         }
         Ok(())
@@ -557,7 +769,7 @@ impl Model<'_, '_> {
         col.is_some_and(|c| self.input.ignore_index.get((c as usize).wrapping_sub(1)) == Some(&1))
     }
 
-    fn kernel(&mut self, i: usize, f: &str, k: Kernel) -> Result<()> {
+    fn kernel(&mut self, i: usize, f: Fid, k: Kernel) -> Result<()> {
         let me = i as u32;
         match k {
             Kernel::Isend {
@@ -617,16 +829,15 @@ impl Model<'_, '_> {
                     }
                     avail = e1;
                 }
-                let id = self.msgs.len();
-                self.msgs.push(Msg {
+                let id = self.new_msg(Msg {
                     src: me,
-                    dst: peer,
                     bytes,
                     avail,
                     buffered,
                     done: None,
                     send_req: req,
                     inter,
+                    refs: 2,
                 });
                 if let Some(r) = self.ranks.get_mut(i) {
                     r.reqs.insert(req, Req::Send { msg: id });
@@ -665,7 +876,11 @@ impl Model<'_, '_> {
                         }
                         self.wake(dst, avail)?;
                     }
-                    None => self.unmatched_sends.push_back((id, tag, comm)),
+                    None => {
+                        if let Some(q) = self.unmatched_sends.get_mut(dst) {
+                            q.push_back((id, tag, comm));
+                        }
+                    }
                 }
             }
             Kernel::Irecv {
@@ -687,16 +902,16 @@ impl Model<'_, '_> {
                 }
                 let src_for_lat = if peer >= 0 { peer as u32 } else { me };
                 let lat = self.latency_s(src_for_lat, me, bytes);
-                let pos = self.unmatched_sends.iter().position(|&(m, t, c)| {
-                    self.msgs
-                        .get(m)
-                        .is_some_and(|x| x.dst == me && (peer == -1 || i64::from(x.src) == peer))
-                        && t == tag
-                        && c == comm
+                let msgs = &self.msgs;
+                let msg = self.unmatched_sends.get_mut(i).and_then(|q| {
+                    let p = q.iter().position(|&(m, t, c)| {
+                        msgs.get(m)
+                            .is_some_and(|x| peer == -1 || i64::from(x.src) == peer)
+                            && t == tag
+                            && c == comm
+                    })?;
+                    q.remove(p).map(|x| x.0)
                 });
-                let msg = pos
-                    .and_then(|p| self.unmatched_sends.remove(p))
-                    .map(|x| x.0);
                 let Some(r) = self.ranks.get_mut(i) else {
                     return Ok(());
                 };
@@ -776,6 +991,7 @@ impl Model<'_, '_> {
                 .unwrap_or(0.0)
                     * 1e-6;
                 for a in arrived {
+                    self.touched.push(a);
                     if let Some(r) = self.ranks.get_mut(a as usize) {
                         let w = t - r.clock();
                         charge(r, f, 0, w.max(0.0));
@@ -814,7 +1030,7 @@ impl Model<'_, '_> {
     }
 
     /// A wait (or a test that completed) on `req` of rank `i`.
-    fn wait(&mut self, i: usize, f: &str, req: i64) -> Result<()> {
+    fn wait(&mut self, i: usize, f: Fid, req: i64) -> Result<()> {
         let lat = self.input.intra_latency.base * 1e-6;
         let Some(r) = self.ranks.get(i) else {
             return Ok(());
@@ -889,6 +1105,7 @@ impl Model<'_, '_> {
                 {
                     self.wake(src as usize, end)?;
                 }
+                self.release(m);
             }
             Req::Send { msg: m } => {
                 let (buffered, done, avail) = self
@@ -906,6 +1123,7 @@ impl Model<'_, '_> {
                         charge(r, f, 1, lat);
                         r.reqs.remove(&req);
                     }
+                    self.release(m);
                 } else if let Some(end) = done {
                     if let Some(r) = self.ranks.get_mut(i) {
                         let now = r.clock();
@@ -915,6 +1133,7 @@ impl Model<'_, '_> {
                         charge(r, f, 1, lat);
                         r.reqs.remove(&req);
                     }
+                    self.release(m);
                 } else {
                     self.block(i, req, f);
                 }
@@ -923,14 +1142,43 @@ impl Model<'_, '_> {
         Ok(())
     }
 
-    fn block(&mut self, i: usize, req: i64, f: &str) {
+    /// A new message's slot (a free one when there is).
+    fn new_msg(&mut self, msg: Msg) -> usize {
+        match self.free_msgs.pop() {
+            Some(id) if id < self.msgs.len() => {
+                if let Some(slot) = self.msgs.get_mut(id) {
+                    *slot = msg;
+                }
+                id
+            }
+            _ => {
+                self.msgs.push(msg);
+                self.msgs.len() - 1
+            }
+        }
+    }
+
+    /// One side is done with message `m`; the second frees its slot.
+    fn release(&mut self, m: usize) {
+        if let Some(x) = self.msgs.get_mut(m) {
+            x.refs = x.refs.saturating_sub(1);
+            if x.refs == 0 {
+                self.free_msgs.push(m);
+            }
+        }
+    }
+
+    fn block(&mut self, i: usize, req: i64, f: Fid) {
         if let Some(r) = self.ranks.get_mut(i) {
             r.blocked = Blocked::Req(req);
-            r.cur = Some(BRecord::Kernel {
-                ord: 0,
-                main_fn: f.to_string(),
-                kernel: Kernel::Wait { req },
-            });
+            r.cur = Some((
+                BRecord::Kernel {
+                    ord: 0,
+                    main_fn: String::new(),
+                    kernel: Kernel::Wait { req },
+                },
+                f,
+            ));
         }
     }
 
@@ -940,14 +1188,15 @@ impl Model<'_, '_> {
         let Some(r) = self.ranks.get_mut(i) else {
             return Ok(());
         };
+        self.touched.push(i as u32);
         if let Blocked::Req(_) = r.blocked {
             let now = r.clock();
             if clock > now {
                 let f = match &r.cur {
-                    Some(BRecord::Kernel { main_fn, .. }) => main_fn.clone(),
-                    _ => "MPI".into(),
+                    Some((BRecord::Kernel { .. }, f)) => *f,
+                    _ => intern(&self.names, "MPI"),
                 };
-                charge(r, &f, 0, clock - now);
+                charge(r, f, 0, clock - now);
             }
             r.blocked = Blocked::No;
         }
@@ -955,6 +1204,11 @@ impl Model<'_, '_> {
     }
 
     fn result(self) -> ReplayResult {
+        let names = self
+            .names
+            .lock()
+            .map(|n| n.clone())
+            .unwrap_or_else(|e| e.into_inner().clone());
         let mut ranks = Vec::new();
         let mut predicted = 0.0f64;
         for (i, r) in self.ranks.iter().enumerate() {
@@ -971,7 +1225,12 @@ impl Model<'_, '_> {
                 bytes_sent: r.bytes_sent,
                 messages_sent: r.sent,
                 collectives: 0,
-                functions: r.funcs.clone(),
+                functions: r
+                    .funcs
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(f, t)| Some((names.get(f)?.clone(), (*t)?)))
+                    .collect(),
             });
         }
         ReplayResult {
@@ -1067,6 +1326,14 @@ pub fn rank_files(dir: &Path) -> Result<Vec<PathBuf>> {
         )));
     }
     Ok(found.into_values().collect())
+}
+
+/// Routine `f`'s name.
+fn name_of(names: &Names, f: Fid) -> String {
+    let list = names
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    list.get(f as usize).cloned().unwrap_or_default()
 }
 
 /// Whether `main_fn` names an MPI collective (for `ignore_next_col`).

@@ -15,10 +15,11 @@ use benchlake_formats::dimemas::trace::{RecvKind, describe_offset};
 use benchlake_formats::dimemas::{CollectiveDef, DimRecord, DimTrace, GopModel, GopSize};
 
 use super::Platform;
-use super::source::Source;
+use super::source::DimDecoder;
 use crate::error::{ReplayError, Result};
 use crate::event::{EventQueue, Nanos};
 use crate::result::{CommTimes, DEFAULT_SMALL_MESSAGE, RankResult, ReplayResult, TimelineEvent};
+use crate::source::Source;
 
 const MB: f64 = 1_048_576.0;
 
@@ -191,7 +192,7 @@ struct Sim<'a> {
     now: Nanos,
     queue: EventQueue<Ev>,
     tasks: Vec<Task>,
-    src: Source,
+    src: Source<DimDecoder>,
     nodes: Vec<Node>,
     transfers: Vec<Option<Transfer>>,
     free_tids: Vec<Tid>,
@@ -222,12 +223,24 @@ pub fn simulate_threads(
     threads: usize,
 ) -> Result<ReplayResult> {
     if threads <= 1 {
-        let mut sim = Sim::new(trace, platform, Source::sequential(trace)?)?;
+        let mut sim = Sim::new(
+            trace,
+            platform,
+            Source::sequential(DimDecoder::open(trace)?),
+        )?;
         sim.run()?;
         return Ok(sim.result());
     }
     std::thread::scope(|scope| {
-        let mut sim = Sim::new(trace, platform, Source::pipelined(trace, scope)?)?;
+        let mut sim = Sim::new(
+            trace,
+            platform,
+            Source::pipelined(
+                DimDecoder::open(trace)?,
+                trace.path().display().to_string(),
+                scope,
+            )?,
+        )?;
         sim.run()?;
         Ok(sim.result())
     })
@@ -238,7 +251,7 @@ fn links(n: u32) -> (u32, bool) {
 }
 
 impl<'a> Sim<'a> {
-    fn new(trace: &'a DimTrace, platform: &'a Platform, src: Source) -> Result<Self> {
+    fn new(trace: &'a DimTrace, platform: &'a Platform, src: Source<DimDecoder>) -> Result<Self> {
         let path = trace.path();
         let ntasks = trace.ntasks() as u32;
         if let Some((t, n)) = trace
