@@ -15,14 +15,14 @@ pub(crate) struct Ready {
     tree: Vec<Node>,
 }
 
-/// A candidate, ordered as the event loop chooses: a runnable one first, then
-/// the smaller clock (`f64::total_cmp`'s order), then the lower rank.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Node {
-    blocked: bool,
-    clock: u64,
-    rank: u32,
-}
+/// A candidate as one integer, ordered as the event loop chooses: a runnable
+/// one first (bit 96), then the smaller clock (bits 32–95, in
+/// `f64::total_cmp`'s order), then the lower rank (bits 0–31). One integer
+/// comparison, without branches: which of two ranks' clocks is smaller is a
+/// coin toss the processor cannot predict.
+type Node = u128;
+
+const BLOCKED: u128 = 1 << 96;
 
 /// `x`'s place in `f64::total_cmp`'s order, as an unsigned integer.
 fn order(x: f64) -> u64 {
@@ -32,23 +32,26 @@ fn order(x: f64) -> u64 {
     ((b ^ (((b >> 63) as u64) >> 1) as i64) as u64) ^ (1 << 63)
 }
 
+fn node(rank: usize, key: Option<f64>) -> Node {
+    let rank = u128::from(u32::try_from(rank).unwrap_or(u32::MAX));
+    match key {
+        Some(c) => (u128::from(order(c)) << 32) | rank,
+        None => BLOCKED | rank,
+    }
+}
+
 impl Ready {
     /// `n` ranks, none of them runnable yet.
     pub(crate) fn new(n: usize) -> Self {
         let base = n.max(1).next_power_of_two();
-        let none = |rank: usize| Node {
-            blocked: true,
-            clock: 0,
-            rank: u32::try_from(rank).unwrap_or(u32::MAX),
-        };
-        let mut tree: Vec<Node> = (0..2 * base).map(|_| none(usize::MAX)).collect();
+        let mut tree: Vec<Node> = vec![node(usize::MAX, None); 2 * base];
         for (i, leaf) in tree.iter_mut().skip(base).enumerate() {
-            *leaf = none(i);
+            *leaf = node(i, None);
         }
         for k in (1..base).rev() {
             let w = match (tree.get(2 * k), tree.get(2 * k + 1)) {
                 (Some(a), Some(b)) => *a.min(b),
-                _ => none(usize::MAX),
+                _ => node(usize::MAX, None),
             };
             if let Some(t) = tree.get_mut(k) {
                 *t = w;
@@ -59,24 +62,18 @@ impl Ready {
 
     /// Sets rank `r`'s key (`None`: it cannot run) and replays its matches.
     pub(crate) fn set(&mut self, r: usize, key: Option<f64>) {
-        let leaf = Node {
-            blocked: key.is_none(),
-            clock: key.map_or(0, order),
-            rank: u32::try_from(r).unwrap_or(u32::MAX),
-        };
+        let mut w = node(r, key);
         let mut k = self.base + r;
         match self.tree.get_mut(k) {
-            Some(t) if *t != leaf => *t = leaf,
+            Some(t) if *t != w => *t = w,
             _ => return,
         }
         while k > 1 {
-            let sib = self.tree.get(k ^ 1).copied();
-            let me = self.tree.get(k).copied();
-            k /= 2;
-            let w = match (me, sib) {
-                (Some(a), Some(b)) => a.min(b),
-                _ => return,
+            let Some(&sib) = self.tree.get(k ^ 1) else {
+                return;
             };
+            w = w.min(sib);
+            k /= 2;
             match self.tree.get_mut(k) {
                 Some(t) => *t = w,
                 None => return,
@@ -88,8 +85,8 @@ impl Ready {
     pub(crate) fn first(&self) -> Option<usize> {
         self.tree
             .get(1)
-            .filter(|w| !w.blocked)
-            .map(|w| w.rank as usize)
+            .filter(|&&w| w & BLOCKED == 0)
+            .map(|&w| (w & u128::from(u32::MAX)) as usize)
     }
 }
 
