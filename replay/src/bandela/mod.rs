@@ -31,6 +31,7 @@ use crate::source::{Decode, Source};
 
 mod output;
 mod ready;
+mod reqs;
 pub mod topology;
 pub use output::{
     chrome_trace_json, column_data_csv, paraver_prv, summary_text, transfer_matrix_text,
@@ -125,7 +126,7 @@ struct Rank {
     acc: CommTimes,
     /// Per routine (by [`Fid`]), once charged.
     funcs: Vec<Option<CommTimes>>,
-    reqs: HashMap<i64, Req>,
+    reqs: reqs::Reqs<Req>,
     blocked: Blocked,
     finished: bool,
     cur: Option<(BRecord, Fid)>,
@@ -153,7 +154,9 @@ impl Rank {
 /// record comes with its line.
 struct RankFiles {
     traces: Vec<RankTrace>,
-    /// The routines met so far: the decoder's own index of `names`.
+    /// The routines met so far, the decoder's own index of `names`: the
+    /// first [`FIRST_IDS`], then the others.
+    first_ids: Vec<(String, Fid)>,
     ids: HashMap<String, Fid>,
     names: Names,
     /// Per rank: the error met after the records handed out last.
@@ -191,13 +194,22 @@ impl Decode for RankFiles {
                     let f = match &mut r {
                         BRecord::Kernel { main_fn, .. } => {
                             let name = std::mem::take(main_fn);
-                            match self.ids.get(&name) {
-                                Some(&f) => f,
-                                None => {
-                                    let f = intern(&self.names, &name);
-                                    self.ids.insert(name, f);
-                                    f
-                                }
+                            // A trace names a few routines: the first ones
+                            // are searched in place, faster than a hash.
+                            match self.first_ids.iter().find(|(n, _)| *n == name) {
+                                Some(&(_, f)) => f,
+                                None => match self.ids.get(&name) {
+                                    Some(&f) => f,
+                                    None => {
+                                        let f = intern(&self.names, &name);
+                                        if self.first_ids.len() < FIRST_IDS {
+                                            self.first_ids.push((name, f));
+                                        } else {
+                                            self.ids.insert(name, f);
+                                        }
+                                        f
+                                    }
+                                },
                             }
                         }
                         _ => 0,
@@ -227,6 +239,9 @@ impl Decode for RankFiles {
         (BRecord::CaliperPop, 0, 0)
     }
 }
+
+/// Routines the decoder looks up in place before it hashes.
+const FIRST_IDS: usize = 24;
 
 /// A routine (`main_fn`) by its number in [`Names`].
 type Fid = u32;
@@ -316,7 +331,7 @@ pub fn simulate_threads(
             comput: 0.0,
             acc: CommTimes::default(),
             funcs: Vec::new(),
-            reqs: HashMap::new(),
+            reqs: reqs::Reqs::default(),
             blocked: Blocked::No,
             finished: false,
             cur: None,
@@ -333,6 +348,7 @@ pub fn simulate_threads(
     }
     let names = Names::default();
     let dec = RankFiles {
+        first_ids: Vec::new(),
         ids: HashMap::new(),
         names: names.clone(),
         pending: (0..traces.len()).map(|_| None).collect(),
@@ -849,7 +865,7 @@ impl Model<'_, '_> {
                 let dst = peer as usize;
                 let matched = self.ranks.get(dst).and_then(|d| {
                     let mut best: Option<(i64, usize)> = None;
-                    for (rq, q) in &d.reqs {
+                    for (rq, q) in d.reqs.iter() {
                         if let Req::Recv {
                             src,
                             tag: t,
