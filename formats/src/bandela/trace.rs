@@ -119,17 +119,20 @@ fn err(path: &Path, field: &str, line: u64, col: usize, msg: impl Into<String>) 
 }
 
 /// The words of a line with their byte columns. A record has at most a dozen
-/// words: they are kept in place, and only a longer line allocates.
+/// words: their bounds are kept in place, and only a longer line allocates.
 struct Words<'a> {
-    head: [(usize, &'a str); HEAD_WORDS],
+    line: &'a str,
+    head: [(u32, u32); HEAD_WORDS],
     n: usize,
-    rest: Vec<(usize, &'a str)>,
+    rest: Vec<(u32, u32)>,
 }
 
 const HEAD_WORDS: usize = 16;
 
 impl<'a> Words<'a> {
-    fn push(&mut self, w: (usize, &'a str)) {
+    fn push(&mut self, start: usize, end: usize) {
+        // Lines are at most 64 KiB (MAX_LINE), so bounds fit in u32.
+        let w = (start as u32, end as u32);
         match self.head.get_mut(self.n) {
             Some(slot) => *slot = w,
             None => self.rest.push(w),
@@ -137,17 +140,20 @@ impl<'a> Words<'a> {
         self.n += 1;
     }
 
-    fn get(&self, i: usize) -> Option<&(usize, &'a str)> {
-        if i >= self.n {
-            None
+    /// Word `i` and its byte column.
+    fn get(&self, i: usize) -> Option<(usize, &'a str)> {
+        let (s, e) = if i >= self.n {
+            return None;
         } else if i < HEAD_WORDS {
-            self.head.get(i)
+            *self.head.get(i)?
         } else {
-            self.rest.get(i - HEAD_WORDS)
-        }
+            *self.rest.get(i - HEAD_WORDS)?
+        };
+        let (s, e) = (s as usize, e as usize);
+        Some((s, self.line.get(s..e)?))
     }
 
-    fn first(&self) -> Option<&(usize, &'a str)> {
+    fn first(&self) -> Option<(usize, &'a str)> {
         self.get(0)
     }
 
@@ -155,7 +161,7 @@ impl<'a> Words<'a> {
         self.n
     }
 
-    fn iter(&self) -> impl Iterator<Item = &(usize, &'a str)> {
+    fn iter(&self) -> impl Iterator<Item = (usize, &'a str)> + '_ {
         (0..self.n).filter_map(|i| self.get(i))
     }
 }
@@ -164,7 +170,8 @@ impl<'a> Words<'a> {
 /// `char::is_whitespace` says (an ASCII line is split byte by byte).
 fn words(line: &str) -> Words<'_> {
     let mut out = Words {
-        head: [(0, ""); HEAD_WORDS],
+        line,
+        head: [(0, 0); HEAD_WORDS],
         n: 0,
         rest: Vec::new(),
     };
@@ -175,7 +182,7 @@ fn words(line: &str) -> Words<'_> {
             // out the vertical tab).
             if matches!(b, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r') {
                 if let Some(s) = start.take() {
-                    out.push((s, line.get(s..i).unwrap_or_default()));
+                    out.push(s, i);
                 }
             } else if start.is_none() {
                 start = Some(i);
@@ -185,7 +192,7 @@ fn words(line: &str) -> Words<'_> {
         for (i, c) in line.char_indices() {
             if c.is_whitespace() {
                 if let Some(s) = start.take() {
-                    out.push((s, line.get(s..i).unwrap_or_default()));
+                    out.push(s, i);
                 }
             } else if start.is_none() {
                 start = Some(i);
@@ -193,7 +200,7 @@ fn words(line: &str) -> Words<'_> {
         }
     }
     if let Some(s) = start {
-        out.push((s, line.get(s..).unwrap_or_default()));
+        out.push(s, line.len());
     }
     out
 }
@@ -241,7 +248,7 @@ impl RankTrace {
         let w = words(&first);
         if w.first().map(|x| x.1) == Some("H") {
             let num = |i: usize, name: &str| -> Result<u32> {
-                let (c, s) = w.get(i).copied().unwrap_or((first.len(), ""));
+                let (c, s) = w.get(i).unwrap_or((first.len(), ""));
                 s.parse::<u32>().map_err(|_| {
                     err(
                         &t.path,
@@ -366,7 +373,6 @@ impl RankTrace {
         let (p, ln) = (&self.path, self.line);
         let get = |i: usize, name: &str| -> Result<(usize, &str)> {
             w.get(i)
-                .copied()
                 .ok_or_else(|| err(p, name, ln, line.len(), "missing field"))
         };
         let int = |i: usize, name: &str| -> Result<i64> {
@@ -398,7 +404,7 @@ impl RankTrace {
             }
         };
         let opt = |key: &str| -> Result<Option<u32>> {
-            for &(c, s) in w.iter().skip(1) {
+            for (c, s) in w.iter().skip(1) {
                 if let Some(v) = s.strip_prefix(key) {
                     return v
                         .parse::<u32>()
@@ -564,7 +570,7 @@ impl RankTrace {
                 format!("expected 10 fields, found {}", w.len()),
             ));
         }
-        let f = |i: usize| w.get(i).copied().unwrap_or((0, "-"));
+        let f = |i: usize| w.get(i).unwrap_or((0, "-"));
         let int = |i: usize, name: &str| -> Result<Option<i64>> {
             let (c, s) = f(i);
             if s == "-" || s == "_" {
@@ -727,7 +733,7 @@ mod tests {
         ] {
             let w = words(line);
             assert_eq!(
-                w.iter().copied().collect::<Vec<_>>(),
+                w.iter().collect::<Vec<_>>(),
                 words_by_char(line),
                 "{line:?}"
             );
@@ -745,12 +751,12 @@ mod tests {
         ) {
             let w = words(&line);
             let want = words_by_char(&line);
-            prop_assert_eq!(w.iter().copied().collect::<Vec<_>>(), want.clone());
+            prop_assert_eq!(w.iter().collect::<Vec<_>>(), want.clone());
             prop_assert_eq!(w.len(), want.len());
             for (i, x) in want.iter().enumerate() {
-                prop_assert_eq!(w.get(i), Some(x));
+                prop_assert_eq!(w.get(i), Some(*x));
             }
-            prop_assert_eq!(w.first(), want.first());
+            prop_assert_eq!(w.first(), want.first().copied());
         }
     }
 
