@@ -197,9 +197,15 @@ impl Decode for RankFiles {
                             // A trace names a few routines: the first ones
                             // are searched in place, faster than a hash.
                             match self.first_ids.iter().find(|(n, _)| *n == name) {
-                                Some(&(_, f)) => f,
+                                Some(&(_, f)) => {
+                                    trace.reuse_name(name);
+                                    f
+                                }
                                 None => match self.ids.get(&name) {
-                                    Some(&f) => f,
+                                    Some(&f) => {
+                                        trace.reuse_name(name);
+                                        f
+                                    }
                                     None => {
                                         let f = intern(&self.names, &name);
                                         if self.first_ids.len() < FIRST_IDS {
