@@ -44,13 +44,20 @@ pub(crate) trait Decode: Send {
     fn is_done(&self, t: usize) -> bool;
     /// A record that costs nothing to make, left where one was taken out.
     fn placeholder() -> Self::Rec;
+    /// Bytes of decoded records held at once when one thread decodes and
+    /// replays: smaller chunks keep every task's chunk in the core's cache
+    /// where a fill is cheap, larger ones save fills where a fill costs a
+    /// read at an offset.
+    fn sequential_budget() -> usize {
+        DECODED_BUDGET
+    }
 }
 
-/// Records per chunk: as many as the budget allows for `per_task` chunks of
-/// each of `ntasks` tasks, between 16 and 512.
-fn chunk_len<R>(ntasks: usize, per_task: usize) -> usize {
+/// Records per chunk: as many as `budget` bytes allow for `per_task` chunks
+/// of each of `ntasks` tasks, between 16 and 512.
+fn chunk_len<R>(budget: usize, ntasks: usize, per_task: usize) -> usize {
     let rec = std::mem::size_of::<R>().max(1);
-    (DECODED_BUDGET / (ntasks.max(1) * per_task * rec)).clamp(16, 512)
+    (budget / (ntasks.max(1) * per_task * rec)).clamp(16, 512)
 }
 
 /// One task's chunk being replayed.
@@ -132,7 +139,7 @@ impl<D: Decode> Source<D> {
         Source::Seq(Seq {
             dec,
             cur: (0..n).map(|_| Cur::default()).collect(),
-            chunk: chunk_len::<D::Rec>(n, 1),
+            chunk: chunk_len::<D::Rec>(D::sequential_budget(), n, 1),
         })
     }
 
@@ -148,7 +155,7 @@ impl<D: Decode> Source<D> {
         D::Rec: 'scope,
     {
         let n = dec.ntasks();
-        let chunk = chunk_len::<D::Rec>(n, AHEAD + 1);
+        let chunk = chunk_len::<D::Rec>(DECODED_BUDGET, n, AHEAD + 1);
         let (req_tx, req_rx) = std::sync::mpsc::channel::<Returned<D::Rec>>();
         let (chunk_tx, chunk_rx) = std::sync::mpsc::channel::<Chunk<D::Rec>>();
         std::thread::Builder::new()
