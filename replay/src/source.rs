@@ -27,8 +27,11 @@ const SPINS: u32 = 2000;
 
 /// How a trace's tasks are decoded, a chunk at a time.
 pub(crate) trait Decode: Send {
-    /// A record with its position (byte offset or line).
-    type Rec: Send;
+    /// A record with its position (byte offset or line). Taken out of its
+    /// chunk by a copy: moving it out would write to the chunk, whose cache
+    /// lines the decoding thread then has to fetch back (a decoder moves any
+    /// heap part out of its records itself, on its own thread).
+    type Rec: Send + Clone;
     /// Tasks of the trace.
     fn ntasks(&self) -> usize;
     /// Appends up to `max` of task `t`'s next records to `out`; appends
@@ -42,8 +45,6 @@ pub(crate) trait Decode: Send {
     ) -> std::result::Result<(), FormatError>;
     /// Whether task `t`'s stream has ended (and its last error was returned).
     fn is_done(&self, t: usize) -> bool;
-    /// A record that costs nothing to make, left where one was taken out.
-    fn placeholder() -> Self::Rec;
     /// Bytes of decoded records held at once when one thread decodes and
     /// replays: smaller chunks keep every task's chunk in the core's cache
     /// where a fill is cheap, larger ones save fills where a fill costs a
@@ -81,12 +82,9 @@ impl<R> Default for Cur<R> {
     }
 }
 
-impl<R> Cur<R> {
-    fn take(&mut self, placeholder: fn() -> R) -> Option<R> {
-        let r = self
-            .recs
-            .get_mut(self.next)
-            .map(|r| std::mem::replace(r, placeholder()));
+impl<R: Clone> Cur<R> {
+    fn take(&mut self) -> Option<R> {
+        let r = self.recs.get(self.next).cloned();
         if r.is_some() {
             self.next += 1;
         }
@@ -129,7 +127,6 @@ pub(crate) struct Pipe<R> {
     chunks: Receiver<Chunk<R>>,
     /// What the trace is called in an error.
     name: String,
-    placeholder: fn() -> R,
 }
 
 impl<D: Decode> Source<D> {
@@ -170,7 +167,6 @@ impl<D: Decode> Source<D> {
             requests: req_tx,
             chunks: chunk_rx,
             name,
-            placeholder: D::placeholder,
         }))
     }
 
@@ -188,7 +184,7 @@ impl<D: Decode> Seq<D> {
         let Some(cur) = self.cur.get_mut(t) else {
             return Ok(None);
         };
-        if let Some(r) = cur.take(D::placeholder) {
+        if let Some(r) = cur.take() {
             return Ok(Some(r));
         }
         if self.dec.is_done(t) {
@@ -201,17 +197,17 @@ impl<D: Decode> Seq<D> {
             // Give the buffer back once the stream has ended for good.
             cur.recs.shrink_to_fit();
         }
-        Ok(cur.take(D::placeholder))
+        Ok(cur.take())
     }
 }
 
-impl<R> Pipe<R> {
+impl<R: Clone> Pipe<R> {
     fn next(&mut self, t: usize) -> Result<Option<R>> {
         loop {
             let Some(cur) = self.cur.get_mut(t) else {
                 return Ok(None);
             };
-            if let Some(r) = cur.take(self.placeholder) {
+            if let Some(r) = cur.take() {
                 // The task's next record was written by the decoding thread
                 // and sits in the other core's cache: fetch it now, while
                 // the other ranks run, instead of stalling on it next time.

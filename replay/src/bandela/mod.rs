@@ -241,10 +241,6 @@ impl Decode for RankFiles {
         self.done.get(t).is_none_or(|d| *d) && self.pending.get(t).is_none_or(Option::is_none)
     }
 
-    fn placeholder() -> (BRecord, u64, Fid) {
-        (BRecord::CaliperPop, 0, 0)
-    }
-
     /// 16 records per rank at 1,024 ranks: each rank reads from its own
     /// buffered file, so a fill is cheap, and chunks of 59 (the 6 MB budget)
     /// made the one-thread replay 25 % slower by leaving the cache.

@@ -59,8 +59,4 @@ impl crate::source::Decode for DimDecoder {
     fn is_done(&self, t: usize) -> bool {
         self.cursors.get(t).is_none_or(TaskCursor::is_done)
     }
-
-    fn placeholder() -> Rec {
-        (DimRecord::Noop, 0)
-    }
 }
