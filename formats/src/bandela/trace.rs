@@ -773,6 +773,27 @@ mod tests {
         }
     }
 
+    #[test]
+    fn names_handed_back_do_not_change_the_records() {
+        let d = tempfile::tempdir().expect("tmp");
+        let p = write(
+            d.path(),
+            "bandela.1.txt",
+            "H 1 2 0\nK 0 MPI_Isend isend 0 1 7 8 3 0\nK 1 MPI_Waitall_with_a_longer_name wait 3\nC 0.5\nK 2 X barrier 1\nK 3 MPI_Isend isend 0 1 7 8 4 0 col=2\n",
+        );
+        let plain = all(&p).expect("plain");
+        let mut t = RankTrace::open(&p).expect("open");
+        let mut reused = Vec::new();
+        while let Some(r) = t.next_record().expect("record") {
+            reused.push(r.clone());
+            if let BRecord::Kernel { main_fn, .. } = r {
+                t.reuse_name(main_fn);
+            }
+        }
+        assert_eq!(plain, reused);
+        assert_eq!(plain.len(), 5);
+    }
+
     fn all(p: &Path) -> Result<Vec<BRecord>> {
         let mut t = RankTrace::open(p)?;
         let mut v = Vec::new();
