@@ -123,22 +123,29 @@ def bandela(a, exe, work):
     size = sum(f.stat().st_size for f in files)
     print(f"\nBandela-model replay of a synthetic {a.ranks}-rank halo, {a.bandela_iters} iterations "
           f"({size / 1e6:.1f} MB in {len(files)} rank files, {d.name})")
+    return one_against_two(a, "bandela", [exe, "replay", "bandela", d, "--input", d / "replaympi.input"],
+                           f"cat {d}/bandela.*.txt | zstd -1 -T1 -q -c > /dev/null", "cat | zstd -1 -T1",
+                           "every CPU's lines")
+
+
+def one_against_two(a, model, argv, reference, ref_name, rows):
+    """`argv --threads 1` and `--threads 2` alternating, then the reference
+    shell command, each a.runs times; prints medians and ratios, returns
+    whether both thread counts printed the same predictions."""
     one, two, outs = [], [], {}
     for _ in range(a.runs):
         for threads, acc in ((1, one), (2, two)):
-            w, c, m, out = run_once([exe, "replay", "bandela", "--threads", threads, d,
-                                     "--input", d / "replaympi.input"])
+            w, c, m, out = run_once([*argv, "--threads", threads])
             acc.append((w, c, m))
             outs.setdefault(threads, predictions(out))
-    cat = f"cat {d}/bandela.*.txt | zstd -1 -T1 -q -c > /dev/null"
-    zs = [run_once(["sh", "-c", cat])[:3] for _ in range(a.runs)]
-    s1 = summary("benchlake replay bandela --threads 1", one)
-    s2 = summary("benchlake replay bandela --threads 2", two)
-    z = summary("cat | zstd -1 -T1 (same bytes)", zs)
+    zs = [run_once(["sh", "-c", reference])[:3] for _ in range(a.runs)]
+    s1 = summary(f"benchlake replay {model} --threads 1", one)
+    s2 = summary(f"benchlake replay {model} --threads 2", two)
+    z = summary(f"{ref_name} (same bytes)", zs)
     print(f"  -> 1 thread / 2 threads wall: {s1['wall'] / s2['wall']:.2f}x")
     print(f"  -> 2 threads / zstd wall: {s2['wall'] / z['wall']:.2f}x")
     same = outs.get(1) == outs.get(2)
-    print(f"  -> predictions (predicted time and every CPU's lines) identical on 1 and 2 threads: "
+    print(f"  -> predictions (predicted time and {rows}) identical on 1 and 2 threads: "
           f"{'yes' if same else 'NO'}")
     return same
 
@@ -149,21 +156,8 @@ def dimemas(a, exe, trace):
     size = big.stat().st_size
     print(f"\nDimemas-model replay of a synthetic {a.ranks}-rank halo, {a.iters} iterations "
           f"({size / 1e6:.1f} MB, {big.name})")
-    one, two, outs = [], [], {}
-    for _ in range(a.runs):
-        for threads, acc in ((1, one), (2, two)):
-            w, c, m, out = run_once([exe, "replay", "dimemas", "--threads", threads, big])
-            acc.append((w, c, m))
-            outs.setdefault(threads, predictions(out))
-    zs = [run_once(["sh", "-c", f"zstd -1 -T1 -q -c '{big}' > /dev/null"])[:3] for _ in range(a.runs)]
-    s1 = summary("benchlake replay dimemas --threads 1", one)
-    s2 = summary("benchlake replay dimemas --threads 2", two)
-    z = summary("zstd -1 -T1 (same bytes)", zs)
-    print(f"  -> 1 thread / 2 threads wall: {s1['wall'] / s2['wall']:.2f}x")
-    print(f"  -> 2 threads / zstd wall: {s2['wall'] / z['wall']:.2f}x")
-    same = outs.get(1) == outs.get(2)
-    print(f"  -> predictions (predicted time and every rank's row) identical on 1 and 2 threads: "
-          f"{'yes' if same else 'NO'}")
+    same = one_against_two(a, "dimemas", [exe, "replay", "dimemas", big],
+                           f"zstd -1 -T1 -q -c '{big}' > /dev/null", "zstd -1 -T1", "every rank's row")
 
     anchors = dimemas_anchor_rss()
     print("\nPeak memory next to Dimemas 5.5 (anchor runs, anchor_speed.tsv, same traces)")

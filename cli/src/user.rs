@@ -1641,6 +1641,18 @@ pub fn write_demo_counts(dir: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The synthetic halo of `probe dimemas` and `probe bandela`, its size
+/// checked.
+fn halo(ranks: u32, iters: u32) -> anyhow::Result<benchlake_replay::synth::Halo> {
+    if !(2..=65_536).contains(&ranks) {
+        bail!("--ranks {ranks}: give 2 to 65536 ranks");
+    }
+    if !(1..=1_000_000).contains(&iters) {
+        bail!("--iters {iters}: give 1 to 1000000 iterations");
+    }
+    Ok(benchlake_replay::synth::Halo::new(ranks, iters))
+}
+
 pub fn probe(c: ProbeCmd) -> anyhow::Result<()> {
     match c {
         ProbeCmd::Linktest {
@@ -1682,14 +1694,8 @@ pub fn probe(c: ProbeCmd) -> anyhow::Result<()> {
             );
         }
         ProbeCmd::Dimemas { ranks, iters, out } => {
-            if !(2..=65_536).contains(&ranks) {
-                bail!("--ranks {ranks}: give 2 to 65536 ranks");
-            }
-            if !(1..=1_000_000).contains(&iters) {
-                bail!("--iters {iters}: give 1 to 1000000 iterations");
-            }
             let t = std::time::Instant::now();
-            let records = benchlake_replay::synth::Halo::new(ranks, iters)
+            let records = halo(ranks, iters)?
                 .write_dim(&out)
                 .with_context(|| format!("writing {}", out.display()))?;
             let bytes = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
@@ -1701,14 +1707,8 @@ pub fn probe(c: ProbeCmd) -> anyhow::Result<()> {
             );
         }
         ProbeCmd::Bandela { ranks, iters, out } => {
-            if !(2..=65_536).contains(&ranks) {
-                bail!("--ranks {ranks}: give 2 to 65536 ranks");
-            }
-            if !(1..=1_000_000).contains(&iters) {
-                bail!("--iters {iters}: give 1 to 1000000 iterations");
-            }
             let t = std::time::Instant::now();
-            let records = benchlake_replay::synth::Halo::new(ranks, iters)
+            let records = halo(ranks, iters)?
                 .write_bandela(&out)
                 .with_context(|| format!("writing {}", out.display()))?;
             println!(

@@ -641,7 +641,6 @@ impl Model<'_, '_> {
     fn run(&mut self) -> Result<()> {
         // The unblocked rank with the smallest clock goes next.
         while let Some(i) = self.ready.first() {
-            #[cfg(debug_assertions)]
             debug_assert_eq!(
                 Some(i),
                 self.ranks
