@@ -102,6 +102,14 @@ impl Coordinator {
                 None => rep.unknown += 1,
             }
         }
+        // A worker killed in the middle of a put in a local lake leaves
+        // object_store's upload file (`name#N`), which listings skip: its
+        // attempt's directory is found on disk.
+        if let Some(root) = self.lake.local_dir() {
+            for (job, attempt) in local_staging_dirs(root) {
+                staged.entry((job, attempt)).or_default();
+            }
+        }
         let jobs: BTreeMap<String, Option<JobRow>> = {
             let ids: std::collections::BTreeSet<String> =
                 staged.keys().map(|(j, _)| j.clone()).collect();
@@ -121,6 +129,14 @@ impl Coordinator {
                     let prefix = layout::staging_prefix(job, *attempt)?;
                     match self.lake.delete_prefix(&prefix).await {
                         Ok(()) => {
+                            // What listings cannot see (interrupted uploads)
+                            // goes with the attempt's directory.
+                            if let Some(root) = self.lake.local_dir() {
+                                let _ = std::fs::remove_dir_all(
+                                    root.join(prefix.trim_end_matches('/')),
+                                );
+                                prune_local_dirs(self.lake.root(), &prefix);
+                            }
                             tracing::debug!(%prefix, job_state = j.state.as_str(), job_attempt = j.attempt,
                                 objects = g.objects, bytes = g.bytes, "reconciler removed staging");
                             rep.staging_prefixes += 1;
@@ -243,6 +259,32 @@ impl Coordinator {
             }
         }
     }
+}
+
+/// The (job, attempt) directories under a local lake's staging, whatever
+/// they hold; names that are not a staging key's are left alone.
+fn local_staging_dirs(root: &std::path::Path) -> Vec<(String, u32)> {
+    let mut out = Vec::new();
+    let Ok(jobs) = std::fs::read_dir(root.join(layout::STAGING.trim_end_matches('/'))) else {
+        return out;
+    };
+    for j in jobs.flatten() {
+        let Ok(attempts) = std::fs::read_dir(j.path()) else {
+            continue;
+        };
+        let job = j.file_name().to_string_lossy().into_owned();
+        for a in attempts.flatten() {
+            let key = format!(
+                "{}/{job}/{}/x",
+                layout::STAGING.trim_end_matches('/'),
+                a.file_name().to_string_lossy()
+            );
+            if let Some((jb, at)) = layout::parse_staging_key(&key) {
+                out.push((jb.to_string(), at));
+            }
+        }
+    }
+    out
 }
 
 /// In a local lake (`root` is its directory), removes the empty directories
@@ -471,6 +513,44 @@ mod tests {
         );
         assert!(!dir.path().join("lake/_staging").join(&done.job_id).exists());
         assert_eq!(c.reconcile().await.unwrap().staging_prefixes, 0);
+    }
+
+    /// A worker killed while object_store was writing a staged file leaves
+    /// only its upload file (`name#1`), which a listing does not show: the
+    /// pass still removes the ended attempt's directory, and nothing of a
+    /// live one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_interrupted_upload_of_an_ended_attempt_goes_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let (c, _clock) = coordinator(dir.path());
+        let r = run(RunState::Processing, None);
+        let retried = job(&r, JobState::Leased, 2);
+        c.store()
+            .transact(|tx| {
+                tx.insert_run(&r)?;
+                tx.insert_job(&retried)
+            })
+            .unwrap();
+        let lake = dir.path().join("lake");
+        let at = |a: u32| {
+            lake.join(
+                layout::staging_prefix(&retried.job_id, a)
+                    .unwrap()
+                    .trim_end_matches('/'),
+            )
+        };
+        for a in [1, 2] {
+            std::fs::create_dir_all(at(a)).unwrap();
+            std::fs::write(at(a).join("node_facts.parquet#1"), b"half").unwrap();
+        }
+        assert!(c.lake().list(layout::STAGING).await.unwrap().is_empty());
+        let rep = c.reconcile().await.unwrap();
+        assert_eq!(rep.staging_prefixes, 1, "{rep:?}");
+        assert!(!at(1).exists(), "the dead attempt's directory goes");
+        assert!(
+            at(2).join("node_facts.parquet#1").exists(),
+            "the live attempt's upload stays"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
