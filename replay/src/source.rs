@@ -3,6 +3,9 @@
 //! ahead while the loop runs ([`Source::pipelined`]). Both models use it: the
 //! Dimemas model over one `.dim` file, the Bandela model over one text file
 //! per rank; each says how to decode a task's next records ([`Decode`]).
+//! Where decoding costs more than replaying (Bandela's text), the loop also
+//! decodes a share of the tasks itself ([`Decode::loop_share`]), so that
+//! neither thread waits long for the other.
 //!
 //! Both ways hand the loop the same records, positions and errors in the same
 //! order, so a replay's predictions do not depend on the number of threads.
@@ -25,8 +28,13 @@ const AHEAD: usize = 1;
 /// Polls for a missing chunk before sleeping (about 20 µs).
 const SPINS: u32 = 2000;
 
+/// How many records ahead of the one taken the loop asks the core to fetch
+/// (1 and 3 were no better on the 1,024-rank Bandela halo; 0 left the take
+/// of a record at 15 % of the loop's samples, 2 at 6 %).
+const PREFETCH_AHEAD: usize = 2;
+
 /// How a trace's tasks are decoded, a chunk at a time.
-pub(crate) trait Decode: Send {
+pub(crate) trait Decode: Send + Sized {
     /// A record with its position (byte offset or line). Taken out of its
     /// chunk by a copy: moving it out would write to the chunk, whose cache
     /// lines the decoding thread then has to fetch back (a decoder moves any
@@ -52,6 +60,27 @@ pub(crate) trait Decode: Send {
     fn sequential_budget() -> usize {
         DECODED_BUDGET
     }
+    /// When a second thread decodes, the share of tasks (numerator,
+    /// denominator) the event loop decodes itself: where decoding costs
+    /// more than replaying, the decoding thread alone would be the bound.
+    fn loop_share() -> (usize, usize) {
+        (0, 1)
+    }
+    /// Moves the tasks `mine` marks into a decoder of their own, for the
+    /// event loop; they end in `self`. `None` if the decoder cannot be split.
+    fn split_off(&mut self, _mine: &[bool]) -> Option<Self> {
+        None
+    }
+}
+
+/// Which tasks the event loop decodes itself: `num` of every `den`, spread
+/// evenly over the tasks.
+fn loop_tasks(ntasks: usize, (num, den): (usize, usize)) -> Vec<bool> {
+    let den = den.max(1);
+    let num = num.min(den);
+    (0..ntasks)
+        .map(|t| (t + 1) * num / den != t * num / den)
+        .collect()
 }
 
 /// Records per chunk: as many as `budget` bytes allow for `per_task` chunks
@@ -107,7 +136,7 @@ struct Chunk<R> {
 /// The records of every task.
 pub(crate) enum Source<D: Decode> {
     Seq(Seq<D>),
-    Pipe(Pipe<D::Rec>),
+    Pipe(Pipe<D>),
 }
 
 pub(crate) struct Seq<D: Decode> {
@@ -116,15 +145,18 @@ pub(crate) struct Seq<D: Decode> {
     chunk: usize,
 }
 
-pub(crate) struct Pipe<R> {
-    cur: Vec<Cur<R>>,
-    ready: Vec<VecDeque<Chunk<R>>>,
+pub(crate) struct Pipe<D: Decode> {
+    /// The tasks the event loop decodes itself, and their decoder.
+    mine: Vec<bool>,
+    local: Option<Seq<D>>,
+    cur: Vec<Cur<D::Rec>>,
+    ready: Vec<VecDeque<Chunk<D::Rec>>>,
     /// Empty chunk buffers returned to the decoder: each asks for one more
     /// chunk of its task. Sent in batches so the decoder wakes up rarely.
-    batch: Returned<R>,
+    batch: Returned<D::Rec>,
     batch_len: usize,
-    requests: Sender<Returned<R>>,
-    chunks: Receiver<Chunk<R>>,
+    requests: Sender<Returned<D::Rec>>,
+    chunks: Receiver<Chunk<D::Rec>>,
     /// What the trace is called in an error.
     name: String,
 }
@@ -151,15 +183,34 @@ impl<D: Decode> Source<D> {
         D: 'scope,
         D::Rec: 'scope,
     {
+        let mut dec = dec;
         let n = dec.ntasks();
         let chunk = chunk_len::<D::Rec>(DECODED_BUDGET, n, AHEAD + 1);
+        let mut mine = loop_tasks(n, D::loop_share());
+        let local = if mine.contains(&true) {
+            dec.split_off(&mine).map(|d| Seq {
+                dec: d,
+                cur: (0..n).map(|_| Cur::default()).collect(),
+                chunk: chunk_len::<D::Rec>(D::sequential_budget(), n, 1),
+            })
+        } else {
+            None
+        };
+        if local.is_none() {
+            mine.fill(false);
+        }
+        let skip = mine.clone();
         let (req_tx, req_rx) = std::sync::mpsc::channel::<Returned<D::Rec>>();
         let (chunk_tx, chunk_rx) = std::sync::mpsc::channel::<Chunk<D::Rec>>();
         std::thread::Builder::new()
             .name("replay-decode".into())
-            .spawn_scoped(scope, move || decoder(dec, chunk, &req_rx, &chunk_tx))
+            .spawn_scoped(scope, move || {
+                decoder(dec, chunk, &skip, &req_rx, &chunk_tx)
+            })
             .map_err(|e| ReplayError::Io(format!("cannot start the decoding thread: {e}")))?;
         Ok(Source::Pipe(Pipe {
+            mine,
+            local,
             cur: (0..n).map(|_| Cur::default()).collect(),
             ready: (0..n).map(|_| VecDeque::new()).collect(),
             batch: Vec::new(),
@@ -201,17 +252,24 @@ impl<D: Decode> Seq<D> {
     }
 }
 
-impl<R: Clone> Pipe<R> {
-    fn next(&mut self, t: usize) -> Result<Option<R>> {
+impl<D: Decode> Pipe<D> {
+    fn next(&mut self, t: usize) -> Result<Option<D::Rec>> {
+        if self.mine.get(t).is_some_and(|m| *m)
+            && let Some(local) = &mut self.local
+        {
+            return local.next(t);
+        }
         loop {
             let Some(cur) = self.cur.get_mut(t) else {
                 return Ok(None);
             };
             if let Some(r) = cur.take() {
-                // The task's next record was written by the decoding thread
-                // and sits in the other core's cache: fetch it now, while
-                // the other ranks run, instead of stalling on it next time.
-                prefetch(cur.recs.get(cur.next));
+                // The task's next records were written by the decoding
+                // thread and sit in the other core's cache: fetch them
+                // ahead, while the loop runs, instead of stalling on them.
+                // Not just the next one: a rank often runs several records
+                // in a row, and the fetch would still be under way.
+                prefetch(cur.recs.get(cur.next + PREFETCH_AHEAD));
                 return Ok(Some(r));
             }
             if let Some(e) = cur.err.take() {
@@ -236,6 +294,10 @@ impl<R: Clone> Pipe<R> {
                 None => self.wait_for(t)?,
             };
             if let Some(cur) = self.cur.get_mut(t) {
+                // A new chunk's first records are needed at once.
+                for r in chunk.recs.iter().take(PREFETCH_AHEAD) {
+                    prefetch(Some(r));
+                }
                 cur.recs = chunk.recs;
                 cur.last = chunk.last;
                 cur.err = chunk.err;
@@ -253,7 +315,7 @@ impl<R: Clone> Pipe<R> {
     /// Blocks until task `t`'s next chunk arrives, keeping the others. The
     /// chunk is usually a few microseconds away: it spins a little before
     /// sleeping, which would cost two system calls per chunk.
-    fn wait_for(&mut self, t: usize) -> Result<Chunk<R>> {
+    fn wait_for(&mut self, t: usize) -> Result<Chunk<D::Rec>> {
         self.flush();
         let mut spins = 0u32;
         loop {
@@ -278,7 +340,7 @@ impl<R: Clone> Pipe<R> {
     }
 }
 
-/// A hint to bring `r` into this core's cache.
+/// A hint to bring `r` (its first and last byte) into this core's cache.
 #[inline]
 fn prefetch<R>(r: Option<&R>) {
     #[cfg(target_arch = "x86_64")]
@@ -286,7 +348,12 @@ fn prefetch<R>(r: Option<&R>) {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
         // SAFETY: a prefetch is a hint that never faults nor reads into the
         // program, whatever the address; SSE is part of every x86_64 CPU.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(r).cast::<i8>()) };
+        // A record can straddle two cache lines.
+        unsafe {
+            let p = std::ptr::from_ref(r).cast::<i8>();
+            _mm_prefetch::<_MM_HINT_T0>(p);
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(std::mem::size_of::<R>().max(1) - 1));
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = r;
@@ -298,6 +365,7 @@ fn prefetch<R>(r: Option<&R>) {
 fn decoder<D: Decode>(
     mut dec: D,
     chunk: usize,
+    skip: &[bool],
     requests: &Receiver<Returned<D::Rec>>,
     chunks: &Sender<Chunk<D::Rec>>,
 ) {
@@ -323,6 +391,9 @@ fn decoder<D: Decode>(
     };
     for _ in 0..=AHEAD {
         for t in 0..ntasks {
+            if skip.get(t as usize).is_some_and(|s| *s) {
+                continue;
+            }
             if !decode(t, Vec::with_capacity(chunk)) {
                 return;
             }
@@ -332,6 +403,166 @@ fn decoder<D: Decode>(
         for (t, buf) in batch {
             if !decode(t, buf) {
                 return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use benchlake_formats::error::Position;
+
+    /// Task `t`'s records are `(t, 0)`, `(t, 1)`, … up to its length; a task
+    /// may break at a record, an error naming the task and the record.
+    struct Counter {
+        len: Vec<usize>,
+        broken: Option<(usize, usize)>,
+        next: Vec<usize>,
+        owned: Vec<bool>,
+    }
+
+    impl Counter {
+        fn new(len: Vec<usize>, broken: Option<(usize, usize)>) -> Self {
+            let n = len.len();
+            Self {
+                len,
+                broken,
+                next: vec![0; n],
+                owned: vec![true; n],
+            }
+        }
+    }
+
+    thread_local! {
+        static SHARE: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 1)) };
+    }
+
+    impl Decode for Counter {
+        type Rec = (usize, usize);
+        fn ntasks(&self) -> usize {
+            self.len.len()
+        }
+        fn fill(
+            &mut self,
+            t: usize,
+            out: &mut Vec<(usize, usize)>,
+            max: usize,
+        ) -> std::result::Result<(), FormatError> {
+            assert!(
+                self.owned[t],
+                "task {t} decoded by a decoder that gave it away"
+            );
+            let start = out.len();
+            while out.len() - start < max && self.next[t] < self.len[t] {
+                if self.broken == Some((t, self.next[t])) {
+                    // The records before the error go first; the error
+                    // comes with the next call, which ends the task.
+                    if out.len() > start {
+                        return Ok(());
+                    }
+                    self.len[t] = self.next[t];
+                    return Err(FormatError::malformed(
+                        format!("task{t}"),
+                        "record",
+                        Position::LineCol(self.next[t] as u64 + 1, 1),
+                        "broken",
+                    ));
+                }
+                out.push((t, self.next[t]));
+                self.next[t] += 1;
+            }
+            Ok(())
+        }
+        fn is_done(&self, t: usize) -> bool {
+            self.next[t] >= self.len[t]
+        }
+        fn loop_share() -> (usize, usize) {
+            SHARE.with(std::cell::Cell::get)
+        }
+        fn split_off(&mut self, mine: &[bool]) -> Option<Self> {
+            let mut other = Counter::new(self.len.clone(), self.broken);
+            other.next.clone_from(&self.next);
+            for (t, m) in mine.iter().enumerate() {
+                other.owned[t] = *m;
+                self.owned[t] = !*m;
+            }
+            Some(other)
+        }
+    }
+
+    /// Takes records the way an event loop does: task by task, a few at a
+    /// time, until every task has ended or one errs.
+    fn drain(src: &mut Source<Counter>, ntasks: usize) -> (Vec<(usize, usize)>, Option<String>) {
+        let mut got = Vec::new();
+        let mut live: Vec<usize> = (0..ntasks).collect();
+        let mut step = 0usize;
+        while !live.is_empty() {
+            let mut still = Vec::new();
+            for &t in &live {
+                let mut ended = false;
+                for _ in 0..=((t + step) % 5) {
+                    match src.next(t) {
+                        Ok(Some(r)) => got.push(r),
+                        Ok(None) => {
+                            ended = true;
+                            break;
+                        }
+                        Err(e) => return (got, Some(e.to_string())),
+                    }
+                }
+                if !ended {
+                    still.push(t);
+                }
+            }
+            live = still;
+            step += 1;
+        }
+        (got, None)
+    }
+
+    #[test]
+    fn the_loop_decodes_one_task_in_six_spread_over_the_trace() {
+        let m = loop_tasks(40, (1, 6));
+        let mine: Vec<usize> = (0..40).filter(|t| m[*t]).collect();
+        assert_eq!(mine, [5, 11, 17, 23, 29, 35]);
+        assert!(loop_tasks(40, (0, 1)).iter().all(|m| !m));
+        assert!(loop_tasks(7, (1, 1)).iter().all(|m| *m));
+        assert_eq!(loop_tasks(10, (1, 2)).iter().filter(|m| **m).count(), 5);
+    }
+
+    /// Whatever share of the tasks the loop decodes itself, the loop is
+    /// handed the same records in the same order as on one thread, and the
+    /// same error at the same point, whether the broken task is decoded by
+    /// the loop or by the second thread.
+    #[test]
+    fn a_split_pipeline_hands_out_what_one_thread_does() {
+        // Lengths around the chunk sizes (16 records on one thread, more
+        // on two): empty tasks, short ones, long ones.
+        let len: Vec<usize> = (0..40).map(|t| (t * 37) % 300).collect();
+        for broken in [
+            None,
+            Some((17, 20)),
+            Some((16, 0)),
+            Some((11, 5)),
+            Some((22, 190)),
+            Some((5, 184)),
+        ] {
+            let mut seq = Source::sequential(Counter::new(len.clone(), broken));
+            let want = drain(&mut seq, len.len());
+            assert_eq!(want.1.is_some(), broken.is_some(), "{broken:?}");
+            if broken.is_none() {
+                assert_eq!(want.0.len(), len.iter().sum::<usize>());
+            }
+            for share in [(0, 1), (1, 6), (1, 2), (1, 1)] {
+                SHARE.with(|s| s.set(share));
+                let got = std::thread::scope(|scope| {
+                    let mut src =
+                        Source::pipelined(Counter::new(len.clone(), broken), "trace".into(), scope)
+                            .expect("pipeline");
+                    drain(&mut src, len.len())
+                });
+                assert_eq!(got, want, "share {share:?}, broken {broken:?}");
             }
         }
     }

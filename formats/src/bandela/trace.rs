@@ -27,7 +27,7 @@ use crate::error::{FormatError, Position, Result};
 const MAX_LINE: u64 = 1 << 16;
 
 /// A communication kernel.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Kernel {
     /// Non-blocking send.
     Isend {

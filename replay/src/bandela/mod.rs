@@ -129,7 +129,7 @@ struct Rank {
     reqs: reqs::Reqs<Req>,
     blocked: Blocked,
     finished: bool,
-    cur: Option<(BRecord, Fid)>,
+    cur: Option<Rec>,
     calipers: Vec<u32>,
     /// A pending `ignore_next_col` marker.
     ignore_mark: Option<u32>,
@@ -150,10 +150,32 @@ impl Rank {
     }
 }
 
+/// A record as the event loop needs it, made on the decoding thread: the
+/// routine is its number, and what the loop never reads (a kernel's `ord`)
+/// is left out. At 64 bytes it is copied out of its chunk in one go, where
+/// a [`BRecord`] with its name took 104 bytes and a call to clone the name.
+#[derive(Debug, Clone)]
+enum Rec {
+    Compute {
+        seconds: f64,
+        caliper: Option<u32>,
+    },
+    Kernel(Kernel, Fid),
+    /// A communicator (rare): boxed so that it does not make every record
+    /// larger.
+    Comm(Box<(i64, Vec<u32>)>),
+    CaliperPush(u32),
+    CaliperPop,
+    IgnoreNextCol(u32),
+}
+
+const _: () = assert!(std::mem::size_of::<Rec>() <= 64);
+
 /// The ranks' trace files, decoded a chunk at a time for [`Source`]; each
 /// record comes with its line.
 struct RankFiles {
-    traces: Vec<RankTrace>,
+    /// Per rank: its file (`None` once handed to another decoder).
+    traces: Vec<Option<RankTrace>>,
     /// The routines met so far, the decoder's own index of `names`: the
     /// first [`FIRST_IDS`], then the others.
     first_ids: Vec<(String, Fid)>,
@@ -166,7 +188,7 @@ struct RankFiles {
 }
 
 impl Decode for RankFiles {
-    type Rec = (BRecord, u64, Fid);
+    type Rec = (Rec, u64);
 
     fn ntasks(&self) -> usize {
         self.traces.len()
@@ -175,28 +197,31 @@ impl Decode for RankFiles {
     fn fill(
         &mut self,
         t: usize,
-        out: &mut Vec<(BRecord, u64, Fid)>,
+        out: &mut Vec<(Rec, u64)>,
         max: usize,
     ) -> std::result::Result<(), FormatError> {
         if let Some(e) = self.pending.get_mut(t).and_then(Option::take) {
             return Err(e);
         }
-        let (Some(trace), Some(done)) = (self.traces.get_mut(t), self.done.get_mut(t)) else {
+        let (Some(Some(trace)), Some(done)) = (self.traces.get_mut(t), self.done.get_mut(t)) else {
             return Ok(());
         };
         let start = out.len();
         while !*done && out.len() - start < max {
             match trace.next_record() {
-                Ok(Some(mut r)) => {
+                Ok(Some(r)) => {
                     // The routine's name becomes its number here, on the
                     // decoding thread, so that no name is allocated on one
                     // thread and freed on the other, nor compared per record.
-                    let f = match &mut r {
-                        BRecord::Kernel { main_fn, .. } => {
-                            let name = std::mem::take(main_fn);
+                    let rec = match r {
+                        BRecord::Kernel {
+                            main_fn: name,
+                            kernel,
+                            ..
+                        } => {
                             // A trace names a few routines: the first ones
                             // are searched in place, faster than a hash.
-                            match self.first_ids.iter().find(|(n, _)| *n == name) {
+                            let f = match self.first_ids.iter().find(|(n, _)| *n == name) {
                                 Some(&(_, f)) => {
                                     trace.reuse_name(name);
                                     f
@@ -216,11 +241,16 @@ impl Decode for RankFiles {
                                         f
                                     }
                                 },
-                            }
+                            };
+                            Rec::Kernel(kernel, f)
                         }
-                        _ => 0,
+                        BRecord::Compute { seconds, caliper } => Rec::Compute { seconds, caliper },
+                        BRecord::Comm { id, ranks } => Rec::Comm(Box::new((id, ranks))),
+                        BRecord::CaliperPush(c) => Rec::CaliperPush(c),
+                        BRecord::CaliperPop => Rec::CaliperPop,
+                        BRecord::IgnoreNextCol(c) => Rec::IgnoreNextCol(c),
                     };
-                    out.push((r, trace.line(), f));
+                    out.push((rec, trace.line()));
                 }
                 Ok(None) => *done = true,
                 Err(e) => {
@@ -246,6 +276,39 @@ impl Decode for RankFiles {
     /// made the one-thread replay 25 % slower by leaving the cache.
     fn sequential_budget() -> usize {
         2 << 20
+    }
+
+    /// Parsing the text costs more than replaying it: alone, the decoding
+    /// thread was the bound (1.42× on two threads). With one rank in six
+    /// parsed by the loop (1,024 ranks × 300 iterations, 13–15 alternating
+    /// runs of each) the two threads come out about even: 1.65–1.72× for
+    /// shares of 1/8 to 1/5, 1.56× at 1/10 and 1.48× at 1/4.
+    fn loop_share() -> (usize, usize) {
+        (1, 6)
+    }
+
+    fn split_off(&mut self, mine: &[bool]) -> Option<Self> {
+        let n = self.traces.len();
+        let mut other = RankFiles {
+            traces: (0..n).map(|_| None).collect(),
+            first_ids: Vec::new(),
+            ids: HashMap::new(),
+            names: self.names.clone(),
+            pending: (0..n).map(|_| None).collect(),
+            done: vec![true; n],
+        };
+        for t in mine.iter().enumerate().filter(|(_, m)| **m).map(|(t, _)| t) {
+            if let (Some(a), Some(b)) = (self.traces.get_mut(t), other.traces.get_mut(t)) {
+                *b = a.take();
+            }
+            if let (Some(a), Some(b)) = (self.pending.get_mut(t), other.pending.get_mut(t)) {
+                *b = a.take();
+            }
+            if let (Some(a), Some(b)) = (self.done.get_mut(t), other.done.get_mut(t)) {
+                *b = std::mem::replace(a, true);
+            }
+        }
+        Some(other)
     }
 }
 
@@ -362,7 +425,7 @@ pub fn simulate_threads(
         names: names.clone(),
         pending: (0..traces.len()).map(|_| None).collect(),
         done: vec![false; traces.len()],
-        traces,
+        traces: traces.into_iter().map(Some).collect(),
     };
     if threads <= 1 {
         return replay(
@@ -695,13 +758,13 @@ impl Model<'_, '_> {
         let Some(r) = self.ranks.get_mut(i) else {
             return Ok(());
         };
-        let (rec, f) = match r.cur.take() {
+        let rec = match r.cur.take() {
             Some(c) => c,
             None => match self.src.next(i)? {
-                Some((rec, line, f)) => {
+                Some((rec, line)) => {
                     self.records += 1;
                     r.line = line;
-                    (rec, f)
+                    rec
                 }
                 None => {
                     r.finished = true;
@@ -712,11 +775,11 @@ impl Model<'_, '_> {
         // The skipped collective's kernels are contiguous: any other record (a
         // computation burst between two calls, a marker) ends the skipped call, so
         // a second call of the same collective right after it is replayed.
-        if !matches!(rec, BRecord::Kernel { .. }) {
+        if !matches!(rec, Rec::Kernel(..)) {
             r.ignoring = None;
         }
         match rec {
-            BRecord::Compute { seconds, caliper } => {
+            Rec::Compute { seconds, caliper } => {
                 let idx = caliper.or(r.calipers.last().copied());
                 let boost = idx
                     .and_then(|c| {
@@ -735,15 +798,16 @@ impl Model<'_, '_> {
                 }
                 r.comput += d;
             }
-            BRecord::Comm { id, ranks } => {
+            Rec::Comm(c) => {
+                let (id, ranks) = *c;
                 self.comms.insert(id, ranks);
             }
-            BRecord::CaliperPush(c) => r.calipers.push(c),
-            BRecord::CaliperPop => {
+            Rec::CaliperPush(c) => r.calipers.push(c),
+            Rec::CaliperPop => {
                 r.calipers.pop();
             }
-            BRecord::IgnoreNextCol(idx) => r.ignore_mark = Some(idx),
-            BRecord::Kernel { kernel, .. } => {
+            Rec::IgnoreNextCol(idx) => r.ignore_mark = Some(idx),
+            Rec::Kernel(kernel, f) => {
                 // ignore_next_col: skip the kernels of the marked collective.
                 if r.ignoring == Some(f) {
                     return Ok(());
@@ -1195,14 +1259,7 @@ impl Model<'_, '_> {
     fn block(&mut self, i: usize, req: i64, f: Fid) {
         if let Some(r) = self.ranks.get_mut(i) {
             r.blocked = Blocked::Req(req);
-            r.cur = Some((
-                BRecord::Kernel {
-                    ord: 0,
-                    main_fn: String::new(),
-                    kernel: Kernel::Wait { req },
-                },
-                f,
-            ));
+            r.cur = Some(Rec::Kernel(Kernel::Wait { req }, f));
         }
     }
 
@@ -1217,7 +1274,7 @@ impl Model<'_, '_> {
             let now = r.clock();
             if clock > now {
                 let f = match &r.cur {
-                    Some((BRecord::Kernel { .. }, f)) => *f,
+                    Some(Rec::Kernel(_, f)) => *f,
                     _ => intern(&self.names, "MPI"),
                 };
                 charge(r, f, 0, clock - now);
