@@ -5,7 +5,8 @@ trace (`benchlake probe dimemas`, 7.3 M records, 182 MB by default; `benchlake
 probe bandela`, one text file per rank, 200 iterations by default: 1.9 M
 records), with `--threads 1` and `--threads 2` interleaved run by run, next to
 `zstd -1 -T1` of the same bytes in the same run. Prints medians, spreads (min-max), CPU, peak memory (GNU time's maximum
-resident set) and the 1-thread / 2-thread ratio, checks that both print the
+resident set) and the 1-thread / 2-thread ratio (of the medians, and the
+median of each run's ratio to the run after it), checks that both print the
 same predictions, and gives the load average before and after, since the
 machine may be shared. Peak memory at 8 and 1,024 ranks is printed next to
 Dimemas 5.5's (`shared/data/replay/dimemas/anchor_speed.tsv`).
@@ -143,6 +144,13 @@ def one_against_two(a, model, argv, reference, ref_name, rows):
     s2 = summary(f"benchlake replay {model} --threads 2", two)
     z = summary(f"{ref_name} (same bytes)", zs)
     print(f"  -> 1 thread / 2 threads wall: {s1['wall'] / s2['wall']:.2f}x")
+    # Each 1-thread run against the 2-thread run right after it: a host that
+    # slows down for a few seconds slows both, so these ratios drift less
+    # than the medians do.
+    paired = sorted(o[0] / t[0] for o, t in zip(one, two))
+    q = len(paired) // 4
+    print(f"  -> the same, run by run: median {statistics.median(paired):.2f}x "
+          f"(middle half {paired[q]:.2f}-{paired[-1 - q]:.2f}x)")
     print(f"  -> 2 threads / zstd wall: {s2['wall'] / z['wall']:.2f}x")
     same = outs.get(1) == outs.get(2)
     print(f"  -> predictions (predicted time and {rows}) identical on 1 and 2 threads: "
