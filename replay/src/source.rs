@@ -4,8 +4,9 @@
 //! Dimemas model over one `.dim` file, the Bandela model over one text file
 //! per rank; each says how to decode a task's next records ([`Decode`]).
 //! Where decoding costs more than replaying (Bandela's text), the loop also
-//! decodes a share of the tasks itself ([`Decode::loop_share`]), so that
-//! neither thread waits long for the other.
+//! decodes a share of the tasks itself ([`Decode::loop_share`]), and takes
+//! more over from the decoding thread while it runs if it still waits for it
+//! ([`Decode::take_task`]), so that neither thread waits long for the other.
 //!
 //! Both ways hand the loop the same records, positions and errors in the same
 //! order, so a replay's predictions do not depend on the number of threads.
@@ -27,6 +28,12 @@ const AHEAD: usize = 1;
 
 /// Polls for a missing chunk before sleeping (about 20 µs).
 const SPINS: u32 = 2000;
+
+/// Polls, over all waits, after which the loop takes a task over from the
+/// decoding thread. On the 1,024-rank Bandela halo (13 alternating runs):
+/// 1.78× on two threads at 20,000 and 1.76× at 5,000, against 1.71× at 2,000
+/// (it took over 100–150 ranks, too many) and 1.68× without taking any.
+const STEAL_AFTER: u32 = 20_000;
 
 /// How many records ahead of the one taken the loop asks the core to fetch
 /// (1 and 3 were no better on the 1,024-rank Bandela halo; 0 left the take
@@ -71,6 +78,16 @@ pub(crate) trait Decode: Send + Sized {
     fn split_off(&mut self, _mine: &[bool]) -> Option<Self> {
         None
     }
+    /// One task's decoding state, handed from the decoding thread to the
+    /// loop's decoder when the loop takes the task over.
+    type Task: Send;
+    /// Takes task `t`'s state out (the task then ends in `self`); `None`
+    /// if it cannot be moved.
+    fn take_task(&mut self, _t: usize) -> Option<Self::Task> {
+        None
+    }
+    /// Puts task `t`'s state, taken out of another decoder, in `self`.
+    fn put_task(&mut self, _t: usize, _task: Self::Task) {}
 }
 
 /// Which tasks the event loop decodes itself: `num` of every `den`, spread
@@ -133,7 +150,17 @@ struct Chunk<R> {
     err: Option<FormatError>,
 }
 
+/// What the decoder sends the loop: a chunk, or a task it gave up (after
+/// every chunk of that task it had sent; `None` if it could not).
+enum Msg<R, T> {
+    Chunk(Chunk<R>),
+    Task(u32, Option<T>),
+}
+
 /// The records of every task.
+// One per replay, asked for every record: not boxed, so that no pointer is
+// followed per record.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Source<D: Decode> {
     Seq(Seq<D>),
     Pipe(Pipe<D>),
@@ -145,9 +172,21 @@ pub(crate) struct Seq<D: Decode> {
     chunk: usize,
 }
 
+/// Who decodes a task, seen from the loop.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// The decoding thread.
+    Thread,
+    /// The loop, from the start or once the chunks in flight are used up.
+    Loop,
+    /// Taken over from the decoding thread: the chunks it sent first.
+    Draining,
+}
+
 pub(crate) struct Pipe<D: Decode> {
-    /// The tasks the event loop decodes itself, and their decoder.
-    mine: Vec<bool>,
+    owner: Vec<Owner>,
+    /// The decoder of the tasks the loop decodes itself (`None` if the
+    /// decoder cannot be split: then the thread decodes every task).
     local: Option<Seq<D>>,
     cur: Vec<Cur<D::Rec>>,
     ready: Vec<VecDeque<Chunk<D::Rec>>>,
@@ -156,7 +195,21 @@ pub(crate) struct Pipe<D: Decode> {
     batch: Returned<D::Rec>,
     batch_len: usize,
     requests: Sender<Returned<D::Rec>>,
-    chunks: Receiver<Chunk<D::Rec>>,
+    /// Tasks the loop takes over: the decoder looks before each chunk, not
+    /// after the requests queued before (it is behind when asked).
+    steals: Sender<u32>,
+    chunks: Receiver<Msg<D::Rec, D::Task>>,
+    /// Taking over tasks: chunks received so far (none is taken before
+    /// the decoder's first pass over every task is in), spins waited since
+    /// the last take-over, whether one is under way, and the tasks the loop
+    /// decodes and may decode at most.
+    received: usize,
+    waited: u32,
+    stealing: bool,
+    on_loop: usize,
+    max_on_loop: usize,
+    /// Tasks taken over while the replay ran.
+    pub(crate) stolen: usize,
     /// What the trace is called in an error.
     name: String,
 }
@@ -187,36 +240,44 @@ impl<D: Decode> Source<D> {
         let n = dec.ntasks();
         let chunk = chunk_len::<D::Rec>(DECODED_BUDGET, n, AHEAD + 1);
         let mut mine = loop_tasks(n, D::loop_share());
-        let local = if mine.contains(&true) {
-            dec.split_off(&mine).map(|d| Seq {
-                dec: d,
-                cur: (0..n).map(|_| Cur::default()).collect(),
-                chunk: chunk_len::<D::Rec>(D::sequential_budget(), n, 1),
-            })
-        } else {
-            None
-        };
+        let local = dec.split_off(&mine).map(|d| Seq {
+            dec: d,
+            cur: (0..n).map(|_| Cur::default()).collect(),
+            chunk: chunk_len::<D::Rec>(D::sequential_budget(), n, 1),
+        });
         if local.is_none() {
             mine.fill(false);
         }
+        let on_loop = mine.iter().filter(|m| **m).count();
         let skip = mine.clone();
         let (req_tx, req_rx) = std::sync::mpsc::channel::<Returned<D::Rec>>();
-        let (chunk_tx, chunk_rx) = std::sync::mpsc::channel::<Chunk<D::Rec>>();
+        let (steal_tx, steal_rx) = std::sync::mpsc::channel::<u32>();
+        let (chunk_tx, chunk_rx) = std::sync::mpsc::channel::<Msg<D::Rec, D::Task>>();
         std::thread::Builder::new()
             .name("replay-decode".into())
             .spawn_scoped(scope, move || {
-                decoder(dec, chunk, &skip, &req_rx, &chunk_tx)
+                decoder(dec, chunk, skip, &req_rx, &steal_rx, &chunk_tx)
             })
             .map_err(|e| ReplayError::Io(format!("cannot start the decoding thread: {e}")))?;
         Ok(Source::Pipe(Pipe {
-            mine,
+            owner: mine
+                .iter()
+                .map(|m| if *m { Owner::Loop } else { Owner::Thread })
+                .collect(),
             local,
             cur: (0..n).map(|_| Cur::default()).collect(),
             ready: (0..n).map(|_| VecDeque::new()).collect(),
             batch: Vec::new(),
             batch_len: (n / 16).clamp(1, 64),
             requests: req_tx,
+            steals: steal_tx,
             chunks: chunk_rx,
+            received: 0,
+            waited: 0,
+            stealing: false,
+            on_loop,
+            max_on_loop: n / 2,
+            stolen: 0,
             name,
         }))
     }
@@ -226,6 +287,14 @@ impl<D: Decode> Source<D> {
         match self {
             Source::Seq(s) => s.next(t),
             Source::Pipe(p) => p.next(t),
+        }
+    }
+
+    /// Tasks the loop took over from the decoding thread while it ran.
+    pub(crate) fn stolen(&self) -> usize {
+        match self {
+            Source::Seq(_) => 0,
+            Source::Pipe(p) => p.stolen,
         }
     }
 }
@@ -254,7 +323,10 @@ impl<D: Decode> Seq<D> {
 
 impl<D: Decode> Pipe<D> {
     fn next(&mut self, t: usize) -> Result<Option<D::Rec>> {
-        if self.mine.get(t).is_some_and(|m| *m)
+        let Some(&owner) = self.owner.get(t) else {
+            return Ok(None);
+        };
+        if owner == Owner::Loop
             && let Some(local) = &mut self.local
         {
             return local.next(t);
@@ -283,7 +355,8 @@ impl<D: Decode> Pipe<D> {
             // task's first chunks are decoded unasked).
             let buf = std::mem::take(&mut cur.recs);
             cur.next = 0;
-            if buf.capacity() > 0 {
+            let owner = self.owner.get(t).copied().unwrap_or(Owner::Thread);
+            if buf.capacity() > 0 && owner == Owner::Thread {
                 self.batch.push((t as u32, buf));
             }
             if self.batch.len() >= self.batch_len {
@@ -291,7 +364,21 @@ impl<D: Decode> Pipe<D> {
             }
             let chunk = match self.ready.get_mut(t).and_then(VecDeque::pop_front) {
                 Some(c) => c,
-                None => self.wait_for(t)?,
+                None if owner == Owner::Draining => {
+                    // Every chunk the thread sent is used: the loop goes on.
+                    if let Some(o) = self.owner.get_mut(t) {
+                        *o = Owner::Loop;
+                    }
+                    return match &mut self.local {
+                        Some(local) => local.next(t),
+                        None => Ok(None),
+                    };
+                }
+                None => match self.wait_for(t)? {
+                    Some(c) => c,
+                    // Taken over while waiting: drain, then decode.
+                    None => continue,
+                },
             };
             if let Some(cur) = self.cur.get_mut(t) {
                 // A new chunk's first records are needed at once.
@@ -312,17 +399,28 @@ impl<D: Decode> Pipe<D> {
         }
     }
 
-    /// Blocks until task `t`'s next chunk arrives, keeping the others. The
-    /// chunk is usually a few microseconds away: it spins a little before
-    /// sleeping, which would cost two system calls per chunk.
-    fn wait_for(&mut self, t: usize) -> Result<Chunk<D::Rec>> {
+    /// Blocks until task `t`'s next chunk arrives, keeping the others; `None`
+    /// once `t` has been taken over (its chunks sent before are then in
+    /// `ready`). The chunk is usually a few microseconds away: it spins a
+    /// little before sleeping, which would cost two system calls per chunk.
+    ///
+    /// Waiting means that the decoding thread is behind: once the loop has
+    /// waited [`STEAL_AFTER`] spins in all, it takes over the task it waits
+    /// for, one at a time, up to half the tasks. The share the loop decodes
+    /// thus follows what each thread costs on this trace and this machine,
+    /// from [`Decode::loop_share`] up.
+    fn wait_for(&mut self, t: usize) -> Result<Option<Chunk<D::Rec>>> {
         self.flush();
         let mut spins = 0u32;
         loop {
-            let c = match self.chunks.try_recv() {
-                Ok(c) => c,
+            let m = match self.chunks.try_recv() {
+                Ok(m) => m,
                 Err(std::sync::mpsc::TryRecvError::Empty) if spins < SPINS => {
                     spins += 1;
+                    self.waited = self.waited.saturating_add(1);
+                    if self.waited >= STEAL_AFTER {
+                        self.steal(t);
+                    }
                     std::hint::spin_loop();
                     continue;
                 }
@@ -330,13 +428,51 @@ impl<D: Decode> Pipe<D> {
                     ReplayError::Io(format!("{}: the decoding thread stopped early", self.name))
                 })?,
             };
-            if c.task as usize == t {
-                return Ok(c);
-            }
-            if let Some(q) = self.ready.get_mut(c.task as usize) {
-                q.push_back(c);
+            match m {
+                Msg::Chunk(c) => {
+                    self.received += 1;
+                    if c.task as usize == t {
+                        return Ok(Some(c));
+                    }
+                    if let Some(q) = self.ready.get_mut(c.task as usize) {
+                        q.push_back(c);
+                    }
+                }
+                Msg::Task(u, task) => {
+                    self.stealing = false;
+                    if let (Some(task), Some(local), Some(o)) =
+                        (task, &mut self.local, self.owner.get_mut(u as usize))
+                    {
+                        local.dec.put_task(u as usize, task);
+                        *o = Owner::Draining;
+                        self.on_loop += 1;
+                        self.stolen += 1;
+                        if u as usize == t {
+                            return Ok(None);
+                        }
+                    }
+                }
             }
         }
+    }
+
+    /// Asks the decoding thread for task `t`, if the loop can take it now.
+    fn steal(&mut self, t: usize) {
+        if self.received < self.owner.len() {
+            // The first chunks are still coming: waiting is the rule.
+            self.waited = 0;
+            return;
+        }
+        if self.stealing
+            || self.local.is_none()
+            || self.on_loop >= self.max_on_loop
+            || self.owner.get(t) != Some(&Owner::Thread)
+        {
+            return;
+        }
+        self.waited = 0;
+        // A closed channel means the decoder has stopped; `wait_for` says so.
+        self.stealing = self.steals.send(t as u32).is_ok();
     }
 }
 
@@ -359,49 +495,77 @@ fn prefetch<R>(r: Option<&R>) {
     let _ = r;
 }
 
-/// The decoding thread: `AHEAD + 1` chunks of every task first, then one
-/// more chunk of a task each time the loop hands back a used buffer. Ends
-/// when the loop drops its side of the channels.
+/// Decodes task `t`'s next chunk into `recs` and sends it; `false` once the
+/// loop has gone.
+fn send_chunk<D: Decode>(
+    dec: &mut D,
+    t: u32,
+    mut recs: Vec<D::Rec>,
+    chunk: usize,
+    chunks: &Sender<Msg<D::Rec, D::Task>>,
+) -> bool {
+    recs.clear();
+    if t as usize >= dec.ntasks() {
+        return true;
+    }
+    let err = dec.fill(t as usize, &mut recs, chunk).err();
+    let last = dec.is_done(t as usize) || err.is_some();
+    if last {
+        recs.shrink_to_fit();
+    }
+    chunks
+        .send(Msg::Chunk(Chunk {
+            task: t,
+            recs,
+            last,
+            err,
+        }))
+        .is_ok()
+}
+
+/// The decoding thread: `AHEAD + 1` chunks of every task it decodes first,
+/// then one more chunk of a task each time the loop hands back a used
+/// buffer; before each chunk, any task the loop asks for is handed over.
+/// Ends when the loop drops its side of the channels.
 fn decoder<D: Decode>(
     mut dec: D,
     chunk: usize,
-    skip: &[bool],
+    mut given: Vec<bool>,
     requests: &Receiver<Returned<D::Rec>>,
-    chunks: &Sender<Chunk<D::Rec>>,
+    steals: &Receiver<u32>,
+    chunks: &Sender<Msg<D::Rec, D::Task>>,
 ) {
     let ntasks = dec.ntasks() as u32;
-    let mut decode = |task: u32, mut recs: Vec<D::Rec>| -> bool {
-        recs.clear();
-        if task >= ntasks {
-            return true;
-        }
-        let err = dec.fill(task as usize, &mut recs, chunk).err();
-        let last = dec.is_done(task as usize) || err.is_some();
-        if last {
-            recs.shrink_to_fit();
-        }
-        chunks
-            .send(Chunk {
-                task,
-                recs,
-                last,
-                err,
-            })
-            .is_ok()
-    };
     for _ in 0..=AHEAD {
         for t in 0..ntasks {
-            if skip.get(t as usize).is_some_and(|s| *s) {
+            if given.get(t as usize).is_some_and(|g| *g) {
                 continue;
             }
-            if !decode(t, Vec::with_capacity(chunk)) {
+            if !send_chunk(&mut dec, t, Vec::with_capacity(chunk), chunk, chunks) {
                 return;
             }
         }
     }
     while let Ok(batch) = requests.recv() {
         for (t, buf) in batch {
-            if !decode(t, buf) {
+            // Tasks the loop asks for go first: it waits.
+            while let Ok(s) = steals.try_recv() {
+                let task = match given.get_mut(s as usize) {
+                    Some(g) if !*g => {
+                        *g = true;
+                        dec.take_task(s as usize)
+                    }
+                    _ => None,
+                };
+                if chunks.send(Msg::Task(s, task)).is_err() {
+                    return;
+                }
+            }
+            // A buffer of a task given away asks for nothing.
+            if given.get(t as usize).is_some_and(|g| *g) {
+                continue;
+            }
+            if !send_chunk(&mut dec, t, buf, chunk, chunks) {
                 return;
             }
         }
@@ -420,6 +584,8 @@ mod tests {
         broken: Option<(usize, usize)>,
         next: Vec<usize>,
         owned: Vec<bool>,
+        /// Each fill takes this long (the decoding thread made slow).
+        slow: std::time::Duration,
     }
 
     impl Counter {
@@ -430,6 +596,7 @@ mod tests {
                 broken,
                 next: vec![0; n],
                 owned: vec![true; n],
+                slow: std::time::Duration::ZERO,
             }
         }
     }
@@ -453,6 +620,10 @@ mod tests {
                 self.owned[t],
                 "task {t} decoded by a decoder that gave it away"
             );
+            let until = std::time::Instant::now() + self.slow;
+            while std::time::Instant::now() < until {
+                std::hint::spin_loop();
+            }
             let start = out.len();
             while out.len() - start < max && self.next[t] < self.len[t] {
                 if self.broken == Some((t, self.next[t])) {
@@ -488,6 +659,17 @@ mod tests {
                 self.owned[t] = !*m;
             }
             Some(other)
+        }
+        type Task = usize;
+        fn take_task(&mut self, t: usize) -> Option<usize> {
+            assert!(self.owned[t], "task {t} given away twice");
+            self.owned[t] = false;
+            Some(self.next[t])
+        }
+        fn put_task(&mut self, t: usize, next: usize) {
+            assert!(!self.owned[t], "task {t} received twice");
+            self.owned[t] = true;
+            self.next[t] = next;
         }
     }
 
@@ -531,23 +713,25 @@ mod tests {
         assert_eq!(loop_tasks(10, (1, 2)).iter().filter(|m| **m).count(), 5);
     }
 
-    /// Whatever share of the tasks the loop decodes itself, the loop is
-    /// handed the same records in the same order as on one thread, and the
-    /// same error at the same point, whether the broken task is decoded by
-    /// the loop or by the second thread.
+    /// Whatever share of the tasks the loop decodes itself, from the start
+    /// or by taking tasks over while it runs, the loop is handed the same
+    /// records in the same order as on one thread, and the same error at the
+    /// same point, whether the broken task is decoded by the loop or by the
+    /// second thread.
     #[test]
     fn a_split_pipeline_hands_out_what_one_thread_does() {
-        // Lengths around the chunk sizes (16 records on one thread, more
-        // on two): empty tasks, short ones, long ones.
-        let len: Vec<usize> = (0..40).map(|t| (t * 37) % 300).collect();
-        for broken in [
+        // Empty tasks, short ones and long ones, over several chunks (512
+        // records for 40 tasks).
+        let len: Vec<usize> = (0..40).map(|t| (t * 37) % 300 * 20).collect();
+        let breaks = [
             None,
             Some((17, 20)),
             Some((16, 0)),
             Some((11, 5)),
-            Some((22, 190)),
-            Some((5, 184)),
-        ] {
+            Some((22, 2000)),
+            Some((5, 3699)),
+        ];
+        for broken in breaks {
             let mut seq = Source::sequential(Counter::new(len.clone(), broken));
             let want = drain(&mut seq, len.len());
             assert_eq!(want.1.is_some(), broken.is_some(), "{broken:?}");
@@ -555,14 +739,24 @@ mod tests {
                 assert_eq!(want.0.len(), len.iter().sum::<usize>());
             }
             for share in [(0, 1), (1, 6), (1, 2), (1, 1)] {
-                SHARE.with(|s| s.set(share));
-                let got = std::thread::scope(|scope| {
-                    let mut src =
-                        Source::pipelined(Counter::new(len.clone(), broken), "trace".into(), scope)
-                            .expect("pipeline");
-                    drain(&mut src, len.len())
-                });
-                assert_eq!(got, want, "share {share:?}, broken {broken:?}");
+                for slow in [0, 300] {
+                    SHARE.with(|s| s.set(share));
+                    let (got, stolen) = std::thread::scope(|scope| {
+                        let mut dec = Counter::new(len.clone(), broken);
+                        dec.slow = std::time::Duration::from_micros(slow);
+                        let mut src =
+                            Source::pipelined(dec, "trace".into(), scope).expect("pipeline");
+                        let got = drain(&mut src, len.len());
+                        (got, src.stolen())
+                    });
+                    assert_eq!(got, want, "share {share:?}, slow {slow}, broken {broken:?}");
+                    // A slow decoding thread makes the loop take tasks over
+                    // (never more than half of them).
+                    if slow > 0 && share.0 * 2 < share.1 && broken.is_none() {
+                        assert!(stolen > 0, "share {share:?}: nothing taken over");
+                    }
+                    assert!(stolen <= len.len() / 2, "{stolen}");
+                }
             }
         }
     }

@@ -280,11 +280,37 @@ impl Decode for RankFiles {
 
     /// Parsing the text costs more than replaying it: alone, the decoding
     /// thread was the bound (1.42× on two threads). With one rank in six
-    /// parsed by the loop (1,024 ranks × 300 iterations, 13–15 alternating
-    /// runs of each) the two threads come out about even: 1.65–1.72× for
-    /// shares of 1/8 to 1/5, 1.56× at 1/10 and 1.48× at 1/4.
+    /// parsed by the loop from the start (1,024 ranks × 300 iterations,
+    /// 13–15 alternating runs of each) the two threads come out about even:
+    /// 1.65–1.72× for shares of 1/8 to 1/5, 1.56× at 1/10 and 1.48× at 1/4.
+    /// The loop takes more ranks over while it runs if it still waits (25–30
+    /// of 1,024 on the halo); starting from none it reaches 1.70× where the
+    /// static 1/6 alone gives 1.68× and both 1.78×.
     fn loop_share() -> (usize, usize) {
         (1, 6)
+    }
+
+    /// A rank's reader, the error it met after the records handed out last,
+    /// and whether its stream has ended.
+    type Task = (Option<RankTrace>, Option<FormatError>, bool);
+
+    fn take_task(&mut self, t: usize) -> Option<Self::Task> {
+        let trace = self.traces.get_mut(t)?.take();
+        let pending = self.pending.get_mut(t).and_then(Option::take);
+        let done = self.done.get_mut(t).map(|d| std::mem::replace(d, true))?;
+        Some((trace, pending, done))
+    }
+
+    fn put_task(&mut self, t: usize, (trace, pending, done): Self::Task) {
+        if let (Some(a), Some(b), Some(c)) = (
+            self.traces.get_mut(t),
+            self.pending.get_mut(t),
+            self.done.get_mut(t),
+        ) {
+            *a = trace;
+            *b = pending;
+            *c = done;
+        }
     }
 
     fn split_off(&mut self, mine: &[bool]) -> Option<Self> {
@@ -298,14 +324,8 @@ impl Decode for RankFiles {
             done: vec![true; n],
         };
         for t in mine.iter().enumerate().filter(|(_, m)| **m).map(|(t, _)| t) {
-            if let (Some(a), Some(b)) = (self.traces.get_mut(t), other.traces.get_mut(t)) {
-                *b = a.take();
-            }
-            if let (Some(a), Some(b)) = (self.pending.get_mut(t), other.pending.get_mut(t)) {
-                *b = a.take();
-            }
-            if let (Some(a), Some(b)) = (self.done.get_mut(t), other.done.get_mut(t)) {
-                *b = std::mem::replace(a, true);
+            if let Some(task) = self.take_task(t) {
+                other.put_task(t, task);
             }
         }
         Some(other)
@@ -499,6 +519,10 @@ fn replay(
         t.start(nprocs, local_bw);
     }
     m.run()?;
+    tracing::debug!(
+        ranks = m.src.stolen(),
+        "ranks whose files the event loop took over from the decoding thread"
+    );
     let end = m.ranks.iter().map(|r| r.clock()).fold(0.0, f64::max);
     if let Some(t) = m.topo.as_deref_mut() {
         m.live.retire(t, f64::INFINITY);

@@ -39,6 +39,9 @@ impl DimDecoder {
 
 impl crate::source::Decode for DimDecoder {
     type Rec = Rec;
+    /// One `.dim` file read at offsets: its tasks stay on the decoding
+    /// thread (the loop is the bound).
+    type Task = ();
 
     fn ntasks(&self) -> usize {
         self.cursors.len()
