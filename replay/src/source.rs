@@ -30,9 +30,10 @@ const AHEAD: usize = 1;
 const SPINS: u32 = 2000;
 
 /// Polls, over all waits, after which the loop takes a task over from the
-/// decoding thread. On the 1,024-rank Bandela halo (13 alternating runs):
-/// 1.78× on two threads at 20,000 and 1.76× at 5,000, against 1.71× at 2,000
-/// (it took over 100–150 ranks, too many) and 1.68× without taking any.
+/// decoding thread. On the 1,024-rank Bandela halo: 1.76–1.78× on two
+/// threads at 5,000 and 20,000, 1.71× at 2,000 (it took 100–150 ranks, too
+/// many), 1.68–1.76× without taking any (docs/testing.md); from a start
+/// share of none, taking ranks over gave 1.70× against 1.50×.
 const STEAL_AFTER: u32 = 20_000;
 
 /// How many records ahead of the one taken the loop asks the core to fetch
@@ -209,7 +210,7 @@ pub(crate) struct Pipe<D: Decode> {
     on_loop: usize,
     max_on_loop: usize,
     /// Tasks taken over while the replay ran.
-    pub(crate) stolen: usize,
+    stolen: usize,
     /// What the trace is called in an error.
     name: String,
 }

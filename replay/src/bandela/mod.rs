@@ -154,7 +154,7 @@ impl Rank {
 /// routine is its number, and what the loop never reads (a kernel's `ord`)
 /// is left out. At 64 bytes it is copied out of its chunk in one go, where
 /// a [`BRecord`] with its name took 104 bytes and a call to clone the name.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 enum Rec {
     Compute {
         seconds: f64,
@@ -1466,4 +1466,106 @@ fn is_collective(main_fn: &str) -> bool {
             | "scan"
             | "exscan"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::Halo;
+
+    fn open(files: &[PathBuf]) -> RankFiles {
+        let n = files.len();
+        RankFiles {
+            traces: files
+                .iter()
+                .map(|f| Some(RankTrace::open(f).expect("open")))
+                .collect(),
+            first_ids: Vec::new(),
+            ids: HashMap::new(),
+            names: Names::default(),
+            pending: (0..n).map(|_| None).collect(),
+            done: vec![false; n],
+        }
+    }
+
+    /// Rank `t`'s records from `dec`, 7 at a time, until its stream ends or
+    /// errs, at most `chunks` fills.
+    fn read(
+        dec: &mut RankFiles,
+        t: usize,
+        chunks: usize,
+        out: &mut Vec<(Rec, u64)>,
+    ) -> Option<String> {
+        for _ in 0..chunks {
+            if dec.is_done(t) {
+                break;
+            }
+            if let Err(e) = dec.fill(t, out, 7) {
+                return Some(e.to_string());
+            }
+        }
+        None
+    }
+
+    /// A rank's reader handed from the decoding thread's decoder to the
+    /// loop's between two chunks (the loop taking the rank over) reads on
+    /// where it stopped: the records, their lines and the error further on
+    /// are those of one decoder reading the file alone, and the decoder that
+    /// gave the rank away has nothing more of it.
+    #[test]
+    fn a_rank_handed_over_mid_file_reads_on_where_it_stopped() {
+        let d = tempfile::tempdir().expect("tmp");
+        Halo::new(4, 12).write_bandela(d.path()).expect("write");
+        let broken = d.path().join("bandela.2.txt");
+        let text = std::fs::read_to_string(&broken).expect("read");
+        let mut lines: Vec<&str> = text.lines().collect();
+        assert!(lines[60].starts_with("K "), "{}", lines[60]);
+        // Its `ord` made a word.
+        let bad = lines[60].replacen("K ", "K x", 1);
+        lines[60] = &bad;
+        std::fs::write(&broken, lines.join("\n") + "\n").expect("write");
+        let files = rank_files(d.path()).expect("files");
+
+        let mut alone = open(&files);
+        let mut want = Vec::new();
+        let want_err = read(&mut alone, 2, usize::MAX, &mut want);
+        assert!(want.len() > 40, "{}", want.len());
+        let want_err = want_err.expect("the broken line errs");
+        assert!(want_err.contains("line 61"), "{want_err}");
+        assert!(want_err.contains("K.ord"), "{want_err}");
+
+        // Handed over after 3 fills (21 records), and once the error has been
+        // met behind the last good record, so that it is pending then.
+        for fills in [3usize, 0] {
+            let mut thread = open(&files);
+            let mut got = Vec::new();
+            let err = if fills > 0 {
+                read(&mut thread, 2, fills, &mut got)
+            } else {
+                // Read up to the record before the broken line: the error is
+                // met by the fill that returns those records, and kept.
+                while got.len() + 1 < want.len() {
+                    thread
+                        .fill(2, &mut got, 1)
+                        .expect("records before the error");
+                }
+                thread.fill(2, &mut got, 7).expect("the last record first");
+                assert_eq!(got.len(), want.len());
+                assert!(!thread.is_done(2), "the error is still to come");
+                None
+            };
+            assert!(err.is_none());
+            let mut looped = thread.split_off(&vec![false; files.len()]).expect("split");
+            let task = thread.take_task(2).expect("rank 2");
+            looped.put_task(2, task);
+            assert!(thread.is_done(2));
+            let mut after = Vec::new();
+            thread.fill(2, &mut after, 7).expect("nothing left");
+            assert!(after.is_empty());
+            let err = read(&mut looped, 2, usize::MAX, &mut got);
+            assert_eq!(got, want, "handed over after {fills} fills");
+            assert_eq!(err.as_deref(), Some(want_err.as_str()));
+            assert!(looped.is_done(2));
+        }
+    }
 }
