@@ -324,15 +324,15 @@ impl<D: Decode> Seq<D> {
 
 impl<D: Decode> Pipe<D> {
     fn next(&mut self, t: usize) -> Result<Option<D::Rec>> {
-        let Some(&owner) = self.owner.get(t) else {
-            return Ok(None);
-        };
-        if owner == Owner::Loop
-            && let Some(local) = &mut self.local
-        {
-            return local.next(t);
-        }
         loop {
+            let Some(&owner) = self.owner.get(t) else {
+                return Ok(None);
+            };
+            if owner == Owner::Loop
+                && let Some(local) = &mut self.local
+            {
+                return local.next(t);
+            }
             let Some(cur) = self.cur.get_mut(t) else {
                 return Ok(None);
             };
@@ -356,7 +356,6 @@ impl<D: Decode> Pipe<D> {
             // task's first chunks are decoded unasked).
             let buf = std::mem::take(&mut cur.recs);
             cur.next = 0;
-            let owner = self.owner.get(t).copied().unwrap_or(Owner::Thread);
             if buf.capacity() > 0 && owner == Owner::Thread {
                 self.batch.push((t as u32, buf));
             }
@@ -370,10 +369,7 @@ impl<D: Decode> Pipe<D> {
                     if let Some(o) = self.owner.get_mut(t) {
                         *o = Owner::Loop;
                     }
-                    return match &mut self.local {
-                        Some(local) => local.next(t),
-                        None => Ok(None),
-                    };
+                    continue;
                 }
                 None => match self.wait_for(t)? {
                     Some(c) => c,
