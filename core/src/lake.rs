@@ -603,8 +603,15 @@ fn encode_with_schema(
 /// renamed into place by [`Lake::write_final_encoded`]).
 enum Sink {
     Memory(Vec<u8>),
-    File(tempfile::NamedTempFile),
+    File(std::io::BufWriter<tempfile::NamedTempFile>),
 }
+
+/// Bytes a spilled table is written in. The Parquet writer hands over 8 KiB at
+/// a time, and most of the kernel's cost of a buffered write is per call and per
+/// page-cache folio, both fewer with larger writes: 53 MB took 30 ms of system
+/// time in 8 KiB writes and 11 ms in 256 KiB ones (`dd` on this ext4; 1 MiB
+/// gained nothing more, 4 MiB was slower).
+const SPILL_WRITE_BYTES: usize = 256 << 10;
 
 impl std::io::Write for Sink {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -759,7 +766,7 @@ impl ParquetEncoder {
             .map(|f| f.data_type().primitive_width().unwrap_or(16))
             .sum();
         let sink = match spill {
-            Some(f) => Sink::File(f),
+            Some(f) => Sink::File(std::io::BufWriter::with_capacity(SPILL_WRITE_BYTES, f)),
             None => {
                 let mut buf = Vec::with_capacity(if bulk { rows * row_bytes / 2 } else { 0 });
                 if bulk {
@@ -981,7 +988,7 @@ impl ParquetEncoder {
             Sink::File(f) => Err(Error::Config(format!(
                 "{}: the encoder wrote to {}; use finish_table",
                 self.table,
-                f.path().display()
+                f.get_ref().path().display()
             ))),
         }
     }
@@ -992,11 +999,11 @@ impl ParquetEncoder {
         let (table, rows) = (self.table.clone(), self.rows);
         let (data, spilled) = match self.file.into_inner()? {
             Sink::Memory(v) => (Bytes::from(v), None),
-            Sink::File(mut f) => {
-                use std::io::Write;
-                f.flush().map_err(|e| Error::Io {
-                    path: f.path().to_path_buf(),
-                    source: e,
+            Sink::File(f) => {
+                let path = f.get_ref().path().to_path_buf();
+                let f = f.into_inner().map_err(|e| Error::Io {
+                    path,
+                    source: e.into_error(),
                 })?;
                 let len = f
                     .as_file()
