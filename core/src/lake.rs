@@ -29,6 +29,7 @@ use crate::layout;
 mod chunks;
 mod int_runs;
 mod read;
+pub use chunks::FloatPages;
 use chunks::{
     ConstantCache, NumericScratch, constant_chunk, numeric_chunk, runs_chunk, runs_int_chunk,
 };
@@ -651,6 +652,9 @@ pub enum GroupColumn<'a> {
     Arrays(Vec<arrow::array::ArrayRef>),
     /// An `Int32` column held as runs.
     Int32Runs(&'a IntRuns),
+    /// A `Float64` column of a large table whose pages were made as its
+    /// values came; the encoder takes them (the builder is left empty).
+    Float64Pages(&'a mut FloatPages),
 }
 
 /// One Parquet file of a table written row group by row group, so a reader
@@ -815,17 +819,18 @@ impl ParquetEncoder {
                 });
             }
         }
-        let columns: Vec<GroupColumn<'_>> = (0..schema.fields().len())
+        let mut columns: Vec<GroupColumn<'_>> = (0..schema.fields().len())
             .map(|i| GroupColumn::Arrays(group.iter().map(|b| b.column(i).clone()).collect()))
             .collect();
-        self.write_columns(&columns, group_rows)
+        self.write_columns(&mut columns, group_rows)
     }
 
     /// Writes one row group given column by column: each column's arrays (in
-    /// row order), or an `Int32` column as [`IntRuns`], encoded without making
-    /// its values (the same bytes as [`Self::write_row_group`] of the values).
+    /// row order), an `Int32` column as [`IntRuns`], encoded without making
+    /// its values, or a `Float64` column of a large table as [`FloatPages`]
+    /// (the same bytes as [`Self::write_row_group`] of the values).
     /// Every column of the table, in schema order, with the same row count.
-    pub fn write_row_group_columns(&mut self, columns: &[GroupColumn<'_>]) -> Result<()> {
+    pub fn write_row_group_columns(&mut self, columns: &mut [GroupColumn<'_>]) -> Result<()> {
         let fields = self.schema.fields().clone();
         let mismatch = |message: String| Error::SchemaMismatch {
             table: self.table.clone(),
@@ -865,6 +870,17 @@ impl ParquetEncoder {
                     }
                     r.len()
                 }
+                GroupColumn::Float64Pages(p) => {
+                    if f.data_type() != &arrow::datatypes::DataType::Float64 || !self.bulk {
+                        return Err(mismatch(format!(
+                            "column {} as Float64 pages for {}{}",
+                            f.name(),
+                            f.data_type(),
+                            if self.bulk { "" } else { " in a small table" }
+                        )));
+                    }
+                    p.len()
+                }
             };
             if *rows.get_or_insert(n) != n {
                 return Err(mismatch(format!(
@@ -880,8 +896,17 @@ impl ParquetEncoder {
         }
     }
 
-    fn write_columns(&mut self, columns: &[GroupColumn<'_>], group_rows: usize) -> Result<()> {
+    fn write_columns(&mut self, columns: &mut [GroupColumn<'_>], group_rows: usize) -> Result<()> {
         use parquet::arrow::arrow_writer::compute_leaves;
+
+        // How the arrays are cut (small tables' runs columns are cut the same way).
+        let cuts: Vec<usize> = columns
+            .iter()
+            .find_map(|c| match c {
+                GroupColumn::Arrays(p) => Some(p.iter().map(|a| a.len()).collect()),
+                _ => None,
+            })
+            .unwrap_or_else(|| vec![group_rows]);
 
         let schema = self.schema.clone();
         // arrow-rs's column writers (each with its own ZSTD contexts) are made
@@ -891,11 +916,18 @@ impl ParquetEncoder {
             None;
         let mut rg = self.file.next_row_group()?;
         let parquet_schema = &self.parquet_schema;
-        for ((i, field), column) in schema.fields().iter().enumerate().zip(columns) {
+        for ((i, field), column) in schema.fields().iter().enumerate().zip(columns.iter_mut()) {
             let descr = parquet_schema.column(i);
             let made: Vec<arrow::array::ArrayRef>;
             let cols: Vec<&arrow::array::ArrayRef> = match column {
                 GroupColumn::Arrays(parts) => parts.iter().collect(),
+                GroupColumn::Float64Pages(pages) => {
+                    let (data, close) =
+                        pages.take_chunk(descr.clone(), self.scratch.take_sink())?;
+                    rg.append_column(&data, close)?;
+                    self.scratch.recycle(data);
+                    continue;
+                }
                 GroupColumn::Int32Runs(runs) => {
                     if let Some(v) = runs.constant()
                         && let Some((data, close)) = constant_chunk(
@@ -918,17 +950,10 @@ impl ParquetEncoder {
                     // Small tables: the values, cut like the other columns'
                     // arrays (arrow-rs's pages depend on the cuts).
                     let all: arrow::array::ArrayRef = Arc::new(runs.to_array());
-                    let cuts: Vec<usize> = columns
-                        .iter()
-                        .find_map(|c| match c {
-                            GroupColumn::Arrays(p) => Some(p.iter().map(|a| a.len()).collect()),
-                            GroupColumn::Int32Runs(_) => None,
-                        })
-                        .unwrap_or_else(|| vec![group_rows]);
                     let mut at = 0;
                     made = cuts
-                        .into_iter()
-                        .map(|n| {
+                        .iter()
+                        .map(|&n| {
                             let a = all.slice(at, n);
                             at += n;
                             a
@@ -1580,6 +1605,118 @@ mod tests {
         }
     }
 
+    /// Float64 columns given as pages built value by value
+    /// ([`FloatPages`], pushed in uneven pieces, as `f64`s or as little-endian
+    /// bytes) are the bytes the same values make through the batches, required
+    /// and optional, one page or many, with NaN, -0.0 and infinities; a small
+    /// table or a column of another type refuses them.
+    #[test]
+    fn float_pages_columns_are_the_bytes_of_their_values() {
+        let n = 5000;
+        let mut x = 99u64;
+        let f: Vec<f64> = (0..n)
+            .map(|i| match i {
+                7 => f64::NAN,
+                8 => -0.0,
+                900 => f64::INFINITY,
+                4001 => f64::NEG_INFINITY,
+                _ => {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    1e-6 + (x % 100_000) as f64 * 1e-11
+                }
+            })
+            .collect();
+        let b = numeric_batch((0..n as i32).collect(), (0..n as i64).collect(), f.clone());
+        let rev: Vec<f64> = f.iter().rev().copied().collect();
+        for page in [256, 1 << 17] {
+            let mut enc =
+                ParquetEncoder::with_schema("numeric_test", b.schema(), true, page, n).unwrap();
+            enc.write_row_group(std::slice::from_ref(&b)).unwrap();
+            let want = enc.finish().unwrap();
+            let pieces = |values: &[f64], optional: bool| {
+                let mut p = FloatPages::new(page, optional);
+                let mut at = 0;
+                for (k, len) in [1usize, 15, 16, 17, 255, 256, 257, 1000]
+                    .iter()
+                    .cycle()
+                    .enumerate()
+                {
+                    let end = (at + len).min(values.len());
+                    if k % 2 == 0 {
+                        p.push(&values[at..end]).unwrap();
+                    } else {
+                        let raw: Vec<u8> = values[at..end]
+                            .iter()
+                            .flat_map(|v| v.to_le_bytes())
+                            .collect();
+                        p.push_le(&raw).unwrap();
+                    }
+                    at = end;
+                    if at == values.len() {
+                        break;
+                    }
+                }
+                assert_eq!(p.len(), values.len());
+                p
+            };
+            let (mut c, mut d) = (pieces(&f, false), pieces(&rev, true));
+            let mut enc =
+                ParquetEncoder::with_schema("numeric_test", b.schema(), true, page, n).unwrap();
+            enc.write_row_group_columns(&mut [
+                GroupColumn::Arrays(vec![b.column(0).clone()]),
+                GroupColumn::Arrays(vec![b.column(1).clone()]),
+                GroupColumn::Float64Pages(&mut c),
+                GroupColumn::Float64Pages(&mut d),
+                GroupColumn::Arrays(vec![b.column(4).clone()]),
+            ])
+            .unwrap();
+            assert!(c.is_empty() && d.is_empty(), "the pages were taken");
+            let got = enc.finish().unwrap();
+            assert!(got == want, "pages of {page}: the bytes differ");
+            // Both went through FloatPages: the values read back by arrow-rs
+            // are the check that the pages are right.
+            let back = read_back(got);
+            let back = arrow::compute::concat_batches(&b.schema(), &back).unwrap();
+            for (col, values) in [(2, &f), (3, &rev)] {
+                let bits: Vec<u64> = back
+                    .column(col)
+                    .as_any()
+                    .downcast_ref::<Float64Array>()
+                    .unwrap()
+                    .values()
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect();
+                let want: Vec<u64> = values.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(bits, want, "pages of {page}, column {col}");
+            }
+        }
+        // Not whole values, another type, or a small table: refused.
+        assert!(FloatPages::new(256, false).push_le(&[0; 12]).is_err());
+        let small = numeric_batch(vec![1, 2], vec![1, 2], vec![1.0, 2.0]);
+        for (bulk, col, want) in [
+            (true, 1, "column b as Float64 pages for Int64"),
+            (
+                false,
+                2,
+                "column c as Float64 pages for Float64 in a small table",
+            ),
+        ] {
+            let mut enc =
+                ParquetEncoder::with_schema("numeric_test", small.schema(), bulk, 256, 2).unwrap();
+            let mut p = FloatPages::new(256, false);
+            p.push(&[1.0, 2.0]).unwrap();
+            let mut cols: Vec<GroupColumn<'_>> = (0..5)
+                .map(|i| GroupColumn::Arrays(vec![small.column(i).clone()]))
+                .collect();
+            cols[col] = GroupColumn::Float64Pages(&mut p);
+            let e = enc.write_row_group_columns(&mut cols).unwrap_err();
+            assert!(e.to_string().contains(want), "{e}");
+        }
+    }
+
     #[test]
     fn wrong_schema_is_refused() {
         let b = timings(2);
@@ -1613,7 +1750,7 @@ mod tests {
             let want = enc.finish().unwrap();
             let mut enc =
                 ParquetEncoder::with_schema("numeric_test", b.schema(), bulk, page, n).unwrap();
-            enc.write_row_group_columns(&[
+            enc.write_row_group_columns(&mut [
                 GroupColumn::Int32Runs(a),
                 GroupColumn::Arrays(vec![b.column(1).clone()]),
                 GroupColumn::Arrays(vec![
@@ -1672,7 +1809,7 @@ mod tests {
         let mut one = IntRuns::new();
         one.push(1);
         let e = enc
-            .write_row_group_columns(&[
+            .write_row_group_columns(&mut [
                 GroupColumn::Int32Runs(&one),
                 GroupColumn::Arrays(vec![b.column(1).clone()]),
                 GroupColumn::Arrays(vec![b.column(2).clone()]),
@@ -1685,7 +1822,7 @@ mod tests {
             "{e}"
         );
         let e = enc
-            .write_row_group_columns(&[
+            .write_row_group_columns(&mut [
                 GroupColumn::Arrays(vec![b.column(0).clone()]),
                 GroupColumn::Int32Runs(&one),
                 GroupColumn::Arrays(vec![b.column(2).clone()]),

@@ -766,7 +766,10 @@ fn encoded_ingest_equals_the_batches_encoded() {
 
 /// The streaming ingest reads big-endian files (each slot converted on its
 /// way into the row group) to the same rows as the in-memory one, with
-/// unmeasured pairs left out, in both byte orders.
+/// unmeasured pairs left out, in both byte orders. The table is large (89,700
+/// rows): its times go to pages as they come from rank 219 on, straight from
+/// the file where the slots allow it, through a copy around an unmeasured pair
+/// or a step 0, or from a big-endian file; the bytes are those of the batches.
 #[test]
 fn streamed_ingest_reads_both_byte_orders() {
     use benchlake_formats::linktest::synth::synthetic_run;
@@ -775,12 +778,15 @@ fn streamed_ingest_reads_both_byte_orders() {
     let ctx = IngestContext {
         run_id: "01JBENCH000000000000000001".into(),
     };
-    let mut run = synthetic_run(40, 4, 11);
-    // Pairs 0→1, 0→2, 1→2 and 39→38 were not measured.
-    for k in [1, 2, 42, 40 * 40 - 2] {
+    let n = 300;
+    let mut run = synthetic_run(n, 4, 11);
+    // Pairs 0→1, 0→2, 1→2, 290→5 and 299→298 were not measured.
+    for k in [1, 2, n + 2, 290 * n + 5, n * n - 2] {
         run.permutations[0].times[k] = 0.0;
         run.permutations[0].steps[k] = 0;
     }
+    // A measured pair at step 0 (kept), once the pages are being made.
+    run.permutations[0].steps[250 * n + 7] = 0;
     let mut rows = Vec::new();
     for order in [ByteOrder::Little, ByteOrder::Big] {
         let path = dir.path().join(format!("{order:?}.sion"));
@@ -803,7 +809,9 @@ fn streamed_ingest_reads_both_byte_orders() {
             &want[2].table,
         );
         assert_eq!(g, w, "{order:?}");
-        assert_eq!(got[2].rows, 40 * 39 - 4, "{order:?}");
+        let w = benchlake_core::lake::EncodedTable::encode(&want[2]).unwrap();
+        assert!(got[2].data == w.data, "{order:?}: the encoded bytes differ");
+        assert_eq!(got[2].rows, n * (n - 1) - 5, "{order:?}");
         rows.push(g);
     }
     // The source column names the file; the values are the same.

@@ -505,10 +505,8 @@ pub(super) fn runs_chunk(
 /// Reusable state of the numeric chunk writer (the ZSTD context and the page
 /// scratch buffer), kept across the columns and row groups of one file.
 pub(super) struct NumericScratch {
-    zstd: Option<zstd::bulk::Compressor<'static>>,
-    page: Vec<u8>,
-    /// The compressed pages of the float chunk being written.
-    bodies: Vec<u8>,
+    /// The float chunk builder, kept from chunk to chunk.
+    floats: Option<FloatPages>,
     /// The buffer the next chunk is assembled in.
     sink: Vec<u8>,
     /// Values per data page ([`PAGE_VALUES`]; tests use small pages).
@@ -518,9 +516,7 @@ pub(super) struct NumericScratch {
 impl NumericScratch {
     pub(super) fn new(page_values: usize) -> Self {
         Self {
-            zstd: None,
-            page: Vec::new(),
-            bodies: Vec::new(),
+            floats: None,
             sink: Vec::new(),
             page_values: page_values.max(1),
         }
@@ -528,6 +524,11 @@ impl NumericScratch {
 }
 
 impl NumericScratch {
+    /// The buffer the next chunk is assembled in.
+    pub(super) fn take_sink(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.sink)
+    }
+
     /// Takes back a chunk's bytes once the row group has copied them, so the
     /// next chunk is assembled in memory already faulted in.
     pub(super) fn recycle(&mut self, chunk: Bytes) {
@@ -969,97 +970,278 @@ fn float_chunk(
     optional: bool,
     scratch: &mut NumericScratch,
 ) -> Result<(Bytes, ColumnCloseResult)> {
-    let level = ZstdLevel::try_new(FLOAT_ZSTD_LEVEL)?;
-    let mut zstd = match scratch.zstd.take() {
-        Some(z) => z,
-        None => zstd::bulk::Compressor::new(FLOAT_ZSTD_LEVEL)
-            .map_err(|e| Error::Config(format!("zstd compressor: {e}")))?,
+    let mut pages = match scratch.floats.take() {
+        Some(f) if f.per_page == scratch.page_values && f.optional == optional => f,
+        _ => FloatPages::new(scratch.page_values, optional),
     };
-    let per_page = scratch.page_values;
-    // Every page is compressed into one buffer (reused from chunk to chunk);
-    // the pages are slices of it.
-    let mut spans = Vec::with_capacity(rows.div_ceil(per_page));
-    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-    let buf = &mut scratch.page;
-    let mut bodies = std::mem::take(&mut scratch.bodies);
-    bodies.clear();
-    for_each_page(parts, per_page, |page, n| {
-        buf.clear();
-        if optional {
-            all_defined_levels(buf, n);
-        }
-        let start = buf.len();
-        buf.resize(start + 8 * n, 0);
-        let mut at = 0;
-        for s in page {
-            split_streams(s, &mut buf[start..], n, at);
-            at += s.len();
-            // f64::min/max ignore a NaN operand: NaNs stay out of the statistics.
-            let (l, h) = min_max(s);
-            lo = lo.min(l);
-            hi = hi.max(h);
-        }
-        let uncompressed = buf.len();
-        let from = bodies.len();
-        bodies.reserve(zstd::zstd_safe::compress_bound(uncompressed));
-        let mut out = std::io::Cursor::new(std::mem::take(&mut bodies));
-        out.set_position(from as u64);
-        let r = zstd.compress_to_buffer(buf, &mut out);
-        bodies = out.into_inner();
-        r.map_err(|e| Error::Config(format!("zstd: {e}")))?;
-        spans.push((from..bodies.len(), uncompressed, n));
-        Ok(())
-    })?;
-    let all = Bytes::from(bodies);
-    let pages = spans
-        .into_iter()
-        .map(|(range, uncompressed, n)| DataPage {
-            body: all.slice(range),
-            uncompressed,
-            values: n,
-            encoding: Encoding::BYTE_STREAM_SPLIT,
-        })
-        .collect();
-    scratch.zstd = Some(zstd);
-    // Parquet's rules for float statistics: NaNs are left out, a zero minimum
-    // is written as -0.0 and a zero maximum as +0.0.
-    let stats = if lo <= hi {
-        let lo = if lo == 0.0 { -0.0 } else { lo };
-        let hi = if hi == 0.0 { 0.0 } else { hi };
-        Statistics::double(Some(lo), Some(hi), None, Some(0), false)
-    } else {
-        Statistics::double(None, None, None, Some(0), false)
-    };
-    let spec = ChunkSpec {
-        codec: Compression::ZSTD(level),
-        encodings: vec![Encoding::RLE, Encoding::BYTE_STREAM_SPLIT],
-        stats,
-        rows,
-    };
-    let chunk = assemble(descr, None, pages, spec, std::mem::take(&mut scratch.sink));
-    // The pages were copied into the chunk: keep their buffer for the next one.
-    if let Ok(m) = all.try_into_mut() {
-        scratch.bodies = Vec::from(m);
+    pages.clear();
+    for p in parts {
+        pages.push(p)?;
     }
+    debug_assert_eq!(pages.len(), rows);
+    let chunk = pages.take_chunk(descr, std::mem::take(&mut scratch.sink));
+    scratch.floats = Some(pages);
     chunk
 }
 
-/// Minimum and maximum of `values` ignoring NaNs ((+inf, -inf) when there is
-/// no other value); four independent lanes so the loop vectorises.
-fn min_max(values: &[f64]) -> (f64, f64) {
+/// Room before a page's byte streams for its v1 definition levels (an
+/// optional column's: a 4-byte length, a varint of at most 10 bytes, one byte).
+const LEVELS_ROOM: usize = 16;
+
+/// A non-null `Float64` column chunk of a large table, built as its values
+/// come: their bytes go straight into the `BYTE_STREAM_SPLIT` page being
+/// filled, and a full page is compressed (ZSTD) while it is still in cache.
+/// A reader with the values in its input (the LinkTest ingest's mapped file)
+/// hands them over without first copying them into a column of the row group
+/// ([`GroupColumn::Float64Pages`](super::GroupColumn::Float64Pages)). The
+/// chunk is the one [`float_chunk`] writes for the same values (it is built
+/// here too).
+pub struct FloatPages {
+    per_page: usize,
+    optional: bool,
+    zstd: Option<zstd::bulk::Compressor<'static>>,
+    /// [`LEVELS_ROOM`] bytes, then the page's 8 streams, `per_page` bytes apart.
+    page: Vec<u8>,
+    /// Values in the page being filled.
+    filled: usize,
+    /// The chunk's compressed pages, one after another.
+    bodies: Vec<u8>,
+    /// Each page's span of `bodies`, uncompressed size and values.
+    spans: Vec<(std::ops::Range<usize>, usize, usize)>,
+    rows: usize,
+    lo: f64,
+    hi: f64,
+}
+
+impl std::fmt::Debug for FloatPages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FloatPages")
+            .field("rows", &self.rows)
+            .field("pages", &self.spans.len())
+            .finish()
+    }
+}
+
+impl FloatPages {
+    /// An empty chunk of a column of the large-table page size, non-null
+    /// (`optional` = false) or declared optional without nulls.
+    pub fn new_bulk(optional: bool) -> Self {
+        Self::new(PAGE_VALUES, optional)
+    }
+
+    pub(super) fn new(page_values: usize, optional: bool) -> Self {
+        Self {
+            per_page: page_values.max(1),
+            optional,
+            zstd: None,
+            page: Vec::new(),
+            filled: 0,
+            bodies: Vec::new(),
+            spans: Vec::new(),
+            rows: 0,
+            lo: f64::INFINITY,
+            hi: f64::NEG_INFINITY,
+        }
+    }
+
+    /// Values so far.
+    pub fn len(&self) -> usize {
+        self.rows
+    }
+
+    /// No values yet.
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+
+    /// Drops the values, keeping the memory.
+    pub fn clear(&mut self) {
+        self.filled = 0;
+        self.bodies.clear();
+        self.spans.clear();
+        self.rows = 0;
+        self.lo = f64::INFINITY;
+        self.hi = f64::NEG_INFINITY;
+    }
+
+    /// Appends `values`.
+    pub fn push(&mut self, values: &[f64]) -> Result<()> {
+        if cfg!(target_endian = "little") {
+            // SAFETY: any f64 is 8 initialised bytes, and u8 needs no alignment.
+            let raw = unsafe {
+                std::slice::from_raw_parts(
+                    values.as_ptr().cast::<u8>(),
+                    std::mem::size_of_val(values),
+                )
+            };
+            self.push_le(raw)
+        } else {
+            let raw: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            self.push_le(&raw)
+        }
+    }
+
+    /// Appends the values whose little-endian bytes are `raw` (8 per value;
+    /// no alignment needed).
+    pub fn push_le(&mut self, raw: &[u8]) -> Result<()> {
+        if !raw.len().is_multiple_of(8) {
+            return Err(Error::Config(format!(
+                "{} bytes are not a whole number of f64 values",
+                raw.len()
+            )));
+        }
+        let need = LEVELS_ROOM + 8 * self.per_page;
+        if self.page.len() < need {
+            // Zeroed once; every byte a page is compressed from is written
+            // before (the streams of the values it holds, then the levels).
+            self.page.resize(need, 0);
+        }
+        let mut rest = raw;
+        while !rest.is_empty() {
+            let take = (8 * (self.per_page - self.filled)).min(rest.len());
+            let (head, tail) = rest.split_at(take);
+            split_streams(
+                head,
+                &mut self.page[LEVELS_ROOM..],
+                self.per_page,
+                self.filled,
+            );
+            // f64::min/max ignore a NaN operand: NaNs stay out of the statistics.
+            let (l, h) = min_max_le(head);
+            self.lo = self.lo.min(l);
+            self.hi = self.hi.max(h);
+            self.filled += take / 8;
+            self.rows += take / 8;
+            if self.filled == self.per_page {
+                self.seal()?;
+            }
+            rest = tail;
+        }
+        Ok(())
+    }
+
+    /// Compresses the page being filled, if it holds values.
+    fn seal(&mut self) -> Result<()> {
+        let n = self.filled;
+        if n == 0 {
+            return Ok(());
+        }
+        let streams = &mut self.page[LEVELS_ROOM..];
+        if n < self.per_page {
+            // A last, short page: its streams close up to n bytes apart (each
+            // moves down past the ones already moved, never over a later one).
+            for k in 1..8 {
+                let from = k * self.per_page;
+                streams.copy_within(from..from + n, k * n);
+            }
+        }
+        let mut start = LEVELS_ROOM;
+        if self.optional {
+            let mut levels = Vec::with_capacity(LEVELS_ROOM);
+            all_defined_levels(&mut levels, n);
+            start -= levels.len();
+            self.page[start..LEVELS_ROOM].copy_from_slice(&levels);
+        }
+        let input = &self.page[start..LEVELS_ROOM + 8 * n];
+        let zstd = match &mut self.zstd {
+            Some(z) => z,
+            None => self.zstd.insert(
+                zstd::bulk::Compressor::new(FLOAT_ZSTD_LEVEL)
+                    .map_err(|e| Error::Config(format!("zstd compressor: {e}")))?,
+            ),
+        };
+        let from = self.bodies.len();
+        self.bodies
+            .reserve(zstd::zstd_safe::compress_bound(input.len()));
+        let mut out = std::io::Cursor::new(std::mem::take(&mut self.bodies));
+        out.set_position(from as u64);
+        let r = zstd.compress_to_buffer(input, &mut out);
+        self.bodies = out.into_inner();
+        r.map_err(|e| Error::Config(format!("zstd: {e}")))?;
+        self.spans.push((from..self.bodies.len(), input.len(), n));
+        self.filled = 0;
+        Ok(())
+    }
+
+    /// The column chunk of the values so far, assembled in `sink`; the values
+    /// are dropped and the memory kept for the next chunk.
+    pub(crate) fn take_chunk(
+        &mut self,
+        descr: ColumnDescPtr,
+        sink: Vec<u8>,
+    ) -> Result<(Bytes, ColumnCloseResult)> {
+        if descr.max_rep_level() != 0
+            || descr.max_def_level() != i16::from(self.optional)
+            || descr.physical_type() != PhysicalType::DOUBLE
+        {
+            return Err(Error::Config(format!(
+                "column {}: not a {} DOUBLE column",
+                descr.path(),
+                if self.optional {
+                    "flat optional"
+                } else {
+                    "required"
+                }
+            )));
+        }
+        self.seal()?;
+        let level = ZstdLevel::try_new(FLOAT_ZSTD_LEVEL)?;
+        let all = Bytes::from(std::mem::take(&mut self.bodies));
+        let pages = self
+            .spans
+            .drain(..)
+            .map(|(range, uncompressed, n)| DataPage {
+                body: all.slice(range),
+                uncompressed,
+                values: n,
+                encoding: Encoding::BYTE_STREAM_SPLIT,
+            })
+            .collect();
+        // Parquet's rules for float statistics: NaNs are left out, a zero minimum
+        // is written as -0.0 and a zero maximum as +0.0.
+        let (lo, hi) = (self.lo, self.hi);
+        let stats = if lo <= hi {
+            let lo = if lo == 0.0 { -0.0 } else { lo };
+            let hi = if hi == 0.0 { 0.0 } else { hi };
+            Statistics::double(Some(lo), Some(hi), None, Some(0), false)
+        } else {
+            Statistics::double(None, None, None, Some(0), false)
+        };
+        let spec = ChunkSpec {
+            codec: Compression::ZSTD(level),
+            encodings: vec![Encoding::RLE, Encoding::BYTE_STREAM_SPLIT],
+            stats,
+            rows: self.rows,
+        };
+        let chunk = assemble(descr, None, pages, spec, sink);
+        // The pages were copied into the chunk: keep their buffer.
+        if let Ok(m) = all.try_into_mut() {
+            self.bodies = Vec::from(m);
+        }
+        self.clear();
+        chunk
+    }
+}
+
+/// Minimum and maximum of the f64 values whose little-endian bytes are `raw`,
+/// ignoring NaNs ((+inf, -inf) when there is no other value); four independent
+/// lanes so the loop vectorises.
+fn min_max_le(raw: &[u8]) -> (f64, f64) {
+    let value = |c: &[u8]| f64::from_le_bytes(c.try_into().unwrap_or_default());
     let mut lo = [f64::INFINITY; 4];
     let mut hi = [f64::NEG_INFINITY; 4];
-    let chunks = values.chunks_exact(4);
+    let chunks = raw.chunks_exact(32);
     let tail = chunks.remainder();
     for c in chunks {
         for k in 0..4 {
-            lo[k] = lo[k].min(c[k]);
-            hi[k] = hi[k].max(c[k]);
+            let v = value(&c[8 * k..8 * k + 8]);
+            lo[k] = lo[k].min(v);
+            hi[k] = hi[k].max(v);
         }
     }
-    for v in tail {
-        lo[0] = lo[0].min(*v);
-        hi[0] = hi[0].max(*v);
+    for c in tail.chunks_exact(8) {
+        lo[0] = lo[0].min(value(c));
+        hi[0] = hi[0].max(value(c));
     }
     (
         lo[0].min(lo[1]).min(lo[2].min(lo[3])),
@@ -1067,21 +1249,22 @@ fn min_max(values: &[f64]) -> (f64, f64) {
     )
 }
 
-/// `BYTE_STREAM_SPLIT` of 8-byte values into a page of `n` values: byte k of
-/// value i goes to `out[k * n + at + i]`.
-fn split_streams(values: &[f64], out: &mut [u8], n: usize, at: usize) {
+/// `BYTE_STREAM_SPLIT` of 8-byte values (`raw`: their little-endian bytes)
+/// into a page whose streams are `n` bytes apart: byte k of value i goes to
+/// `out[k * n + at + i]`.
+fn split_streams(raw: &[u8], out: &mut [u8], n: usize, at: usize) {
     #[cfg(target_arch = "x86_64")]
-    let done = split16_sse2(values, out, n, at);
+    let done = split16_sse2(raw, out, n, at);
     #[cfg(not(target_arch = "x86_64"))]
     let done = 0;
-    split_scalar(&values[done..], out, n, at + done);
+    split_scalar(raw.get(8 * done..).unwrap_or_default(), out, n, at + done);
 }
 
-fn split_scalar(values: &[f64], out: &mut [u8], n: usize, at: usize) {
-    for (i, v) in values.iter().enumerate() {
-        for (k, b) in v.to_le_bytes().into_iter().enumerate() {
+fn split_scalar(raw: &[u8], out: &mut [u8], n: usize, at: usize) {
+    for (i, v) in raw.chunks_exact(8).enumerate() {
+        for (k, b) in v.iter().enumerate() {
             if let Some(dst) = out.get_mut(k * n + at + i) {
-                *dst = b;
+                *dst = *b;
             }
         }
     }
@@ -1095,20 +1278,20 @@ fn split_scalar(values: &[f64], out: &mut [u8], n: usize, at: usize) {
 /// byte k of the 16 values. Returns how many values it handled (a multiple of
 /// 16); the rest is left to the scalar loop.
 #[cfg(target_arch = "x86_64")]
-fn split16_sse2(values: &[f64], out: &mut [u8], n: usize, at: usize) -> usize {
+fn split16_sse2(raw: &[u8], out: &mut [u8], n: usize, at: usize) -> usize {
     use std::arch::x86_64::{
         __m128i, _mm_loadu_si128, _mm_storeu_si128, _mm_unpackhi_epi8, _mm_unpacklo_epi8,
     };
-    let groups = values.len() / 16;
+    let groups = raw.len() / 128;
     // Every store below stays inside `out` when the last stream's end does.
     if groups == 0 || out.len() < 7 * n + at + groups * 16 {
         return 0;
     }
-    let src = values.as_ptr().cast::<u8>();
+    let src = raw.as_ptr();
     let dst = out.as_mut_ptr();
     for g in 0..groups {
         // SAFETY: SSE2 is part of the x86-64 baseline. Loads read
-        // values[16g..16g+16] (in bounds: g < len / 16); stores write
+        // raw[128g..128g+128] (in bounds: g < len / 128); stores write
         // out[k*n + at + 16g .. +16] for k < 8, in bounds by the check above.
         unsafe {
             let base = src.add(g * 128);

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, Float64Array, Int32Array};
 use arrow::buffer::ScalarBuffer;
 use benchlake_core::lake::{
-    BULK_ROWS, EncodedTable, GroupColumn, IntRuns, ParquetEncoder, ROW_GROUP_ROWS,
+    BULK_ROWS, EncodedTable, FloatPages, GroupColumn, IntRuns, ParquetEncoder, ROW_GROUP_ROWS,
 };
 
 use super::LinkTestRun;
@@ -94,7 +94,14 @@ struct TimingGroups {
     from: IntRuns,
     to: IntRuns,
     step: Vec<i32>,
+    /// The times of a table that may stay small (arrow-rs writes it).
     time: Vec<f64>,
+    /// The times of a large table (known once it has [`BULK_ROWS`] rows),
+    /// split into pages as they come: a file's times go there without
+    /// being copied into a column first.
+    pages: Option<FloatPages>,
+    /// Times on their way to `pages` that could not go there directly.
+    to_pages: Vec<f64>,
     /// (source, rows) of the group's rows.
     spans: Vec<(usize, usize)>,
     enc: Option<ParquetEncoder>,
@@ -120,6 +127,8 @@ impl TimingGroups {
             to: IntRuns::new(),
             step: Vec::new(),
             time: Vec::new(),
+            pages: None,
+            to_pages: Vec::new(),
             spans: Vec::new(),
             enc: None,
             expected: 0,
@@ -144,35 +153,60 @@ impl TimingGroups {
         let partner = |k: usize| (if k < r { k } else { k + 1 }) as i32;
         let mut k = 0;
         while k < n {
-            let take = (ROW_GROUP_ROWS - self.time.len()).min(n - k);
-            let at = self.time.len();
-            slots.times_to(k..k + take, &mut self.time);
+            self.start_pages_if_large()?;
+            let take = (ROW_GROUP_ROWS - self.step.len()).min(n - k);
+            let at = self.step.len();
             slots.steps_to(k..k + take, &mut self.step)?;
-            let unmeasured = self.time[at..]
-                .iter()
-                .zip(&self.step[at..])
-                .fold(false, |any, (t, s)| any | ((*t == 0.0) & (*s == 0)));
-            let rows = if unmeasured {
-                let mut kept = at;
-                for i in 0..take {
-                    let (t, s) = (self.time[at + i], self.step[at + i]);
-                    if t == 0.0 && s == 0 {
-                        continue;
-                    }
-                    self.time[kept] = t;
-                    self.step[kept] = s;
-                    self.to.push(partner(k + i));
-                    kept += 1;
+            // With no step 0 no pair can be unmeasured: the file's times go
+            // to the pages as they are.
+            let direct = match (&mut self.pages, slots.times_le(k..k + take)) {
+                (Some(pages), Some(raw)) if !self.step[at..].contains(&0) => {
+                    pages.push_le(raw)?;
+                    true
                 }
-                self.time.truncate(kept);
-                self.step.truncate(kept);
-                kept - at
-            } else {
-                let (a, b) = (k.min(r), (k + take).min(r));
-                self.to.push_run(a as i32, b - a, 1);
-                let (a, b) = (k.max(r), (k + take).max(r));
-                self.to.push_run(a as i32 + 1, b - a, 1);
+                _ => false,
+            };
+            let rows = if direct {
+                self.push_partners(r, k, take);
                 take
+            } else {
+                // The times into the column, or into a scratch column on
+                // their way to the pages.
+                let times = if self.pages.is_some() {
+                    self.to_pages.clear();
+                    &mut self.to_pages
+                } else {
+                    &mut self.time
+                };
+                let t_at = times.len();
+                slots.times_to(k..k + take, times);
+                let unmeasured = times[t_at..]
+                    .iter()
+                    .zip(&self.step[at..])
+                    .fold(false, |any, (t, s)| any | ((*t == 0.0) & (*s == 0)));
+                let rows = if unmeasured {
+                    let mut kept = 0;
+                    for i in 0..take {
+                        let (t, s) = (times[t_at + i], self.step[at + i]);
+                        if t == 0.0 && s == 0 {
+                            continue;
+                        }
+                        times[t_at + kept] = t;
+                        self.step[at + kept] = s;
+                        self.to.push(partner(k + i));
+                        kept += 1;
+                    }
+                    times.truncate(t_at + kept);
+                    self.step.truncate(at + kept);
+                    kept
+                } else {
+                    self.push_partners(r, k, take);
+                    take
+                };
+                if let Some(pages) = &mut self.pages {
+                    pages.push(&self.to_pages)?;
+                }
+                rows
             };
             if rows > 0 {
                 self.note_rows(src, rows);
@@ -180,9 +214,30 @@ impl TimingGroups {
                 self.from.push_run(r as i32, rows, 0);
             }
             k += take;
-            if self.time.len() == ROW_GROUP_ROWS {
+            if self.step.len() == ROW_GROUP_ROWS {
                 self.flush()?;
             }
+        }
+        Ok(())
+    }
+
+    /// The partners of rank `r`'s slots `k..k + take`, all measured.
+    fn push_partners(&mut self, r: usize, k: usize, take: usize) {
+        let (a, b) = (k.min(r), (k + take).min(r));
+        self.to.push_run(a as i32, b - a, 1);
+        let (a, b) = (k.max(r), (k + take).max(r));
+        self.to.push_run(a as i32 + 1, b - a, 1);
+    }
+
+    /// Starts making pages of the times once the table is sure to be large
+    /// (a full group was written, or this one has [`BULK_ROWS`] rows): the
+    /// times so far move to the pages.
+    fn start_pages_if_large(&mut self) -> Result<()> {
+        if self.pages.is_none() && (self.enc.is_some() || self.time.len() >= BULK_ROWS) {
+            let mut pages = FloatPages::new_bulk(false);
+            pages.push(&self.time)?;
+            self.time = Vec::new();
+            self.pages = Some(pages);
         }
         Ok(())
     }
@@ -249,7 +304,7 @@ impl TimingGroups {
 
     /// Encodes the filled rows as one row group and keeps their memory.
     fn flush(&mut self) -> Result<()> {
-        let rows = self.time.len();
+        let rows = self.step.len();
         if rows == 0 {
             return Ok(());
         }
@@ -354,17 +409,20 @@ impl TimingGroups {
         let cut = |c: &ArrayRef| -> Vec<ArrayRef> {
             cuts.iter().map(|(at, len)| c.slice(*at, *len)).collect()
         };
-        let columns = [
+        let mut columns = [
             GroupColumn::Arrays(run_ids),
             GroupColumn::Arrays(sources),
             GroupColumn::Int32Runs(&self.perm),
             GroupColumn::Int32Runs(&self.from),
             GroupColumn::Int32Runs(&self.to),
             GroupColumn::Arrays(cut(&step_col)),
-            GroupColumn::Arrays(cut(&time_col)),
+            match &mut self.pages {
+                Some(pages) => GroupColumn::Float64Pages(pages),
+                None => GroupColumn::Arrays(cut(&time_col)),
+            },
         ];
         if let Some(enc) = self.enc.as_mut() {
-            enc.write_row_group_columns(&columns)?;
+            enc.write_row_group_columns(&mut columns)?;
         }
         drop(columns);
         drop((step_col, time_col));
@@ -374,7 +432,9 @@ impl TimingGroups {
         // Take the column memory back for the next group (the arrays are no
         // longer shared); fresh vectors if that fails.
         self.step = reuse(step.into_parts().1, rows);
-        self.time = reuse(time.into_parts().1, rows);
+        if self.pages.is_none() {
+            self.time = reuse(time.into_parts().1, rows);
+        }
         Ok(())
     }
 
@@ -394,6 +454,11 @@ impl TimingGroups {
 trait Slots {
     fn len(&self) -> usize;
     fn times_to(&self, slots: std::ops::Range<usize>, out: &mut Vec<f64>);
+    /// The little-endian bytes of the times of `slots`, where the slots
+    /// hold them so.
+    fn times_le(&self, _slots: std::ops::Range<usize>) -> Option<&[u8]> {
+        None
+    }
     fn steps_to(&self, slots: std::ops::Range<usize>, out: &mut Vec<i32>) -> Result<()>;
 }
 
@@ -403,6 +468,9 @@ impl Slots for RankSlots<'_> {
     }
     fn times_to(&self, slots: std::ops::Range<usize>, out: &mut Vec<f64>) {
         RankSlots::times_to(self, slots, out)
+    }
+    fn times_le(&self, slots: std::ops::Range<usize>) -> Option<&[u8]> {
+        RankSlots::times_le(self, slots)
     }
     fn steps_to(&self, slots: std::ops::Range<usize>, out: &mut Vec<i32>) -> Result<()> {
         RankSlots::steps_to(self, slots, out)

@@ -65,6 +65,13 @@ impl RankSlots<'_> {
         self.times.len() / 8
     }
 
+    /// The times of `slots` as the file holds them, if that is little-endian.
+    pub(crate) fn times_le(&self, slots: std::ops::Range<usize>) -> Option<&[u8]> {
+        (self.order == ByteOrder::Little)
+            .then(|| self.times.get(slots.start * 8..slots.end * 8))
+            .flatten()
+    }
+
     /// Appends the times of `slots` to `out`.
     pub(crate) fn times_to(&self, slots: std::ops::Range<usize>, out: &mut Vec<f64>) {
         let raw = &self.times[slots.start * 8..slots.end * 8];
