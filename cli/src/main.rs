@@ -224,6 +224,26 @@ fn init_logging(plan: &LogPlan) -> Result<Option<std::path::PathBuf>, String> {
     Ok(path)
 }
 
+/// An error and its causes on one line (`a: b: c`), leaving out a cause
+/// whose text the one before already holds: many errors put their source in
+/// their own message (`FILE: No such file or directory`), and anyhow's `{:#}`
+/// would print it twice.
+pub(crate) fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut last = String::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        if last.is_empty() || !last.contains(&s) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&s);
+        }
+        last = s;
+    }
+    out
+}
+
 fn main() -> std::process::ExitCode {
     let cli = match config::apply(&Cli::command(), std::env::args_os().collect()) {
         Ok(a) => Cli::parse_from(a.argv),
@@ -244,6 +264,10 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     }
+    // A Bandela replay holds one open file per rank; many systems start
+    // processes at 1,024 (docs/replay.md, "Open files").
+    let files = benchlake_core::limits::raise_open_files();
+    tracing::debug!(?files, "open-files limit");
     if let Cmd::NodeCheck(a) = cli.cmd {
         // One small call on a current-thread runtime: Slurm runs it often.
         return nodecheck::main(a);
@@ -253,7 +277,7 @@ fn main() -> std::process::ExitCode {
         return match netprobe::netprobe(a) {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("error: {e:#}");
+                eprintln!("error: {}", error_text(&e));
                 std::process::ExitCode::FAILURE
             }
         };
@@ -340,9 +364,48 @@ fn main() -> std::process::ExitCode {
         Err(e) => {
             match e.downcast_ref::<tonic::Status>() {
                 Some(s) => eprintln!("error: {:?}: {}", s.code(), s.message()),
-                None => eprintln!("error: {e:#}"),
+                None => eprintln!("error: {}", error_text(&e)),
             }
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_text;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("{file}: {source}")]
+    struct WithSource {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    }
+
+    /// A cause already in its error's message is printed once; causes that
+    /// are not are all printed, outermost first.
+    #[test]
+    fn an_error_chain_prints_each_cause_once() {
+        let io = std::io::Error::from_raw_os_error(2);
+        let e = anyhow::Error::new(WithSource {
+            file: "a/b.txt".into(),
+            source: io,
+        });
+        let text = error_text(&e);
+        assert_eq!(
+            text.matches("No such file or directory").count(),
+            1,
+            "{text}"
+        );
+        assert!(text.starts_with("a/b.txt: No such file"), "{text}");
+        let e = e.context("replaying rank 3");
+        assert_eq!(
+            error_text(&e),
+            format!("replaying rank 3: {text}"),
+            "a context is kept"
+        );
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_text(&e), "outer: inner");
     }
 }

@@ -210,10 +210,13 @@ pub fn main(a: NodeCheckArgs) -> ExitCode {
                 println!(
                     "{}",
                     serde_json::json!({"node": node, "health": "unknown", "exit_code": UNKNOWN,
-                        "error": format!("{e:#}")})
+                        "error": crate::error_text(&e)})
                 );
             } else {
-                println!("{node}: cannot tell: the coordinator did not answer: {e:#}");
+                println!(
+                    "{node}: cannot tell: the coordinator did not answer: {}",
+                    crate::error_text(&e)
+                );
             }
             return ExitCode::from(UNKNOWN);
         }

@@ -221,7 +221,7 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
         .await;
         if a.keep {
             if let Err(e) = &r {
-                eprintln!("demo failed: {e:#}");
+                eprintln!("demo failed: {}", crate::error_text(e));
             }
             eprintln!("demo done; still up (--keep): dashboard {http_base}/   (Ctrl-C stops)");
             until(sd).await;
@@ -431,13 +431,13 @@ async fn demo(
         }
     }
     if let Err(e) = demo_node_health(&conn, agent_name, wrong_cores, &hostinfo).await {
-        failed.push(format!("node health: {e:#}"));
+        failed.push(format!("node health: {}", crate::error_text(&e)));
     }
     let run_of = |b: &str| ids.iter().find(|(x, _)| *x == b).map(|(_, id)| id.as_str());
     if let Some(np) = run_of("netprobe")
         && let Err(e) = demo_calibration(store, np, run_of("traced")).await
     {
-        failed.push(format!("calibration: {e:#}"));
+        failed.push(format!("calibration: {}", crate::error_text(&e)));
     }
     if let Some(dir) = traced.as_ref().and_then(|p| p.parent()) {
         let _ = std::fs::remove_dir_all(dir);

@@ -15,6 +15,7 @@ pub mod ids;
 pub mod jobs;
 pub mod lake;
 pub mod layout;
+pub mod limits;
 pub mod mem;
 pub mod scontrol;
 pub mod slurm;

@@ -35,6 +35,15 @@ pub enum ReplayError {
         /// What is not supported.
         message: String,
     },
+    /// The machine's limits stop the replay (too few open files allowed for
+    /// the trace's rank files).
+    #[error("{file}: {message}")]
+    Limit {
+        /// The file that could not be opened.
+        file: PathBuf,
+        /// What limit, and how to raise it.
+        message: String,
+    },
     /// Building the output tables failed.
     #[error("arrow: {0}")]
     Arrow(#[from] arrow::error::ArrowError),

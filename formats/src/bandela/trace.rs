@@ -98,6 +98,12 @@ enum Layout {
     FormatEvent,
 }
 
+/// Bytes of a rank trace's read buffer unless told otherwise.
+pub const DEFAULT_BUFFER: usize = 16 << 10;
+
+/// The smallest read buffer [`RankTrace::open_buffered`] uses.
+pub const MIN_BUFFER: usize = 4 << 10;
+
 /// A lazily read rank trace.
 pub struct RankTrace {
     path: PathBuf,
@@ -221,10 +227,16 @@ impl RankTrace {
     /// Opens a rank trace; the layout is detected from the first non-comment line
     /// (`H ...` for v1, 10 whitespace-separated fields for format_event).
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_buffered(path, DEFAULT_BUFFER)
+    }
+
+    /// [`RankTrace::open`] reading through a buffer of `capacity` bytes (a
+    /// replay of many ranks holds one per rank).
+    pub fn open_buffered(path: impl AsRef<Path>, capacity: usize) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let f = File::open(&path).map_err(|e| FormatError::io(&path, e))?;
         let mut t = Self {
-            reader: BufReader::with_capacity(16 * 1024, f),
+            reader: BufReader::with_capacity(capacity.max(MIN_BUFFER), f),
             path,
             line: 0,
             offset: 0,

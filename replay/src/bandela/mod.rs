@@ -407,7 +407,8 @@ pub fn simulate_threads(
     let mut ranks = Vec::with_capacity(files.len());
     let mut traces = Vec::with_capacity(files.len());
     for (i, f) in files.iter().enumerate() {
-        let stream = RankTrace::open(f)?;
+        let stream = RankTrace::open_buffered(f, rank_buffer(files.len()))
+            .map_err(|e| out_of_files(e, files.len()))?;
         if stream.header.rank as usize != i {
             return Err(ReplayError::Inconsistent {
                 file: f.clone(),
@@ -467,6 +468,40 @@ pub fn simulate_threads(
         let src = Source::pipelined(dec, name, scope)?;
         replay(input, ranks, src, names, topo, files.len())
     })
+}
+
+/// Read buffer per rank file: 16 KiB up to 2,048 ranks, then smaller so that
+/// all of them stay within 32 MiB, but never under 4 KiB (at 65,536 ranks
+/// 256 MiB, not the 1 GiB of 16 KiB each). Every rank's file is read side by
+/// side, so this is most of the replay's memory at scale.
+fn rank_buffer(ranks: usize) -> usize {
+    use benchlake_formats::bandela::trace::{DEFAULT_BUFFER, MIN_BUFFER};
+    ((32 << 20) / ranks.max(1)).clamp(MIN_BUFFER, DEFAULT_BUFFER)
+}
+
+/// A rank file that could not be opened because the process has too many
+/// files open: the replay holds one per rank, so say how many and what the
+/// limit is (other errors pass through).
+fn out_of_files(e: FormatError, ranks: usize) -> ReplayError {
+    match e {
+        FormatError::Io { file, source }
+            if benchlake_core::limits::is_too_many_open_files(&source) =>
+        {
+            let limit = benchlake_core::limits::open_files().map_or_else(
+                || "a limited number of open files".into(),
+                |l| l.to_string(),
+            );
+            ReplayError::Limit {
+                file,
+                message: format!(
+                    "cannot open it ({source}): the replay reads the trace's {ranks} rank files \
+                     side by side, one open file each, and this process may have {limit}; \
+                     raise the limit (`ulimit -n`, or `LimitNOFILE=` of a systemd unit)"
+                ),
+            }
+        }
+        e => e.into(),
+    }
 }
 
 /// The event loop over `ranks`, reading their records from `src`.
@@ -1470,6 +1505,17 @@ fn is_collective(main_fn: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn rank_buffers_shrink_past_2048_ranks_and_stop_at_4_kib() {
+        use super::rank_buffer;
+        assert_eq!(rank_buffer(0), 16 << 10);
+        assert_eq!(rank_buffer(1024), 16 << 10);
+        assert_eq!(rank_buffer(2048), 16 << 10);
+        assert_eq!(rank_buffer(4096), 8 << 10);
+        assert_eq!(rank_buffer(8192), 4 << 10);
+        assert_eq!(rank_buffer(65536), 4 << 10);
+    }
+
     use super::*;
     use crate::synth::Halo;
 
