@@ -264,10 +264,6 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     }
-    // A Bandela replay holds one open file per rank; many systems start
-    // processes at 1,024 (docs/replay.md, "Open files").
-    let files = benchlake_core::limits::raise_open_files();
-    tracing::debug!(?files, "open-files limit");
     if let Cmd::NodeCheck(a) = cli.cmd {
         // One small call on a current-thread runtime: Slurm runs it often.
         return nodecheck::main(a);

@@ -1,6 +1,7 @@
-//! A Bandela replay holds one open file per rank. `benchlake` raises its
-//! soft limit on open files to the hard one at start, so a trace with more
-//! ranks than the soft limit replays; where even the hard limit is too low,
+//! A Bandela replay holds one open file per rank. It raises the process's
+//! soft limit on open files to what it needs (up to the hard limit), so a
+//! trace with more ranks than the soft limit replays; where even the hard
+//! limit is too low,
 //! the error names the file, the rank count and the limit, and says how to
 //! raise it (instead of failing on the 1,013th file of 1,024 with a bare
 //! "Too many open files").

@@ -1,4 +1,4 @@
-//! The process's limit on open files: raised to its hard limit at start, read
+//! The process's limit on open files: raised where a task needs more, read
 //! back for error messages, and "too many open files" told apart from other
 //! I/O errors.
 //!
@@ -55,36 +55,44 @@ pub fn open_files() -> Option<OpenFiles> {
     None
 }
 
-/// Raises the soft limit on open files to the hard limit (where the soft one
-/// is lower) and returns the limits in force afterwards. A refusal leaves the
-/// limits as they were.
-pub fn raise_open_files() -> Option<OpenFiles> {
+/// Makes sure this process may have `needed` files open: raises the soft
+/// limit to `needed` (at most to the hard limit) where it is lower, and
+/// returns the limits in force afterwards. Only as far as needed, because
+/// child processes inherit the limit (and some programs loop over every
+/// possible file descriptor). A refusal leaves the limits as they were.
+pub fn ensure_open_files(needed: u64) -> Option<OpenFiles> {
     let before = open_files()?;
     #[cfg(unix)]
-    if before.soft.is_some() && before.soft < before.hard.or(Some(u64::MAX)) {
+    if let Some(soft) = before.soft
+        && soft < needed
+    {
         let mut l = libc::rlimit {
             rlim_cur: 0,
             rlim_max: 0,
         };
         // SAFETY: as in `open_files`.
         if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } == 0 {
-            l.rlim_cur = l.rlim_max;
-            // SAFETY: setrlimit reads the struct; a soft limit equal to the
+            let want = libc::rlim_t::try_from(needed).unwrap_or(libc::RLIM_INFINITY);
+            l.rlim_cur = if l.rlim_max == libc::RLIM_INFINITY {
+                want
+            } else {
+                want.min(l.rlim_max)
+            };
+            // SAFETY: setrlimit reads the struct; a soft limit at or under the
             // hard one is always allowed, and a refusal changes nothing.
             if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &l) } != 0 {
-                // macOS refuses RLIM_INFINITY for open files: its kernel's
-                // maximum is the highest value it takes.
-                #[cfg(target_os = "macos")]
-                {
-                    l.rlim_cur = libc::OPEN_MAX as libc::rlim_t;
-                    // SAFETY: as above.
-                    let _ = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &l) };
-                }
-                tracing::debug!(limits = %before, "could not raise the open-files limit");
+                tracing::debug!(limits = %before, needed, "could not raise the open-files limit");
             }
         }
     }
     open_files()
+}
+
+/// Files this process has open now (`None` where that cannot be counted).
+pub fn open_now() -> Option<u64> {
+    let n = std::fs::read_dir("/proc/self/fd").ok()?.count();
+    // The directory handle read_dir held is one of them.
+    Some((n as u64).saturating_sub(1))
 }
 
 /// Whether `e` says the process (or the system) has too many files open.
@@ -104,23 +112,35 @@ pub fn is_too_many_open_files(e: &std::io::Error) -> bool {
 mod tests {
     use super::*;
 
-    /// The soft limit ends at the hard one, never above or below where it was.
+    /// The soft limit rises to what is asked (never past the hard limit,
+    /// never down), and a count of open files is there on Linux.
     #[test]
-    fn the_soft_limit_is_raised_to_the_hard_one() {
+    fn the_soft_limit_rises_only_as_far_as_asked() {
         let Some(before) = open_files() else {
             return;
         };
-        let after = raise_open_files().expect("limits readable");
-        assert_eq!(after.hard, before.hard);
-        assert!(after.soft.unwrap_or(u64::MAX) >= before.soft.unwrap_or(u64::MAX));
-        if cfg!(target_os = "linux") {
-            assert_eq!(after.soft, after.hard, "{after}");
+        let after = ensure_open_files(1).expect("limits readable");
+        assert_eq!(after, before, "already allowed: nothing changes");
+        if let (Some(soft), Some(hard)) = (before.soft, before.hard)
+            && soft < hard
+        {
+            let after = ensure_open_files(soft + 1).expect("limits readable");
+            assert_eq!(after.soft, Some(soft + 1));
+            assert_eq!(after.hard, before.hard);
+            let after = ensure_open_files(u64::MAX).expect("limits readable");
+            assert_eq!(after.soft, after.hard, "capped at the hard limit");
         }
-        let text = after.to_string();
+        let text = before.to_string();
         assert!(
             text.contains("open files (`ulimit -n`; hard limit"),
             "{text}"
         );
+        if cfg!(target_os = "linux") {
+            assert!(
+                open_now().expect("/proc/self/fd") >= 3,
+                "stdin, stdout, stderr"
+            );
+        }
     }
 
     #[test]

@@ -404,6 +404,13 @@ pub fn simulate_threads(
     if input.host_type != 1 {
         topo = None;
     }
+    // One open file per rank for the whole replay: many systems start a
+    // process at 1,024 (docs/replay.md, "Open files and read buffers").
+    let held = benchlake_core::limits::open_now().unwrap_or(OTHER_FILES);
+    let limits = benchlake_core::limits::ensure_open_files(
+        (files.len() as u64).saturating_add(held + OTHER_FILES),
+    );
+    tracing::debug!(?limits, ranks = files.len(), "open-files limit");
     let mut ranks = Vec::with_capacity(files.len());
     let mut traces = Vec::with_capacity(files.len());
     for (i, f) in files.iter().enumerate() {
@@ -469,6 +476,10 @@ pub fn simulate_threads(
         replay(input, ranks, src, names, topo, files.len())
     })
 }
+
+/// Open files a replay leaves room for beyond its rank files and what the
+/// process holds already (a worker's other jobs, its connections).
+const OTHER_FILES: u64 = 256;
 
 /// Read buffer per rank file: 16 KiB up to 2,048 ranks, then smaller so that
 /// all of them stay within 32 MiB, but never under 4 KiB (at 65,536 ranks
