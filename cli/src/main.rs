@@ -10,7 +10,7 @@ mod replay;
 mod up;
 mod user;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use opts::*;
 
@@ -245,13 +245,19 @@ pub(crate) fn error_text(e: &anyhow::Error) -> String {
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = match config::apply(&Cli::command(), std::env::args_os().collect()) {
-        Ok(a) => Cli::parse_from(a.argv),
+    // One command tree for the config file and the parse (clap's derive
+    // would build a second one while the first is still alive).
+    let cmd = Cli::command();
+    let argv = match config::apply(&cmd, std::env::args_os().collect()) {
+        Ok(a) => a.argv,
         Err(e) => {
             eprintln!("error: {e}");
             return std::process::ExitCode::from(2);
         }
     };
+    let mut matches = cmd.get_matches_from(argv);
+    let cli = Cli::from_arg_matches_mut(&mut matches)
+        .unwrap_or_else(|e| e.format(&mut Cli::command()).exit());
     if let Cmd::Pio { args } = cli.cmd {
         // pio is synchronous and may re-run this command line as its ranks.
         return benchlake_pio::main_with_args(args);
