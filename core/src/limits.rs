@@ -31,18 +31,22 @@ impl std::fmt::Display for OpenFiles {
     }
 }
 
+/// The raw limits on open files.
+#[cfg(unix)]
+fn rlimit() -> Option<libc::rlimit> {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given and nothing else.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } == 0).then_some(l)
+}
+
 /// The current limits on open files; `None` where they cannot be read.
 pub fn open_files() -> Option<OpenFiles> {
     #[cfg(unix)]
     {
-        let mut l = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit writes the struct it is given and nothing else.
-        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } != 0 {
-            return None;
-        }
+        let l = rlimit()?;
         // rlim_t is u64 on Linux, not on every Unix.
         #[allow(clippy::unnecessary_cast)]
         let v = |x: libc::rlim_t| (x != libc::RLIM_INFINITY).then_some(x as u64);
@@ -61,18 +65,11 @@ pub fn open_files() -> Option<OpenFiles> {
 /// child processes inherit the limit (and some programs loop over every
 /// possible file descriptor). A refusal leaves the limits as they were.
 pub fn ensure_open_files(needed: u64) -> Option<OpenFiles> {
-    let before = open_files()?;
     #[cfg(unix)]
-    if let Some(soft) = before.soft
-        && soft < needed
     {
-        let mut l = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: as in `open_files`.
-        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } == 0 {
-            let want = libc::rlim_t::try_from(needed).unwrap_or(libc::RLIM_INFINITY);
+        let mut l = rlimit()?;
+        let want = libc::rlim_t::try_from(needed).unwrap_or(libc::RLIM_INFINITY);
+        if l.rlim_cur != libc::RLIM_INFINITY && l.rlim_cur < want {
             l.rlim_cur = if l.rlim_max == libc::RLIM_INFINITY {
                 want
             } else {
@@ -81,10 +78,12 @@ pub fn ensure_open_files(needed: u64) -> Option<OpenFiles> {
             // SAFETY: setrlimit reads the struct; a soft limit at or under the
             // hard one is always allowed, and a refusal changes nothing.
             if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &l) } != 0 {
-                tracing::debug!(limits = %before, needed, "could not raise the open-files limit");
+                tracing::debug!(needed, "could not raise the open-files limit");
             }
         }
     }
+    #[cfg(not(unix))]
+    let _ = needed;
     open_files()
 }
 
