@@ -32,6 +32,7 @@ mod read;
 pub use chunks::FloatPages;
 use chunks::{
     ConstantCache, NumericScratch, constant_chunk, numeric_chunk, runs_chunk, runs_int_chunk,
+    utf8_runs_chunk,
 };
 pub use int_runs::IntRuns;
 pub use read::RunRows;
@@ -655,6 +656,10 @@ pub enum GroupColumn<'a> {
     /// A `Float64` column of a large table whose pages were made as its
     /// values came; the encoder takes them (the builder is left empty).
     Float64Pages(&'a mut FloatPages),
+    /// A non-null `Utf8` column given as runs of one value, (value, rows) in
+    /// row order: a file's name over its rows, the run id over all of them.
+    /// Encoded as arrays of those values would be, without making them.
+    Utf8Runs(Vec<(&'a str, usize)>),
 }
 
 /// One Parquet file of a table written row group by row group, so a reader
@@ -870,6 +875,16 @@ impl ParquetEncoder {
                     }
                     r.len()
                 }
+                GroupColumn::Utf8Runs(runs) => {
+                    if f.data_type() != &arrow::datatypes::DataType::Utf8 {
+                        return Err(mismatch(format!(
+                            "column {} as Utf8 runs for {}",
+                            f.name(),
+                            f.data_type()
+                        )));
+                    }
+                    runs.iter().map(|r| r.1).sum()
+                }
                 GroupColumn::Float64Pages(p) => {
                     if f.data_type() != &arrow::datatypes::DataType::Float64 || !self.bulk {
                         return Err(mismatch(format!(
@@ -950,15 +965,29 @@ impl ParquetEncoder {
                     // Small tables: the values, cut like the other columns'
                     // arrays (arrow-rs's pages depend on the cuts).
                     let all: arrow::array::ArrayRef = Arc::new(runs.to_array());
-                    let mut at = 0;
-                    made = cuts
-                        .iter()
-                        .map(|&n| {
-                            let a = all.slice(at, n);
-                            at += n;
-                            a
-                        })
-                        .collect();
+                    made = cut_array(&all, &cuts);
+                    made.iter().collect()
+                }
+                GroupColumn::Utf8Runs(runs) => {
+                    // What the arrays of these values would get: a constant
+                    // chunk, a runs chunk, or arrow-rs's writer.
+                    let mut values = runs.iter().filter(|r| r.1 > 0);
+                    if let Some((first, _)) = values.next()
+                        && values.all(|(v, _)| v == first)
+                        && let Some((data, close)) = constant_chunk(
+                            descr.clone(),
+                            &chunks::ConstValue::Utf8(first.as_bytes().to_vec()),
+                            group_rows,
+                        )?
+                    {
+                        rg.append_column(&data, close)?;
+                        continue;
+                    }
+                    if let Some((data, close)) = utf8_runs_chunk(descr.clone(), runs, group_rows)? {
+                        rg.append_column(&data, close)?;
+                        continue;
+                    }
+                    made = utf8_runs_arrays(&self.table, field.name(), runs, &cuts)?;
                     made.iter().collect()
                 }
             };
@@ -1050,6 +1079,77 @@ impl ParquetEncoder {
             spilled,
         })
     }
+}
+
+/// `all` cut into arrays of the lengths `cuts`.
+fn cut_array(all: &arrow::array::ArrayRef, cuts: &[usize]) -> Vec<arrow::array::ArrayRef> {
+    let mut at = 0;
+    cuts.iter()
+        .map(|&n| {
+            let a = all.slice(at, n);
+            at += n;
+            a
+        })
+        .collect()
+}
+
+/// The values of `runs` as `Utf8` arrays of the lengths `cuts` (for
+/// arrow-rs's writer, when the column is of no shape `chunks` writes).
+fn utf8_runs_arrays(
+    table: &str,
+    column: &str,
+    runs: &[(&str, usize)],
+    cuts: &[usize],
+) -> Result<Vec<arrow::array::ArrayRef>> {
+    let mut queue = runs.iter().copied().filter(|r| r.1 > 0);
+    let mut carry: Option<(&str, usize)> = None;
+    let mut out = Vec::with_capacity(cuts.len());
+    for &len in cuts {
+        let mut offsets: Vec<i32> = Vec::with_capacity(len + 1);
+        offsets.push(0);
+        let mut bytes: Vec<u8> = Vec::new();
+        let mut filled = 0;
+        while filled < len {
+            let Some((v, n)) = carry.take().or_else(|| queue.next()) else {
+                break;
+            };
+            let take = n.min(len - filled);
+            let end = v
+                .len()
+                .checked_mul(take)
+                .and_then(|b| b.checked_add(bytes.len()))
+                .filter(|e| i32::try_from(*e).is_ok())
+                .ok_or_else(|| Error::SchemaMismatch {
+                    table: table.to_string(),
+                    message: format!("the {column} values of one batch exceed 2 GiB"),
+                })?;
+            bytes.reserve(end - bytes.len());
+            for _ in 0..take {
+                bytes.extend_from_slice(v.as_bytes());
+                offsets.push(bytes.len() as i32);
+            }
+            filled += take;
+            if take < n {
+                carry = Some((v, n - take));
+            }
+        }
+        if filled < len {
+            return Err(Error::SchemaMismatch {
+                table: table.to_string(),
+                message: format!("column {column} has fewer values than its row group"),
+            });
+        }
+        // SAFETY: the offsets start at 0, grow with `bytes` and end at its
+        // length (checked to fit i32); every value is a whole `&str`.
+        out.push(Arc::new(unsafe {
+            arrow::array::StringArray::new_unchecked(
+                arrow::buffer::OffsetBuffer::new_unchecked(offsets.into()),
+                bytes.into(),
+                None,
+            )
+        }) as arrow::array::ArrayRef);
+    }
+    Ok(out)
 }
 
 /// SHA-256 of bytes, lower-case hex.
@@ -1834,5 +1934,129 @@ mod tests {
             e.to_string().contains("column b as Int32 runs for Int64"),
             "{e}"
         );
+    }
+
+    /// A `Utf8` column given as runs of values gets the bytes of arrays of
+    /// those values, in every shape the encoder tells apart: one value (also
+    /// split over runs), runs of file names (one recurring), runs too short
+    /// for a runs chunk and more distinct values than it takes (arrow-rs's
+    /// writer, cut like the other columns), nullable or not, small or large
+    /// tables.
+    #[test]
+    fn utf8_runs_columns_are_the_bytes_of_their_values() {
+        use arrow::array::{Array, ArrayRef};
+        use arrow::datatypes::{DataType, Field, Schema};
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("s", DataType::Utf8, false),
+            Field::new("t", DataType::Utf8, true),
+            Field::new("v", DataType::Int32, false),
+        ]));
+        let both = |runs: &[(&str, usize)], bulk: bool, cuts: &[usize]| {
+            let n: usize = runs.iter().map(|r| r.1).sum();
+            assert_eq!(cuts.iter().sum::<usize>(), n);
+            let values: Vec<&str> = runs
+                .iter()
+                .flat_map(|(v, k)| std::iter::repeat_n(*v, *k))
+                .collect();
+            let s: ArrayRef = Arc::new(StringArray::from(values.clone()));
+            let t: ArrayRef = Arc::new(StringArray::from(
+                values.iter().map(|v| Some(*v)).collect::<Vec<_>>(),
+            ));
+            let v: ArrayRef = Arc::new(Int32Array::from_iter_values((0..n as i32).map(|i| i * 3)));
+            let mut at = 0;
+            let pieces: Vec<(usize, usize)> = cuts
+                .iter()
+                .map(|&k| {
+                    at += k;
+                    (at - k, k)
+                })
+                .collect();
+            let batches: Vec<RecordBatch> = pieces
+                .iter()
+                .map(|&(a, k)| {
+                    RecordBatch::try_new(
+                        schema.clone(),
+                        vec![s.slice(a, k), t.slice(a, k), v.slice(a, k)],
+                    )
+                    .unwrap()
+                })
+                .collect();
+            let mut enc =
+                ParquetEncoder::with_schema("runs_test", schema.clone(), bulk, 256, n).unwrap();
+            enc.write_row_group(&batches).unwrap();
+            let want = enc.finish().unwrap();
+            let mut enc =
+                ParquetEncoder::with_schema("runs_test", schema.clone(), bulk, 256, n).unwrap();
+            enc.write_row_group_columns(&mut [
+                GroupColumn::Utf8Runs(runs.to_vec()),
+                GroupColumn::Utf8Runs(runs.to_vec()),
+                GroupColumn::Arrays(pieces.iter().map(|&(a, k)| v.slice(a, k)).collect()),
+            ])
+            .unwrap();
+            let got = enc.finish().unwrap();
+            assert!(
+                got == want,
+                "{} runs, bulk {bulk}: the bytes differ",
+                runs.len()
+            );
+            let back = read_back(got);
+            let back = arrow::compute::concat_batches(&schema, &back).unwrap();
+            assert_eq!(back.column(0).as_ref(), s.as_ref());
+            assert_eq!(back.column(1).as_ref(), t.as_ref());
+        };
+        let names: Vec<String> = (0..5000)
+            .map(|i| format!("/data/r{i:04}/pingpong.sion"))
+            .collect();
+        for bulk in [false, true] {
+            // One value, whole or in runs (an empty run among them), and "".
+            both(&[("01JBENCH000000000000000001", 100)], bulk, &[100]);
+            both(&[("a", 10), ("a", 0), ("a", 90)], bulk, &[40, 60]);
+            both(&[("", 30)], bulk, &[30]);
+            // Runs of file names, one recurring, runs crossing the cuts.
+            let mut runs: Vec<(&str, usize)> =
+                names[..50].iter().map(|n| (n.as_str(), 20)).collect();
+            runs.push((names[3].as_str(), 9));
+            both(&runs, bulk, &[333, 333, 343]);
+            // Adjacent runs of one value are one run.
+            let split = [
+                (names[0].as_str(), 20),
+                (names[0].as_str(), 20),
+                (names[1].as_str(), 40),
+            ];
+            both(&split, bulk, &[80]);
+            // Runs of 2 rows: no runs chunk, arrow-rs's writer.
+            let short: Vec<(&str, usize)> = names[..100].iter().map(|n| (n.as_str(), 2)).collect();
+            both(&short, bulk, &[37, 63, 100]);
+        }
+        // More distinct values than a runs chunk takes (8 rows each).
+        let many: Vec<(&str, usize)> = names[..4097].iter().map(|n| (n.as_str(), 8)).collect();
+        both(&many, true, &[32776]);
+        // A runs column of the wrong type or length is refused.
+        let mut enc =
+            ParquetEncoder::with_schema("runs_test", schema.clone(), true, 256, 2).unwrap();
+        let v: ArrayRef = Arc::new(Int32Array::from(vec![1, 2]));
+        let e = enc
+            .write_row_group_columns(&mut [
+                GroupColumn::Utf8Runs(vec![("x", 2)]),
+                GroupColumn::Utf8Runs(vec![("x", 1)]),
+                GroupColumn::Arrays(vec![v.clone()]),
+            ])
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("column t has 1 rows, the others 2"),
+            "{e}"
+        );
+        let e = enc
+            .write_row_group_columns(&mut [
+                GroupColumn::Utf8Runs(vec![("x", 2)]),
+                GroupColumn::Utf8Runs(vec![("x", 2)]),
+                GroupColumn::Utf8Runs(vec![("x", 2)]),
+            ])
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("column v as Utf8 runs for Int32"),
+            "{e}"
+        );
+        assert_eq!(v.len(), 2);
     }
 }

@@ -760,8 +760,46 @@ fn encoded_ingest_equals_the_batches_encoded() {
             "{}",
             g.table
         );
+        // The gathered tables (their run_id and source written from runs)
+        // are the bytes of the batches.
+        if g.table != "linktest_timings" {
+            assert!(g.data == w.data, "{}: the encoded bytes differ", g.table);
+        }
     }
     assert!(got[2].rows > 1 << 20, "{}", got[2].rows);
+
+    // Many small real files (the CLI's 1,000-file case, shortened): 300
+    // copies make large gathered tables (72,000 rows of linktest_alltoall),
+    // every table the bytes of the batches.
+    let src = real("np16_a2a_mix");
+    let inputs: Vec<InputFile> = (0..300)
+        .map(|i| {
+            let d = dir.path().join(format!("r{i:04}"));
+            std::fs::create_dir(&d).unwrap();
+            let p = d.join("pingpong_results_bin.sion");
+            std::fs::copy(&src.path, &p).unwrap();
+            InputFile::from_path(p)
+        })
+        .collect();
+    let got = benchlake_formats::ingest_encoded("linktest", &inputs, &ctx).unwrap();
+    let want = benchlake_formats::ingest("linktest", &inputs, &ctx).unwrap();
+    for (g, w) in got.iter().zip(&want) {
+        let w = EncodedTable::encode(w).unwrap();
+        assert_eq!((&g.table, g.rows), (&w.table, w.rows));
+        assert!(g.data == w.data, "{}: the encoded bytes differ", g.table);
+    }
+    let rows: Vec<usize> = got.iter().map(|t| t.rows).collect();
+    assert_eq!(rows, [300, 300 * 16, 300 * 240, 300 * 240, 300 * 5]);
+    let a2a = parquet_rows(got[3].data.clone(), "linktest_alltoall");
+    let source = a2a
+        .column_by_name("source")
+        .unwrap()
+        .as_any()
+        .downcast_ref::<arrow::array::StringArray>()
+        .unwrap();
+    assert_eq!(source.value(0), inputs[0].source);
+    assert_eq!(source.value(240 * 299 + 7), inputs[299].source);
+    assert_eq!(source.value(240 * 150 - 1), inputs[149].source);
 }
 
 /// The streaming ingest reads big-endian files (each slot converted on its

@@ -21,7 +21,7 @@ use benchlake_core::lake::{
 };
 
 use super::LinkTestRun;
-use super::tables::{Gather, TIMING_BATCH_ROWS, is_continuation_of_given, repeated};
+use super::tables::{Gather, TIMING_BATCH_ROWS, is_continuation_of_given, reserve_for};
 use super::v2::RankSlots;
 use crate::error::Result;
 use crate::ingest::{IngestContext, InputFile};
@@ -45,10 +45,10 @@ pub fn ingest_linktest_encoded_in(
     spill_dir: Option<&Path>,
 ) -> Result<Vec<EncodedTable>> {
     let given: HashSet<&Path> = inputs.iter().map(|i| i.path.as_path()).collect();
-    let mut g = Gather::default();
+    let mut g = Gather::for_files(inputs.len());
     let mut timings = TimingGroups::new(&ctx.run_id);
     timings.spill_dir = spill_dir.map(Path::to_path_buf);
-    for input in inputs {
+    for (i, input) in inputs.iter().enumerate() {
         if is_continuation_of_given(&input.path, &given) {
             tracing::debug!(path = %input.path.display(), "part of a multi-file set given as input; read with file 0");
             continue;
@@ -58,6 +58,11 @@ pub fn ingest_linktest_encoded_in(
         timings.expected = timings
             .expected
             .saturating_add(n.saturating_mul(n.saturating_sub(1)));
+        timings.reserve(reserve_for(
+            n.saturating_mul(n.saturating_sub(1)),
+            inputs.len(),
+            i,
+        ));
         let src = timings.source(&input.source);
         let run = {
             let mut sink = |r: usize, slots: &RankSlots<'_>| timings.push_rank(src, 0, r, slots);
@@ -68,26 +73,24 @@ pub fn ingest_linktest_encoded_in(
         timings.push_matrices(src, &run)?;
         g.add_without_timings(&run, &input.source)?;
     }
-    let mut timings = Some(timings.finish()?);
-    let mut out = Vec::with_capacity(5);
-    for t in g.finish(&ctx.run_id)? {
-        match timings.take() {
-            Some(enc) if t.table == TABLE => out.push(enc),
-            other => {
-                timings = other;
-                out.push(EncodedTable::encode(&t)?);
-            }
-        }
-    }
+    let timings = timings.finish()?;
+    // In TABLES order: timings third.
+    let mut out = g.finish_encoded(&ctx.run_id)?;
+    out.insert(2.min(out.len()), timings);
+    debug_assert!(
+        out.iter()
+            .map(|t| t.table.as_str())
+            .eq(super::tables::TABLES)
+    );
     Ok(out)
 }
 
 /// The `linktest_timings` row group being filled, and the file it goes to.
 struct TimingGroups {
-    run_id: ArrayRef,
+    run_id: String,
+    /// Rows per batch of the run_id column (see [`per_value`]).
+    run_id_per: usize,
     sources: Vec<String>,
-    /// A source's column of [`TIMING_BATCH_ROWS`] rows, kept while its rows come.
-    source_col: Option<(usize, ArrayRef)>,
     /// The permutation, sender and partner columns follow from the ranks
     /// and slots: held as runs, never as 16.8 M values.
     perm: IntRuns,
@@ -116,12 +119,10 @@ struct TimingGroups {
 
 impl TimingGroups {
     fn new(run_id: &str) -> Self {
-        // Utf8 offsets are i32: keep a batch's run_id bytes below 2 GiB.
-        let per = TIMING_BATCH_ROWS.min((i32::MAX as usize / run_id.len().max(1)).max(1));
         Self {
-            run_id: repeated(run_id, per),
+            run_id: run_id.to_string(),
+            run_id_per: per_value(run_id),
             sources: Vec::new(),
-            source_col: None,
             perm: IntRuns::new(),
             from: IntRuns::new(),
             to: IntRuns::new(),
@@ -135,6 +136,17 @@ impl TimingGroups {
             spill_dir: None,
             scratch_t: Vec::new(),
             scratch_s: Vec::new(),
+        }
+    }
+
+    /// Room for `rows` more rows in the group being filled (times only up
+    /// to [`BULK_ROWS`]: from there they go to pages).
+    fn reserve(&mut self, rows: usize) {
+        let rows = rows.min(ROW_GROUP_ROWS - self.step.len());
+        self.step.reserve(rows);
+        if self.pages.is_none() {
+            self.time
+                .reserve(rows.min(BULK_ROWS.saturating_sub(self.time.len())));
         }
     }
 
@@ -280,28 +292,6 @@ impl TimingGroups {
         }
     }
 
-    /// The source column of `src` for batches of up to [`TIMING_BATCH_ROWS`]
-    /// rows and at least `rows` when fewer (one array, sliced, so the writer
-    /// checks its bytes once).
-    fn source_col(&mut self, src: usize, rows: usize) -> ArrayRef {
-        let name = self
-            .sources
-            .get(src)
-            .map(String::as_str)
-            .unwrap_or_default();
-        let per = TIMING_BATCH_ROWS.min((i32::MAX as usize / name.len().max(1)).max(1));
-        let want = rows.min(per);
-        if let Some((s, a)) = &self.source_col
-            && *s == src
-            && a.len() >= want
-        {
-            return a.clone();
-        }
-        let a = repeated(name, want);
-        self.source_col = Some((src, a.clone()));
-        a
-    }
-
     /// Encodes the filled rows as one row group and keeps their memory.
     fn flush(&mut self) -> Result<()> {
         let rows = self.step.len();
@@ -327,91 +317,33 @@ impl TimingGroups {
         let time = Float64Array::new(ScalarBuffer::from(std::mem::take(&mut self.time)), None);
         let (step_col, time_col): (ArrayRef, ArrayRef) =
             (Arc::new(step.clone()), Arc::new(time.clone()));
-        // The string columns come in batches (their offsets are i32), and the
-        // value columns are cut the same way (the small-table writer's pages
-        // depend on the cuts).
-        let mut cuts: Vec<(usize, usize)> = Vec::new();
-        let (mut run_ids, mut sources) = (Vec::new(), Vec::new());
-        let mut at = 0;
+        // The value columns are cut in batches as the string columns were
+        // (their offsets are i32; the small-table writer's pages depend on
+        // the cuts). The string columns themselves go as runs: one run_id,
+        // and a file's name over its rows.
         let spans = std::mem::take(&mut self.spans);
-        if let [(src, _)] = spans.as_slice() {
-            // Rows of one file (a large one): its source column is one
-            // repeated array, sliced by every batch.
-            let source = self.source_col(*src, rows);
-            let per = self.run_id.len().min(source.len()).max(1);
-            while at < rows {
-                let len = per.min(rows - at);
-                run_ids.push(self.run_id.slice(0, len));
-                sources.push(source.slice(0, len));
-                cuts.push((at, len));
-                at += len;
-            }
-        } else {
-            // Rows of many files: batches with a source value per row (a
-            // thousand small files make a few batches, not a thousand).
-            let per = self.run_id.len().max(1);
-            let mut queue = spans.into_iter();
-            let mut carry: Option<(usize, usize)> = None;
-            while at < rows {
-                let len = per.min(rows - at);
-                let mut offsets: Vec<i32> = Vec::with_capacity(len + 1);
-                offsets.push(0);
-                let mut bytes: Vec<u8> = Vec::new();
-                let mut filled = 0;
-                while filled < len {
-                    let Some((src, n)) = carry.take().or_else(|| queue.next()) else {
-                        break;
-                    };
-                    let take = n.min(len - filled);
-                    let name = self
-                        .sources
-                        .get(src)
-                        .map(String::as_str)
-                        .unwrap_or_default();
-                    let end = bytes.len().saturating_add(name.len().saturating_mul(take));
-                    if i32::try_from(end).is_err() {
-                        return Err(crate::error::FormatError::malformed(
-                            TABLE,
-                            "source",
-                            crate::error::Position::None,
-                            "source names of one batch exceed 2 GiB",
-                        ));
-                    }
-                    for _ in 0..take {
-                        bytes.extend_from_slice(name.as_bytes());
-                        offsets.push(bytes.len() as i32);
-                    }
-                    filled += take;
-                    if take < n {
-                        carry = Some((src, n - take));
-                    }
-                }
-                // SAFETY: the offsets start at 0, grow with `bytes` and end at
-                // its length (checked to fit i32 above); every value is a whole
-                // `&str`, so valid UTF-8.
-                let source: ArrayRef = Arc::new(unsafe {
-                    arrow::array::StringArray::new_unchecked(
-                        arrow::buffer::OffsetBuffer::new_unchecked(offsets.into()),
-                        bytes.into(),
-                        None,
-                    )
-                });
-                let len = source.len();
-                if len == 0 {
-                    break;
-                }
-                run_ids.push(self.run_id.slice(0, len));
-                sources.push(source);
-                cuts.push((at, len));
-                at += len;
-            }
+        let name = |src: usize| {
+            self.sources
+                .get(src)
+                .map(String::as_str)
+                .unwrap_or_default()
+        };
+        let per = match spans.as_slice() {
+            [(src, _)] => self.run_id_per.min(per_value(name(*src))),
+            _ => self.run_id_per,
         }
+        .max(1);
+        let cuts: Vec<(usize, usize)> = (0..rows)
+            .step_by(per)
+            .map(|at| (at, per.min(rows - at)))
+            .collect();
         let cut = |c: &ArrayRef| -> Vec<ArrayRef> {
             cuts.iter().map(|(at, len)| c.slice(*at, *len)).collect()
         };
+        let sources: Vec<(&str, usize)> = spans.iter().map(|(src, n)| (name(*src), *n)).collect();
         let mut columns = [
-            GroupColumn::Arrays(run_ids),
-            GroupColumn::Arrays(sources),
+            GroupColumn::Utf8Runs(vec![(self.run_id.as_str(), rows)]),
+            GroupColumn::Utf8Runs(sources),
             GroupColumn::Int32Runs(&self.perm),
             GroupColumn::Int32Runs(&self.from),
             GroupColumn::Int32Runs(&self.to),
@@ -447,6 +379,12 @@ impl TimingGroups {
         };
         Ok(enc.finish_table("")?)
     }
+}
+
+/// Rows per batch of a column repeating `value`: [`TIMING_BATCH_ROWS`], fewer
+/// when the batch's bytes would pass the 2 GiB of i32 string offsets.
+fn per_value(value: &str) -> usize {
+    TIMING_BATCH_ROWS.min((i32::MAX as usize / value.len().max(1)).max(1))
 }
 
 /// A rank's pair slots: as the file holds them, or a row of decoded matrices

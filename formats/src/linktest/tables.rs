@@ -16,7 +16,9 @@ use arrow::array::{
 };
 use arrow::record_batch::RecordBatch;
 use benchlake_core::catalog;
-use benchlake_core::lake::TableOutput;
+use benchlake_core::lake::{
+    EncodedTable, GroupColumn, ParquetEncoder, ROW_GROUP_ROWS, TableOutput,
+};
 use chrono::{DateTime, NaiveDateTime};
 
 use super::bulk::ColumnBuf;
@@ -50,7 +52,7 @@ pub const TABLES: [&str; 5] = [
 /// [`into_run_tables`] for each file in turn.
 pub fn ingest_linktest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutput>> {
     let given: HashSet<&Path> = inputs.iter().map(|i| i.path.as_path()).collect();
-    let mut g = Gather::default();
+    let mut g = Gather::for_files(inputs.len());
     for input in inputs {
         if is_continuation_of_given(&input.path, &given) {
             tracing::debug!(path = %input.path.display(), "part of a multi-file set given as input; read with file 0");
@@ -613,6 +615,13 @@ struct AllToAllRows {
 }
 
 impl AllToAllRows {
+    fn reserve(&mut self, rows: usize) {
+        self.perm.reserve(rows);
+        self.rank.reserve(rows);
+        self.step.reserve(rows);
+        self.time.reserve(rows);
+    }
+
     fn add(&mut self, run: &LinkTestRun) {
         for (p, pm) in run.permutations.iter().enumerate() {
             for a in &pm.alltoall {
@@ -732,6 +741,19 @@ impl TimingRows {
 /// [`into_run_tables`]); smaller ones are gathered.
 const OWN_TIMING_ROWS: usize = TIMING_BATCH_ROWS;
 
+/// Rows to reserve in a gathered column before adding `rows` rows of file
+/// `done` (counted from 0) of `files`: as many for each file still to come,
+/// at most [`RESERVE_ROWS`]. A thousand files of 240 rows made the columns
+/// grow by doubling, copying them into fresh memory about ten times; capacity
+/// not filled is only address space.
+pub(super) fn reserve_for(rows: usize, files: usize, done: usize) -> usize {
+    rows.saturating_mul(files.saturating_sub(done).max(1))
+        .min(RESERVE_ROWS.max(rows))
+}
+
+/// Most rows reserved ahead (48 MB of `linktest_alltoall` values).
+const RESERVE_ROWS: usize = 1 << 21;
+
 /// Which rows came from which file: (index in `Gather::sources`, rows).
 #[derive(Default)]
 struct Spans(Vec<(usize, usize)>);
@@ -764,9 +786,19 @@ pub(super) struct Gather {
     /// `linktest_timings` batches already made (gathered rows flushed before
     /// a large file's own batches, to keep the file order).
     timing_batches: Vec<RecordBatch>,
+    /// Files this ingest was given (sizes the columns, see [`reserve_for`]).
+    files: usize,
 }
 
 impl Gather {
+    /// A gather of the rows of `files` files.
+    pub(super) fn for_files(files: usize) -> Self {
+        Self {
+            files,
+            ..Self::default()
+        }
+    }
+
     fn add(&mut self, mut run: LinkTestRun, run_id: &str, source: &str) -> Result<()> {
         let src = self.add_without_timings(&run, source)?;
         let n = run.num_tasks;
@@ -806,6 +838,8 @@ impl Gather {
         self.ranks.1.add(run)?;
         self.ranks.0.push(src, run.ranks.len());
         let before = self.alltoall.1.perm.len();
+        let rows: usize = run.permutations.iter().map(|p| p.alltoall.len()).sum();
+        self.alltoall.1.reserve(reserve_for(rows, self.files, src));
         self.alltoall.1.add(run);
         self.alltoall
             .0
@@ -861,12 +895,72 @@ impl Gather {
     }
 }
 
+impl Gather {
+    /// The four tables other than `linktest_timings` (runs, ranks, alltoall,
+    /// slow links), encoded: the bytes [`Self::finish`]'s batches encode to.
+    /// For gathers without timing rows (the streamed ingest writes those
+    /// itself).
+    pub(super) fn finish_encoded(self, run_id: &str) -> Result<Vec<EncodedTable>> {
+        debug_assert!(self.timings.0.0.is_empty() && self.timing_batches.is_empty());
+        let longest = [
+            self.runs.0.rows(),
+            self.ranks.0.rows(),
+            self.alltoall.0.rows(),
+            self.slow.0.rows(),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+        let per = longest.min(run_id_per(run_id));
+        let s = &self.sources;
+        Ok(vec![
+            encode_gathered(
+                "linktest_runs",
+                run_id,
+                per,
+                s,
+                &self.runs.0,
+                runs_columns(&self.runs.1),
+            )?,
+            encode_gathered(
+                "linktest_ranks",
+                run_id,
+                per,
+                s,
+                &self.ranks.0,
+                self.ranks.1.columns(),
+            )?,
+            encode_gathered(
+                "linktest_alltoall",
+                run_id,
+                per,
+                s,
+                &self.alltoall.0,
+                self.alltoall.1.columns(),
+            )?,
+            encode_gathered(
+                "linktest_slow_links",
+                run_id,
+                per,
+                s,
+                &self.slow.0,
+                self.slow.1.columns(),
+            )?,
+        ])
+    }
+}
+
+/// Rows per gathered batch of the run_id column: [`BATCH_ROWS`], fewer when
+/// the repeated run_id would pass the 2 GiB of i32 string offsets.
+fn run_id_per(run_id: &str) -> usize {
+    BATCH_ROWS.min((i32::MAX as usize / run_id.len().max(1)).max(1))
+}
+
 /// The run_id column sliced by gathered batches: as long as the longest batch
 /// of `rows` rows ([`BATCH_ROWS`], fewer when the repeated run_id would pass
 /// the 2 GiB of i32 string offsets).
 fn run_id_column(run_id: &str, rows: usize) -> ArrayRef {
-    let per = BATCH_ROWS.min((i32::MAX as usize / run_id.len().max(1)).max(1));
-    repeated(run_id, rows.min(per))
+    repeated(run_id, rows.min(run_id_per(run_id)))
 }
 
 /// Bytes of `source` values (and of hostnames) per gathered batch.
@@ -882,62 +976,10 @@ fn gathered(
     spans: &Spans,
     cols: Vec<ArrayRef>,
 ) -> Result<Vec<RecordBatch>> {
-    let total = spans.rows();
-    let per = rid.len().max(1);
     let mut out = Vec::new();
     let mut at = 0;
-    let mut pending = spans
-        .0
-        .iter()
-        .map(|(s, r)| (sources.get(*s).map(String::as_str).unwrap_or_default(), *r));
-    let mut carry: Option<(&str, usize)> = None;
-    while at < total {
-        let mut offsets: Vec<i32> = Vec::with_capacity((total - at).min(per) + 1);
-        offsets.push(0);
-        let mut bytes: Vec<u8> = Vec::new();
-        let mut len = 0;
-        while len < per {
-            let Some((src, rows)) = carry.take().or_else(|| pending.next()) else {
-                break;
-            };
-            let w = src.len();
-            // Rows of this span that fit the batch (at least one).
-            let room = (GATHER_BYTES.saturating_sub(bytes.len()) / w.max(1)).max(1);
-            let take = rows.min(per - len).min(room);
-            if bytes.len() + w * take > i32::MAX as usize {
-                carry = Some((src, rows));
-                break;
-            }
-            bytes.reserve(w * take);
-            for _ in 0..take {
-                bytes.extend_from_slice(src.as_bytes());
-                offsets.push(bytes.len() as i32);
-            }
-            len += take;
-            if take < rows {
-                carry = Some((src, rows - take));
-                if bytes.len() >= GATHER_BYTES {
-                    break;
-                }
-            }
-        }
-        if len == 0 {
-            return Err(crate::error::FormatError::malformed(
-                table,
-                "source",
-                crate::error::Position::None,
-                "a source name longer than 2 GiB",
-            ));
-        }
-        // SAFETY: the offsets start at 0 and grow with `bytes`, ending at its
-        // length, and each value is a whole `&str`, so valid UTF-8.
-        let source: ArrayRef = Arc::new(unsafe {
-            StringArray::new_unchecked(
-                arrow::buffer::OffsetBuffer::new_unchecked(offsets.into()),
-                bytes.into(),
-                None,
-            )
-        });
+    for len in batch_lengths(table, rid.len().max(1), sources, spans)? {
+        let source = utf8_array(&source_runs(sources, spans, at, len));
         let mut v = vec![rid.slice(0, len), source];
         v.extend(cols.iter().map(|c| c.slice(at, len)));
         out.push(batch(table, v)?);
@@ -950,4 +992,189 @@ fn gathered(
         out.push(batch(table, v)?);
     }
     Ok(out)
+}
+
+/// [`gathered`]'s table encoded: the bytes `encode_parquet` writes for its
+/// batches, without making the `run_id` and `source` columns (they go to the
+/// encoder as runs; 1,000 files of 240 rows each made 17 MB of file names per
+/// table, only for the encoder to find their runs again). `per` is the
+/// length of [`gathered`]'s `rid`.
+fn encode_gathered(
+    table: &str,
+    run_id: &str,
+    per: usize,
+    sources: &[String],
+    spans: &Spans,
+    cols: Vec<ArrayRef>,
+) -> Result<EncodedTable> {
+    let total = spans.rows();
+    let mut enc = ParquetEncoder::new(table, total, total)?;
+    // The batches' pieces in each row group, as `encode_parquet` cuts them.
+    let mut group: Vec<(usize, usize)> = Vec::new();
+    let mut group_rows = 0;
+    let mut write = |group: &[(usize, usize)], rows: usize| -> Result<()> {
+        let Some(&(first, _)) = group.first() else {
+            return Ok(());
+        };
+        let mut columns = vec![
+            GroupColumn::Utf8Runs(vec![(run_id, rows)]),
+            GroupColumn::Utf8Runs(source_runs(sources, spans, first, rows)),
+        ];
+        columns
+            .extend(cols.iter().map(|c| {
+                GroupColumn::Arrays(group.iter().map(|(a, n)| c.slice(*a, *n)).collect())
+            }));
+        enc.write_row_group_columns(&mut columns)?;
+        Ok(())
+    };
+    let mut at = 0;
+    for len in batch_lengths(table, per.max(1), sources, spans)? {
+        let mut b = 0;
+        while b < len {
+            let take = (ROW_GROUP_ROWS - group_rows).min(len - b);
+            group.push((at + b, take));
+            group_rows += take;
+            b += take;
+            if group_rows == ROW_GROUP_ROWS {
+                write(&group, group_rows)?;
+                group.clear();
+                group_rows = 0;
+            }
+        }
+        at += len;
+    }
+    write(&group, group_rows)?;
+    Ok(enc.finish_table("")?)
+}
+
+/// The row counts of [`gathered`]'s batches: at most `per` rows each, a
+/// batch ending early once its `source` values reach [`GATHER_BYTES`] or
+/// would pass the 2 GiB of i32 offsets.
+fn batch_lengths(table: &str, per: usize, sources: &[String], spans: &Spans) -> Result<Vec<usize>> {
+    let total = spans.rows();
+    let mut out = Vec::new();
+    let mut at = 0;
+    let mut pending = spans
+        .0
+        .iter()
+        .map(|(s, r)| (sources.get(*s).map_or(0, String::len), *r));
+    let mut carry: Option<(usize, usize)> = None;
+    while at < total {
+        let mut bytes = 0usize;
+        let mut len = 0;
+        while len < per {
+            let Some((w, rows)) = carry.take().or_else(|| pending.next()) else {
+                break;
+            };
+            // Rows of this span that fit the batch (at least one).
+            let room = (GATHER_BYTES.saturating_sub(bytes) / w.max(1)).max(1);
+            let take = rows.min(per - len).min(room);
+            if bytes.saturating_add(w.saturating_mul(take)) > i32::MAX as usize {
+                carry = Some((w, rows));
+                break;
+            }
+            bytes += w * take;
+            len += take;
+            if take < rows {
+                carry = Some((w, rows - take));
+                if bytes >= GATHER_BYTES {
+                    break;
+                }
+            }
+        }
+        if len == 0 {
+            return Err(crate::error::FormatError::malformed(
+                table,
+                "source",
+                crate::error::Position::None,
+                "a source name longer than 2 GiB",
+            ));
+        }
+        out.push(len);
+        at += len;
+    }
+    Ok(out)
+}
+
+/// The `source` values of rows `at..at + len`, as (value, rows) runs.
+fn source_runs<'a>(
+    sources: &'a [String],
+    spans: &Spans,
+    at: usize,
+    len: usize,
+) -> Vec<(&'a str, usize)> {
+    let mut out = Vec::new();
+    let (end, mut start) = (at + len, 0);
+    for (s, rows) in &spans.0 {
+        let (a, b) = (start.max(at), (start + rows).min(end));
+        if a < b {
+            out.push((sources.get(*s).map_or("", String::as_str), b - a));
+        }
+        start += rows;
+        if start >= end {
+            break;
+        }
+    }
+    out
+}
+
+/// A string column of `runs` (their bytes fit i32 offsets: see
+/// [`batch_lengths`]).
+fn utf8_array(runs: &[(&str, usize)]) -> ArrayRef {
+    let rows: usize = runs.iter().map(|r| r.1).sum();
+    let size: usize = runs.iter().map(|(v, n)| v.len() * n).sum();
+    let mut offsets: Vec<i32> = Vec::with_capacity(rows + 1);
+    offsets.push(0);
+    let mut bytes: Vec<u8> = Vec::with_capacity(size);
+    for (v, n) in runs {
+        for _ in 0..*n {
+            bytes.extend_from_slice(v.as_bytes());
+            offsets.push(bytes.len() as i32);
+        }
+    }
+    // SAFETY: the offsets start at 0 and grow with `bytes`, ending at its
+    // length (below 2 GiB, checked by `batch_lengths`), and each value is a
+    // whole `&str`, so valid UTF-8.
+    Arc::new(unsafe {
+        StringArray::new_unchecked(
+            arrow::buffer::OffsetBuffer::new_unchecked(offsets.into()),
+            bytes.into(),
+            None,
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Gathered batches and row groups take a file's name for each of its
+    /// rows: rows `at..at + len` as runs, across spans and batches.
+    #[test]
+    fn source_runs_and_batch_lengths_follow_the_spans() {
+        let sources = vec!["a".to_string(), "bb".to_string()];
+        let mut spans = Spans::default();
+        for (s, r) in [(0, 5), (1, 3), (1, 0), (0, 4)] {
+            spans.push(s, r);
+        }
+        assert_eq!(spans.rows(), 12);
+        assert_eq!(
+            source_runs(&sources, &spans, 4, 6),
+            [("a", 1), ("bb", 3), ("a", 2)]
+        );
+        assert_eq!(
+            source_runs(&sources, &spans, 0, 12),
+            [("a", 5), ("bb", 3), ("a", 4)]
+        );
+        assert_eq!(source_runs(&sources, &spans, 8, 4), [("a", 4)]);
+        assert_eq!(source_runs(&sources, &spans, 5, 0), []);
+        assert_eq!(batch_lengths("t", 5, &sources, &spans).unwrap(), [5, 5, 2]);
+        assert_eq!(batch_lengths("t", 100, &sources, &spans).unwrap(), [12]);
+        let empty = Spans::default();
+        assert!(batch_lengths("t", 5, &sources, &empty).unwrap().is_empty());
+        let a = utf8_array(&source_runs(&sources, &spans, 4, 6));
+        let a = a.as_any().downcast_ref::<StringArray>().unwrap();
+        let got: Vec<&str> = a.iter().map(|v| v.unwrap()).collect();
+        assert_eq!(got, ["a", "bb", "bb", "bb", "a", "a"]);
+    }
 }
