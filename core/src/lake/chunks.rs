@@ -8,7 +8,9 @@
 //! - non-null string columns whose values come in long runs (`source` when
 //!   many files are gathered into one table): a PLAIN dictionary page of the
 //!   distinct values and one data page of RLE runs of their indices
-//!   ([`runs_chunk`]), in one pass comparing each value with the previous;
+//!   ([`runs_chunk`]), in one pass comparing each value with the previous,
+//!   or from the runs themselves when the caller has them
+//!   ([`utf8_runs_chunk`], for `GroupColumn::Utf8Runs`);
 //! - non-null `Int32`/`Int64` columns: `DELTA_BINARY_PACKED` pages, uncompressed
 //!   (rank and step columns are runs or ascending sequences: most miniblocks
 //!   have bit width 0 or 1) ([`numeric_chunk`]); an `Int32` column given as

@@ -7,9 +7,11 @@
 //!
 //! Files of other shapes (1.x, several permutations) are decoded as usual and
 //! their rows go through the same row groups. The other four tables are
-//! gathered as in [`super::ingest_linktest`]. The files are those
-//! `encode_parquet` writes for [`super::ingest_linktest`]'s batches: the same
-//! rows, row groups and bytes.
+//! gathered as in [`super::ingest_linktest`]. The `run_id` and `source`
+//! columns reach the encoder as runs (one run id; a file's name over its
+//! rows), made into strings only where it needs them (more than 4,096 names
+//! in a row group). The files are those `encode_parquet` writes for
+//! [`super::ingest_linktest`]'s batches: the same rows, row groups and bytes.
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
