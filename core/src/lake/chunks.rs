@@ -396,15 +396,24 @@ pub(super) fn runs_chunk(
             let Some(v) = values.get(a..b) else {
                 return Ok(None);
             };
-            let full = runs.len() == max_runs;
-            match runs.last_mut() {
-                Some((prev, n)) if *prev == v => *n += 1,
-                _ if full => return Ok(None),
-                _ => runs.push((v, 1)),
+            if !add_run(&mut runs, v, 1, max_runs) {
+                return Ok(None);
             }
         }
     }
     value_runs_chunk(descr, &runs, rows)
+}
+
+/// Adds `n` rows of `v` to `runs` (to the last run when it holds `v`);
+/// false when that would make more than `max_runs` runs.
+fn add_run<'a>(runs: &mut Vec<(&'a [u8], usize)>, v: &'a [u8], n: usize, max_runs: usize) -> bool {
+    let full = runs.len() == max_runs;
+    match runs.last_mut() {
+        Some((prev, m)) if *prev == v => *m += n,
+        _ if full => return false,
+        _ => runs.push((v, n)),
+    }
+    true
 }
 
 /// [`runs_chunk`] of a column given as runs of values ((value, rows), in
@@ -422,11 +431,8 @@ pub(super) fn utf8_runs_chunk(
     let max_runs = rows / RUNS_MIN_LENGTH;
     let mut runs: Vec<(&[u8], usize)> = Vec::new();
     for (v, n) in values.iter().filter(|r| r.1 > 0) {
-        let full = runs.len() == max_runs;
-        match runs.last_mut() {
-            Some((prev, m)) if *prev == v.as_bytes() => *m += n,
-            _ if full => return Ok(None),
-            _ => runs.push((v.as_bytes(), *n)),
+        if !add_run(&mut runs, v.as_bytes(), *n, max_runs) {
+            return Ok(None);
         }
     }
     value_runs_chunk(descr, &runs, rows)

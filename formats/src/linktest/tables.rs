@@ -866,16 +866,7 @@ impl Gather {
     pub(super) fn finish(mut self, run_id: &str) -> Result<Vec<TableOutput>> {
         self.flush_timings(run_id)?;
         // One run_id column for every table, sliced.
-        let longest = [
-            self.runs.0.rows(),
-            self.ranks.0.rows(),
-            self.alltoall.0.rows(),
-            self.slow.0.rows(),
-        ]
-        .into_iter()
-        .max()
-        .unwrap_or(0);
-        let rid = run_id_column(run_id, longest);
+        let rid = run_id_column(run_id, self.longest());
         let s = &self.sources;
         let (spans, rows) = self.runs;
         let runs = gathered("linktest_runs", &rid, s, &spans, runs_columns(&rows))?;
@@ -893,16 +884,10 @@ impl Gather {
             TableOutput::new("linktest_slow_links", slow),
         ])
     }
-}
 
-impl Gather {
-    /// The four tables other than `linktest_timings` (runs, ranks, alltoall,
-    /// slow links), encoded: the bytes [`Self::finish`]'s batches encode to.
-    /// For gathers without timing rows (the streamed ingest writes those
-    /// itself).
-    pub(super) fn finish_encoded(self, run_id: &str) -> Result<Vec<EncodedTable>> {
-        debug_assert!(self.timings.0.0.is_empty() && self.timing_batches.is_empty());
-        let longest = [
+    /// Rows of the longest of the four tables other than `linktest_timings`.
+    fn longest(&self) -> usize {
+        [
             self.runs.0.rows(),
             self.ranks.0.rows(),
             self.alltoall.0.rows(),
@@ -910,8 +895,17 @@ impl Gather {
         ]
         .into_iter()
         .max()
-        .unwrap_or(0);
-        let per = longest.min(run_id_per(run_id));
+        .unwrap_or(0)
+    }
+
+    /// The four tables other than `linktest_timings` (runs, ranks, alltoall,
+    /// slow links), encoded: the bytes [`Self::finish`]'s batches encode to.
+    /// For gathers without timing rows (the streamed ingest writes those
+    /// itself).
+    pub(super) fn finish_encoded(self, run_id: &str) -> Result<Vec<EncodedTable>> {
+        debug_assert!(self.timings.0.0.is_empty() && self.timing_batches.is_empty());
+        // The length of `finish`'s run_id column: its batches' most rows.
+        let per = self.longest().min(run_id_per(run_id));
         let s = &self.sources;
         Ok(vec![
             encode_gathered(
