@@ -1101,55 +1101,66 @@ fn utf8_runs_arrays(
     runs: &[(&str, usize)],
     cuts: &[usize],
 ) -> Result<Vec<arrow::array::ArrayRef>> {
+    let mismatch = |message: String| Error::SchemaMismatch {
+        table: table.to_string(),
+        message,
+    };
     let mut queue = runs.iter().copied().filter(|r| r.1 > 0);
     let mut carry: Option<(&str, usize)> = None;
     let mut out = Vec::with_capacity(cuts.len());
     for &len in cuts {
-        let mut offsets: Vec<i32> = Vec::with_capacity(len + 1);
-        offsets.push(0);
-        let mut bytes: Vec<u8> = Vec::new();
+        let mut piece = Vec::new();
         let mut filled = 0;
         while filled < len {
             let Some((v, n)) = carry.take().or_else(|| queue.next()) else {
-                break;
+                return Err(mismatch(format!(
+                    "column {column} has fewer values than its row group"
+                )));
             };
             let take = n.min(len - filled);
-            let end = v
-                .len()
-                .checked_mul(take)
-                .and_then(|b| b.checked_add(bytes.len()))
-                .filter(|e| i32::try_from(*e).is_ok())
-                .ok_or_else(|| Error::SchemaMismatch {
-                    table: table.to_string(),
-                    message: format!("the {column} values of one batch exceed 2 GiB"),
-                })?;
-            bytes.reserve(end - bytes.len());
-            for _ in 0..take {
-                bytes.extend_from_slice(v.as_bytes());
-                offsets.push(bytes.len() as i32);
-            }
+            piece.push((v, take));
             filled += take;
             if take < n {
                 carry = Some((v, n - take));
             }
         }
-        if filled < len {
-            return Err(Error::SchemaMismatch {
-                table: table.to_string(),
-                message: format!("column {column} has fewer values than its row group"),
-            });
-        }
-        // SAFETY: the offsets start at 0, grow with `bytes` and end at its
-        // length (checked to fit i32); every value is a whole `&str`.
-        out.push(Arc::new(unsafe {
-            arrow::array::StringArray::new_unchecked(
-                arrow::buffer::OffsetBuffer::new_unchecked(offsets.into()),
-                bytes.into(),
-                None,
-            )
-        }) as arrow::array::ArrayRef);
+        out.push(
+            utf8_runs_array(&piece).ok_or_else(|| {
+                mismatch(format!("the {column} values of one batch exceed 2 GiB"))
+            })?,
+        );
     }
     Ok(out)
+}
+
+/// A `Utf8` array holding each `(value, rows)` run's value `rows` times, its
+/// bytes reserved at once; `None` when they would pass the 2 GiB of i32
+/// offsets.
+pub fn utf8_runs_array(runs: &[(&str, usize)]) -> Option<arrow::array::ArrayRef> {
+    let rows: usize = runs.iter().map(|r| r.1).sum();
+    let size = runs.iter().try_fold(0usize, |acc, (v, n)| {
+        v.len().checked_mul(*n).and_then(|b| b.checked_add(acc))
+    })?;
+    i32::try_from(size).ok()?;
+    let mut offsets: Vec<i32> = Vec::with_capacity(rows + 1);
+    offsets.push(0);
+    let mut bytes: Vec<u8> = Vec::with_capacity(size);
+    for (v, n) in runs {
+        for _ in 0..*n {
+            bytes.extend_from_slice(v.as_bytes());
+            offsets.push(bytes.len() as i32);
+        }
+    }
+    // SAFETY: the offsets start at 0 and grow with `bytes`, ending at its
+    // length (checked to fit i32 above); every value is a whole `&str`, so
+    // valid UTF-8.
+    Some(Arc::new(unsafe {
+        arrow::array::StringArray::new_unchecked(
+            arrow::buffer::OffsetBuffer::new_unchecked(offsets.into()),
+            bytes.into(),
+            None,
+        )
+    }))
 }
 
 /// SHA-256 of bytes, lower-case hex.

@@ -973,7 +973,7 @@ fn gathered(
     let mut out = Vec::new();
     let mut at = 0;
     for len in batch_lengths(table, rid.len().max(1), sources, spans)? {
-        let source = utf8_array(&source_runs(sources, spans, at, len));
+        let source = utf8_array(table, &source_runs(sources, spans, at, len))?;
         let mut v = vec![rid.slice(0, len), source];
         v.extend(cols.iter().map(|c| c.slice(at, len)));
         out.push(batch(table, v)?);
@@ -1114,26 +1114,13 @@ fn source_runs<'a>(
 
 /// A string column of `runs` (their bytes fit i32 offsets: see
 /// [`batch_lengths`]).
-fn utf8_array(runs: &[(&str, usize)]) -> ArrayRef {
-    let rows: usize = runs.iter().map(|r| r.1).sum();
-    let size: usize = runs.iter().map(|(v, n)| v.len() * n).sum();
-    let mut offsets: Vec<i32> = Vec::with_capacity(rows + 1);
-    offsets.push(0);
-    let mut bytes: Vec<u8> = Vec::with_capacity(size);
-    for (v, n) in runs {
-        for _ in 0..*n {
-            bytes.extend_from_slice(v.as_bytes());
-            offsets.push(bytes.len() as i32);
-        }
-    }
-    // SAFETY: the offsets start at 0 and grow with `bytes`, ending at its
-    // length (below 2 GiB, checked by `batch_lengths`), and each value is a
-    // whole `&str`, so valid UTF-8.
-    Arc::new(unsafe {
-        StringArray::new_unchecked(
-            arrow::buffer::OffsetBuffer::new_unchecked(offsets.into()),
-            bytes.into(),
-            None,
+fn utf8_array(table: &str, runs: &[(&str, usize)]) -> Result<ArrayRef> {
+    benchlake_core::lake::utf8_runs_array(runs).ok_or_else(|| {
+        crate::error::FormatError::malformed(
+            table,
+            "source",
+            crate::error::Position::None,
+            "the source names of one batch exceed 2 GiB",
         )
     })
 }
@@ -1166,7 +1153,7 @@ mod tests {
         assert_eq!(batch_lengths("t", 100, &sources, &spans).unwrap(), [12]);
         let empty = Spans::default();
         assert!(batch_lengths("t", 5, &sources, &empty).unwrap().is_empty());
-        let a = utf8_array(&source_runs(&sources, &spans, 4, 6));
+        let a = utf8_array("t", &source_runs(&sources, &spans, 4, 6)).unwrap();
         let a = a.as_any().downcast_ref::<StringArray>().unwrap();
         let got: Vec<&str> = a.iter().map(|v| v.unwrap()).collect();
         assert_eq!(got, ["a", "bb", "bb", "bb", "a", "a"]);
