@@ -18,13 +18,18 @@
 //! dest|source comm tag count datatype request comput`, `-` for "none", a negative rank
 //! −(r+1) marking a symmetric buffer) is accepted too (see [`RankTrace::open`]).
 //! Records are read lazily; memory does not grow with the trace.
+use std::borrow::Cow;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use crate::error::{FormatError, Position, Result};
 
 const MAX_LINE: u64 = 1 << 16;
+
+/// [`MAX_LINE`] as a length in memory.
+const MAX_LINE_LEN: usize = 1 << 16;
 
 /// A communication kernel.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -104,23 +109,126 @@ pub const DEFAULT_BUFFER: usize = 16 << 10;
 /// The smallest read buffer [`RankTrace::open_buffered`] uses.
 pub const MIN_BUFFER: usize = 4 << 10;
 
+/// Bytes of a rank file's first read, which finds the header and the first
+/// records: a replay opens every rank before it starts, and a full buffer
+/// there put a third of a 1,024-rank trace's bytes, and four fresh pages per
+/// rank, on that one-threaded path (docs/replay.md, "Two cores").
+const FIRST_READ: usize = 2 << 10;
+
+/// A rank file read through one buffer, its lines handed out where they lie
+/// instead of copied out one by one.
+struct Lines {
+    file: File,
+    /// `buf[start..end]` is read and not yet handed out; `buf.len()` is the
+    /// part of the buffer in use (grown to `cap` after the first read, and
+    /// past it only for a line longer than the buffer).
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    cap: usize,
+    eof: bool,
+}
+
+impl Lines {
+    fn new(file: File, cap: usize) -> Self {
+        Self {
+            file,
+            buf: Vec::with_capacity(cap),
+            start: 0,
+            end: 0,
+            cap,
+            eof: false,
+        }
+    }
+
+    /// The next line's range in [`Lines::bytes`], with its newline; without
+    /// one for the file's last line if it has none, and for the first
+    /// [`MAX_LINE`] bytes of a longer line. `None` at the end of the file.
+    fn next(&mut self) -> std::io::Result<Option<Range<usize>>> {
+        loop {
+            let (s, e) = (self.start, self.end);
+            let ahead = self.buf.get(s..e).unwrap_or_default();
+            let window = ahead.get(..MAX_LINE_LEN).unwrap_or(ahead);
+            let cut = match memchr::memchr(b'\n', window) {
+                Some(i) => Some(s + i + 1),
+                None if window.len() == MAX_LINE_LEN => Some(s + MAX_LINE_LEN),
+                None if self.eof => (s < e).then_some(e),
+                None => {
+                    self.refill()?;
+                    continue;
+                }
+            };
+            if let Some(c) = cut {
+                self.start = c;
+            }
+            return Ok(cut.map(|c| s..c));
+        }
+    }
+
+    /// Moves the part of a line left to the front and reads on after it.
+    fn refill(&mut self) -> std::io::Result<()> {
+        self.buf.copy_within(self.start..self.end, 0);
+        self.end -= self.start;
+        self.start = 0;
+        let used = self.buf.len();
+        let mut want = if used == 0 {
+            FIRST_READ.min(self.cap)
+        } else {
+            used.max(self.cap)
+        };
+        if self.end == want {
+            // One line fills the buffer: grow it (at most to twice MAX_LINE,
+            // since a line stops at MAX_LINE bytes).
+            want *= 2;
+        }
+        if want > used {
+            self.buf.resize(want, 0);
+        }
+        loop {
+            let Some(room) = self.buf.get_mut(self.end..) else {
+                return Ok(());
+            };
+            match self.file.read(room) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            return Ok(());
+        }
+    }
+
+    fn bytes(&self, r: Range<usize>) -> &[u8] {
+        self.buf.get(r).unwrap_or_default()
+    }
+}
+
+/// A line's text, trimmed: borrowed from the buffer when it is UTF-8 (the
+/// rule, checked strictly first since the lossy conversion is slower).
+fn line_text(bytes: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => Cow::Borrowed(s.trim()),
+        Err(_) => Cow::Owned(String::from_utf8_lossy(bytes).trim().to_string()),
+    }
+}
+
 /// A lazily read rank trace.
 pub struct RankTrace {
     path: PathBuf,
-    reader: BufReader<File>,
+    src: Lines,
     line: u64,
     /// Bytes read so far.
     offset: u64,
-    buf: Vec<u8>,
-    /// The current line without its comment and surrounding blanks.
-    text: String,
     /// A routine name's buffer handed back ([`RankTrace::reuse_name`]), which
     /// the next kernel's name is written into instead of a new one.
     spare_name: std::cell::Cell<String>,
     layout: Layout,
     /// The header (format_event files get rank from their first record, host 0).
     pub header: RankHeader,
+    /// Records read ahead: a `format_event` line is a computation, then
+    /// (`kernel`) its kernel.
     pending: Option<BRecord>,
+    pending_kernel: Option<BRecord>,
 }
 
 fn err(path: &Path, field: &str, line: u64, col: usize, msg: impl Into<String>) -> FormatError {
@@ -236,12 +344,10 @@ impl RankTrace {
         let path = path.as_ref().to_path_buf();
         let f = File::open(&path).map_err(|e| FormatError::io(&path, e))?;
         let mut t = Self {
-            reader: BufReader::with_capacity(capacity.max(MIN_BUFFER), f),
+            src: Lines::new(f, capacity.max(MIN_BUFFER)),
             path,
             line: 0,
             offset: 0,
-            buf: Vec::new(),
-            text: String::new(),
             spare_name: std::cell::Cell::new(String::new()),
             layout: Layout::V1,
             header: RankHeader {
@@ -250,17 +356,23 @@ impl RankTrace {
                 host: 0,
             },
             pending: None,
+            pending_kernel: None,
         };
-        if !t.next_line()? {
-            return Err(err(
-                &t.path,
-                "header",
-                1,
-                0,
-                "empty trace (expected 'H <rank> <nranks> <host>')",
-            ));
-        }
-        let first = std::mem::take(&mut t.text);
+        let first = loop {
+            let Some(r) = t.next_line()? else {
+                return Err(err(
+                    &t.path,
+                    "header",
+                    1,
+                    0,
+                    "empty trace (expected 'H <rank> <nranks> <host>')",
+                ));
+            };
+            let text = line_text(t.src.bytes(r));
+            if !text.is_empty() {
+                break text.into_owned();
+            }
+        };
         let w = words(&first);
         if w.first().map(|x| x.1) == Some("H") {
             let num = |i: usize, name: &str| -> Result<u32> {
@@ -291,8 +403,14 @@ impl RankTrace {
             }
         } else if w.len() == 10 {
             t.layout = Layout::FormatEvent;
-            let rec = t.parse_format_event(&first)?;
-            t.pending = rec;
+            let (rank, rec, kernel) = t.parse_format_event(&first)?;
+            t.header = RankHeader {
+                rank,
+                nranks: rank + 1,
+                host: 0,
+            };
+            t.pending = Some(rec);
+            t.pending_kernel = kernel;
         } else {
             return Err(err(
                 &t.path,
@@ -305,60 +423,50 @@ impl RankTrace {
         Ok(t)
     }
 
-    /// Reads the next line that holds a record into `text`; `false` at the end.
-    fn next_line(&mut self) -> Result<bool> {
-        loop {
-            self.buf.clear();
-            let n = self
-                .reader
-                .by_ref()
-                .take(MAX_LINE)
-                .read_until(b'\n', &mut self.buf)
-                .map_err(|e| FormatError::io(&self.path, e))?;
-            if n == 0 {
-                return Ok(false);
-            }
-            self.line += 1;
-            let start = self.offset;
-            self.offset += n as u64;
-            if n as u64 >= MAX_LINE && self.buf.last() != Some(&b'\n') {
-                return Err(err(
-                    &self.path,
-                    "line",
-                    self.line,
-                    0,
-                    "line longer than 64 KiB",
-                ));
-            }
-            // Every record ends with a newline; a last line without one was cut
-            // short (`C 0.` of `C 0.5`), and must not be read as a shorter value.
-            if self.buf.last() != Some(&b'\n') {
-                let head = self.buf.get(..self.buf.len().min(60)).unwrap_or_default();
-                return Err(FormatError::malformed(
-                    &self.path,
-                    "record",
-                    Position::Offset(start),
-                    format!(
-                        "the file ends at byte {} in the middle of line {} ('{}'): it is cut short",
-                        self.offset,
-                        self.line,
-                        String::from_utf8_lossy(head)
-                    ),
-                ));
-            }
-            // Checked strictly first: the lossy conversion is slower on the
-            // valid lines that are the rule.
-            let s = match std::str::from_utf8(&self.buf) {
-                Ok(s) => std::borrow::Cow::Borrowed(s),
-                Err(_) => String::from_utf8_lossy(&self.buf),
-            };
-            let s = s.split('#').next().unwrap_or("").trim();
-            if !s.is_empty() {
-                self.text.clear();
-                self.text.push_str(s);
-                return Ok(true);
-            }
+    /// The next line's bytes before its comment (blank for a comment
+    /// line), as a range in `src`; `None` at the end of the file.
+    fn next_line(&mut self) -> Result<Option<Range<usize>>> {
+        let Some(r) = self
+            .src
+            .next()
+            .map_err(|e| FormatError::io(&self.path, e))?
+        else {
+            return Ok(None);
+        };
+        let bytes = self.src.bytes(r.clone());
+        let n = bytes.len();
+        self.line += 1;
+        let start = self.offset;
+        self.offset += n as u64;
+        if n as u64 >= MAX_LINE && bytes.last() != Some(&b'\n') {
+            return Err(err(
+                &self.path,
+                "line",
+                self.line,
+                0,
+                "line longer than 64 KiB",
+            ));
         }
+        // Every record ends with a newline; a last line without one was cut
+        // short (`C 0.` of `C 0.5`), and must not be read as a shorter value.
+        if bytes.last() != Some(&b'\n') {
+            let head = bytes.get(..n.min(60)).unwrap_or_default();
+            return Err(FormatError::malformed(
+                &self.path,
+                "record",
+                Position::Offset(start),
+                format!(
+                    "the file ends at byte {} in the middle of line {} ('{}'): it is cut short",
+                    self.offset,
+                    self.line,
+                    String::from_utf8_lossy(head)
+                ),
+            ));
+        }
+        // `#` is ASCII, never part of a longer UTF-8 sequence: cutting the
+        // bytes there cuts the text there.
+        let body = memchr::memchr(b'#', bytes).unwrap_or(n.saturating_sub(1));
+        Ok(Some(r.start..r.start + body))
     }
 
     /// The next record, `None` at the end.
@@ -366,21 +474,27 @@ impl RankTrace {
         if let Some(r) = self.pending.take() {
             return Ok(Some(r));
         }
+        if let Some(r) = self.pending_kernel.take() {
+            return Ok(Some(r));
+        }
         loop {
-            if !self.next_line()? {
+            let Some(r) = self.next_line()? else {
                 return Ok(None);
-            }
-            // Taken out while parsing (the parser borrows the reader) and put
-            // back, so the line's buffer is reused.
-            let line = std::mem::take(&mut self.text);
-            let rec = match self.layout {
-                Layout::V1 => self.parse_v1(&line).map(Some),
-                Layout::FormatEvent => self.parse_format_event(&line),
             };
-            self.text = line;
-            if let Some(r) = rec? {
-                return Ok(Some(r));
+            // Parsed where it lies in the read buffer.
+            let text = line_text(self.src.bytes(r));
+            if text.is_empty() {
+                continue;
             }
+            let (rec, kernel) = match self.layout {
+                Layout::V1 => (self.parse_v1(&text)?, None),
+                Layout::FormatEvent => {
+                    let (_, rec, kernel) = self.parse_format_event(&text)?;
+                    (rec, kernel)
+                }
+            };
+            self.pending_kernel = kernel;
+            return Ok(Some(rec));
         }
     }
 
@@ -575,13 +689,14 @@ impl RankTrace {
     }
 
     /// One `format_event` line: `rank main kernel peer comm tag count datatype request
-    /// comput`. The computation is emitted first (pending), then the kernel.
-    fn parse_format_event(&mut self, line: &str) -> Result<Option<BRecord>> {
+    /// comput`: the rank, the computation, and the kernel after it (`None` for `init` and
+    /// `finalize`), which the caller keeps pending.
+    fn parse_format_event(&self, line: &str) -> Result<(u32, BRecord, Option<BRecord>)> {
         let w = words(line);
-        let (p, ln) = (self.path.clone(), self.line);
+        let (p, ln) = (&self.path, self.line);
         if w.len() != 10 {
             return Err(err(
-                &p,
+                p,
                 "format_event",
                 ln,
                 0,
@@ -596,7 +711,7 @@ impl RankTrace {
             }
             s.parse::<i64>().map(Some).map_err(|_| {
                 err(
-                    &p,
+                    p,
                     name,
                     ln,
                     c,
@@ -607,14 +722,7 @@ impl RankTrace {
         let rank_raw = int(0, "rank")?.unwrap_or(0);
         let sym = rank_raw < 0;
         let rank = if sym { -(rank_raw + 1) } else { rank_raw };
-        let rank = u32::try_from(rank).map_err(|_| err(&p, "rank", ln, 0, "bad rank"))?;
-        if self.header.nranks == 0 {
-            self.header = RankHeader {
-                rank,
-                nranks: rank + 1,
-                host: 0,
-            };
-        }
+        let rank = u32::try_from(rank).map_err(|_| err(p, "rank", ln, 0, "bad rank"))?;
         let main_fn = f(1).1.to_string();
         let kernel = f(2).1;
         let peer = int(3, "dest_or_source")?;
@@ -630,7 +738,7 @@ impl RankTrace {
             .filter(|v| v.is_finite() && *v >= 0.0)
             .ok_or_else(|| {
                 err(
-                    &p,
+                    p,
                     "comput",
                     ln,
                     cc,
@@ -642,7 +750,7 @@ impl RankTrace {
             .saturating_mul(datatype_size(dtype));
         let peer_u = |name: &str| -> Result<u32> {
             peer.and_then(|v| u32::try_from(v).ok())
-                .ok_or_else(|| err(&p, name, ln, f(3).0, "expected a rank"))
+                .ok_or_else(|| err(p, name, ln, f(3).0, "expected a rank"))
         };
         let k = match kernel {
             "isend" => Some(Kernel::Isend {
@@ -672,7 +780,7 @@ impl RankTrace {
             "init" | "finalize" => None,
             other => {
                 return Err(err(
-                    &p,
+                    p,
                     "kernel",
                     ln,
                     f(2).0,
@@ -685,17 +793,15 @@ impl RankTrace {
             seconds: comput,
             caliper: None,
         };
-        Ok(match k {
-            Some(kernel) => {
-                self.pending = Some(BRecord::Kernel {
-                    ord,
-                    main_fn,
-                    kernel,
-                });
-                Some(compute)
-            }
-            None => Some(compute),
-        })
+        Ok((
+            rank,
+            compute,
+            k.map(|kernel| BRecord::Kernel {
+                ord,
+                main_fn,
+                kernel,
+            }),
+        ))
     }
 
     /// The file.
@@ -950,8 +1056,157 @@ mod tests {
         assert!(RankTrace::open(&p).is_err());
     }
 
+    #[test]
+    fn a_64_kib_line_is_read_and_a_longer_one_refused() {
+        let d = tempfile::tempdir().expect("tmp");
+        // 65,536 bytes with the newline: the longest line there may be.
+        let long = format!("C 0.5{}\n", " ".repeat(65_536 - 6));
+        let p = write(d.path(), "a", &format!("H 0 1 0\n{long}C 0.25\n"));
+        let v = all(&p).expect("a 64 KiB line");
+        assert_eq!(
+            v,
+            vec![
+                BRecord::Compute {
+                    seconds: 0.5,
+                    caliper: None
+                },
+                BRecord::Compute {
+                    seconds: 0.25,
+                    caliper: None
+                }
+            ]
+        );
+        let p = write(d.path(), "b", &format!("H 0 1 0\n {long}C 0.25\n"));
+        let e = all(&p).expect_err("too long").to_string();
+        assert!(
+            e.contains("line longer than 64 KiB") && e.contains("line 2"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn errors_past_the_first_buffers_name_their_line_and_byte() {
+        let d = tempfile::tempdir().expect("tmp");
+        let mut text = "# a comment line\nH 0 2 0\n".to_string();
+        for i in 0..700 {
+            text.push_str(&format!("C 0.{i:04}  # burst {i}\n"));
+        }
+        let good = text.clone();
+        text.push_str("K 9 f isend x 1 1 8 1 0\n");
+        let p = write(d.path(), "a", &text);
+        let mut t = RankTrace::open_buffered(&p, MIN_BUFFER).expect("open");
+        for i in 0..700 {
+            let r = t.next_record().expect("a burst");
+            let want = format!("0.{i:04}").parse::<f64>().expect("number");
+            assert_eq!(
+                r,
+                Some(BRecord::Compute {
+                    seconds: want,
+                    caliper: None
+                })
+            );
+        }
+        let e = t.next_record().expect_err("bad peer").to_string();
+        assert!(
+            e.contains("isend.peer") && e.contains("line 703, column 13"),
+            "{e}"
+        );
+        // A last line cut short: the byte where the file ends.
+        let cut = format!("{good}C 0.");
+        let p = write(d.path(), "b", &cut);
+        let e = all(&p).expect_err("cut short").to_string();
+        assert!(
+            e.contains(&format!(
+                "ends at byte {} in the middle of line 703",
+                cut.len()
+            )),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_format_event_file_that_starts_with_a_send_keeps_it() {
+        let d = tempfile::tempdir().expect("tmp");
+        let p = write(
+            d.path(),
+            "bandela.3",
+            "3 main isend 1 1 0 8 1 0 0.5\n3 main wait - - - 1 0 0 0.25\n",
+        );
+        let t = RankTrace::open(&p).expect("open");
+        assert_eq!(
+            t.header,
+            RankHeader {
+                rank: 3,
+                nranks: 4,
+                host: 0
+            }
+        );
+        let v = all(&p).expect("records");
+        assert_eq!(v.len(), 4, "{v:?}");
+        assert_eq!(
+            v[0],
+            BRecord::Compute {
+                seconds: 0.5,
+                caliper: None
+            }
+        );
+        assert!(
+            matches!(
+                &v[1],
+                BRecord::Kernel {
+                    ord: 1,
+                    kernel: Kernel::Isend {
+                        peer: 1,
+                        bytes: 8,
+                        ..
+                    },
+                    ..
+                }
+            ),
+            "{v:?}"
+        );
+        assert!(
+            matches!(
+                &v[3],
+                BRecord::Kernel {
+                    ord: 2,
+                    kernel: Kernel::Wait { req: 0 },
+                    ..
+                }
+            ),
+            "{v:?}"
+        );
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn lines_come_out_whole_whatever_the_buffer(
+            lines in proptest::collection::vec(
+                prop_oneof![
+                    8 => "[a-z0-9 #é\r]{0,40}",
+                    1 => "[a-z]{3000,9000}",
+                ],
+                0..40,
+            ),
+            newline_at_end in any::<bool>(),
+            cap in prop_oneof![Just(1usize), Just(7), Just(100), Just(MIN_BUFFER), Just(DEFAULT_BUFFER)],
+        ) {
+            let d = tempfile::tempdir().expect("tmp");
+            let mut text = lines.join("\n");
+            if newline_at_end && !text.is_empty() {
+                text.push('\n');
+            }
+            let p = write(d.path(), "f", &text);
+            let mut src = Lines::new(File::open(&p).expect("open"), cap);
+            let mut got = Vec::new();
+            while let Some(r) = src.next().expect("read") {
+                got.push(String::from_utf8(src.bytes(r).to_vec()).expect("utf-8"));
+            }
+            let want: Vec<String> = text.split_inclusive('\n').map(str::to_string).collect();
+            prop_assert_eq!(got, want);
+        }
+
         #[test]
         fn arbitrary_lines_never_panic(lines in proptest::collection::vec("[A-Za-z0-9_=,.# -]{0,60}", 0..8), v1 in any::<bool>()) {
             let d = tempfile::tempdir().expect("tmp");

@@ -481,13 +481,16 @@ pub fn simulate_threads(
 /// process holds already (a worker's other jobs, its connections).
 const OTHER_FILES: u64 = 256;
 
-/// Read buffer per rank file: 16 KiB up to 2,048 ranks, then smaller so that
-/// all of them stay within 32 MiB, but never under 4 KiB (at 65,536 ranks
+/// Read buffer per rank file: 16 KiB up to 256 ranks, then smaller so that
+/// all of them stay within 4 MiB, but never under 4 KiB (at 65,536 ranks
 /// 256 MiB, not the 1 GiB of 16 KiB each). Every rank's file is read side by
-/// side, so this is most of the replay's memory at scale.
+/// side, so this is most of the replay's memory at scale; and a rank's lines
+/// are parsed a while after its buffer was filled, by then out of the core's
+/// caches if all the buffers together are much larger than they are (4 KiB
+/// against 16 KiB at 1,024 ranks: 4 % faster, 12 MiB less, docs/testing.md).
 fn rank_buffer(ranks: usize) -> usize {
     use benchlake_formats::bandela::trace::{DEFAULT_BUFFER, MIN_BUFFER};
-    ((32 << 20) / ranks.max(1)).clamp(MIN_BUFFER, DEFAULT_BUFFER)
+    ((4 << 20) / ranks.max(1)).clamp(MIN_BUFFER, DEFAULT_BUFFER)
 }
 
 /// A rank file that could not be opened because the process has too many
@@ -1520,13 +1523,13 @@ fn is_collective(main_fn: &str) -> bool {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn rank_buffers_shrink_past_2048_ranks_and_stop_at_4_kib() {
+    fn rank_buffers_shrink_past_256_ranks_and_stop_at_4_kib() {
         use super::rank_buffer;
         assert_eq!(rank_buffer(0), 16 << 10);
-        assert_eq!(rank_buffer(1024), 16 << 10);
-        assert_eq!(rank_buffer(2048), 16 << 10);
-        assert_eq!(rank_buffer(4096), 8 << 10);
-        assert_eq!(rank_buffer(8192), 4 << 10);
+        assert_eq!(rank_buffer(8), 16 << 10);
+        assert_eq!(rank_buffer(256), 16 << 10);
+        assert_eq!(rank_buffer(512), 8 << 10);
+        assert_eq!(rank_buffer(1024), 4 << 10);
         assert_eq!(rank_buffer(65536), 4 << 10);
     }
 
