@@ -112,7 +112,8 @@ pub const MIN_BUFFER: usize = 4 << 10;
 /// Bytes of a rank file's first read, which finds the header and the first
 /// records: a replay opens every rank before it starts, and a full buffer
 /// there put a third of a 1,024-rank trace's bytes, and four fresh pages per
-/// rank, on that one-threaded path (docs/replay.md, "Two cores").
+/// rank, on that one-threaded path (docs/replay.md, "Open files and read
+/// buffers").
 const FIRST_READ: usize = 2 << 10;
 
 /// A rank file read through one buffer, its lines handed out where they lie
