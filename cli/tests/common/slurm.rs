@@ -388,9 +388,34 @@ impl SlurmCluster {
     }
 }
 
+impl SlurmCluster {
+    /// Kills the step daemons this cluster's slurmd left running: a job still
+    /// running when slurmd stops keeps its `slurmstepd`, re-parented to init,
+    /// which outlived every test run on a developer's machine. Each is known
+    /// by its environment's `SLURM_CONF`, this cluster's own file.
+    fn kill_orphan_steps(&self) {
+        let want = format!("SLURM_CONF={}", self.conf.display());
+        let Ok(procs) = std::fs::read_dir("/proc") else {
+            return;
+        };
+        for p in procs.flatten() {
+            let path = p.path();
+            let is_step =
+                std::fs::read(path.join("cmdline")).is_ok_and(|c| c.starts_with(b"slurmstepd"));
+            let ours = is_step
+                && std::fs::read(path.join("environ"))
+                    .is_ok_and(|e| e.split(|b| *b == 0).any(|v| v == want.as_bytes()));
+            if ours && let Some(pid) = p.file_name().to_str() {
+                let _ = Command::new("kill").args(["-KILL", pid]).status();
+            }
+        }
+    }
+}
+
 impl Drop for SlurmCluster {
     fn drop(&mut self) {
         // slurmd first, then slurmctld, then munged: each by its PID.
         self.stop_daemons(0);
+        self.kill_orphan_steps();
     }
 }
