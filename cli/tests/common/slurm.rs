@@ -3,7 +3,8 @@
 //! (node names n1, n2, n3 sharing this host name, each on its own port), all
 //! under a temporary directory with free ports, started in the foreground so
 //! the fixture holds their PIDs and stops them (SIGTERM, then SIGKILL) when
-//! dropped — after a passing test and after a panicking one alike.
+//! dropped — after a passing test and after a panicking one alike — and then
+//! kills the step daemons of any job still running.
 //!
 //! It installs nothing: `scripts/test.sh` installs `slurmctld slurmd
 //! slurm-client munge`. Without them (or not as root, which slurmd needs)
