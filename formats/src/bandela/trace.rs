@@ -26,10 +26,8 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{FormatError, Position, Result};
 
-const MAX_LINE: u64 = 1 << 16;
-
-/// [`MAX_LINE`] as a length in memory.
-const MAX_LINE_LEN: usize = 1 << 16;
+/// The longest line, newline included.
+const MAX_LINE: usize = 1 << 16;
 
 /// A communication kernel.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -149,10 +147,10 @@ impl Lines {
         loop {
             let (s, e) = (self.start, self.end);
             let ahead = self.buf.get(s..e).unwrap_or_default();
-            let window = ahead.get(..MAX_LINE_LEN).unwrap_or(ahead);
+            let window = ahead.get(..MAX_LINE).unwrap_or(ahead);
             let cut = match memchr::memchr(b'\n', window) {
                 Some(i) => Some(s + i + 1),
-                None if window.len() == MAX_LINE_LEN => Some(s + MAX_LINE_LEN),
+                None if window.len() == MAX_LINE => Some(s + MAX_LINE),
                 None if self.eof => (s < e).then_some(e),
                 None => {
                     self.refill()?;
@@ -439,7 +437,7 @@ impl RankTrace {
         self.line += 1;
         let start = self.offset;
         self.offset += n as u64;
-        if n as u64 >= MAX_LINE && bytes.last() != Some(&b'\n') {
+        if n >= MAX_LINE && bytes.last() != Some(&b'\n') {
             return Err(err(
                 &self.path,
                 "line",
