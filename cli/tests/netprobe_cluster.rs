@@ -190,8 +190,14 @@ async fn one_agent_sweep_with_local_ranks_calibrates_by_itself() {
             "netprobe",
             &[
                 ("local_ranks", "2"),
-                ("message_sizes", "8,64k,1MiB"),
-                ("num_messages", "20"),
+                // The largest size takes milliseconds per message, 50
+                // messages spread a stall over the average: on a busy
+                // two-core host (CI runs this binary's tests at once) the
+                // 8 B and 1 MiB pair times were once both ~0.1 ms of
+                // scheduling, the 1 MiB one the smaller, and nothing could
+                // be fitted.
+                ("message_sizes", "8,64k,16MiB"),
+                ("num_messages", "50"),
                 ("warmup_messages", "2"),
                 ("serial_retests", "0"),
             ],
@@ -211,7 +217,7 @@ async fn one_agent_sweep_with_local_ranks_calibrates_by_itself() {
     assert_eq!(
         files,
         [
-            "pingpong_results_bin_1048576B.sion",
+            "pingpong_results_bin_16777216B.sion",
             "pingpong_results_bin_65536B.sion",
             "pingpong_results_bin_8B.sion"
         ]
@@ -241,7 +247,7 @@ async fn one_agent_sweep_with_local_ranks_calibrates_by_itself() {
             sizes.insert(s.value(i));
         }
     }
-    assert_eq!(sizes, BTreeSet::from([8, 65536, 1 << 20]));
+    assert_eq!(sizes, BTreeSet::from([8, 65536, 16 << 20]));
     // No slow pair: each size's pairs against their own file's median.
     let mut slow = Vec::new();
     for b in batches(&lake, "checks", &run.run_id) {
