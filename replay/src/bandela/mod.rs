@@ -281,14 +281,15 @@ impl Decode for RankFiles {
     /// Parsing the text costs more than replaying it: alone, the decoding
     /// thread was the bound (1.42× on two threads). With one rank in six
     /// parsed by the loop from the start (1,024 ranks × 300 iterations,
-    /// 13–15 alternating runs of each) the two threads come out about even:
+    /// 13–15 alternating runs of each) the two threads came out about even:
     /// 1.65–1.72× for shares of 1/8 to 1/5, 1.56× at 1/10 and 1.48× at 1/4.
-    /// The loop takes more ranks over while it runs if it still waits (25–30
-    /// of 1,024 on the halo): 1.78× against 1.68× for the 1/6 alone. Made to
-    /// start from none (asking every 2,000 polls) it took 240–300 ranks and
-    /// reached 1.70×, against 1.50× with none taken.
+    /// Since the loop decodes its ranks ahead while it waits, one in five
+    /// (2026-11-29, docs/testing.md): on the 1,024 × 200 halo as fast as
+    /// one in six on a quiet host, 2–3 % faster on a busy one (one in four:
+    /// 1 % slower on a quiet host, where the loop becomes the bound). The
+    /// loop takes more ranks over while it runs if it still waits.
     fn loop_share() -> (usize, usize) {
-        (1, 6)
+        (1, 5)
     }
 
     /// A rank's reader, the error it met after the records handed out last,
@@ -571,7 +572,9 @@ fn replay(
     m.run()?;
     tracing::debug!(
         ranks = m.src.stolen(),
-        "ranks whose files the event loop took over from the decoding thread"
+        chunks_ahead = m.src.worked_ahead(),
+        "ranks whose files the event loop took over from the decoding thread, \
+         chunks of its own ranks it decoded ahead while it waited"
     );
     let end = m.ranks.iter().map(|r| r.clock()).fold(0.0, f64::max);
     if let Some(t) = m.topo.as_deref_mut() {
