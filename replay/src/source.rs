@@ -934,12 +934,14 @@ mod tests {
     fn chunks_decoded_ahead_hand_out_what_decoding_when_asked_does() {
         // Up to 3 chunks of 512 records a task, some empty.
         let len: Vec<usize> = (0..12).map(|t| (t * 53) % 170 * 7).collect();
+        // At a task's first record, a chunk's last and first, mid-chunk.
         let breaks = [
             None,
             Some((3, 0)),
             Some((5, 511)),
             Some((5, 512)),
-            Some((7, 1000)),
+            Some((3, 1024)),
+            Some((6, 1030)),
         ];
         for broken in breaks {
             let want = drain(
@@ -968,6 +970,7 @@ mod tests {
                     got, want,
                     "{before} first, then every {every}, broken {broken:?}"
                 );
+                assert_eq!(got.1.is_some(), broken.is_some());
                 if before > 0 || every > 0 {
                     assert!(s.worked_ahead > 0);
                 }
