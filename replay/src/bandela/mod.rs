@@ -281,15 +281,15 @@ impl Decode for RankFiles {
     /// Parsing the text costs more than replaying it: alone, the decoding
     /// thread was the bound (1.42× on two threads). With one rank in six
     /// parsed by the loop from the start (1,024 ranks × 300 iterations,
-    /// 13–15 alternating runs of each) the two threads came out about even:
+    /// 13–15 alternating runs of each) the two threads come out about even:
     /// 1.65–1.72× for shares of 1/8 to 1/5, 1.56× at 1/10 and 1.48× at 1/4.
-    /// Since the loop decodes its ranks ahead while it waits, one in five
-    /// (2026-11-29, docs/testing.md): on the 1,024 × 200 halo as fast as
-    /// one in six on a quiet host, 2–3 % faster on a busy one (one in four:
-    /// 1 % slower on a quiet host, where the loop becomes the bound). The
-    /// loop takes more ranks over while it runs if it still waits.
+    /// With the loop parsing its ranks ahead while it waits, one in five
+    /// gained nothing over one in six at 1,024 ranks and was 2–7 % slower at
+    /// 4,096, where the loop costs more per record (docs/testing.md,
+    /// 2026-11-29). The loop takes more ranks over while it runs if it still
+    /// waits.
     fn loop_share() -> (usize, usize) {
-        (1, 5)
+        (1, 6)
     }
 
     /// A rank's reader, the error it met after the records handed out last,
