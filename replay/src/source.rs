@@ -451,7 +451,7 @@ const AHEAD_BUDGET: usize = 2 << 20;
 
 /// Chunks each of the loop's `tasks` tasks may hold decoded ahead within
 /// [`AHEAD_BUDGET`], at most 8 (none where a chunk each does not fit: from
-/// about 9,100 Bandela ranks).
+/// about 10,900 Bandela ranks).
 fn ahead_depth<R>(tasks: usize, chunk: usize) -> usize {
     let bytes = tasks.max(1) * chunk.max(1) * std::mem::size_of::<R>().max(1);
     (AHEAD_BUDGET / bytes).min(8)
