@@ -7,9 +7,6 @@
 //! decodes a share of the tasks itself ([`Decode::loop_share`]), and takes
 //! more over from the decoding thread while it runs if it still waits for it
 //! ([`Decode::take_task`]), so that neither thread waits long for the other.
-//! While it waits for the decoding thread, the loop decodes the next chunk
-//! of its own tasks ahead ([`Seq::work_ahead`]): work it would do later
-//! anyway, done in time it would otherwise spin away.
 //!
 //! Both ways hand the loop the same records, positions and errors in the same
 //! order, so a replay's predictions do not depend on the number of threads.
@@ -174,20 +171,6 @@ pub(crate) struct Seq<D: Decode> {
     dec: D,
     cur: Vec<Cur<D::Rec>>,
     chunk: usize,
-    /// The loop's own decoder of a pipelined source: per task, its next
-    /// chunks, decoded while the loop waited for the decoding thread (empty
-    /// on one thread, which never waits).
-    ahead: Vec<VecDeque<Chunk<D::Rec>>>,
-    /// Tasks whose next chunk may be decoded ahead, in the order their last
-    /// one was taken (about the order the loop needs them), each once.
-    wanted: VecDeque<u32>,
-    queued: Vec<bool>,
-    /// Chunks a task may hold decoded ahead.
-    depth: usize,
-    /// Used chunk buffers, for the chunks decoded ahead.
-    spare: Vec<Vec<D::Rec>>,
-    /// Chunks decoded ahead so far.
-    worked_ahead: usize,
 }
 
 /// Who decodes a task, seen from the loop.
@@ -236,7 +219,11 @@ impl<D: Decode> Source<D> {
     /// Records decoded on the caller's thread, when it asks for them.
     pub(crate) fn sequential(dec: D) -> Self {
         let n = dec.ntasks();
-        Source::Seq(Seq::new(dec, n))
+        Source::Seq(Seq {
+            dec,
+            cur: (0..n).map(|_| Cur::default()).collect(),
+            chunk: chunk_len::<D::Rec>(D::sequential_budget(), n, 1),
+        })
     }
 
     /// Records decoded ahead by a thread spawned on `scope`, which ends once
@@ -252,12 +239,16 @@ impl<D: Decode> Source<D> {
     {
         let mut dec = dec;
         let n = dec.ntasks();
+        let chunk = chunk_len::<D::Rec>(DECODED_BUDGET, n, AHEAD + 1);
         let mut mine = loop_tasks(n, D::loop_share());
-        let local = dec.split_off(&mine).map(|d| Seq::for_loop(d, &mine));
+        let local = dec.split_off(&mine).map(|d| Seq {
+            dec: d,
+            cur: (0..n).map(|_| Cur::default()).collect(),
+            chunk: chunk_len::<D::Rec>(D::sequential_budget(), n, 1),
+        });
         if local.is_none() {
             mine.fill(false);
         }
-        let chunk = chunk_len::<D::Rec>(DECODED_BUDGET, n, AHEAD + 1);
         let on_loop = mine.iter().filter(|m| **m).count();
         let skip = mine.clone();
         let (req_tx, req_rx) = std::sync::mpsc::channel::<Returned<D::Rec>>();
@@ -307,82 +298,19 @@ impl<D: Decode> Source<D> {
             Source::Pipe(p) => p.stolen,
         }
     }
-
-    /// Chunks of its own tasks the loop decoded while it waited for the
-    /// decoding thread.
-    pub(crate) fn worked_ahead(&self) -> usize {
-        match self {
-            Source::Seq(_) => 0,
-            Source::Pipe(p) => p.local.as_ref().map_or(0, |l| l.worked_ahead),
-        }
-    }
 }
 
 impl<D: Decode> Seq<D> {
-    fn new(dec: D, n: usize) -> Self {
-        Seq {
-            dec,
-            cur: (0..n).map(|_| Cur::default()).collect(),
-            chunk: chunk_len::<D::Rec>(D::sequential_budget(), n, 1),
-            ahead: Vec::new(),
-            wanted: VecDeque::new(),
-            queued: vec![false; n],
-            depth: 0,
-            spare: Vec::new(),
-            worked_ahead: 0,
-        }
-    }
-
-    /// The loop's own decoder of a pipelined source, which decodes the
-    /// tasks `mine` marks, and their chunks ahead while the loop waits.
-    fn for_loop(dec: D, mine: &[bool]) -> Self {
-        let n = dec.ntasks();
-        let mut s = Seq::new(dec, n);
-        s.ahead = (0..n).map(|_| VecDeque::new()).collect();
-        s.wanted = (0..n)
-            .filter(|t| mine.get(*t) == Some(&true))
-            .map(|t| t as u32)
-            .collect();
-        s.queued = (0..n).map(|t| mine.get(t) == Some(&true)).collect();
-        s.depth = ahead_depth::<D::Rec>(s.wanted.len(), s.chunk);
-        s
-    }
-
     fn next(&mut self, t: usize) -> Result<Option<D::Rec>> {
-        loop {
-            let Some(cur) = self.cur.get_mut(t) else {
-                return Ok(None);
-            };
-            if let Some(r) = cur.take() {
-                return Ok(Some(r));
-            }
-            // A chunk decoded ahead carries what follows its records.
-            if let Some(e) = cur.err.take() {
-                return Err(e.into());
-            }
-            if cur.last {
-                return Ok(None);
-            }
-            let Some(c) = self.ahead.get_mut(t).and_then(VecDeque::pop_front) else {
-                break;
-            };
-            let used = std::mem::replace(&mut cur.recs, c.recs);
-            cur.next = 0;
-            cur.last = c.last;
-            cur.err = c.err;
-            if used.capacity() > 0 && self.spare.len() < SPARE_BUFFERS {
-                self.spare.push(used);
-            }
-            if !c.last {
-                self.want(t);
-            }
+        let Some(cur) = self.cur.get_mut(t) else {
+            return Ok(None);
+        };
+        if let Some(r) = cur.take() {
+            return Ok(Some(r));
         }
         if self.dec.is_done(t) {
             return Ok(None);
         }
-        let Some(cur) = self.cur.get_mut(t) else {
-            return Ok(None);
-        };
         cur.recs.clear();
         cur.next = 0;
         self.dec.fill(t, &mut cur.recs, self.chunk)?;
@@ -392,69 +320,6 @@ impl<D: Decode> Seq<D> {
         }
         Ok(cur.take())
     }
-
-    /// Decodes the next chunk of one of its tasks ahead of its use, the task
-    /// whose chunk decoded ahead was taken first, if it has fewer than
-    /// `depth`; `false` if none has (or none of them is left).
-    fn work_ahead(&mut self) -> bool {
-        while let Some(t) = self.wanted.pop_front() {
-            let t = t as usize;
-            if let Some(q) = self.queued.get_mut(t) {
-                *q = false;
-            }
-            if self.ahead.get(t).is_none_or(|a| a.len() >= self.depth) || self.dec.is_done(t) {
-                continue;
-            }
-            let mut recs = self
-                .spare
-                .pop()
-                .unwrap_or_else(|| Vec::with_capacity(self.chunk));
-            recs.clear();
-            let err = self.dec.fill(t, &mut recs, self.chunk).err();
-            let last = self.dec.is_done(t) || err.is_some();
-            if let Some(a) = self.ahead.get_mut(t) {
-                a.push_back(Chunk {
-                    task: t as u32,
-                    recs,
-                    last,
-                    err,
-                });
-            }
-            if !last {
-                self.want(t);
-            }
-            self.worked_ahead += 1;
-            return true;
-        }
-        false
-    }
-
-    /// Task `t`'s next chunks may be decoded ahead.
-    fn want(&mut self, t: usize) {
-        if let Some(q) = self.queued.get_mut(t)
-            && !*q
-        {
-            *q = true;
-            self.wanted.push_back(t as u32);
-        }
-    }
-}
-
-/// Used chunk buffers the loop's own decoder keeps for its chunks decoded
-/// ahead.
-const SPARE_BUFFERS: usize = 64;
-
-/// Bytes of chunks the loop may hold decoded ahead, over all its tasks,
-/// besides [`DECODED_BUDGET`]. Taken out of that budget instead (1 MiB),
-/// the two-thread Bandela replay gained half as much (docs/testing.md).
-const AHEAD_BUDGET: usize = 2 << 20;
-
-/// Chunks each of the loop's `tasks` tasks may hold decoded ahead within
-/// [`AHEAD_BUDGET`], at most 8 (none where a chunk each does not fit: from
-/// about 10,900 Bandela ranks).
-fn ahead_depth<R>(tasks: usize, chunk: usize) -> usize {
-    let bytes = tasks.max(1) * chunk.max(1) * std::mem::size_of::<R>().max(1);
-    (AHEAD_BUDGET / bytes).min(8)
 }
 
 impl<D: Decode> Pipe<D> {
@@ -504,9 +369,6 @@ impl<D: Decode> Pipe<D> {
                     if let Some(o) = self.owner.get_mut(t) {
                         *o = Owner::Loop;
                     }
-                    if let Some(local) = &mut self.local {
-                        local.want(t);
-                    }
                     continue;
                 }
                 None => match self.wait_for(t)? {
@@ -550,12 +412,6 @@ impl<D: Decode> Pipe<D> {
         loop {
             let m = match self.chunks.try_recv() {
                 Ok(m) => m,
-                // Time to decode one of the loop's own tasks ahead.
-                Err(std::sync::mpsc::TryRecvError::Empty)
-                    if self.local.as_mut().is_some_and(Seq::work_ahead) =>
-                {
-                    continue;
-                }
                 Err(std::sync::mpsc::TryRecvError::Empty) if spins < SPINS => {
                     spins += 1;
                     self.waited = self.waited.saturating_add(1);
@@ -587,7 +443,6 @@ impl<D: Decode> Pipe<D> {
                         local.dec.put_task(u as usize, task);
                         *o = Owner::Draining;
                         self.on_loop += 1;
-                        local.depth = ahead_depth::<D::Rec>(self.on_loop, local.chunk);
                         self.stolen += 1;
                         if u as usize == t {
                             return Ok(None);
@@ -818,13 +673,6 @@ mod tests {
     /// Takes records the way an event loop does: task by task, a few at a
     /// time, until every task has ended or one errs.
     fn drain(src: &mut Source<Counter>, ntasks: usize) -> (Vec<(usize, usize)>, Option<String>) {
-        drain_with(|t| src.next(t), ntasks)
-    }
-
-    fn drain_with(
-        mut next: impl FnMut(usize) -> Result<Option<(usize, usize)>>,
-        ntasks: usize,
-    ) -> (Vec<(usize, usize)>, Option<String>) {
         let mut got = Vec::new();
         let mut live: Vec<usize> = (0..ntasks).collect();
         let mut step = 0usize;
@@ -833,7 +681,7 @@ mod tests {
             for &t in &live {
                 let mut ended = false;
                 for _ in 0..=((t + step) % 5) {
-                    match next(t) {
+                    match src.next(t) {
                         Ok(Some(r)) => got.push(r),
                         Ok(None) => {
                             ended = true;
@@ -850,16 +698,6 @@ mod tests {
             step += 1;
         }
         (got, None)
-    }
-
-    #[test]
-    fn chunks_decoded_ahead_stay_within_their_budget() {
-        // The Bandela halo at 1,024 ranks: 170 ranks of the loop, chunks of
-        // 28 records of 72 bytes.
-        assert_eq!(ahead_depth::<[u8; 72]>(170, 28), 6);
-        assert_eq!(ahead_depth::<[u8; 72]>(2, 512), 8);
-        assert_eq!(ahead_depth::<[u8; 72]>(1820, 16), 1);
-        assert_eq!(ahead_depth::<[u8; 72]>(1821, 16), 0);
     }
 
     #[test]
@@ -906,9 +744,8 @@ mod tests {
                         let mut src =
                             Source::pipelined(dec, "trace".into(), scope).expect("pipeline");
                         let got = drain(&mut src, len.len());
-                        (got, (src.stolen(), src.worked_ahead()))
+                        (got, src.stolen())
                     });
-                    let (stolen, ahead) = stolen;
                     assert_eq!(got, want, "share {share:?}, slow {slow}, broken {broken:?}");
                     // A slow decoding thread makes the loop take tasks over
                     // (never more than half of them).
@@ -916,63 +753,6 @@ mod tests {
                         assert!(stolen > 0, "share {share:?}: nothing taken over");
                     }
                     assert!(stolen <= len.len() / 2, "{stolen}");
-                    // The loop waits for the slow thread's first chunk, and
-                    // decodes its own tasks ahead meanwhile.
-                    if slow > 0 && share.0 > 0 && share.0 < share.1 {
-                        assert!(ahead > 0, "share {share:?}: nothing decoded ahead");
-                    }
-                }
-            }
-        }
-    }
-
-    /// However many chunks the loop's own decoder decodes ahead (none, a
-    /// few before the first record is taken, or one more at every record
-    /// taken), the records and the error come out as when every chunk is
-    /// decoded when asked for, and no task holds more than `depth` ahead.
-    #[test]
-    fn chunks_decoded_ahead_hand_out_what_decoding_when_asked_does() {
-        // Up to 3 chunks of 512 records a task, some empty.
-        let len: Vec<usize> = (0..12).map(|t| (t * 53) % 170 * 7).collect();
-        // At a task's first record, a chunk's last and first, mid-chunk.
-        let breaks = [
-            None,
-            Some((3, 0)),
-            Some((5, 511)),
-            Some((5, 512)),
-            Some((3, 1024)),
-            Some((6, 1030)),
-        ];
-        for broken in breaks {
-            let want = drain(
-                &mut Source::sequential(Counter::new(len.clone(), broken)),
-                len.len(),
-            );
-            for (before, every) in [(0, 0), (3, 0), (10_000, 0), (0, 1), (2, 7)] {
-                let all = vec![true; len.len()];
-                let mut s = Seq::for_loop(Counter::new(len.clone(), broken), &all);
-                for _ in 0..before {
-                    s.work_ahead();
-                }
-                assert!(s.ahead.iter().all(|a| a.len() <= s.depth));
-                let mut taken = 0usize;
-                let got = drain_with(
-                    |t| {
-                        taken += 1;
-                        if every > 0 && taken.is_multiple_of(every) {
-                            s.work_ahead();
-                        }
-                        s.next(t)
-                    },
-                    len.len(),
-                );
-                assert_eq!(
-                    got, want,
-                    "{before} first, then every {every}, broken {broken:?}"
-                );
-                assert_eq!(got.1.is_some(), broken.is_some());
-                if before > 0 || every > 0 {
-                    assert!(s.worked_ahead > 0);
                 }
             }
         }

@@ -283,11 +283,10 @@ impl Decode for RankFiles {
     /// parsed by the loop from the start (1,024 ranks × 300 iterations,
     /// 13–15 alternating runs of each) the two threads come out about even:
     /// 1.65–1.72× for shares of 1/8 to 1/5, 1.56× at 1/10 and 1.48× at 1/4.
-    /// With the loop parsing its ranks ahead while it waits, one in five
-    /// gained nothing over one in six at 1,024 ranks and was 2–7 % slower at
-    /// 4,096, where the loop costs more per record (docs/testing.md,
-    /// 2026-11-29). The loop takes more ranks over while it runs if it still
-    /// waits.
+    /// The loop takes more ranks over while it runs if it still waits (25–30
+    /// of 1,024 on the halo): 1.78× against 1.68× for the 1/6 alone. Made to
+    /// start from none (asking every 2,000 polls) it took 240–300 ranks and
+    /// reached 1.70×, against 1.50× with none taken.
     fn loop_share() -> (usize, usize) {
         (1, 6)
     }
@@ -572,9 +571,7 @@ fn replay(
     m.run()?;
     tracing::debug!(
         ranks = m.src.stolen(),
-        chunks_ahead = m.src.worked_ahead(),
-        "ranks whose files the event loop took over from the decoding thread, \
-         chunks of its own ranks it decoded ahead while it waited"
+        "ranks whose files the event loop took over from the decoding thread"
     );
     let end = m.ranks.iter().map(|r| r.clock()).fold(0.0, f64::max);
     if let Some(t) = m.topo.as_deref_mut() {
