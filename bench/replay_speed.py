@@ -51,7 +51,7 @@ def summary(name, samples):
     med = statistics.median(walls)
     print(f"  {name:<40} wall {med:7.3f} s ({min(walls):.3f}-{max(walls):.3f})  "
           f"cpu {statistics.median(cpus):7.3f} s  peak {rss:6.1f} MiB")
-    return {"wall": med, "rss": rss}
+    return {"wall": med, "min": min(walls), "rss": rss}
 
 
 def predictions(stdout):
@@ -153,8 +153,8 @@ def one_against_two(a, model, argv, reference, ref_name, rows):
           f"(middle half {paired[q]:.2f}-{paired[-1 - q]:.2f}x)")
     # On a shared host a 2-thread run is slowed whenever another tenant takes
     # either core; the fastest run of each is the least disturbed one.
-    b1, b2 = min(o[0] for o in one), min(t[0] for t in two)
-    print(f"  -> fastest runs: {b1:.3f} s on 1 thread, {b2:.3f} s on 2: {b1 / b2:.2f}x")
+    print(f"  -> fastest runs: {s1['min']:.3f} s on 1 thread, {s2['min']:.3f} s on 2: "
+          f"{s1['min'] / s2['min']:.2f}x")
     print(f"  -> 2 threads / zstd wall: {s2['wall'] / z['wall']:.2f}x")
     same = outs.get(1) == outs.get(2)
     print(f"  -> predictions (predicted time and {rows}) identical on 1 and 2 threads: "
