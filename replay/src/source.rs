@@ -89,6 +89,28 @@ pub(crate) trait Decode: Send + Sized {
     }
     /// Puts task `t`'s state, taken out of another decoder, in `self`.
     fn put_task(&mut self, _t: usize, _task: Self::Task) {}
+    /// Whether each task's state can be taken out ([`Decode::take_task`])
+    /// and decoded by any thread ([`Decode::fill_task`]): then both threads
+    /// decode, each the next chunk of whichever task it gets to first
+    /// ([`Source::pipelined`]).
+    fn shares_tasks() -> bool {
+        false
+    }
+    /// [`Decode::fill`] of a task's state taken out of the decoder; `self`
+    /// lends what its tasks share (a decoder split off with no task).
+    fn fill_task(
+        &mut self,
+        _t: usize,
+        _task: &mut Self::Task,
+        _out: &mut Vec<Self::Rec>,
+        _max: usize,
+    ) -> std::result::Result<(), FormatError> {
+        Ok(())
+    }
+    /// [`Decode::is_done`] of a task's state taken out of the decoder.
+    fn task_done(&self, _t: usize, _task: &Self::Task) -> bool {
+        true
+    }
 }
 
 /// Which tasks the event loop decodes itself: `num` of every `den`, spread
@@ -165,6 +187,7 @@ enum Msg<R, T> {
 pub(crate) enum Source<D: Decode> {
     Seq(Seq<D>),
     Pipe(Pipe<D>),
+    Shared(Shared<D>),
 }
 
 pub(crate) struct Seq<D: Decode> {
@@ -237,6 +260,9 @@ impl<D: Decode> Source<D> {
         D: 'scope,
         D::Rec: 'scope,
     {
+        if D::shares_tasks() {
+            return Shared::spawn(dec, name, scope).map(Source::Shared);
+        }
         let mut dec = dec;
         let n = dec.ntasks();
         let chunk = chunk_len::<D::Rec>(DECODED_BUDGET, n, AHEAD + 1);
@@ -288,6 +314,7 @@ impl<D: Decode> Source<D> {
         match self {
             Source::Seq(s) => s.next(t),
             Source::Pipe(p) => p.next(t),
+            Source::Shared(s) => s.next(t),
         }
     }
 
@@ -296,6 +323,7 @@ impl<D: Decode> Source<D> {
         match self {
             Source::Seq(_) => 0,
             Source::Pipe(p) => p.stolen,
+            Source::Shared(s) => s.decoded_by_loop,
         }
     }
 }
@@ -473,6 +501,246 @@ impl<D: Decode> Pipe<D> {
     }
 }
 
+/// One task's state and its chunks decoded ahead, behind a lock that
+/// whichever thread decodes the task's next chunk holds meanwhile.
+struct Slot<D: Decode> {
+    task: D::Task,
+    /// Chunks decoded ahead, in order.
+    ready: VecDeque<Chunk<D::Rec>>,
+    /// The last chunk (or an error) has been decoded.
+    ended: bool,
+    /// A used buffer to decode the next chunk into.
+    spare: Option<Vec<D::Rec>>,
+}
+
+/// What the event loop and the decoding thread share.
+struct Common<D: Decode> {
+    slots: Vec<std::sync::Mutex<Slot<D>>>,
+    /// The loop has gone: the decoding thread ends.
+    stop: std::sync::atomic::AtomicBool,
+    /// The decoding thread sleeps (every task is decoded `AHEAD + 1` chunks
+    /// ahead, or has ended): the loop wakes it up once it has used a few.
+    sleeping: std::sync::atomic::AtomicBool,
+}
+
+/// Locks a slot; a thread that panicked while holding it left it as it was
+/// between two chunks (a chunk is pushed whole), so its state is used.
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Decodes task `t`'s next chunk, of up to `max` records, from its slot.
+fn decode_into<D: Decode>(ctx: &mut D, t: usize, slot: &mut Slot<D>, max: usize) -> Chunk<D::Rec> {
+    let mut recs = slot.spare.take().unwrap_or_default();
+    recs.clear();
+    recs.reserve(max);
+    let err = ctx.fill_task(t, &mut slot.task, &mut recs, max).err();
+    let last = ctx.task_done(t, &slot.task) || err.is_some();
+    if last {
+        slot.ended = true;
+        recs.shrink_to_fit();
+    }
+    Chunk {
+        task: 0,
+        recs,
+        last,
+        err,
+    }
+}
+
+/// Records decoded by both threads: a second thread decodes every task's
+/// next chunks ahead, and the loop decodes the chunk it needs itself when
+/// that thread has not got to it yet, instead of waiting. Which thread
+/// decodes a chunk changes neither the chunk nor the order of the records.
+pub(crate) struct Shared<D: Decode> {
+    common: std::sync::Arc<Common<D>>,
+    /// The loop's own decoding context (what the tasks share, no task).
+    ctx: D,
+    cur: Vec<Cur<D::Rec>>,
+    chunk: usize,
+    /// Chunks the loop has taken since it last woke the decoding thread.
+    taken: usize,
+    wake_after: usize,
+    thread: std::thread::Thread,
+    /// Chunks the loop decoded itself.
+    decoded_by_loop: usize,
+    name: String,
+}
+
+impl<D: Decode> Shared<D> {
+    fn spawn<'scope, 'env>(
+        mut dec: D,
+        name: String,
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+    ) -> Result<Self>
+    where
+        D: 'scope,
+        D::Rec: 'scope,
+    {
+        let n = dec.ntasks();
+        let none = vec![false; n];
+        let (Some(ctx), Some(thread_ctx)) = (dec.split_off(&none), dec.split_off(&none)) else {
+            return Err(ReplayError::Io(format!(
+                "{name}: the trace's tasks cannot be shared between threads"
+            )));
+        };
+        let mut slots = Vec::with_capacity(n);
+        for t in 0..n {
+            let task = dec.take_task(t).ok_or_else(|| {
+                ReplayError::Io(format!("{name}: task {t} cannot be handed to a thread"))
+            })?;
+            slots.push(std::sync::Mutex::new(Slot {
+                task,
+                ready: VecDeque::new(),
+                ended: false,
+                spare: None,
+            }));
+        }
+        let common = std::sync::Arc::new(Common {
+            slots,
+            stop: std::sync::atomic::AtomicBool::new(false),
+            sleeping: std::sync::atomic::AtomicBool::new(false),
+        });
+        // Per task: the chunk being replayed, the ones decoded ahead, a
+        // spare buffer, and the one being decoded (21 records at 1,024 ranks:
+        // 24.3 MiB at peak, no slower than 42 records at 27.3 MiB).
+        let chunk = chunk_len::<D::Rec>(DECODED_BUDGET, n, AHEAD + 3);
+        let theirs = common.clone();
+        let handle = std::thread::Builder::new()
+            .name("replay-decode".into())
+            .spawn_scoped(scope, move || decode_ahead(thread_ctx, &theirs, chunk))
+            .map_err(|e| ReplayError::Io(format!("cannot start the decoding thread: {e}")))?;
+        Ok(Shared {
+            thread: handle.thread().clone(),
+            common,
+            ctx,
+            cur: (0..n).map(|_| Cur::default()).collect(),
+            chunk,
+            taken: 0,
+            wake_after: (n / 16).clamp(1, 64),
+            decoded_by_loop: 0,
+            name,
+        })
+    }
+
+    fn next(&mut self, t: usize) -> Result<Option<D::Rec>> {
+        let Some(cur) = self.cur.get_mut(t) else {
+            return Ok(None);
+        };
+        if let Some(r) = cur.take() {
+            prefetch(cur.recs.get(cur.next + PREFETCH_AHEAD));
+            return Ok(Some(r));
+        }
+        if let Some(e) = cur.err.take() {
+            return Err(e.into());
+        }
+        if cur.last {
+            return Ok(None);
+        }
+        let used = std::mem::take(&mut cur.recs);
+        cur.next = 0;
+        let Some(slot) = self.common.slots.get(t) else {
+            return Err(ReplayError::Io(format!("{}: no task {t}", self.name)));
+        };
+        let chunk = {
+            let mut slot = lock(slot);
+            if used.capacity() > 0 && slot.spare.is_none() {
+                slot.spare = Some(used);
+            }
+            match slot.ready.pop_front() {
+                Some(c) => c,
+                None if slot.ended => Chunk {
+                    task: 0,
+                    recs: Vec::new(),
+                    last: true,
+                    err: None,
+                },
+                None => {
+                    // The decoding thread has not got to it: decode it here
+                    // rather than wait.
+                    self.decoded_by_loop += 1;
+                    decode_into(&mut self.ctx, t, &mut slot, self.chunk)
+                }
+            }
+        };
+        self.taken += 1;
+        if self.taken >= self.wake_after
+            && self
+                .common
+                .sleeping
+                .load(std::sync::atomic::Ordering::Acquire)
+        {
+            self.taken = 0;
+            self.thread.unpark();
+        }
+        for r in chunk.recs.iter().take(PREFETCH_AHEAD) {
+            prefetch(Some(r));
+        }
+        cur.recs = chunk.recs;
+        cur.last = chunk.last;
+        cur.err = chunk.err;
+        if let Some(r) = cur.take() {
+            return Ok(Some(r));
+        }
+        // An empty chunk is the last one, or an error.
+        cur.last = true;
+        match cur.err.take() {
+            Some(e) => Err(e.into()),
+            None => Ok(None),
+        }
+    }
+}
+
+impl<D: Decode> Drop for Shared<D> {
+    fn drop(&mut self) {
+        self.common
+            .stop
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.thread.unpark();
+    }
+}
+
+/// The decoding thread of [`Shared`]: sweeps over the tasks, decoding one
+/// more chunk of each that has fewer than `AHEAD + 1` decoded ahead and that
+/// the loop is not decoding itself; sleeps when a whole sweep found nothing
+/// to do, until the loop has used some chunks. Ends once the loop has gone.
+fn decode_ahead<D: Decode>(mut ctx: D, common: &Common<D>, chunk: usize) {
+    use std::sync::atomic::Ordering;
+    let n = common.slots.len();
+    // The loop starts from the first task: start from the middle, so that
+    // the two do not queue for the same tasks.
+    let mut t = n / 2;
+    let mut idle = 0usize;
+    while !common.stop.load(Ordering::Acquire) {
+        if n == 0 {
+            return;
+        }
+        let Some(m) = common.slots.get(t) else { return };
+        let this = t;
+        t = (t + 1) % n;
+        let did = match m.try_lock() {
+            Ok(mut slot) if !slot.ended && slot.ready.len() < AHEAD => {
+                let c = decode_into(&mut ctx, this, &mut slot, chunk);
+                slot.ready.push_back(c);
+                true
+            }
+            _ => false,
+        };
+        if did {
+            idle = 0;
+            continue;
+        }
+        idle += 1;
+        if idle >= n {
+            // A whole sweep with nothing to do.
+            common.sleeping.store(true, Ordering::Release);
+            std::thread::park_timeout(std::time::Duration::from_millis(1));
+            common.sleeping.store(false, Ordering::Release);
+            idle = 0;
+        }
+    }
+}
+
 /// A hint to bring `r` (its first and last byte) into this core's cache.
 #[inline]
 fn prefetch<R>(r: Option<&R>) {
@@ -599,6 +867,7 @@ mod tests {
     }
 
     thread_local! {
+        static SHARED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
         static SHARE: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 1)) };
     }
 
@@ -617,9 +886,69 @@ mod tests {
                 self.owned[t],
                 "task {t} decoded by a decoder that gave it away"
             );
-            let until = std::time::Instant::now() + self.slow;
-            while std::time::Instant::now() < until {
-                std::hint::spin_loop();
+            self.fill_at(t, out, max)
+        }
+        fn is_done(&self, t: usize) -> bool {
+            self.next[t] >= self.len[t]
+        }
+        fn loop_share() -> (usize, usize) {
+            SHARE.with(std::cell::Cell::get)
+        }
+        fn shares_tasks() -> bool {
+            SHARED.with(std::cell::Cell::get)
+        }
+        fn fill_task(
+            &mut self,
+            t: usize,
+            next: &mut usize,
+            out: &mut Vec<(usize, usize)>,
+            max: usize,
+        ) -> std::result::Result<(), FormatError> {
+            let mine = std::mem::replace(&mut self.next[t], *next);
+            let r = self.fill_at(t, out, max);
+            *next = std::mem::replace(&mut self.next[t], mine);
+            r
+        }
+        fn task_done(&self, t: usize, next: &usize) -> bool {
+            *next >= self.len[t]
+        }
+        fn split_off(&mut self, mine: &[bool]) -> Option<Self> {
+            let mut other = Counter::new(self.len.clone(), self.broken);
+            other.next.clone_from(&self.next);
+            other.slow = self.slow;
+            for (t, m) in mine.iter().enumerate() {
+                other.owned[t] = *m;
+                self.owned[t] = !*m;
+            }
+            Some(other)
+        }
+        type Task = usize;
+        fn take_task(&mut self, t: usize) -> Option<usize> {
+            assert!(self.owned[t], "task {t} given away twice");
+            self.owned[t] = false;
+            Some(self.next[t])
+        }
+        fn put_task(&mut self, t: usize, next: usize) {
+            assert!(!self.owned[t], "task {t} received twice");
+            self.owned[t] = true;
+            self.next[t] = next;
+        }
+    }
+
+    impl Counter {
+        /// Task `t`'s next records from `self.next[t]`; slow on the
+        /// decoding thread only.
+        fn fill_at(
+            &mut self,
+            t: usize,
+            out: &mut Vec<(usize, usize)>,
+            max: usize,
+        ) -> std::result::Result<(), FormatError> {
+            if std::thread::current().name() == Some("replay-decode") {
+                let until = std::time::Instant::now() + self.slow;
+                while std::time::Instant::now() < until {
+                    std::hint::spin_loop();
+                }
             }
             let start = out.len();
             while out.len() - start < max && self.next[t] < self.len[t] {
@@ -641,32 +970,6 @@ mod tests {
                 self.next[t] += 1;
             }
             Ok(())
-        }
-        fn is_done(&self, t: usize) -> bool {
-            self.next[t] >= self.len[t]
-        }
-        fn loop_share() -> (usize, usize) {
-            SHARE.with(std::cell::Cell::get)
-        }
-        fn split_off(&mut self, mine: &[bool]) -> Option<Self> {
-            let mut other = Counter::new(self.len.clone(), self.broken);
-            other.next.clone_from(&self.next);
-            for (t, m) in mine.iter().enumerate() {
-                other.owned[t] = *m;
-                self.owned[t] = !*m;
-            }
-            Some(other)
-        }
-        type Task = usize;
-        fn take_task(&mut self, t: usize) -> Option<usize> {
-            assert!(self.owned[t], "task {t} given away twice");
-            self.owned[t] = false;
-            Some(self.next[t])
-        }
-        fn put_task(&mut self, t: usize, next: usize) {
-            assert!(!self.owned[t], "task {t} received twice");
-            self.owned[t] = true;
-            self.next[t] = next;
         }
     }
 
@@ -753,6 +1056,38 @@ mod tests {
                         assert!(stolen > 0, "share {share:?}: nothing taken over");
                     }
                     assert!(stolen <= len.len() / 2, "{stolen}");
+                }
+            }
+        }
+    }
+
+    /// Tasks decoded by whichever thread gets to their next chunk first:
+    /// the loop is handed the same records in the same order as on one
+    /// thread, and the same error at the same point, whether the loop or the
+    /// second thread decoded the broken chunk; a slow second thread leaves
+    /// chunks for the loop to decode itself. Once the loop has gone (at an
+    /// error), the second thread ends: the scope would not end otherwise.
+    #[test]
+    fn shared_tasks_hand_out_what_one_thread_does() {
+        let len: Vec<usize> = (0..40).map(|t| (t * 37) % 300 * 20).collect();
+        for broken in [None, Some((17, 20)), Some((16, 0)), Some((22, 2000))] {
+            let mut seq = Source::sequential(Counter::new(len.clone(), broken));
+            let want = drain(&mut seq, len.len());
+            assert_eq!(want.1.is_some(), broken.is_some(), "{broken:?}");
+            for slow in [0, 300] {
+                SHARED.with(|s| s.set(true));
+                let (got, by_loop) = std::thread::scope(|scope| {
+                    let mut dec = Counter::new(len.clone(), broken);
+                    dec.slow = std::time::Duration::from_micros(slow);
+                    let mut src = Source::pipelined(dec, "trace".into(), scope).expect("pipeline");
+                    assert!(matches!(src, Source::Shared(_)));
+                    let got = drain(&mut src, len.len());
+                    (got, src.stolen())
+                });
+                SHARED.with(|s| s.set(false));
+                assert_eq!(got, want, "slow {slow}, broken {broken:?}");
+                if slow > 0 && broken.is_none() {
+                    assert!(by_loop > 0, "the loop decoded nothing itself");
                 }
             }
         }

@@ -200,75 +200,52 @@ impl Decode for RankFiles {
         out: &mut Vec<(Rec, u64)>,
         max: usize,
     ) -> std::result::Result<(), FormatError> {
-        if let Some(e) = self.pending.get_mut(t).and_then(Option::take) {
-            return Err(e);
-        }
-        let (Some(Some(trace)), Some(done)) = (self.traces.get_mut(t), self.done.get_mut(t)) else {
+        let (Some(trace), Some(pending), Some(done)) = (
+            self.traces.get_mut(t),
+            self.pending.get_mut(t),
+            self.done.get_mut(t),
+        ) else {
             return Ok(());
         };
-        let start = out.len();
-        while !*done && out.len() - start < max {
-            match trace.next_record() {
-                Ok(Some(r)) => {
-                    // The routine's name becomes its number here, on the
-                    // decoding thread, so that no name is allocated on one
-                    // thread and freed on the other, nor compared per record.
-                    let rec = match r {
-                        BRecord::Kernel {
-                            main_fn: name,
-                            kernel,
-                            ..
-                        } => {
-                            // A trace names a few routines: the first ones
-                            // are searched in place, faster than a hash.
-                            let f = match self.first_ids.iter().find(|(n, _)| *n == name) {
-                                Some(&(_, f)) => {
-                                    trace.reuse_name(name);
-                                    f
-                                }
-                                None => match self.ids.get(&name) {
-                                    Some(&f) => {
-                                        trace.reuse_name(name);
-                                        f
-                                    }
-                                    None => {
-                                        let f = intern(&self.names, &name);
-                                        if self.first_ids.len() < FIRST_IDS {
-                                            self.first_ids.push((name, f));
-                                        } else {
-                                            self.ids.insert(name, f);
-                                        }
-                                        f
-                                    }
-                                },
-                            };
-                            Rec::Kernel(kernel, f)
-                        }
-                        BRecord::Compute { seconds, caliper } => Rec::Compute { seconds, caliper },
-                        BRecord::Comm { id, ranks } => Rec::Comm(Box::new((id, ranks))),
-                        BRecord::CaliperPush(c) => Rec::CaliperPush(c),
-                        BRecord::CaliperPop => Rec::CaliperPop,
-                        BRecord::IgnoreNextCol(c) => Rec::IgnoreNextCol(c),
-                    };
-                    out.push((rec, trace.line()));
-                }
-                Ok(None) => *done = true,
-                Err(e) => {
-                    *done = true;
-                    if out.len() == start {
-                        return Err(e);
-                    }
-                    if let Some(p) = self.pending.get_mut(t) {
-                        *p = Some(e);
-                    }
-                }
-            }
-        }
-        Ok(())
+        fill_rank(
+            &mut self.first_ids,
+            &mut self.ids,
+            &self.names,
+            (trace, pending, done),
+            out,
+            max,
+        )
     }
 
     fn is_done(&self, t: usize) -> bool {
         self.done.get(t).is_none_or(|d| *d) && self.pending.get(t).is_none_or(Option::is_none)
+    }
+
+    /// A rank's reader is decoded by whichever thread gets to its next
+    /// chunk first (docs/replay.md, "Two cores").
+    fn shares_tasks() -> bool {
+        true
+    }
+
+    fn fill_task(
+        &mut self,
+        _t: usize,
+        (trace, pending, done): &mut Self::Task,
+        out: &mut Vec<(Rec, u64)>,
+        max: usize,
+    ) -> std::result::Result<(), FormatError> {
+        fill_rank(
+            &mut self.first_ids,
+            &mut self.ids,
+            &self.names,
+            (trace, pending, done),
+            out,
+            max,
+        )
+    }
+
+    fn task_done(&self, _t: usize, (_, pending, done): &Self::Task) -> bool {
+        *done && pending.is_none()
     }
 
     /// 16 records per rank at 1,024 ranks: each rank reads from its own
@@ -331,6 +308,82 @@ impl Decode for RankFiles {
         }
         Some(other)
     }
+}
+
+/// Appends up to `max` of one rank's next records to `out`, from its reader,
+/// the error it met after the records handed out last, and whether its
+/// stream has ended; `first_ids`, `ids` and `names` number the routines.
+fn fill_rank(
+    first_ids: &mut Vec<(String, Fid)>,
+    ids: &mut HashMap<String, Fid>,
+    names: &Names,
+    (trace, pending, done): (&mut Option<RankTrace>, &mut Option<FormatError>, &mut bool),
+    out: &mut Vec<(Rec, u64)>,
+    max: usize,
+) -> std::result::Result<(), FormatError> {
+    if let Some(e) = pending.take() {
+        return Err(e);
+    }
+    let Some(trace) = trace else {
+        return Ok(());
+    };
+    let start = out.len();
+    while !*done && out.len() - start < max {
+        match trace.next_record() {
+            Ok(Some(r)) => {
+                // The routine's name becomes its number here, on the
+                // decoding thread, so that no name is allocated on one
+                // thread and freed on the other, nor compared per record.
+                let rec = match r {
+                    BRecord::Kernel {
+                        main_fn: name,
+                        kernel,
+                        ..
+                    } => {
+                        // A trace names a few routines: the first ones
+                        // are searched in place, faster than a hash.
+                        let f = match first_ids.iter().find(|(n, _)| *n == name) {
+                            Some(&(_, f)) => {
+                                trace.reuse_name(name);
+                                f
+                            }
+                            None => match ids.get(&name) {
+                                Some(&f) => {
+                                    trace.reuse_name(name);
+                                    f
+                                }
+                                None => {
+                                    let f = intern(names, &name);
+                                    if first_ids.len() < FIRST_IDS {
+                                        first_ids.push((name, f));
+                                    } else {
+                                        ids.insert(name, f);
+                                    }
+                                    f
+                                }
+                            },
+                        };
+                        Rec::Kernel(kernel, f)
+                    }
+                    BRecord::Compute { seconds, caliper } => Rec::Compute { seconds, caliper },
+                    BRecord::Comm { id, ranks } => Rec::Comm(Box::new((id, ranks))),
+                    BRecord::CaliperPush(c) => Rec::CaliperPush(c),
+                    BRecord::CaliperPop => Rec::CaliperPop,
+                    BRecord::IgnoreNextCol(c) => Rec::IgnoreNextCol(c),
+                };
+                out.push((rec, trace.line()));
+            }
+            Ok(None) => *done = true,
+            Err(e) => {
+                *done = true;
+                if out.len() == start {
+                    return Err(e);
+                }
+                *pending = Some(e);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Routines the decoder looks up in place before it hashes.
