@@ -3,10 +3,11 @@
 //! ahead while the loop runs ([`Source::pipelined`]). Both models use it: the
 //! Dimemas model over one `.dim` file, the Bandela model over one text file
 //! per rank; each says how to decode a task's next records ([`Decode`]).
-//! Where decoding costs more than replaying (Bandela's text), the loop also
-//! decodes a share of the tasks itself ([`Decode::loop_share`]), and takes
-//! more over from the decoding thread while it runs if it still waits for it
-//! ([`Decode::take_task`]), so that neither thread waits long for the other.
+//! Where each task's decoding state can be handed between threads (Bandela's
+//! rank files, [`Decode::shares_tasks`]), both threads decode: the second
+//! one decodes every task's next chunk ahead, and the loop decodes the chunk
+//! it needs itself when that thread has not got to it yet, so that neither
+//! waits for the other.
 //!
 //! Both ways hand the loop the same records, positions and errors in the same
 //! order, so a replay's predictions do not depend on the number of threads.
@@ -28,13 +29,6 @@ const AHEAD: usize = 1;
 
 /// Polls for a missing chunk before sleeping (about 20 µs).
 const SPINS: u32 = 2000;
-
-/// Polls, over all waits, after which the loop takes a task over from the
-/// decoding thread. On the 1,024-rank Bandela halo: 1.76–1.78× on two
-/// threads at 5,000 and 20,000, 1.71× at 2,000 (it took 100–150 ranks, too
-/// many), 1.68–1.76× without taking any (docs/testing.md); from a start
-/// share of none, taking ranks over gave 1.70× against 1.50×.
-const STEAL_AFTER: u32 = 20_000;
 
 /// How many records ahead of the one taken the loop asks the core to fetch
 /// (1 and 3 were no better on the 1,024-rank Bandela halo; 0 left the take
@@ -68,19 +62,14 @@ pub(crate) trait Decode: Send + Sized {
     fn sequential_budget() -> usize {
         DECODED_BUDGET
     }
-    /// When a second thread decodes, the share of tasks (numerator,
-    /// denominator) the event loop decodes itself: where decoding costs
-    /// more than replaying, the decoding thread alone would be the bound.
-    fn loop_share() -> (usize, usize) {
-        (0, 1)
-    }
-    /// Moves the tasks `mine` marks into a decoder of their own, for the
-    /// event loop; they end in `self`. `None` if the decoder cannot be split.
+    /// Moves the tasks `mine` marks into a decoder of their own; they end in
+    /// `self`. With none marked, a decoding context for another thread (what
+    /// the tasks share). `None` if the decoder cannot be split.
     fn split_off(&mut self, _mine: &[bool]) -> Option<Self> {
         None
     }
-    /// One task's decoding state, handed from the decoding thread to the
-    /// loop's decoder when the loop takes the task over.
+    /// One task's decoding state, taken out of the decoder so that either
+    /// thread can decode it ([`Source::pipelined`]).
     type Task: Send;
     /// Takes task `t`'s state out (the task then ends in `self`); `None`
     /// if it cannot be moved.
@@ -111,16 +100,6 @@ pub(crate) trait Decode: Send + Sized {
     fn task_done(&self, _t: usize, _task: &Self::Task) -> bool {
         true
     }
-}
-
-/// Which tasks the event loop decodes itself: `num` of every `den`, spread
-/// evenly over the tasks.
-fn loop_tasks(ntasks: usize, (num, den): (usize, usize)) -> Vec<bool> {
-    let den = den.max(1);
-    let num = num.min(den);
-    (0..ntasks)
-        .map(|t| (t + 1) * num / den != t * num / den)
-        .collect()
 }
 
 /// Records per chunk: as many as `budget` bytes allow for `per_task` chunks
@@ -173,13 +152,6 @@ struct Chunk<R> {
     err: Option<FormatError>,
 }
 
-/// What the decoder sends the loop: a chunk, or a task it gave up (after
-/// every chunk of that task it had sent; `None` if it could not).
-enum Msg<R, T> {
-    Chunk(Chunk<R>),
-    Task(u32, Option<T>),
-}
-
 /// The records of every task.
 // One per replay, asked for every record: not boxed, so that no pointer is
 // followed per record.
@@ -196,22 +168,7 @@ pub(crate) struct Seq<D: Decode> {
     chunk: usize,
 }
 
-/// Who decodes a task, seen from the loop.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Owner {
-    /// The decoding thread.
-    Thread,
-    /// The loop, from the start or once the chunks in flight are used up.
-    Loop,
-    /// Taken over from the decoding thread: the chunks it sent first.
-    Draining,
-}
-
 pub(crate) struct Pipe<D: Decode> {
-    owner: Vec<Owner>,
-    /// The decoder of the tasks the loop decodes itself (`None` if the
-    /// decoder cannot be split: then the thread decodes every task).
-    local: Option<Seq<D>>,
     cur: Vec<Cur<D::Rec>>,
     ready: Vec<VecDeque<Chunk<D::Rec>>>,
     /// Empty chunk buffers returned to the decoder: each asks for one more
@@ -219,21 +176,7 @@ pub(crate) struct Pipe<D: Decode> {
     batch: Returned<D::Rec>,
     batch_len: usize,
     requests: Sender<Returned<D::Rec>>,
-    /// Tasks the loop takes over: the decoder looks before each chunk, not
-    /// after the requests queued before (it is behind when asked).
-    steals: Sender<u32>,
-    chunks: Receiver<Msg<D::Rec, D::Task>>,
-    /// Taking over tasks: chunks received so far (none is taken before
-    /// the decoder's first pass over every task is in), spins waited since
-    /// the last take-over, whether one is under way, and the tasks the loop
-    /// decodes and may decode at most.
-    received: usize,
-    waited: u32,
-    stealing: bool,
-    on_loop: usize,
-    max_on_loop: usize,
-    /// Tasks taken over while the replay ran.
-    stolen: usize,
+    chunks: Receiver<Chunk<D::Rec>>,
     /// What the trace is called in an error.
     name: String,
 }
@@ -263,48 +206,21 @@ impl<D: Decode> Source<D> {
         if D::shares_tasks() {
             return Shared::spawn(dec, name, scope).map(Source::Shared);
         }
-        let mut dec = dec;
         let n = dec.ntasks();
         let chunk = chunk_len::<D::Rec>(DECODED_BUDGET, n, AHEAD + 1);
-        let mut mine = loop_tasks(n, D::loop_share());
-        let local = dec.split_off(&mine).map(|d| Seq {
-            dec: d,
-            cur: (0..n).map(|_| Cur::default()).collect(),
-            chunk: chunk_len::<D::Rec>(D::sequential_budget(), n, 1),
-        });
-        if local.is_none() {
-            mine.fill(false);
-        }
-        let on_loop = mine.iter().filter(|m| **m).count();
-        let skip = mine.clone();
         let (req_tx, req_rx) = std::sync::mpsc::channel::<Returned<D::Rec>>();
-        let (steal_tx, steal_rx) = std::sync::mpsc::channel::<u32>();
-        let (chunk_tx, chunk_rx) = std::sync::mpsc::channel::<Msg<D::Rec, D::Task>>();
+        let (chunk_tx, chunk_rx) = std::sync::mpsc::channel::<Chunk<D::Rec>>();
         std::thread::Builder::new()
             .name("replay-decode".into())
-            .spawn_scoped(scope, move || {
-                decoder(dec, chunk, skip, &req_rx, &steal_rx, &chunk_tx)
-            })
+            .spawn_scoped(scope, move || decoder(dec, chunk, &req_rx, &chunk_tx))
             .map_err(|e| ReplayError::Io(format!("cannot start the decoding thread: {e}")))?;
         Ok(Source::Pipe(Pipe {
-            owner: mine
-                .iter()
-                .map(|m| if *m { Owner::Loop } else { Owner::Thread })
-                .collect(),
-            local,
             cur: (0..n).map(|_| Cur::default()).collect(),
             ready: (0..n).map(|_| VecDeque::new()).collect(),
             batch: Vec::new(),
             batch_len: (n / 16).clamp(1, 64),
             requests: req_tx,
-            steals: steal_tx,
             chunks: chunk_rx,
-            received: 0,
-            waited: 0,
-            stealing: false,
-            on_loop,
-            max_on_loop: n / 2,
-            stolen: 0,
             name,
         }))
     }
@@ -318,12 +234,12 @@ impl<D: Decode> Source<D> {
         }
     }
 
-    /// Tasks the loop took over from the decoding thread while it ran.
-    pub(crate) fn stolen(&self) -> usize {
+    /// Chunks the loop decoded itself because the decoding thread had not
+    /// got to them yet ([`Decode::shares_tasks`]).
+    pub(crate) fn decoded_by_loop(&self) -> usize {
         match self {
-            Source::Seq(_) => 0,
-            Source::Pipe(p) => p.stolen,
             Source::Shared(s) => s.decoded_by_loop,
+            Source::Seq(_) | Source::Pipe(_) => 0,
         }
     }
 }
@@ -353,14 +269,6 @@ impl<D: Decode> Seq<D> {
 impl<D: Decode> Pipe<D> {
     fn next(&mut self, t: usize) -> Result<Option<D::Rec>> {
         loop {
-            let Some(&owner) = self.owner.get(t) else {
-                return Ok(None);
-            };
-            if owner == Owner::Loop
-                && let Some(local) = &mut self.local
-            {
-                return local.next(t);
-            }
             let Some(cur) = self.cur.get_mut(t) else {
                 return Ok(None);
             };
@@ -368,7 +276,7 @@ impl<D: Decode> Pipe<D> {
                 // The task's next records were written by the decoding
                 // thread and sit in the other core's cache: fetch them
                 // ahead, while the loop runs, instead of stalling on them.
-                // Not just the next one: a rank often runs several records
+                // Not just the next one: a task often runs several records
                 // in a row, and the fetch would still be under way.
                 prefetch(cur.recs.get(cur.next + PREFETCH_AHEAD));
                 return Ok(Some(r));
@@ -384,7 +292,7 @@ impl<D: Decode> Pipe<D> {
             // task's first chunks are decoded unasked).
             let buf = std::mem::take(&mut cur.recs);
             cur.next = 0;
-            if buf.capacity() > 0 && owner == Owner::Thread {
+            if buf.capacity() > 0 {
                 self.batch.push((t as u32, buf));
             }
             if self.batch.len() >= self.batch_len {
@@ -392,18 +300,7 @@ impl<D: Decode> Pipe<D> {
             }
             let chunk = match self.ready.get_mut(t).and_then(VecDeque::pop_front) {
                 Some(c) => c,
-                None if owner == Owner::Draining => {
-                    // Every chunk the thread sent is used: the loop goes on.
-                    if let Some(o) = self.owner.get_mut(t) {
-                        *o = Owner::Loop;
-                    }
-                    continue;
-                }
-                None => match self.wait_for(t)? {
-                    Some(c) => c,
-                    // Taken over while waiting: drain, then decode.
-                    None => continue,
-                },
+                None => self.wait_for(t)?,
             };
             if let Some(cur) = self.cur.get_mut(t) {
                 // A new chunk's first records are needed at once.
@@ -424,28 +321,17 @@ impl<D: Decode> Pipe<D> {
         }
     }
 
-    /// Blocks until task `t`'s next chunk arrives, keeping the others; `None`
-    /// once `t` has been taken over (its chunks sent before are then in
-    /// `ready`). The chunk is usually a few microseconds away: it spins a
-    /// little before sleeping, which would cost two system calls per chunk.
-    ///
-    /// Waiting means that the decoding thread is behind: once the loop has
-    /// waited [`STEAL_AFTER`] spins in all, it takes over the task it waits
-    /// for, one at a time, up to half the tasks. The share the loop decodes
-    /// thus follows what each thread costs on this trace and this machine,
-    /// from [`Decode::loop_share`] up.
-    fn wait_for(&mut self, t: usize) -> Result<Option<Chunk<D::Rec>>> {
+    /// Blocks until task `t`'s next chunk arrives, keeping the others. The
+    /// chunk is usually a few microseconds away: it spins a little before
+    /// sleeping, which would cost two system calls per chunk.
+    fn wait_for(&mut self, t: usize) -> Result<Chunk<D::Rec>> {
         self.flush();
         let mut spins = 0u32;
         loop {
-            let m = match self.chunks.try_recv() {
-                Ok(m) => m,
+            let c = match self.chunks.try_recv() {
+                Ok(c) => c,
                 Err(std::sync::mpsc::TryRecvError::Empty) if spins < SPINS => {
                     spins += 1;
-                    self.waited = self.waited.saturating_add(1);
-                    if self.waited >= STEAL_AFTER {
-                        self.steal(t);
-                    }
                     std::hint::spin_loop();
                     continue;
                 }
@@ -453,51 +339,13 @@ impl<D: Decode> Pipe<D> {
                     ReplayError::Io(format!("{}: the decoding thread stopped early", self.name))
                 })?,
             };
-            match m {
-                Msg::Chunk(c) => {
-                    self.received += 1;
-                    if c.task as usize == t {
-                        return Ok(Some(c));
-                    }
-                    if let Some(q) = self.ready.get_mut(c.task as usize) {
-                        q.push_back(c);
-                    }
-                }
-                Msg::Task(u, task) => {
-                    self.stealing = false;
-                    if let (Some(task), Some(local), Some(o)) =
-                        (task, &mut self.local, self.owner.get_mut(u as usize))
-                    {
-                        local.dec.put_task(u as usize, task);
-                        *o = Owner::Draining;
-                        self.on_loop += 1;
-                        self.stolen += 1;
-                        if u as usize == t {
-                            return Ok(None);
-                        }
-                    }
-                }
+            if c.task as usize == t {
+                return Ok(c);
+            }
+            if let Some(q) = self.ready.get_mut(c.task as usize) {
+                q.push_back(c);
             }
         }
-    }
-
-    /// Asks the decoding thread for task `t`, if the loop can take it now.
-    fn steal(&mut self, t: usize) {
-        if self.received < self.owner.len() {
-            // The first chunks are still coming: waiting is the rule.
-            self.waited = 0;
-            return;
-        }
-        if self.stealing
-            || self.local.is_none()
-            || self.on_loop >= self.max_on_loop
-            || self.owner.get(t) != Some(&Owner::Thread)
-        {
-            return;
-        }
-        self.waited = 0;
-        // A closed channel means the decoder has stopped; `wait_for` says so.
-        self.stealing = self.steals.send(t as u32).is_ok();
     }
 }
 
@@ -767,7 +615,7 @@ fn send_chunk<D: Decode>(
     t: u32,
     mut recs: Vec<D::Rec>,
     chunk: usize,
-    chunks: &Sender<Msg<D::Rec, D::Task>>,
+    chunks: &Sender<Chunk<D::Rec>>,
 ) -> bool {
     recs.clear();
     if t as usize >= dec.ntasks() {
@@ -779,33 +627,27 @@ fn send_chunk<D: Decode>(
         recs.shrink_to_fit();
     }
     chunks
-        .send(Msg::Chunk(Chunk {
+        .send(Chunk {
             task: t,
             recs,
             last,
             err,
-        }))
+        })
         .is_ok()
 }
 
-/// The decoding thread: `AHEAD + 1` chunks of every task it decodes first,
+/// The decoding thread of [`Pipe`]: `AHEAD + 1` chunks of every task first,
 /// then one more chunk of a task each time the loop hands back a used
-/// buffer; before each chunk, any task the loop asks for is handed over.
-/// Ends when the loop drops its side of the channels.
+/// buffer. Ends when the loop drops its side of the channels.
 fn decoder<D: Decode>(
     mut dec: D,
     chunk: usize,
-    mut given: Vec<bool>,
     requests: &Receiver<Returned<D::Rec>>,
-    steals: &Receiver<u32>,
-    chunks: &Sender<Msg<D::Rec, D::Task>>,
+    chunks: &Sender<Chunk<D::Rec>>,
 ) {
     let ntasks = dec.ntasks() as u32;
     for _ in 0..=AHEAD {
         for t in 0..ntasks {
-            if given.get(t as usize).is_some_and(|g| *g) {
-                continue;
-            }
             if !send_chunk(&mut dec, t, Vec::with_capacity(chunk), chunk, chunks) {
                 return;
             }
@@ -813,23 +655,6 @@ fn decoder<D: Decode>(
     }
     while let Ok(batch) = requests.recv() {
         for (t, buf) in batch {
-            // Tasks the loop asks for go first: it waits.
-            while let Ok(s) = steals.try_recv() {
-                let task = match given.get_mut(s as usize) {
-                    Some(g) if !*g => {
-                        *g = true;
-                        dec.take_task(s as usize)
-                    }
-                    _ => None,
-                };
-                if chunks.send(Msg::Task(s, task)).is_err() {
-                    return;
-                }
-            }
-            // A buffer of a task given away asks for nothing.
-            if given.get(t as usize).is_some_and(|g| *g) {
-                continue;
-            }
             if !send_chunk(&mut dec, t, buf, chunk, chunks) {
                 return;
             }
@@ -868,7 +693,6 @@ mod tests {
 
     thread_local! {
         static SHARED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-        static SHARE: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 1)) };
     }
 
     impl Decode for Counter {
@@ -890,9 +714,6 @@ mod tests {
         }
         fn is_done(&self, t: usize) -> bool {
             self.next[t] >= self.len[t]
-        }
-        fn loop_share() -> (usize, usize) {
-            SHARE.with(std::cell::Cell::get)
         }
         fn shares_tasks() -> bool {
             SHARED.with(std::cell::Cell::get)
@@ -1003,60 +824,52 @@ mod tests {
         (got, None)
     }
 
-    #[test]
-    fn the_loop_decodes_one_task_in_six_spread_over_the_trace() {
-        let m = loop_tasks(40, (1, 6));
-        let mine: Vec<usize> = (0..40).filter(|t| m[*t]).collect();
-        assert_eq!(mine, [5, 11, 17, 23, 29, 35]);
-        assert!(loop_tasks(40, (0, 1)).iter().all(|m| !m));
-        assert!(loop_tasks(7, (1, 1)).iter().all(|m| *m));
-        assert_eq!(loop_tasks(10, (1, 2)).iter().filter(|m| **m).count(), 5);
+    /// Empty tasks, short ones and long ones, over several chunks (512
+    /// records for 40 tasks).
+    fn lengths() -> Vec<usize> {
+        (0..40).map(|t| (t * 37) % 300 * 20).collect()
     }
 
-    /// Whatever share of the tasks the loop decodes itself, from the start
-    /// or by taking tasks over while it runs, the loop is handed the same
-    /// records in the same order as on one thread, and the same error at the
-    /// same point, whether the broken task is decoded by the loop or by the
-    /// second thread.
+    /// Where a task breaks: none, after some records, at its first record,
+    /// at its last one.
+    const BREAKS: [Option<(usize, usize)>; 6] = [
+        None,
+        Some((17, 20)),
+        Some((16, 0)),
+        Some((11, 5)),
+        Some((22, 2000)),
+        Some((5, 3699)),
+    ];
+
+    /// The records and the error the loop gets on one thread.
+    fn on_one_thread(broken: Option<(usize, usize)>) -> (Vec<(usize, usize)>, Option<String>) {
+        let len = lengths();
+        let mut seq = Source::sequential(Counter::new(len.clone(), broken));
+        let want = drain(&mut seq, len.len());
+        assert_eq!(want.1.is_some(), broken.is_some(), "{broken:?}");
+        if broken.is_none() {
+            assert_eq!(want.0.len(), len.iter().sum::<usize>());
+        }
+        want
+    }
+
+    /// A second thread decoding every task ahead hands the loop the same
+    /// records in the same order as one thread, and the same error at the
+    /// same point.
     #[test]
-    fn a_split_pipeline_hands_out_what_one_thread_does() {
-        // Empty tasks, short ones and long ones, over several chunks (512
-        // records for 40 tasks).
-        let len: Vec<usize> = (0..40).map(|t| (t * 37) % 300 * 20).collect();
-        let breaks = [
-            None,
-            Some((17, 20)),
-            Some((16, 0)),
-            Some((11, 5)),
-            Some((22, 2000)),
-            Some((5, 3699)),
-        ];
-        for broken in breaks {
-            let mut seq = Source::sequential(Counter::new(len.clone(), broken));
-            let want = drain(&mut seq, len.len());
-            assert_eq!(want.1.is_some(), broken.is_some(), "{broken:?}");
-            if broken.is_none() {
-                assert_eq!(want.0.len(), len.iter().sum::<usize>());
-            }
-            for share in [(0, 1), (1, 6), (1, 2), (1, 1)] {
-                for slow in [0, 300] {
-                    SHARE.with(|s| s.set(share));
-                    let (got, stolen) = std::thread::scope(|scope| {
-                        let mut dec = Counter::new(len.clone(), broken);
-                        dec.slow = std::time::Duration::from_micros(slow);
-                        let mut src =
-                            Source::pipelined(dec, "trace".into(), scope).expect("pipeline");
-                        let got = drain(&mut src, len.len());
-                        (got, src.stolen())
-                    });
-                    assert_eq!(got, want, "share {share:?}, slow {slow}, broken {broken:?}");
-                    // A slow decoding thread makes the loop take tasks over
-                    // (never more than half of them).
-                    if slow > 0 && share.0 * 2 < share.1 && broken.is_none() {
-                        assert!(stolen > 0, "share {share:?}: nothing taken over");
-                    }
-                    assert!(stolen <= len.len() / 2, "{stolen}");
-                }
+    fn a_pipeline_hands_out_what_one_thread_does() {
+        let len = lengths();
+        for broken in BREAKS {
+            let want = on_one_thread(broken);
+            for slow in [0, 300] {
+                let got = std::thread::scope(|scope| {
+                    let mut dec = Counter::new(len.clone(), broken);
+                    dec.slow = std::time::Duration::from_micros(slow);
+                    let mut src = Source::pipelined(dec, "trace".into(), scope).expect("pipeline");
+                    assert!(matches!(src, Source::Pipe(_)));
+                    drain(&mut src, len.len())
+                });
+                assert_eq!(got, want, "slow {slow}, broken {broken:?}");
             }
         }
     }
@@ -1069,11 +882,9 @@ mod tests {
     /// error), the second thread ends: the scope would not end otherwise.
     #[test]
     fn shared_tasks_hand_out_what_one_thread_does() {
-        let len: Vec<usize> = (0..40).map(|t| (t * 37) % 300 * 20).collect();
-        for broken in [None, Some((17, 20)), Some((16, 0)), Some((22, 2000))] {
-            let mut seq = Source::sequential(Counter::new(len.clone(), broken));
-            let want = drain(&mut seq, len.len());
-            assert_eq!(want.1.is_some(), broken.is_some(), "{broken:?}");
+        let len = lengths();
+        for broken in BREAKS {
+            let want = on_one_thread(broken);
             for slow in [0, 300] {
                 SHARED.with(|s| s.set(true));
                 let (got, by_loop) = std::thread::scope(|scope| {
@@ -1082,7 +893,7 @@ mod tests {
                     let mut src = Source::pipelined(dec, "trace".into(), scope).expect("pipeline");
                     assert!(matches!(src, Source::Shared(_)));
                     let got = drain(&mut src, len.len());
-                    (got, src.stolen())
+                    (got, src.decoded_by_loop())
                 });
                 SHARED.with(|s| s.set(false));
                 assert_eq!(got, want, "slow {slow}, broken {broken:?}");

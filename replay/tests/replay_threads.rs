@@ -264,9 +264,7 @@ fn halo_is_the_same_on_one_and_two_threads_and_costs_what_the_input_says() {
 
 /// A record broken in the middle of one rank's file stops the replay with the
 /// same error (file, field, line) whether the files are decoded on the event
-/// loop's thread or on a second one. On two threads the loop parses one rank
-/// in six itself (of 40: ranks 5, 11, 17, …): rank 17 is one of those, rank
-/// 16 is parsed by the second thread.
+/// loop's thread or on two (where either thread may parse the broken chunk).
 #[test]
 fn a_broken_record_is_the_same_error_on_one_and_two_threads() {
     use benchlake_replay::bandela::{rank_files, simulate_threads};

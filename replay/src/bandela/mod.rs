@@ -255,19 +255,6 @@ impl Decode for RankFiles {
         2 << 20
     }
 
-    /// Parsing the text costs more than replaying it: alone, the decoding
-    /// thread was the bound (1.42× on two threads). With one rank in six
-    /// parsed by the loop from the start (1,024 ranks × 300 iterations,
-    /// 13–15 alternating runs of each) the two threads come out about even:
-    /// 1.65–1.72× for shares of 1/8 to 1/5, 1.56× at 1/10 and 1.48× at 1/4.
-    /// The loop takes more ranks over while it runs if it still waits (25–30
-    /// of 1,024 on the halo): 1.78× against 1.68× for the 1/6 alone. Made to
-    /// start from none (asking every 2,000 polls) it took 240–300 ranks and
-    /// reached 1.70×, against 1.50× with none taken.
-    fn loop_share() -> (usize, usize) {
-        (1, 6)
-    }
-
     /// A rank's reader, the error it met after the records handed out last,
     /// and whether its stream has ended.
     type Task = (Option<RankTrace>, Option<FormatError>, bool);
@@ -623,8 +610,8 @@ fn replay(
     }
     m.run()?;
     tracing::debug!(
-        ranks = m.src.stolen(),
-        "ranks whose files the event loop took over from the decoding thread"
+        chunks = m.src.decoded_by_loop(),
+        "chunks the event loop decoded itself, the decoding thread not having got to them"
     );
     let end = m.ranks.iter().map(|r| r.clock()).fold(0.0, f64::max);
     if let Some(t) = m.topo.as_deref_mut() {
