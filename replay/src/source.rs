@@ -138,6 +138,43 @@ impl<R: Clone> Cur<R> {
         }
         r
     }
+
+    /// For a chunk decoded by the other thread: its next record, the error
+    /// after its records, or the end of the task's stream; `None` once it is
+    /// used up and the next chunk is needed.
+    fn step(&mut self) -> Option<Result<Option<R>>> {
+        if let Some(r) = self.take() {
+            // The task's next records were written by the other thread and
+            // sit in the other core's cache: fetch them ahead, while the
+            // loop runs, instead of stalling on them. Not just the next one:
+            // a task often runs several records in a row, and the fetch
+            // would still be under way.
+            prefetch(self.recs.get(self.next + PREFETCH_AHEAD));
+            return Some(Ok(Some(r)));
+        }
+        if let Some(e) = self.err.take() {
+            return Some(Err(e.into()));
+        }
+        self.last.then_some(Ok(None))
+    }
+
+    /// The used-up chunk's buffer, to be decoded into again.
+    fn used(&mut self) -> Vec<R> {
+        self.next = 0;
+        std::mem::take(&mut self.recs)
+    }
+
+    /// Puts `chunk` in place of the used-up one.
+    fn install(&mut self, chunk: Chunk<R>) {
+        // A new chunk's first records are needed at once.
+        for r in chunk.recs.iter().take(PREFETCH_AHEAD) {
+            prefetch(Some(r));
+        }
+        self.recs = chunk.recs;
+        self.next = 0;
+        self.last = chunk.last;
+        self.err = chunk.err;
+    }
 }
 
 /// Used chunk buffers handed back to the decoder, each with its task: each
@@ -272,26 +309,13 @@ impl<D: Decode> Pipe<D> {
             let Some(cur) = self.cur.get_mut(t) else {
                 return Ok(None);
             };
-            if let Some(r) = cur.take() {
-                // The task's next records were written by the decoding
-                // thread and sit in the other core's cache: fetch them
-                // ahead, while the loop runs, instead of stalling on them.
-                // Not just the next one: a task often runs several records
-                // in a row, and the fetch would still be under way.
-                prefetch(cur.recs.get(cur.next + PREFETCH_AHEAD));
-                return Ok(Some(r));
-            }
-            if let Some(e) = cur.err.take() {
-                return Err(e.into());
-            }
-            if cur.last {
-                return Ok(None);
+            if let Some(r) = cur.step() {
+                return r;
             }
             // This chunk is used up: its buffer asks for the next one (the
             // first call has an empty buffer, asking for nothing: every
             // task's first chunks are decoded unasked).
-            let buf = std::mem::take(&mut cur.recs);
-            cur.next = 0;
+            let buf = cur.used();
             if buf.capacity() > 0 {
                 self.batch.push((t as u32, buf));
             }
@@ -303,13 +327,7 @@ impl<D: Decode> Pipe<D> {
                 None => self.wait_for(t)?,
             };
             if let Some(cur) = self.cur.get_mut(t) {
-                // A new chunk's first records are needed at once.
-                for r in chunk.recs.iter().take(PREFETCH_AHEAD) {
-                    prefetch(Some(r));
-                }
-                cur.recs = chunk.recs;
-                cur.last = chunk.last;
-                cur.err = chunk.err;
+                cur.install(chunk);
             }
         }
     }
@@ -475,18 +493,10 @@ impl<D: Decode> Shared<D> {
         let Some(cur) = self.cur.get_mut(t) else {
             return Ok(None);
         };
-        if let Some(r) = cur.take() {
-            prefetch(cur.recs.get(cur.next + PREFETCH_AHEAD));
-            return Ok(Some(r));
+        if let Some(r) = cur.step() {
+            return r;
         }
-        if let Some(e) = cur.err.take() {
-            return Err(e.into());
-        }
-        if cur.last {
-            return Ok(None);
-        }
-        let used = std::mem::take(&mut cur.recs);
-        cur.next = 0;
+        let used = cur.used();
         let Some(slot) = self.common.slots.get(t) else {
             return Err(ReplayError::Io(format!("{}: no task {t}", self.name)));
         };
@@ -521,21 +531,12 @@ impl<D: Decode> Shared<D> {
             self.taken = 0;
             self.thread.unpark();
         }
-        for r in chunk.recs.iter().take(PREFETCH_AHEAD) {
-            prefetch(Some(r));
-        }
-        cur.recs = chunk.recs;
-        cur.last = chunk.last;
-        cur.err = chunk.err;
-        if let Some(r) = cur.take() {
-            return Ok(Some(r));
-        }
-        // An empty chunk is the last one, or an error.
-        cur.last = true;
-        match cur.err.take() {
-            Some(e) => Err(e.into()),
-            None => Ok(None),
-        }
+        cur.install(chunk);
+        // An empty chunk is the last one, or an error: never ask again.
+        cur.step().unwrap_or_else(|| {
+            cur.last = true;
+            Ok(None)
+        })
     }
 }
 

@@ -174,24 +174,122 @@ const _: () = assert!(std::mem::size_of::<Rec>() <= 64);
 /// The ranks' trace files, decoded a chunk at a time for [`Source`]; each
 /// record comes with its line.
 struct RankFiles {
-    /// Per rank: its file (`None` once handed to another decoder).
-    traces: Vec<Option<RankTrace>>,
-    /// The routines met so far, the decoder's own index of `names`: the
-    /// first [`FIRST_IDS`], then the others.
+    /// Per rank: its reader and where it stands (a reader handed to another
+    /// decoder leaves `None`, ended, behind).
+    ranks: Vec<RankState>,
+    routines: Routines,
+}
+
+/// A rank's reader, the error it met after the records handed out last, and
+/// whether its stream has ended.
+type RankState = (Option<RankTrace>, Option<FormatError>, bool);
+
+/// A rank state with no reader, ended.
+fn no_rank() -> RankState {
+    (None, None, true)
+}
+
+/// Whether a rank's stream has ended and its last error been handed out.
+fn rank_ended((_, pending, done): &RankState) -> bool {
+    *done && pending.is_none()
+}
+
+/// The routines a decoder has met, its own index of the shared `names`: the
+/// first [`FIRST_IDS`] searched in place, then the others hashed.
+struct Routines {
     first_ids: Vec<(String, Fid)>,
     ids: HashMap<String, Fid>,
     names: Names,
-    /// Per rank: the error met after the records handed out last.
-    pending: Vec<Option<FormatError>>,
-    /// Per rank: its stream has ended.
-    done: Vec<bool>,
+}
+
+impl Routines {
+    fn new(names: Names) -> Self {
+        Self {
+            first_ids: Vec::new(),
+            ids: HashMap::new(),
+            names,
+        }
+    }
+
+    /// Appends up to `max` of `rank`'s next records to `out`; an error met
+    /// after some records is kept in `rank` for the next call.
+    fn fill(
+        &mut self,
+        (trace, pending, done): &mut RankState,
+        out: &mut Vec<(Rec, u64)>,
+        max: usize,
+    ) -> std::result::Result<(), FormatError> {
+        if let Some(e) = pending.take() {
+            return Err(e);
+        }
+        let Some(trace) = trace else {
+            return Ok(());
+        };
+        let start = out.len();
+        while !*done && out.len() - start < max {
+            match trace.next_record() {
+                Ok(Some(r)) => {
+                    // The routine's name becomes its number here, on the
+                    // decoding thread, so that no name is allocated on one
+                    // thread and freed on the other, nor compared per record.
+                    let rec = match r {
+                        BRecord::Kernel {
+                            main_fn: name,
+                            kernel,
+                            ..
+                        } => {
+                            // A trace names a few routines: the first ones
+                            // are searched in place, faster than a hash.
+                            let f = match self.first_ids.iter().find(|(n, _)| *n == name) {
+                                Some(&(_, f)) => {
+                                    trace.reuse_name(name);
+                                    f
+                                }
+                                None => match self.ids.get(&name) {
+                                    Some(&f) => {
+                                        trace.reuse_name(name);
+                                        f
+                                    }
+                                    None => {
+                                        let f = intern(&self.names, &name);
+                                        if self.first_ids.len() < FIRST_IDS {
+                                            self.first_ids.push((name, f));
+                                        } else {
+                                            self.ids.insert(name, f);
+                                        }
+                                        f
+                                    }
+                                },
+                            };
+                            Rec::Kernel(kernel, f)
+                        }
+                        BRecord::Compute { seconds, caliper } => Rec::Compute { seconds, caliper },
+                        BRecord::Comm { id, ranks } => Rec::Comm(Box::new((id, ranks))),
+                        BRecord::CaliperPush(c) => Rec::CaliperPush(c),
+                        BRecord::CaliperPop => Rec::CaliperPop,
+                        BRecord::IgnoreNextCol(c) => Rec::IgnoreNextCol(c),
+                    };
+                    out.push((rec, trace.line()));
+                }
+                Ok(None) => *done = true,
+                Err(e) => {
+                    *done = true;
+                    if out.len() == start {
+                        return Err(e);
+                    }
+                    *pending = Some(e);
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Decode for RankFiles {
     type Rec = (Rec, u64);
 
     fn ntasks(&self) -> usize {
-        self.traces.len()
+        self.ranks.len()
     }
 
     fn fill(
@@ -200,25 +298,14 @@ impl Decode for RankFiles {
         out: &mut Vec<(Rec, u64)>,
         max: usize,
     ) -> std::result::Result<(), FormatError> {
-        let (Some(trace), Some(pending), Some(done)) = (
-            self.traces.get_mut(t),
-            self.pending.get_mut(t),
-            self.done.get_mut(t),
-        ) else {
-            return Ok(());
-        };
-        fill_rank(
-            &mut self.first_ids,
-            &mut self.ids,
-            &self.names,
-            (trace, pending, done),
-            out,
-            max,
-        )
+        match self.ranks.get_mut(t) {
+            Some(rank) => self.routines.fill(rank, out, max),
+            None => Ok(()),
+        }
     }
 
     fn is_done(&self, t: usize) -> bool {
-        self.done.get(t).is_none_or(|d| *d) && self.pending.get(t).is_none_or(Option::is_none)
+        self.ranks.get(t).is_none_or(rank_ended)
     }
 
     /// A rank's reader is decoded by whichever thread gets to its next
@@ -230,22 +317,15 @@ impl Decode for RankFiles {
     fn fill_task(
         &mut self,
         _t: usize,
-        (trace, pending, done): &mut Self::Task,
+        rank: &mut RankState,
         out: &mut Vec<(Rec, u64)>,
         max: usize,
     ) -> std::result::Result<(), FormatError> {
-        fill_rank(
-            &mut self.first_ids,
-            &mut self.ids,
-            &self.names,
-            (trace, pending, done),
-            out,
-            max,
-        )
+        self.routines.fill(rank, out, max)
     }
 
-    fn task_done(&self, _t: usize, (_, pending, done): &Self::Task) -> bool {
-        *done && pending.is_none()
+    fn task_done(&self, _t: usize, rank: &RankState) -> bool {
+        rank_ended(rank)
     }
 
     /// 16 records per rank at 1,024 ranks: each rank reads from its own
@@ -255,38 +335,24 @@ impl Decode for RankFiles {
         2 << 20
     }
 
-    /// A rank's reader, the error it met after the records handed out last,
-    /// and whether its stream has ended.
-    type Task = (Option<RankTrace>, Option<FormatError>, bool);
+    type Task = RankState;
 
-    fn take_task(&mut self, t: usize) -> Option<Self::Task> {
-        let trace = self.traces.get_mut(t)?.take();
-        let pending = self.pending.get_mut(t).and_then(Option::take);
-        let done = self.done.get_mut(t).map(|d| std::mem::replace(d, true))?;
-        Some((trace, pending, done))
+    fn take_task(&mut self, t: usize) -> Option<RankState> {
+        self.ranks
+            .get_mut(t)
+            .map(|rank| std::mem::replace(rank, no_rank()))
     }
 
-    fn put_task(&mut self, t: usize, (trace, pending, done): Self::Task) {
-        if let (Some(a), Some(b), Some(c)) = (
-            self.traces.get_mut(t),
-            self.pending.get_mut(t),
-            self.done.get_mut(t),
-        ) {
-            *a = trace;
-            *b = pending;
-            *c = done;
+    fn put_task(&mut self, t: usize, state: RankState) {
+        if let Some(rank) = self.ranks.get_mut(t) {
+            *rank = state;
         }
     }
 
     fn split_off(&mut self, mine: &[bool]) -> Option<Self> {
-        let n = self.traces.len();
         let mut other = RankFiles {
-            traces: (0..n).map(|_| None).collect(),
-            first_ids: Vec::new(),
-            ids: HashMap::new(),
-            names: self.names.clone(),
-            pending: (0..n).map(|_| None).collect(),
-            done: vec![true; n],
+            ranks: (0..self.ranks.len()).map(|_| no_rank()).collect(),
+            routines: Routines::new(self.routines.names.clone()),
         };
         for t in mine.iter().enumerate().filter(|(_, m)| **m).map(|(t, _)| t) {
             if let Some(task) = self.take_task(t) {
@@ -295,82 +361,6 @@ impl Decode for RankFiles {
         }
         Some(other)
     }
-}
-
-/// Appends up to `max` of one rank's next records to `out`, from its reader,
-/// the error it met after the records handed out last, and whether its
-/// stream has ended; `first_ids`, `ids` and `names` number the routines.
-fn fill_rank(
-    first_ids: &mut Vec<(String, Fid)>,
-    ids: &mut HashMap<String, Fid>,
-    names: &Names,
-    (trace, pending, done): (&mut Option<RankTrace>, &mut Option<FormatError>, &mut bool),
-    out: &mut Vec<(Rec, u64)>,
-    max: usize,
-) -> std::result::Result<(), FormatError> {
-    if let Some(e) = pending.take() {
-        return Err(e);
-    }
-    let Some(trace) = trace else {
-        return Ok(());
-    };
-    let start = out.len();
-    while !*done && out.len() - start < max {
-        match trace.next_record() {
-            Ok(Some(r)) => {
-                // The routine's name becomes its number here, on the
-                // decoding thread, so that no name is allocated on one
-                // thread and freed on the other, nor compared per record.
-                let rec = match r {
-                    BRecord::Kernel {
-                        main_fn: name,
-                        kernel,
-                        ..
-                    } => {
-                        // A trace names a few routines: the first ones
-                        // are searched in place, faster than a hash.
-                        let f = match first_ids.iter().find(|(n, _)| *n == name) {
-                            Some(&(_, f)) => {
-                                trace.reuse_name(name);
-                                f
-                            }
-                            None => match ids.get(&name) {
-                                Some(&f) => {
-                                    trace.reuse_name(name);
-                                    f
-                                }
-                                None => {
-                                    let f = intern(names, &name);
-                                    if first_ids.len() < FIRST_IDS {
-                                        first_ids.push((name, f));
-                                    } else {
-                                        ids.insert(name, f);
-                                    }
-                                    f
-                                }
-                            },
-                        };
-                        Rec::Kernel(kernel, f)
-                    }
-                    BRecord::Compute { seconds, caliper } => Rec::Compute { seconds, caliper },
-                    BRecord::Comm { id, ranks } => Rec::Comm(Box::new((id, ranks))),
-                    BRecord::CaliperPush(c) => Rec::CaliperPush(c),
-                    BRecord::CaliperPop => Rec::CaliperPop,
-                    BRecord::IgnoreNextCol(c) => Rec::IgnoreNextCol(c),
-                };
-                out.push((rec, trace.line()));
-            }
-            Ok(None) => *done = true,
-            Err(e) => {
-                *done = true;
-                if out.len() == start {
-                    return Err(e);
-                }
-                *pending = Some(e);
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Routines the decoder looks up in place before it hashes.
@@ -489,12 +479,8 @@ pub fn simulate_threads(
     }
     let names = Names::default();
     let dec = RankFiles {
-        first_ids: Vec::new(),
-        ids: HashMap::new(),
-        names: names.clone(),
-        pending: (0..traces.len()).map(|_| None).collect(),
-        done: vec![false; traces.len()],
-        traces: traces.into_iter().map(Some).collect(),
+        ranks: traces.into_iter().map(|t| (Some(t), None, false)).collect(),
+        routines: Routines::new(names.clone()),
     };
     if threads <= 1 {
         return replay(
@@ -1577,17 +1563,12 @@ mod tests {
     use crate::synth::Halo;
 
     fn open(files: &[PathBuf]) -> RankFiles {
-        let n = files.len();
         RankFiles {
-            traces: files
+            ranks: files
                 .iter()
-                .map(|f| Some(RankTrace::open(f).expect("open")))
+                .map(|f| (Some(RankTrace::open(f).expect("open")), None, false))
                 .collect(),
-            first_ids: Vec::new(),
-            ids: HashMap::new(),
-            names: Names::default(),
-            pending: (0..n).map(|_| None).collect(),
-            done: vec![false; n],
+            routines: Routines::new(Names::default()),
         }
     }
 
@@ -1610,9 +1591,9 @@ mod tests {
         None
     }
 
-    /// A rank's reader handed from the decoding thread's decoder to the
-    /// loop's between two chunks (the loop taking the rank over) reads on
-    /// where it stopped: the records, their lines and the error further on
+    /// A rank's reader handed from one decoder to another between two
+    /// chunks (as between the two threads' contexts) reads on where it
+    /// stopped: the records, their lines and the error further on
     /// are those of one decoder reading the file alone, and the decoder that
     /// gave the rank away has nothing more of it.
     #[test]
