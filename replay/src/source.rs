@@ -181,9 +181,8 @@ impl<R: Clone> Cur<R> {
 /// asks for that task's next chunk.
 type Returned<R> = Vec<(u32, Vec<R>)>;
 
-/// A decoded chunk sent by the decoder thread.
+/// A decoded chunk of a task's records.
 struct Chunk<R> {
-    task: u32,
     recs: Vec<R>,
     last: bool,
     err: Option<FormatError>,
@@ -213,7 +212,8 @@ pub(crate) struct Pipe<D: Decode> {
     batch: Returned<D::Rec>,
     batch_len: usize,
     requests: Sender<Returned<D::Rec>>,
-    chunks: Receiver<Chunk<D::Rec>>,
+    /// Chunks from the decoding thread, each with its task.
+    chunks: Receiver<(u32, Chunk<D::Rec>)>,
     /// What the trace is called in an error.
     name: String,
 }
@@ -246,7 +246,7 @@ impl<D: Decode> Source<D> {
         let n = dec.ntasks();
         let chunk = chunk_len::<D::Rec>(DECODED_BUDGET, n, AHEAD + 1);
         let (req_tx, req_rx) = std::sync::mpsc::channel::<Returned<D::Rec>>();
-        let (chunk_tx, chunk_rx) = std::sync::mpsc::channel::<Chunk<D::Rec>>();
+        let (chunk_tx, chunk_rx) = std::sync::mpsc::channel::<(u32, Chunk<D::Rec>)>();
         std::thread::Builder::new()
             .name("replay-decode".into())
             .spawn_scoped(scope, move || decoder(dec, chunk, &req_rx, &chunk_tx))
@@ -346,7 +346,7 @@ impl<D: Decode> Pipe<D> {
         self.flush();
         let mut spins = 0u32;
         loop {
-            let c = match self.chunks.try_recv() {
+            let (task, c) = match self.chunks.try_recv() {
                 Ok(c) => c,
                 Err(std::sync::mpsc::TryRecvError::Empty) if spins < SPINS => {
                     spins += 1;
@@ -357,10 +357,10 @@ impl<D: Decode> Pipe<D> {
                     ReplayError::Io(format!("{}: the decoding thread stopped early", self.name))
                 })?,
             };
-            if c.task as usize == t {
+            if task as usize == t {
                 return Ok(c);
             }
-            if let Some(q) = self.ready.get_mut(c.task as usize) {
+            if let Some(q) = self.ready.get_mut(task as usize) {
                 q.push_back(c);
             }
         }
@@ -406,12 +406,7 @@ fn decode_into<D: Decode>(ctx: &mut D, t: usize, slot: &mut Slot<D>, max: usize)
         slot.ended = true;
         recs.shrink_to_fit();
     }
-    Chunk {
-        task: 0,
-        recs,
-        last,
-        err,
-    }
+    Chunk { recs, last, err }
 }
 
 /// Records decoded by both threads: a second thread decodes every task's
@@ -508,7 +503,6 @@ impl<D: Decode> Shared<D> {
             match slot.ready.pop_front() {
                 Some(c) => c,
                 None if slot.ended => Chunk {
-                    task: 0,
                     recs: Vec::new(),
                     last: true,
                     err: None,
@@ -616,7 +610,7 @@ fn send_chunk<D: Decode>(
     t: u32,
     mut recs: Vec<D::Rec>,
     chunk: usize,
-    chunks: &Sender<Chunk<D::Rec>>,
+    chunks: &Sender<(u32, Chunk<D::Rec>)>,
 ) -> bool {
     recs.clear();
     if t as usize >= dec.ntasks() {
@@ -627,14 +621,7 @@ fn send_chunk<D: Decode>(
     if last {
         recs.shrink_to_fit();
     }
-    chunks
-        .send(Chunk {
-            task: t,
-            recs,
-            last,
-            err,
-        })
-        .is_ok()
+    chunks.send((t, Chunk { recs, last, err })).is_ok()
 }
 
 /// The decoding thread of [`Pipe`]: `AHEAD + 1` chunks of every task first,
@@ -644,7 +631,7 @@ fn decoder<D: Decode>(
     mut dec: D,
     chunk: usize,
     requests: &Receiver<Returned<D::Rec>>,
-    chunks: &Sender<Chunk<D::Rec>>,
+    chunks: &Sender<(u32, Chunk<D::Rec>)>,
 ) {
     let ntasks = dec.ntasks() as u32;
     for _ in 0..=AHEAD {
