@@ -1,4 +1,4 @@
-//! Link options of the `benchlake` binary. On GNU/Linux its relative
+//! Link options of the `benchlake` and `benchlake-replay` binaries. On GNU/Linux its relative
 //! relocations are packed (DT_RELR, glibc 2.36+): the dynamic loader then reads
 //! a few kilobytes of relocations at start instead of a 2.8 MB table, which
 //! takes that much off the peak memory of every command (issue 16: an offline
@@ -7,6 +7,8 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     let target = std::env::var("TARGET").unwrap_or_default();
     if target.ends_with("-linux-gnu") {
-        println!("cargo:rustc-link-arg-bin=benchlake=-Wl,-z,pack-relative-relocs");
+        for bin in ["benchlake", "benchlake-replay"] {
+            println!("cargo:rustc-link-arg-bin={bin}=-Wl,-z,pack-relative-relocs");
+        }
     }
 }

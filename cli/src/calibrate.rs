@@ -208,34 +208,6 @@ fn kv_line(p: &BTreeMap<String, String>) -> String {
         .join(" ")
 }
 
-/// The replay parameters of a calibration written by `--out`
-/// (`calibration.json`, or the directory holding it).
-pub fn load_params(path: &std::path::Path) -> anyhow::Result<BTreeMap<String, String>> {
-    let file = if path.is_dir() {
-        path.join("calibration.json")
-    } else {
-        path.to_path_buf()
-    };
-    let text = std::fs::read_to_string(&file).with_context(|| file.display().to_string())?;
-    let v: serde_json::Value = serde_json::from_str(&text)
-        .with_context(|| format!("{}: not a calibration (JSON)", file.display()))?;
-    let p = v
-        .get("params")
-        .and_then(|p| p.as_object())
-        .with_context(|| format!("{}: no \"params\" object", file.display()))?;
-    let mut out = BTreeMap::new();
-    for (k, v) in p {
-        if !benchlake_replay::dimemas::PARAM_NAMES.contains(&k.as_str()) {
-            bail!("{}: params.{k} is not a replay parameter", file.display());
-        }
-        let s = v
-            .as_str()
-            .with_context(|| format!("{}: params.{k} is not a string", file.display()))?;
-        out.insert(k.clone(), s.to_string());
-    }
-    Ok(out)
-}
-
 /// How well replays predicted traced runs.
 #[derive(Debug, Args)]
 pub struct ValidateArgs {

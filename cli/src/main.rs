@@ -224,24 +224,17 @@ fn init_logging(plan: &LogPlan) -> Result<Option<std::path::PathBuf>, String> {
     Ok(path)
 }
 
-/// An error and its causes on one line (`a: b: c`), leaving out a cause
-/// whose text the one before already holds: many errors put their source in
-/// their own message (`FILE: No such file or directory`), and anyhow's `{:#}`
-/// would print it twice.
-pub(crate) fn error_text(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    let mut last = String::new();
-    for cause in e.chain() {
-        let s = cause.to_string();
-        if last.is_empty() || !last.contains(&s) {
-            if !out.is_empty() {
-                out.push_str(": ");
-            }
-            out.push_str(&s);
+use benchlake_replay_cli::error_text;
+
+/// The exit status of a command run outside the runtime, its error printed.
+fn exit_code(r: anyhow::Result<()>) -> std::process::ExitCode {
+    match r {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", error_text(&e));
+            std::process::ExitCode::FAILURE
         }
-        last = s;
     }
-    out
 }
 
 fn main() -> std::process::ExitCode {
@@ -276,29 +269,20 @@ fn main() -> std::process::ExitCode {
     }
     if let Cmd::Netprobe(a) = cli.cmd {
         // Blocking sockets and threads; no runtime needed.
-        return match netprobe::netprobe(a) {
-            Ok(()) => std::process::ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {}", error_text(&e));
-                std::process::ExitCode::FAILURE
-            }
-        };
+        return exit_code(netprobe::netprobe(a));
     }
-    // An offline replay needs no worker threads: a current-thread runtime
-    // keeps its process small (issue 16: peak memory under Dimemas's).
-    let offline_replay = matches!(
-        cli.cmd,
-        Cmd::Replay(replay::ReplayCmd::Dimemas { .. } | replay::ReplayCmd::Bandela { .. })
-    );
-    let built = if offline_replay {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-    };
+    // An offline replay runs on this thread, with no runtime (`--out` starts
+    // one of its own): the same path as the replay-only `benchlake-replay`,
+    // and a small process (issue 16: peak memory under Dimemas's).
+    if let Cmd::Replay(replay::ReplayCmd::Dimemas(a)) = cli.cmd {
+        return exit_code(benchlake_replay_cli::dimemas(a));
+    }
+    if let Cmd::Replay(replay::ReplayCmd::Bandela(a)) = cli.cmd {
+        return exit_code(benchlake_replay_cli::bandela(a));
+    }
+    let built = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build();
     let rt = match built {
         Ok(rt) => rt,
         Err(e) => {
@@ -370,44 +354,5 @@ fn main() -> std::process::ExitCode {
             }
             std::process::ExitCode::FAILURE
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::error_text;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("{file}: {source}")]
-    struct WithSource {
-        file: String,
-        #[source]
-        source: std::io::Error,
-    }
-
-    /// A cause already in its error's message is printed once; causes that
-    /// are not are all printed, outermost first.
-    #[test]
-    fn an_error_chain_prints_each_cause_once() {
-        let io = std::io::Error::from_raw_os_error(2);
-        let e = anyhow::Error::new(WithSource {
-            file: "a/b.txt".into(),
-            source: io,
-        });
-        let text = error_text(&e);
-        assert_eq!(
-            text.matches("No such file or directory").count(),
-            1,
-            "{text}"
-        );
-        assert!(text.starts_with("a/b.txt: No such file"), "{text}");
-        let e = e.context("replaying rank 3");
-        assert_eq!(
-            error_text(&e),
-            format!("replaying rank 3: {text}"),
-            "a context is kept"
-        );
-        let e = anyhow::anyhow!("inner").context("outer");
-        assert_eq!(error_text(&e), "outer: inner");
     }
 }

@@ -102,11 +102,29 @@ pub(crate) trait Decode: Send + Sized {
     }
 }
 
-/// Records per chunk: as many as `budget` bytes allow for `per_task` chunks
-/// of each of `ntasks` tasks, between 16 and 512.
+/// Bytes of decoded records per task, under [`DECODED_BUDGET`]: a trace of
+/// fewer than 768 tasks holds less than the whole budget, so that a replay's
+/// memory grows with its tasks, as Dimemas's does (about 20 KB per task), and
+/// stays under it at every size (issue 16). Chunks of 85–341 records were as
+/// fast as 512 or faster (docs/testing.md, 2026-11-29).
+const TASK_BUDGET: usize = 8 << 10;
+
+/// The least budget, whatever the tasks: below it, chunks of a trace of a few
+/// tasks would shrink for no memory that matters, and a two-thread replay
+/// of 8 tasks was up to 20 % slower.
+const MIN_BUDGET: usize = 1 << 20;
+
+/// Records per chunk: as many as the budget allows for `per_task` chunks of
+/// each of `ntasks` tasks, between 16 and 512. The budget is `budget` bytes,
+/// or less for few tasks ([`TASK_BUDGET`], at least [`MIN_BUDGET`]).
 fn chunk_len<R>(budget: usize, ntasks: usize, per_task: usize) -> usize {
     let rec = std::mem::size_of::<R>().max(1);
-    (budget / (ntasks.max(1) * per_task * rec)).clamp(16, 512)
+    let n = ntasks.max(1);
+    let budget = n
+        .saturating_mul(TASK_BUDGET)
+        .min(budget)
+        .max(MIN_BUDGET.min(budget));
+    (budget / (n * per_task * rec)).clamp(16, 512)
 }
 
 /// One task's chunk being replayed.
@@ -654,6 +672,26 @@ fn decoder<D: Decode>(
 mod tests {
     use super::*;
     use benchlake_formats::error::Position;
+
+    /// Decoded records grow with the tasks up to the budget, never past it
+    /// (but for the 16-record floor), and a few tasks keep whole chunks.
+    #[test]
+    fn the_budget_grows_with_the_tasks() {
+        type Rec48 = [u64; 6];
+        let held = |n: usize, per: usize| n * per * chunk_len::<Rec48>(DECODED_BUDGET, n, per) * 48;
+        assert_eq!(chunk_len::<Rec48>(DECODED_BUDGET, 8, 2), 512);
+        assert_eq!(chunk_len::<Rec48>(DECODED_BUDGET, 64, 1), 341);
+        assert_eq!(chunk_len::<Rec48>(DECODED_BUDGET, 256, 2), 85);
+        assert_eq!(chunk_len::<Rec48>(DECODED_BUDGET, 1024, 2), 64);
+        assert_eq!(chunk_len::<Rec48>(DECODED_BUDGET, 1 << 20, 4), 16);
+        assert_eq!(chunk_len::<Rec48>(2 << 20, 1024, 1), 42);
+        for n in [1, 8, 64, 100, 256, 384, 768, 1000, 4096] {
+            assert!(held(n, 2) <= (n * TASK_BUDGET).clamp(MIN_BUDGET, DECODED_BUDGET));
+        }
+        assert!(held(64, 2) < held(256, 2) && held(256, 2) < held(1024, 2));
+        // A budget under the least one is kept, not raised.
+        assert_eq!(chunk_len::<Rec48>(1000, 1, 1), 20);
+    }
 
     /// Task `t`'s records are `(t, 0)`, `(t, 1)`, … up to its length; a task
     /// may break at a record, an error naming the task and the record.
