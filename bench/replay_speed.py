@@ -8,8 +8,10 @@ records), with `--threads 1` and `--threads 2` interleaved run by run, next to
 resident set) and the 1-thread / 2-thread ratio (of the medians, and the
 median of each run's ratio to the run after it), checks that both print the
 same predictions, and gives the load average before and after, since the
-machine may be shared. Peak memory at 8 and 1,024 ranks is printed next to
-Dimemas 5.5's (`shared/data/replay/dimemas/anchor_speed.tsv`).
+machine may be shared. Peak memory at 8, 64, 256 and 1,024 ranks, of
+`benchlake replay dimemas` and of the replay-only `benchlake-replay` built
+beside it, is printed next to Dimemas 5.5's
+(`shared/data/replay/dimemas/anchor_speed.tsv`).
 
     python3 bench/replay_speed.py [--bin target/release/benchlake] [--runs 7]
                                   [--ranks 1024] [--iters 1000] [--work DIR]
@@ -172,16 +174,35 @@ def dimemas(a, exe, trace):
                            f"zstd -1 -T1 -q -c '{big}' > /dev/null", "zstd -1 -T1", "every rank's row")
 
     anchors = dimemas_anchor_rss()
+    # The replay-only binary built beside benchlake (cli/src/bin/benchlake-replay.rs).
+    lean = exe.with_name("benchlake-replay")
+    binaries = [("benchlake replay dimemas", [exe, "replay", "dimemas"])]
+    if lean.is_file():
+        binaries.append(("benchlake-replay dimemas", [lean, "dimemas"]))
+    else:
+        print(f"\n(no {lean}: the replay-only binary is left out)")
     print("\nPeak memory next to Dimemas 5.5 (anchor runs, anchor_speed.tsv, same traces)")
-    for ranks, iters in ((8, 8000), (1024, 60)):
+    under = {name: True for name, _ in binaries}
+    for ranks, iters in ((8, 8000), (64, 1000), (256, 250), (1024, 60)):
         p = trace(ranks, iters)
-        for threads in (1, 2):
-            samples = [run_once([exe, "replay", "dimemas", "--threads", threads, p])[:3] for _ in range(3)]
-            s = summary(f"P={ranks} I={iters} --threads {threads}", samples)
-            if (ranks, iters) in anchors:
-                rss, wall = anchors[(ranks, iters)]
-                print(f"  -> Dimemas 5.5: {rss:.1f} MiB, {wall:.2f} s; benchlake / Dimemas peak memory "
-                      f"{s['rss'] / rss:.2f}x, wall {s['wall'] / wall:.3f}x")
+        anchor = anchors.get((ranks, iters))
+        if anchor:
+            print(f"P={ranks} I={iters}: Dimemas 5.5 {anchor[0]:.1f} MiB, {anchor[1]:.2f} s")
+        want = None
+        for name, argv in binaries:
+            for threads in (1, 2):
+                runs = [run_once([*argv, "--threads", threads, p]) for _ in range(3)]
+                s = summary(f"{name} --threads {threads}", [r[:3] for r in runs])
+                got = predictions(runs[0][3])
+                want = want or got
+                same = same and got == want
+                if anchor:
+                    rss, wall = anchor
+                    under[name] = under[name] and s["rss"] <= rss
+                    print(f"  -> / Dimemas: peak memory {s['rss'] / rss:.2f}x, wall {s['wall'] / wall:.3f}x")
+    for name, ok in under.items():
+        print(f"  -> {name}: peak memory at or under Dimemas's at every size: {'yes' if ok else 'no'}")
+    print(f"  -> the same predictions from every binary and thread count: {'yes' if same else 'NO'}")
     return same
 
 

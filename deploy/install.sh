@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs benchlake into PREFIX with the layout the binary expects:
 #   PREFIX/bin/benchlake
+#   PREFIX/bin/benchlake-replay                   (the offline replay alone, smaller)
 #   PREFIX/lib/benchlake/libbenchlake_tracer.so   (when the build made it: mpicc present)
 #   PREFIX/share/benchlake/{systemd,config,slurm}/ (examples from deploy/)
 #   PREFIX/share/doc/benchlake/ (README.md and docs/)
@@ -24,6 +25,11 @@ if [ ! -x "$from/benchlake" ]; then
 fi
 install -d "$prefix/bin" "$prefix/lib/benchlake" "$prefix/share/benchlake"
 install -m 0755 "$from/benchlake" "$prefix/bin/benchlake"
+if [ -x "$from/benchlake-replay" ]; then
+  install -m 0755 "$from/benchlake-replay" "$prefix/bin/benchlake-replay"
+else
+  echo "note: no benchlake-replay in $from: \`benchlake replay dimemas|bandela\` does the same in a larger process" >&2
+fi
 if [ -f "$from/libbenchlake_tracer.so" ]; then
   install -m 0755 "$from/libbenchlake_tracer.so" "$prefix/lib/benchlake/libbenchlake_tracer.so"
 else

@@ -384,7 +384,9 @@ async fn demo(
         std::env::temp_dir().join(format!("benchlake-demo-halo-{}.dim", std::process::id()));
     benchlake_replay::synth::Halo::new(16, 200).write_dim(&trace)?;
     let data = std::fs::read(&trace)?;
+    let offline = offline_replay(&trace);
     let _ = std::fs::remove_file(&trace);
+    offline?;
     let axis = |p: &str, v: &[&str]| pb::SweepAxis {
         param: p.into(),
         values: v.iter().map(|x| x.to_string()).collect(),
@@ -560,6 +562,54 @@ const DEMO_NETPROBE: [(&str, &str); 5] = [
     ("warmup_messages", "10"),
     ("serial_retests", "0"),
 ];
+
+/// The demo's halo replayed offline by the replay-only binary beside this one
+/// (docs/replay.md, "The replay-only binary"), checked against the same replay
+/// in this process. Skipped, saying so, where the binary was not built (`cargo
+/// run` builds `benchlake` alone).
+fn offline_replay(trace: &std::path::Path) -> anyhow::Result<()> {
+    let lean = std::env::current_exe()
+        .context("this binary's path")?
+        .with_file_name("benchlake-replay");
+    if !lean.is_file() {
+        println!(
+            "skipping the offline replay: no {} (cargo build --release builds it)",
+            lean.display()
+        );
+        return Ok(());
+    }
+    let o = std::process::Command::new(&lean)
+        .args(["dimemas", "--threads", "1", "--json"])
+        .arg(trace)
+        .output()
+        .with_context(|| lean.display().to_string())?;
+    if !o.status.success() {
+        bail!(
+            "{} dimemas: {}",
+            lean.display(),
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
+    }
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .with_context(|| format!("{} dimemas --json: not JSON", lean.display()))?;
+    let got = v["predicted_time_s"]
+        .as_f64()
+        .with_context(|| format!("{} dimemas --json: no predicted_time_s", lean.display()))?;
+    let here = benchlake_replay::models::DIMEMAS.replay(trace, &Default::default())?;
+    // JSON's decimal text round-trips to within an ulp, not always to it.
+    if (got - here.predicted_time_s).abs() > 1e-12 * here.predicted_time_s.abs() {
+        bail!(
+            "benchlake-replay predicted {got} s, this process {} s",
+            here.predicted_time_s
+        );
+    }
+    println!(
+        "offline replay (benchlake-replay dimemas, 16 ranks x 200 iterations): predicted {:.6} ms, \
+         as in this process",
+        got * 1e3
+    );
+    Ok(())
+}
 
 /// The demo's calibration: prints the fit of the netprobe run (latency,
 /// bandwidth, r²) and, for the traced run, each default replay's predicted

@@ -150,6 +150,10 @@ def test_up_demo(tmp_path):
     r = subprocess.run([BIN, "up", "--demo", "--data", str(tmp_path / "data")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "landed" in r.stdout and "duckdb" in r.stdout
+    # The replay-only binary built beside benchlake replays the demo's halo
+    # offline, to the prediction of the replay in benchlake's process.
+    assert re.search(r"^offline replay \(benchlake-replay dimemas, 16 ranks x 200 iterations\): "
+                     r"predicted 36\.81372\d ms, as in this process$", r.stdout, re.M), r.stdout
     # The terminal stays readable: log lines go to the data directory's log
     # file; only warnings (the refused pio run's) reach stderr, uncoloured.
     log = tmp_path / "data" / "benchlake.log"
