@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use arrow::array::{Array, AsArray};
+use arrow::array::AsArray;
 use arrow::datatypes::{Float64Type, Int32Type};
 
 const BIN: &str = env!("CARGO_BIN_EXE_benchlake");

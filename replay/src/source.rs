@@ -11,7 +11,8 @@
 //!
 //! Both ways hand the loop the same records, positions and errors in the same
 //! order, so a replay's predictions do not depend on the number of threads.
-//! Records in flight are bounded per trace ([`DECODED_BUDGET`]), so memory
+//! Records in flight are bounded per trace ([`DECODED_BUDGET`], less for few
+//! tasks: [`TASK_BUDGET`]), so memory
 //! does not grow with the trace's length.
 use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, Sender};
