@@ -47,4 +47,9 @@ done
 install -d "$prefix/share/bash-completion/completions" "$prefix/share/zsh/site-functions"
 "$prefix/bin/benchlake" completions bash > "$prefix/share/bash-completion/completions/benchlake"
 "$prefix/bin/benchlake" completions zsh > "$prefix/share/zsh/site-functions/_benchlake"
+if [ -x "$prefix/bin/benchlake-replay" ]; then
+  # Its manual page is benchlake's `benchlake-replay.1` (the same commands).
+  "$prefix/bin/benchlake" completions bash --bin benchlake-replay > "$prefix/share/bash-completion/completions/benchlake-replay"
+  "$prefix/bin/benchlake" completions zsh --bin benchlake-replay > "$prefix/share/zsh/site-functions/_benchlake-replay"
+fi
 echo "installed benchlake into $prefix"

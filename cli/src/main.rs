@@ -83,6 +83,10 @@ enum Cmd {
     #[command(subcommand)]
     Analyze(user::AnalyzeCmd),
     /// Replay MPI traces with the Dimemas or Bandela model (offline or through the cluster).
+    ///
+    /// The offline replays (`dimemas`, `bandela`) also come alone, as the
+    /// `benchlake-replay` binary installed beside this one: the same flags and
+    /// output, in a process about a third of the size (docs/replay.md).
     #[command(subcommand)]
     Replay(replay::ReplayCmd),
     /// Small probes run by built-in benchmarks.
@@ -105,6 +109,10 @@ enum Cmd {
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
+        /// The binary to complete: `benchlake`, or the replay-only
+        /// `benchlake-replay`.
+        #[arg(long, default_value = "benchlake", value_parser = ["benchlake", "benchlake-replay"])]
+        bin: String,
     },
     /// Write the manual pages (roff): benchlake.1 and one per command
     /// (benchlake-run-submit.1, …) into DIR; read one with `man -l DIR/benchlake.1`.
@@ -317,11 +325,15 @@ fn main() -> std::process::ExitCode {
                 print!("{}", config::show(&Cli::command(), &command)?);
                 Ok(())
             }
-            Cmd::Completions { shell } => {
+            Cmd::Completions { shell, bin } => {
                 use std::io::Write;
-                let mut cmd = Cli::command();
+                let mut cmd = if bin == "benchlake-replay" {
+                    benchlake_replay_cli::ReplayOnly::command()
+                } else {
+                    Cli::command()
+                };
                 let mut script = Vec::new();
-                clap_complete::generate(shell, &mut cmd, "benchlake", &mut script);
+                clap_complete::generate(shell, &mut cmd, bin, &mut script);
                 match std::io::stdout().write_all(&script) {
                     // `| head` closing the pipe is not an error.
                     Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {

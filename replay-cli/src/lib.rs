@@ -2,7 +2,8 @@
 //! printing the prediction and, with `--out`, writing the replay tables. One
 //! home for both binaries that offer it: `benchlake replay dimemas|bandela`
 //! and the replay-only `benchlake-replay` (docs/replay.md, "The replay-only
-//! binary"), so they take the same flags and print the same bytes.
+//! binary"), so they take the same flags and print the same bytes. The
+//! replay-only binary's whole command line is here too ([`ReplayOnly`]).
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -58,6 +59,68 @@ pub struct Offline {
     /// number.
     #[arg(long, env = benchlake_replay::models::THREADS_ENV, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub threads: Option<u32>,
+}
+
+/// The command line of `benchlake-replay` (`cli/src/bin/`), here so that
+/// `benchlake man` and `benchlake completions` describe it too.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "benchlake-replay",
+    version,
+    about = "Replay an MPI trace offline: `benchlake replay dimemas|bandela` in a smaller process",
+    propagate_version = true
+)]
+pub struct ReplayOnly {
+    /// Log filter: a level, and `target=level` items, comma-separated (e.g.
+    /// `warn`, `warn,benchlake_replay=debug`). Default: `warn`.
+    #[arg(long, global = true, env = "BENCHLAKE_LOG")]
+    log: Option<String>,
+    #[command(subcommand)]
+    cmd: ReplayOnlyCmd,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum ReplayOnlyCmd {
+    /// Replay a Dimemas .dim trace with the Dimemas model.
+    Dimemas(DimemasArgs),
+    /// Replay a Bandela trace directory (bandela.<rank> files) with the Bandela model.
+    Bandela(BandelaArgs),
+}
+
+/// `benchlake-replay`'s `main`: parses its command line, logs to standard
+/// error, runs the replay; the exit status (2 for a usage error, 1 for a
+/// failed replay, with its error printed).
+pub fn replay_only_main() -> std::process::ExitCode {
+    use clap::Parser;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let cli = ReplayOnly::parse();
+    // Targets, not the env filter of `benchlake`: the same syntax for levels
+    // and targets without the regular-expression engine, whose tables would
+    // cost this process a few hundred kilobytes.
+    let filter: tracing_subscriber::filter::Targets =
+        match cli.log.as_deref().unwrap_or("warn").parse() {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("error: --log: {e}");
+                return std::process::ExitCode::from(2);
+            }
+        };
+    let _ = tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(filter)
+        .try_init();
+    let res = match cli.cmd {
+        ReplayOnlyCmd::Dimemas(a) => dimemas(a),
+        ReplayOnlyCmd::Bandela(a) => bandela(a),
+    };
+    match res {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", error_text(&e));
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 /// Replays a `.dim` trace with the Dimemas model and prints the prediction.

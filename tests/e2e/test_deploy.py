@@ -86,6 +86,10 @@ def test_installed_tree_runs_the_demo_from_anywhere(tmp_path):
     assert (prefix / "share" / "doc" / "benchlake" / "configuration.md").is_file()
     assert (prefix / "share" / "man" / "man1" / "benchlake-coordinator.1").is_file()
     assert "_benchlake()" in (prefix / "share" / "bash-completion" / "completions" / "benchlake").read_text()
+    replay_completion = (prefix / "share" / "bash-completion" / "completions" / "benchlake-replay").read_text()
+    assert "-o default benchlake-replay\n" in replay_completion and "dimemas" in replay_completion
+    assert "submit" not in replay_completion, "the replay-only binary has no submit"
+    assert "benchlake-replay" in (prefix / "share" / "man" / "man1" / "benchlake-replay.1").read_text()
     lib = prefix / "lib" / "benchlake" / "libbenchlake_tracer.so"
     # The copied tree is all the demo has: nothing beside the build is found.
     moved = tmp_path / "elsewhere"
