@@ -1,6 +1,7 @@
-//! `benchlake replay`: replays offline (prints the model's summary, `--out`
-//! writes the tables) or through the cluster (`submit`: one worker job per sweep
-//! point, with a progress bar over the sweep).
+//! `benchlake replay`: replays offline (`dimemas`, `bandela`: the command of
+//! `benchlake_replay_cli`, shared with the replay-only `benchlake-replay`) or
+//! through the cluster (`submit`: one worker job per sweep point, with a
+//! progress bar over the sweep).
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
