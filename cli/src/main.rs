@@ -232,18 +232,7 @@ fn init_logging(plan: &LogPlan) -> Result<Option<std::path::PathBuf>, String> {
     Ok(path)
 }
 
-use benchlake_replay_cli::error_text;
-
-/// The exit status of a command run outside the runtime, its error printed.
-fn exit_code(r: anyhow::Result<()>) -> std::process::ExitCode {
-    match r {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {}", error_text(&e));
-            std::process::ExitCode::FAILURE
-        }
-    }
-}
+use benchlake_replay_cli::{error_text, exit_code};
 
 fn main() -> std::process::ExitCode {
     // One command tree for the config file and the parse (clap's derive

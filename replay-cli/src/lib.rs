@@ -110,11 +110,16 @@ pub fn replay_only_main() -> std::process::ExitCode {
         .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
         .with(filter)
         .try_init();
-    let res = match cli.cmd {
+    exit_code(match cli.cmd {
         ReplayOnlyCmd::Dimemas(a) => dimemas(a),
         ReplayOnlyCmd::Bandela(a) => bandela(a),
-    };
-    match res {
+    })
+}
+
+/// A command's exit status: success, or its error printed (`error: …`, one
+/// line, [`error_text`]) and failure. Both binaries end their commands so.
+pub fn exit_code(r: anyhow::Result<()>) -> std::process::ExitCode {
+    match r {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", error_text(&e));
