@@ -379,6 +379,7 @@ fn run_json(r: &pb::Run) -> serde_json::Value {
         "scheduled_for_ms": r.scheduled_for_ms, "agents": r.agents, "error": r.error,
         "verdict": (!r.verdict.is_empty()).then_some(r.verdict.as_str()),
         "queued": r.queued,
+        "owner": (!r.owner.is_empty()).then_some(r.owner.as_str()),
     })
 }
 
@@ -495,6 +496,9 @@ pub fn print_detail(d: &pb::RunDetail) {
             }
         );
         println!("params     {}", r.params_json);
+        if !r.owner.is_empty() {
+            println!("owner      {}", r.owner);
+        }
         println!(
             "submitted  {}   started {}   finished {}",
             fmt_ms(r.submitted_at_ms),
@@ -1042,6 +1046,7 @@ fn schedule_json(s: &pb::Schedule) -> serde_json::Value {
         "last_fire": ts(s.last_fire_ms), "created_at": ts(s.created_at_ms),
         "notify": s.notify,
         "drain_failing": node_action_name(s.node_action),
+        "owner": (!s.owner.is_empty()).then_some(s.owner.as_str()),
     })
 }
 

@@ -398,18 +398,61 @@ async fn a_worker_cannot_commit_objects_that_are_not_the_tables_parquet() {
     )
     .unwrap();
     let other = put("other.parquet", other.to_vec()).await;
-    for (key, rows, want) in [
+    // Schema-valid node_facts rows of another run (cores = 999999): a job
+    // commits rows of its own run only.
+    let host = c.dir.path().join("host.json");
+    let out = std::process::Command::new(bin())
+        .args(["probe", "host", "--out"])
+        .arg(&host)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mut facts: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&host).unwrap()).unwrap();
+    facts["cores"] = serde_json::json!(999_999);
+    std::fs::write(&host, facts.to_string()).unwrap();
+    let other_run = "01KFORGEDRUN0000000000000A";
+    let forged = benchlake_formats::ingest(
+        "hostinfo",
+        &[benchlake_formats::InputFile::from_path(&host)],
+        &benchlake_formats::IngestContext {
+            run_id: other_run.into(),
+        },
+    )
+    .unwrap();
+    let forged = encode_parquet("node_facts", &forged[0].batches).unwrap();
+    let forged = put("forged.parquet", forged.to_vec()).await;
+    for (key, table, rows, want) in [
         (
             &junk,
+            "node_facts",
             123,
-            "11 bytes is too small for a Parquet file (no footer)",
+            "11 bytes is too small for a Parquet file (no footer)".to_string(),
         ),
         (
             &empty,
+            "node_facts",
             123,
-            "holds 0 rows (0 in its row groups), the worker claimed 123",
+            "holds 0 rows (0 in its row groups), the worker claimed 123".to_string(),
         ),
-        (&other, 0, "does not match the catalog schema"),
+        (
+            &other,
+            "node_facts",
+            0,
+            "does not match the catalog schema".to_string(),
+        ),
+        (
+            &other,
+            "linktest_ranks",
+            0,
+            "an 'ingest' job writes only node_facts, not 'linktest_ranks'".to_string(),
+        ),
+        (
+            &forged,
+            "node_facts",
+            1,
+            format!("holds rows of run '{other_run}'"),
+        ),
     ] {
         let e = w
             .complete_job(pb::CompleteJobRequest {
@@ -417,7 +460,7 @@ async fn a_worker_cannot_commit_objects_that_are_not_the_tables_parquet() {
                 lease_id: job.lease_id.clone(),
                 files: vec![pb::StagedFile {
                     staged_key: key.clone(),
-                    table: "node_facts".into(),
+                    table: table.into(),
                     rows,
                     bytes: 11,
                     part: String::new(),
@@ -427,11 +470,10 @@ async fn a_worker_cannot_commit_objects_that_are_not_the_tables_parquet() {
             .await
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
-        assert!(
-            e.message().contains(key.as_str()) && e.message().contains(want),
-            "{}",
-            e.message()
-        );
+        assert!(e.message().contains(want.as_str()), "{}", e.message());
+        if table == "node_facts" {
+            assert!(e.message().contains(key.as_str()), "{}", e.message());
+        }
     }
     // Nothing was committed: no node_facts file exists.
     let tables = c.lake_dir().join("tables").join("node_facts");
@@ -453,4 +495,44 @@ async fn a_worker_cannot_commit_objects_that_are_not_the_tables_parquet() {
         .map(|b| b.num_rows())
         .sum();
     assert_eq!(rows, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bound_worker_token_serves_every_slot_of_its_worker() {
+    // The documented form: BENCHLAKE_WORKER_TOKENS=w1:TOKEN and a worker
+    // `--name w1` at its default concurrency (2 slots: w1.0, w1.1).
+    let tokens = Tokens {
+        user: vec![USER.into()],
+        agent: vec![A1.into()],
+        worker: vec![W1.into()],
+        ..Default::default()
+    };
+    let mut c = Cluster::start(tokens).await;
+    c.token = Some(USER.into());
+    c.add_agent("a1", Some(secret(A1))).await;
+    c.add_worker_slots("w1", Some(secret(W1)), 2);
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(c.submit("hostinfo", &[], 1).await.unwrap().run_id);
+    }
+    for id in &ids {
+        let d = c.wait_settled(id, 60).await;
+        assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}");
+        assert_eq!(table_rows(&c.lake_dir(), "node_facts", Some(id)), 1);
+    }
+    // The slots are the bound worker's only: not another worker's name,
+    // nor a name that merely starts like it.
+    for name in ["w10", "w2.0", "w1.x", "w1."] {
+        let e = c
+            .workers_client(Some(secret(W1)))
+            .lease_job(pb::LeaseJobRequest {
+                protocol_version: benchlake_proto::PROTOCOL_VERSION as i32,
+                worker: name.into(),
+                kinds: vec![],
+                wait_ms: 0,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{name}: {e:?}");
+    }
 }

@@ -19,7 +19,7 @@ use benchlake_proto::v1 as pb;
 
 use crate::Coordinator;
 use crate::error::{CoordError, Result};
-use benchlake_core::jobs::{JobResult, RECORD_JOB};
+use benchlake_core::jobs::{self, JobResult, RECORD_JOB};
 
 use crate::lifecycle::{Effects, job};
 use crate::model::*;
@@ -165,14 +165,24 @@ async fn commit_job_inner(
             "more than 10000",
         ));
     }
-    if !req.files.is_empty() {
-        c.db(|tx| holds(&job::leased(tx, &req.job_id, &req.lease_id)?))
-            .await?;
-    }
+    let leased = if req.files.is_empty() {
+        None
+    } else {
+        Some(
+            c.db(|tx| {
+                let j = job::leased(tx, &req.job_id, &req.lease_id)?;
+                holds(&j)?;
+                Ok(j)
+            })
+            .await?,
+        )
+    };
     // Every staged object is checked before anything is recorded: a worker
-    // cannot commit bytes that readers of the table would choke on.
+    // cannot commit bytes that readers of the table would choke on, rows of
+    // another run, or a table its job kind does not write.
     let own = layout::staging_job_prefix(&req.job_id)?;
     for (i, f) in req.files.iter().enumerate() {
+        let Some(j) = &leased else { break };
         if !f.staged_key.starts_with(&own) || f.staged_key.contains("..") {
             return Err(CoordError::invalid(
                 &format!("files[{i}].staged_key"),
@@ -188,8 +198,9 @@ async fn commit_job_inner(
                 format!("unknown table '{}'", f.table),
             ));
         }
+        may_write(j, &f.table).map_err(|m| CoordError::invalid(&format!("files[{i}].table"), m))?;
         c.lake
-            .verify_parquet(&f.staged_key, &f.table, f.rows)
+            .verify_parquet(&f.staged_key, &f.table, f.rows, &j.run_id)
             .await
             .map_err(|e| match e {
                 benchlake_core::Error::Invalid { message, .. } => {
@@ -365,8 +376,81 @@ fn finish(c: &Coordinator, job_id: &str, done: Done, keys: &[String]) {
     c.apply(done.effects);
 }
 
+/// Refuses a table job `j`'s kind does not write ([`jobs::job_tables`]).
+fn may_write(j: &JobRow, table: &str) -> std::result::Result<(), String> {
+    let allowed: &[&str] = match jobs::job_tables(&j.kind) {
+        Some(jobs::JobTables::Fixed(t)) => t,
+        Some(jobs::JobTables::OfIngestFormat) => {
+            let spec: jobs::IngestSpec = serde_json::from_str(&j.spec_json)
+                .map_err(|e| format!("job {}: its ingest spec does not decode: {e}", j.job_id))?;
+            benchlake_formats::ingest::tables(&spec.format).unwrap_or(&[])
+        }
+        None => &[],
+    };
+    if allowed.contains(&table) {
+        Ok(())
+    } else if allowed.is_empty() {
+        Err(format!("a '{}' job writes no table, not '{table}'", j.kind))
+    } else {
+        Err(format!(
+            "a '{}' job writes only {}, not '{table}'",
+            j.kind,
+            allowed.join(", ")
+        ))
+    }
+}
+
 /// The final key of a committed file: deterministic per (table, run, job,
 /// part), so a retried job overwrites instead of adding rows.
 fn final_key(table: &str, date: &str, run_id: &str, job_id: &str, part: &str) -> Result<String> {
     Ok(layout::table_key(table, date, run_id, job_id, part)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(kind: &str, spec: &str) -> JobRow {
+        JobRow {
+            job_id: "j".into(),
+            run_id: "r".into(),
+            kind: kind.into(),
+            state: JobState::Leased,
+            attempt: 1,
+            max_attempts: 3,
+            spec_json: spec.into(),
+            error: None,
+            lease_id: None,
+            leased_by: None,
+            lease_expires_ms: None,
+            not_before_ms: 0,
+            created_ms: 0,
+            committed_keys: Vec::new(),
+            date: "2026-12-06".into(),
+        }
+    }
+
+    #[test]
+    fn each_job_kind_writes_only_its_own_tables() {
+        // The campaign's forgery: a `record` job committing node_facts.
+        let e = may_write(&job("record", "{}"), "node_facts").unwrap_err();
+        assert_eq!(e, "a 'record' job writes only runs, raw_files, not 'node_facts'");
+        assert!(may_write(&job("record", "{}"), "runs").is_ok());
+        let ingest = |format: &str| {
+            job(
+                "ingest",
+                &format!(r#"{{"format":"{format}","keys":[],"task_id":"t","agent":"a"}}"#),
+            )
+        };
+        assert!(may_write(&ingest("hostinfo"), "node_facts").is_ok());
+        assert!(may_write(&ingest("pio"), "node_facts").is_err());
+        assert!(may_write(&ingest("bandela"), "mpi_trace_ranks").is_ok());
+        assert!(may_write(&ingest("linktest"), "linktest_timings").is_ok());
+        assert!(may_write(&ingest("nosuch"), "node_facts").is_err());
+        assert!(may_write(&job("checks", "{}"), "node_health").is_ok());
+        assert!(may_write(&job("checks", "{}"), "runs").is_err());
+        let e = may_write(&job("analyze_plan", "{}"), "alltoallv_stats").unwrap_err();
+        assert!(e.contains("writes no table"), "{e}");
+        assert!(may_write(&job("evil", "{}"), "runs").is_err());
+    }
 }

@@ -33,9 +33,13 @@ impl Role {
 /// (the single-user `benchlake up` default on loopback); otherwise every call must
 /// carry a token of an allowed role.
 ///
-/// Agent and worker tokens may be bound to a name, written `NAME:TOKEN`: the
-/// holder may then act only as that agent or worker. A token without a name is
-/// shared by every agent (or worker) that has it and cannot tell them apart.
+/// Tokens may be bound to a name, written `NAME:TOKEN`. An agent or worker
+/// token's holder may then act only as that agent or worker (a worker `W` also
+/// as its slots `W.0`, `W.1`, …); a user or admin token's name is the owner
+/// recorded on the runs and schedules it creates ([`crate::access`]). A token
+/// without a name is shared by every agent (or worker) that has it and cannot
+/// tell them apart; an unbound user token owns what it creates under its
+/// fingerprint.
 #[derive(Clone, Default)]
 pub struct Tokens {
     pub admin: Vec<String>,
@@ -71,6 +75,39 @@ impl Identity {
     /// bound ones only as their own name.
     pub fn may_act_as(&self, name: &str) -> bool {
         self.role == Role::Admin || self.name.as_deref().is_none_or(|n| n == name)
+    }
+
+    /// Who the caller is as an owner of runs and schedules
+    /// ([`crate::access`]): the name its token is bound to (`NAME:TOKEN`),
+    /// else `token:` and the token's fingerprint; `None` when authentication
+    /// is off.
+    pub fn principal(&self) -> Option<String> {
+        match (&self.name, self.credential.is_empty()) {
+            (Some(n), _) => Some(n.clone()),
+            (None, false) => Some(format!("token:{}", self.credential)),
+            (None, true) => None,
+        }
+    }
+
+    /// Whether this caller may act as worker `name`: as
+    /// [`Identity::may_act_as`], and a credential bound to `W` may also act as
+    /// `W.N` (N decimal digits), the name a worker started with `--name W
+    /// --concurrency K` leases under in its slot N (docs/configuration.md).
+    pub fn may_act_as_worker(&self, name: &str) -> bool {
+        self.may_act_as(name) || self.name.as_deref().is_some_and(|n| worker_base(name) == n)
+    }
+}
+
+/// The worker a lease name belongs to: `W` for a slot name `W.N` (N decimal
+/// digits), else the name itself.
+pub fn worker_base(name: &str) -> &str {
+    match name.rsplit_once('.') {
+        Some((base, slot))
+            if !base.is_empty() && !slot.is_empty() && slot.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            base
+        }
+        _ => name,
     }
 }
 
@@ -122,11 +159,7 @@ impl Tokens {
     pub fn check(&self) -> std::result::Result<(), String> {
         for (role, list) in self.lists() {
             for e in list {
-                let t = if matches!(role, Role::Agent | Role::Worker) {
-                    split_bound(e).1
-                } else {
-                    e.as_str()
-                };
+                let t = split_bound(e).1;
                 if t.len() < 16 {
                     return Err(format!(
                         "{} tokens must be at least 16 characters",
@@ -162,11 +195,7 @@ impl Tokens {
         let mut found = None;
         for (role, list) in self.lists() {
             for e in list {
-                let (name, t) = if matches!(role, Role::Agent | Role::Worker) {
-                    split_bound(e)
-                } else {
-                    (None, e.as_str())
-                };
+                let (name, t) = split_bound(e);
                 if ct_eq(t.as_bytes(), token.as_bytes()) && found.is_none() {
                     found = Some(Identity {
                         role,

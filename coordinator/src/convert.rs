@@ -184,6 +184,7 @@ impl ScheduleRow {
             node_action: self.node_action.to_pb(),
             created_at_ms: self.created_ms,
             notify: self.notify.clone(),
+            owner: self.owner.clone().unwrap_or_default(),
         }
     }
 }
@@ -209,6 +210,7 @@ impl RunRow {
             // From the checks, not the state: see `Svc::with_verdict`.
             verdict: String::new(),
             queued: self.queued,
+            owner: self.owner.clone().unwrap_or_default(),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! `benchlake up`; [`Coordinator`] holds the state and the background loop
 //! (schedule firing, lease expiry, lost-agent detection) that tests can also
 //! drive tick by tick on a manual clock.
+pub mod access;
 pub mod auth;
 pub mod commit;
 pub mod config;

@@ -133,6 +133,10 @@ pub struct RunRow {
     /// (docs/notifications.md), chosen at submission or from its schedule.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notify: Vec<String>,
+    /// Who owns the run ([`crate::access`]); `None` when authentication is
+    /// off or for runs recorded before owners were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// Where a run comes from.
@@ -144,6 +148,9 @@ pub struct Origin {
     pub rerun_of: Option<String>,
     /// Notifiers of the run (its schedule's, or the submitter's).
     pub notify: Vec<String>,
+    /// The run's owner: the submitter, its schedule's owner, or the owner of
+    /// the run it re-runs.
+    pub owner: Option<String>,
 }
 
 impl RunRow {
@@ -172,6 +179,7 @@ impl RunRow {
             error: None,
             idempotency_key: origin.idempotency_key,
             rerun_of: origin.rerun_of,
+            owner: origin.owner,
             date: benchlake_core::layout::date_of_ms(origin.scheduled_for_ms.unwrap_or(now)),
             outcome: None,
             queued: false,
@@ -332,6 +340,9 @@ pub struct ScheduleRow {
     /// Notifiers told when a run of the schedule ends badly ([`crate::notify`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notify: Vec<String>,
+    /// Who owns the schedule and its runs ([`crate::access`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// What a schedule does with instants missed while the coordinator was down.

@@ -185,6 +185,7 @@ pub fn backfill_one(
         schedule_id: Some(s.schedule_id.clone()),
         scheduled_for_ms: Some(t),
         notify: s.notify.clone(),
+        owner: s.owner.clone(),
         ..Default::default()
     };
     let agents = tx.list_agents()?;
@@ -230,6 +231,7 @@ pub fn fire_one(
         schedule_id: Some(s.schedule_id.clone()),
         scheduled_for_ms: Some(t),
         notify: s.notify.clone(),
+        owner: s.owner.clone(),
         ..Default::default()
     };
     let agents = tx.list_agents()?;

@@ -42,6 +42,7 @@ fn run(id: &str, state: RunState, schedule: Option<&str>, bench: &str) -> RunRow
         outcome: None,
         queued: false,
         notify: Vec::new(),
+        owner: Some("alice".into()),
     }
 }
 
@@ -125,6 +126,7 @@ fn schedule(id: &str, name: &str, paused: bool, next: Option<i64>) -> ScheduleRo
         created_ms: 1,
         node_action: Default::default(),
         notify: Vec::new(),
+        owner: Some("alice".into()),
     }
 }
 

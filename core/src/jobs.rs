@@ -201,6 +201,46 @@ pub struct ChecksSpec {
 /// default replay has committed (docs/tracer.md).
 pub const TRACE_COMPARE_JOB: &str = "trace_compare";
 
+/// The tables a job kind may commit (DESIGN.md §2 step 5): the coordinator
+/// refuses a staged file of any other table, so a worker credential cannot
+/// write rows into a table through a job that never writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobTables {
+    /// These tables.
+    Fixed(&'static [&'static str]),
+    /// Those its ingest format declares (`benchlake_formats::ingest::tables`).
+    OfIngestFormat,
+}
+
+/// Every job kind with the tables it may write; `None` for an unknown kind.
+pub fn job_tables(kind: &str) -> Option<JobTables> {
+    use JobTables::*;
+    Some(match kind {
+        RECORD_JOB => Fixed(&["runs", "raw_files"]),
+        INGEST_JOB => OfIngestFormat,
+        REPLAY_JOB => Fixed(&[
+            "replays",
+            "replay_ranks",
+            "replay_functions",
+            "replay_adapters",
+            "replay_transfers",
+        ]),
+        CALIBRATE_JOB => Fixed(&["replay_calibrations"]),
+        ANALYZE_PLAN_JOB | ANALYZE_PART_JOB => Fixed(&[]),
+        ANALYZE_MERGE_JOB => Fixed(&[
+            "alltoallv_patterns",
+            "alltoallv_stats",
+            "alltoallv_heatmap",
+            "alltoallv_host_heatmap",
+        ]),
+        CHECKS_JOB => Fixed(&["checks", "node_health"]),
+        TRACE_COMPARE_JOB => Fixed(&["trace_comparison"]),
+        // The worker's no-op job (tests and the demo's smoke run).
+        "noop" => Fixed(&[]),
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,5 +269,28 @@ mod tests {
             serde_json::from_str::<IngestRunInfo>(&plain).unwrap(),
             IngestRunInfo::default()
         );
+    }
+
+    #[test]
+    fn every_fixed_job_table_is_in_the_catalog() {
+        for k in [
+            RECORD_JOB,
+            INGEST_JOB,
+            REPLAY_JOB,
+            CALIBRATE_JOB,
+            ANALYZE_PLAN_JOB,
+            ANALYZE_PART_JOB,
+            ANALYZE_MERGE_JOB,
+            CHECKS_JOB,
+            TRACE_COMPARE_JOB,
+            "noop",
+        ] {
+            if let Some(JobTables::Fixed(t)) = job_tables(k) {
+                for t in t {
+                    assert!(crate::catalog::get(t).is_some(), "{k}: {t}");
+                }
+            }
+        }
+        assert_eq!(job_tables("evil"), None);
     }
 }

@@ -281,7 +281,13 @@ impl Lake {
     /// committed: a Parquet footer that decodes, the catalog's schema of the
     /// table, and `rows` rows. Errors name the object key; a malformed object
     /// is [`Error::Invalid`] (not retryable), a store failure stays retryable.
-    pub async fn verify_parquet(&self, key: &str, table: &str, rows: u64) -> Result<()> {
+    pub async fn verify_parquet(
+        &self,
+        key: &str,
+        table: &str,
+        rows: u64,
+        run_id: &str,
+    ) -> Result<()> {
         let bad = |m: String| Error::invalid("staged object", format!("{key}: {m}"));
         let size = self
             .size(key)
@@ -327,6 +333,78 @@ impl Lake {
             return Err(bad(format!(
                 "holds {n} rows ({in_groups} in its row groups), the worker claimed {rows}"
             )));
+        }
+        self.verify_run_column(key, size, &schema, run_id).await
+    }
+
+    /// Checks that every row of the Parquet object `key` carries `run_id` in
+    /// its `run_id` column (the catalog's first column): a job commits rows
+    /// of its own run only. The column is read as a dictionary, so only the
+    /// distinct values are compared (a file of millions of pair rows holds
+    /// one dictionary entry per row group).
+    async fn verify_run_column(
+        &self,
+        key: &str,
+        size: u64,
+        schema: &arrow::datatypes::Schema,
+        run_id: &str,
+    ) -> Result<()> {
+        use arrow::array::{Array, AsArray};
+        use arrow::datatypes::{DataType, Field, Int32Type, Schema};
+        use parquet::arrow::ProjectionMask;
+        use parquet::arrow::arrow_reader::ArrowReaderOptions;
+        use parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
+        let bad = |m: String| Error::invalid("staged object", format!("{key}: {m}"));
+        let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        let Some(first) = fields.first_mut().filter(|f| f.name() == "run_id") else {
+            return Err(bad("its first column is not run_id".into()));
+        };
+        *first = Field::new(
+            "run_id",
+            DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+            first.is_nullable(),
+        );
+        let reader = ParquetObjectReader::new(self.store.clone(), self.path(key)).with_file_size(size);
+        let opts = ArrowReaderOptions::new().with_schema(Arc::new(Schema::new(fields)));
+        let b = ParquetRecordBatchStreamBuilder::new_with_options(reader, opts)
+            .await
+            .map_err(|e| bad(format!("run_id column: {e}")))?;
+        let mask = ProjectionMask::roots(b.parquet_schema(), [0]);
+        let mut stream = b
+            .with_projection(mask)
+            .with_batch_size(64 << 10)
+            .build()
+            .map_err(|e| bad(format!("run_id column: {e}")))?;
+        let mut row = 0u64;
+        while let Some(batch) = stream
+            .try_next()
+            .await
+            .map_err(|e| bad(format!("run_id column near row {row}: {e}")))?
+        {
+            let col = batch.column(0);
+            if col.null_count() > 0 {
+                return Err(bad(format!("run_id is null in a row from row {row} on")));
+            }
+            let Some(d) = col.as_dictionary_opt::<Int32Type>() else {
+                return Err(bad("run_id column is not text".into()));
+            };
+            let values = d.values().as_string::<i32>();
+            // Only the dictionary entries some row refers to count.
+            let mut used = vec![false; values.len()];
+            for k in d.keys().values() {
+                if let Some(u) = usize::try_from(*k).ok().and_then(|k| used.get_mut(k)) {
+                    *u = true;
+                }
+            }
+            for (i, u) in used.iter().enumerate() {
+                if *u && values.value(i) != run_id {
+                    return Err(bad(format!(
+                        "holds rows of run '{}' (from row {row} on); this job belongs to run '{run_id}'",
+                        values.value(i).chars().take(80).collect::<String>()
+                    )));
+                }
+            }
+            row += batch.num_rows() as u64;
         }
         Ok(())
     }

@@ -33,53 +33,91 @@ pub struct IngestContext {
 
 type IngestFn = fn(&[InputFile], &IngestContext) -> Result<Vec<TableOutput>>;
 
-/// Registered kinds: (name, what it reads, reader).
-const KINDS: &[(&str, &str, IngestFn)] = &[
-    (
-        "counts",
-        "alltoallv profiler outputs: compact/per-call count files, timings, locations, backtraces",
-        crate::counts::ingest,
-    ),
-    (
-        "hostinfo",
-        "node facts JSON written by `benchlake probe host` → node_facts",
-        crate::hostinfo::ingest,
-    ),
-    (
-        "ior",
-        "IOR JSON summaries and per-rank CSVs",
-        crate::io::ingest_ior,
-    ),
-    (
-        "mdtest",
-        "mdtest text output and per-rank CSVs",
-        crate::io::ingest_mdtest,
-    ),
-    (
-        "pio",
-        "pio result files (benchlake-pio/1)",
-        crate::io::ingest_pio,
-    ),
-    (
-        "dimemas",
-        "Dimemas .dim MPI traces -> mpi_trace_records",
-        crate::dimemas::ingest::ingest,
-    ),
-    (
-        "bandela",
-        "Bandela text traces (one file per rank) -> mpi_trace_records",
-        crate::bandela::ingest::ingest,
-    ),
-    (
-        "linktest",
-        "LinkTest SION result files (1.x and 2.1.17; netprobe)",
-        crate::linktest::ingest_linktest,
-    ),
+/// One ingest kind: its name, what it reads, its reader and the tables it
+/// writes (the coordinator refuses an ingest job's commit of any other).
+struct Kind {
+    name: &'static str,
+    reads: &'static str,
+    reader: IngestFn,
+    tables: &'static [&'static str],
+}
+
+const IO_TABLES: &[&str] = &["io_results", "io_task_times", "io_summary"];
+
+/// Registered kinds.
+const KINDS: &[Kind] = &[
+    Kind {
+        name: "counts",
+        reads: "alltoallv profiler outputs: compact/per-call count files, timings, locations, backtraces",
+        reader: crate::counts::ingest,
+        tables: &[
+            "alltoallv_calls",
+            "alltoallv_count_rows",
+            "alltoallv_call_times",
+            "alltoallv_locations",
+            "alltoallv_comms",
+            "alltoallv_backtraces",
+        ],
+    },
+    Kind {
+        name: "hostinfo",
+        reads: "node facts JSON written by `benchlake probe host` → node_facts",
+        reader: crate::hostinfo::ingest,
+        tables: &["node_facts"],
+    },
+    Kind {
+        name: "ior",
+        reads: "IOR JSON summaries and per-rank CSVs",
+        reader: crate::io::ingest_ior,
+        tables: IO_TABLES,
+    },
+    Kind {
+        name: "mdtest",
+        reads: "mdtest text output and per-rank CSVs",
+        reader: crate::io::ingest_mdtest,
+        tables: &["mdtest_results", "mdtest_summary"],
+    },
+    Kind {
+        name: "pio",
+        reads: "pio result files (benchlake-pio/1)",
+        reader: crate::io::ingest_pio,
+        tables: IO_TABLES,
+    },
+    Kind {
+        name: "dimemas",
+        reads: "Dimemas .dim MPI traces -> mpi_trace_records",
+        reader: crate::dimemas::ingest::ingest,
+        tables: &["mpi_trace_records"],
+    },
+    Kind {
+        name: "bandela",
+        reads: "Bandela text traces (one file per rank) -> mpi_trace_records",
+        reader: crate::bandela::ingest::ingest,
+        // The rank map beside the rank files (worker: traced runs).
+        tables: &["mpi_trace_records", "mpi_trace_ranks"],
+    },
+    Kind {
+        name: "linktest",
+        reads: "LinkTest SION result files (1.x and 2.1.17; netprobe)",
+        reader: crate::linktest::ingest_linktest,
+        tables: &[
+            "linktest_runs",
+            "linktest_ranks",
+            "linktest_timings",
+            "linktest_alltoall",
+            "linktest_slow_links",
+        ],
+    },
 ];
+
+/// The tables ingest kind `kind` writes; `None` for an unknown kind.
+pub fn tables(kind: &str) -> Option<&'static [&'static str]> {
+    KINDS.iter().find(|k| k.name == kind).map(|k| k.tables)
+}
 
 /// The names and descriptions of the known ingest kinds.
 pub fn kinds() -> Vec<(&'static str, &'static str)> {
-    KINDS.iter().map(|(n, d, _)| (*n, *d)).collect()
+    KINDS.iter().map(|k| (k.name, k.reads)).collect()
 }
 
 /// [`ingest`] with every table encoded as a Parquet file (what
@@ -116,11 +154,11 @@ pub fn ingest_encoded_in(
 
 /// Reads `inputs` as `kind` and returns the tables they yield.
 pub fn ingest(kind: &str, inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutput>> {
-    match KINDS.iter().find(|(n, _, _)| *n == kind) {
-        Some((_, _, f)) => f(inputs, ctx),
+    match KINDS.iter().find(|k| k.name == kind) {
+        Some(k) => (k.reader)(inputs, ctx),
         None => Err(FormatError::UnknownKind(
             kind.to_string(),
-            KINDS.iter().map(|k| k.0).collect::<Vec<_>>().join(", "),
+            KINDS.iter().map(|k| k.name).collect::<Vec<_>>().join(", "),
         )),
     }
 }

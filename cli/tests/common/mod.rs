@@ -323,7 +323,7 @@ impl Cluster {
 
     /// A worker offering only `executors`.
     pub fn add_worker_with(&mut self, name: &str, executors: benchlake_worker::Executors) {
-        self.spawn_worker(name, None, executors);
+        self.spawn_worker(name, None, executors, 1);
     }
 
     /// Stops every worker started so far.
@@ -340,7 +340,12 @@ impl Cluster {
     }
 
     pub fn add_worker(&mut self, name: &str, token: Option<&str>) {
-        self.spawn_worker(name, token, benchlake_worker::Executors::builtin());
+        self.spawn_worker(name, token, benchlake_worker::Executors::builtin(), 1);
+    }
+
+    /// A worker running `slots` jobs at a time (it leases as `NAME.0`, `NAME.1`, …).
+    pub fn add_worker_slots(&mut self, name: &str, token: Option<&str>, slots: usize) {
+        self.spawn_worker(name, token, benchlake_worker::Executors::builtin(), slots);
     }
 
     fn spawn_worker(
@@ -348,8 +353,10 @@ impl Cluster {
         name: &str,
         token: Option<&str>,
         executors: benchlake_worker::Executors,
+        slots: usize,
     ) {
         let mut cfg = worker_config(&self.addr, name, self.dir.path());
+        cfg.concurrency = slots;
         cfg.token = token.map(String::from);
         let (tx, rx) = watch::channel(false);
         tokio::spawn(async move {

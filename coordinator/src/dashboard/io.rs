@@ -910,6 +910,7 @@ mod tests {
             date: "2026-11-24".into(),
             outcome: None,
             queued: false,
+            owner: None,
             notify: vec![],
         }
     }

@@ -5,7 +5,6 @@ use pb::cluster_service_server::ClusterService;
 use tonic::{Request, Response, Status};
 
 use super::Svc;
-use crate::auth::require;
 use crate::convert;
 use crate::model::*;
 
@@ -50,7 +49,7 @@ impl ClusterService for Svc {
         &self,
         req: Request<pb::DrainAgentRequest>,
     ) -> std::result::Result<Response<pb::AgentInfo>, Status> {
-        require(&req, &[])?;
+        crate::access::require_admin(&crate::auth::identity_of(&req), "draining an agent")?;
         let r = req.into_inner();
         let a = self
             .tx(|tx| crate::lifecycle::agent::set_drain(tx, &r.name, !r.undrain))

@@ -196,7 +196,7 @@ impl Svc {
 
     /// Refuses a caller that may not act as worker `name`.
     fn check_worker(id: &crate::config::Identity, name: &str) -> std::result::Result<(), Status> {
-        if id.may_act_as(name) {
+        if id.may_act_as_worker(name) {
             Ok(())
         } else {
             Err(Status::permission_denied(format!(

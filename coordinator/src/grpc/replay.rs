@@ -98,6 +98,7 @@ impl ReplayService for Svc {
         &self,
         req: Request<pb::TriggerReplayRequest>,
     ) -> std::result::Result<Response<pb::TriggerReplayResponse>, Status> {
+        let owner = crate::auth::identity_of(&req).principal();
         let r = req.into_inner();
         let model = r.model.as_str();
         let Ok(spec_model) = benchlake_replay::models::get(model) else {
@@ -228,6 +229,7 @@ impl ReplayService for Svc {
                     "replay",
                     params,
                     jobs,
+                    owner.clone(),
                     now,
                 )?;
                 Ok(fx)

@@ -8,11 +8,24 @@ use pb::run_service_server::RunService;
 use tonic::{Request, Response, Status};
 
 use super::{BoxStream, Svc, check_id, invalid};
+use crate::access;
+use crate::auth::identity_of;
+use crate::config::Identity;
 use crate::convert;
 use crate::error::{CoordError, Result};
+use crate::store::Tx;
 use crate::lifecycle::{self, Effects};
 use crate::logic;
 use crate::model::*;
+
+/// Run `run_id`, when the caller may act on it ([`access::require_owner`]).
+fn owned_run(tx: &mut dyn Tx, id: &Identity, run_id: &str) -> Result<RunRow> {
+    let run = tx
+        .get_run(run_id)?
+        .ok_or_else(|| CoordError::NotFound(format!("run_id: no run '{run_id}'")))?;
+    access::require_owner(id, run.owner.as_deref(), &format!("run {run_id}"))?;
+    Ok(run)
+}
 
 /// Whether a run has nothing left to do (final and its record landed).
 fn settled(d: &pb::RunDetail) -> bool {
@@ -36,6 +49,7 @@ impl RunService for Svc {
         &self,
         req: Request<pb::SubmitRunRequest>,
     ) -> std::result::Result<Response<pb::Run>, Status> {
+        let owner = identity_of(&req).principal();
         let r = req.into_inner();
         let spec = r.spec.ok_or_else(|| invalid("spec", "is required"))?;
         if r.idempotency_key.len() > 200 {
@@ -63,6 +77,7 @@ impl RunService for Svc {
                 let origin = Origin {
                     idempotency_key: key.clone(),
                     notify: notify.clone(),
+                    owner: owner.clone(),
                     ..Default::default()
                 };
                 let (run, fx) = lifecycle::run::create(tx, &cfg, spec, kind, origin, chosen, now)?;
@@ -171,6 +186,7 @@ impl RunService for Svc {
         &self,
         req: Request<pb::CancelRunRequest>,
     ) -> std::result::Result<Response<pb::Run>, Status> {
+        let id = identity_of(&req);
         let r = req.into_inner();
         check_id("run_id", &r.run_id)?;
         if r.reason.len() > 1000 {
@@ -180,6 +196,7 @@ impl RunService for Svc {
         let cfg = self.0.cfg.clone();
         let (run, fx) = self
             .tx(|tx| {
+                owned_run(tx, &id, &r.run_id)?;
                 let (run, fx) = lifecycle::run::cancel(tx, &cfg, &r.run_id, &r.reason, now)?;
                 Ok((convert::run_tx(tx, &run)?, fx))
             })
@@ -192,12 +209,14 @@ impl RunService for Svc {
         &self,
         req: Request<pb::RerunFailedRequest>,
     ) -> std::result::Result<Response<pb::Run>, Status> {
+        let who = identity_of(&req);
         let id = req.into_inner().run_id;
         check_id("run_id", &id)?;
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
         let (run, fx) = self
             .tx(|tx| {
+                owned_run(tx, &who, &id)?;
                 let (run, fx) = lifecycle::run::rerun_failed(tx, &cfg, &id, now)?;
                 Ok((convert::run_tx(tx, &run)?, fx))
             })
@@ -210,7 +229,8 @@ impl RunService for Svc {
         &self,
         req: Request<pb::AnalyzeRunRequest>,
     ) -> std::result::Result<Response<pb::AnalyzeRunResponse>, Status> {
-        self.analyze_run_impl(req.into_inner()).await
+        let id = identity_of(&req);
+        self.analyze_run_impl(&id, req.into_inner()).await
     }
 
     type DownloadReportsStream = BoxStream<pb::ReportChunk>;
@@ -301,6 +321,7 @@ impl Svc {
     /// analysis of the same files.
     async fn analyze_run_impl(
         &self,
+        id: &Identity,
         r: pb::AnalyzeRunRequest,
     ) -> std::result::Result<Response<pb::AnalyzeRunResponse>, Status> {
         check_id("run_id", &r.run_id)?;
@@ -320,9 +341,7 @@ impl Svc {
         let cfg = self.0.cfg.clone();
         let src = r.run_id.clone();
         let (run_id, job_id, fx) = self.tx(|tx| {
-            let source = tx
-                .get_run(&src)?
-                .ok_or_else(|| CoordError::NotFound(format!("run_id: no run '{src}'")))?;
+            let source = owned_run(tx, id, &src)?;
             let tasks = tx.tasks_of_run(&src)?;
             if !tasks.iter().all(|t| t.state.is_final()) {
                 return Err(CoordError::FailedPrecondition(format!(
@@ -359,6 +378,7 @@ impl Svc {
                     benchlake_core::jobs::ANALYZE_PLAN_JOB.to_string(),
                     spec.to_string(),
                 )],
+                id.principal(),
                 now,
             )?;
             let job_id = jobs

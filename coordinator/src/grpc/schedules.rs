@@ -6,6 +6,9 @@ use pb::schedule_service_server::ScheduleService;
 use tonic::{Request, Response, Status};
 
 use super::{Svc, check_name, invalid};
+use crate::access;
+use crate::auth::identity_of;
+use crate::config::Identity;
 use crate::convert;
 use crate::error::{CoordError, Result};
 use crate::lifecycle::Effects;
@@ -22,12 +25,20 @@ fn find_schedule(tx: &mut dyn Tx, id_or_name: &str) -> Result<ScheduleRow> {
         .ok_or_else(|| CoordError::NotFound(format!("schedule_id: no schedule '{id_or_name}'")))
 }
 
+/// [`find_schedule`], when the caller may act on it ([`access::require_owner`]).
+fn owned_schedule(tx: &mut dyn Tx, id: &Identity, id_or_name: &str) -> Result<ScheduleRow> {
+    let s = find_schedule(tx, id_or_name)?;
+    access::require_owner(id, s.owner.as_deref(), &format!("schedule '{}'", s.name))?;
+    Ok(s)
+}
+
 #[tonic::async_trait]
 impl ScheduleService for Svc {
     async fn create_schedule(
         &self,
         req: Request<pb::CreateScheduleRequest>,
     ) -> std::result::Result<Response<pb::Schedule>, Status> {
+        let id = identity_of(&req);
         let s = req
             .into_inner()
             .schedule
@@ -46,6 +57,13 @@ impl ScheduleService for Svc {
                     format!("unknown value {}", s.node_action),
                 )
             })?;
+        if node_action != crate::node_actions::NodeAction::Off {
+            // It drains and resumes Slurm nodes, as DrainAgent does agents.
+            access::require_admin(
+                &id,
+                &format!("schedule.node_action {}", node_action.as_str()),
+            )?;
+        }
         let spec = s
             .spec
             .ok_or_else(|| invalid("schedule.spec", "is required"))?;
@@ -88,6 +106,7 @@ impl ScheduleService for Svc {
                     node_action,
                     created_ms: now,
                     notify: s.notify.clone(),
+                    owner: id.principal(),
                 };
                 tx.insert_schedule(&row)?;
                 Ok(row)
@@ -111,11 +130,12 @@ impl ScheduleService for Svc {
         &self,
         req: Request<pb::PauseScheduleRequest>,
     ) -> std::result::Result<Response<pb::Schedule>, Status> {
+        let id = identity_of(&req);
         let r = req.into_inner();
         let now = self.0.now();
         let row = self
             .tx(|tx| {
-                let mut s = find_schedule(tx, &r.schedule_id)?;
+                let mut s = owned_schedule(tx, &id, &r.schedule_id)?;
                 if s.paused && !r.paused {
                     // Instants that passed while paused are not caught up on resume.
                     let cron = CronSpec::parse(&s.cron, &s.time_zone)?;
@@ -133,9 +153,10 @@ impl ScheduleService for Svc {
         &self,
         req: Request<pb::DeleteScheduleRequest>,
     ) -> std::result::Result<Response<pb::DeleteScheduleResponse>, Status> {
+        let who = identity_of(&req);
         let id = req.into_inner().schedule_id;
         self.tx(|tx| {
-            let s = find_schedule(tx, &id)?;
+            let s = owned_schedule(tx, &who, &id)?;
             tx.delete_schedule(&s.schedule_id)
         })
         .await?;
@@ -146,6 +167,7 @@ impl ScheduleService for Svc {
         &self,
         req: Request<pb::BackfillRequest>,
     ) -> std::result::Result<Response<pb::BackfillResponse>, Status> {
+        let id = identity_of(&req);
         let r = req.into_inner();
         if r.from_ms >= r.to_ms {
             return Err(invalid("to_ms", "must be after from_ms"));
@@ -159,7 +181,7 @@ impl ScheduleService for Svc {
         let cfg = self.0.cfg.clone();
         let (runs, fx) = self
             .tx(|tx| {
-                let s = find_schedule(tx, &r.schedule_id)?;
+                let s = owned_schedule(tx, &id, &r.schedule_id)?;
                 let cron = CronSpec::parse(&s.cron, &s.time_zone)?;
                 let instants = cron.instants(r.from_ms, r.to_ms, false, max + 1);
                 if instants.len() > max {
@@ -188,12 +210,13 @@ impl ScheduleService for Svc {
         &self,
         req: Request<pb::TriggerScheduleRequest>,
     ) -> std::result::Result<Response<pb::Run>, Status> {
+        let who = identity_of(&req);
         let id = req.into_inner().schedule_id;
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
         let (run, fx) = self
             .tx(|tx| {
-                let s = find_schedule(tx, &id)?;
+                let s = owned_schedule(tx, &who, &id)?;
                 if !s.allow_overlap && !tx.active_runs_of_schedule(&s.schedule_id)?.is_empty() {
                     return Err(CoordError::FailedPrecondition(format!(
                         "schedule '{}' has an active run and allow_overlap is off",

@@ -15,7 +15,7 @@ use crate::model::*;
 /// A bound worker credential acts only on jobs its worker leased.
 fn worker_holds(id: &crate::config::Identity, j: &JobRow) -> Result<()> {
     match (&id.name, &j.leased_by) {
-        (Some(n), Some(by)) if id.role != Role::Admin && n != by => {
+        (Some(n), Some(by)) if id.role != Role::Admin && !id.may_act_as_worker(by) => {
             Err(CoordError::PermissionDenied(format!(
                 "job {}: leased by worker '{by}', not '{n}'",
                 j.job_id

@@ -162,6 +162,7 @@ pub fn create_processing(
     kind: &str,
     params: BTreeMap<String, String>,
     jobs: Vec<(String, String)>,
+    owner: Option<String>,
     now: i64,
 ) -> Result<(RunRow, Vec<JobRow>, Effects)> {
     let mut fx = Effects::default();
@@ -174,7 +175,11 @@ pub fn create_processing(
         timeout_s: 0,
         slurm: Default::default(),
     };
-    let mut run = RunRow::new(run_id, spec, kind, Origin::default(), now);
+    let origin = Origin {
+        owner,
+        ..Default::default()
+    };
+    let mut run = RunRow::new(run_id, spec, kind, origin, now);
     run.state = RunState::Processing;
     run.started_at_ms = Some(now);
     tx.insert_run(&run)?;
@@ -237,6 +242,7 @@ pub fn rerun_failed(
         idempotency_key: None,
         rerun_of: Some(old_id.to_string()),
         notify: old.notify.clone(),
+        owner: old.owner.clone(),
     };
     let run = RunRow::new(
         ids::new_id_at(now),

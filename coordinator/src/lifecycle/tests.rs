@@ -990,6 +990,7 @@ fn a_processing_run_is_created_with_its_jobs() {
                 ("replay".into(), "{}".into()),
                 ("replay".into(), "{}".into()),
             ],
+            None,
             now,
         )
     });
