@@ -10,8 +10,10 @@
 //!
 //! A standby does not listen on its gRPC port: clients given the list of all
 //! coordinators connect to whichever one accepts (`benchlake_proto::client`).
-//! A leader that cannot renew in time stops serving and exits, rather than
-//! serving reads from a state it no longer owns.
+//! A leader that cannot renew in time stops serving (its port closes), rather
+//! than serving reads from a state it no longer owns, and stands by to lead
+//! again: it never exits on its own, so a slow database that defeats every
+//! coordinator's renewal in turn does not leave the cluster without a leader.
 use std::time::Duration;
 
 use crate::error::{CoordError, Result};
@@ -76,7 +78,9 @@ impl Elector {
                 &self.url,
                 &[
                     ("lock_timeout", wait.to_string()),
-                    ("statement_timeout", (2 * wait).to_string()),
+                    // A renewal may take up to the lease on a loaded host:
+                    // its deadline is the lease's, not the store's.
+                    ("statement_timeout", self.lease_ms.max(100).to_string()),
                     // Taking the lead is rare and must survive a database crash.
                     ("synchronous_commit", "on".to_string()),
                 ],

@@ -571,8 +571,8 @@ pub async fn serve(
 
 /// Opens state and lake from `cfg` and serves until `shutdown` (the entry point of
 /// `benchlake coordinator`). On PostgreSQL this coordinator first waits to
-/// lead ([`leader`]), holding no port meanwhile, and stops with an error when
-/// it loses the lead.
+/// lead ([`leader`]), holding no port meanwhile, and when it loses the lead
+/// stops serving and waits to lead again.
 pub async fn run(
     cfg: CoordinatorConfig,
     listener: TcpListener,
@@ -631,7 +631,12 @@ fn log_listening(coord: &Coordinator, listener: &TcpListener) {
     );
 }
 
-/// [`run`] on PostgreSQL: wait for the lead, serve while it holds.
+/// [`run`] on PostgreSQL: wait for the lead, serve while it holds, and when
+/// it is lost (a renewal that did not get through within the lease, a newer
+/// fencing token) stop serving and stand by to lead again; only `shutdown`
+/// (or an error before the first term) ends it. A coordinator that exits when
+/// it cannot renew leaves the cluster without a leader once every standby has
+/// met the same slow database (issue: two coordinators on a loaded host).
 async fn run_ha(
     cfg: CoordinatorConfig,
     url: &str,
@@ -639,7 +644,7 @@ async fn run_ha(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     web: Option<http::Http>,
 ) -> Result<()> {
-    use std::sync::Mutex as StdMutex;
+    use futures::FutureExt;
     let addr = listener
         .local_addr()
         .map_err(|e| CoordError::Setup(format!("listen address: {e}")))?;
@@ -647,9 +652,66 @@ async fn run_ha(
     // port stays closed, so no client connects to a standby (the kernel would
     // accept connections that nobody serves).
     drop(listener);
+    let shutdown: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+        Box::pin(shutdown);
+    let shutdown = shutdown.shared();
+    let mut term = 0u64;
+    loop {
+        term += 1;
+        match lead_term(&cfg, url, addr, shutdown.clone(), web.as_ref(), term).await {
+            Ok(Term::Stopped) => return Ok(()),
+            Ok(Term::Lost(why)) => {
+                tracing::error!(
+                    reason = %why,
+                    "stopped leading: no longer serving; standing by to lead again"
+                );
+            }
+            // A first term that cannot start (the database refuses the
+            // schema, the lake cannot be opened) is a configuration error.
+            Err(e) if term == 1 => return Err(e),
+            Err(e) => {
+                tracing::error!(error = %e, "could not lead; standing by to try again");
+                let poll = leader::poll_interval(std::time::Duration::from_millis(
+                    cfg.leader_lease_ms,
+                ));
+                tokio::select! {
+                    _ = tokio::time::sleep(poll) => {}
+                    _ = shutdown.clone() => return Ok(()),
+                }
+            }
+        }
+        if let Some(h) = &web {
+            h.set_standby("");
+        }
+    }
+}
+
+/// How one term of leading ended.
+enum Term {
+    /// `shutdown`: the lead was handed on.
+    Stopped,
+    /// The lead was lost, for this reason.
+    Lost(String),
+}
+
+/// One term: wait as a standby until this coordinator leads (a new name in
+/// the leader row each term, so taking over from its own earlier term
+/// increments the fencing token and fences whatever that term still had in
+/// flight), then serve until the lead is lost or `shutdown`.
+async fn lead_term(
+    cfg: &CoordinatorConfig,
+    url: &str,
+    addr: std::net::SocketAddr,
+    shutdown: futures::future::Shared<
+        std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+    >,
+    web: Option<&http::Http>,
+    term: u64,
+) -> Result<Term> {
+    use std::sync::Mutex as StdMutex;
     let store = {
         let url = url.to_string();
-        let opts = pg_options(&cfg);
+        let opts = pg_options(cfg);
         tokio::task::spawn_blocking(move || store_pg::PgStore::open_with(&url, &opts))
             .await
             .map_err(|e| CoordError::Setup(format!("state database: {e}")))??
@@ -664,7 +726,6 @@ async fn run_ha(
         (g.holder().to_string(), g.lease())
     };
     let poll = leader::poll_interval(lease);
-    let mut shutdown = Box::pin(shutdown);
     let mut waiting_logged = false;
     let token = loop {
         match leader::with_elector(elector.clone(), |e| e.try_acquire()).await {
@@ -674,7 +735,7 @@ async fn run_ha(
                     // A standby holds no port: clients given every coordinator's
                     // address connect to the one that leads.
                     let cur = leader::with_elector(elector.clone(), |e| e.current()).await;
-                    if let Some(h) = &web {
+                    if let Some(h) = web {
                         h.set_standby(&cur.as_ref().map(|c| c.holder.clone()).unwrap_or_default());
                     }
                     tracing::info!(
@@ -688,10 +749,10 @@ async fn run_ha(
         }
         tokio::select! {
             _ = tokio::time::sleep(poll) => {}
-            _ = &mut shutdown => return Ok(()),
+            _ = shutdown.clone() => return Ok(Term::Stopped),
         }
     };
-    tracing::info!(me = %holder, token, "leading");
+    tracing::info!(me = %holder, token, term, "leading");
     store.set_fence(store_pg::Fence {
         holder: holder.clone(),
         token,
@@ -705,12 +766,16 @@ async fn run_ha(
     let fenced = store.fenced();
     let listener = rebind(addr).await?;
     let lake = Lake::open(&cfg.store)?;
-    let coord = Coordinator::new(Arc::new(store), lake, Arc::new(SystemClock), cfg)?;
-    if let Some(h) = &web {
+    let coord = Coordinator::new(Arc::new(store), lake, Arc::new(SystemClock), cfg.clone())?;
+    if let Some(h) = web {
         h.set_serving(coord.clone(), true);
     }
     log_listening(&coord, &listener);
-    // Renews the lease; resolves when it is lost.
+    // Renews the lease; resolves when it is lost. Renewals use the elector's
+    // own connection, whose statement deadline is the lease's (not that of
+    // the store's statements), and a renewal that fails is tried again at
+    // the next poll: the lead is lost only when none got through for a
+    // whole lease (after which a standby may have taken it).
     let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<String>();
     let renew = {
         let elector = elector.clone();
@@ -747,8 +812,8 @@ async fn run_ha(
         }
     };
     // A lost lead stops the server at once (no graceful drain: every write
-    // would be refused anyway) and the process exits with the reason; a
-    // supervisor restarts it as a standby.
+    // would be refused anyway); dropping it closes the port and ends the
+    // background loops (their stop channel closes).
     tokio::select! {
         res = serve(coord, listener, shutdown) => {
             renew.abort();
@@ -756,12 +821,11 @@ async fn run_ha(
             if let Err(e) = leader::with_elector(elector, |e| e.release()).await {
                 tracing::warn!(error = %e, "could not release the leader lease");
             }
-            res
+            res.map(|()| Term::Stopped)
         }
         why = lost => {
             renew.abort();
-            tracing::error!(reason = %why, "stopped leading");
-            Err(CoordError::Fenced(format!("this coordinator stopped leading: {why}")))
+            Ok(Term::Lost(why))
         }
     }
 }
