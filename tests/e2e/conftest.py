@@ -133,9 +133,11 @@ class Cluster:
                                   str(self.tmp / "catalog.toml"), "--work-dir", str(self.tmp / "work" / name),
                                   "--poll-ms", "100", "--run-as", getpass.getuser()], extra_env)
 
-    def worker(self, name, extra_env=None):
+    def worker(self, name, extra_env=None, concurrency="1"):
+        # concurrency=None: the worker's default (one slot per core).
+        slots = ["--concurrency", concurrency] if concurrency else []
         return self._spawn(name, ["worker", "--coordinator", self.addr, "--name", name, "--lake", self.lake,
-                                  "--concurrency", "1", "--scratch", str(self.tmp / "scratch" / name)], extra_env)
+                                  *slots, "--scratch", str(self.tmp / "scratch" / name)], extra_env)
 
     def kill9(self, name):
         p = self.procs.pop(name)

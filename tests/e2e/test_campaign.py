@@ -5,6 +5,11 @@ through the API and DuckDB over the lake: every run is final and SUCCEEDED,
 every run has exactly one `runs` row, no table holds a duplicated row of a
 run, and no `_staging/` object is left once the reconciler has passed.
 
+Authentication is on as a site runs it: a bound token per agent and per
+worker (`NAME:TOKEN`), the workers at their default concurrency (one job
+slot per core, leasing as `w1.0`, `w1.1`, ...), and the client with a bound
+user token.
+
 Short form in the suite (BENCHLAKE_CAMPAIGN_RUNS, default 40); the long form is
 `bash scripts/fault-campaign.sh [RUNS] [SEED]`. Figures go to stdout (and
 docs/testing.md)."""
@@ -45,18 +50,29 @@ def table(lake, name):
     return f"read_parquet('{lake}/tables/{name}/**/*.parquet', hive_partitioning=true)"
 
 
+def secret(name):
+    return f"campaign-{name}-token-0123456789"
+
+
 def test_fault_campaign(cluster, pb):
     rng = random.Random(SEED)
     # The agents run the built-in catalog (pio and the counts demo included).
     (cluster.tmp / "catalog.toml").write_text((ROOT / "agent" / "src" / "builtin.toml").read_text())
-    cluster.coordinator()
     agents = ["a1", "a2"]
-    for a in agents:
-        cluster.agent(a)
     workers = ["w1", "w2"]
+    cluster.env.update({
+        "BENCHLAKE_USER_TOKENS": f"campaign:{secret('user')}",
+        "BENCHLAKE_AGENT_TOKENS": ",".join(f"{a}:{secret(a)}" for a in agents),
+        "BENCHLAKE_WORKER_TOKENS": ",".join(f"{w}:{secret(w)}" for w in workers),
+    })
+    start_agent = lambda a: cluster.agent(a, {"BENCHLAKE_TOKEN": secret(a)})  # noqa: E731
+    start_worker = lambda w: cluster.worker(w, {"BENCHLAKE_TOKEN": secret(w)}, concurrency=None)  # noqa: E731
+    cluster.coordinator()
+    for a in agents:
+        start_agent(a)
     for w in workers:
-        cluster.worker(w)
-    api = Api(pb, cluster.addr)
+        start_worker(w)
+    api = Api(pb, cluster.addr, token=secret("user"))
     api.wait_agents(len(agents))
 
     started = time.time()
@@ -85,12 +101,12 @@ def test_fault_campaign(cluster, pb):
                 w = rng.choice(workers)
                 cluster.kill9(w)
                 time.sleep(rng.uniform(0.1, 1.0))
-                cluster.worker(w)
+                start_worker(w)
             else:
                 a = rng.choice(agents)
                 cluster.kill9(a)
                 time.sleep(rng.uniform(0.1, 1.0))
-                cluster.agent(a)
+                start_agent(a)
             kills[role] += 1
         else:
             time.sleep(rng.uniform(0.0, 0.3))
