@@ -127,9 +127,14 @@ async fn call(
     let code = |r: Result<(), tonic::Status>| r.err().map(|e| e.code()).unwrap_or(Code::Ok);
     match method {
         "SubmitRun" => code(c.runs.submit_run(run()).await.map(|_| ())),
-        "GetRun" | "WatchRun" | "CancelRun" | "RerunFailed" | "AnalyzeRun"
-        | "DownloadReports" => {
-            let id = alice.runs.submit_run(run()).await.unwrap().into_inner().run_id;
+        "GetRun" | "WatchRun" | "CancelRun" | "RerunFailed" | "AnalyzeRun" | "DownloadReports" => {
+            let id = alice
+                .runs
+                .submit_run(run())
+                .await
+                .unwrap()
+                .into_inner()
+                .run_id;
             match method {
                 "GetRun" => code(
                     c.runs
@@ -304,6 +309,7 @@ async fn every_method_every_caller_every_owner() {
         worker: vec![WORKER.into()],
     };
     let mut c = Cluster::start(tokens).await;
+    c.token = Some(secret(ADMIN).into());
     c.add_agent("a1", Some(AGENT)).await;
     let mut alice = clients(&c.addr, Some(secret(ALICE)));
     let mut n = 0;
@@ -340,7 +346,12 @@ async fn every_method_every_caller_every_owner() {
             }
         }
     }
-    assert!(wrong.is_empty(), "{} of {cases} cases wrong:\n{}", wrong.len(), wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "{} of {cases} cases wrong:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
     eprintln!("{cases} cases (methods x callers) as the rights model says");
 
     // Owners carry over: a run fired from alice's schedule is alice's, and

@@ -445,7 +445,7 @@ async fn a_worker_cannot_commit_objects_that_are_not_the_tables_parquet() {
             &other,
             "linktest_ranks",
             0,
-            "an 'ingest' job writes only node_facts, not 'linktest_ranks'".to_string(),
+            "job kind 'ingest' writes only node_facts, not 'linktest_ranks'".to_string(),
         ),
         (
             &forged,

@@ -157,7 +157,10 @@ mod tests {
         }
         assert_eq!(found.len(), RPC_RIGHTS.len(), "{found:?}");
         for (s, m) in &found {
-            assert!(right_of(s, m).is_some(), "{s}.{m} has no entry in RPC_RIGHTS");
+            assert!(
+                right_of(s, m).is_some(),
+                "{s}.{m} has no entry in RPC_RIGHTS"
+            );
         }
     }
 }

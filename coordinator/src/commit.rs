@@ -390,10 +390,13 @@ fn may_write(j: &JobRow, table: &str) -> std::result::Result<(), String> {
     if allowed.contains(&table) {
         Ok(())
     } else if allowed.is_empty() {
-        Err(format!("a '{}' job writes no table, not '{table}'", j.kind))
+        Err(format!(
+            "job kind '{}' writes no table, not '{table}'",
+            j.kind
+        ))
     } else {
         Err(format!(
-            "a '{}' job writes only {}, not '{table}'",
+            "job kind '{}' writes only {}, not '{table}'",
             j.kind,
             allowed.join(", ")
         ))
@@ -434,7 +437,10 @@ mod tests {
     fn each_job_kind_writes_only_its_own_tables() {
         // The campaign's forgery: a `record` job committing node_facts.
         let e = may_write(&job("record", "{}"), "node_facts").unwrap_err();
-        assert_eq!(e, "a 'record' job writes only runs, raw_files, not 'node_facts'");
+        assert_eq!(
+            e,
+            "job kind 'record' writes only runs, raw_files, not 'node_facts'"
+        );
         assert!(may_write(&job("record", "{}"), "runs").is_ok());
         let ingest = |format: &str| {
             job(

@@ -671,9 +671,8 @@ async fn run_ha(
             Err(e) if term == 1 => return Err(e),
             Err(e) => {
                 tracing::error!(error = %e, "could not lead; standing by to try again");
-                let poll = leader::poll_interval(std::time::Duration::from_millis(
-                    cfg.leader_lease_ms,
-                ));
+                let poll =
+                    leader::poll_interval(std::time::Duration::from_millis(cfg.leader_lease_ms));
                 tokio::select! {
                     _ = tokio::time::sleep(poll) => {}
                     _ = shutdown.clone() => return Ok(()),

@@ -369,7 +369,8 @@ impl Lake {
             DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
             first.is_nullable(),
         );
-        let reader = ParquetObjectReader::new(self.store.clone(), self.path(key)).with_file_size(size);
+        let reader =
+            ParquetObjectReader::new(self.store.clone(), self.path(key)).with_file_size(size);
         let opts = ArrowReaderOptions::new().with_schema(Arc::new(Schema::new(fields)));
         let b = ParquetRecordBatchStreamBuilder::new_with_options(reader, opts)
             .await

@@ -13,10 +13,10 @@ use crate::auth::identity_of;
 use crate::config::Identity;
 use crate::convert;
 use crate::error::{CoordError, Result};
-use crate::store::Tx;
 use crate::lifecycle::{self, Effects};
 use crate::logic;
 use crate::model::*;
+use crate::store::Tx;
 
 /// Run `run_id`, when the caller may act on it ([`access::require_owner`]).
 fn owned_run(tx: &mut dyn Tx, id: &Identity, run_id: &str) -> Result<RunRow> {
