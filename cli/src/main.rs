@@ -304,10 +304,16 @@ fn main() -> std::process::ExitCode {
             Cmd::Inspect(a) => user::inspect(a),
             Cmd::Report(c) => user::report(c).await,
             Cmd::Config(ConfigCmd::Show { mut command }) => {
+                // The file of this command line, unless the shown one names
+                // its own (its global `--config`, not a command's own flag
+                // of that name such as `replay dimemas --config FILE.cfg`).
+                let mut built = Cli::command();
+                built.build();
+                let shown: Vec<std::ffi::OsString> = std::iter::once("benchlake".into())
+                    .chain(command.iter().map(Into::into))
+                    .collect();
                 if let Some(f) = &cli.config
-                    && !command
-                        .iter()
-                        .any(|a| a == "--config" || a.starts_with("--config="))
+                    && config::global_flag(&built, &shown, "config").is_none()
                 {
                     command.insert(0, format!("--config={}", f.display()));
                 }
