@@ -82,26 +82,35 @@ pub struct Applied {
 }
 
 /// The configuration file named on `argv` (the global `--config F`,
-/// `--config=F`, [`global_flag`]) or in the environment.
+/// `--config=F`: [`config_flag`]) or in the environment.
 fn config_path(root: &Command, argv: &[OsString]) -> Result<Option<PathBuf>, ConfigError> {
-    let named = argv.iter().skip(1).any(|a| {
-        let s = a.to_string_lossy();
-        s == "--config" || s.starts_with("--config=")
-    });
-    // The tree is built (a copy, globals propagated) only when a `--config`
-    // is on the command line: most commands have none.
-    if named {
-        let mut built = root.clone();
-        built.build();
-        match global_flag(&built, argv, "config") {
-            Some(Some(p)) => return Ok(Some(PathBuf::from(p))),
-            Some(None) => return Err(ConfigError::NoPath),
-            None => {}
-        }
+    if let Some(p) = config_flag(root, argv)? {
+        return Ok(Some(p));
     }
     Ok(std::env::var_os(ENV)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from))
+}
+
+/// The pre-scan: the configuration file the global `--config` names on
+/// `argv` ([`global_flag`]), before clap parses; a command's own `--config`
+/// is not it.
+fn config_flag(root: &Command, argv: &[OsString]) -> Result<Option<PathBuf>, ConfigError> {
+    let named = argv.iter().skip(1).any(|a| {
+        let s = a.to_string_lossy();
+        s == "--config" || s.starts_with("--config=")
+    });
+    if !named {
+        // Most command lines: no copy of the tree to build.
+        return Ok(None);
+    }
+    let mut built = root.clone();
+    built.build();
+    match global_flag(&built, argv, "config") {
+        Some(Some(p)) => Ok(Some(PathBuf::from(p))),
+        Some(None) => Err(ConfigError::NoPath),
+        None => Ok(None),
+    }
 }
 
 /// The value of the global flag `--LONG` on `argv`, found where clap takes
@@ -849,7 +858,8 @@ mod tests {
     #[test]
     fn the_pre_scan_takes_only_global_flags_in_the_real_command_tree() {
         use clap::CommandFactory;
-        let mut root = crate::Cli::command();
+        let unbuilt = crate::Cli::command();
+        let mut root = unbuilt.clone();
         root.build();
         let globals: Vec<String> = root
             .get_arguments()
@@ -896,6 +906,19 @@ mod tests {
                                 None,
                                 "{argv:?}: the subcommand's own --{long} taken for the global one"
                             );
+                            if long == "config" {
+                                // What the configuration-file loader reads.
+                                assert_eq!(
+                                    config_flag(&unbuilt, &argv).unwrap(),
+                                    None,
+                                    "{argv:?}: the subcommand's own --config read as the file"
+                                );
+                                assert_eq!(
+                                    config_flag(&unbuilt, &before(argv.clone())).unwrap(),
+                                    Some(PathBuf::from("global-value")),
+                                    "{argv:?}"
+                                );
+                            }
                             // The global one before the subcommand is still found.
                             assert_eq!(
                                 global_flag(&root, &before(argv.clone()), long),
@@ -913,6 +936,13 @@ mod tests {
                             Some(Some("after".into())),
                             "{argv:?}"
                         );
+                        if long == "config" {
+                            assert_eq!(
+                                config_flag(&unbuilt, &argv).unwrap(),
+                                Some(PathBuf::from("after")),
+                                "{argv:?}"
+                            );
+                        }
                     }
                     None => panic!("{}: the global --{long} not propagated", path.join(" ")),
                 }
