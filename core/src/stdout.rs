@@ -6,7 +6,8 @@
 //! status 101). The binaries keep `SIGPIPE` ignored — their services, and the
 //! user commands' gRPC connections, must see a closed socket or pipe as an
 //! error, not die of it — and print through [`out!`](crate::out) and
-//! [`outln!`](crate::outln) (the crates that print deny `clippy::print_stdout`):
+//! [`outln!`](crate::outln) (the crates that print warn on `clippy::print_stdout`,
+//! an error under the project's `clippy -D warnings`):
 //! when the reader has gone, the process ends as a C program's would, killed
 //! by `SIGPIPE` (status 141 in a shell), without a word; another write error
 //! (a full disk) is printed and ends it with status 1.
