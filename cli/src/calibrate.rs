@@ -3,6 +3,7 @@
 //! from result files or from runs in the lake; prints the fit, and with
 //! `--out` writes the model inputs (a Dimemas `.cfg`, a replaympi input, the
 //! parameters as JSON) and the `replay_calibrations` table in OUT's lake layout.
+use benchlake_core::outln;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
@@ -130,9 +131,9 @@ pub async fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<()> {
         "inputs": inputs,
     });
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        outln!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        println!(
+        outln!(
             "{:<6} {:>12} {:>14} {:>12} {:>8} {:>9} {:>9} {:>6}  nodes",
             "class",
             "latency µs",
@@ -144,7 +145,7 @@ pub async fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<()> {
             "sizes"
         );
         for f in cal.fits() {
-            println!(
+            outln!(
                 "{:<6} {:>12.3} {:>14.1} {:>12} {:>8.4} {:>8.1}% {:>9} {:>6}  {}",
                 f.class.as_str(),
                 f.latency_s * 1e6,
@@ -157,7 +158,7 @@ pub async fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<()> {
                 nodes.get(&f.class).map(short_list).unwrap_or_default()
             );
         }
-        println!("replay parameters: {}", kv_line(&params));
+        outln!("replay parameters: {}", kv_line(&params));
     }
     if let Some(out) = &a.out {
         std::fs::create_dir_all(out).with_context(|| out.display().to_string())?;
@@ -298,7 +299,7 @@ pub async fn validate_cmd(a: ValidateArgs) -> anyhow::Result<()> {
     let good = abs.iter().filter(|e| **e <= a.within).count();
     let worst = abs.last().copied().unwrap_or(0.0);
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "runs": judged,
@@ -310,12 +311,19 @@ pub async fn validate_cmd(a: ValidateArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    println!(
+    outln!(
         "{:<26} {:<12} {:<8} {:<26} {:>5} {:>12} {:>12} {:>8}",
-        "run", "benchmark", "model", "calibration", "ranks", "measured s", "predicted s", "error"
+        "run",
+        "benchmark",
+        "model",
+        "calibration",
+        "ranks",
+        "measured s",
+        "predicted s",
+        "error"
     );
     for j in &judged {
-        println!(
+        outln!(
             "{:<26} {:<12} {:<8} {:<26} {:>5} {:>12.6} {:>12.6} {:>7.1}%",
             j.run_id,
             j.benchmark,
@@ -327,7 +335,7 @@ pub async fn validate_cmd(a: ValidateArgs) -> anyhow::Result<()> {
             j.error_pct
         );
     }
-    println!(
+    outln!(
         "{} run(s): median |error| {median:.1} %, worst {worst:.1} %, {good} within {} %",
         judged.len(),
         a.within

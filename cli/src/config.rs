@@ -81,36 +81,105 @@ pub struct Applied {
     pub from_file: BTreeSet<String>,
 }
 
-/// The configuration file named on `argv` (`--config F`, `--config=F`) or in
-/// the environment.
-fn config_path(argv: &[OsString]) -> Result<Option<PathBuf>, ConfigError> {
-    let mut it = argv.iter().skip(1);
-    while let Some(a) = it.next() {
-        let s = a.to_string_lossy();
-        if s == "--" {
-            break;
-        }
-        if s == "--config" {
-            return it
-                .next()
-                .map(|p| Some(PathBuf::from(p)))
-                .ok_or(ConfigError::NoPath);
-        }
-        if let Some(p) = s.strip_prefix("--config=") {
-            return Ok(Some(PathBuf::from(p)));
-        }
+/// The configuration file named on `argv` (the global `--config F`,
+/// `--config=F`: [`config_flag`]) or in the environment.
+fn config_path(root: &Command, argv: &[OsString]) -> Result<Option<PathBuf>, ConfigError> {
+    if let Some(p) = config_flag(root, argv)? {
+        return Ok(Some(p));
     }
     Ok(std::env::var_os(ENV)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from))
 }
 
-/// Whether an argument of `cmd` (globals included once built) takes a value.
-fn takes_value(cmd: &Command, token: &str) -> bool {
-    let arg = if let Some(long) = token.strip_prefix("--") {
-        if long.contains('=') {
-            return false;
+/// The pre-scan: the configuration file the global `--config` names on
+/// `argv` ([`global_flag`]), before clap parses; a command's own `--config`
+/// is not it.
+fn config_flag(root: &Command, argv: &[OsString]) -> Result<Option<PathBuf>, ConfigError> {
+    let named = argv.iter().skip(1).any(|a| {
+        let s = a.to_string_lossy();
+        s == "--config" || s.starts_with("--config=")
+    });
+    if !named {
+        // Most command lines: no copy of the tree to build.
+        return Ok(None);
+    }
+    let mut built = root.clone();
+    built.build();
+    match global_flag(&built, argv, "config") {
+        Some(Some(p)) => Ok(Some(PathBuf::from(p))),
+        Some(None) => Err(ConfigError::NoPath),
+        None => Ok(None),
+    }
+}
+
+/// The value of the global flag `--LONG` on `argv`, found where clap takes
+/// it: before the subcommand or after it, at a command whose `--LONG` is the
+/// global one. A command's own flag of that name (`replay dimemas --config
+/// FILE.cfg`: a Dimemas configuration) is that command's, and so is what
+/// follows the first value of a trailing argument list (`pio ARGS…`,
+/// `config show COMMAND…`). `Some(None)`: the flag ends `argv` without its
+/// value. `built` is the command tree after [`Command::build`], so every
+/// command holds the globals it inherits.
+pub fn global_flag(built: &Command, argv: &[OsString], long: &str) -> Option<Option<OsString>> {
+    let flag = format!("--{long}");
+    let with_value = format!("--{long}=");
+    let mut cmd = built;
+    // A positional value seen at `cmd`: no subcommand follows it.
+    let mut positional = false;
+    let mut i = 1;
+    while i < argv.len() {
+        let s = argv[i].to_string_lossy();
+        if s == "--" {
+            break;
         }
+        if s == flag || s.starts_with(&with_value) {
+            let own = cmd.get_arguments().find(|a| a.get_long() == Some(long));
+            if own.is_some_and(|a| a.is_global_set()) {
+                return Some(match s.strip_prefix(&with_value) {
+                    Some(v) => Some(OsString::from(v)),
+                    None => argv.get(i + 1).cloned(),
+                });
+            }
+            // The command's own flag (and its value), or one clap refuses.
+            i += if takes_value(cmd, &s) { 2 } else { 1 };
+            continue;
+        }
+        if s.len() > 1 && s.starts_with('-') {
+            if find_arg(cmd, &s).is_some() {
+                i += if takes_value(cmd, &s) { 2 } else { 1 };
+                continue;
+            }
+            if !cmd
+                .get_positionals()
+                .any(|a| a.is_allow_hyphen_values_set())
+            {
+                // Unknown here: clap refuses it.
+                i += 1;
+                continue;
+            }
+            // A value of a positional that takes hyphen values.
+        }
+        if !positional && let Some(sub) = cmd.find_subcommand(s.as_ref()) {
+            cmd = sub;
+            i += 1;
+            continue;
+        }
+        positional = true;
+        if cmd.get_positionals().any(|a| a.is_trailing_var_arg_set()) {
+            // Everything from here on is the trailing list's.
+            break;
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The argument of `cmd` (globals included once built) that `token` names
+/// (`--long`, `--long=v`, `-s`).
+fn find_arg<'a>(cmd: &'a Command, token: &str) -> Option<&'a clap::Arg> {
+    if let Some(long) = token.strip_prefix("--") {
+        let long = long.split_once('=').map_or(long, |(l, _)| l);
         cmd.get_arguments().find(|a| a.get_long() == Some(long))
     } else if let Some(short) = token.strip_prefix('-') {
         let mut cs = short.chars();
@@ -120,8 +189,15 @@ fn takes_value(cmd: &Command, token: &str) -> bool {
         }
     } else {
         None
-    };
-    arg.is_some_and(|a| a.get_action().takes_values())
+    }
+}
+
+/// Whether `token` is an argument of `cmd` whose value is the next token.
+fn takes_value(cmd: &Command, token: &str) -> bool {
+    if token.starts_with("--") && token.contains('=') {
+        return false;
+    }
+    find_arg(cmd, token).is_some_and(|a| a.get_action().takes_values())
 }
 
 /// The subcommand path of `argv` (`["run", "submit"]`) and, for the leaf, the
@@ -233,7 +309,7 @@ fn values(
 /// Reads the configuration file (if any) and adds its settings to `argv` for
 /// the command `argv` names, under the environment and the command line.
 pub fn apply(root: &Command, argv: Vec<OsString>) -> Result<Applied, ConfigError> {
-    let Some(path) = config_path(&argv)? else {
+    let Some(path) = config_path(root, &argv)? else {
         return Ok(Applied {
             argv,
             file: None,
@@ -748,5 +824,194 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("--listen"), "{e}");
+    }
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    /// Every command of `cmd`'s tree with its path (`["replay", "dimemas"]`),
+    /// the root's own `help` subcommands left out (clap gives them no
+    /// globals).
+    fn commands<'a>(
+        cmd: &'a Command,
+        path: Vec<String>,
+        out: &mut Vec<(Vec<String>, &'a Command)>,
+    ) {
+        for sub in cmd.get_subcommands() {
+            if sub.get_name() == "help" {
+                continue;
+            }
+            let mut p = path.clone();
+            p.push(sub.get_name().to_string());
+            out.push((p.clone(), sub));
+            commands(sub, p, out);
+        }
+    }
+
+    /// The command tree of `benchlake`: no subcommand flag that has a global
+    /// flag's name (`replay dimemas --config FILE.cfg`, a Dimemas
+    /// configuration) is taken for the global one by the pre-scan, wherever
+    /// it stands after the subcommand; the global one is still found before
+    /// the subcommand, and after it in every command that has no flag of its
+    /// own of that name.
+    #[test]
+    fn the_pre_scan_takes_only_global_flags_in_the_real_command_tree() {
+        use clap::CommandFactory;
+        let unbuilt = crate::Cli::command();
+        let mut root = unbuilt.clone();
+        root.build();
+        let globals: Vec<String> = root
+            .get_arguments()
+            .filter(|a| a.is_global_set())
+            .filter_map(|a| a.get_long())
+            .map(str::to_string)
+            .collect();
+        assert!(globals.contains(&"config".to_string()), "{globals:?}");
+        let mut all = Vec::new();
+        commands(&root, Vec::new(), &mut all);
+        let mut shadowing = Vec::new();
+        for (path, cmd) in &all {
+            for long in &globals {
+                let mine = |v: &[&str]| {
+                    let mut argv = vec!["benchlake".to_string()];
+                    argv.extend(path.iter().cloned());
+                    argv.extend(v.iter().map(|s| s.to_string()));
+                    argv.into_iter().map(OsString::from).collect::<Vec<_>>()
+                };
+                let own = cmd
+                    .get_arguments()
+                    .find(|a| a.get_long() == Some(long.as_str()));
+                let flag = format!("--{long}");
+                let flag = flag.as_str();
+                let eq = format!("--{long}=sub-value");
+                let eq = eq.as_str();
+                let global = os(&["benchlake", flag, "global-value"]);
+                let before = |argv: Vec<OsString>| {
+                    let mut v = global.clone();
+                    v.extend(argv.into_iter().skip(1));
+                    v
+                };
+                match own {
+                    Some(a) if !a.is_global_set() => {
+                        shadowing.push(format!("{} --{long}", path.join(" ")));
+                        for argv in [
+                            mine(&[flag, "sub-value"]),
+                            mine(&[eq]),
+                            mine(&["positional", flag, "sub-value"]),
+                            mine(&[flag, "sub-value", "positional"]),
+                        ] {
+                            assert_eq!(
+                                global_flag(&root, &argv, long),
+                                None,
+                                "{argv:?}: the subcommand's own --{long} taken for the global one"
+                            );
+                            if long == "config" {
+                                // What the configuration-file loader reads.
+                                assert_eq!(
+                                    config_flag(&unbuilt, &argv).unwrap(),
+                                    None,
+                                    "{argv:?}: the subcommand's own --config read as the file"
+                                );
+                                assert_eq!(
+                                    config_flag(&unbuilt, &before(argv.clone())).unwrap(),
+                                    Some(PathBuf::from("global-value")),
+                                    "{argv:?}"
+                                );
+                            }
+                            // The global one before the subcommand is still found.
+                            assert_eq!(
+                                global_flag(&root, &before(argv.clone()), long),
+                                Some(Some("global-value".into())),
+                                "{argv:?}"
+                            );
+                        }
+                    }
+                    Some(_) => {
+                        // The global one after the subcommand is the global one
+                        // (clap takes it there too).
+                        let argv = mine(&[flag, "after"]);
+                        assert_eq!(
+                            global_flag(&root, &argv, long),
+                            Some(Some("after".into())),
+                            "{argv:?}"
+                        );
+                        if long == "config" {
+                            assert_eq!(
+                                config_flag(&unbuilt, &argv).unwrap(),
+                                Some(PathBuf::from("after")),
+                                "{argv:?}"
+                            );
+                        }
+                    }
+                    None => panic!("{}: the global --{long} not propagated", path.join(" ")),
+                }
+            }
+        }
+        // The walk did meet the flags that share the name (so it walks the
+        // tree): the Dimemas configuration of the offline and the cluster
+        // replay.
+        for known in ["replay dimemas --config", "replay submit --config"] {
+            assert!(
+                shadowing.iter().any(|s| s == known),
+                "{known} not found among {shadowing:?}"
+            );
+        }
+    }
+
+    /// `replay dimemas TRACE --config FILE.cfg` (docs/replay.md): the file
+    /// is the replay's, not a configuration file read as TOML; clap gives it
+    /// to the replay. A global `--config` before the subcommand is still one.
+    #[test]
+    fn a_dimemas_config_is_not_the_configuration_file() {
+        use clap::{CommandFactory, Parser};
+        let cfg = file("SDDFA\n/* not TOML */\n");
+        let c = cfg.path().display().to_string();
+        let argv = os(&[
+            "benchlake",
+            "replay",
+            "dimemas",
+            "t.dim",
+            "--config",
+            c.as_str(),
+        ]);
+        let mut root = crate::Cli::command();
+        root.build();
+        assert_eq!(global_flag(&root, &argv, "config"), None);
+        if std::env::var_os(ENV).is_none() {
+            let a = apply(&crate::Cli::command(), argv.clone()).unwrap();
+            assert_eq!(a.file, None);
+            assert_eq!(a.argv, argv);
+        }
+        let cli = crate::Cli::try_parse_from(&argv).unwrap();
+        match cli.cmd {
+            crate::Cmd::Replay(crate::replay::ReplayCmd::Dimemas(d)) => {
+                assert_eq!(d.config, Some(cfg.path().to_path_buf()));
+            }
+            other => panic!("{other:?}"),
+        }
+        let site = file("log = \"debug\"\n");
+        let mut argv = os(&["benchlake", "--config"]);
+        argv.push(site.path().into());
+        argv.extend(os(&["replay", "dimemas", "t.dim", "--config", c.as_str()]));
+        let a = apply(&crate::Cli::command(), argv).unwrap();
+        assert_eq!(a.file.as_deref(), Some(site.path()));
+        assert!(
+            strs(&a.argv).contains(&"--log=debug".to_string()),
+            "{:?}",
+            a.argv
+        );
+        // `config show` of such a command line does not read the .cfg either.
+        let out = show(
+            &crate::Cli::command(),
+            &[
+                "replay".into(),
+                "dimemas".into(),
+                "t.dim".into(),
+                "--config".into(),
+                c,
+            ],
+        );
+        assert!(out.is_ok(), "{out:?}");
     }
 }

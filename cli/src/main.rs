@@ -1,6 +1,9 @@
 //! `benchlake`: the one binary. Parses flags (each also a `BENCHLAKE_*`
 //! environment variable) and sets up logging; the services live in their
 //! library crates.
+// Standard output through `out!`/`outln!` (benchlake_core::stdout): no panic
+// when it is closed (`| head`).
+#![warn(clippy::print_stdout)]
 mod calibrate;
 mod config;
 mod netprobe;
@@ -10,6 +13,7 @@ mod replay;
 mod up;
 mod user;
 
+use benchlake_core::out;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use opts::*;
@@ -304,14 +308,20 @@ fn main() -> std::process::ExitCode {
             Cmd::Inspect(a) => user::inspect(a),
             Cmd::Report(c) => user::report(c).await,
             Cmd::Config(ConfigCmd::Show { mut command }) => {
+                // The file of this command line, unless the shown one names
+                // its own (its global `--config`, not a command's own flag
+                // of that name such as `replay dimemas --config FILE.cfg`).
+                let mut built = Cli::command();
+                built.build();
+                let shown: Vec<std::ffi::OsString> = std::iter::once("benchlake".into())
+                    .chain(command.iter().map(Into::into))
+                    .collect();
                 if let Some(f) = &cli.config
-                    && !command
-                        .iter()
-                        .any(|a| a == "--config" || a.starts_with("--config="))
+                    && config::global_flag(&built, &shown, "config").is_none()
                 {
                     command.insert(0, format!("--config={}", f.display()));
                 }
-                print!("{}", config::show(&Cli::command(), &command)?);
+                out!("{}", config::show(&Cli::command(), &command)?);
                 Ok(())
             }
             Cmd::Completions { shell, bin } => {
@@ -323,13 +333,11 @@ fn main() -> std::process::ExitCode {
                 };
                 let mut script = Vec::new();
                 clap_complete::generate(shell, &mut cmd, bin, &mut script);
-                match std::io::stdout().write_all(&script) {
-                    // `| head` closing the pipe is not an error.
-                    Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-                        Err(anyhow::anyhow!("writing the completion script: {e}"))
-                    }
-                    _ => Ok(()),
+                if let Err(e) = std::io::stdout().write_all(&script) {
+                    // Quietly when `| head` has closed the pipe.
+                    benchlake_core::stdout::failed(&e)
                 }
+                Ok(())
             }
             Cmd::Man { out } => {
                 std::fs::create_dir_all(&out)

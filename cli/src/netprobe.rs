@@ -13,6 +13,7 @@
 //! go through shared memory by default (`--transport shm`), as MPI carries
 //! messages between ranks of one host; `--transport tcp` measures loopback
 //! TCP instead (ten times MPI's latency on one host, docs/linktest.md §7.3).
+use benchlake_core::outln;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -336,7 +337,7 @@ fn report(
     out: &std::path::Path,
 ) {
     for (k, p) in run.permutations.iter().enumerate() {
-        println!(
+        outln!(
             "netprobe iteration {k}: {n} ranks, {} B x {}: min {:.3} us, avg {:.3} us, max {:.3} us",
             params.message_size,
             params.num_messages,
@@ -345,7 +346,7 @@ fn report(
             p.max_time_s * 1e6
         );
         for s in &p.slow_links {
-            println!(
+            outln!(
                 "  slow pair {} -> {}: {:.3} us, retest {:.3} us",
                 s.from_rank,
                 s.to_rank,
@@ -354,7 +355,7 @@ fn report(
             );
         }
     }
-    println!("netprobe wrote {}", out.display());
+    outln!("netprobe wrote {}", out.display());
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@
 //!
 //! `--max-age-s`: verdicts older than this do not count (a node whose newest
 //! verdicts are all older cannot be told).
+use benchlake_core::outln;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -207,13 +208,13 @@ pub fn main(a: NodeCheckArgs) -> ExitCode {
         Ok(h) => h,
         Err(e) => {
             if conn.json {
-                println!(
+                outln!(
                     "{}",
                     serde_json::json!({"node": node, "health": "unknown", "exit_code": UNKNOWN,
                         "error": crate::error_text(&e)})
                 );
             } else {
-                println!(
+                outln!(
                     "{node}: cannot tell: the coordinator did not answer: {}",
                     crate::error_text(&e)
                 );
@@ -265,11 +266,11 @@ pub fn main(a: NodeCheckArgs) -> ExitCode {
             })).collect::<Vec<_>>(),
             "drain_action": drained,
         });
-        println!("{v}");
+        outln!("{v}");
     } else {
-        println!("{}: {why}", h.node);
+        outln!("{}: {why}", h.node);
         for c in &h.checks {
-            println!(
+            outln!(
                 "  {:<5} {:<28} {} vs {}  run {}  {}",
                 c.status,
                 c.check,
@@ -280,14 +281,14 @@ pub fn main(a: NodeCheckArgs) -> ExitCode {
             );
         }
         if let Some(d) = &h.drain {
-            println!("  drained by benchlake (run {}): {}", d.run_id, d.reason);
+            outln!("  drained by benchlake (run {}): {}", d.run_id, d.reason);
         }
         for e in &h.events {
             let dry = if e.dry_run { " (dry run)" } else { "" };
-            println!("  action{dry}: {}", e.detail);
+            outln!("  action{dry}: {}", e.detail);
         }
         if let Some(d) = drained {
-            println!("  {d}");
+            outln!("  {d}");
         }
     }
     ExitCode::from(code)

@@ -2,6 +2,7 @@
 //! `benchlake_replay_cli`, shared with the replay-only `benchlake-replay`) or
 //! through the cluster (`submit`: one worker job per sweep point, with a
 //! progress bar over the sweep).
+use benchlake_core::outln;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
@@ -141,7 +142,7 @@ async fn submit(a: SubmitArgs) -> anyhow::Result<()> {
         })
         .await?
         .into_inner();
-    println!("replay run {} with {} point(s)", r.run_id, r.points);
+    outln!("replay run {} with {} point(s)", r.run_id, r.points);
     if !a.watch {
         return Ok(());
     }
@@ -194,7 +195,7 @@ async fn submit(a: SubmitArgs) -> anyhow::Result<()> {
             ev.run.map(|r| r.error).unwrap_or_default()
         );
     }
-    println!(
+    outln!(
         "landed: tables replays, replay_ranks, replay_functions, replay_transfers (run_id = {})",
         r.run_id
     );

@@ -2,6 +2,7 @@
 //! the coordinator (SQLite state, local lake), one worker and one agent on this
 //! machine. `--demo` then submits the demo runs, waits until they have landed,
 //! prints where the tables are and how to query them, and exits.
+use benchlake_core::outln;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -363,7 +364,7 @@ async fn demo(
             .await
             .with_context(|| format!("submitting the {bench} demo run"))?
             .into_inner();
-        println!("submitted {bench} run {}", r.run_id);
+        outln!("submitted {bench} run {}", r.run_id);
         if bench == "netprobe" || bench == "traced" {
             // The netprobe run (and its calibrate job), then the traced run,
             // land before anything else starts: both are timed, and on cores
@@ -414,7 +415,7 @@ async fn demo(
         .await
         .context("triggering the demo replay sweep")?
         .into_inner();
-    println!("submitted replay sweep {} ({} points)", r.run_id, r.points);
+    outln!("submitted replay sweep {} ({} points)", r.run_id, r.points);
     ids.push(("replay sweep", r.run_id));
 
     let mut failed = Vec::new();
@@ -426,7 +427,7 @@ async fn demo(
             user::print_detail(&d);
             failed.push(format!("{bench} ({id})"));
         } else {
-            println!("{bench} run {id} landed");
+            outln!("{bench} run {id} landed");
         }
         if *bench == "hostinfo" {
             hostinfo.push(d);
@@ -474,7 +475,7 @@ async fn demo(
     if d.run.as_ref().map(|r| r.state) == Some(pb::RunState::Failed as i32)
         && refused.contains("outside the directories")
     {
-        println!(
+        outln!(
             "pio -p dir=/proc/sys run {} refused, as it must be: {refused}",
             r.run_id
         );
@@ -487,9 +488,9 @@ async fn demo(
         .list_tables(pb::ListTablesRequest {})
         .await?
         .into_inner();
-    println!("\nTables in the lake at {}:", tables.lake_root);
+    outln!("\nTables in the lake at {}:", tables.lake_root);
     for t in tables.tables.iter().filter(|t| t.files > 0) {
-        println!("  {:<22} {:>4} files {:>10} rows", t.name, t.files, t.rows);
+        outln!("  {:<22} {:>4} files {:>10} rows", t.name, t.files, t.rows);
     }
     let root = if lake.starts_with("s3://") {
         lake.to_string()
@@ -502,46 +503,46 @@ async fn demo(
             benchlake_core::layout::table_glob(table)?
         ))
     };
-    println!("\nRead them with DuckDB, for example:");
-    println!(
+    outln!("\nRead them with DuckDB, for example:");
+    outln!(
         "  duckdb -c \"SELECT hostname, kernel_release, cores, memory_bytes, date FROM read_parquet('{}', hive_partitioning=true)\"",
         glob("node_facts")?
     );
-    println!(
+    outln!(
         "  duckdb -c \"SELECT run_id, node, \\\"check\\\", status, value, reference, message FROM read_parquet('{}', hive_partitioning=true) ORDER BY run_id, \\\"check\\\"\"",
         glob("node_health")?
     );
-    println!(
+    outln!(
         "  duckdb -c \"SELECT tool, pattern, num_tasks, iteration, operation, round(bw_mib_s, 1) AS mib_s, cache_mode FROM read_parquet('{}', hive_partitioning=true) ORDER BY iteration, operation\"",
         glob("io_results")?
     );
-    println!(
+    outln!(
         "  duckdb -c \"SELECT \\\"check\\\", status, round(value, 3) AS value, reference, unit, message FROM read_parquet('{}', hive_partitioning=true) ORDER BY \\\"check\\\"\"",
         glob("checks")?
     );
-    println!(
+    outln!(
         "  duckdb -c \"SELECT point, round(predicted_time_s, 6) AS predicted_s FROM read_parquet('{}', hive_partitioning=true) ORDER BY predicted_s\"",
         glob("replays")?
     );
-    println!(
+    outln!(
         "  duckdb -c \"SELECT lead_rank, pattern_id, direction, num_ranks, num_peers, num_calls FROM read_parquet('{}', hive_partitioning=true) ORDER BY lead_rank, pattern_id, direction\"",
         glob("alltoallv_patterns")?
     );
-    println!(
+    outln!(
         "  duckdb -c \"SELECT run_id, class, round(latency_s * 1e6, 2) AS latency_us, round(bandwidth_mb_s) AS mb_s, round(r2, 3) AS r2, sizes FROM read_parquet('{}', hive_partitioning=true)\"",
         glob("replay_calibrations")?
     );
     if traced.is_some() {
-        println!(
+        outln!(
             "  duckdb -c \"SELECT rank, function, calls, round(measured_comm_s * 1e6, 1) AS measured_us, round(modelled_comm_s * 1e6, 1) AS modelled_us, round(ratio, 2) AS ratio FROM read_parquet('{}', hive_partitioning=true) ORDER BY rank, function\"",
             glob("trace_comparison")?
         );
     }
-    println!(
+    outln!(
         "  duckdb -c \"SELECT run_id, benchmark, status, finished_at FROM read_parquet('{}', hive_partitioning=true) ORDER BY finished_at\"",
         glob("runs")?
     );
-    println!(
+    outln!(
         "\ndemo finished in {:.1} s",
         started.elapsed().as_secs_f64()
     );
@@ -572,7 +573,7 @@ fn offline_replay(trace: &std::path::Path) -> anyhow::Result<()> {
         .context("this binary's path")?
         .with_file_name("benchlake-replay");
     if !lean.is_file() {
-        println!(
+        outln!(
             "skipping the offline replay: no {} (cargo build --release builds it)",
             lean.display()
         );
@@ -603,7 +604,7 @@ fn offline_replay(trace: &std::path::Path) -> anyhow::Result<()> {
             here.predicted_time_s
         );
     }
-    println!(
+    outln!(
         "offline replay (benchlake-replay dimemas, 16 ranks x 200 iterations): predicted {:.6} ms, \
          as in this process",
         got * 1e3
@@ -632,7 +633,7 @@ async fn demo_calibration(
     }
     let nodes = doc.nodes.iter().cloned().collect::<Vec<_>>().join(",");
     for f in &doc.fits {
-        println!(
+        outln!(
             "calibration {} of node {nodes} ({}): latency {:.2} us, bandwidth {:.0} MB/s (2^20 B), r2 {:.3} over {} sizes{}",
             doc.id,
             f.class.as_str(),
@@ -660,7 +661,7 @@ async fn demo_calibration(
     let mut wrong = Vec::new();
     for w in &whole {
         let cal = used.get(&w.model).map(String::as_str).unwrap_or("-");
-        println!(
+        outln!(
             "traced run {run} {} replay: predicted {:.3} ms, measured {:.3} ms ({:+.1} %), calibration {cal}",
             w.model,
             w.predicted_s * 1e3,
@@ -712,7 +713,7 @@ async fn demo_node_health(
                 verdict(bad)
             )
         })?;
-    println!(
+    outln!(
         "hostinfo -p expect_cores={wrong_cores} run {}: verdict {} on node {node}: {} {} vs {}, as it must be",
         id(bad),
         verdict(bad),
@@ -750,7 +751,7 @@ async fn demo_node_health(
             None => format!("{} {}", c.check, c.status),
         })
         .collect();
-    println!(
+    outln!(
         "node-check {node}: exit 0, {why}: the newer run {} passed {} (benchlake node-check serves as Slurm's HealthCheckProgram)",
         id(good),
         checks.join(", ")
@@ -812,9 +813,9 @@ int main(int argc, char **argv) {
 /// tracer library, `mpicc` or `mpirun` is missing.
 fn traced_demo_app(apps: &std::path::Path) -> Option<PathBuf> {
     match benchlake_tracer::library_path() {
-        Some(lib) => println!("tracer library: {}", lib.display()),
+        Some(lib) => outln!("tracer library: {}", lib.display()),
         None => {
-            println!(
+            outln!(
                 "skipping the traced demo run: no tracer library (searched {}; mpicc was missing at build time, or it was not installed)",
                 benchlake_tracer::search_path()
                     .iter()
@@ -831,7 +832,7 @@ fn traced_demo_app(apps: &std::path::Path) -> Option<PathBuf> {
             .output()
             .is_ok_and(|o| o.status.success());
         if !ok {
-            println!(
+            outln!(
                 "skipping the traced demo run: {tool} not found (install openmpi-bin and libopenmpi-dev)"
             );
             return None;
@@ -855,14 +856,14 @@ fn traced_demo_app(apps: &std::path::Path) -> Option<PathBuf> {
     match built {
         Ok(o) if o.status.success() => Some(exe),
         Ok(o) => {
-            println!(
+            outln!(
                 "skipping the traced demo run: mpicc failed: {}",
                 String::from_utf8_lossy(&o.stderr).trim()
             );
             None
         }
         Err(e) => {
-            println!("skipping the traced demo run: {}: {e}", dir.display());
+            outln!("skipping the traced demo run: {}: {e}", dir.display());
             None
         }
     }

@@ -1,5 +1,6 @@
 //! The user commands: runs, schedules, agents, tables (through the coordinator's
 //! gRPC API), offline ingest and the probes used by built-in benchmarks.
+use benchlake_core::{out, outln};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -366,7 +367,7 @@ fn run_line(r: &pb::Run) -> String {
 }
 
 fn json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
+    outln!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
 }
 
@@ -452,7 +453,7 @@ fn print_checks(d: &pb::RunDetail) {
         return;
     }
     let count = |s: &str| d.checks.iter().filter(|c| c.status == s).count();
-    println!(
+    outln!(
         "checks     {} FAIL, {} ERROR, {} PASS",
         count("FAIL"),
         count("ERROR"),
@@ -471,23 +472,27 @@ fn print_checks(d: &pb::RunDetail) {
             ),
             None => crate::nodecheck::fmt_value(c.value, &c.unit),
         };
-        println!(
+        outln!(
             "  {:<5} {:<24} {:<10} {}  {}",
-            c.status, c.check, node, figure, c.message
+            c.status,
+            c.check,
+            node,
+            figure,
+            c.message
         );
     }
     let nodes = failing_nodes(d);
     if !nodes.is_empty() {
-        println!("failing nodes  {}", nodes.join(" "));
+        outln!("failing nodes  {}", nodes.join(" "));
     }
 }
 
 pub fn print_detail(d: &pb::RunDetail) {
     if let Some(r) = &d.run {
-        println!("run        {}", r.run_id);
-        println!("benchmark  {} ({})", r.benchmark, r.kind);
-        println!("state      {}", state_name(r.state));
-        println!(
+        outln!("run        {}", r.run_id);
+        outln!("benchmark  {} ({})", r.benchmark, r.kind);
+        outln!("state      {}", state_name(r.state));
+        outln!(
             "verdict    {}",
             if r.verdict.is_empty() {
                 "- (no check ran)"
@@ -495,34 +500,34 @@ pub fn print_detail(d: &pb::RunDetail) {
                 r.verdict.as_str()
             }
         );
-        println!("params     {}", r.params_json);
+        outln!("params     {}", r.params_json);
         if !r.owner.is_empty() {
-            println!("owner      {}", r.owner);
+            outln!("owner      {}", r.owner);
         }
-        println!(
+        outln!(
             "submitted  {}   started {}   finished {}",
             fmt_ms(r.submitted_at_ms),
             fmt_ms(r.started_at_ms),
             fmt_ms(r.finished_at_ms)
         );
         if !r.schedule_id.is_empty() {
-            println!(
+            outln!(
                 "schedule   {} (for {})",
                 r.schedule_id,
                 fmt_ms(r.scheduled_for_ms)
             );
         }
         if !r.error.is_empty() {
-            println!("error      {}", r.error);
+            outln!("error      {}", r.error);
         }
         if r.queued {
-            println!("queued     behind the schedule's active run (placed when it has ended)");
+            outln!("queued     behind the schedule's active run (placed when it has ended)");
         }
     }
     print_checks(d);
-    println!("tasks:");
+    outln!("tasks:");
     for t in &d.tasks {
-        println!(
+        outln!(
             "  {} rank {:<3} {:<10} {:<9} attempt {}/{} exit {} {}",
             t.task_id,
             t.rank,
@@ -534,22 +539,22 @@ pub fn print_detail(d: &pb::RunDetail) {
             t.error
         );
         if let Some(s) = slurm_line(t) {
-            println!("      {s}");
+            outln!("      {s}");
         }
         // A failed task's own words: the cause is usually on its stderr.
         if pb::TaskState::try_from(t.state) == Ok(pb::TaskState::Failed)
             && !t.stderr_tail.trim().is_empty()
         {
-            println!(
+            outln!(
                 "      stderr (last lines; all: benchlake run logs {}):",
                 t.run_id
             );
             for l in last_lines(&t.stderr_tail, 8) {
-                println!("      | {l}");
+                outln!("      | {l}");
             }
         }
         for o in &t.outputs {
-            println!(
+            outln!(
                 "      {} ({} bytes, {}, sha256 {})",
                 o.key,
                 o.bytes,
@@ -558,9 +563,9 @@ pub fn print_detail(d: &pb::RunDetail) {
             );
         }
     }
-    println!("jobs:");
+    outln!("jobs:");
     for j in &d.jobs {
-        println!(
+        outln!(
             "  {} {:<8} {:<9} attempt {} {}",
             j.job_id,
             j.kind,
@@ -569,20 +574,25 @@ pub fn print_detail(d: &pb::RunDetail) {
             j.error
         );
         for k in &j.committed_keys {
-            println!("      {k}");
+            outln!("      {k}");
         }
     }
     if !d.notifications.is_empty() {
-        println!("notifications:");
+        outln!("notifications:");
         for n in &d.notifications {
             let when = match n.state.as_str() {
                 "DELIVERED" => format!("at {}", fmt_ms(n.delivered_at_ms)),
                 "PENDING" => format!("next {}", fmt_ms(n.next_attempt_ms)),
                 _ => String::new(),
             };
-            println!(
+            outln!(
                 "  {:<16} {:<9} {} attempts {} {} {}",
-                n.notifier, n.state, n.event, n.attempts, when, n.last_error
+                n.notifier,
+                n.state,
+                n.event,
+                n.attempts,
+                when,
+                n.last_error
             );
         }
     }
@@ -728,7 +738,7 @@ pub async fn run_cmd(c: RunCmd) -> anyhow::Result<()> {
             if conn.json && !w {
                 return json(&run_json(&run));
             }
-            println!("{}", run_line(&run));
+            outln!("{}", run_line(&run));
             if w {
                 let d = watch(&conn, &run.run_id, false).await?;
                 if conn.json {
@@ -761,7 +771,7 @@ pub async fn run_cmd(c: RunCmd) -> anyhow::Result<()> {
                 return json(&runs.iter().map(run_json).collect::<Vec<_>>());
             }
             for r in &runs {
-                println!("{}", run_line(r));
+                outln!("{}", run_line(r));
             }
         }
         RunCmd::Show { conn, run_id } => {
@@ -792,7 +802,7 @@ pub async fn run_cmd(c: RunCmd) -> anyhow::Result<()> {
                 .cancel_run(pb::CancelRunRequest { run_id, reason })
                 .await?
                 .into_inner();
-            println!("{}", run_line(&r));
+            outln!("{}", run_line(&r));
         }
         RunCmd::Logs { conn, run_id, task } => {
             let d = conn
@@ -833,7 +843,7 @@ pub async fn run_cmd(c: RunCmd) -> anyhow::Result<()> {
                 );
             }
             for t in tasks {
-                println!(
+                outln!(
                     "== task {} rank {} on {}: {}, attempt {}/{}, exit {}",
                     t.task_id,
                     t.rank,
@@ -844,17 +854,17 @@ pub async fn run_cmd(c: RunCmd) -> anyhow::Result<()> {
                     exit_text(t)
                 );
                 if !t.error.is_empty() {
-                    println!("reason: {}", t.error);
+                    outln!("reason: {}", t.error);
                 }
                 if let Some(s) = slurm_line(t) {
-                    println!("{s}");
+                    outln!("{s}");
                 }
                 for (name, tail) in [("stdout", &t.stdout_tail), ("stderr", &t.stderr_tail)] {
                     if tail.is_empty() {
-                        println!("-- {name}: (empty)");
+                        outln!("-- {name}: (empty)");
                     } else {
-                        println!("-- {name} (last {} bytes):", tail.len());
-                        println!("{}", tail.trim_end());
+                        outln!("-- {name} (last {} bytes):", tail.len());
+                        outln!("{}", tail.trim_end());
                     }
                 }
             }
@@ -865,7 +875,7 @@ pub async fn run_cmd(c: RunCmd) -> anyhow::Result<()> {
                 .rerun_failed(pb::RerunFailedRequest { run_id })
                 .await?
                 .into_inner();
-            println!("{}", run_line(&r));
+            outln!("{}", run_line(&r));
         }
     }
     Ok(())
@@ -1055,7 +1065,7 @@ fn print_schedule(conn: &Conn, s: &pb::Schedule) -> anyhow::Result<()> {
     if conn.json {
         json(&schedule_json(s))
     } else {
-        println!("{}", schedule_line(s));
+        outln!("{}", schedule_line(s));
         Ok(())
     }
 }
@@ -1116,7 +1126,7 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
                 return json(&all.iter().map(schedule_json).collect::<Vec<_>>());
             }
             for s in all {
-                println!("{}", schedule_line(&s));
+                outln!("{}", schedule_line(&s));
             }
         }
         ScheduleCmd::Pause { conn, schedule } => {
@@ -1150,7 +1160,7 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
             if conn.json {
                 return json(&serde_json::json!({ "deleted": schedule }));
             }
-            println!("deleted {schedule}");
+            outln!("deleted {schedule}");
         }
         ScheduleCmd::Trigger { conn, schedule } => {
             let r = conn
@@ -1182,7 +1192,7 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
                 v["schedule_paused"] = serde_json::Value::Bool(paused.is_some());
                 return json(&v);
             }
-            println!("{}", run_line(&r));
+            outln!("{}", run_line(&r));
         }
         ScheduleCmd::Backfill {
             conn,
@@ -1206,9 +1216,9 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
                 return json(&runs.iter().map(run_json).collect::<Vec<_>>());
             }
             for r in &runs {
-                println!("{}", run_line(r));
+                outln!("{}", run_line(r));
             }
-            println!("{} run(s) created", runs.len());
+            outln!("{} run(s) created", runs.len());
         }
     }
     Ok(())
@@ -1250,7 +1260,7 @@ pub async fn agents_cmd(c: AgentsCmd) -> anyhow::Result<()> {
                     .collect::<Vec<_>>());
             }
             for a in agents {
-                println!(
+                outln!(
                     "{:<20} {:<9} {:<20} {:>3} cores {:>7.1} GiB  running {}  last seen {}  [{}]",
                     a.name,
                     a.state,
@@ -1276,7 +1286,7 @@ pub async fn agents_cmd(c: AgentsCmd) -> anyhow::Result<()> {
             if conn.json {
                 return json(&serde_json::json!({ "name": a.name, "state": a.state }));
             }
-            println!("{} {}", a.name, a.state);
+            outln!("{} {}", a.name, a.state);
         }
     }
     Ok(())
@@ -1295,7 +1305,7 @@ pub enum TablesCmd {
 
 pub async fn tables_cmd(c: TablesCmd) -> anyhow::Result<()> {
     match c {
-        TablesCmd::Docs => print!("{}", benchlake_core::catalog::markdown()),
+        TablesCmd::Docs => out!("{}", benchlake_core::catalog::markdown()),
         TablesCmd::List { conn } => {
             let r = conn
                 .cluster()?
@@ -1309,11 +1319,14 @@ pub async fn tables_cmd(c: TablesCmd) -> anyhow::Result<()> {
                     .map(|t| serde_json::json!({"name": t.name, "files": t.files, "rows": t.rows, "bytes": t.bytes, "columns": t.columns}))
                     .collect::<Vec<_>>());
             }
-            println!("lake: {}", r.lake_root);
+            outln!("lake: {}", r.lake_root);
             for t in r.tables {
-                println!(
+                outln!(
                     "{:<22} {:>6} files {:>12} rows {:>12} bytes",
-                    t.name, t.files, t.rows, t.bytes
+                    t.name,
+                    t.files,
+                    t.rows,
+                    t.bytes
                 );
             }
         }
@@ -1389,7 +1402,7 @@ fn expand_dir(dir: &std::path::Path, out: &mut Vec<PathBuf>) -> anyhow::Result<(
 pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {
     if a.list {
         for (k, d) in benchlake_formats::kinds() {
-            println!("{k:<12} {d}");
+            outln!("{k:<12} {d}");
         }
         return Ok(());
     }
@@ -1456,7 +1469,7 @@ pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {
         .await?;
     let root = lake.root().trim_end_matches('/').to_string();
     for (t, k) in tables.iter().zip(&keys) {
-        println!("{:<22} {:>10} rows  {root}/{k}", t.table, t.rows);
+        outln!("{:<22} {:>10} rows  {root}/{k}", t.table, t.rows);
     }
     eprintln!(
         "{} file(s) in {:.3} s; read them with: duckdb -c \"SELECT * FROM read_parquet('{}/{}', hive_partitioning=true) LIMIT 10\"",
@@ -1689,7 +1702,7 @@ pub fn probe(c: ProbeCmd) -> anyhow::Result<()> {
             )
             .with_context(|| format!("writing {}", out.display()))?;
             let bytes = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
-            println!(
+            outln!(
                 "{}: LinkTest 2.1.17, {ranks} ranks on {} hosts, {} pair times, {:.1} MB in {:.2} s",
                 out.display(),
                 ranks.div_ceil(ranks_per_host),
@@ -1704,7 +1717,7 @@ pub fn probe(c: ProbeCmd) -> anyhow::Result<()> {
                 .write_dim(&out)
                 .with_context(|| format!("writing {}", out.display()))?;
             let bytes = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
-            println!(
+            outln!(
                 "{}: Dimemas halo trace, {ranks} ranks, {iters} iterations, {records} records, {:.1} MB in {:.2} s",
                 out.display(),
                 bytes as f64 / 1e6,
@@ -1716,7 +1729,7 @@ pub fn probe(c: ProbeCmd) -> anyhow::Result<()> {
             let records = halo(ranks, iters)?
                 .write_bandela(&out)
                 .with_context(|| format!("writing {}", out.display()))?;
-            println!(
+            outln!(
                 "{}: Bandela halo trace, {ranks} rank files, {iters} iterations, {records} records, input {} in {:.2} s",
                 out.display(),
                 out.join("replaympi.input").display(),
@@ -1867,14 +1880,14 @@ pub async fn analyze(c: AnalyzeCmd) -> anyhow::Result<()> {
             }
             let keys = written?;
             for (t, k) in tables.iter().zip(&keys) {
-                println!(
+                outln!(
                     "{:<24} {:>10} rows  {}",
                     t.table,
                     t.rows(),
                     out.join(k).display()
                 );
             }
-            println!("reports in {}", reports.display());
+            outln!("reports in {}", reports.display());
             eprintln!("analysed in {:.3} s", started.elapsed().as_secs_f64());
         }
     }
@@ -1894,9 +1907,9 @@ pub struct InspectArgs {
 pub fn inspect(a: InspectArgs) -> anyhow::Result<()> {
     let i = benchlake_formats::linktest::inspect_file(&a.file)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&i)?);
+        outln!("{}", serde_json::to_string_pretty(&i)?);
     } else {
-        print!("{}", i.to_text());
+        out!("{}", i.to_text());
     }
     Ok(())
 }
@@ -1988,14 +2001,14 @@ pub async fn report(c: ReportCmd) -> anyhow::Result<()> {
             };
             let svg = lr::render_svg(&summary);
             std::fs::write(&svg_path, &svg).with_context(|| svg_path.display().to_string())?;
-            println!("wrote {}", svg_path.display());
+            outln!("wrote {}", svg_path.display());
             if !a.no_png {
                 let png_path = svg_path.with_extension("png");
                 std::fs::write(&png_path, lr::render_png(&svg)?)
                     .with_context(|| png_path.display().to_string())?;
-                println!("wrote {}", png_path.display());
+                outln!("wrote {}", png_path.display());
             }
-            println!(
+            outln!(
                 "{} ranks on {} hosts: min {}, avg {}, max {}; {} host pairs above {}; {} checks ({} not passed)",
                 summary.num_tasks,
                 summary.hosts.len(),
@@ -2075,7 +2088,7 @@ async fn analyze_counts_remote(
         }
         bytes += c.data.len() as u64;
     }
-    println!(
+    outln!(
         "analysis run {}: {files} report files ({bytes} bytes) in {}",
         r.run_id,
         out.display()

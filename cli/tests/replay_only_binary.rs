@@ -151,6 +151,59 @@ fn the_replay_only_binary_fails_as_benchlake_replay_fails() {
     assert_eq!(code, Some(2));
 }
 
+/// `benchlake replay dimemas TRACE --config FILE.cfg`, as docs/replay.md
+/// has it: the Dimemas configuration is the replay's (not read as
+/// benchlake's own configuration file, which the global `--config` names),
+/// and both binaries print the same prediction, Dimemas 5.5's for that
+/// configuration (`shared/data/replay/dimemas/reference.json`: halo_np4
+/// under c2_lat50us, 0.071142202 s; 0.064352612 s under the built-in c1).
+#[test]
+fn a_dimemas_configuration_is_the_replays_in_both_binaries() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/replay/dimemas");
+    let dim = data.join("traces/halo_np4.dim");
+    let cfg = data.join("configs/c2_lat50us.cfg");
+    let eq = format!("--config={}", s(&cfg));
+    for args in [
+        vec![s(&dim), "--config", s(&cfg)],
+        vec!["--config", s(&cfg), s(&dim)],
+        vec![s(&dim), &eq, "--threads", "1"],
+    ] {
+        let (code, out, err) = same("dimemas", &args);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        assert!(
+            out.starts_with("model dimemas: predicted execution time 0.07114"),
+            "{args:?}: {out}"
+        );
+    }
+    let (code, out, err) = same("dimemas", &[s(&dim)]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.starts_with("model dimemas: predicted execution time 0.06435"),
+        "{out}"
+    );
+    // benchlake's own configuration file, before the subcommand, beside it.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let site = dir.path().join("site.toml");
+    std::fs::write(&site, "log = \"warn\"\n").expect("write");
+    let (code, out, err) = run(
+        BIN,
+        &[
+            "--config",
+            s(&site),
+            "replay",
+            "dimemas",
+            s(&dim),
+            "--config",
+            s(&cfg),
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.starts_with("model dimemas: predicted execution time 0.07114"),
+        "{out}"
+    );
+}
+
 /// Every Parquet file of `table` under `lake`.
 fn table(lake: &Path, table: &str) -> Vec<arrow::array::RecordBatch> {
     let mut files: Vec<PathBuf> = Vec::new();

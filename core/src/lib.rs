@@ -6,6 +6,7 @@
 //! - [`catalog`]: the Arrow schema of every lake table (a public contract, see docs/tables.md);
 //! - [`lake`]: Parquet encoding, the object store handle and offline lake writing;
 //! - [`scontrol`]: reading, draining and resuming Slurm nodes (argv, checked names);
+//! - [`stdout`]: printing that ends quietly, not with a panic, when standard output is closed;
 //! - [`error`]: the crate's error type.
 pub mod bench;
 pub mod catalog;
@@ -19,6 +20,7 @@ pub mod limits;
 pub mod mem;
 pub mod scontrol;
 pub mod slurm;
+pub mod stdout;
 pub mod threads;
 pub mod verdict;
 

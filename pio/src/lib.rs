@@ -9,6 +9,9 @@
 //! gather), [`launch`] (mpirun/srun/fork), [`run`] (one process's run and the
 //! aggregation). The result file format lives in
 //! `benchlake_formats::io::pio`, read back by the `pio` ingest kind.
+// Standard output through `out!`/`outln!` (benchlake_core::stdout): no panic
+// when it is closed (`| head`).
+#![warn(clippy::print_stdout)]
 pub mod comm;
 pub mod data;
 pub mod error;
@@ -18,6 +21,7 @@ pub mod layout;
 pub mod params;
 pub mod run;
 
+use benchlake_core::out;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -137,7 +141,7 @@ pub fn main_with_args(args: Vec<String>) -> ExitCode {
 fn main_inner(args: Vec<String>) -> Result<u8> {
     let cli = params::parse_cli(&args)?;
     if cli.contains_key("help") {
-        print!("{}", params::usage());
+        out!("{}", params::usage());
         return Ok(0);
     }
     let cfg = params::resolve(&cli, |k| std::env::var(k).ok())?;
@@ -165,7 +169,7 @@ fn main_inner(args: Vec<String>) -> Result<u8> {
     };
     let Some(r) = result else { return Ok(0) };
     write_result(&r, &cfg.output)?;
-    print!("{}", summary_text(&r));
+    out!("{}", summary_text(&r));
     Ok(if r.verification.status == "FAIL" {
         EXIT_VERIFY_FAILED
     } else {

@@ -4,6 +4,8 @@
 //! and the replay-only `benchlake-replay` (docs/replay.md, "The replay-only
 //! binary"), so they take the same flags and print the same bytes. The
 //! replay-only binary's whole command line is here too ([`ReplayOnly`]).
+#![warn(clippy::print_stdout)]
+use benchlake_core::out;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -169,10 +171,17 @@ pub fn kv(items: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
         .collect()
 }
 
-fn print_result(r: &benchlake_replay::ReplayResult, wall: f64, json: bool) -> anyhow::Result<()> {
+/// Prints the prediction; a failed write ends the process
+/// ([`benchlake_core::stdout::failed`]: quietly when the reader has gone).
+fn print_result(r: &benchlake_replay::ReplayResult, wall: f64, json: bool) {
+    if let Err(e) = write_result(r, wall, json) {
+        benchlake_core::stdout::failed(&e)
+    }
+}
+
+fn write_result(r: &benchlake_replay::ReplayResult, wall: f64, json: bool) -> std::io::Result<()> {
     use std::io::Write;
-    // One locked, buffered writer: a 1,024-rank table is one write, and a
-    // closed pipe (`| head`) is an error, not a panic.
+    // One locked, buffered writer: a 1,024-rank table is one write.
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if json {
         serde_json::to_writer_pretty(&mut out, r)?;
@@ -240,9 +249,9 @@ fn offline(
     {
         // The model's own tool's layout (replaympi users read it); the
         // generic table follows for every model.
-        print!("{}", summary(&r));
+        out!("{}", summary(&r));
     }
-    print_result(&r, wall, o.json)?;
+    print_result(&r, wall, o.json);
     if let Some(out) = o.out {
         // replaympi's side outputs, beside the tables.
         let dir = out.join("replay-outputs");

@@ -250,6 +250,17 @@ def cluster(tmp_path):
         pg.stop()
 
 
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory):
+    """One `benchlake up --demo` for the session (a few tests read its output
+    and its lake): (the completed process, its data directory, seconds taken).
+    The tests check its exit status themselves."""
+    data = tmp_path_factory.mktemp("demo") / "data"
+    t0 = time.time()
+    r = subprocess.run([BIN, "up", "--demo", "--data", str(data)], capture_output=True, text=True, timeout=120)
+    return r, data, time.time() - t0
+
+
 def duck_count(lake, table, run_id=None):
     import duckdb
 

@@ -144,10 +144,8 @@ def test_cli_commands(running, tmp_path):
     assert not (tmp_path / "o2" / "tables").exists()
 
 
-def test_up_demo(tmp_path):
-    from conftest import BIN
-    t0 = time.time()
-    r = subprocess.run([BIN, "up", "--demo", "--data", str(tmp_path / "data")], capture_output=True, text=True, timeout=120)
+def test_up_demo(demo):
+    r, data, took = demo
     assert r.returncode == 0, r.stdout + r.stderr
     assert "landed" in r.stdout and "duckdb" in r.stdout
     # The replay-only binary built beside benchlake replays the demo's halo
@@ -156,14 +154,14 @@ def test_up_demo(tmp_path):
                      r"predicted 36\.81372\d ms, as in this process$", r.stdout, re.M), r.stdout
     # The terminal stays readable: log lines go to the data directory's log
     # file; only warnings (the refused pio run's) reach stderr, uncoloured.
-    log = tmp_path / "data" / "benchlake.log"
+    log = data / "benchlake.log"
     assert f"logs: {log}" in r.stderr, r.stderr
     assert " INFO " not in r.stderr and "\x1b[" not in r.stderr + r.stdout, r.stderr
     assert len(r.stderr.splitlines()) <= 6, r.stderr
     text = log.read_text()
     assert "coordinator listening" in text and "job committed" in text, text[:2000]
     assert "\x1b[" not in text
-    lake = tmp_path / "data" / "lake"
+    lake = data / "lake"
     # The traced run (2 ranks, 20 alltoallv calls) runs where MPI is installed.
     traced = "submitted traced run" in r.stdout
     assert traced or "skipping the traced demo run" in r.stdout, r.stdout
@@ -227,7 +225,7 @@ def test_up_demo(tmp_path):
                                f"WHERE run_id = '{t_run}' AND model = '{model}' AND function = 'all'").fetchall()[0]
             assert float(m.group(2)) == pytest.approx(whole[0] * 1e3, abs=6e-4), (m.group(0), whole)
             assert float(m.group(1)) == pytest.approx(whole[1] * 1e3, abs=6e-4), (m.group(0), whole)
-    reports = list((tmp_path / "data" / "lake" / "reports").glob("*/counts/*/patterns-job0-rank0.md"))
+    reports = list((data / "lake" / "reports").glob("*/counts/*/patterns-job0-rank0.md"))
     assert len(reports) == 1 + traced, reports
     assert any("## Pattern #2 (4/12 alltoallv calls)" in p.read_text() for p in reports)
     # Every DuckDB query the demo prints runs as printed (shell quoting included).
@@ -238,7 +236,7 @@ def test_up_demo(tmp_path):
     for q in queries:
         rows = duckdb.sql(q).fetchall()
         assert rows, q
-    print(f"demo took {time.time() - t0:.1f} s")
+    print(f"demo took {took:.1f} s")
 
 
 def test_json_logs_and_quiet_user_commands(tmp_path):
