@@ -461,7 +461,8 @@ fn last_bits(
                     return None;
                 }
                 let (p, q) = (fx.value(k), fy.value(k));
-                if p != q && !((p - q).abs() <= 0.5 * p.abs().max(q.abs())) {
+                let off = (p - q).abs();
+                if p != q && (off.is_nan() || off > 0.5 * p.abs().max(q.abs())) {
                     return None;
                 }
             }
@@ -498,6 +499,8 @@ struct Tally {
     refused_without_position: usize,
     identical: usize,
     undetectable: usize,
+    /// Undetectable damage by kind.
+    why: BTreeMap<&'static str, usize>,
     different: usize,
     panicked: usize,
 }
@@ -566,7 +569,7 @@ fn campaign(s: &Sample, rng: &mut Rng, corpus: Option<&Path>) -> (Tally, Vec<Str
                         .flatten()
                 }) {
                     t.undetectable += 1;
-                    let _ = why;
+                    *t.why.entry(why).or_default() += 1;
                 } else {
                     t.different += 1;
                     let bad_ctx = {
@@ -618,6 +621,9 @@ fn damaged_inputs_are_refused_or_read_unchanged() {
             "{:<9} {:>7} {:>7} {:>9} {:>13} {:>9}",
             s.kind, t.damaged, t.refused, t.identical, t.undetectable, t.different
         );
+        for (why, n) in &t.why {
+            println!("  undetectable: {n} × {why}");
+        }
         for n in &notes {
             println!("  {n}");
         }

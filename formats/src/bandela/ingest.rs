@@ -104,7 +104,8 @@ fn rank_rows(t: &mut RankTrace, out: &mut TraceRowsBuilder, x: &mut Exchange) ->
                     req,
                     completed: true,
                 } => {
-                    if live.remove(&req).is_none() {
+                    let was_live = live.remove(&req).is_some();
+                    if !was_live {
                         return Err(bad(
                             t,
                             "request",

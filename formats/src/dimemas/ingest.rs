@@ -319,15 +319,18 @@ pub fn ingest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutp
     Ok(vec![b.finish()?])
 }
 
+/// One side of a message: (the other task, -1 for any; tag; size; where).
+type Traced = (i64, i64, u64, u64);
+
 /// What the checks across tasks need of a trace's records: the messages
 /// sent and received, and the collectives each task enters.
 #[derive(Debug, Default)]
 struct Exchange {
     /// Messages per (receiving task, communicator): (sender, tag, size, at).
-    sent: HashMap<(u32, i64), Vec<(u32, i64, u64, u64)>>,
+    sent: HashMap<(u32, i64), Vec<Traced>>,
     /// Receives (Recv and Irecv, not their Wait) per (task, communicator):
     /// (source or -1, tag, size, at).
-    recvd: HashMap<(u32, i64), Vec<(i64, i64, u64, u64)>>,
+    recvd: HashMap<(u32, i64), Vec<Traced>>,
     /// Collectives per (communicator, task): how many, where the last is.
     glops: BTreeMap<(i64, u32), (u64, u64)>,
 }
@@ -382,7 +385,7 @@ impl Exchange {
                 self.sent
                     .entry((dst, comm))
                     .or_default()
-                    .push((task, tag, size, at));
+                    .push((i64::from(task), tag, size, at));
             }
             DimRecord::Recv {
                 src,
@@ -478,8 +481,8 @@ impl Exchange {
                 );
             }
             let wild = r.iter().any(|m| m.0 < 0 || m.1 == -1);
-            let mut queues: HashMap<(u32, i64), VecDeque<(u64, u64)>> = HashMap::new();
-            let mut by_src: HashMap<u32, usize> = HashMap::new();
+            let mut queues: HashMap<(i64, i64), VecDeque<(u64, u64)>> = HashMap::new();
+            let mut by_src: HashMap<i64, usize> = HashMap::new();
             for &(src, tag, size, at) in s {
                 queues.entry((src, tag)).or_default().push_back((size, at));
                 *by_src.entry(src).or_default() += 1;
@@ -488,7 +491,7 @@ impl Exchange {
                 if src < 0 {
                     continue;
                 }
-                let c = by_src.entry(src as u32).or_default();
+                let c = by_src.entry(src).or_default();
                 if *c == 0 {
                     return err(
                         "recv.src_task",
@@ -502,10 +505,7 @@ impl Exchange {
                 if tag == -1 {
                     continue;
                 }
-                match queues
-                    .get_mut(&(src as u32, tag))
-                    .and_then(|q| q.pop_front())
-                {
+                match queues.get_mut(&(src, tag)).and_then(|q| q.pop_front()) {
                     Some((sent, _)) if wild || sent <= size => {}
                     Some((sent, sat)) => {
                         return err(

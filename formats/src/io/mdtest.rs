@@ -601,7 +601,7 @@ pub fn parse_rank_csv(path: &Path, text: &str) -> Result<MdtestRankCsv> {
     // Every group is ranks 0..n-1, in order.
     let n = per_rank.len();
     for (k, (r, at)) in ranks.iter().zip(&rank_at).enumerate() {
-        if usize::try_from(*r).ok() != Some(k % n) || ranks.len() % n != 0 {
+        if usize::try_from(*r).ok() != Some(k % n) || !ranks.len().is_multiple_of(n) {
             return Err(at.err(
                 path,
                 "rank",

@@ -278,7 +278,8 @@ pub fn decode(set: &SionSet) -> Result<LinkTestRun> {
         ];
         for (k, e) in stat_errs {
             let (have, w) = (st.stat[k], want[k]);
-            if !((have - w).abs() <= 1e-9 * w.abs()) {
+            let off = (have - w).abs();
+            if off.is_nan() || off > 1e-9 * w.abs() {
                 return Err(e);
             }
         }
