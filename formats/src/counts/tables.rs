@@ -388,6 +388,12 @@ type Pair<'a> = (Option<&'a InputFile>, Option<&'a InputFile>);
 
 /// Reads the inputs of the `counts` ingest kind.
 pub fn ingest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutput>> {
+    // Errors found by line (a block header, the end of a file) get their
+    // byte offset too.
+    ingest_files(inputs, ctx).map_err(FormatError::located)
+}
+
+fn ingest_files(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutput>> {
     let mut pairs: BTreeMap<(u64, u64), Pair<'_>> = BTreeMap::new();
     let mut percall: BTreeMap<u64, Vec<(u64, &InputFile)>> = BTreeMap::new();
     let mut exec = Vec::new();
