@@ -49,13 +49,14 @@ fn bad(t: &RankTrace, field: &str, msg: String) -> FormatError {
 
 /// Appends the rows of one rank trace, and checks that its requests are
 /// used as MPI allows (never reused while live, waited on only when issued,
-/// all completed by the end, as MPI_Finalize requires).
+/// every receive completed by the end, as MPI_Finalize requires).
 fn rank_rows(t: &mut RankTrace, out: &mut TraceRowsBuilder, x: &mut Exchange) -> Result<u64> {
     let rank = i32::try_from(t.header.rank).unwrap_or(i32::MAX);
     let mut seq = 0i64;
     let mut pending: Option<f64> = None;
     // Live requests and where each was issued.
-    let mut live: HashMap<i64, u64> = HashMap::new();
+    // Live requests: where each was issued, and whether it is a receive.
+    let mut live: HashMap<i64, (u64, bool)> = HashMap::new();
     while let Some(r) = t.next_record()? {
         if let BRecord::Comm { id, ranks } = &r {
             x.comms.insert(*id, ranks.clone());
@@ -89,7 +90,8 @@ fn rank_rows(t: &mut RankTrace, out: &mut TraceRowsBuilder, x: &mut Exchange) ->
                     } else {
                         x.recvs.push(m);
                     }
-                    if let Some(first) = live.insert(req, at) {
+                    let recv = matches!(kernel, Kernel::Irecv { .. });
+                    if let Some((first, _)) = live.insert(req, (at, recv)) {
                         return Err(bad(
                             t,
                             "request",
@@ -212,15 +214,21 @@ fn rank_rows(t: &mut RankTrace, out: &mut TraceRowsBuilder, x: &mut Exchange) ->
         })?;
         seq += 1;
     }
-    if let Some((req, at)) = live.iter().min_by_key(|(_, at)| **at) {
+    // A send may be released with MPI_Request_free (which the tracer does
+    // not intercept) and never waited on; a receive must complete.
+    if let Some((req, (at, _))) = live
+        .iter()
+        .filter(|(_, (_, recv))| *recv)
+        .min_by_key(|(_, (at, _))| *at)
+    {
         return Err(FormatError::malformed(
             t.path(),
             "request",
             Position::Offset(*at),
             format!(
-                "request {req} issued here is never completed ({} live at the end of the file, \
+                "receive request {req} issued here is never completed ({} live at the end of the file, \
                  which MPI_Finalize does not allow): the trace is cut short or damaged",
-                live.len()
+                live.values().filter(|(_, recv)| *recv).count()
             ),
         ));
     }

@@ -237,10 +237,9 @@ fn nth<'a>(v: &[Field<'a>], k: usize) -> Field<'a> {
 }
 
 /// Half a unit of the last digit printed in `f` (IOR prints figures with
-/// as many decimals as fit its column), relative for an exponent form.
-fn half_unit(f: &Field<'_>, v: f64) -> f64 {
+/// as many decimals as fit its column); none for an exponent form.
+fn half_unit(f: &Field<'_>) -> f64 {
     let t = f.text.trim();
-    let _ = v;
     // IOR prints these columns as fixed-point: an exponent is not its print.
     if t.contains(['e', 'E']) {
         return 0.0;
@@ -288,7 +287,7 @@ fn check(
             ));
         }
         let bytes = (s.block_size as f64) * (s.segment_count as f64) * (s.num_tasks as f64);
-        if (bytes / MIB - s.aggregate_mib).abs() > half_unit(&sat(24), s.aggregate_mib) + 1e-9 {
+        if (bytes / MIB - s.aggregate_mib).abs() > half_unit(&sat(24)) + 1e-9 {
             return Err(sat(24).err(
                 path,
                 "aggs(MiB)",
@@ -331,7 +330,7 @@ fn check(
                 ("block(KiB)", 4, r.block_kib, s.block_size),
                 ("xfer(KiB)", 5, r.xfer_kib, s.transfer_size),
             ] {
-                if (v * 1024.0 - want as f64).abs() > 1024.0 * half_unit(&at(col), v) {
+                if (v * 1024.0 - want as f64).abs() > 1024.0 * half_unit(&at(col)) {
                     return Err(at(col).err(
                         path,
                         name,
@@ -361,7 +360,7 @@ fn check(
                 }
                 let want = amount / time;
                 let spread = amount * 5e-7 / (time * (time - 5e-7));
-                (have - want).abs() <= spread + half_unit(f, have) + 1e-9 * want
+                (have - want).abs() <= spread + half_unit(f) + 1e-9 * want
             };
             if !rate_ok(r.bw_mib, bytes / MIB, r.total, &at(1)) {
                 return Err(at(1).err(
@@ -396,7 +395,7 @@ fn check(
         let bws: Vec<f64> = rows.iter().map(|(r, _)| r.bw_mib).collect();
         let round = rows
             .iter()
-            .map(|(r, f)| half_unit(&nth(f, 1), r.bw_mib))
+            .map(|(_, f)| half_unit(&nth(f, 1)))
             .fold(0.0, f64::max);
         let k = bws.len() as f64;
         let mean = bws.iter().sum::<f64>() / k;
@@ -425,7 +424,7 @@ fn check(
             let f = sat(col);
             if !(v - want)
                 .abs()
-                .le(&(tol + half_unit(&f, v) + 1e-9 * want.abs()))
+                .le(&(tol + half_unit(&f) + 1e-9 * want.abs()))
             {
                 return Err(f.err(
                     path,

@@ -216,6 +216,9 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<PioResult> {
 
 const MIB: f64 = 1048576.0;
 
+/// How far another node's clock may be from the launcher's (s).
+pub const CLOCK_SKEW_S: f64 = 60.0;
+
 /// Whether `a` and `b` agree to within rounding (the writer computes them
 /// from the same numbers; JSON keeps every `f64` exactly).
 fn close(a: f64, b: f64) -> bool {
@@ -361,12 +364,13 @@ fn check(r: &PioResult) -> Result<(), (String, String)> {
                 ("close_start", t.close_start),
                 ("close_stop", t.close_stop),
             ];
-            // Clocks of other nodes may differ by a little: a second.
+            // Clocks of other nodes may differ by a little (a minute allowed:
+            // NTP keeps cluster nodes within milliseconds).
             for (j, (name, v)) in ts.iter().enumerate() {
                 let before = j.checked_sub(1).and_then(|b| ts.get(b)).map(|x| x.1);
                 if !v.is_finite()
-                    || *v < t0 - 1.0
-                    || *v > t1 + 1.0
+                    || *v < t0 - CLOCK_SKEW_S
+                    || *v > t1 + CLOCK_SKEW_S
                     || before.is_some_and(|b| *v < b)
                 {
                     return bad(
@@ -448,6 +452,15 @@ fn check(r: &PioResult) -> Result<(), (String, String)> {
             ),
         ];
         for (name, have, w) in want {
+            if name == "bw_mib_s" && have > crate::io::ior::MAX_BW_MIB_S {
+                return bad(
+                    &at(name),
+                    format!(
+                        "{have} MiB/s: above {} MiB/s, no file system's",
+                        crate::io::ior::MAX_BW_MIB_S
+                    ),
+                );
+            }
             if !have.is_finite() || have < 0.0 || !close(have, w) {
                 return bad(
                     &at(name),
