@@ -17,8 +17,10 @@ use crate::ingest::{IngestContext, InputFile};
 /// Largest hostinfo document accepted.
 const MAX_BYTES: u64 = 1 << 20;
 
-/// One node's facts.
+/// One node's facts. Unknown fields are refused: a key damaged into another
+/// name must not land as a missing optional field.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct HostFacts {
     /// Format version (1).
     pub version: u32,
@@ -101,7 +103,21 @@ pub fn collect() -> HostFacts {
     }
 }
 
-/// Parses one document; errors carry line and column.
+/// Most hardware threads a node is taken to have (no machine has a million).
+pub const MAX_CORES: i64 = 1 << 20;
+/// Most memory a node is taken to have: 1 PiB (the largest shared-memory
+/// machines hold tens of TiB).
+pub const MAX_MEMORY_BYTES: i64 = 1 << 50;
+/// Highest load average: Linux's PID_MAX_LIMIT, the most tasks a run queue
+/// can hold.
+pub const MAX_LOAD: f64 = 4_194_304.0;
+/// Earliest and latest collection times accepted (2000-01-01 and
+/// 2200-01-01 UTC, ms since the epoch).
+pub const COLLECTED_RANGE_MS: (i64, i64) = (946_684_800_000, 7_258_118_400_000);
+
+/// Parses one document; errors carry line and column (for the syntax) or the
+/// byte offset of the value out of range: every number must be one a node can
+/// report (docs/tables.md, `node_facts`).
 pub fn parse(file: &std::path::Path, text: &str) -> Result<HostFacts> {
     let f: HostFacts = serde_json::from_str(text).map_err(|e| {
         FormatError::malformed(
@@ -111,13 +127,97 @@ pub fn parse(file: &std::path::Path, text: &str) -> Result<HostFacts> {
             e.to_string(),
         )
     })?;
-    if f.version != 1 {
-        return Err(FormatError::malformed(
+    let bad = |field: &str, msg: String| {
+        FormatError::malformed(
             file,
-            "version",
-            Position::None,
-            format!("unsupported version {}", f.version),
+            field,
+            Position::Offset(crate::io::text::json_offset(text.as_bytes(), field)),
+            msg,
+        )
+    };
+    if f.version != 1 {
+        return Err(bad("version", format!("unsupported version {}", f.version)));
+    }
+    if !(1..=MAX_CORES).contains(&f.cores) {
+        return Err(bad(
+            "cores",
+            format!("{}: not within 1..={MAX_CORES}", f.cores),
         ));
+    }
+    // MemTotal is in KiB: the bytes are a multiple of 1,024.
+    if !(1024..=MAX_MEMORY_BYTES).contains(&f.memory_bytes) || f.memory_bytes % 1024 != 0 {
+        return Err(bad(
+            "memory_bytes",
+            format!(
+                "{}: not a multiple of 1024 within 1 KiB..={MAX_MEMORY_BYTES}",
+                f.memory_bytes
+            ),
+        ));
+    }
+    if !(f.load_1m.is_finite() && (0.0..=MAX_LOAD).contains(&f.load_1m)) {
+        return Err(bad(
+            "load_1m",
+            format!("{}: not within 0..={MAX_LOAD}", f.load_1m),
+        ));
+    }
+    let (lo, hi) = COLLECTED_RANGE_MS;
+    if !(lo..=hi).contains(&f.collected_at_ms) {
+        return Err(bad(
+            "collected_at_ms",
+            format!("{}: not a time between 2000 and 2200", f.collected_at_ms),
+        ));
+    }
+    // A node cannot have been up since before the epoch.
+    if !(f.uptime_s.is_finite()
+        && f.uptime_s >= 0.0
+        && f.uptime_s * 1000.0 <= f.collected_at_ms as f64)
+    {
+        return Err(bad(
+            "uptime_s",
+            format!(
+                "{}: negative, or longer than the time since 1970 when collected",
+                f.uptime_s
+            ),
+        ));
+    }
+    // Host and node names: RFC 1123 characters; the kernel release: what
+    // `uname -r` prints; the rest printable text.
+    let name_ok = |s: &str| {
+        s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+    };
+    let checks: [(&str, &str, bool); 5] = [
+        ("hostname", &f.hostname, name_ok(&f.hostname)),
+        (
+            "node",
+            f.node.as_deref().unwrap_or(""),
+            name_ok(f.node.as_deref().unwrap_or("")),
+        ),
+        (
+            "kernel_release",
+            &f.kernel_release,
+            f.kernel_release
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '+' | '~')),
+        ),
+        (
+            "kernel_version",
+            &f.kernel_version,
+            !f.kernel_version.chars().any(char::is_control),
+        ),
+        (
+            "cpu_model",
+            &f.cpu_model,
+            !f.cpu_model.chars().any(char::is_control),
+        ),
+    ];
+    for (field, value, ok) in checks {
+        if !ok {
+            return Err(bad(
+                field,
+                format!("'{value}' holds characters it never has"),
+            ));
+        }
     }
     Ok(f)
 }
@@ -148,7 +248,10 @@ pub fn ingest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutp
                 "not UTF-8 text: not a node facts JSON document",
             )
         })?;
-        rows.push((i.source.clone(), parse(&i.path, text)?));
+        rows.push((
+            i.source.clone(),
+            parse(&i.path, text).map_err(|e| e.with_offset(&bytes))?,
+        ));
     }
     let n = rows.len();
     let s = |f: &dyn Fn(&HostFacts) -> &str| -> ArrayRef {

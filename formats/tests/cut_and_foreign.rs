@@ -390,7 +390,8 @@ fn json_summaries_without_results_are_errors() {
         std::fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
         let e = run("ior", &[&p]).unwrap_err().to_string();
         assert!(
-            e.starts_with(&format!("{}: {field}: no ", p.display())),
+            e.starts_with(&format!("{}: {field} at byte offset ", p.display()))
+                && e.contains(": no "),
             "{e}"
         );
     }
@@ -411,7 +412,8 @@ fn json_summaries_without_results_are_errors() {
     std::fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
     let e = run("pio", &[&p]).unwrap_err().to_string();
     assert!(
-        e.starts_with(&format!("{}: phases: no phase", p.display())),
+        e.starts_with(&format!("{}: phases at byte offset ", p.display()))
+            && e.contains(": no phase"),
         "{e}"
     );
     // Cut anywhere: an error naming the file, never a panic or a shorter run.

@@ -350,8 +350,11 @@ fn malformed_csv_and_text_name_line_and_column() {
     let txt = "mdtest-4 was launched with 2 total task(s) on 1 node(s)\n2 tasks, 20 files\n\nSUMMARY rate (in ops/sec): (of 1 iterations)\n   Operation   Max Min Mean Std Dev\n   ---------   ---\n   File creation  1.0  2.0  x  0.0\n";
     let e = mdtest::parse_text(Path::new("m.txt"), txt).unwrap_err();
     assert_eq!(malformed_pos(e).1, Position::LineCol(7, 4));
-    let e = mdtest::parse_rank_csv(Path::new("m.csv"), "rank,items,rate-A,time-A\n0,,1.0,abc\n")
-        .unwrap_err();
+    let e = mdtest::parse_rank_csv(
+        Path::new("m.csv"),
+        "rank,items,rate-File stat,time-File stat\n0,,1.0,abc\n",
+    )
+    .unwrap_err();
     assert_eq!(malformed_pos(e).1, Position::LineCol(2, 8));
     // Unknown input for the ior kind.
     let dir = tempfile::tempdir().unwrap();
@@ -371,7 +374,15 @@ fn malformed_csv_and_text_name_line_and_column() {
     // Invalid UTF-8 is reported as a position too.
     std::fs::write(&f, b"rank,items\n\xff\n").unwrap();
     let e = ingest("mdtest", &[InputFile::from_path(&f)], &ctx()).unwrap_err();
-    assert_eq!(malformed_pos(e).1, Position::LineCol(2, 1));
+    // (through the ingest, with its byte offset)
+    assert_eq!(
+        malformed_pos(e).1,
+        Position::Text {
+            offset: 11,
+            line: 2,
+            col: 1
+        }
+    );
 }
 
 #[test]

@@ -211,6 +211,26 @@ fn line_text(bytes: &[u8]) -> Cow<'_, str> {
     }
 }
 
+/// Whether `s` can name a routine (a C or Fortran identifier, as the
+/// tracer and the manual's traces write them).
+fn is_routine_name(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// Bytes of whitespace a line starts with (what [`line_text`] trims).
+fn leading_ws(bytes: &[u8]) -> u64 {
+    let s = String::from_utf8_lossy(bytes);
+    (s.len() - s.trim_start().len()).min(bytes.len()) as u64
+}
+
+/// The longest computation burst accepted (s): 10^7 s, 116 days, longer
+/// than any batch system lets a job run.
+pub const MAX_BURST_S: f64 = 1e7;
+
+/// The largest message accepted (bytes): it must fit in one node's memory
+/// (1 PiB, `hostinfo::MAX_MEMORY_BYTES`).
+pub const MAX_MESSAGE_BYTES: u64 = 1 << 50;
+
 /// A lazily read rank trace.
 pub struct RankTrace {
     path: PathBuf,
@@ -218,6 +238,9 @@ pub struct RankTrace {
     line: u64,
     /// Bytes read so far.
     offset: u64,
+    /// Byte offset of the last line read, and of its first word.
+    line_start: u64,
+    word_start: u64,
     /// A routine name's buffer handed back ([`RankTrace::reuse_name`]), which
     /// the next kernel's name is written into instead of a new one.
     spare_name: std::cell::Cell<String>,
@@ -347,6 +370,8 @@ impl RankTrace {
             path,
             line: 0,
             offset: 0,
+            line_start: 0,
+            word_start: 0,
             spare_name: std::cell::Cell::new(String::new()),
             layout: Layout::V1,
             header: RankHeader {
@@ -367,12 +392,22 @@ impl RankTrace {
                     "empty trace (expected 'H <rank> <nranks> <host>')",
                 ));
             };
-            let text = line_text(t.src.bytes(r));
+            let bytes = t.src.bytes(r);
+            t.word_start = t.line_start + leading_ws(bytes);
+            let text = line_text(bytes);
             if !text.is_empty() {
                 break text.into_owned();
             }
         };
-        let w = words(&first);
+        t.open_header(&first).map_err(|e| t.locate(e))?;
+        Ok(t)
+    }
+
+    /// Reads the first record (`first`, trimmed): the header, or a
+    /// `format_event` record.
+    fn open_header(&mut self, first: &str) -> Result<()> {
+        let t = self;
+        let w = words(first);
         if w.first().map(|x| x.1) == Some("H") {
             let num = |i: usize, name: &str| -> Result<u32> {
                 let (c, s) = w.get(i).unwrap_or((first.len(), ""));
@@ -402,7 +437,7 @@ impl RankTrace {
             }
         } else if w.len() == 10 {
             t.layout = Layout::FormatEvent;
-            let (rank, rec, kernel) = t.parse_format_event(&first)?;
+            let (rank, rec, kernel) = t.parse_format_event(first)?;
             t.header = RankHeader {
                 rank,
                 nranks: rank + 1,
@@ -419,7 +454,36 @@ impl RankTrace {
                 "expected 'H <rank> <nranks> <host>' or a 10-field format_event record",
             ));
         }
-        Ok(t)
+        Ok(())
+    }
+
+    /// `e` with its line and column also given as the byte offset in the
+    /// file (columns count bytes of the line from its first word).
+    fn locate(&self, e: FormatError) -> FormatError {
+        match e {
+            FormatError::Malformed {
+                file,
+                field,
+                pos: Position::LineCol(line, col),
+                message,
+            } if line == self.line => FormatError::Malformed {
+                file,
+                field,
+                pos: Position::Text {
+                    offset: self.word_start + col.saturating_sub(1),
+                    line,
+                    col,
+                },
+                message,
+            },
+            e => e,
+        }
+    }
+
+    /// Byte offset of the first word of the last record read: where an
+    /// error about that record points.
+    pub fn record_offset(&self) -> u64 {
+        self.word_start
     }
 
     /// The next line's bytes before its comment (blank for a comment
@@ -437,6 +501,7 @@ impl RankTrace {
         self.line += 1;
         let start = self.offset;
         self.offset += n as u64;
+        self.line_start = start;
         if n >= MAX_LINE && bytes.last() != Some(&b'\n') {
             return Err(err(
                 &self.path,
@@ -481,16 +546,22 @@ impl RankTrace {
                 return Ok(None);
             };
             // Parsed where it lies in the read buffer.
-            let text = line_text(self.src.bytes(r));
+            let bytes = self.src.bytes(r);
+            let lead = leading_ws(bytes);
+            let text = line_text(bytes);
             if text.is_empty() {
                 continue;
             }
-            let (rec, kernel) = match self.layout {
-                Layout::V1 => (self.parse_v1(&text)?, None),
-                Layout::FormatEvent => {
-                    let (_, rec, kernel) = self.parse_format_event(&text)?;
-                    (rec, kernel)
-                }
+            self.word_start = self.line_start + lead;
+            let parsed = match self.layout {
+                Layout::V1 => self.parse_v1(&text).map(|r| (r, None)),
+                Layout::FormatEvent => self
+                    .parse_format_event(&text)
+                    .map(|(_, rec, kernel)| (rec, kernel)),
+            };
+            let (rec, kernel) = match parsed {
+                Ok(x) => x,
+                Err(e) => return Err(self.locate(e)),
             };
             self.pending_kernel = kernel;
             return Ok(Some(rec));
@@ -525,6 +596,49 @@ impl RankTrace {
             let (c, _) = get(i, name)?;
             u32::try_from(uint(i, name)?).map_err(|_| err(p, name, ln, c, "value too large"))
         };
+        let nranks = self.header.nranks;
+        // A peer is a rank of the run.
+        let peer = |i: usize, name: &str| -> Result<u32> {
+            let v = u32f(i, name)?;
+            if v >= nranks {
+                return Err(err(
+                    p,
+                    name,
+                    ln,
+                    get(i, name)?.0,
+                    format!("rank {v} of a run of {nranks} ranks"),
+                ));
+            }
+            Ok(v)
+        };
+        // A tag is a C int (negative ones mark a collective's kernels, as
+        // in the manual's examples).
+        let tag = |i: usize, name: &str| -> Result<i64> {
+            let v = int(i, name)?;
+            if i32::try_from(v).is_err() {
+                return Err(err(
+                    p,
+                    name,
+                    ln,
+                    get(i, name)?.0,
+                    format!("tag {v} is not a C int"),
+                ));
+            }
+            Ok(v)
+        };
+        let bytes = |i: usize, name: &str| -> Result<u64> {
+            let v = uint(i, name)?;
+            if v > MAX_MESSAGE_BYTES {
+                return Err(err(
+                    p,
+                    name,
+                    ln,
+                    get(i, name)?.0,
+                    format!("{v} bytes: more than a node's memory ({MAX_MESSAGE_BYTES})"),
+                ));
+            }
+            Ok(v)
+        };
         let flag = |i: usize, name: &str| -> Result<bool> {
             match get(i, name)? {
                 (_, "0") => Ok(false),
@@ -549,14 +663,16 @@ impl RankTrace {
                 let seconds = s
                     .parse::<f64>()
                     .ok()
-                    .filter(|v| v.is_finite() && *v >= 0.0)
+                    .filter(|v| v.is_finite() && (0.0..=MAX_BURST_S).contains(v))
                     .ok_or_else(|| {
                         err(
                             p,
                             "C.seconds",
                             ln,
                             c,
-                            format!("expected a non-negative number, found '{s}'"),
+                            format!(
+                                "expected a number of seconds within 0..={MAX_BURST_S}, found '{s}'"
+                            ),
                         )
                     })?;
                 Ok(BRecord::Compute {
@@ -568,21 +684,31 @@ impl RankTrace {
                 let ord = uint(1, "K.ord")?;
                 let mut main_fn = self.spare_name.take();
                 main_fn.clear();
-                main_fn.push_str(get(2, "K.main_fn")?.1);
+                let (mc, name) = get(2, "K.main_fn")?;
+                if !is_routine_name(name) {
+                    return Err(err(
+                        p,
+                        "K.main_fn",
+                        ln,
+                        mc,
+                        format!("'{name}' is not a routine name (letters, digits, '_')"),
+                    ));
+                }
+                main_fn.push_str(name);
                 let (kc, k) = get(3, "K.kernel")?;
                 let kernel = match k {
                     "isend" => Kernel::Isend {
-                        peer: u32f(4, "isend.peer")?,
+                        peer: peer(4, "isend.peer")?,
                         comm: int(5, "isend.comm")?,
-                        tag: int(6, "isend.tag")?,
-                        bytes: uint(7, "isend.bytes")?,
+                        tag: tag(6, "isend.tag")?,
+                        bytes: bytes(7, "isend.bytes")?,
                         req: int(8, "isend.req")?,
                         sym: flag(9, "isend.sym")?,
                         col: opt("col=")?,
                     },
                     "irecv" => {
                         let peer = int(4, "irecv.peer")?;
-                        if peer < -1 {
+                        if peer < -1 || peer >= i64::from(nranks) {
                             return Err(err(
                                 p,
                                 "irecv.peer",
@@ -594,8 +720,8 @@ impl RankTrace {
                         Kernel::Irecv {
                             peer,
                             comm: int(5, "irecv.comm")?,
-                            tag: int(6, "irecv.tag")?,
-                            bytes: uint(7, "irecv.bytes")?,
+                            tag: tag(6, "irecv.tag")?,
+                            bytes: bytes(7, "irecv.bytes")?,
                             req: int(8, "irecv.req")?,
                             sym: flag(9, "irecv.sym")?,
                             col: opt("col=")?,
@@ -612,14 +738,14 @@ impl RankTrace {
                         comm: int(4, "barrier.comm")?,
                     },
                     "get" => Kernel::Get {
-                        peer: u32f(4, "get.peer")?,
+                        peer: peer(4, "get.peer")?,
                         comm: int(5, "get.comm")?,
-                        bytes: uint(6, "get.bytes")?,
+                        bytes: bytes(6, "get.bytes")?,
                     },
                     "put" => Kernel::Put {
-                        peer: u32f(4, "put.peer")?,
+                        peer: peer(4, "put.peer")?,
                         comm: int(5, "put.comm")?,
-                        bytes: uint(6, "put.bytes")?,
+                        bytes: bytes(6, "put.bytes")?,
                     },
                     other => {
                         return Err(err(
@@ -723,6 +849,15 @@ impl RankTrace {
         let rank = if sym { -(rank_raw + 1) } else { rank_raw };
         let rank = u32::try_from(rank).map_err(|_| err(p, "rank", ln, 0, "bad rank"))?;
         let main_fn = f(1).1.to_string();
+        if !is_routine_name(&main_fn) {
+            return Err(err(
+                p,
+                "main",
+                ln,
+                f(1).0,
+                format!("'{main_fn}' is not a routine name (letters, digits, '_')"),
+            ));
+        }
         let kernel = f(2).1;
         let peer = int(3, "dest_or_source")?;
         let comm = int(4, "comm")?.unwrap_or(0);
@@ -734,14 +869,14 @@ impl RankTrace {
         let comput = cs
             .parse::<f64>()
             .ok()
-            .filter(|v| v.is_finite() && *v >= 0.0)
+            .filter(|v| v.is_finite() && (0.0..=MAX_BURST_S).contains(v))
             .ok_or_else(|| {
                 err(
                     p,
                     "comput",
                     ln,
                     cc,
-                    format!("expected a non-negative number, found '{cs}'"),
+                    format!("expected a number of seconds within 0..={MAX_BURST_S}, found '{cs}'"),
                 )
             })?;
         let bytes = u64::try_from(count)

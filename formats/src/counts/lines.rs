@@ -175,6 +175,11 @@ impl<R: BufRead> Lines<R> {
         self.error_at(field, self.line, col as u64, msg)
     }
 
+    /// The byte offset of 1-based column `col` of the current line.
+    fn offset_of(&self, col: u64) -> u64 {
+        self.start + col.saturating_sub(1).min(self.buf.len() as u64)
+    }
+
     /// A malformed error at an explicit line and column.
     pub fn error_at(
         &self,
@@ -183,7 +188,17 @@ impl<R: BufRead> Lines<R> {
         col: u64,
         msg: impl Into<String>,
     ) -> FormatError {
-        FormatError::malformed(&self.path, field, Position::LineCol(line, col), msg)
+        // On the current line the byte offset is known too.
+        let pos = if line == self.line && self.line > 0 {
+            Position::Text {
+                offset: self.offset_of(col),
+                line,
+                col,
+            }
+        } else {
+            Position::LineCol(line, col)
+        };
+        FormatError::malformed(&self.path, field, pos, msg)
     }
 }
 

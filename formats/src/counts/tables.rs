@@ -249,6 +249,7 @@ fn ingest_pair(
     recv: &InputFile,
     job: u64,
     lead: u64,
+    known: &mut BTreeMap<u64, BTreeSet<u64>>,
     calls_t: &mut Calls,
     rows_t: &mut CountRows,
 ) -> Result<()> {
@@ -294,6 +295,7 @@ fn ingest_pair(
             ));
         }
         for c in expand_calls(&send.path, hs.line, &hs.calls.0, &mut budget)? {
+            known.entry(lead).or_default().insert(c);
             if !seen_calls.insert(c) {
                 return Err(FormatError::malformed(
                     &send.path,
@@ -386,6 +388,12 @@ type Pair<'a> = (Option<&'a InputFile>, Option<&'a InputFile>);
 
 /// Reads the inputs of the `counts` ingest kind.
 pub fn ingest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutput>> {
+    // Errors found by line (a block header, the end of a file) get their
+    // byte offset too.
+    ingest_files(inputs, ctx).map_err(FormatError::located)
+}
+
+fn ingest_files(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutput>> {
     let mut pairs: BTreeMap<(u64, u64), Pair<'_>> = BTreeMap::new();
     let mut percall: BTreeMap<u64, Vec<(u64, &InputFile)>> = BTreeMap::new();
     let mut exec = Vec::new();
@@ -435,10 +443,12 @@ pub fn ingest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutp
     let mut calls_t = Calls::new(run);
     let mut rows_t = CountRows::new(run);
     let mut compact_leads = BTreeSet::new();
+    // The calls of each lead rank, from its count files.
+    let mut known: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
     for (&(job, lead), (s, r)) in &pairs {
         match (s, r) {
             (Some(s), Some(r)) => {
-                ingest_pair(s, r, job, lead, &mut calls_t, &mut rows_t)?;
+                ingest_pair(s, r, job, lead, &mut known, &mut calls_t, &mut rows_t)?;
                 compact_leads.insert(lead);
             }
             (Some(f), None) | (None, Some(f)) => {
@@ -472,7 +482,10 @@ pub fn ingest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutp
     };
     push("alltoallv_calls", calls_t.batches);
     push("alltoallv_count_rows", rows_t.batches);
-    push("alltoallv_call_times", call_times(run, &exec, &late)?);
+    push(
+        "alltoallv_call_times",
+        call_times(run, &exec, &late, &known)?,
+    );
     let (loc, comms) = location_tables(run, &locations, &comm_data)?;
     push("alltoallv_locations", loc);
     push("alltoallv_comms", comms);
@@ -510,6 +523,7 @@ fn call_times(
     run: &str,
     exec: &[(u64, &InputFile)],
     late: &[(u64, &InputFile)],
+    known: &BTreeMap<u64, BTreeSet<u64>>,
 ) -> Result<Vec<RecordBatch>> {
     let mut map: Times = BTreeMap::new();
     let mut sources: Vec<&str> = Vec::new();
@@ -517,7 +531,7 @@ fn call_times(
         for (lead, f) in files {
             let si = sources.len();
             sources.push(&f.source);
-            timings::read_file(&f.path, |call, rank, v| {
+            timings::read_file_of(&f.path, known.get(lead), |call, rank, v| {
                 let e = map.entry((*lead, call, rank)).or_insert((None, None, si));
                 if is_late {
                     e.1 = Some(v);

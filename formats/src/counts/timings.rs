@@ -9,6 +9,10 @@ use std::path::Path;
 use super::lines::{Lines, labelled_uint, trim_end};
 use crate::error::{FormatError, Result};
 
+/// The longest time of one call accepted (s): 10^7 s, 116 days, longer
+/// than any batch system lets a job run.
+pub const MAX_CALL_S: f64 = 1e7;
+
 /// Reads the `FORMAT_VERSION: V` line that opens the timing, location, backtrace
 /// and comm-data files; returns V (other versions are read but logged).
 pub fn format_version<R: BufRead>(l: &mut Lines<R>) -> Result<u64> {
@@ -35,7 +39,27 @@ pub fn read_file(path: &Path, f: impl FnMut(u64, u64, f64)) -> Result<()> {
 }
 
 /// As [`read_file`] over any reader.
-pub fn read<R: BufRead>(reader: R, path: &Path, mut f: impl FnMut(u64, u64, f64)) -> Result<()> {
+pub fn read<R: BufRead>(reader: R, path: &Path, f: impl FnMut(u64, u64, f64)) -> Result<()> {
+    read_calls(reader, path, None, f)
+}
+
+/// [`read_file`], refusing a call that is not one of `calls` (the lead
+/// rank's calls, as its count files list them) when they are known.
+pub fn read_file_of(
+    path: &Path,
+    calls: Option<&std::collections::BTreeSet<u64>>,
+    f: impl FnMut(u64, u64, f64),
+) -> Result<()> {
+    let file = File::open(path).map_err(|e| FormatError::io(path, e))?;
+    read_calls(BufReader::new(file), path, calls, f)
+}
+
+fn read_calls<R: BufRead>(
+    reader: R,
+    path: &Path,
+    calls: Option<&std::collections::BTreeSet<u64>>,
+    mut f: impl FnMut(u64, u64, f64),
+) -> Result<()> {
     let mut l = Lines::new(reader, path).record("time");
     format_version(&mut l)?;
     let mut ranks_per_call: Option<u64> = None;
@@ -72,6 +96,20 @@ pub fn read<R: BufRead>(reader: R, path: &Path, mut f: impl FnMut(u64, u64, f64)
         if t.starts_with(b"# Call ") {
             close(&l, call, &mut ranks_per_call)?;
             let c = labelled_uint(&l, "# Call ", "call", i64::MAX as u64)?;
+            if let Some(known) = calls
+                && !known.contains(&c)
+            {
+                return Err(l.error(
+                    "call",
+                    8,
+                    format!(
+                        "call {c} is not a call of the lead rank's count files ({} calls, {}..={})",
+                        known.len(),
+                        known.first().copied().unwrap_or(0),
+                        known.last().copied().unwrap_or(0)
+                    ),
+                ));
+            }
             if last_call.is_some_and(|p| c <= p) {
                 return Err(l.error(
                     "call",
@@ -90,8 +128,14 @@ pub fn read<R: BufRead>(reader: R, path: &Path, mut f: impl FnMut(u64, u64, f64)
         let v: f64 = std::str::from_utf8(t)
             .ok()
             .and_then(|s| s.parse().ok())
-            .filter(|v: &f64| v.is_finite() && *v >= 0.0)
-            .ok_or_else(|| l.error("time", 1, "expected a non-negative time in seconds"))?;
+            .filter(|v: &f64| v.is_finite() && (0.0..=MAX_CALL_S).contains(v))
+            .ok_or_else(|| {
+                l.error(
+                    "time",
+                    1,
+                    format!("expected a time in seconds within 0..={MAX_CALL_S}"),
+                )
+            })?;
         f(*c, *n, v);
         closed = false;
         *n += 1;

@@ -1,6 +1,7 @@
 //! The `dimemas` ingest kind: every record of a `.dim` trace becomes one
 //! `mpi_trace_records` row. CPU bursts are folded into the `compute_s` of the record
 //! that follows them (a trailing burst becomes a `compute` row), as the table documents.
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use arrow::array::{
@@ -11,7 +12,8 @@ use benchlake_core::catalog;
 use benchlake_core::lake::TableOutput;
 
 use super::trace::{DimRecord, DimTrace, RecvKind};
-use crate::error::Result;
+use crate::bandela::trace::{MAX_BURST_S, MAX_MESSAGE_BYTES};
+use crate::error::{FormatError, Position, Result};
 use crate::ingest::{IngestContext, InputFile};
 
 /// Rows per Arrow batch.
@@ -189,16 +191,19 @@ fn clamp_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// Appends the rows of one `.dim` trace.
+/// Appends the rows of one `.dim` trace, after checking its tasks' records
+/// agree ([`Exchange`]).
 pub fn trace_rows(trace: &DimTrace, out: &mut TraceRowsBuilder) -> Result<u64> {
     let mut total = 0u64;
+    let mut x = Exchange::default();
     for task in 0..trace.ntasks() as u32 {
         let mut s = trace.task_stream(task)?;
         let mut seq = 0i64;
         let mut pending = 0.0f64;
         let mut have_pending = false;
         let rank = i32::try_from(task).unwrap_or(i32::MAX);
-        while let Some((rec, _)) = s.next_record()? {
+        while let Some((rec, at)) = s.next_record()? {
+            x.record(task, &rec, at, trace)?;
             let mut row = TraceRow {
                 rank,
                 seq,
@@ -274,6 +279,18 @@ pub fn trace_rows(trace: &DimTrace, out: &mut TraceRowsBuilder) -> Result<u64> {
             seq += 1;
             total += 1;
         }
+        let (end, want) = (s.stopped_at().unwrap_or(0), trace.task_end(task));
+        if end != want {
+            return Err(FormatError::malformed(
+                trace.path(),
+                "record.task",
+                Position::Offset(end),
+                format!(
+                    "the records of task {task} stop here, at a record of another task or thread, \
+                     before their end at byte {want}: a damaged task id, or tasks interleaved"
+                ),
+            ));
+        }
         if have_pending {
             out.push(TraceRow {
                 rank,
@@ -286,6 +303,7 @@ pub fn trace_rows(trace: &DimTrace, out: &mut TraceRowsBuilder) -> Result<u64> {
             total += 1;
         }
     }
+    x.check(trace)?;
     Ok(total)
 }
 
@@ -299,4 +317,243 @@ pub fn ingest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutp
         tracing::debug!(file = %input.path.display(), rows = n, "dimemas trace ingested");
     }
     Ok(vec![b.finish()?])
+}
+
+/// One side of a message: (the other task, -1 for any; tag; size; where).
+type Traced = (i64, i64, u64, u64);
+
+/// What the checks across tasks need of a trace's records: the messages
+/// sent and received, and the collectives each task enters.
+#[derive(Debug, Default)]
+struct Exchange {
+    /// Messages per (receiving task, communicator): (sender, tag, size, at).
+    sent: HashMap<(u32, i64), Vec<Traced>>,
+    /// Receives (Recv and Irecv, not their Wait) per (task, communicator):
+    /// (source or -1, tag, size, at).
+    recvd: HashMap<(u32, i64), Vec<Traced>>,
+    /// Collectives per (communicator, task): how many, where the last is.
+    glops: BTreeMap<(i64, u32), (u64, u64)>,
+}
+
+impl Exchange {
+    /// Checks one record's values against the trace (peers are its tasks,
+    /// communicators its definitions, sizes and times within physical
+    /// bounds) and notes what the checks across tasks need.
+    fn record(&mut self, task: u32, rec: &DimRecord, at: u64, trace: &DimTrace) -> Result<()> {
+        let bad = |field: &str, msg: String| {
+            Err(FormatError::malformed(
+                trace.path(),
+                field,
+                Position::Offset(at),
+                msg,
+            ))
+        };
+        let n = trace.ntasks() as i64;
+        let known = |comm: i64| trace.comms.is_empty() || trace.comms.iter().any(|c| c.id == comm);
+        let size_ok = |v: u64| v <= MAX_MESSAGE_BYTES;
+        match *rec {
+            DimRecord::Burst { seconds } | DimRecord::GpuBurst { seconds } => {
+                if !(seconds.is_finite() && seconds <= MAX_BURST_S) {
+                    return bad(
+                        "burst_s",
+                        format!("{seconds} s: not a burst within 0..={MAX_BURST_S} s"),
+                    );
+                }
+            }
+            DimRecord::Send {
+                dst,
+                size,
+                tag,
+                comm,
+                ..
+            } => {
+                if i64::from(dst) >= n {
+                    return bad("send.dst_task", format!("task {dst} of a trace of {n}"));
+                }
+                if !size_ok(size) {
+                    return bad(
+                        "send.size",
+                        format!("{size} bytes: more than a node's memory"),
+                    );
+                }
+                if i32::try_from(tag).is_err() {
+                    return bad("send.tag", format!("tag {tag} is not a C int"));
+                }
+                if !known(comm) {
+                    return bad("send.comm", format!("communicator {comm} is not defined"));
+                }
+                self.sent
+                    .entry((dst, comm))
+                    .or_default()
+                    .push((i64::from(task), tag, size, at));
+            }
+            DimRecord::Recv {
+                src,
+                size,
+                tag,
+                comm,
+                kind,
+            } => {
+                if src >= n {
+                    return bad("recv.src_task", format!("task {src} of a trace of {n}"));
+                }
+                if !size_ok(size) {
+                    return bad(
+                        "recv.size",
+                        format!("{size} bytes: more than a node's memory"),
+                    );
+                }
+                if i32::try_from(tag).is_err() {
+                    return bad("recv.tag", format!("tag {tag} is not a C int"));
+                }
+                if !known(comm) {
+                    return bad("recv.comm", format!("communicator {comm} is not defined"));
+                }
+                if kind != RecvKind::Wait {
+                    self.recvd
+                        .entry((task, comm))
+                        .or_default()
+                        .push((src, tag, size, at));
+                }
+            }
+            DimRecord::GlobalOp {
+                comm,
+                bytes_send,
+                bytes_recv,
+                ..
+            } => {
+                if !size_ok(bytes_send) || !size_ok(bytes_recv) {
+                    return bad(
+                        "glop.bytes",
+                        format!("{bytes_send}/{bytes_recv} bytes: more than a node's memory"),
+                    );
+                }
+                if !known(comm) {
+                    return bad("glop.comm", format!("communicator {comm} is not defined"));
+                }
+                let g = self.glops.entry((comm, task)).or_insert((0, at));
+                *g = (g.0 + 1, at);
+            }
+            DimRecord::Noop | DimRecord::Event { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// The tasks' records agree as a completed run's do: every message sent
+    /// to a task is received there in the same communicator (by a receive
+    /// naming its source and tag, or -1), none larger than its receive, and
+    /// the members of a communicator enter the same number of collectives.
+    /// A record dropped or a peer, tag, communicator or size changed breaks
+    /// one of these.
+    fn check(&self, trace: &DimTrace) -> Result<()> {
+        let err = |field: &str, at: u64, msg: String| {
+            Err(FormatError::malformed(
+                trace.path(),
+                field,
+                Position::Offset(at),
+                msg,
+            ))
+        };
+        let mut keys: Vec<(u32, i64)> =
+            self.sent.keys().chain(self.recvd.keys()).copied().collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let empty_s = Vec::new();
+        let empty_r = Vec::new();
+        for (task, comm) in keys {
+            let s = self.sent.get(&(task, comm)).unwrap_or(&empty_s);
+            let r = self.recvd.get(&(task, comm)).unwrap_or(&empty_r);
+            if s.len() != r.len() {
+                // The sender's last message, or the receiver's last receive.
+                let at = if r.len() < s.len() {
+                    s.last().map_or(0, |m| m.3)
+                } else {
+                    r.last().map_or(0, |m| m.3)
+                };
+                return err(
+                    "message",
+                    at,
+                    format!(
+                        "task {task} posts {} receive(s) in communicator {comm}, and the other tasks send it {} message(s)",
+                        r.len(),
+                        s.len()
+                    ),
+                );
+            }
+            let wild = r.iter().any(|m| m.0 < 0 || m.1 == -1);
+            let mut queues: HashMap<(i64, i64), VecDeque<(u64, u64)>> = HashMap::new();
+            let mut by_src: HashMap<i64, usize> = HashMap::new();
+            for &(src, tag, size, at) in s {
+                queues.entry((src, tag)).or_default().push_back((size, at));
+                *by_src.entry(src).or_default() += 1;
+            }
+            for &(src, tag, size, at) in r {
+                if src < 0 {
+                    continue;
+                }
+                let c = by_src.entry(src).or_default();
+                if *c == 0 {
+                    return err(
+                        "recv.src_task",
+                        at,
+                        format!(
+                            "a receive from task {src}, which sends task {task} fewer messages in communicator {comm}"
+                        ),
+                    );
+                }
+                *c -= 1;
+                if tag == -1 {
+                    continue;
+                }
+                match queues.get_mut(&(src, tag)).and_then(|q| q.pop_front()) {
+                    Some((sent, _)) if wild || sent <= size => {}
+                    Some((sent, sat)) => {
+                        return err(
+                            "send.size",
+                            sat,
+                            format!(
+                                "{sent} bytes sent to task {task}, whose receive (at byte offset {at}) takes {size}"
+                            ),
+                        );
+                    }
+                    None => {
+                        return err(
+                            "recv.tag",
+                            at,
+                            format!(
+                                "a receive from task {src} with tag {tag}: that task sends no (more) such message"
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        let n = trace.ntasks() as u32;
+        let mut comms: Vec<i64> = self.glops.keys().map(|k| k.0).collect();
+        comms.dedup();
+        for comm in comms {
+            let members: Vec<u32> = trace
+                .comms
+                .iter()
+                .find(|c| c.id == comm)
+                .map_or_else(|| (0..n).collect(), |c| c.tasks.clone());
+            let count = |t: u32| self.glops.get(&(comm, t)).map_or(0, |g| g.0);
+            let most = members.iter().map(|t| count(*t)).max().unwrap_or(0);
+            if let Some(short) = members.iter().copied().find(|t| count(*t) < most) {
+                let at = self
+                    .glops
+                    .get(&(comm, short))
+                    .map_or(trace.task_end(short), |g| g.1);
+                return err(
+                    "glop",
+                    at,
+                    format!(
+                        "task {short} enters {} collective(s) on communicator {comm}, another member {most}",
+                        count(short)
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
 }

@@ -34,7 +34,7 @@ pub(crate) fn position_of(path: &Path, offset: u64) -> Position {
         let n = buf.len();
         r.consume(n);
     }
-    Position::LineCol(line, col)
+    Position::Text { offset, line, col }
 }
 
 /// A cursor over the `:`-separated fields of one record line.

@@ -101,6 +101,8 @@ pub struct DimTrace {
     offsets: Vec<u64>,
     /// Byte offset of the first record line (after the definitions).
     pub records_start: u64,
+    /// Bytes in the file.
+    file_len: u64,
 }
 
 fn read_line_limited<R: BufRead>(r: &mut R, buf: &mut Vec<u8>) -> std::io::Result<usize> {
@@ -209,6 +211,7 @@ impl DimTrace {
             comms,
             offsets,
             records_start,
+            file_len,
         })
     }
 
@@ -238,6 +241,24 @@ impl DimTrace {
         })
     }
 
+    /// Where the records of `task` end: the start of the next task's
+    /// records, else of the offsets block, else the end of the file. Its
+    /// stream must stop there ([`TaskStream::stopped_at`]): a record of
+    /// another task or thread before it is a damaged task id, or records of
+    /// tasks interleaved, which this reader does not read.
+    pub fn task_end(&self, task: u32) -> u64 {
+        let start = self.offsets.get(task as usize).copied().unwrap_or(0);
+        self.offsets
+            .iter()
+            .copied()
+            .filter(|o| *o > start)
+            .chain(self.header.offsets_offset)
+            .chain(std::iter::once(self.file_len))
+            .filter(|o| *o >= start)
+            .min()
+            .unwrap_or(self.file_len)
+    }
+
     /// A lazy stream over the records of `task` (thread 0).
     pub fn task_stream(&self, task: u32) -> Result<TaskStream> {
         let off = self.task_offset(task)?;
@@ -251,6 +272,7 @@ impl DimTrace {
             pos: off,
             buf: Vec::with_capacity(64),
             done: false,
+            stopped_at: None,
         })
     }
 }
@@ -264,9 +286,18 @@ pub struct TaskStream {
     pos: u64,
     buf: Vec<u8>,
     done: bool,
+    /// Byte offset of the line the stream stopped at (the file's length at
+    /// its end).
+    stopped_at: Option<u64>,
 }
 
 impl TaskStream {
+    /// Where the stream stopped: the line that is not one of its records,
+    /// or the end of the file; `None` before it stopped.
+    pub fn stopped_at(&self) -> Option<u64> {
+        self.stopped_at
+    }
+
     /// Byte offset of the next line.
     pub fn position(&self) -> u64 {
         self.pos
@@ -285,6 +316,7 @@ impl TaskStream {
             self.pos += n as u64;
             if n == 0 {
                 self.done = true;
+                self.stopped_at = Some(at);
                 return Ok(None);
             }
             if let Some(e) = cut_short(&self.path, "record", at, n, &self.buf) {
@@ -296,11 +328,13 @@ impl TaskStream {
             }
             if line.starts_with(b"s:") || line.starts_with(b"#") || line.starts_with(b"d:") {
                 self.done = true;
+                self.stopped_at = Some(at);
                 return Ok(None);
             }
             let (task, thread, rec) = parse_record(&self.path, line, at)?;
             if task != self.task || thread != 0 {
                 self.done = true;
+                self.stopped_at = Some(at);
                 return Ok(None);
             }
             return Ok(Some((rec, at)));

@@ -75,6 +75,10 @@ pub struct IorParameters {
     pub random_offset: i64,
     #[serde(default)]
     pub collective: i64,
+    /// `-D`: a write phase stopped after this many seconds moves fewer
+    /// bytes than the parameters say.
+    #[serde(default)]
+    pub deadline_for_stonewall: i64,
     pub segment_count: i64,
     pub transfer_size: i64,
     pub block_size: i64,
@@ -207,15 +211,31 @@ impl IorTest {
 pub fn parse_json(path: &Path, bytes: &[u8]) -> Result<IorSummary> {
     let s: IorSummary =
         serde_json::from_slice(bytes).map_err(|e| text::json_err(path, "IOR JSON summary", &e))?;
-    validate(path, &s)?;
+    validate(&s).map_err(|(field, msg)| {
+        FormatError::malformed(
+            path,
+            field.clone(),
+            Position::Offset(text::json_offset(bytes, &field)),
+            msg,
+        )
+    })?;
     Ok(s)
 }
 
-/// Rejects values no IOR run can print (negative sizes, unknown accesses), so
-/// they never reach the lake as plausible numbers.
-fn validate(path: &Path, s: &IorSummary) -> Result<()> {
-    let bad =
-        |field: String, msg: String| Err(FormatError::malformed(path, field, Position::None, msg));
+/// The highest aggregate bandwidth accepted, MiB/s: 10^9 MiB/s, about a
+/// PiB/s, a hundred times the fastest file systems of 2026.
+pub const MAX_BW_MIB_S: f64 = 1e9;
+
+/// Half a unit of IOR's `%.4f` prints, and a hair for the binary fraction.
+const ROUND4: f64 = 0.00005 + 1e-12;
+
+/// Rejects values no IOR run can print (negative sizes, unknown accesses), and
+/// figures that disagree with the others IOR derives them with: the
+/// bandwidth is the test's bytes over the total time, the IOPS its transfers
+/// over the transfer time, the summary the statistics of the results, each
+/// to the `%.4f` rounding of its print. The error is (JSON path, message).
+fn validate(s: &IorSummary) -> Result<(), (String, String)> {
+    let bad = |field: String, msg: String| Err((field, msg));
     // IOR prints at least one test with at least one result; a summary without
     // them is not a run's output (and would land as a run without rows).
     if s.tests.is_empty() {
@@ -238,30 +258,216 @@ fn validate(path: &Path, s: &IorSummary) -> Result<()> {
                 );
             }
         }
+        if p.block_size % p.transfer_size != 0 {
+            return bad(
+                format!("tests[{ti}].Parameters.blockSize"),
+                format!(
+                    "{} is not a multiple of transferSize {}, which IOR requires",
+                    p.block_size, p.transfer_size
+                ),
+            );
+        }
         if t.num_tasks() <= 0 {
             return bad(
                 format!("tests[{ti}].Options.tasks"),
                 "no task count".to_string(),
             );
         }
+        if let Some(o) = &t.options
+            && p.nodes > 0
+            && p.tasks_per_node > 0
+            && p.nodes.checked_mul(p.tasks_per_node) != Some(o.tasks)
+        {
+            return bad(
+                format!("tests[{ti}].Options.tasks"),
+                format!(
+                    "{}, but Parameters say {} nodes of {} tasks",
+                    o.tasks, p.nodes, p.tasks_per_node
+                ),
+            );
+        }
+        let n = t.num_tasks();
+        let bytes = p
+            .block_size
+            .checked_mul(p.segment_count)
+            .and_then(|b| b.checked_mul(n))
+            .ok_or_else(|| {
+                (
+                    format!("tests[{ti}].Parameters.blockSize"),
+                    "blockSize × segmentCount × tasks overflows".to_string(),
+                )
+            })? as f64;
         for (ri, r) in t.results.iter().enumerate() {
+            let at = |f: &str| format!("tests[{ti}].Results[{ri}].{f}");
             if !matches!(r.access.as_str(), "write" | "read" | "remove") {
+                return bad(at("access"), format!("unknown access '{}'", r.access));
+            }
+            let figures = [
+                ("totalTime", Some(r.total_time)),
+                ("bwMiB", r.bw_mib),
+                ("iops", r.iops),
+                ("latency", r.latency),
+                ("openTime", r.open_time),
+                ("wrRdTime", r.wr_rd_time),
+                ("closeTime", r.close_time),
+                ("blockKiB", r.block_kib),
+                ("xferKiB", r.xfer_kib),
+            ];
+            for (name, v) in figures {
+                if let Some(v) = v
+                    && (!v.is_finite() || v < 0.0)
+                {
+                    return bad(at(name), format!("{v}: negative or not finite"));
+                }
+            }
+            if r.access == "remove" {
+                continue;
+            }
+            let Some(bw) = r.bw_mib else {
+                return bad(at("bwMiB"), "missing".to_string());
+            };
+            if bw > MAX_BW_MIB_S {
                 return bad(
-                    format!("tests[{ti}].Results[{ri}].access"),
-                    format!("unknown access '{}'", r.access),
+                    at("bwMiB"),
+                    format!("{bw} MiB/s: above {MAX_BW_MIB_S} MiB/s, no file system's"),
                 );
             }
-            let times = [r.total_time, r.bw_mib.unwrap_or(0.0)];
-            if times.iter().any(|v| !v.is_finite() || *v < 0.0) {
-                return bad(
-                    format!("tests[{ti}].Results[{ri}]"),
-                    "negative or non-finite time or bandwidth".to_string(),
-                );
+            for (name, v) in [
+                ("openTime", r.open_time),
+                ("wrRdTime", r.wr_rd_time),
+                ("closeTime", r.close_time),
+                ("latency", r.latency),
+            ] {
+                if let Some(v) = v
+                    && v > r.total_time + 2.0 * ROUND4
+                {
+                    return bad(
+                        at(name),
+                        format!("{v} s, longer than the totalTime {} s", r.total_time),
+                    );
+                }
             }
-            if r.access != "remove" && r.bw_mib.is_none() {
+            for (name, v, want) in [
+                ("blockKiB", r.block_kib, p.block_size),
+                ("xferKiB", r.xfer_kib, p.transfer_size),
+            ] {
+                if let Some(v) = v
+                    && (v * 1024.0 - want as f64).abs() > 1024.0 * ROUND4
+                {
+                    return bad(
+                        at(name),
+                        format!("{v} KiB, but the parameters say {want} bytes"),
+                    );
+                }
+            }
+            // A stonewalled phase moves fewer bytes than the parameters say.
+            if p.deadline_for_stonewall == 0 {
+                let implied = bytes / 1048576.0 / bw;
+                if !(implied - r.total_time)
+                    .abs()
+                    .le(&(ROUND4 + 1e-6 * implied))
+                {
+                    return bad(
+                        at("bwMiB"),
+                        format!(
+                            "{bw} MiB/s: the test's {bytes} bytes in the totalTime {} s make {:.4}",
+                            r.total_time,
+                            bytes / 1048576.0 / r.total_time
+                        ),
+                    );
+                }
+                if let (Some(iops), Some(xfer)) = (r.iops, r.wr_rd_time) {
+                    let implied = bytes / p.transfer_size as f64 / iops;
+                    if !(implied - xfer).abs().le(&(ROUND4 + 1e-6 * implied)) {
+                        return bad(
+                            at("iops"),
+                            format!(
+                                "{iops}: the test's transfers in the wrRdTime {xfer} s make {:.4}",
+                                bytes / p.transfer_size as f64 / xfer
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    for (si, m) in s.summary.iter().enumerate() {
+        let at = |f: &str| format!("summary[{si}].{f}");
+        let Some(t) = s.tests.iter().find(|t| t.test_id == m.test_id) else {
+            return bad(at("TestID"), format!("no test {}", m.test_id));
+        };
+        let p = &t.parameters;
+        for (name, v, want) in [
+            ("segmentCount", m.segment_count, p.segment_count),
+            ("blockSize", m.block_size, p.block_size),
+            ("transferSize", m.transfer_size, p.transfer_size),
+            ("numTasks", m.num_tasks, t.num_tasks()),
+        ] {
+            if v != want {
+                return bad(at(name), format!("{v}, but the test's is {want}"));
+            }
+        }
+        let bws: Vec<f64> = t
+            .results
+            .iter()
+            .filter(|r| r.access == m.operation)
+            .filter_map(|r| r.bw_mib)
+            .collect();
+        let times: Vec<f64> = t
+            .results
+            .iter()
+            .filter(|r| r.access == m.operation)
+            .map(|r| r.total_time)
+            .collect();
+        if m.repetitions != bws.len() as i64 {
+            return bad(
+                at("repetitions"),
+                format!(
+                    "{}, but the test has {} '{}' results",
+                    m.repetitions,
+                    bws.len(),
+                    m.operation
+                ),
+            );
+        }
+        if bws.is_empty() {
+            continue;
+        }
+        let k = bws.len() as f64;
+        let mean = bws.iter().sum::<f64>() / k;
+        let sd = (bws.iter().map(|b| (b - mean) * (b - mean)).sum::<f64>() / k).sqrt();
+        let max = bws.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let min = bws.iter().copied().fold(f64::INFINITY, f64::min);
+        let ops = 1048576.0 / m.transfer_size as f64;
+        let xsize =
+            (p.block_size as f64) * (p.segment_count as f64) * (t.num_tasks() as f64) / 1048576.0;
+        for (name, v, want, tol) in [
+            ("bwMaxMIB", m.bw_max_mib, max, 2.0 * ROUND4),
+            ("bwMinMIB", m.bw_min_mib, min, 2.0 * ROUND4),
+            ("bwMeanMIB", m.bw_mean_mib, mean, 3.0 * ROUND4),
+            ("bwStdMIB", m.bw_std_mib, sd, 4.0 * ROUND4),
+            ("OPsMax", m.ops_max, max * ops, ROUND4 * (1.0 + 2.0 * ops)),
+            ("OPsMin", m.ops_min, min * ops, ROUND4 * (1.0 + 2.0 * ops)),
+            (
+                "OPsMean",
+                m.ops_mean,
+                mean * ops,
+                ROUND4 * (1.0 + 3.0 * ops),
+            ),
+            ("OPsSD", m.ops_sd, sd * ops, ROUND4 * (1.0 + 4.0 * ops)),
+            (
+                "MeanTime",
+                m.mean_time,
+                times.iter().sum::<f64>() / k,
+                3.0 * ROUND4,
+            ),
+            ("xsizeMiB", m.xsize_mib, xsize, 2.0 * ROUND4),
+        ] {
+            let stonewalled = name == "xsizeMiB" && p.deadline_for_stonewall != 0;
+            if !stonewalled && !(v - want).abs().le(&(tol + 1e-9 * want.abs())) {
                 return bad(
-                    format!("tests[{ti}].Results[{ri}].bwMiB"),
-                    "missing".to_string(),
+                    at(name),
+                    format!("{v}, but the test's {} results give {want:.4}", m.operation),
                 );
             }
         }
@@ -308,6 +514,8 @@ pub fn parse_rank_csv(path: &Path, text: &str) -> Result<Vec<IorRankRecord>> {
     text::require_complete(path, text, "row")?;
     let mut seen: std::collections::HashMap<(String, i32), i64> = Default::default();
     let mut out = Vec::new();
+    // Each row's rank and four figures, for the checks across rows.
+    let mut at: Vec<[Field<'_>; 5]> = Vec::new();
     for (i, line) in lines {
         let line_no = i as u64 + 1;
         if line.trim().is_empty() {
@@ -355,6 +563,7 @@ pub fn parse_rank_csv(path: &Path, text: &str) -> Result<Vec<IorRankRecord>> {
                 *slot = v;
             }
         }
+        at.push([rank_f, get(2)?, get(3)?, get(4)?, get(5)?]);
         let counter = seen.entry((access.text.to_string(), rank)).or_insert(0);
         let iteration = *counter;
         *counter += 1;
@@ -384,5 +593,82 @@ pub fn parse_rank_csv(path: &Path, text: &str) -> Result<Vec<IorRankRecord>> {
         text,
         out.iter().map(|r| (r.access.as_str(), i64::from(r.rank))),
     )?;
+    check_rank_rows(path, &out, &at)?;
     Ok(out)
+}
+
+/// The checks across the per-rank rows: every group of rows is ranks
+/// 0..n-1 in order; a transfer phase lies within its open-to-close time;
+/// and every throughput × its time is the same number of bytes, each
+/// rank's share of the test (blockSize × segmentCount), to the `%.10e`
+/// precision of the prints. The share is the figure most rows agree on.
+fn check_rank_rows(path: &Path, out: &[IorRankRecord], at: &[[Field<'_>; 5]]) -> Result<()> {
+    let n = out
+        .iter()
+        .map(|r| r.rank)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    for (k, (r, f)) in out.iter().zip(at).enumerate() {
+        if usize::try_from(r.rank).ok() != Some(k % n) {
+            return Err(f[0].err(
+                path,
+                "rank",
+                format!(
+                    "rank {} where the rows of {n} ranks put rank {}",
+                    r.rank,
+                    k % n
+                ),
+            ));
+        }
+        if r.runtime > r.runtime_with_openclose * (1.0 + 1e-9) {
+            return Err(f[2].err(
+                path,
+                "runtime",
+                format!(
+                    "{} s, longer than the open-to-close time {} s",
+                    r.runtime, r.runtime_with_openclose
+                ),
+            ));
+        }
+        for (v, fld) in [(r.throughput_with_openclose, &f[3]), (r.throughput, &f[4])] {
+            if v > MAX_BW_MIB_S * 1048576.0 {
+                return Err(fld.err(
+                    path,
+                    "throughput",
+                    format!("{v} B/s: above {MAX_BW_MIB_S} MiB/s, no file system's"),
+                ));
+            }
+        }
+    }
+    // Per group of n rows (one access of one iteration of one test: tests
+    // of other sizes may follow).
+    for (rows, fields) in out.chunks(n.max(1)).zip(at.chunks(n.max(1))) {
+        let mut shares: Vec<(f64, &Field<'_>)> = Vec::new();
+        for (r, f) in rows.iter().zip(fields) {
+            for (thr, time, fld) in [
+                (r.throughput_with_openclose, r.runtime_with_openclose, &f[3]),
+                (r.throughput, r.runtime, &f[4]),
+            ] {
+                if thr.is_finite() && time > 0.0 {
+                    shares.push((thr * time, fld));
+                }
+            }
+        }
+        let mut sorted: Vec<f64> = shares.iter().map(|s| s.0).collect();
+        sorted.sort_by(f64::total_cmp);
+        if let Some(&want) = sorted.get(sorted.len() / 2) {
+            for (got, fld) in &shares {
+                if (got - want).abs() > 1e-6 * want {
+                    return Err(fld.err(
+                        path,
+                        "throughput",
+                        format!(
+                            "throughput × time = {got} bytes, where the other rows of its group move {want:.0} per rank"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }

@@ -107,6 +107,9 @@ pub fn parse(path: &Path, input: &str) -> Result<IorText> {
     text::require_complete(path, input, "line")?;
     // Whether IOR's closing 'Finished : DATE' line follows the last test.
     let mut finished = false;
+    // The fields of every Results row (by test) and Summary row.
+    let mut result_fields: Vec<Vec<Vec<Field<'_>>>> = Vec::new();
+    let mut summary_fields: Vec<Vec<Field<'_>>> = Vec::new();
     while let Some((i, raw)) = lines.next() {
         let line_no = i as u64 + 1;
         let line = raw.trim_end_matches('\r');
@@ -133,6 +136,9 @@ pub fn parse(path: &Path, input: &str) -> Result<IorText> {
                 lines.next();
                 if let Some(r) = result_row(path, row.trim_end_matches('\r'), j as u64 + 1)? {
                     test.results.push(r);
+                    if let Some(v) = result_fields.last_mut() {
+                        v.push(text::split_ws(row.trim_end_matches('\r'), j as u64 + 1));
+                    }
                 }
             }
             continue;
@@ -157,6 +163,7 @@ pub fn parse(path: &Path, input: &str) -> Result<IorText> {
                 }
                 lines.next();
                 out.summary.push(summary_row(path, row, j as u64 + 1)?);
+                summary_fields.push(text::split_ws(row, j as u64 + 1));
             }
             continue;
         }
@@ -185,6 +192,7 @@ pub fn parse(path: &Path, input: &str) -> Result<IorText> {
                     test_id: id,
                     ..Default::default()
                 });
+                result_fields.push(Vec::new());
             }
             _ => {
                 if let Some(test) = out.tests.last_mut() {
@@ -197,7 +205,7 @@ pub fn parse(path: &Path, input: &str) -> Result<IorText> {
         return Err(FormatError::malformed(
             path,
             "TestID",
-            Position::None,
+            Position::Offset(input.len() as u64),
             "no test in the output",
         ));
     }
@@ -215,7 +223,218 @@ pub fn parse(path: &Path, input: &str) -> Result<IorText> {
             ),
         ));
     }
+    check(path, &out, &result_fields, &summary_fields)?;
     Ok(out)
+}
+
+/// Field `k` of a row (an empty one at its line's start when missing).
+fn nth<'a>(v: &[Field<'a>], k: usize) -> Field<'a> {
+    v.get(k).copied().unwrap_or(Field {
+        text: "",
+        line: v.first().map_or(1, |f| f.line),
+        col: 1,
+    })
+}
+
+/// Half a unit of the last digit printed in `f` (IOR prints figures with
+/// as many decimals as fit its column); none for an exponent form.
+fn half_unit(f: &Field<'_>) -> f64 {
+    let t = f.text.trim();
+    // IOR prints these columns as fixed-point: an exponent is not its print.
+    if t.contains(['e', 'E']) {
+        return 0.0;
+    }
+    let d = t.split_once('.').map_or(0, |(_, d)| d.len());
+    0.5 * 10f64.powi(-(d as i32)) + 1e-12
+}
+
+/// The checks across rows: each Results row's bandwidth is the test's bytes
+/// (the Summary row's blksiz × segcnt × #Tasks) over its total time, its
+/// IOPS the transfers over its transfer time, its phase times within the
+/// total, its sizes the test's; the Summary's statistics are those of the
+/// Results rows (population deviation), each to the rounding of the prints.
+fn check(
+    path: &Path,
+    out: &IorText,
+    results: &[Vec<Vec<Field<'_>>>],
+    summary: &[Vec<Field<'_>>],
+) -> Result<()> {
+    const MIB: f64 = 1048576.0;
+    for (s, sf) in out.summary.iter().zip(summary) {
+        let sat = |k: usize| nth(sf, k);
+        let Some((ti, test)) = out
+            .tests
+            .iter()
+            .enumerate()
+            .find(|(_, t)| t.test_id == s.test_id)
+        else {
+            return Err(sat(12).err(path, "Test#", format!("no test {}", s.test_id)));
+        };
+        let rf = results.get(ti).map(Vec::as_slice).unwrap_or_default();
+        if s.num_tasks < 1 || s.segment_count < 1 || s.block_size < 1 || s.transfer_size < 1 {
+            return Err(sat(13).err(path, "Summary row", "a size or count below 1"));
+        }
+        if let Some(t) = test
+            .options
+            .get("tasks")
+            .and_then(|t| t.parse::<i64>().ok())
+            && t != s.num_tasks
+        {
+            return Err(sat(13).err(
+                path,
+                "#Tasks",
+                format!("{}, but the test's setup says {t} tasks", s.num_tasks),
+            ));
+        }
+        let bytes = (s.block_size as f64) * (s.segment_count as f64) * (s.num_tasks as f64);
+        if (bytes / MIB - s.aggregate_mib).abs() > half_unit(&sat(24)) + 1e-9 {
+            return Err(sat(24).err(
+                path,
+                "aggs(MiB)",
+                format!(
+                    "{}, but blksiz × segcnt × #Tasks is {} MiB",
+                    s.aggregate_mib,
+                    bytes / MIB
+                ),
+            ));
+        }
+        let ops = bytes / s.transfer_size as f64;
+        let rows: Vec<(&IorTextResult, &Vec<Field<'_>>)> = test
+            .results
+            .iter()
+            .zip(rf)
+            .filter(|(r, _)| r.access == s.operation)
+            .collect();
+        if rows.len() as i64 != s.repetitions {
+            return Err(sat(15).err(
+                path,
+                "reps",
+                format!(
+                    "{}, but the test has {} '{}' results",
+                    s.repetitions,
+                    rows.len(),
+                    s.operation
+                ),
+            ));
+        }
+        for (k, (r, f)) in rows.iter().enumerate() {
+            let at = |k: usize| nth(f, k);
+            if r.iteration != k as i64 {
+                return Err(at(10).err(
+                    path,
+                    "iter",
+                    format!("{}, where the {} results put {k}", r.iteration, s.operation),
+                ));
+            }
+            for (name, col, v, want) in [
+                ("block(KiB)", 4, r.block_kib, s.block_size),
+                ("xfer(KiB)", 5, r.xfer_kib, s.transfer_size),
+            ] {
+                if (v * 1024.0 - want as f64).abs() > 1024.0 * half_unit(&at(col)) {
+                    return Err(at(col).err(
+                        path,
+                        name,
+                        format!("{v} KiB, but the test's is {want} bytes"),
+                    ));
+                }
+            }
+            for (name, col, v) in [
+                ("Latency(s)", 3, r.latency),
+                ("open(s)", 6, r.open),
+                ("wr/rd(s)", 7, r.wr_rd),
+                ("close(s)", 8, r.close),
+            ] {
+                if v > r.total + 2e-6 {
+                    return Err(at(col).err(
+                        path,
+                        name,
+                        format!("{v} s, longer than the total {} s", r.total),
+                    ));
+                }
+            }
+            // Times are printed with 6 decimals: their rounding bounds the
+            // rates' agreement.
+            let rate_ok = |have: f64, amount: f64, time: f64, f: &Field<'_>| {
+                if time <= 5e-7 {
+                    return true;
+                }
+                let want = amount / time;
+                let spread = amount * 5e-7 / (time * (time - 5e-7));
+                (have - want).abs() <= spread + half_unit(f) + 1e-9 * want
+            };
+            if !rate_ok(r.bw_mib, bytes / MIB, r.total, &at(1)) {
+                return Err(at(1).err(
+                    path,
+                    "bw(MiB/s)",
+                    format!(
+                        "{}, but the test's {bytes} bytes in {} s make {:.2}",
+                        r.bw_mib,
+                        r.total,
+                        bytes / MIB / r.total
+                    ),
+                ));
+            }
+            if !rate_ok(r.iops, ops, r.wr_rd, &at(2)) {
+                return Err(at(2).err(
+                    path,
+                    "IOPS",
+                    format!(
+                        "{}, but the test's {ops} transfers in {} s make {:.0}",
+                        r.iops,
+                        r.wr_rd,
+                        ops / r.wr_rd
+                    ),
+                ));
+            }
+        }
+        if rows.is_empty() {
+            continue;
+        }
+        // Results print bandwidths rounded: the statistics of the rounded
+        // values are within the largest rounding of the true ones.
+        let bws: Vec<f64> = rows.iter().map(|(r, _)| r.bw_mib).collect();
+        let round = rows
+            .iter()
+            .map(|(_, f)| half_unit(&nth(f, 1)))
+            .fold(0.0, f64::max);
+        let k = bws.len() as f64;
+        let mean = bws.iter().sum::<f64>() / k;
+        let sd = (bws.iter().map(|b| (b - mean) * (b - mean)).sum::<f64>() / k).sqrt();
+        let max = bws.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let min = bws.iter().copied().fold(f64::INFINITY, f64::min);
+        let times: Vec<f64> = rows.iter().map(|(r, _)| r.total).collect();
+        let opsf = MIB / s.transfer_size as f64;
+        for (name, col, v, want, tol) in [
+            ("Max(MiB)", 1, s.bw_max_mib, max, round),
+            ("Min(MiB)", 2, s.bw_min_mib, min, round),
+            ("Mean(MiB)", 3, s.bw_mean_mib, mean, round),
+            ("StdDev", 4, s.bw_std_mib, sd, 2.0 * round),
+            ("Max(OPs)", 5, s.ops_max, max * opsf, round * opsf),
+            ("Min(OPs)", 6, s.ops_min, min * opsf, round * opsf),
+            ("Mean(OPs)", 7, s.ops_mean, mean * opsf, round * opsf),
+            ("StdDev", 8, s.ops_sd, sd * opsf, 2.0 * round * opsf),
+            (
+                "Mean(s)",
+                9,
+                s.mean_time,
+                times.iter().sum::<f64>() / k,
+                5e-7,
+            ),
+        ] {
+            let f = sat(col);
+            if !(v - want)
+                .abs()
+                .le(&(tol + half_unit(&f) + 1e-9 * want.abs()))
+            {
+                return Err(f.err(
+                    path,
+                    name,
+                    format!("{v}, but the test's {} results give {want:.4}", s.operation),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn result_row(path: &Path, row: &str, line_no: u64) -> Result<Option<IorTextResult>> {

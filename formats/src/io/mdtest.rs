@@ -12,6 +12,26 @@ use std::path::Path;
 use crate::error::{FormatError, Position, Result};
 use crate::io::text::{self, Field};
 
+/// The operations mdtest reports (the rows of its SUMMARY tables, the
+/// columns of its per-rank CSV).
+pub const OPERATIONS: [&str; 11] = [
+    "Directory creation",
+    "Directory stat",
+    "Directory read",
+    "Directory rename",
+    "Directory removal",
+    "File creation",
+    "File stat",
+    "File read",
+    "File removal",
+    "Tree creation",
+    "Tree removal",
+];
+
+/// The longest phase accepted (s): 10^7 s, 116 days, longer than any batch
+/// system lets a job run.
+pub const MAX_PHASE_S: f64 = 1e7;
+
 /// One SUMMARY table line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MdtestSummaryLine {
@@ -62,6 +82,9 @@ pub fn parse_text(path: &Path, text: &str) -> Result<MdtestText> {
     }
     // Whether the closing '-- finished at DATE --' line follows the last table.
     let mut finished = false;
+    // `-i` and `-n` of the command line, when it shows them (and `-n` only
+    // when no option changes what it counts).
+    let (mut cmd_iters, mut cmd_items): (Option<i64>, Option<i64>) = (None, None);
     while let Some((i, raw)) = lines.next() {
         let line_no = i as u64 + 1;
         let line = raw.trim_end_matches('\r');
@@ -75,20 +98,78 @@ pub fn parse_text(path: &Path, text: &str) -> Result<MdtestText> {
             // "mdtest-4.1.0+dev was launched with 4 total task(s) on 1 node(s)"
             let w = text::split_ws(rest, line_no);
             out.version = w.first().map(|f| f.text.to_string());
-            let nums: Vec<_> = w.iter().filter(|f| f.text.parse::<i64>().is_ok()).collect();
+            let nums: Vec<_> = w
+                .iter()
+                .skip(1)
+                .filter(|f| f.text.parse::<i64>().is_ok())
+                .collect();
             if let (Some(t), Some(n)) = (nums.first(), nums.get(1)) {
                 out.num_tasks = Some(t.i64(path, "total tasks")?);
                 out.num_nodes = Some(n.i64(path, "nodes")?);
             }
             continue;
         }
-        if let Some((n, rest)) = t.split_once(" tasks, ")
-            && let Ok(n) = n.trim().parse::<i64>()
-        {
-            let items = rest
+        if let Some(cmd) = t.strip_prefix("Command line used:") {
+            let words: Vec<&str> = cmd
                 .split_whitespace()
-                .next()
-                .and_then(|x| x.parse::<i64>().ok());
+                .map(|w| w.trim_matches('\''))
+                .collect();
+            let opt = |o: &str| {
+                words
+                    .iter()
+                    .position(|w| *w == o)
+                    .and_then(|i| words.get(i + 1))
+                    .and_then(|v| v.parse::<i64>().ok())
+            };
+            cmd_iters = opt("-i");
+            let tree = ["-b", "-z", "-I", "-L", "-N", "-w", "-e"]
+                .iter()
+                .any(|o| words.contains(o));
+            cmd_items = if tree { None } else { opt("-n") };
+            continue;
+        }
+        if let Some((n, rest)) = t.split_once(" tasks, ") {
+            let at = |msg: String| {
+                FormatError::malformed(
+                    path,
+                    "tasks",
+                    Position::LineCol(line_no, 1 + line.len() as u64 - t.len() as u64),
+                    msg,
+                )
+            };
+            let n = n
+                .trim()
+                .parse::<i64>()
+                .map_err(|_| at(format!("'{}' is not a task count", n.trim())))?;
+            let x = rest.split_whitespace().next().unwrap_or("");
+            let items = Some(
+                x.parse::<i64>()
+                    .ok()
+                    .filter(|v| *v >= 0)
+                    .ok_or_else(|| at(format!("'{x}' is not an item count")))?,
+            );
+            let at = |msg: String| {
+                FormatError::malformed(
+                    path,
+                    "tasks",
+                    Position::LineCol(line_no, 1 + line.len() as u64 - t.len() as u64),
+                    msg,
+                )
+            };
+            if n < 1 || out.num_tasks.is_some_and(|b| b != n) {
+                return Err(at(format!(
+                    "{n} tasks, but mdtest was launched with {}",
+                    out.num_tasks.unwrap_or(0)
+                )));
+            }
+            if let (Some(per), Some(all)) = (cmd_items, items)
+                && per.checked_mul(n) != Some(all)
+            {
+                return Err(at(format!(
+                    "{all} items, but {n} tasks of '-n {per}' make {}",
+                    per.saturating_mul(n)
+                )));
+            }
             ctx = Some((n, items));
             continue;
         }
@@ -120,6 +201,17 @@ pub fn parse_text(path: &Path, text: &str) -> Result<MdtestText> {
                     "no '(of N iterations)'",
                 )
             })?;
+        if iterations < 1 || cmd_iters.is_some_and(|i| i != iterations) {
+            return Err(FormatError::malformed(
+                path,
+                "SUMMARY iterations",
+                Position::LineCol(line_no, 1 + line.len() as u64 - t.len() as u64),
+                format!(
+                    "{iterations} iterations, but the command line says -i {}",
+                    cmd_iters.unwrap_or(0)
+                ),
+            ));
+        }
         let (num_tasks, items) = match (ctx, out.num_tasks) {
             (Some((n, items)), _) => (n, items),
             (None, Some(n)) => (n, None),
@@ -156,7 +248,7 @@ pub fn parse_text(path: &Path, text: &str) -> Result<MdtestText> {
                 break;
             }
             lines.next();
-            rows.push(parse_summary_row(path, row, j as u64 + 1)?);
+            rows.push(parse_summary_row(path, row, j as u64 + 1, iterations)?);
         }
         if rows.is_empty() {
             return Err(FormatError::malformed(
@@ -207,7 +299,12 @@ pub fn parse_text(path: &Path, text: &str) -> Result<MdtestText> {
 /// "   Directory creation   20405.025   2223.961   9563.715   9582.977": the
 /// name has spaces, the figures are the last four fields (with
 /// `--showRankStatistics` three per-rank figures come first and are skipped).
-fn parse_summary_row(path: &Path, row: &str, line_no: u64) -> Result<MdtestSummaryLine> {
+fn parse_summary_row(
+    path: &Path,
+    row: &str,
+    line_no: u64,
+    iterations: i64,
+) -> Result<MdtestSummaryLine> {
     let f = text::split_ws(row, line_no);
     let numeric = f
         .iter()
@@ -225,6 +322,14 @@ fn parse_summary_row(path: &Path, row: &str, line_no: u64) -> Result<MdtestSumma
         ));
     }
     let name: Vec<&str> = f.iter().take(name_len).map(|x| x.text).collect();
+    let op = name.join(" ");
+    if !OPERATIONS.contains(&op.as_str()) {
+        return Err(f[0].err(
+            path,
+            "SUMMARY row",
+            format!("'{op}' is not an operation mdtest reports"),
+        ));
+    }
     let last4: Vec<Field<'_>> = f.iter().rev().take(4).rev().copied().collect();
     let num = |k: usize, n: &str| -> Result<f64> {
         last4
@@ -234,13 +339,92 @@ fn parse_summary_row(path: &Path, row: &str, line_no: u64) -> Result<MdtestSumma
             })
             .and_then(|x| x.f64(path, n))
     };
-    Ok(MdtestSummaryLine {
-        operation: name.join(" "),
+    let line = MdtestSummaryLine {
+        operation: op,
         max: num(0, "Max")?,
         min: num(1, "Min")?,
         mean: num(2, "Mean")?,
         stddev: num(3, "Std Dev")?,
-    })
+    };
+    let at = |k: usize| last4.get(k).copied().unwrap_or(f[0]);
+    if let Some((k, msg)) = summary_inconsistency(&line, iterations) {
+        return Err(at(k).err(path, ["Max", "Min", "Mean", "Std Dev"][k], msg));
+    }
+    Ok(line)
+}
+
+/// Why the four statistics of a SUMMARY row cannot be those of `n`
+/// iterations (column index, message), `None` when they can. mdtest prints
+/// them with 3 decimals: the checks allow for that rounding. `inf` (a phase
+/// timed at 0 s) leaves the row unchecked.
+pub fn summary_inconsistency(l: &MdtestSummaryLine, n: i64) -> Option<(usize, String)> {
+    let v = [l.max, l.min, l.mean, l.stddev];
+    if let Some(k) = v.iter().position(|x| *x < 0.0) {
+        return Some((k, "negative".into()));
+    }
+    if v.iter().any(|x| x.is_infinite()) {
+        return None;
+    }
+    let (max, min, mean, sd) = (l.max, l.min, l.mean, l.stddev);
+    // Rounding of one printed figure, and of sums of a few.
+    let tol = |x: f64| 0.002 + 1e-9 * x.abs();
+    if min > max + tol(max) {
+        return Some((1, format!("Min {min} above Max {max}")));
+    }
+    if mean > max + tol(max) || mean < min - tol(min) {
+        return Some((2, format!("Mean {mean} outside Min {min}..Max {max}")));
+    }
+    let nf = n as f64;
+    match n {
+        ..=0 => Some((0, format!("{n} iterations"))),
+        1 => (max - min > tol(max) || sd > tol(0.0)).then(|| {
+            (
+                3,
+                "one iteration with different Min and Max or a deviation".into(),
+            )
+        }),
+        2 | 3 => {
+            // Min and Max are two of the values; with 3 the third is
+            // 3 × Mean − Min − Max, and the sample deviation follows.
+            let xs: Vec<f64> = if n == 2 {
+                if (max + min - 2.0 * mean).abs() > 4.0 * tol(max) {
+                    return Some((
+                        2,
+                        format!("Mean {mean} of 2 iterations is not (Min + Max) / 2"),
+                    ));
+                }
+                vec![min, max]
+            } else {
+                let mid = 3.0 * mean - min - max;
+                if mid < min - 8.0 * tol(mean) || mid > max + 8.0 * tol(mean) {
+                    return Some((
+                        2,
+                        format!("Mean {mean} puts the third iteration at {mid}, outside Min..Max"),
+                    ));
+                }
+                vec![min, mid, max]
+            };
+            let m = xs.iter().sum::<f64>() / nf;
+            let want = (xs.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (nf - 1.0)).sqrt();
+            ((sd - want).abs() > 0.01 + 1e-6 * want).then(|| {
+                (
+                    3,
+                    format!("Std Dev {sd}, but Min, Max and Mean of {n} iterations give {want:.3}"),
+                )
+            })
+        }
+        _ => {
+            // Max and Min are among the values (a lower bound on the
+            // sample variance), and no series within Min..Max with this
+            // Mean varies more than (Max − Mean)(Mean − Min) (Bhatia–Davis).
+            let lo = ((max - mean).powi(2) + (mean - min).powi(2)) / (nf - 1.0);
+            let hi = (max - mean) * (mean - min) * nf / (nf - 1.0);
+            let (lo, hi) = (lo.max(0.0).sqrt(), hi.max(0.0).sqrt());
+            (sd < lo - 0.01 - 1e-6 * lo || sd > hi + 0.01 + 1e-6 * hi).then(|| {
+                (3, format!("Std Dev {sd} outside {lo:.3}..{hi:.3}, what Min, Max and Mean of {n} iterations allow"))
+            })
+        }
+    }
 }
 
 /// One figure of the per-rank CSV.
@@ -300,6 +484,13 @@ pub fn parse_rank_csv(path: &Path, text: &str) -> Result<MdtestRankCsv> {
         if op != op2 {
             return Err(t.err(path, "header", format!("'{}' after 'rate-{op}'", t.text)));
         }
+        if !OPERATIONS.contains(&op) {
+            return Err(r.err(
+                path,
+                "header",
+                format!("'{op}' is not an operation mdtest reports"),
+            ));
+        }
         operations.push(op.to_string());
     }
     text::require_complete(path, text, "row")?;
@@ -307,6 +498,10 @@ pub fn parse_rank_csv(path: &Path, text: &str) -> Result<MdtestRankCsv> {
     let mut items: Option<i64> = None;
     let mut per_rank: std::collections::BTreeMap<i32, i64> = Default::default();
     let mut ranks: Vec<i32> = Vec::new();
+    // Where each rank line's rank is, and each figure's rate.
+    let mut rank_at: Vec<Field<'_>> = Vec::new();
+    let mut rate_at: Vec<Field<'_>> = Vec::new();
+    let mut items_at: Option<Field<'_>> = None;
     for (i, raw) in lines {
         let line_no = i as u64 + 1;
         let line = raw.trim_end_matches('\r');
@@ -329,7 +524,11 @@ pub fn parse_rank_csv(path: &Path, text: &str) -> Result<MdtestRankCsv> {
         if let Some(it) = f.get(1).filter(|x| !x.text.is_empty()) {
             let v = it.i64(path, "items")?;
             if rank.is_none() {
+                if v < 1 {
+                    return Err(it.err(path, "items", format!("{v} items per process")));
+                }
                 items = Some(v);
+                items_at = Some(*it);
             }
         }
         // mdtest writes fewer pairs on rank lines (no tree phases); more than the
@@ -351,6 +550,7 @@ pub fn parse_rank_csv(path: &Path, text: &str) -> Result<MdtestRankCsv> {
             None => 0,
             Some(r) => {
                 ranks.push(r);
+                rank_at.push(*first);
                 let c = per_rank.entry(r).or_insert(0);
                 let it = *c;
                 *c += 1;
@@ -366,9 +566,22 @@ pub fn parse_rank_csv(path: &Path, text: &str) -> Result<MdtestRankCsv> {
             }
             let rate = rf.f64(path, &format!("rate-{op}"))?;
             let time = tf.f64(path, &format!("time-{op}"))?;
-            if rate < 0.0 || time < 0.0 || !time.is_finite() {
-                return Err(rf.err(path, op, "negative rate or time"));
+            if rate < 0.0 || time < 0.0 || !time.is_finite() || time > MAX_PHASE_S {
+                return Err(rf.err(
+                    path,
+                    op,
+                    format!("rate {rate}, time {time}: negative, or longer than {MAX_PHASE_S} s"),
+                ));
             }
+            // mdtest prints inf for a phase it timed at 0 s, and only then.
+            if rate.is_infinite() != (time == 0.0) {
+                return Err(rf.err(
+                    path,
+                    &format!("rate-{op}"),
+                    format!("rate {rate} for a time of {time} s"),
+                ));
+            }
+            rate_at.push(*rf);
             figures.push(MdtestRankFigure {
                 rank,
                 iteration,
@@ -385,6 +598,79 @@ pub fn parse_rank_csv(path: &Path, text: &str) -> Result<MdtestRankCsv> {
     // One line per rank, in rank order, per iteration: a last group shorter
     // than the one before was cut short.
     text::check_last_group(path, text, ranks.iter().map(|r| ("", i64::from(*r))))?;
+    // Every group is ranks 0..n-1, in order.
+    let n = per_rank.len();
+    for (k, (r, at)) in ranks.iter().zip(&rank_at).enumerate() {
+        if usize::try_from(*r).ok() != Some(k % n) || !ranks.len().is_multiple_of(n) {
+            return Err(at.err(
+                path,
+                "rank",
+                format!(
+                    "rank {r} where the rank lines of {n} ranks put rank {}",
+                    k % n
+                ),
+            ));
+        }
+    }
+    // The tree created is the tree removed: the same number of directories.
+    let tree = |op: &str| {
+        figures
+            .iter()
+            .zip(&rate_at)
+            .find(|(f, _)| f.rank.is_none() && f.operation == op && f.time > 0.0)
+            .map(|(f, at)| (f.rate * f.time, at))
+    };
+    if let (Some((c, _)), Some((r, at))) = (tree("Tree creation"), tree("Tree removal"))
+        && (c - r).abs() > 1e-6 * c.max(r)
+    {
+        return Err(at.err(
+            path,
+            "rate-Tree removal",
+            format!("{r} directories removed, {c} created"),
+        ));
+    }
+    // rate × time is the items of the phase: `-n` (the `all` line's items)
+    // on a rank line, that times the ranks on the `all` line (the tree
+    // phases, `all` line only, count directories of the tree: unchecked).
+    if let Some(items) = items {
+        for (f, at) in figures.iter().zip(&rate_at) {
+            if f.time == 0.0 {
+                continue;
+            }
+            if f.operation.starts_with("Tree") {
+                // The directories of the tree: a whole number.
+                let got = f.rate * f.time;
+                if got < 0.5 || (got - got.round()).abs() > (1e-9 * got).max(1e-6) {
+                    return Err(at.err(
+                        path,
+                        &format!("rate-{}", f.operation),
+                        format!(
+                            "rate {} × time {} = {got} directories: not a whole number",
+                            f.rate, f.time
+                        ),
+                    ));
+                }
+                continue;
+            }
+            let want = match f.rank {
+                Some(_) => items as f64,
+                None => items as f64 * n as f64,
+            };
+            let got = f.rate * f.time;
+            if (got - want).abs() > 1e-6 * want {
+                return Err(at.err(
+                    path,
+                    &format!("rate-{}", f.operation),
+                    format!(
+                        "rate {} × time {} = {got} items, where the file's {items} items per rank make {want}{}",
+                        f.rate,
+                        f.time,
+                        items_at.map_or(String::new(), |i| format!(" (items at line {}, column {})", i.line, i.col))
+                    ),
+                ));
+            }
+        }
+    }
     for f in &mut figures {
         f.items = items;
     }

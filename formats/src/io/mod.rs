@@ -35,13 +35,32 @@ pub fn ingest_ior(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<Table
     let (mut results, mut tasks, mut summary) = (Vec::new(), Vec::new(), Vec::new());
     for input in inputs {
         let bytes = text::read_bounded(&input.path)?;
-        let s = text::utf8(&input.path, &bytes)?;
+        ior_file(input, &bytes, &mut results, &mut tasks, &mut summary)
+            .map_err(|e| e.with_offset(&bytes))?;
+    }
+    non_empty(vec![
+        io_results(&ctx.run_id, &results)?,
+        io_task_times(&ctx.run_id, &tasks)?,
+        io_summary(&ctx.run_id, &summary)?,
+    ])
+}
+
+/// The rows of one `ior` input file.
+fn ior_file(
+    input: &InputFile,
+    bytes: &[u8],
+    results: &mut Vec<IoResultRow>,
+    tasks: &mut Vec<IoTaskRow>,
+    summary: &mut Vec<IoSummaryRow>,
+) -> Result<()> {
+    {
+        let s = text::utf8(&input.path, bytes)?;
         if looks_like_json(s) {
-            let j = ior::parse_json(&input.path, &bytes)?;
-            ior_rows(&j, &input.source, &mut results, &mut summary);
+            let j = ior::parse_json(&input.path, bytes)?;
+            ior_rows(&j, &input.source, results, summary);
         } else if first_line(s).starts_with("IOR-") {
             let t = ior_text::parse(&input.path, s)?;
-            ior_text_rows(&t, &input.source, &mut results, &mut summary);
+            ior_text_rows(&t, &input.source, results, summary);
         } else if first_line(s).starts_with("access,rank") {
             for r in ior::parse_rank_csv(&input.path, s)? {
                 tasks.push(IoTaskRow {
@@ -67,11 +86,7 @@ pub fn ingest_ior(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<Table
             ));
         }
     }
-    non_empty(vec![
-        io_results(&ctx.run_id, &results)?,
-        io_task_times(&ctx.run_id, &tasks)?,
-        io_summary(&ctx.run_id, &summary)?,
-    ])
+    Ok(())
 }
 
 /// Drops tables without rows (e.g. `io_task_times` when no per-rank CSV was
@@ -246,7 +261,24 @@ pub fn ingest_mdtest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<Ta
     let (mut results, mut summary) = (Vec::new(), Vec::new());
     for input in inputs {
         let bytes = text::read_bounded(&input.path)?;
-        let s = text::utf8(&input.path, &bytes)?;
+        mdtest_file(input, &bytes, &mut results, &mut summary)
+            .map_err(|e| e.with_offset(&bytes))?;
+    }
+    non_empty(vec![
+        mdtest_results(&ctx.run_id, &results)?,
+        mdtest_summary(&ctx.run_id, &summary)?,
+    ])
+}
+
+/// The rows of one `mdtest` input file.
+fn mdtest_file(
+    input: &InputFile,
+    bytes: &[u8],
+    results: &mut Vec<MdtestRow>,
+    summary: &mut Vec<MdtestSummaryRow>,
+) -> Result<()> {
+    {
+        let s = text::utf8(&input.path, bytes)?;
         if first_line(s).starts_with("rank,items") {
             let csv = mdtest::parse_rank_csv(&input.path, s)?;
             for f in csv.figures {
@@ -282,10 +314,7 @@ pub fn ingest_mdtest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<Ta
             }
         }
     }
-    non_empty(vec![
-        mdtest_results(&ctx.run_id, &results)?,
-        mdtest_summary(&ctx.run_id, &summary)?,
-    ])
+    Ok(())
 }
 
 /// Rows of one pio result.
@@ -368,7 +397,7 @@ pub fn ingest_pio(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<Table
     let (mut results, mut tasks, mut summary) = (Vec::new(), Vec::new(), Vec::new());
     for input in inputs {
         let bytes = text::read_bounded(&input.path)?;
-        let r = pio::parse(&input.path, &bytes)?;
+        let r = pio::parse(&input.path, &bytes).map_err(|e| e.with_offset(&bytes))?;
         pio_rows(&r, &input.source, &mut results, &mut tasks, &mut summary);
     }
     non_empty(vec![

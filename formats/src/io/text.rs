@@ -220,6 +220,139 @@ pub fn json_err(path: &Path, what: &str, e: &serde_json::Error) -> FormatError {
     FormatError::malformed(path, what, pos, e.to_string())
 }
 
+/// Byte offset of the value at `path` (`phases[2].tasks[0].rank`, keys and
+/// indices) in the JSON document `doc`, for errors found after parsing. When
+/// the path does not reach a value, the offset of the deepest value it does
+/// reach (0 for the document).
+pub fn json_offset(doc: &[u8], path: &str) -> u64 {
+    let mut segs = Vec::new();
+    for part in path.split('.') {
+        let (key, mut rest) = match part.find('[') {
+            Some(i) => (part.get(..i).unwrap_or(""), part.get(i..).unwrap_or("")),
+            None => (part, ""),
+        };
+        if !key.is_empty() {
+            segs.push(JsonSeg::Key(key));
+        }
+        while let Some(r) = rest.strip_prefix('[') {
+            let end = r.find(']').unwrap_or(r.len());
+            segs.push(JsonSeg::Index(
+                r.get(..end)
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(usize::MAX),
+            ));
+            rest = r.get(end + 1..).unwrap_or("");
+        }
+    }
+    let mut at = ws(doc, 0);
+    for seg in segs {
+        match json_child(doc, at, seg) {
+            Some(v) => at = v,
+            None => break,
+        }
+    }
+    at as u64
+}
+
+#[derive(Clone, Copy)]
+enum JsonSeg<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+fn ws(doc: &[u8], mut i: usize) -> usize {
+    while doc.get(i).is_some_and(|c| c.is_ascii_whitespace()) {
+        i += 1;
+    }
+    i
+}
+
+/// The end of the string starting at `i` (its opening quote).
+fn json_string_end(doc: &[u8], mut i: usize) -> Option<usize> {
+    i += 1;
+    loop {
+        match doc.get(i)? {
+            b'\\' => i += 2,
+            b'"' => return Some(i + 1),
+            _ => i += 1,
+        }
+    }
+}
+
+/// The end of the value starting at `i`.
+fn json_value_end(doc: &[u8], i: usize) -> Option<usize> {
+    match doc.get(i)? {
+        b'"' => json_string_end(doc, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            loop {
+                match doc.get(j)? {
+                    b'"' => {
+                        j = json_string_end(doc, j)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(j + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+        }
+        _ => {
+            let mut j = i;
+            while doc
+                .get(j)
+                .is_some_and(|c| !matches!(c, b',' | b'}' | b']') && !c.is_ascii_whitespace())
+            {
+                j += 1;
+            }
+            Some(j)
+        }
+    }
+}
+
+/// The start of the member `seg` of the object or array at `at`.
+fn json_child(doc: &[u8], at: usize, seg: JsonSeg<'_>) -> Option<usize> {
+    let open = *doc.get(at)?;
+    let mut i = ws(doc, at + 1);
+    let mut n = 0usize;
+    loop {
+        if matches!(doc.get(i)?, b'}' | b']') {
+            return None;
+        }
+        let value = if open == b'{' {
+            let kend = json_string_end(doc, i)?;
+            let key = doc.get(i + 1..kend - 1)?;
+            let colon = ws(doc, kend);
+            let v = ws(doc, colon + 1);
+            if let JsonSeg::Key(k) = seg
+                && key == k.as_bytes()
+            {
+                return Some(v);
+            }
+            v
+        } else {
+            if let JsonSeg::Index(k) = seg
+                && k == n
+            {
+                return Some(i);
+            }
+            i
+        };
+        n += 1;
+        i = ws(doc, json_value_end(doc, value)?);
+        if doc.get(i) == Some(&b',') {
+            i = ws(doc, i + 1);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,5 +367,18 @@ mod tests {
         let w = split_ws("  x  yz ", 1);
         assert_eq!(w.len(), 2);
         assert_eq!((w[1].text, w[1].col), ("yz", 6));
+    }
+
+    #[test]
+    fn json_offsets_follow_paths() {
+        let d = br#"{"a": 1, "b": [ {"x": "]}"}, {"x": 7, "y": [1, 2]} ], "c": "q"}"#;
+        let at = |p: &str| json_offset(d, p) as usize;
+        assert_eq!(&d[at("a")..at("a") + 1], b"1");
+        assert_eq!(&d[at("b[1].x")..at("b[1].x") + 1], b"7");
+        assert_eq!(&d[at("b[1].y[1]")..at("b[1].y[1]") + 1], b"2");
+        assert_eq!(&d[at("c")..at("c") + 3], b"\"q\"");
+        // A path that stops short: the deepest value reached.
+        assert_eq!(at("b[5].x"), at("b"));
+        assert_eq!(json_offset(b"", "a"), 0);
     }
 }

@@ -18,7 +18,23 @@ pub const ID: &[u8] = b"LKTST";
 /// Bytes of the hostname field.
 pub const LOCATION_LEN: usize = 256;
 
-/// Decodes a 1.x file.
+/// The longest time of one message exchange accepted (s): an hour.
+pub const MAX_MESSAGE_TIME_S: f64 = 3600.0;
+/// The highest bandwidth of one link accepted (bytes/s): 10^12, more than
+/// ten 800 Gb/s adapters; a time shorter than the message size over it is
+/// not a measurement.
+pub const MAX_LINK_BYTES_PER_S: f64 = 1e12;
+
+/// Whether `t` can be the time of one exchange of `size` bytes.
+fn plausible(t: f64, size: f64) -> bool {
+    t.is_finite() && t > 0.0 && t <= MAX_MESSAGE_TIME_S && t >= size / MAX_LINK_BYTES_PER_S
+}
+
+/// Decodes a 1.x file. Besides the layout, the values must be those of a
+/// run: every pair's time a plausible exchange time (the diagonal 0), each
+/// rank's access pattern a permutation of the steps, the same LinkTest
+/// version on every rank, the statistics of rank 0 those of the pair times,
+/// and each retest's old time the pair's time.
 pub fn decode(set: &SionSet) -> Result<LinkTestRun> {
     let n = set.ntasks();
     let order = payload_order(set);
@@ -31,6 +47,10 @@ pub fn decode(set: &SionSet) -> Result<LinkTestRun> {
     let mut slow_links = Vec::new();
     let mut stats = None;
     let mut version = [0u32; 3];
+    // Errors to give if a check made after every rank is read fails:
+    // (statistic index, its error) and (retest, its error).
+    let mut stat_errs: Vec<(usize, FormatError)> = Vec::new();
+    let mut retest_errs: Vec<(usize, usize, f64, FormatError)> = Vec::new();
     for r in 0..n {
         let stream = set.task(r).ok_or_else(|| {
             FormatError::malformed(set.path(), format!("rank {r}"), Position::None, "missing")
@@ -44,6 +64,9 @@ pub fn decode(set: &SionSet) -> Result<LinkTestRun> {
         let mut v = [0i32; 3];
         c.i32s(&mut v, "version")?;
         let vv = v.map(|x| x.max(0) as u32);
+        if r > 0 && vv != version {
+            return Err(c.err_at(5, "version", format!("{vv:?}, rank 0 has {version:?}")));
+        }
         if r == 0 {
             if v[0] != 1 {
                 return Err(c.err_at(
@@ -64,7 +87,18 @@ pub fn decode(set: &SionSet) -> Result<LinkTestRun> {
             let mut statdata = [0i32; 10];
             c.i32s(&mut statdata, "statdata")?;
             let mut stat = [0f64; 10];
+            let stat_pos = c.pos();
             c.f64s(&mut stat, "stat")?;
+            for (k, name) in ["min_time", "max_time", "avg_time"].iter().enumerate() {
+                stat_errs.push((
+                    k,
+                    c.err_at(
+                        stat_pos + 8 * k,
+                        name,
+                        format!("{}: not the {name} of the pair times", stat[k]),
+                    ),
+                ));
+            }
             stats = Some(V1Stats { statdata, stat });
             let per_rank = if statdata[2] != 0 { 20 } else { 12 };
             let need = n.saturating_mul(per_rank);
@@ -92,6 +126,13 @@ pub fn decode(set: &SionSet) -> Result<LinkTestRun> {
                     ));
                 }
             }
+            if statdata[0] < 1 || statdata[1] < 0 {
+                return Err(c.err_at(
+                    stat_pos.saturating_sub(40),
+                    "statdata",
+                    format!("{} messages of {} bytes", statdata[0], statdata[1]),
+                ));
+            }
             times = vec![0f64; n * n];
             steps = vec![0i32; n * n];
         }
@@ -100,11 +141,46 @@ pub fn decode(set: &SionSet) -> Result<LinkTestRun> {
         let trow = times
             .get_mut(row.clone())
             .ok_or_else(|| c.err_at(0, "timings", "no row"))?;
+        let tpos = c.pos();
         c.f64s(trow, "timings")?;
+        let size = stats.map_or(0, |s| s.statdata[1].max(0)) as f64;
+        for (k, t) in trow.iter().enumerate() {
+            let ok = if k == r {
+                *t == 0.0
+            } else {
+                plausible(*t, size)
+            };
+            if !ok {
+                return Err(c.err_at(
+                    tpos + 8 * k,
+                    "timings",
+                    format!(
+                        "{t} s to rank {k}: not a time of one exchange of {size} bytes \
+                         (0 to itself, else within {size}/{MAX_LINK_BYTES_PER_S} B/s..{MAX_MESSAGE_TIME_S} s)"
+                    ),
+                ));
+            }
+        }
         let srow = steps
             .get_mut(row)
             .ok_or_else(|| c.err_at(0, "accesspattern", "no row"))?;
+        let spos = c.pos();
         c.i32s(srow, "accesspattern")?;
+        // Step 0 is the rank itself; the others take steps 1..n-1, each once.
+        let mut seen = vec![false; n];
+        for (k, st) in srow.iter().enumerate() {
+            let fresh = usize::try_from(*st)
+                .ok()
+                .and_then(|s| seen.get_mut(s))
+                .is_some_and(|x| !std::mem::replace(x, true));
+            if !fresh || (*st == 0) != (k == r) {
+                return Err(c.err_at(
+                    spos + 4 * k,
+                    "accesspattern",
+                    format!("step {st} for rank {k}: not a permutation of the steps 0..{n}"),
+                ));
+            }
+        }
         if alltoall_on {
             let mut a = vec![0f64; n];
             c.f64s(&mut a, "alltoall timings")?;
@@ -122,7 +198,9 @@ pub fn decode(set: &SionSet) -> Result<LinkTestRun> {
             let mut old = vec![0f64; n];
             let mut from = vec![0i32; n];
             let mut to = vec![0i32; n];
+            let new_pos = c.pos();
             c.f64s(&mut new, "stimings_new")?;
+            let old_pos = c.pos();
             c.f64s(&mut old, "stimings_old")?;
             let from_pos = c.pos();
             c.i32s(&mut from, "sfrom")?;
@@ -145,6 +223,24 @@ pub fn decode(set: &SionSet) -> Result<LinkTestRun> {
                 let tr = usize::try_from(t).ok().filter(|t| *t < n).ok_or_else(|| {
                     c.err_at(to_pos + 4 * k, "sto", format!("rank {t} outside 0..{n}"))
                 })?;
+                let size = stats.map_or(0, |s| s.statdata[1].max(0)) as f64;
+                if !plausible(new[k], size) {
+                    return Err(c.err_at(
+                        new_pos + 8 * k,
+                        "stimings_new",
+                        format!("{} s: not a time of one exchange", new[k]),
+                    ));
+                }
+                retest_errs.push((
+                    fr,
+                    tr,
+                    old[k],
+                    c.err_at(
+                        old_pos + 8 * k,
+                        "stimings_old",
+                        format!("{} s: not the time of the pair {fr} → {tr}", old[k]),
+                    ),
+                ));
                 slow_links.push(SlowLink {
                     from_rank: fr,
                     to_rank: tr,
@@ -160,6 +256,38 @@ pub fn decode(set: &SionSet) -> Result<LinkTestRun> {
             core_id: None,
             coords: Some(coords),
         });
+    }
+    // The statistics and the retests' old times repeat the pair times.
+    let pairs: Vec<f64> = times
+        .chunks(n.max(1))
+        .enumerate()
+        .flat_map(|(r, row)| {
+            row.iter()
+                .enumerate()
+                .filter(move |(k, _)| *k != r)
+                .map(|(_, t)| *t)
+        })
+        .collect();
+    if let Some(st) = &stats
+        && !pairs.is_empty()
+    {
+        let want = [
+            pairs.iter().copied().fold(f64::INFINITY, f64::min),
+            pairs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            pairs.iter().sum::<f64>() / pairs.len() as f64,
+        ];
+        for (k, e) in stat_errs {
+            let (have, w) = (st.stat[k], want[k]);
+            let off = (have - w).abs();
+            if off.is_nan() || off > 1e-9 * w.abs() {
+                return Err(e);
+            }
+        }
+    }
+    for (f, t, old, e) in retest_errs {
+        if times.get(f * n + t).copied() != Some(old) {
+            return Err(e);
+        }
     }
     let st = stats.unwrap_or(V1Stats {
         statdata: [0; 10],
