@@ -10,6 +10,7 @@ pub mod auth;
 pub mod commit;
 pub mod config;
 pub mod convert;
+pub mod cron;
 pub mod dashboard;
 pub mod error;
 pub mod flight;
