@@ -147,13 +147,28 @@ pub fn builtin_catalog() -> Result<Catalog> {
     Catalog::from_toml(include_str!("builtin.toml")).map_err(|e| AgentError::Config(e.to_string()))
 }
 
-/// Loads a catalog file.
+/// Loads a catalog file and checks it ([`Catalog::from_toml`]), and that
+/// every `run_as` user exists on this node: any error names the file, the
+/// benchmark and the field, and the agent does not start.
 pub fn load_catalog(path: &std::path::Path) -> Result<Catalog> {
     let text = std::fs::read_to_string(path).map_err(|source| AgentError::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    Catalog::from_toml(&text).map_err(|e| AgentError::Config(format!("{}: {e}", path.display())))
+    let c = Catalog::from_toml(&text)
+        .map_err(|e| AgentError::Config(format!("{}: {e}", path.display())))?;
+    for b in &c.benchmarks {
+        if let Some(u) = b.run_as.as_deref().filter(|u| *u != "root") {
+            contain::lookup_user(u).map_err(|e| {
+                AgentError::Config(format!(
+                    "{}: catalog: benchmark '{}': run_as: {e}",
+                    path.display(),
+                    b.name
+                ))
+            })?;
+        }
+    }
+    Ok(c)
 }
 
 /// Whether `prog` names an executable file: a path (with a `/`) is checked

@@ -235,7 +235,7 @@ impl HttpArgs {
         let Some(addr) = &self.http_addr else {
             return Ok(None);
         };
-        let l = tokio::net::TcpListener::bind(addr)
+        let l = benchlake_coordinator::listen::bind(addr)
             .await
             .with_context(|| format!("cannot listen on --http-addr {addr}"))?;
         Ok(Some(l))
@@ -840,7 +840,7 @@ pub async fn run_coordinator(a: CoordinatorArgs) -> anyhow::Result<()> {
             a.listen
         );
     }
-    let listener = tokio::net::TcpListener::bind(&a.listen)
+    let listener = benchlake_coordinator::listen::bind(&a.listen)
         .await
         .with_context(|| format!("cannot listen on {}", a.listen))?;
     let http = a.http.bind().await?;

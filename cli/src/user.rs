@@ -1084,6 +1084,9 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
             notify,
             spec,
         } => {
+            // The coordinator checks again (with its clock for "never fires").
+            benchlake_coordinator::cron::normalize(&cron)
+                .map_err(|e| anyhow::anyhow!("--cron: {e}"))?;
             let catch_up = match catch_up.as_str() {
                 "none" => pb::CatchUp::None,
                 "latest" => pb::CatchUp::Latest,

@@ -198,6 +198,11 @@ impl Http {
             .route("/metrics", get(metrics))
             .with_state(self.clone())
             .merge(crate::dashboard::router(self.clone()))
+            // Every route, and any added later: a state-changing request
+            // from another origin is refused (CSRF; docs/dashboard.md).
+            .layer(axum::middleware::from_fn(
+                crate::dashboard::origin::same_origin,
+            ))
     }
 
     /// Serves [`Http::router`] on `listener` until `shutdown`, over TLS when

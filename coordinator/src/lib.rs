@@ -11,6 +11,7 @@ pub mod auth;
 pub mod commit;
 pub mod config;
 pub mod convert;
+pub mod cron;
 pub mod dashboard;
 pub mod error;
 pub mod flight;
@@ -18,6 +19,7 @@ pub mod grpc;
 pub mod http;
 pub mod leader;
 pub mod lifecycle;
+pub mod listen;
 pub mod logic;
 pub mod metrics;
 pub mod model;
@@ -113,6 +115,10 @@ pub struct Coordinator {
     pub(crate) node_actions: Arc<node_actions::NodeActions>,
     /// Wakes the notification outbox when rows were queued ([`notify`]).
     pub(crate) outbox_wake: Notify,
+    /// Raised when the server is told to stop ([`Coordinator::begin_stop`]):
+    /// long polls and `WatchRun` streams end instead of holding the drain
+    /// (and the state file) for their full length.
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 /// How far the stored `last_heartbeat_ms` of an agent may lag its in-memory
@@ -213,6 +219,7 @@ impl Coordinator {
             clock,
             cfg,
             job_notify: Notify::new(),
+            stopping: tokio::sync::watch::channel(false).0,
             events,
             heartbeats: Mutex::new(heartbeats),
             running_seen: Mutex::new(HashMap::new()),
@@ -491,6 +498,29 @@ impl Coordinator {
         Ok(report)
     }
 
+    /// Marks the coordinator as stopping: waiting long polls return at once
+    /// (with no job) and `WatchRun` streams end with UNAVAILABLE, so the
+    /// server's drain after a SIGTERM takes no longer than the calls that
+    /// are doing work.
+    pub fn begin_stop(&self) {
+        self.stopping.send_replace(true);
+        self.job_notify.notify_waiters();
+    }
+
+    /// Whether [`Coordinator::begin_stop`] was called.
+    pub fn is_stopping(&self) -> bool {
+        *self.stopping.borrow()
+    }
+
+    /// Resolves once [`Coordinator::begin_stop`] is called.
+    pub(crate) fn stopped(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.stopping.subscribe();
+        async move {
+            // An error means the coordinator is gone: stopped too.
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    }
+
     /// Runs [`Coordinator::tick`] every `tick_ms` until `shutdown`.
     pub async fn background(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
         let mut iv =
@@ -536,6 +566,16 @@ pub async fn serve(
         None
     };
     let router = grpc::router(coord.clone())?;
+    // The signal stops the listener (tonic drops it at once) and ends the
+    // waiting calls, so the drain covers only calls doing work.
+    let shutdown = {
+        let c = coord.clone();
+        async move {
+            shutdown.await;
+            tracing::info!("stopping: listener closed, draining the calls in flight");
+            c.begin_stop();
+        }
+    };
     let res = match acceptor {
         Some(acceptor) => {
             router
@@ -592,16 +632,18 @@ pub async fn run_with(
 ) -> Result<()> {
     // A TLS misconfiguration stops the start before anything is opened.
     tls::acceptor(&cfg).map_err(CoordError::Setup)?;
-    // Dropped when this returns: the HTTP server then stops.
-    let (_http_stop, http_stopped) = tokio::sync::watch::channel(());
+    // One signal for both servers: on shutdown the gRPC and the HTTP
+    // listener close at once, before the gRPC server drains its calls, so a
+    // restarted coordinator can bind both ports while this one still drains.
+    // Dropped when this returns: the HTTP server then stops too.
+    let stop = listen::Stop::on(shutdown);
     let web = match http_listener {
         Some(l) => {
             let h = http::Http::new(&cfg);
             tls::http_acceptor(&cfg).map_err(CoordError::Setup)?;
-            let (h2, cfg2, mut stopped) = (h.clone(), cfg.clone(), http_stopped.clone());
+            let (h2, cfg2, signal) = (h.clone(), cfg.clone(), stop.signal());
             tokio::spawn(async move {
-                let stop = async move { while stopped.changed().await.is_ok() {} };
-                if let Err(e) = h2.serve(&cfg2, l, stop).await {
+                if let Err(e) = h2.serve(&cfg2, l, signal).await {
                     tracing::error!(error = %e, "HTTP endpoints stopped");
                 }
             });
@@ -610,14 +652,14 @@ pub async fn run_with(
         None => None,
     };
     if let Some(url) = cfg.state_postgres.clone() {
-        return run_ha(cfg, &url, listener, shutdown, web).await;
+        return run_ha(cfg, &url, listener, stop.signal(), web).await;
     }
     let coord = Coordinator::open(cfg, Arc::new(SystemClock))?;
     if let Some(h) = &web {
         h.set_serving(coord.clone(), false);
     }
     log_listening(&coord, &listener);
-    serve(coord, listener, shutdown).await
+    serve(coord, listener, stop.signal()).await
 }
 
 fn log_listening(coord: &Coordinator, listener: &TcpListener) {
@@ -833,7 +875,7 @@ async fn lead_term(
 async fn rebind(addr: std::net::SocketAddr) -> Result<TcpListener> {
     let mut last = None;
     for _ in 0..50 {
-        match TcpListener::bind(addr).await {
+        match listen::bind_one(addr) {
             Ok(l) => return Ok(l),
             Err(e) => last = Some(e),
         }

@@ -34,18 +34,13 @@ pub struct CronSpec {
 }
 
 impl CronSpec {
-    /// Parses `expr` in zone `tz` (empty = UTC). Errors name the field.
+    /// Parses `expr` in zone `tz` (empty = UTC). Errors name the field and
+    /// its allowed range ([`crate::cron::normalize`]); an expression whose day
+    /// never occurs (`0 0 31 2 *`) is refused.
     pub fn parse(expr: &str, tz: &str) -> Result<Self> {
-        let fields = expr.split_whitespace().count();
-        if !(fields == 5 || fields == 6 || expr.trim_start().starts_with('@')) {
-            return Err(CoordError::invalid(
-                "schedule.cron",
-                format!(
-                    "'{expr}' has {fields} fields; use 5 (minute hour day-of-month month day-of-week) or 6 (with seconds first)"
-                ),
-            ));
-        }
-        let cron = Cron::from_str(expr)
+        let numeric =
+            crate::cron::normalize(expr).map_err(|m| CoordError::invalid("schedule.cron", m))?;
+        let cron = Cron::from_str(&numeric)
             .map_err(|e| CoordError::invalid("schedule.cron", format!("'{expr}': {e}")))?;
         let tz: Tz = if tz.is_empty() {
             Tz::UTC
@@ -96,6 +91,19 @@ impl CronSpec {
             cur = self.next_after(t);
         }
         out
+    }
+
+    /// Refuses an expression (`expr`, for the message) that does not fire
+    /// within [`crate::cron::FIRE_HORIZON_DAYS`] after `now` (a new schedule).
+    pub fn check_fires(&self, expr: &str, now: i64) -> Result<()> {
+        let horizon = now.saturating_add(crate::cron::FIRE_HORIZON_DAYS * 86_400_000);
+        match self.next_after(now) {
+            Some(t) if t <= horizon => Ok(()),
+            _ => Err(CoordError::invalid(
+                "schedule.cron",
+                format!("'{expr}' never fires within 5 years"),
+            )),
+        }
     }
 
     /// Human-readable description of the pattern.

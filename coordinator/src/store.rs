@@ -309,6 +309,9 @@ impl SqliteStore {
     }
 
     fn init(conn: Connection) -> Result<Self> {
+        // First, so the pragmas below wait too: a coordinator restarted while
+        // the old process still exits waits for its lock instead of failing.
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
         // The coordinator owns its state file: EXCLUSIVE locking (set before the
         // first access) keeps the WAL index in heap memory and takes the file lock
         // once instead of per transaction (a measurable share of each lease), and a
@@ -319,7 +322,6 @@ impl SqliteStore {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))?;
         migrate(&conn)?;
         let placement = Arc::new(RwLock::new(load_placement(&conn)?));
         Ok(Self {

@@ -30,13 +30,35 @@ impl Resp {
     }
 }
 
+/// A request as the dashboard's own pages send it: a POST carries the
+/// dashboard's origin, as a browser's does.
 async fn req(addr: &str, method: &str, path: &str, cookie: Option<&str>, body: &str) -> Resp {
+    let origin = format!("http://{addr}");
+    let extra: &[(&str, &str)] = if method == "GET" {
+        &[]
+    } else {
+        &[("Origin", &origin)]
+    };
+    req_with(addr, method, path, cookie, body, extra).await
+}
+
+async fn req_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    cookie: Option<&str>,
+    body: &str,
+    extra: &[(&str, &str)],
+) -> Resp {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut r = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in extra {
+        r.push_str(&format!("{k}: {v}\r\n"));
+    }
     if let Some(c) = cookie {
         r.push_str(&format!("Cookie: benchlake_session={c}\r\n"));
     }
-    if method == "POST" {
+    if method != "GET" {
         r.push_str(&format!(
             "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
             body.len()
@@ -136,7 +158,7 @@ async fn sessions_redirects_and_validation() {
         r.header("x-content-type-options").as_deref(),
         Some("nosniff")
     );
-    assert_eq!(r.header("referrer-policy").as_deref(), Some("no-referrer"));
+    assert_eq!(r.header("referrer-policy").as_deref(), Some("same-origin"));
     assert!(!r.body.contains("<script>"), "no inline script");
     // Wrong token, agent token: refused.
     let r = req(
@@ -220,6 +242,136 @@ async fn sessions_redirects_and_validation() {
     assert_eq!(r.status, 303);
     let r = req(&addr, "GET", "/", Some(&sid), "").await;
     assert_eq!(r.status, 303);
+}
+
+/// Login CSRF: a POST from another origin (or from nowhere a browser would
+/// name) is refused with 403 before `/login` or `/logout` runs; the
+/// dashboard's own origin passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_origin_posts_are_refused() {
+    let (_dir, _c, addr) = start(tokens()).await;
+    let own = format!("http://{addr}");
+    let login = format!("token={USER}&next=/");
+    let refused = |r: &Resp, what: &str| {
+        assert_eq!(r.status, 403, "{what}: {}", r.body);
+        assert!(r.header("set-cookie").is_none(), "{what}: no session");
+        assert!(
+            r.body.contains("cross-site request refused"),
+            "{what}: {}",
+            r.body
+        );
+        assert_eq!(
+            r.header("content-type").as_deref(),
+            Some("text/plain; charset=utf-8")
+        );
+    };
+    for (what, extra) in [
+        ("foreign Origin", vec![("Origin", "https://evil.example")]),
+        ("Origin null", vec![("Origin", "null")]),
+        (
+            "foreign Referer",
+            vec![("Referer", "https://evil.example/page")],
+        ),
+        ("neither Origin nor Referer", vec![]),
+        (
+            "Sec-Fetch-Site cross-site",
+            vec![("Origin", own.as_str()), ("Sec-Fetch-Site", "cross-site")],
+        ),
+        ("other port", vec![("Origin", "http://127.0.0.1:1")]),
+    ] {
+        let r = req_with(&addr, "POST", "/login", None, &login, &extra).await;
+        refused(&r, what);
+    }
+    let r = req_with(
+        &addr,
+        "POST",
+        "/login",
+        None,
+        &login,
+        &[("Origin", "https://evil.example")],
+    )
+    .await;
+    assert!(
+        r.body
+            .contains("Origin 'https://evil.example' is not this dashboard's origin"),
+        "{}",
+        r.body
+    );
+    // Refused before the handler: a wrong token from afar spends no budget,
+    // and PUT, DELETE and PATCH are checked as POST is.
+    for m in ["PUT", "DELETE", "PATCH"] {
+        let r = req_with(
+            &addr,
+            m,
+            "/logout",
+            None,
+            "",
+            &[("Origin", "https://evil.example")],
+        )
+        .await;
+        assert_eq!(r.status, 403, "{m}");
+    }
+    // The own origin logs in (Origin, or a Referer when Origin is absent).
+    let r = req_with(&addr, "POST", "/login", None, &login, &[("Origin", &own)]).await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let sid = session_of(&r);
+    let referer = format!("{own}/login?next=/");
+    let r = req_with(
+        &addr,
+        "POST",
+        "/login",
+        None,
+        &login,
+        &[("Referer", &referer)],
+    )
+    .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let sid2 = session_of(&r);
+    // A foreign logout ends nothing.
+    let r = req_with(
+        &addr,
+        "POST",
+        "/logout",
+        Some(&sid),
+        "",
+        &[("Origin", "https://evil.example")],
+    )
+    .await;
+    refused(&r, "foreign logout");
+    let r = req(&addr, "GET", "/", Some(&sid), "").await;
+    assert_eq!(r.status, 200, "the session lives on");
+    let r = req_with(&addr, "POST", "/logout", Some(&sid), "", &[]).await;
+    refused(&r, "logout with neither header");
+    // The own origin logs out.
+    let r = req_with(
+        &addr,
+        "POST",
+        "/logout",
+        Some(&sid),
+        "",
+        &[("Origin", &own)],
+    )
+    .await;
+    assert_eq!(r.status, 303);
+    assert!(r.header("set-cookie").unwrap().contains("Max-Age=0"));
+    let r = req(&addr, "GET", "/", Some(&sid), "").await;
+    assert_eq!(r.status, 303, "logged out");
+    let r = req(&addr, "GET", "/", Some(&sid2), "").await;
+    assert_eq!(r.status, 200, "the other session lives on");
+    // GETs are never checked: a link from anywhere still opens a page.
+    let r = req_with(
+        &addr,
+        "GET",
+        "/login",
+        None,
+        "",
+        &[
+            ("Origin", "https://evil.example"),
+            ("Sec-Fetch-Site", "cross-site"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

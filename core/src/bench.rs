@@ -13,6 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
+mod lint;
+pub use lint::{CHECK_FIGURES, CHECK_PARAMS, is_known_check};
+
 /// Largest number of parameters a request may carry.
 pub const MAX_PARAMS: usize = 64;
 /// Largest accepted parameter value, in bytes.
@@ -108,7 +111,7 @@ pub struct ParamDef {
 }
 
 /// One element of a command template.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum ArgTemplate {
     /// An argument with `{name}` placeholders.
@@ -120,6 +123,49 @@ pub enum ArgTemplate {
         /// The arguments (with placeholders).
         args: Vec<String>,
     },
+}
+
+/// A string, or a table of exactly `when` and `args` (an unknown key is an
+/// error naming it, as `deny_unknown_fields` does for the other tables).
+impl<'de> Deserialize<'de> for ArgTemplate {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = ArgTemplate;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or a table { when = \"PARAM\", args = [...] }")
+            }
+            fn visit_str<E: serde::de::Error>(
+                self,
+                v: &str,
+            ) -> std::result::Result<Self::Value, E> {
+                Ok(ArgTemplate::Arg(v.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                use serde::de::Error as _;
+                const FIELDS: &[&str] = &["when", "args"];
+                let (mut when, mut args) = (None, None);
+                while let Some(k) = m.next_key::<String>()? {
+                    match k.as_str() {
+                        "when" if when.is_none() => when = Some(m.next_value::<String>()?),
+                        "args" if args.is_none() => args = Some(m.next_value::<Vec<String>>()?),
+                        "when" | "args" => {
+                            return Err(A::Error::custom(format!("duplicate field `{k}`")));
+                        }
+                        _ => return Err(A::Error::unknown_field(&k, FIELDS)),
+                    }
+                }
+                Ok(ArgTemplate::When {
+                    when: when.ok_or_else(|| A::Error::missing_field("when"))?,
+                    args: args.ok_or_else(|| A::Error::missing_field("args"))?,
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// A file a benchmark leaves in its output directory.
@@ -721,7 +767,7 @@ impl BenchmarkDef {
                 return Err(bad("stdout must not be stderr.txt".into()));
             }
         }
-        Ok(())
+        lint::lint(self).map_err(bad)
     }
 
     /// Whether the command or the environment names the built-in `name`.
@@ -981,6 +1027,12 @@ impl Catalog {
     pub fn from_toml(text: &str) -> Result<Self> {
         let c: Catalog =
             toml::from_str(text).map_err(|e| Error::invalid("catalog", e.to_string()))?;
+        if c.benchmarks.is_empty() {
+            return Err(Error::invalid(
+                "catalog",
+                "no [[benchmark]] entries (an agent with an empty catalog can run nothing)",
+            ));
+        }
         let mut names = std::collections::HashSet::new();
         for b in &c.benchmarks {
             b.check()?;
@@ -1175,7 +1227,7 @@ type = "int"
 [[benchmark]]
 name = "pio"
 kind = "io"
-command = ["pio", "--dir={dir}"]
+command = ["pio", { when = "dir", args = ["--dir={dir}"] }]
 run_as = "nobody"
 [[benchmark.param]]
 name = "dir"

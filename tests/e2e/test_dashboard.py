@@ -346,7 +346,7 @@ def test_script_in_run_data_is_text(demo, browser, tmp_path):
         assert "default-src 'self'" in h["content-security-policy"]
         assert "frame-ancestors 'none'" in h["content-security-policy"]
         assert h["x-content-type-options"] == "nosniff"
-        assert h["referrer-policy"] == "no-referrer"
+        assert h["referrer-policy"] == "same-origin"
     finally:
         os.killpg(agent.pid, signal.SIGTERM)
         agent.wait(timeout=20)

@@ -15,6 +15,9 @@
 //!   in [`crate::auth::Guard`]) and sets a cookie holding a random session id
 //!   (never the token) mapped here to the role with an expiry ([`Sessions`]).
 //!   Without tokens (the demo) no login is needed.
+//! - Cross-site requests: every state-changing request (`/login`, `/logout`,
+//!   any later admin action) must come from the dashboard's own origin
+//!   ([`origin`], one layer over the whole HTTP router).
 //! - Data: the state store in one read transaction per page, and the
 //!   verdicts kept in memory ([`crate::verdicts`]); no page reads Parquet.
 pub mod alltoallv;
@@ -22,6 +25,7 @@ pub mod cache;
 pub mod html;
 pub mod io;
 pub mod linktest;
+pub mod origin;
 pub mod pages;
 pub mod replay;
 
@@ -146,7 +150,10 @@ pub fn router(h: Http) -> Router {
 }
 
 /// Headers on every dashboard response: the CSP (no inline script, no
-/// framing), nosniff, no referrer, and no caching of pages.
+/// framing), nosniff, no referrer to other sites (`same-origin`: a browser
+/// then sends the dashboard's own origin on its forms' POSTs, which
+/// [`origin::same_origin`] requires; `no-referrer` would make it send
+/// `Origin: null`), and no caching of pages.
 async fn security_headers(mut r: Response) -> Response {
     let h = r.headers_mut();
     h.insert(
@@ -161,7 +168,7 @@ async fn security_headers(mut r: Response) -> Response {
     );
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     if !h.contains_key(header::CACHE_CONTROL) {

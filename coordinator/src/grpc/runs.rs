@@ -137,7 +137,9 @@ impl RunService for Svc {
         let mut rx = self.0.events.subscribe();
         let (out, out_rx) = tokio::sync::mpsc::channel(16);
         let me = self.clone();
+        let stopped = self.0.stopped();
         tokio::spawn(async move {
+            tokio::pin!(stopped);
             let mut last = first.clone();
             let ev = |d: &pb::RunDetail, m: &str| pb::RunEvent {
                 run: d.run.clone(),
@@ -150,7 +152,18 @@ impl RunService for Svc {
             }
             loop {
                 // Events carry run ids; a periodic re-read covers lagged receivers.
-                let wake = tokio::time::timeout(std::time::Duration::from_secs(2), rx.recv()).await;
+                let wake = tokio::select! {
+                    w = tokio::time::timeout(std::time::Duration::from_secs(2), rx.recv()) => w,
+                    _ = &mut stopped => {
+                        // Not held open through the drain: the client watches again.
+                        let _ = out
+                            .send(Err(Status::unavailable(
+                                "the coordinator is stopping; watch the run again",
+                            )))
+                            .await;
+                        return;
+                    }
+                };
                 match wake {
                     Ok(Ok(r)) if r != id => continue,
                     Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return,

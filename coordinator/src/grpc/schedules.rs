@@ -45,6 +45,7 @@ impl ScheduleService for Svc {
             .ok_or_else(|| invalid("schedule", "is required"))?;
         check_name("schedule.name", &s.name, 100)?;
         let cron = CronSpec::parse(&s.cron, &s.time_zone)?;
+        cron.check_fires(&s.cron, self.0.now())?;
         let catch_up = CatchUp::from_pb(s.catch_up)
             .ok_or_else(|| invalid("schedule.catch_up", format!("unknown value {}", s.catch_up)))?;
         if s.max_catch_up > 1000 {

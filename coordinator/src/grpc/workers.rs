@@ -74,6 +74,11 @@ impl WorkerService for Svc {
             let notified = self.0.job_notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            // A stopping coordinator hands out nothing more and ends the wait
+            // (begin_stop wakes it): the worker polls again, at the restarted one.
+            if self.0.is_stopping() {
+                return Ok(Response::new(pb::LeaseJobResponse { job: None }));
+            }
             if let Some(job) = self.try_lease_job(&r.worker, &r.kinds).await? {
                 return Ok(Response::new(pb::LeaseJobResponse { job: Some(job) }));
             }
