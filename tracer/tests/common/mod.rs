@@ -9,15 +9,36 @@ use std::process::Command;
 use benchlake_formats::bandela::{BRecord, Kernel, RankTrace};
 use benchlake_formats::dimemas::{DimRecord, DimTrace};
 
-/// The tracer library, or `None` (with a message) when it was not built.
+#[path = "../../../tests/support/unavailable.rs"]
+mod unavailable;
+pub use unavailable::{this_test, unavailable};
+
+/// The tracer library, or `None` when it was not built: the running test is
+/// then [`unavailable`] (a failure under `CI=true`, a logged skip elsewhere)
+/// and returns.
 pub fn lib() -> Option<PathBuf> {
     let l = benchlake_tracer::library_path();
     if l.is_none() {
-        eprintln!(
-            "SKIPPED: the tracer library was not built (mpicc missing at build time; install openmpi-bin and libopenmpi-dev)"
+        unavailable(
+            &this_test(),
+            "the tracer library was not built (mpicc missing at build time; install openmpi-bin and libopenmpi-dev)",
         );
     }
     l
+}
+
+/// Whether `mpifort` is on `PATH`; when not, the running test is
+/// [`unavailable`] and returns.
+pub fn mpifort() -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("mpifort").is_file()));
+    if !found {
+        unavailable(
+            &this_test(),
+            "mpifort is not installed (install gfortran with Open MPI's libopenmpi-dev)",
+        );
+    }
+    found
 }
 
 /// Compiles `tests/programs/<name>` (C with mpicc, Fortran with mpifort) into `dir`.
