@@ -86,8 +86,14 @@ pub fn build_with(name: &str, dir: &Path, flags: &[&str]) -> PathBuf {
 
 /// Runs `exe` on `np` ranks with the tracer preloaded, writing into `trace_dir`.
 pub fn run(lib: &Path, exe: &Path, np: usize, trace_dir: &Path, env: &[(&str, &str)]) -> String {
+    // A session directory of this run's own: concurrent mpiruns sharing
+    // /tmp/ompi.HOST.UID remove it under each other ("A call to mkdir was
+    // unable to create the desired directory", orte_init failed).
+    let session = trace_dir.with_extension("ompi");
+    std::fs::create_dir_all(&session).expect("mpirun session directory");
     let mut c = Command::new("mpirun");
     c.args(["--oversubscribe", "-np", &np.to_string()])
+        .env("OMPI_MCA_orte_tmpdir_base", &session)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .env("OMPI_MCA_btl", "self,vader")
