@@ -350,7 +350,10 @@ async fn linktest_runs_calibrate_and_replays_use_the_calibration() {
 
     // 4. A traced run on node0000: both default replays use the calibration.
     if !has_mpi {
-        eprintln!("SKIPPED (traced part): mpicc/mpirun or the tracer library missing");
+        unavailable(
+            &this_test(),
+            "traced part: mpicc/mpirun or the tracer library missing",
+        );
         return;
     }
     let src = exe_dir.path().join("ring.c");

@@ -406,8 +406,9 @@ async fn netprobe_across_network_namespaces() {
     let (ns, addrs) = match Netns::create(4) {
         Ok(x) => x,
         Err(e) => {
-            eprintln!(
-                "SKIPPED netprobe_across_network_namespaces: cannot create network namespaces here ({e})"
+            unavailable(
+                "netprobe_across_network_namespaces",
+                &format!("cannot create network namespaces here ({e})"),
             );
             return;
         }

@@ -148,7 +148,10 @@ timeout_s = 60
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn benchmarks_run_as_their_catalog_user_never_root_by_default() {
     if euid() != 0 {
-        eprintln!("skipped: switching users needs root");
+        unavailable(
+            "benchmarks_run_as_their_catalog_user_never_root_by_default",
+            "switching users needs root",
+        );
         return;
     }
     let mut c = Cluster::start(Tokens::default()).await;

@@ -323,10 +323,10 @@ impl Lake {
             },
         )?;
         let fm = md.file_metadata();
-        let schema =
+        let schema = Arc::new(
             parquet::arrow::parquet_to_arrow_schema(fm.schema_descr(), fm.key_value_metadata())
-                .map_err(|e| bad(format!("schema: {e}")))?;
-        let schema = Arc::new(schema);
+                .map_err(|e| bad(format!("schema: {e}")))?,
+        );
         check_schema(table, &schema).map_err(|e| bad(e.to_string()))?;
         let n = fm.num_rows();
         let in_groups: i64 = md.row_groups().iter().map(|g| g.num_rows()).sum();

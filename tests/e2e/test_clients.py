@@ -11,7 +11,7 @@ import duckdb
 import pyarrow.flight as flight
 import pytest
 
-from conftest import Api, duck_count
+from conftest import Api, duck_count, require_under_ci
 
 
 @pytest.fixture
@@ -165,6 +165,8 @@ def test_up_demo(demo):
     # The traced run (2 ranks, 20 alltoallv calls) runs where MPI is installed.
     traced = "submitted traced run" in r.stdout
     assert traced or "skipping the traced demo run" in r.stdout, r.stdout
+    require_under_ci(traced, "the demo ran no traced run (MPI or the tracer library missing): "
+                     + "\n".join(l for l in r.stdout.splitlines() if "traced" in l))
     # Two hostinfo runs: one expecting 4096 cores (a node.cores FAIL on this
     # node), then one expecting this machine (PASS: node-check answers healthy).
     assert duck_count(lake, "node_facts") == 2

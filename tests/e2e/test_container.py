@@ -23,9 +23,8 @@ def docker(tmp_path):
     directory), stopped afterwards with everything it ran."""
     dockerd = shutil.which("dockerd")
     if dockerd is None or os.geteuid() != 0:
-        if os.environ.get("CI"):
-            pytest.fail("dockerd missing (scripts/test.sh installs docker.io) or not root")
-        pytest.skip("needs dockerd (docker.io) and root")
+        # a failure under CI=true (conftest.py's pytest_runtest_makereport)
+        pytest.skip("needs dockerd (docker.io; scripts/test.sh installs it) and root")
     base = Path(f"/tmp/bl-docker-{os.getpid()}-{int(time.time() * 1000) % 100000}")
     base.mkdir()
     sock = base / "docker.sock"

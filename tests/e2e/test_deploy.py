@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN
+from conftest import BIN, require_under_ci
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -24,9 +24,8 @@ MAX_EXPOSURE = {"coordinator": 2.0, "worker": 2.0, "agent": 5.5}
 def analyze():
     exe = shutil.which("systemd-analyze")
     if exe is None:
-        if os.environ.get("CI"):
-            pytest.fail("systemd-analyze missing in CI (scripts/test.sh installs systemd)")
-        pytest.skip("systemd-analyze not installed")
+        # a failure under CI=true (conftest.py's pytest_runtest_makereport)
+        pytest.skip("systemd-analyze not installed (scripts/test.sh installs systemd)")
     return exe
 
 
@@ -101,10 +100,10 @@ def test_installed_tree_runs_the_demo_from_anywhere(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "landed" in r.stdout, r.stdout
-    if lib.is_file():
+    if require_under_ci(lib.is_file(), f"the installed tree has no tracer library ({lib})"):
         m = re.search(r"^tracer library: (.+)$", r.stdout, re.M)
         assert m and Path(m.group(1)).resolve() == lib.resolve(), r.stdout
-        if shutil.which("mpicc") and shutil.which("mpirun"):
+        if require_under_ci(shutil.which("mpicc") and shutil.which("mpirun"), "mpicc/mpirun missing"):
             assert "submitted traced run" in r.stdout, r.stdout
     else:
         assert "skipping the traced demo run" in r.stdout, r.stdout

@@ -1,14 +1,13 @@
 //! The Fortran bindings on the programs in `programs/` (see their header comments):
-//! mpif.h (`fortran.f90`, `fortran2.F90`) and `use mpi_f08` (`fortran_f08.f90`,
-//! `fortran2.F90` with `-DBL_F08`); the Fortran calls are traced like the C ones, with converted
+//! mpif.h (`fortran.f90`, `fortran2.F90`), `use mpi` (`fortran2.F90` with `-DBL_USE_MPI`)
+//! and `use mpi_f08` (`fortran_f08.f90`, `fortran2.F90` with `-DBL_F08`); the Fortran calls are traced like the C ones, with converted
 //! handles.
 mod common;
 
 #[test]
 fn fortran_calls_are_traced() {
     let Some(lib) = common::lib() else { return };
-    if which("mpifort").is_none() {
-        eprintln!("SKIPPED: mpifort (gfortran) is not installed");
+    if !common::mpifort() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -54,14 +53,6 @@ fn fortran_calls_are_traced() {
     common::replay_bandela(&out, np);
 }
 
-fn which(cmd: &str) -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join(cmd))
-            .find(|c| c.is_file())
-    })
-}
-
 /// `(kind, peer, tag, bytes)` of the send/receive kernels of `routine`.
 fn p2p_of(k: &[String], routine: &str) -> Vec<(String, i64, i64, u64)> {
     k.iter()
@@ -86,6 +77,13 @@ fn fortran_v_collectives_completions_and_communicators_are_traced() {
     v_collectives_completions_and_communicators(&[]);
 }
 
+/// The same calls through `use mpi` (`programs/fortran2.F90` built with
+/// `-DBL_USE_MPI`): the same trace.
+#[test]
+fn fortran_use_mpi_v_collectives_completions_and_communicators_are_traced() {
+    v_collectives_completions_and_communicators(&["-DBL_USE_MPI"]);
+}
+
 /// The same calls through `use mpi_f08` (`programs/fortran2.F90` built with
 /// `-DBL_F08`): the same trace.
 #[test]
@@ -96,8 +94,7 @@ fn fortran_f08_v_collectives_completions_and_communicators_are_traced() {
 fn v_collectives_completions_and_communicators(flags: &[&str]) {
     use benchlake_formats::bandela::{BRecord, Kernel};
     let Some(lib) = common::lib() else { return };
-    if which("mpifort").is_none() {
-        eprintln!("SKIPPED: mpifort (gfortran) is not installed");
+    if !common::mpifort() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -269,8 +266,7 @@ fn v_collectives_completions_and_communicators(flags: &[&str]) {
 #[test]
 fn fortran_f08_calls_are_traced() {
     let Some(lib) = common::lib() else { return };
-    if which("mpifort").is_none() {
-        eprintln!("SKIPPED: mpifort (gfortran) is not installed");
+    if !common::mpifort() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

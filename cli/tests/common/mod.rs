@@ -23,6 +23,12 @@ use tokio::sync::watch;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
+#[path = "../../../tests/support/unavailable.rs"]
+mod unavailable;
+// Not every test file that includes this one uses both.
+#[allow(unused_imports)]
+pub use unavailable::{this_test, unavailable};
+
 pub type Ch = InterceptedService<Channel, Auth>;
 
 /// 2026-11-23T00:00:00Z.

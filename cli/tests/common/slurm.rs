@@ -8,8 +8,8 @@
 //!
 //! It installs nothing: `scripts/test.sh` installs `slurmctld slurmd
 //! slurm-client munge`. Without them (or not as root, which slurmd needs)
-//! [`SlurmCluster::start`] returns None with a message so the test can skip —
-//! unless `CI` is set, where it panics: in CI the Slurm tests run.
+//! [`SlurmCluster::start`] returns None after `common::unavailable` so the test
+//! can skip — unless `CI=true`, where it panics: in CI the Slurm tests run.
 //!
 //! Use it from a test file with `#[path = "common/slurm.rs"] mod slurm;`.
 #![allow(dead_code)]
@@ -54,24 +54,23 @@ fn short_hostname() -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// Skips (None) with a message, or panics in CI.
+/// The cluster cannot start: the running test is [`unavailable`](crate::common::unavailable)
+/// (a failure under `CI=true`, a logged skip elsewhere) and gets None.
 fn unavailable(why: &str) -> Option<SlurmCluster> {
-    if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
-        panic!(
-            "Slurm test cluster unavailable in CI: {why} (scripts/test.sh installs slurmctld slurmd slurm-client munge)"
-        );
-    }
-    eprintln!(
-        "SKIPPED: Slurm test cluster unavailable: {why}; install slurmctld slurmd slurm-client munge \
-         (scripts/test.sh does, as root) to run this test"
+    crate::common::unavailable(
+        &crate::common::this_test(),
+        &format!(
+            "Slurm test cluster unavailable: {why}; install slurmctld slurmd slurm-client munge \
+             (scripts/test.sh does, as root) to run this test"
+        ),
     );
     None
 }
 
 impl SlurmCluster {
     /// Starts the cluster and waits until `sinfo` shows three idle nodes.
-    /// None (after a message) when Slurm or munge is not installed or the
-    /// test does not run as root, outside CI.
+    /// None (after `common::unavailable`, which panics under `CI=true`) when
+    /// Slurm or munge is not installed or the test does not run as root.
     pub fn start() -> Option<Self> {
         Self::start_with("")
     }

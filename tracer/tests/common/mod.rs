@@ -9,15 +9,36 @@ use std::process::Command;
 use benchlake_formats::bandela::{BRecord, Kernel, RankTrace};
 use benchlake_formats::dimemas::{DimRecord, DimTrace};
 
-/// The tracer library, or `None` (with a message) when it was not built.
+#[path = "../../../tests/support/unavailable.rs"]
+mod unavailable;
+pub use unavailable::{this_test, unavailable};
+
+/// The tracer library, or `None` when it was not built: the running test is
+/// then [`unavailable`] (a failure under `CI=true`, a logged skip elsewhere)
+/// and returns.
 pub fn lib() -> Option<PathBuf> {
     let l = benchlake_tracer::library_path();
     if l.is_none() {
-        eprintln!(
-            "SKIPPED: the tracer library was not built (mpicc missing at build time; install openmpi-bin and libopenmpi-dev)"
+        unavailable(
+            &this_test(),
+            "the tracer library was not built (mpicc missing at build time; install openmpi-bin and libopenmpi-dev)",
         );
     }
     l
+}
+
+/// Whether `mpifort` is on `PATH`; when not, the running test is
+/// [`unavailable`] and returns.
+pub fn mpifort() -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("mpifort").is_file()));
+    if !found {
+        unavailable(
+            &this_test(),
+            "mpifort is not installed (install gfortran with Open MPI's libopenmpi-dev)",
+        );
+    }
+    found
 }
 
 /// Compiles `tests/programs/<name>` (C with mpicc, Fortran with mpifort) into `dir`.
@@ -65,8 +86,14 @@ pub fn build_with(name: &str, dir: &Path, flags: &[&str]) -> PathBuf {
 
 /// Runs `exe` on `np` ranks with the tracer preloaded, writing into `trace_dir`.
 pub fn run(lib: &Path, exe: &Path, np: usize, trace_dir: &Path, env: &[(&str, &str)]) -> String {
+    // A session directory of this run's own: concurrent mpiruns sharing
+    // /tmp/ompi.HOST.UID remove it under each other ("A call to mkdir was
+    // unable to create the desired directory", orte_init failed).
+    let session = trace_dir.with_extension("ompi");
+    std::fs::create_dir_all(&session).expect("mpirun session directory");
     let mut c = Command::new("mpirun");
     c.args(["--oversubscribe", "-np", &np.to_string()])
+        .env("OMPI_MCA_orte_tmpdir_base", &session)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .env("OMPI_MCA_btl", "self,vader")

@@ -1,6 +1,7 @@
-! Second Fortran test program, run on N = 4, built twice: with the mpif.h bindings,
-! and with -DBL_F08 through `use mpi_f08` (handles as TYPE(MPI_Comm), ...; the same
-! calls, so the same trace is expected):
+! Second Fortran test program, run on N = 4, built three times: with the mpif.h
+! bindings, with -DBL_USE_MPI through `use mpi` (the same integer handles), and with
+! -DBL_F08 through `use mpi_f08` (handles as TYPE(MPI_Comm), ...); the same calls, so
+! the same trace is expected:
 !   MPI_Gatherv to root 0: rank r sends r+1 integers (root receives i+1 from rank i);
 !   MPI_Scatterv from root 0: rank i receives 2(i+1) integers;
 !   MPI_Allgatherv: rank r contributes r+1 integers;
@@ -14,6 +15,9 @@
 program fortran2_test
 #ifdef BL_F08
   use mpi_f08
+  implicit none
+#elif defined(BL_USE_MPI)
+  use mpi
   implicit none
 #else
   implicit none
