@@ -848,6 +848,11 @@ fn tracer_lib() -> String {
         .unwrap_or_else(|| benchlake_tracer::LIBRARY_NAME.into())
 }
 
+// The tests' helper for a test that cannot run (docs/testing.md, "Skips and CI").
+#[cfg(test)]
+#[path = "../../tests/support/unavailable.rs"]
+mod unavailable;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -905,6 +910,12 @@ mod tests {
             // The tracer was not built (no mpicc): the run must not start untraced.
             let e = build_argv(&cfg, &t, Path::new("/o")).unwrap_err();
             assert!(e.contains("does not exist"), "{e}");
+            unavailable::unavailable(
+                "traced_runs_the_application_under_the_tracer_through_mpirun",
+                &format!(
+                    "the tracer library was not built ({lib} missing; install libopenmpi-dev)"
+                ),
+            );
             return;
         }
         let (argv, _) = build_argv(&cfg, &t, Path::new("/o")).unwrap();
