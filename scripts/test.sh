@@ -157,9 +157,9 @@ echo "== build"
 cargo build --workspace --all-targets --locked
 
 echo "== cargo test"
-cargo test --workspace --locked 2>&1 | tee -a "$RESULTS"
+cargo test --workspace --locked --no-fail-fast 2>&1 | tee -a "$RESULTS"
 # Integration tests again with coordinator state on PostgreSQL (all: `-p benchlake --test …` would rebuild ~80 crates with other features).
-BENCHLAKE_TEST_STATE=postgres cargo test --workspace --locked --test '*' 2>&1 | tee -a "$RESULTS"
+BENCHLAKE_TEST_STATE=postgres cargo test --workspace --locked --no-fail-fast --test '*' 2>&1 | tee -a "$RESULTS"
 
 echo "== end-to-end tests"
 export BENCHLAKE_BIN="$CARGO_TARGET_DIR/debug/benchlake"

@@ -417,6 +417,12 @@ fn shift_lines(e: CountsError, by: u64) -> CountsError {
     };
     let pos = match pos {
         Position::LineCol(l, c) => Position::LineCol(l.saturating_add(by), c),
+        // The byte offset is the file's already; only the line is the range's.
+        Position::Text { offset, line, col } => Position::Text {
+            offset,
+            line: line.saturating_add(by),
+            col,
+        },
         p => p,
     };
     const CUT: &str = " in the middle of line ";
