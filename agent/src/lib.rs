@@ -39,6 +39,15 @@ pub enum AgentError {
     /// The coordinator refused us for good (protocol mismatch, auth).
     #[error("coordinator refused the agent: {0}")]
     Refused(String),
+    /// The coordinator could not be reached for the whole `--retry-for` budget.
+    #[error(
+        "cannot register with the coordinator at {address} for {waited_s} s (--retry-for): {last}"
+    )]
+    Unreachable {
+        address: String,
+        waited_s: u64,
+        last: String,
+    },
     /// A call failed.
     #[error("coordinator: {0}")]
     Rpc(#[from] tonic::Status),
@@ -292,6 +301,10 @@ pub fn register_request(cfg: &AgentConfig) -> pb::RegisterRequest {
 /// Tasks running on this agent: id → cancel switch.
 pub(crate) type Running = Arc<Mutex<HashMap<String, watch::Sender<runner::Stop>>>>;
 
+/// Registers, retrying transient failures with backoff for `cfg.retry_for`
+/// in all (`--retry-for`, the same budget as every other call): a coordinator
+/// away longer than that ends the agent with [`AgentError::Unreachable`]
+/// naming the address (a service manager restarts it; see deploy/systemd).
 async fn register(
     client: &mut Client,
     cfg: &AgentConfig,
@@ -299,12 +312,16 @@ async fn register(
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<pb::RegisterResponse> {
     let mut delay = Duration::from_millis(200);
+    let started = tokio::time::Instant::now();
+    let deadline = started + cfg.retry_for;
+    let mut attempt = 0u32;
     loop {
+        attempt += 1;
         let req = pb::RegisterRequest {
             held_tasks: held.to_vec(),
             ..register_request(cfg)
         };
-        match client.register(req).await {
+        let last = match client.register(req).await {
             Ok(r) => return Ok(r.into_inner()),
             Err(s)
                 if matches!(
@@ -317,12 +334,25 @@ async fn register(
             {
                 return Err(AgentError::Refused(s.message().to_string()));
             }
-            Err(s) => {
-                tracing::warn!(error = %s.message(), "cannot register yet; retrying");
-            }
+            Err(s) => format!("{:?}: {}", s.code(), s.message()),
+        };
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Err(AgentError::Unreachable {
+                address: cfg.coordinator.clone(),
+                waited_s: now.duration_since(started).as_secs(),
+                last,
+            });
         }
+        tracing::warn!(
+            coordinator = %cfg.coordinator,
+            attempt,
+            error = %last,
+            "cannot register yet; retrying until --retry-for is spent"
+        );
+        let sleep = delay.min(deadline - now);
         tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
+            _ = tokio::time::sleep(sleep) => {}
             _ = shutdown.changed() => return Err(AgentError::Config("shut down before registering".into())),
         }
         delay = (delay * 2).min(Duration::from_secs(10));

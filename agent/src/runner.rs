@@ -37,6 +37,9 @@ const TAIL: u64 = 4096;
 /// How a task ended.
 struct Outcome {
     success: bool,
+    /// Failed outside the benchmark (an upload that did not land): the
+    /// coordinator starts a new attempt.
+    retryable: bool,
     exit_code: i32,
     error: String,
     outputs: Vec<pb::RawFile>,
@@ -83,6 +86,7 @@ pub async fn run_task(
         task_id: t.task_id.clone(),
         lease_id: t.lease_id.clone(),
         success: o.success,
+        retryable: o.retryable,
         exit_code: o.exit_code,
         error: o.error.clone(),
         outputs: o.outputs,
@@ -146,6 +150,7 @@ pub async fn run_task(
 fn fail(msg: impl Into<String>) -> Option<Outcome> {
     Some(Outcome {
         success: false,
+        retryable: false,
         exit_code: -1,
         error: msg.into(),
         outputs: Vec::new(),
@@ -578,6 +583,7 @@ async fn execute_batch(
     if ended.cancelled {
         return Some(Outcome {
             success: false,
+            retryable: false,
             exit_code: ended.exit_code,
             error: ended.error,
             outputs: Vec::new(),
@@ -630,6 +636,7 @@ async fn collect(
         }
     }
     let mut outputs = Vec::new();
+    let mut retryable = false;
     let policy = benchlake_proto::retry::RetryPolicy::new(cfg.retry_for);
     for (path, name, format) in files {
         // Retried through a coordinator outage; an agent shutting down stops
@@ -641,13 +648,16 @@ async fn collect(
         match res {
             Ok(rf) => outputs.push(rf),
             Err(e) => {
-                error = format!("upload of {name} failed: {e}");
+                // A benchmark that ran and failed keeps its own error.
+                retryable = error.is_empty() && e.transient;
+                error = format!("upload of {name} failed: {}", e.message);
                 break;
             }
         }
     }
     Some(Outcome {
         success: error.is_empty(),
+        retryable,
         exit_code,
         error,
         outputs,
@@ -670,7 +680,7 @@ pub async fn upload(
     name: &str,
     format: &str,
     policy: &benchlake_proto::retry::RetryPolicy,
-) -> Result<pb::RawFile, String> {
+) -> Result<pb::RawFile, UploadFailed> {
     let transient = |e: &UploadError| match e {
         // RESOURCE_EXHAUSTED is the coordinator's upload size limit here.
         UploadError::Rpc(s) => {
@@ -684,7 +694,26 @@ pub async fn upload(
             async move { upload_once(&mut c, t, path, name, format).await }
         })
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| UploadFailed {
+            transient: transient(&e),
+            message: e.to_string(),
+        })
+}
+
+/// An upload that did not land, after retries.
+#[derive(Debug)]
+pub struct UploadFailed {
+    /// The last failure was one that goes away (the coordinator or the
+    /// lake away, a full disk) but outlasted `--retry-for`.
+    pub transient: bool,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for UploadFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
 }
 
 /// Why one upload attempt failed.

@@ -238,10 +238,50 @@ fn init_logging(plan: &LogPlan) -> Result<Option<std::path::PathBuf>, String> {
 
 use benchlake_replay_cli::{error_text, exit_code};
 
+/// `BENCHLAKE_CHECK_ARGS=1 benchlake ARGS…`: parses the command line as the
+/// real run would (every subcommand, flag and value parser; pio's own
+/// parameters through pio's parser) and exits 0, or 2 with the parse error,
+/// without reading a configuration file or doing anything; a parse error
+/// ends with a line `check-args: KIND` (clap's error kind, e.g.
+/// `UnknownArgument`). The test of every documented command line
+/// (tests/e2e/test_docs.py) runs them through it.
+fn check_args(cmd: clap::Command) -> std::process::ExitCode {
+    let refused = |e: clap::Error| {
+        let _ = e.print();
+        eprintln!("check-args: {:?}", e.kind());
+        std::process::ExitCode::from(2)
+    };
+    let mut matches = match cmd.try_get_matches_from(std::env::args_os()) {
+        Ok(m) => m,
+        Err(e) => return refused(e),
+    };
+    let cli = match Cli::from_arg_matches_mut(&mut matches) {
+        Ok(c) => c,
+        Err(e) => return refused(e),
+    };
+    if let Cmd::Pio { args } = &cli.cmd {
+        let checked = benchlake_pio::params::parse_cli(args).and_then(|p| {
+            if p.contains_key("help") {
+                return Ok(());
+            }
+            benchlake_pio::params::resolve(&p, |_| None).map(|_| ())
+        });
+        if let Err(e) = checked {
+            eprintln!("pio: {e}");
+            eprintln!("check-args: pio");
+            return std::process::ExitCode::from(2);
+        }
+    }
+    std::process::ExitCode::SUCCESS
+}
+
 fn main() -> std::process::ExitCode {
     // One command tree for the config file and the parse (clap's derive
     // would build a second one while the first is still alive).
     let cmd = Cli::command();
+    if std::env::var_os("BENCHLAKE_CHECK_ARGS").is_some_and(|v| v == "1") {
+        return check_args(cmd);
+    }
     let argv = match config::apply(&cmd, std::env::args_os().collect()) {
         Ok(a) => a.argv,
         Err(e) => {

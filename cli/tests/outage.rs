@@ -153,3 +153,97 @@ async fn a_task_whose_lease_reply_was_lost_is_retried() {
         t.error
     );
 }
+
+/// An attempt whose outputs could not be handed in (the lake's disk full for
+/// longer than `--retry-for`: issue 39, item 9) is not the benchmark's
+/// failure: the agent completes it as retryable and the coordinator queues a
+/// new attempt while attempts remain, then fails the task on the last one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_attempt_whose_outputs_could_not_land_is_retried() {
+    let c = Cluster::start(Tokens::default()).await;
+    let mut cfg = benchlake_agent::AgentConfig::new(&c.addr, c.dir.path().join("full")).unwrap();
+    cfg.name = "full".into();
+    cfg.catalog = benchlake_core::bench::Catalog::from_toml(&catalog(&bin())).unwrap();
+    let mut ag = c.agents_client(None);
+    ag.register(benchlake_agent::register_request(&cfg))
+        .await
+        .unwrap();
+    let run = c.submit("sleep", &[("seconds", "1")], 1).await.unwrap();
+    let mut attempts = Vec::new();
+    for _ in 0..10 {
+        let Some(t) = ag
+            .poll_task(pb::PollTaskRequest {
+                name: "full".into(),
+                free_slots: 1,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .task
+        else {
+            // Backoff before the next attempt.
+            c.advance(60_000);
+            c.tick();
+            continue;
+        };
+        attempts.push(t.attempt);
+        ag.complete_task(pb::CompleteTaskRequest {
+            task_id: t.task_id.clone(),
+            lease_id: t.lease_id.clone(),
+            success: false,
+            retryable: true,
+            exit_code: 0,
+            error: "upload of host.json failed: lake: No space left on device (os error 28)"
+                .into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        if c.detail(&run.run_id).await.state == pb::RunState::Failed as i32 {
+            break;
+        }
+    }
+    let d = c.detail(&run.run_id).await;
+    assert_eq!(attempts, [1, 2, 3], "{d:#?}");
+    assert_eq!(state(&d), pb::RunState::Failed);
+    let t = &d.tasks[0];
+    assert_eq!(t.attempt, 3);
+    assert!(t.error.contains("No space left on device"), "{}", t.error);
+}
+
+/// An agent whose coordinator never answers gives up registering once
+/// `--retry-for` is spent (issue 39, item 8): it exits non-zero naming the
+/// address instead of retrying for ever (a service manager restarts it).
+#[test]
+fn an_agent_stops_registering_when_retry_for_is_spent() {
+    // A port nobody listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("http://127.0.0.1:{port}");
+    let work = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_benchlake"))
+        .args(["agent", "--coordinator", &addr, "--retry-for", "3s", "--name", "a1"])
+        .arg("--work-dir")
+        .arg(work.path())
+        .env_remove("BENCHLAKE_CONFIG")
+        .env("BENCHLAKE_TOKEN", "t")
+        .output()
+        .unwrap();
+    let took = t0.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("cannot register with the coordinator at {addr}"))
+            && err.contains("--retry-for"),
+        "{err}"
+    );
+    // Within the budget plus one attempt's connect time, not for ever.
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(20),
+        "{took:?}"
+    );
+}

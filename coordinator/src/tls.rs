@@ -99,6 +99,52 @@ fn acceptor_alpn(cfg: &CoordinatorConfig, alpn: &[&[u8]]) -> Result<Option<TlsAc
     Ok(Some(TlsAcceptor::from(Arc::new(sc))))
 }
 
+/// At most this many failed handshakes are logged one by one per
+/// [`FAILURE_WINDOW`]; the rest are counted and summed up (with their peers)
+/// when the window ends, so a scan or a misconfigured fleet cannot flood the
+/// log, and no failure goes unreported.
+const FAILURES_LOGGED_PER_WINDOW: u32 = 20;
+/// See [`FAILURES_LOGGED_PER_WINDOW`].
+const FAILURE_WINDOW: Duration = Duration::from_secs(10);
+
+/// Failed handshakes of one listener: logged each, rate-limited.
+#[derive(Debug, Default)]
+struct Failures {
+    logged: u32,
+    suppressed: u64,
+    /// Distinct peers (IP addresses) of the suppressed failures, the first few.
+    peers: Vec<std::net::IpAddr>,
+}
+
+impl Failures {
+    /// Logs the failure of `peer` or counts it when the window's quota is spent.
+    fn record(&mut self, peer: std::net::SocketAddr, error: &str) {
+        if self.logged < FAILURES_LOGGED_PER_WINDOW {
+            self.logged += 1;
+            tracing::warn!(peer = %peer, error = %error, "TLS handshake failed");
+            return;
+        }
+        self.suppressed += 1;
+        if self.peers.len() < 8 && !self.peers.contains(&peer.ip()) {
+            self.peers.push(peer.ip());
+        }
+    }
+
+    /// Ends the window: a summary of the failures not logged one by one.
+    fn flush(&mut self) {
+        if self.suppressed > 0 {
+            let peers: Vec<String> = self.peers.iter().map(|p| p.to_string()).collect();
+            tracing::warn!(
+                failures = self.suppressed,
+                peers = %peers.join(", "),
+                window_s = FAILURE_WINDOW.as_secs(),
+                "further TLS handshakes failed (not logged one by one: more than {FAILURES_LOGGED_PER_WINDOW} per window)"
+            );
+        }
+        *self = Failures::default();
+    }
+}
+
 /// The connections of `listener` after their TLS handshake, which runs per
 /// connection (a slow or silent client holds up no other) within
 /// [`HANDSHAKE_TIMEOUT`]; failed handshakes are logged and dropped. Accepting
@@ -108,10 +154,17 @@ pub fn incoming(
     acceptor: TlsAcceptor,
 ) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let failures = Arc::new(std::sync::Mutex::new(Failures::default()));
     tokio::spawn(async move {
+        let mut window = tokio::time::interval(FAILURE_WINDOW);
+        window.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let (tcp, peer) = tokio::select! {
                 _ = tx.closed() => break,
+                _ = window.tick() => {
+                    failures.lock().unwrap_or_else(|p| p.into_inner()).flush();
+                    continue;
+                }
                 r = listener.accept() => match r {
                     Ok(c) => c,
                     Err(e) => {
@@ -123,19 +176,41 @@ pub fn incoming(
                 },
             };
             let _ = tcp.set_nodelay(true);
-            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            let (acceptor, tx, failures) = (acceptor.clone(), tx.clone(), failures.clone());
             tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                let error = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                     Ok(Ok(s)) => {
                         let _ = tx.send(Ok(s)).await;
+                        return;
                     }
-                    Ok(Err(e)) => {
-                        tracing::warn!(peer = %peer, error = %e, "TLS handshake failed")
-                    }
-                    Err(_) => tracing::warn!(peer = %peer, "TLS handshake timed out"),
-                }
+                    Ok(Err(e)) => e.to_string(),
+                    Err(_) => format!("timed out after {} s", HANDSHAKE_TIMEOUT.as_secs()),
+                };
+                failures
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .record(peer, &error);
             });
         }
     });
     ReceiverStream::new(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_beyond_the_quota_are_counted_with_their_peers() {
+        let mut f = Failures::default();
+        let peer = |i: u8| std::net::SocketAddr::from(([10, 0, 0, i % 3], 40000 + i as u16));
+        for i in 0..50u8 {
+            f.record(peer(i), "bad certificate");
+        }
+        assert_eq!(f.logged, FAILURES_LOGGED_PER_WINDOW);
+        assert_eq!(f.suppressed, 30);
+        assert_eq!(f.peers.len(), 3);
+        f.flush();
+        assert_eq!((f.logged, f.suppressed, f.peers.len()), (0, 0, 0));
+    }
 }

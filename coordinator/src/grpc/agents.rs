@@ -285,7 +285,7 @@ impl AgentService for Svc {
                 w.write(&c.data);
                 w.wait_for_capacity(8)
                     .await
-                    .map_err(|e| Status::unavailable(format!("lake: {e}")))?;
+                    .map_err(|e| lake_write_failed(&key, &e))?;
                 if !c.sha256.is_empty() {
                     claimed = c.sha256.clone();
                 }
@@ -305,9 +305,7 @@ impl AgentService for Svc {
                 "sha256: '{key}' arrived with digest {digest}, the agent sent {claimed}"
             )));
         }
-        w.finish()
-            .await
-            .map_err(|e| Status::unavailable(format!("lake: {e}")))?;
+        w.finish().await.map_err(|e| lake_write_failed(&key, &e))?;
         tracing::debug!(key = %key, bytes = size, "raw output stored");
         Ok(Response::new(pb::RawFile {
             key,
@@ -370,6 +368,24 @@ impl AgentService for Svc {
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
         let run_id = t.run_id;
+        if !r.success && r.retryable {
+            // Not the benchmark's failure (its outputs could not land): a new
+            // attempt while attempts remain, as for a lost lease.
+            let reason = if r.error.is_empty() {
+                "the agent could not hand in its outputs".to_string()
+            } else {
+                r.error.clone()
+            };
+            let fx = self
+                .tx(|tx| {
+                    let t = task::leased(tx, &r.task_id, &r.lease_id)?;
+                    task::retry_or_fail(tx, &cfg, t, &reason, false, now)
+                })
+                .await?;
+            tracing::warn!(task = %r.task_id, run = %run_id, error = %reason, "task attempt ended without a result; retried while attempts remain");
+            self.0.apply(fx);
+            return Ok(Response::new(pb::CompleteTaskResponse {}));
+        }
         let done = task::Completion {
             success: r.success,
             exit_code: r.exit_code,
@@ -391,6 +407,14 @@ impl AgentService for Svc {
         self.0.apply(fx);
         Ok(Response::new(pb::CompleteTaskResponse {}))
     }
+}
+
+/// A raw output that could not be written to the lake (a full disk, the
+/// object store away): logged here, where the operator looks, and
+/// UNAVAILABLE to the agent, which retries within its `--retry-for`.
+fn lake_write_failed(key: &str, e: &dyn std::fmt::Display) -> Status {
+    tracing::warn!(key = %key, error = %e, "cannot write a raw output to the lake");
+    Status::unavailable(format!("lake: {e}"))
 }
 
 /// Refuses a Slurm job id or node list that is not one: the job id is

@@ -313,6 +313,8 @@ fn check(r: &PioResult) -> Result<(), (String, String)> {
             "transfer_size" => Some(r.transfer_size),
             "segments" => Some(r.segments),
             "iterations" => Some(u64::from(r.iterations)),
+            // np = 0 means "as many as the launcher started" (mpirun, srun).
+            "np" if param_size(&p.value) == Some(0) => None,
             "np" => Some(u64::from(r.num_tasks)),
             _ => None,
         };
