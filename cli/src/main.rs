@@ -275,6 +275,13 @@ fn check_args(cmd: clap::Command) -> std::process::ExitCode {
     std::process::ExitCode::SUCCESS
 }
 
+/// mimalloc instead of glibc malloc: glibc keeps what a thread freed in that
+/// thread's arena, so `up` and the coordinator's worker-side ingest grew by
+/// tens of MB per large LinkTest run and never gave it back (issue 40;
+/// docs/architecture.md, "Memory").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     // One command tree for the config file and the parse (clap's derive
     // would build a second one while the first is still alive).

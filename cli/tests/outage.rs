@@ -199,7 +199,7 @@ async fn an_attempt_whose_outputs_could_not_land_is_retried() {
         })
         .await
         .unwrap();
-        if c.detail(&run.run_id).await.state == pb::RunState::Failed as i32 {
+        if state(&c.detail(&run.run_id).await) == pb::RunState::Failed {
             break;
         }
     }
