@@ -156,16 +156,29 @@ trap totals EXIT
 echo "== build"
 cargo build --workspace --all-targets --locked
 
+# Every stage runs even when one before it failed, so one run of the suite
+# shows every failure; the suite's exit status is the first failure's.
+status=0
+stage() {
+  "$@" 2>&1 | tee -a "$RESULTS"
+  local rc=${PIPESTATUS[0]}
+  if [ "$rc" != 0 ] && [ "$status" = 0 ]; then
+    status=$rc
+  fi
+}
+
 echo "== cargo test"
-cargo test --workspace --locked --no-fail-fast 2>&1 | tee -a "$RESULTS"
+stage cargo test --workspace --locked --no-fail-fast
 # Integration tests again with coordinator state on PostgreSQL (all: `-p benchlake --test …` would rebuild ~80 crates with other features).
-BENCHLAKE_TEST_STATE=postgres cargo test --workspace --locked --no-fail-fast --test '*' 2>&1 | tee -a "$RESULTS"
+BENCHLAKE_TEST_STATE=postgres stage cargo test --workspace --locked --no-fail-fast --test '*'
 
 echo "== end-to-end tests"
 export BENCHLAKE_BIN="$CARGO_TARGET_DIR/debug/benchlake"
-python -m pytest -q -p no:cacheprovider tests/e2e 2>&1 | tee -a "$RESULTS"
+stage python -m pytest -q -p no:cacheprovider tests/e2e
 # The end-to-end tests whose clusters keep state, again on PostgreSQL (a server
 # per test; restarted coordinators take the lead over after a 1 s lease).
-BENCHLAKE_E2E_STATE=postgres python -m pytest -q -p no:cacheprovider \
+BENCHLAKE_E2E_STATE=postgres stage python -m pytest -q -p no:cacheprovider \
   tests/e2e/test_faults.py tests/e2e/test_campaign.py tests/e2e/test_clients.py \
-  tests/e2e/test_replay.py tests/e2e/test_mpirun.py 2>&1 | tee -a "$RESULTS"
+  tests/e2e/test_replay.py tests/e2e/test_mpirun.py
+
+exit "$status"
