@@ -405,7 +405,10 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             match e.downcast_ref::<tonic::Status>() {
-                Some(s) => eprintln!("error: {:?}: {}", s.code(), s.message()),
+                Some(s) => match user::unreachable(s) {
+                    Some(m) => eprintln!("error: {m}"),
+                    None => eprintln!("error: {:?}: {}", s.code(), s.message()),
+                },
                 None => eprintln!("error: {}", error_text(&e)),
             }
             std::process::ExitCode::FAILURE

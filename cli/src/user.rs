@@ -36,8 +36,35 @@ pub struct Conn {
     pub client_tls: Option<std::sync::Arc<benchlake_proto::client::ClientTls>>,
 }
 
+/// The coordinator address the command's clients were made for, so that an
+/// unreachable coordinator is reported with its address ([`unreachable`]).
+static CONTACTED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The message for a call the coordinator did not answer (`Unavailable`):
+/// which address was tried and where it comes from. None when no client was
+/// made.
+pub fn unreachable(status: &tonic::Status) -> Option<String> {
+    // A coordinator that answers UNAVAILABLE itself (its lake or state store
+    // failing) was reached: only a transport failure is "cannot reach".
+    let m = status.message();
+    let transport = std::error::Error::source(status).is_some()
+        || m.contains("connect error")
+        || m.contains("transport error")
+        || m.contains("error trying to connect");
+    if status.code() != tonic::Code::Unavailable || !transport {
+        return None;
+    }
+    let addr = CONTACTED.get()?;
+    Some(format!(
+        "cannot reach the coordinator at {addr}: {} (is it running and listening there? \
+         set --coordinator or BENCHLAKE_COORDINATOR)",
+        status.message()
+    ))
+}
+
 impl Conn {
     fn ch(&self) -> anyhow::Result<(Channel, Auth)> {
+        let _ = CONTACTED.set(self.coordinator.clone());
         Ok((
             channel_with(
                 &self.coordinator,
@@ -412,10 +439,15 @@ fn detail_json(d: &pb::RunDetail) -> serde_json::Value {
 
 /// A task's Slurm job and what its agent last said (`slurm job 7 on
 /// n[1-3]: Slurm job 7 RUNNING on n[1-3]`; sbatch launcher), or its
-/// progress message alone; None when there is neither.
+/// progress message alone; None when there is neither. An ended task's last
+/// progress message is stale (`PENDING` of a job that has since failed) and
+/// is not shown: its state and error say how it ended.
 fn slurm_line(t: &pb::Task) -> Option<String> {
-    let said =
-        (!t.progress.is_empty() && task_state(t.state) != "DONE").then_some(t.progress.as_str());
+    let ended = matches!(
+        task_state(t.state).as_str(),
+        "DONE" | "FAILED" | "CANCELLED"
+    );
+    let said = (!t.progress.is_empty() && !ended).then_some(t.progress.as_str());
     match (t.slurm_job_id.is_empty(), said) {
         (true, None) => None,
         (true, Some(p)) => Some(format!("progress: {p}")),
@@ -2108,5 +2140,24 @@ mod slurm_args_tests {
         assert_eq!(split_nodelist("n1,n[2-3,5], x "), ["n1", "n[2-3,5]", "x"]);
         assert!(split_nodelist("").is_empty());
         assert_eq!(SlurmArgs::default().to_pb(), None);
+    }
+
+    #[test]
+    fn an_ended_task_shows_no_stale_progress() {
+        let mut t = pb::Task {
+            slurm_job_id: "7".into(),
+            slurm_nodes: "n[1-3]".into(),
+            progress: "Slurm job 7 PENDING (Resources)".into(),
+            state: pb::TaskState::Running as i32,
+            ..Default::default()
+        };
+        assert_eq!(
+            slurm_line(&t).as_deref(),
+            Some("slurm job 7 on n[1-3]: Slurm job 7 PENDING (Resources)")
+        );
+        t.state = pb::TaskState::Failed as i32;
+        assert_eq!(slurm_line(&t).as_deref(), Some("slurm job 7 on n[1-3]"));
+        t.slurm_job_id.clear();
+        assert_eq!(slurm_line(&t), None);
     }
 }

@@ -259,3 +259,27 @@ fn an_agent_stops_registering_when_retry_for_is_spent() {
         "{took:?}"
     );
 }
+
+/// A user command whose coordinator does not answer names the address it
+/// tried and where the address comes from (issue 35, item 9).
+#[test]
+fn an_unreachable_coordinator_is_named() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_benchlake"))
+        .args(["run", "list", "--coordinator", &addr])
+        .env_remove("BENCHLAKE_CONFIG")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("cannot reach the coordinator at {addr}"))
+            && err.contains("BENCHLAKE_COORDINATOR"),
+        "{err}"
+    );
+}

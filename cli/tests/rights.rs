@@ -387,6 +387,21 @@ async fn every_method_every_caller_every_owner() {
         "{}",
         e.message()
     );
+    // A role that may not call a method is told which token would do.
+    let e = bob
+        .cluster
+        .drain_agent(pb::DrainAgentRequest {
+            name: "a1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    assert!(
+        e.message().contains("needs the admin role"),
+        "{}",
+        e.message()
+    );
     // An unbound user token owns its runs under its fingerprint.
     let mut shared = clients(&c.addr, Some(SHARED_USER));
     let mine = shared

@@ -43,6 +43,24 @@ pub fn role_of<T>(req: &Request<T>) -> Role {
     identity_of(req).role
 }
 
+/// "a user or admin token": the roles that may call what `allowed` guards
+/// (admin always may), for a PermissionDenied message that says what to use.
+fn roles_needed(allowed: &[Role]) -> String {
+    let mut names: Vec<&str> = allowed
+        .iter()
+        .filter(|r| **r != Role::Admin)
+        .map(|r| r.as_str())
+        .collect();
+    names.push("admin");
+    let list = names.join(" or ");
+    let article = if list.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
+    format!("{article} {list} token")
+}
+
 /// Requires one of `allowed` roles (admin always passes).
 pub fn require<T>(req: &Request<T>, allowed: &[Role]) -> Result<(), Status> {
     let r = role_of(req);
@@ -50,8 +68,9 @@ pub fn require<T>(req: &Request<T>, allowed: &[Role]) -> Result<(), Status> {
         Ok(())
     } else {
         Err(Status::permission_denied(format!(
-            "the {} role may not call this method",
-            r.as_str()
+            "the {} role may not call this method: it needs {}",
+            r.as_str(),
+            roles_needed(allowed)
         )))
     }
 }
@@ -259,8 +278,9 @@ impl Guard {
         };
         if id.role != Role::Admin && !allowed.contains(&id.role) {
             return Err(Status::permission_denied(format!(
-                "the {} role may not call {service}",
-                id.role.as_str()
+                "the {} role may not call {service}: it needs {}",
+                id.role.as_str(),
+                roles_needed(allowed)
             )));
         }
         Ok(Some(id))
