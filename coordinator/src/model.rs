@@ -316,6 +316,20 @@ pub struct AgentRow {
     /// authentication off); another credential may not act as this agent.
     #[serde(default)]
     pub credential: String,
+    /// Benchmarks of the agent's catalog file it will not run, with the
+    /// reason it gave at registration (`RegisterRequest.refused`); never in
+    /// `catalog`, so never placed on it. Rows written before this field have
+    /// none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<RefusedBenchmark>,
+}
+
+/// A benchmark an agent refuses, and why (e.g. "running as root without
+/// run_as").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedBenchmark {
+    pub name: String,
+    pub reason: String,
 }
 
 /// A cron schedule.
