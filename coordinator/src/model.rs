@@ -139,6 +139,14 @@ pub struct RunRow {
     pub owner: Option<String>,
 }
 
+impl RunRow {
+    /// When the run counts for trends (`runs.logical_at`): the cron instant
+    /// it stands for (a scheduled or backfilled run), else its submission.
+    pub fn logical_at_ms(&self) -> i64 {
+        self.scheduled_for_ms.unwrap_or(self.submitted_at_ms)
+    }
+}
+
 /// Where a run comes from.
 #[derive(Debug, Clone, Default)]
 pub struct Origin {
