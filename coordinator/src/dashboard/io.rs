@@ -443,29 +443,27 @@ pub fn chart_svg(op: &str, points: &[Point]) -> String {
         t + h,
         l + w
     );
-    let ticks: Vec<(f64, i64)> = if span > 0 {
-        let k = 5.min(n.max(2) - 1);
-        (0..=k)
-            .map(|j| {
-                let at = t0 + (span as f64 * j as f64 / k as f64).round() as i64;
-                (l + 12.0 + (w - 24.0) * j as f64 / k as f64, at)
+    let ticks: Vec<(f64, String)> = if span > 0 {
+        time_ticks(t0, t1)
+            .into_iter()
+            .map(|(at, label)| {
+                (
+                    l + 12.0 + (w - 24.0) * (at - t0) as f64 / span as f64,
+                    label,
+                )
             })
             .collect()
     } else {
         let step = n.div_ceil(6).max(1);
         (0..n)
             .step_by(step)
-            .map(|i| (x(i), points[i].at_ms))
+            .map(|i| {
+                let when = html::time(points[i].at_ms);
+                (x(i), when.get(11..).unwrap_or(&when).to_string())
+            })
             .collect()
     };
-    for (tx, at) in ticks {
-        let when = html::time(at);
-        // Runs within a day: the time of day to the second; else the day and minute.
-        let when = if span < 86_400_000 {
-            when.get(11..).unwrap_or(&when).to_string()
-        } else {
-            when.get(..16).unwrap_or(&when).to_string()
-        };
+    for (tx, when) in ticks {
         let _ = write!(
             o,
             "<line x1=\"{0:.1}\" y1=\"{1}\" x2=\"{0:.1}\" y2=\"{2}\" class=\"tick\"/><text x=\"{0:.1}\" y=\"{3}\" class=\"tk\" text-anchor=\"middle\">{4}</text>",
@@ -517,6 +515,60 @@ pub fn chart_svg(op: &str, points: &[Point]) -> String {
     }
     o.push_str("</svg>");
     o
+}
+
+/// Ticks of a time axis from `t0` to `t1` (ms, UTC): at most 7 instants on
+/// multiples of a round step (a second up to 30 days, whole UTC days from a
+/// day on), each with its label — the day for steps of days, the day and
+/// minute for spans over a day, else the time of day.
+fn time_ticks(t0: i64, t1: i64) -> Vec<(i64, String)> {
+    const S: i64 = 1_000;
+    const M: i64 = 60 * S;
+    const H: i64 = 60 * M;
+    const D: i64 = 24 * H;
+    let steps = [
+        S,
+        5 * S,
+        15 * S,
+        30 * S,
+        M,
+        5 * M,
+        15 * M,
+        30 * M,
+        H,
+        3 * H,
+        6 * H,
+        12 * H,
+        D,
+        2 * D,
+        7 * D,
+        30 * D,
+    ];
+    let span = (t1 - t0).max(1);
+    let step = steps
+        .into_iter()
+        .find(|s| span <= 6 * s)
+        .unwrap_or_else(|| (span / 6 / D + 1) * D);
+    let mut out = Vec::new();
+    let mut at = t0.div_euclid(step) * step;
+    if at < t0 {
+        at += step;
+    }
+    while at <= t1 && out.len() < 8 {
+        let when = html::time(at);
+        let label = if step >= D {
+            when.get(..10)
+        } else if span > D {
+            when.get(..16)
+        } else if step >= M {
+            when.get(11..16)
+        } else {
+            when.get(11..)
+        };
+        out.push((at, label.unwrap_or(&when).to_string()));
+        at += step;
+    }
+    out
 }
 
 /// A y-axis label: whole numbers from 10 up (with thousands separators),
@@ -1120,7 +1172,28 @@ mod tests {
         }
         assert!(!svg.contains("02:41:45"), "{svg}");
         assert!(svg.contains("logical time, UTC"));
-        assert!(svg.contains(">2026-11-21 02:00<"), "the first tick: {svg}");
+        // Ticks on whole days, named by the day.
+        assert!(
+            svg.contains(">2026-11-22<") && svg.contains(">2026-11-23<"),
+            "{svg}"
+        );
+        assert_eq!(
+            time_ticks(0, 3 * 86_400_000 + 1),
+            [
+                (0, "1970-01-01"),
+                (86_400_000, "1970-01-02"),
+                (172_800_000, "1970-01-03"),
+                (259_200_000, "1970-01-04")
+            ]
+            .map(|(a, l)| (a, l.to_string()))
+        );
+        assert_eq!(
+            time_ticks(90_000, 200_000)
+                .into_iter()
+                .map(|t| t.1)
+                .collect::<Vec<_>>(),
+            ["00:01:30", "00:02:00", "00:02:30", "00:03:00"]
+        );
     }
 
     #[test]
