@@ -257,6 +257,12 @@ pub fn task_dir(
         move |source| TaskDirError::Io { path, source }
     };
     let parent = dir.parent().unwrap_or(Path::new("/"));
+    if ra.is_some() {
+        // What exists already is checked before anything is made under it.
+        if let Some(existing) = parent.ancestors().find(|a| a.exists()) {
+            check_parents(dir, existing)?;
+        }
+    }
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o755)
@@ -575,7 +581,7 @@ run_as = "root"
             .unwrap_err()
             .to_string();
         assert!(e.contains("is writable by others (mode 777)"), "{e}");
-        assert!(!open.join("01RUN/01TASK-1").exists(), "nothing made");
+        assert!(!open.join("01RUN").exists(), "nothing made under it");
         // Sticky (like /tmp) is fine: nobody can replace another's entry.
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
         task_dir(&open.join("01RUN/01TASK-1"), "stdout.txt", Some(&me)).unwrap();
