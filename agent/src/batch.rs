@@ -289,10 +289,23 @@ pub async fn submit(cfg: &AgentConfig, s: &Submission<'_>) -> Result<u64, String
     let tools = SlurmTools::new(&cfg.sbatch);
     let argv = sbatch_argv(&tools, s)?;
     let script = s.dir.join(SCRIPT_NAME);
-    std::fs::write(&script, SCRIPT).map_err(|e| format!("{}: {e}", script.display()))?;
     {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+        // The task directory may already belong to the run-as user: the
+        // script is created new, never through a link planted there.
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o755)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&script)
+            .and_then(|mut f| {
+                use std::os::unix::fs::PermissionsExt;
+                f.write_all(SCRIPT.as_bytes())?;
+                // Whatever the umask: the job's user reads and runs it.
+                f.set_permissions(std::fs::Permissions::from_mode(0o755))
+            })
             .map_err(|e| format!("{}: {e}", script.display()))?;
     }
     let now = now_ms();

@@ -122,6 +122,9 @@ pub struct AgentConfig {
     pub scratch_dir: Option<PathBuf>,
     /// TLS to an `https://` coordinator: CA and client certificate.
     pub tls: benchlake_proto::client::ClientTls,
+    /// Catalog entries the agent refuses, with the reason (filled by [`run`]
+    /// from [`contain::offered_catalog`]; sent at registration).
+    pub refused: Vec<contain::Refused>,
 }
 
 impl AgentConfig {
@@ -147,6 +150,7 @@ impl AgentConfig {
             apps_dir: None,
             scratch_dir: None,
             tls: Default::default(),
+            refused: Vec::new(),
         })
     }
 }
@@ -207,28 +211,36 @@ pub fn find_program(prog: &str) -> Option<PathBuf> {
 /// coordinator never places a run on a node that would fail with "cannot
 /// start". Returns the kept catalog and one message per entry left out.
 pub fn runnable_catalog(catalog: &Catalog) -> (Catalog, Vec<String>) {
+    let mut kept = Catalog::default();
+    let mut dropped = Vec::new();
+    for b in &catalog.benchmarks {
+        match missing_program(b) {
+            None => kept.benchmarks.push(b.clone()),
+            Some(why) => dropped.push(format!("benchmark '{}' not offered: {why}", b.name)),
+        }
+    }
+    (kept, dropped)
+}
+
+/// Why `b` cannot start on this node (its program is not an executable
+/// file), or None when it can or when only a task's values name the program.
+pub fn missing_program(b: &BenchmarkDef) -> Option<String> {
     let self_exe = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "benchlake".into());
     let builtins: BTreeMap<String, String> = [("self_exe".to_string(), self_exe)].into();
-    let mut kept = Catalog::default();
-    let mut dropped = Vec::new();
-    for b in &catalog.benchmarks {
-        match b.program(&builtins) {
-            // The program depends on a task value: it can only be checked at run time.
-            None => kept.benchmarks.push(b.clone()),
-            // Launcher options first (`traced`: `-x LD_PRELOAD=…`): the program is a
-            // parameter further on, checked at run time.
-            Some(p) if p.starts_with('-') => kept.benchmarks.push(b.clone()),
-            Some(p) if find_program(&p).is_some() => kept.benchmarks.push(b.clone()),
-            Some(p) => dropped.push(format!(
-                "benchmark '{}' not offered: its program '{p}' is not an executable file{}",
-                b.name,
-                if p.contains('/') { "" } else { " on PATH" }
-            )),
-        }
+    match b.program(&builtins) {
+        // The program depends on a task value: it can only be checked at run time.
+        None => None,
+        // Launcher options first (`traced`: `-x LD_PRELOAD=…`): the program is a
+        // parameter further on, checked at run time.
+        Some(p) if p.starts_with('-') => None,
+        Some(p) if find_program(&p).is_some() => None,
+        Some(p) => Some(format!(
+            "its program '{p}' is not an executable file{}",
+            if p.contains('/') { "" } else { " on PATH" }
+        )),
     }
-    (kept, dropped)
 }
 
 fn def_to_pb(b: &BenchmarkDef) -> pb::BenchmarkDef {
@@ -295,6 +307,14 @@ pub fn register_request(cfg: &AgentConfig) -> pb::RegisterRequest {
         catalog: cfg.catalog.benchmarks.iter().map(def_to_pb).collect(),
         slots: cfg.slots.max(1),
         held_tasks: Vec::new(),
+        refused: cfg
+            .refused
+            .iter()
+            .map(|r| pb::RefusedBenchmark {
+                name: r.name.clone(),
+                reason: r.reason.clone(),
+            })
+            .collect(),
     }
 }
 
@@ -396,16 +416,13 @@ pub async fn run(cfg: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Resul
             *d = abs;
         }
     }
-    let (kept, dropped) = runnable_catalog(&cfg.catalog);
-    for m in &dropped {
-        tracing::warn!("{m}");
+    // Only what the agent will run is offered; the rest is named with why.
+    let (offered, refused) = contain::offered_catalog(&cfg.catalog, cfg.run_as.as_deref());
+    for r in &refused {
+        tracing::warn!(benchmark = %r.name, reason = %r.reason, "refusing benchmark '{}': {}; not offered", r.name, r.reason);
     }
-    cfg.catalog = kept;
-    for b in &cfg.catalog.benchmarks {
-        if let Err(e) = contain::run_as_for(b, cfg.run_as.as_deref()) {
-            tracing::warn!("{e}");
-        }
-    }
+    cfg.catalog = offered;
+    cfg.refused = refused;
     let cfg = Arc::new(cfg);
     let mut c = client(&cfg)?;
     let held_tasks: Vec<pb::HeldTask> = held

@@ -333,16 +333,26 @@ async fn execute(
     if let Some(e) = resume {
         return execute_batch(cfg, c, t, stop, dir, None, Some(e)).await;
     }
-    let _ = tokio::fs::remove_dir_all(dir).await;
-    if let Err(e) = tokio::fs::create_dir_all(dir).await {
-        return fail(format!("cannot create {}: {e}", dir.display()));
-    }
+    let Some(def) = cfg.catalog.get(&t.benchmark) else {
+        return fail(format!(
+            "benchmark '{}' is not in this agent's catalog",
+            t.benchmark
+        ));
+    };
+    let run_as = match crate::contain::run_as_for(def, cfg.run_as.as_deref()) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    let stdout_name = stdout_file(def);
+    // The directory and its log files belong to the user the task runs as
+    // (slurmd opens a batch job's logs as that user).
+    let (out, err) = match crate::contain::task_dir(dir, stdout_name, run_as.as_ref()) {
+        Ok(f) => f,
+        Err(e) => return fail(e.to_string()),
+    };
     let (argv, env) = match build_argv(cfg, t, dir) {
         Ok(a) => a,
         Err(e) => return fail(e),
-    };
-    let Some(def) = cfg.catalog.get(&t.benchmark) else {
-        return fail("benchmark vanished from the catalog");
     };
     // build_argv refused unknown launchers already.
     let launcher = benchlake_proto::launcher::from_pb(t.launcher)
@@ -354,25 +364,9 @@ async fn execute(
         Ok(s) => Duration::from_secs(s),
         Err(e) => return fail(e),
     };
-    let stdout_name = stdout_file(def);
-    let (Ok(out), Ok(err)) = (
-        std::fs::File::create(dir.join(stdout_name)),
-        std::fs::File::create(dir.join("stderr.txt")),
-    ) else {
-        return fail(format!("cannot create log files in {}", dir.display()));
-    };
     let Some((prog, args)) = argv.split_first() else {
         return fail("empty command");
     };
-    let run_as = match crate::contain::run_as_for(def, cfg.run_as.as_deref()) {
-        Ok(r) => r,
-        Err(e) => return fail(e),
-    };
-    if let Some(ra) = &run_as
-        && let Err(e) = crate::contain::give_dir(dir, ra)
-    {
-        return fail(e);
-    }
     if launcher == LauncherKind::Sbatch {
         drop((out, err));
         return execute_batch(cfg, c, t, stop, dir, run_as.as_ref(), None).await;
@@ -742,7 +736,7 @@ async fn upload_once(
     name: &str,
     format: &str,
 ) -> Result<pb::RawFile, UploadError> {
-    let mut f = tokio::fs::File::open(path)
+    let mut f = open_output(path)
         .await
         .map_err(|e| UploadError::Local(format!("{}: {e}", path.display())))?;
     let (tx, rx) = tokio::sync::mpsc::channel::<pb::UploadChunk>(4);
@@ -853,8 +847,23 @@ pub fn wildcard(pattern: &str, name: &str) -> bool {
     true
 }
 
+/// Opens a file of a task directory for reading. The directory belongs to
+/// the user the task ran as, so a symbolic link (to a file only the agent may
+/// read) or a FIFO (which would block) is refused: only regular files.
+async fn open_output(path: &Path) -> std::io::Result<tokio::fs::File> {
+    let f = tokio::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .await?;
+    if !f.metadata().await?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(f)
+}
+
 pub(crate) async fn read_tail(path: &Path) -> String {
-    let Ok(mut f) = tokio::fs::File::open(path).await else {
+    let Ok(mut f) = open_output(path).await else {
         return String::new();
     };
     let len = f.metadata().await.map(|m| m.len()).unwrap_or(0);

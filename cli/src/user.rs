@@ -1291,7 +1291,8 @@ pub async fn agents_cmd(c: AgentsCmd) -> anyhow::Result<()> {
                     .iter()
                     .map(|a| serde_json::json!({"name": a.name, "state": a.state, "hostname": a.hostname, "cores": a.cores,
                         "memory_bytes": a.memory_bytes, "labels": a.labels, "benchmarks": a.benchmarks,
-                        "running_tasks": a.running_tasks, "last_heartbeat_ms": a.last_heartbeat_ms}))
+                        "running_tasks": a.running_tasks, "last_heartbeat_ms": a.last_heartbeat_ms,
+                        "refused": a.refused.iter().map(|r| serde_json::json!({"name": r.name, "reason": r.reason})).collect::<Vec<_>>()}))
                     .collect::<Vec<_>>());
             }
             for a in agents {
@@ -1306,6 +1307,10 @@ pub async fn agents_cmd(c: AgentsCmd) -> anyhow::Result<()> {
                     fmt_ms(a.last_heartbeat_ms),
                     a.benchmarks.join(", ")
                 );
+                // What the agent will not run, and why (it is never placed there).
+                for r in &a.refused {
+                    outln!("  refuses {}: {}", r.name, r.reason);
+                }
             }
         }
         AgentsCmd::Drain {

@@ -10,6 +10,27 @@ use benchlake_coordinator::Tokens;
 use benchlake_proto::v1 as pb;
 use common::*;
 
+/// `scheduled_for`, `logical_at` and `submitted_at` (µs) of a run's `runs` row.
+fn run_times(lake: &std::path::Path, run_id: &str) -> (Option<i64>, Option<i64>, i64) {
+    use arrow::array::{Array, TimestampMicrosecondArray};
+    let b = table_batches(lake, "runs", Some(run_id));
+    let col = |n: &str| {
+        let a = b[0]
+            .column_by_name(n)
+            .unwrap_or_else(|| panic!("runs.{n}"))
+            .as_any()
+            .downcast_ref::<TimestampMicrosecondArray>()
+            .unwrap_or_else(|| panic!("runs.{n} is a timestamp"))
+            .clone();
+        (!a.is_null(0)).then(|| a.value(0))
+    };
+    (
+        col("scheduled_for"),
+        col("logical_at"),
+        col("submitted_at").expect("submitted_at"),
+    )
+}
+
 async fn cluster3() -> Cluster {
     let mut c = Cluster::start(Tokens::default()).await;
     for a in ["a1", "a2", "a3"] {
@@ -54,6 +75,9 @@ async fn a_run_on_three_agents_lands_in_the_lake() {
     let lake = c.lake_dir();
     assert_eq!(table_rows(&lake, "node_facts", Some(&run.run_id)), 3);
     assert_eq!(table_rows(&lake, "runs", Some(&run.run_id)), 1);
+    // On demand: no cron instant; it counts at its submission.
+    let (scheduled, logical, submitted) = run_times(&lake, &run.run_id);
+    assert_eq!((scheduled, logical), (None, Some(submitted)));
     assert_eq!(table_rows(&lake, "raw_files", Some(&run.run_id)), 9);
     // Nothing is left in staging (deleted right after each commit's transaction).
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -337,6 +361,14 @@ async fn backfilled_runs_queue_one_after_another_unless_overlap_is_allowed() {
         }
         settled.push(d.run.unwrap());
         c.advance(1_000);
+    }
+    // The `runs` rows carry the night each run stands for, not the moment
+    // it was backfilled (the dashboard's I/O trends plot them by it).
+    for r in &settled {
+        let (scheduled, logical, submitted) = run_times(&c.lake_dir(), &r.run_id);
+        assert_eq!(scheduled, Some(r.scheduled_for_ms * 1000));
+        assert_eq!(logical, scheduled);
+        assert!(submitted > r.scheduled_for_ms * 1000, "backfilled later");
     }
     for w in settled.windows(2) {
         assert!(

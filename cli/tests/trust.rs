@@ -169,13 +169,12 @@ async fn benchmarks_run_as_their_catalog_user_never_root_by_default() {
     let d = c.wait_settled(&run.run_id, 60).await;
     assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}");
     assert_eq!(d.tasks[0].stdout_tail.trim(), nobody.uid.to_string());
-    let run = c.submit("who-default", &[], 1).await.unwrap();
-    let d = c.wait_settled(&run.run_id, 60).await;
-    assert_eq!(state(&d), pb::RunState::Failed);
-    let e = task_error(&d);
-    assert!(
-        e.contains("refusing to run benchmark 'who-default' as root"),
-        "{e}"
+    // The agent does not even offer it: the submission is refused, saying why.
+    let e = c.submit("who-default", &[], 1).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    assert_eq!(
+        e.message(),
+        "spec.benchmark: no agent offers 'who-default': a1 refuses it: running as root without run_as"
     );
     // The agent's --run-as gives the default; `root` is allowed when said.
     c.stop_agent("a1");
@@ -197,6 +196,86 @@ async fn benchmarks_run_as_their_catalog_user_never_root_by_default() {
     let d = c.wait_settled(&run.run_id, 60).await;
     assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}");
     assert_eq!(d.tasks[0].stdout_tail.trim(), "0");
+}
+
+const REFUSING: &str = r#"
+[[benchmark]]
+name = "ok"
+kind = "noop"
+command = ["true"]
+timeout_s = 60
+
+[[benchmark]]
+name = "ghost"
+kind = "noop"
+command = ["true"]
+run_as = "benchlake-no-such-user"
+timeout_s = 60
+"#;
+
+/// `benchlake agents list` against `c` (with `more` arguments): its stdout.
+fn agents_list(c: &Cluster, more: &[&str]) -> String {
+    let out = std::process::Command::new(bin())
+        .args(["agents", "list", "--coordinator", &c.addr])
+        .args(more)
+        .output()
+        .expect("benchlake agents list");
+    assert!(
+        out.status.success(),
+        "agents list: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_does_not_offer_what_it_refuses_and_agents_list_says_why() {
+    let mut c = Cluster::start(Tokens::default()).await;
+    c.add_agent_with_catalog("a1", REFUSING).await;
+    c.add_worker("w1", None);
+    let why = "run_as user 'benchlake-no-such-user' does not exist on this node";
+    // Submitting it, or a schedule of it, is refused with the agent's reason.
+    let e = c.submit("ghost", &[], 1).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    assert_eq!(
+        e.message(),
+        format!("spec.benchmark: no agent offers 'ghost': a1 refuses it: {why}")
+    );
+    let e = c
+        .schedules()
+        .create_schedule(pb::CreateScheduleRequest {
+            schedule: Some(pb::Schedule {
+                name: "ghostly".into(),
+                cron: "0 2 * * *".into(),
+                time_zone: "UTC".into(),
+                spec: Some(bench_spec("ghost", &[])),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        e.message()
+            .contains("no agent offers 'ghost': a1 refuses it"),
+        "{e:?}"
+    );
+    // What it offers runs.
+    let run = c.submit("ok", &[], 1).await.unwrap();
+    let d = c.wait_settled(&run.run_id, 60).await;
+    assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}");
+    // `agents list` shows what each agent refuses and why; --json has `refused`.
+    let text = agents_list(&c, &[]);
+    assert!(
+        text.contains(&format!("\n  refuses ghost: {why}\n")),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&agents_list(&c, &["--json"])).unwrap();
+    assert_eq!(json[0]["name"], "a1");
+    assert_eq!(json[0]["benchmarks"], serde_json::json!(["ok"]));
+    assert_eq!(
+        json[0]["refused"],
+        serde_json::json!([{"name": "ghost", "reason": why}])
+    );
 }
 
 const A1: &str = "a1:agent-one-token-0123456789";

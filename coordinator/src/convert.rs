@@ -346,6 +346,14 @@ pub fn agent_info(
         address: a.address,
         version: a.version,
         running_tasks,
+        refused: a
+            .refused
+            .into_iter()
+            .map(|r| pb::RefusedBenchmark {
+                name: r.name,
+                reason: r.reason,
+            })
+            .collect(),
     }
 }
 
@@ -373,7 +381,21 @@ pub fn agent_row(
         registered_ms: now,
         last_heartbeat_ms: now,
         credential,
+        refused: refused(&r.refused),
     }
+}
+
+/// What an agent says it refuses, bounded (informational: at most 1000
+/// entries, names of 128 and reasons of 512 characters).
+fn refused(r: &[pb::RefusedBenchmark]) -> Vec<RefusedBenchmark> {
+    let cut = |s: &str, n: usize| s.chars().take(n).collect::<String>();
+    r.iter()
+        .take(1000)
+        .map(|b| RefusedBenchmark {
+            name: cut(&b.name, 128),
+            reason: cut(&b.reason, 512),
+        })
+        .collect()
 }
 
 fn param(p: pb::ParamDef, field: &str) -> Result<ParamDef> {

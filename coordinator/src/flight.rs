@@ -158,11 +158,35 @@ fn read_file(
     let mut out = Vec::new();
     for b in reader {
         let b = b.map_err(FlightError::Arrow)?;
-        let mut cols: Vec<ArrayRef> = b.columns().to_vec();
+        let mut cols = catalog_columns(&b, schema)?;
         cols.push(Arc::new(Date32Array::from(vec![day; b.num_rows()])));
         out.push(RecordBatch::try_new(schema.clone(), cols).map_err(FlightError::Arrow)?);
     }
     Ok(out)
+}
+
+/// The columns of `b` in the order of `schema` (its last field, `date`, left
+/// out). A file written before a nullable column was added to its table
+/// (e.g. `runs.logical_at`) reads it as nulls; a file with the columns in
+/// order is taken as it is.
+fn catalog_columns(b: &RecordBatch, schema: &SchemaRef) -> Result<Vec<ArrayRef>, FlightError> {
+    let fields = &schema.fields()[..schema.fields().len().saturating_sub(1)];
+    if b.num_columns() == fields.len() {
+        return Ok(b.columns().to_vec());
+    }
+    fields
+        .iter()
+        .map(|f| match b.column_by_name(f.name()) {
+            Some(c) => Ok(c.clone()),
+            None if f.is_nullable() => {
+                Ok(arrow::array::new_null_array(f.data_type(), b.num_rows()))
+            }
+            None => Err(FlightError::ProtocolError(format!(
+                "a committed file lacks the column '{}'",
+                f.name()
+            ))),
+        })
+        .collect()
 }
 
 #[tonic::async_trait]
@@ -307,5 +331,71 @@ impl FlightService for FlightSvc {
         _r: Request<Empty>,
     ) -> Result<Response<Self::ListActionsStream>, Status> {
         Ok(Response::new(Box::pin(futures::stream::empty())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{Array, ListBuilder, StringArray, StringBuilder, TimestampMicrosecondArray};
+
+    use super::*;
+
+    /// A `runs` file of a benchlake before `scheduled_for`/`logical_at`:
+    /// every other column, in the order it had.
+    fn old_runs_batch() -> RecordBatch {
+        let full = benchlake_core::catalog::schema("runs").unwrap();
+        let old: Vec<Field> = full
+            .fields()
+            .iter()
+            .filter(|f| !matches!(f.name().as_str(), "scheduled_for" | "logical_at"))
+            .map(|f| f.as_ref().clone())
+            .collect();
+        let ts = || {
+            Arc::new(TimestampMicrosecondArray::from(vec![Some(1_000_000i64)]).with_timezone("UTC"))
+                as ArrayRef
+        };
+        let s = |v: Option<&str>| Arc::new(StringArray::from(vec![v])) as ArrayRef;
+        let mut agents = ListBuilder::new(StringBuilder::new());
+        agents.values().append_value("a1");
+        agents.append(true);
+        let cols: Vec<ArrayRef> = old
+            .iter()
+            .map(|f| match f.name().as_str() {
+                "submitted_at" | "started_at" | "finished_at" => ts(),
+                "agents" => Arc::new(agents.finish_cloned()) as ArrayRef,
+                "schedule_id" | "error" | "verdict" => s(None),
+                _ => s(Some("x")),
+            })
+            .collect();
+        RecordBatch::try_new(Arc::new(Schema::new(old)), cols).unwrap()
+    }
+
+    #[test]
+    fn a_runs_file_older_than_its_new_columns_reads_them_as_nulls() {
+        let schema = flight_schema("runs").unwrap();
+        let cols = catalog_columns(&old_runs_batch(), &schema).unwrap();
+        assert_eq!(cols.len() + 1, schema.fields().len(), "all but date");
+        for name in ["scheduled_for", "logical_at"] {
+            let i = schema.index_of(name).unwrap();
+            assert_eq!(cols[i].null_count(), 1, "{name}");
+        }
+        let i = schema.index_of("submitted_at").unwrap();
+        assert_eq!(cols[i].null_count(), 0);
+        let b = read_file(
+            {
+                let mut buf = Vec::new();
+                let batch = old_runs_batch();
+                let mut w =
+                    parquet::arrow::ArrowWriter::try_new(&mut buf, batch.schema(), None).unwrap();
+                w.write(&batch).unwrap();
+                w.close().unwrap();
+                bytes::Bytes::from(buf)
+            },
+            "2026-12-06",
+            &schema,
+        )
+        .unwrap();
+        assert_eq!(b[0].num_rows(), 1);
+        assert_eq!(b[0].schema(), schema);
     }
 }

@@ -20,13 +20,40 @@ pub fn find_benchmark(agents: &[AgentRow], benchmark: &str) -> Option<BenchmarkI
         .cloned()
 }
 
+/// What the agents that refuse `benchmark` said, one `NAME refuses it:
+/// REASON` each (none: empty).
+pub fn refusals(agents: &[AgentRow], benchmark: &str) -> Vec<String> {
+    agents
+        .iter()
+        .filter_map(|a| {
+            a.refused
+                .iter()
+                .find(|r| r.name == benchmark)
+                .map(|r| format!("{} refuses it: {}", a.name, r.reason))
+        })
+        .collect()
+}
+
 /// Validates a user spec against the registered catalogs; returns the canonical spec
-/// and the benchmark's kind. Errors name the field.
+/// and the benchmark's kind. Errors name the field. A benchmark no agent
+/// offers but some agent refuses is `FAILED_PRECONDITION` naming each such
+/// agent and its reason (`no agent offers 'ior': a1 refuses it: running as
+/// root without run_as`); one nobody knows is `INVALID_ARGUMENT`.
 pub fn validate_spec(
     cfg: &CoordinatorConfig,
     agents: &[AgentRow],
     raw: &benchlake_proto::v1::BenchmarkSpec,
 ) -> Result<(Spec, String)> {
+    if !raw.benchmark.is_empty() && find_benchmark(agents, &raw.benchmark).is_none() {
+        let why = refusals(agents, &raw.benchmark);
+        if !why.is_empty() {
+            return Err(CoordError::FailedPrecondition(format!(
+                "spec.benchmark: no agent offers '{}': {}",
+                raw.benchmark,
+                why.join("; ")
+            )));
+        }
+    }
     validate_spec_with(
         cfg,
         raw,
@@ -52,13 +79,16 @@ pub fn validate_spec_tx(
     raw: &benchlake_proto::v1::BenchmarkSpec,
 ) -> Result<(Spec, String)> {
     if let Some(v) = tx.placement() {
-        return validate_spec_with(
-            cfg,
-            raw,
-            |b| v.benchmark(b),
-            || v.known_benchmarks(),
-            |n| v.agent(n).is_some(),
-        );
+        // A benchmark nobody offers reads the rows (what agents refuse).
+        if raw.benchmark.is_empty() || v.benchmark(&raw.benchmark).is_some() {
+            return validate_spec_with(
+                cfg,
+                raw,
+                |b| v.benchmark(b),
+                || v.known_benchmarks(),
+                |n| v.agent(n).is_some(),
+            );
+        }
     }
     let agents = tx.list_agents()?;
     validate_spec(cfg, &agents, raw)
@@ -197,9 +227,31 @@ fn eligible(a: &AgentRow, spec: &Spec) -> bool {
 /// row: named agents are looked up, and the least loaded eligible ones are
 /// picked among the agents offering the benchmark with their in-memory loads.
 /// [`select_agents_from_rows`] is the same rule over every agent row.
+///
+/// When no agent can be chosen, the error names the agents that refuse the
+/// benchmark and why (read from the rows: only on this error path).
 pub fn select_agents(tx: &mut dyn Tx, spec: &Spec, exclude: &[String]) -> Result<Vec<String>> {
+    match select_agents_indexed(tx, spec, exclude) {
+        Err(CoordError::FailedPrecondition(m)) => Err(CoordError::FailedPrecondition(
+            with_refusals(tx, m, &spec.benchmark)?,
+        )),
+        r => r,
+    }
+}
+
+/// `message`, followed by what the agents refusing `benchmark` said.
+fn with_refusals(tx: &mut dyn Tx, message: String, benchmark: &str) -> Result<String> {
+    let why = refusals(&tx.list_agents()?, benchmark);
+    Ok(if why.is_empty() {
+        message
+    } else {
+        format!("{message}; {}", why.join("; "))
+    })
+}
+
+fn select_agents_indexed(tx: &mut dyn Tx, spec: &Spec, exclude: &[String]) -> Result<Vec<String>> {
     let Some(v) = tx.placement() else {
-        return select_agents_from_rows(tx, spec, exclude);
+        return rows_select(tx, spec, exclude);
     };
     if !spec.nodes.names.is_empty() {
         let mut out = Vec::new();
@@ -270,6 +322,15 @@ pub fn select_agents_from_rows(
     spec: &Spec,
     exclude: &[String],
 ) -> Result<Vec<String>> {
+    match rows_select(tx, spec, exclude) {
+        Err(CoordError::FailedPrecondition(m)) => Err(CoordError::FailedPrecondition(
+            with_refusals(tx, m, &spec.benchmark)?,
+        )),
+        r => r,
+    }
+}
+
+fn rows_select(tx: &mut dyn Tx, spec: &Spec, exclude: &[String]) -> Result<Vec<String>> {
     let agents = tx.list_agents()?;
     if !spec.nodes.names.is_empty() {
         let mut out = Vec::new();

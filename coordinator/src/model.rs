@@ -139,6 +139,14 @@ pub struct RunRow {
     pub owner: Option<String>,
 }
 
+impl RunRow {
+    /// When the run counts for trends (`runs.logical_at`): the cron instant
+    /// it stands for (a scheduled or backfilled run), else its submission.
+    pub fn logical_at_ms(&self) -> i64 {
+        self.scheduled_for_ms.unwrap_or(self.submitted_at_ms)
+    }
+}
+
 /// Where a run comes from.
 #[derive(Debug, Clone, Default)]
 pub struct Origin {
@@ -316,6 +324,20 @@ pub struct AgentRow {
     /// authentication off); another credential may not act as this agent.
     #[serde(default)]
     pub credential: String,
+    /// Benchmarks of the agent's catalog file it will not run, with the
+    /// reason it gave at registration (`RegisterRequest.refused`); never in
+    /// `catalog`, so never placed on it. Rows written before this field have
+    /// none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<RefusedBenchmark>,
+}
+
+/// A benchmark an agent refuses, and why (e.g. "running as root without
+/// run_as").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedBenchmark {
+    pub name: String,
+    pub reason: String,
 }
 
 /// A cron schedule.

@@ -424,6 +424,7 @@ mod tests {
             registered_ms: 0,
             last_heartbeat_ms: 0,
             credential: String::new(),
+            refused: Vec::new(),
         }
     }
 

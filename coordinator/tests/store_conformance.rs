@@ -107,6 +107,11 @@ fn agent(name: &str) -> AgentRow {
         registered_ms: 5,
         last_heartbeat_ms: 6,
         credential: "fp".into(),
+        // Kept through both backends (JSON in the row, no column).
+        refused: vec![RefusedBenchmark {
+            name: "ior".into(),
+            reason: "running as root without run_as".into(),
+        }],
     }
 }
 
@@ -493,6 +498,7 @@ fn agents_and_placement(s: &dyn StateStore) {
         let b2 = tx.get_agent("b2")?.unwrap();
         assert_eq!((b2.state, b2.drain), (AgentState::Draining, true));
         assert_eq!(b2.labels.get("rack").map(String::as_str), Some("r1"));
+        assert_eq!(b2.refused, agent("b2").refused, "what the agent refuses");
         assert!(tx.get_agent("zz")?.is_none());
         Ok(())
     })

@@ -35,6 +35,18 @@ pub struct RecordSpec {
     pub agents: Vec<String>,
     pub error: Option<String>,
     pub raw_files: Vec<RecordRawFile>,
+    /// The cron instant the run stands for (scheduled runs, backfills,
+    /// triggers); absent in specs of coordinators before the column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_for_ms: Option<i64>,
+}
+
+impl RecordSpec {
+    /// When the run counts for trends (`runs.logical_at`): its cron instant,
+    /// else its submission.
+    pub fn logical_at_ms(&self) -> i64 {
+        self.scheduled_for_ms.unwrap_or(self.submitted_at_ms)
+    }
 }
 
 /// One `raw_files` row.

@@ -10,7 +10,9 @@ logout; attacker-influenced text (a parameter, a failure reason, a log tail
 holding <script>) is shown as text and never runs; the security headers; a
 running run's page updates by itself. Screenshots of every page are kept in
 the test's tmp dir and copied to target/dashboard-screenshots/."""
+import datetime
 import getpass
+import json
 import math
 import os
 import re
@@ -560,6 +562,17 @@ def test_io_trends(demo, browser):
         rid = ULID.findall(r.stdout + r.stderr)[-1]
         _wait_final(demo, browser, rid)
         fired.append(rid)
+    # Three past nights backfilled now (issue 35): they are plotted at their
+    # nights (03:00), before the triggered runs, not at the backfill's time.
+    today = datetime.datetime.now(datetime.timezone.utc).date()
+    r = subprocess.run([BIN, "schedule", "backfill", "trend-io", "--from", str(today - datetime.timedelta(days=3)),
+                        "--to", str(today), "--json"] + conn, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    backfilled = [x["run_id"] for x in sorted(json.loads(r.stdout), key=lambda x: x["scheduled_for_ms"])]
+    assert len(backfilled) == 3, r.stdout
+    for rid in backfilled:
+        _wait_final(demo, browser, rid)
+    nights = [f"{today - datetime.timedelta(days=d)} 03:00:00" for d in (3, 2, 1)]
     ids = ",".join(f"'{x}'" for x in fired)
     io = "read_parquet('LAKE/io_results/**/*.parquet', hive_partitioning=true)"
     means = {(rid, op): bw for rid, op, bw in lake_rows(
@@ -581,7 +594,14 @@ def test_io_trends(demo, browser):
     browser.go(browser.page.url.removeprefix(demo["base"]), shot="io-trends")
     for op in ("write", "read"):
         rows = browser.page.locator(f"#io-{op}-runs tbody tr")
-        assert rows.count() == 5
+        assert rows.count() == 8
+        # Newest first by logical time: the triggered runs, then the nights.
+        assert [rows.nth(i).get_attribute("data-run") for i in range(5, 8)] == backfilled[::-1]
+        assert [rows.nth(i).locator("td").nth(1).inner_text() for i in range(5, 8)] == nights[::-1]
+        xs = [float(browser.page.locator(f"#io-{op} circle.pt[data-run='{rid}']").get_attribute("cx")) for rid in backfilled]
+        first = float(browser.page.locator(f"#io-{op} circle.pt[data-run='{fired[0]}']").get_attribute("cx"))
+        assert xs[0] < xs[1] < xs[2] < first, (xs, first)
+        assert xs[2] - xs[1] == pytest.approx(xs[1] - xs[0], abs=0.2), xs  # a night apart
         for i in range(5):
             row = rows.nth(i)
             rid = row.get_attribute("data-run")
@@ -591,11 +611,20 @@ def test_io_trends(demo, browser):
         newest = rows.first
         ref = checks[(fired[-1], f"io.{op}_bw_mib_s.vs_median")]
         assert ref is not None and float(newest.get_attribute("data-median")) == pytest.approx(ref, rel=1e-12)
-        assert browser.page.locator(f"#io-{op} a circle.pt").count() == 5
-        assert browser.page.locator(f"#io-{op} polygon.band").count() == 1
+        assert browser.page.locator(f"#io-{op} a circle.pt").count() == 8
+        # Two stretches of band: the nights (created after the five, so they
+        # have their median) and the newer triggered runs; the first three
+        # triggered runs had too few earlier runs.
+        assert browser.page.locator(f"#io-{op} polygon.band").count() == 2
     # The read bound of the checks (1 MiB/s) is on the rows and named on the chart.
     assert float(browser.page.locator("#io-read-runs tbody tr").first.get_attribute("data-bound")) == checks[(fired[-1], "io.read_bw_mib_s")] == 1.0
-    assert browser.page.locator("#io-read line.thr").count() == 5 + 1  # one step per run, and the legend
+    assert browser.page.locator("#io-read line.thr").count() == 8 + 1  # one step per run, and the legend
+    # The runs table has each run's logical time: the nights for the backfill.
+    logical = {rid: str(t) for rid, t in lake_rows(
+        demo, "SELECT run_id, strftime(logical_at AT TIME ZONE 'UTC', '%Y-%m-%d %H:%M:%S') "
+              "FROM read_parquet('LAKE/runs/**/*.parquet', hive_partitioning=true, union_by_name=true) "
+              f"WHERE run_id IN ({','.join(repr(x) for x in backfilled)})")}
+    assert [logical[rid] for rid in backfilled] == nights, logical
     assert browser.errors[before:] == [], browser.errors[before:]
     # A point opens its run; the run page links back to the series.
     browser.page.locator(f"#io-write a:has(circle[data-run='{fired[-1]}'])").click()
@@ -610,7 +639,7 @@ def test_io_trends(demo, browser):
     browser.page.click("#io-form button[type=submit]")
     browser.page.wait_for_load_state("load")
     assert "runs=20" in browser.page.url and "schedule=" in browser.page.url
-    assert browser.page.locator("#io-write-runs tbody tr").count() == 5
+    assert browser.page.locator("#io-write-runs tbody tr").count() == 8
     browser.go(browser.page.url.removeprefix(demo["base"]).replace("runs=20", "runs=2"))
     assert [browser.page.locator("#io-write-runs tbody tr").nth(i).get_attribute("data-run") for i in range(2)] == fired[:2:-1][:2]
     assert browser.page.locator("#io-write-runs tbody tr").count() == 2

@@ -142,6 +142,8 @@ pub fn record_tables(s: &RecordSpec, verdict: Option<&str>) -> Result<Vec<TableO
         Arc::new(agents.finish()),
         Arc::new(StringArray::from(vec![s.error.as_deref()])),
         Arc::new(StringArray::from(vec![verdict])),
+        Arc::new(ts(s.scheduled_for_ms)),
+        Arc::new(ts(Some(s.logical_at_ms()))),
     ];
     let runs = RecordBatch::try_new(catalog::schema("runs")?, cols).map_err(err)?;
     let f = &s.raw_files;

@@ -307,6 +307,17 @@ impl SlurmCluster {
         self.daemons.iter().map(|(_, c)| c.id()).collect()
     }
 
+    /// Lets other users reach the cluster: its directory (slurm.conf, the
+    /// munge socket) becomes 0755, for Slurm commands run as another user
+    /// (an agent's `--run-as`).
+    pub fn open_to_users(&self) {
+        use std::os::unix::fs::PermissionsExt;
+        for d in [self.dir.path().to_path_buf(), self.path("munge")] {
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755))
+                .unwrap_or_else(|e| panic!("chmod {}: {e}", d.display()));
+        }
+    }
+
     /// The configuration file (clients need `SLURM_CONF` set to it).
     pub fn conf(&self) -> &Path {
         &self.conf

@@ -172,7 +172,8 @@ impl Query {
 pub struct Point {
     /// Run id.
     pub run_id: String,
-    /// Submission time (ms).
+    /// The run's logical time (ms, [`RunRow::logical_at_ms`]): the cron
+    /// instant of a scheduled or backfilled run, else its submission.
     pub at_ms: i64,
     /// The figure (mean bandwidth of the iterations, MiB/s).
     pub value: f64,
@@ -191,9 +192,11 @@ pub struct Point {
     pub status: Option<&'static str>,
 }
 
-/// The points of operation `op` over `runs` (oldest first, each with its
-/// data, its parameters and its checks), with the rolling median as the
-/// checks job computes it.
+/// The points of operation `op` over `runs` (in creation order, each with
+/// its data, its parameters and its checks), with the rolling median as the
+/// checks job computes it (over the runs created before), returned in the
+/// order of their logical time (a backfill of past nights created after
+/// tonight's run goes before it).
 pub fn series(op: &str, runs: &[(&RunRow, &IoRun, Vec<crate::verdicts::CheckRow>)]) -> Vec<Point> {
     let figure = format!("io.{op}_bw_mib_s");
     let mut out = Vec::new();
@@ -234,7 +237,7 @@ pub fn series(op: &str, runs: &[(&RunRow, &IoRun, Vec<crate::verdicts::CheckRow>
         );
         out.push(Point {
             run_id: run.run_id.clone(),
-            at_ms: run.submitted_at_ms,
+            at_ms: run.logical_at_ms(),
             value,
             iterations: data.iterations.get(op).cloned().unwrap_or_default(),
             median,
@@ -247,6 +250,8 @@ pub fn series(op: &str, runs: &[(&RunRow, &IoRun, Vec<crate::verdicts::CheckRow>
             earlier.push(value);
         }
     }
+    // Stable: runs of the same instant keep their creation order.
+    out.sort_by_key(|p| p.at_ms);
     out
 }
 
@@ -284,11 +289,20 @@ pub fn chart_svg(op: &str, points: &[Point]) -> String {
         .fold(0.0f64, f64::max);
     let ymax = nice_max(data_max.max(bound_max) * 1.08);
     let n = points.len();
+    // X: the runs' logical time (points come in its order); runs all of one
+    // instant are spread by their order instead.
+    let (t0, t1) = (
+        points[0].at_ms,
+        points.last().map(|p| p.at_ms).unwrap_or(points[0].at_ms),
+    );
+    let span = t1 - t0;
     let x = |k: usize| {
         if n == 1 {
             l + w / 2.0
-        } else {
+        } else if span <= 0 {
             l + 12.0 + (w - 24.0) * k as f64 / (n - 1) as f64
+        } else {
+            l + 12.0 + (w - 24.0) * (points[k].at_ms - t0) as f64 / span as f64
         }
     };
     let y = |v: f64| t + h - (v / ymax).clamp(0.0, 1.02) * h;
@@ -354,8 +368,14 @@ pub fn chart_svg(op: &str, points: &[Point]) -> String {
                 far = Some(b);
                 continue;
             }
-            let half = if n > 1 {
-                (w - 24.0) / (n - 1) as f64 / 2.0
+            // Half the way to the nearest neighbour (at least 4 px).
+            let gap = [i.checked_sub(1), Some(i + 1).filter(|j| *j < n)]
+                .into_iter()
+                .flatten()
+                .map(|j| (x(j) - x(i)).abs())
+                .fold(f64::INFINITY, f64::min);
+            let half = if gap.is_finite() {
+                (gap / 2.0).max(4.0)
             } else {
                 20.0
             };
@@ -416,38 +436,47 @@ pub fn chart_svg(op: &str, points: &[Point]) -> String {
             p.status.unwrap_or("no verdict")
         );
     }
-    // X axis: dates of a few runs.
+    // X axis: evenly spaced instants (the runs' own when all share one).
     let _ = write!(
         o,
         "<line x1=\"{l}\" y1=\"{0}\" x2=\"{1}\" y2=\"{0}\" class=\"axis\"/>",
         t + h,
         l + w
     );
-    let step = n.div_ceil(6).max(1);
-    let span = points.last().map(|p| p.at_ms).unwrap_or(0) - points[0].at_ms;
-    let mut i = 0;
-    while i < n {
-        let when = html::time(points[i].at_ms);
-        // Runs within a day: the time of day to the second; else the day and minute.
-        let when = if span < 86_400_000 {
-            when.get(11..).unwrap_or(&when).to_string()
-        } else {
-            when.get(..16).unwrap_or(&when).to_string()
-        };
+    let ticks: Vec<(f64, String)> = if span > 0 {
+        time_ticks(t0, t1)
+            .into_iter()
+            .map(|(at, label)| {
+                (
+                    l + 12.0 + (w - 24.0) * (at - t0) as f64 / span as f64,
+                    label,
+                )
+            })
+            .collect()
+    } else {
+        let step = n.div_ceil(6).max(1);
+        (0..n)
+            .step_by(step)
+            .map(|i| {
+                let when = html::time(points[i].at_ms);
+                (x(i), when.get(11..).unwrap_or(&when).to_string())
+            })
+            .collect()
+    };
+    for (tx, when) in ticks {
         let _ = write!(
             o,
             "<line x1=\"{0:.1}\" y1=\"{1}\" x2=\"{0:.1}\" y2=\"{2}\" class=\"tick\"/><text x=\"{0:.1}\" y=\"{3}\" class=\"tk\" text-anchor=\"middle\">{4}</text>",
-            x(i),
+            tx,
             t + h,
             t + h + 4.0,
             t + h + 16.0,
             esc(&when)
         );
-        i += step;
     }
     let _ = write!(
         o,
-        "<text x=\"{}\" y=\"{}\" class=\"ax\" text-anchor=\"middle\">runs, oldest → newest (submission time, UTC)</text>",
+        "<text x=\"{}\" y=\"{}\" class=\"ax\" text-anchor=\"middle\">logical time, UTC (a scheduled or backfilled run's cron instant, else its submission)</text>",
         l + w / 2.0,
         t + h + 40.0
     );
@@ -486,6 +515,60 @@ pub fn chart_svg(op: &str, points: &[Point]) -> String {
     }
     o.push_str("</svg>");
     o
+}
+
+/// Ticks of a time axis from `t0` to `t1` (ms, UTC): at most 7 instants on
+/// multiples of a round step (a second up to 30 days, whole UTC days from a
+/// day on), each with its label — the day for steps of days, the day and
+/// minute for spans over a day, else the time of day.
+fn time_ticks(t0: i64, t1: i64) -> Vec<(i64, String)> {
+    const S: i64 = 1_000;
+    const M: i64 = 60 * S;
+    const H: i64 = 60 * M;
+    const D: i64 = 24 * H;
+    let steps = [
+        S,
+        5 * S,
+        15 * S,
+        30 * S,
+        M,
+        5 * M,
+        15 * M,
+        30 * M,
+        H,
+        3 * H,
+        6 * H,
+        12 * H,
+        D,
+        2 * D,
+        7 * D,
+        30 * D,
+    ];
+    let span = (t1 - t0).max(1);
+    let step = steps
+        .into_iter()
+        .find(|s| span <= 6 * s)
+        .unwrap_or_else(|| (span / 6 / D + 1) * D);
+    let mut out = Vec::new();
+    let mut at = t0.div_euclid(step) * step;
+    if at < t0 {
+        at += step;
+    }
+    while at <= t1 && out.len() < 8 {
+        let when = html::time(at);
+        let label = if step >= D {
+            when.get(..10)
+        } else if span > D {
+            when.get(..16)
+        } else if step >= M {
+            when.get(11..16)
+        } else {
+            when.get(11..)
+        };
+        out.push((at, label.unwrap_or(&when).to_string()));
+        at += step;
+    }
+    out
 }
 
 /// A y-axis label: whole numbers from 10 up (with thousands separators),
@@ -731,7 +814,7 @@ pub async fn page(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Respon
         b.push_str("</section>");
         let _ = write!(
             tables,
-            "<h3>{op}</h3><table id=\"io-{op}-runs\"><thead><tr><th>run</th><th>submitted</th><th class=\"num\">bandwidth</th><th class=\"num\">iterations</th><th class=\"num\">rolling median</th><th class=\"num\">limit</th><th class=\"num\">bound</th><th>verdict</th></tr></thead><tbody>"
+            "<h3>{op}</h3><table id=\"io-{op}-runs\"><thead><tr><th>run</th><th title=\"the cron instant of a scheduled or backfilled run, else its submission\">logical time</th><th class=\"num\">bandwidth</th><th class=\"num\">iterations</th><th class=\"num\">rolling median</th><th class=\"num\">limit</th><th class=\"num\">bound</th><th>verdict</th></tr></thead><tbody>"
         );
         for p in pts.iter().rev() {
             let _ = write!(
@@ -1016,6 +1099,101 @@ mod tests {
         assert_eq!(tick(0.0, 500.0), "0");
         assert_eq!(tick(10.0, 50.0), "10");
         assert_eq!(tick(0.25, 0.5), "0.25");
+    }
+
+    /// The `cx` of each run's point in `svg`, by run id.
+    fn xs(svg: &str) -> Vec<(String, f64)> {
+        svg.split("<circle class=\"pt v-")
+            .skip(1)
+            .filter_map(|c| {
+                let cx = c.split("cx=\"").nth(1)?.split('"').next()?.parse().ok()?;
+                let run = c.split("data-run=\"").nth(1)?.split('"').next()?;
+                Some((run.to_string(), cx))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn backfilled_nights_are_plotted_at_their_nights_not_their_submission() {
+        // Three nights backfilled at 02:41:45 on the 24th, after the 24th's
+        // own nightly run (02:00); and a run of an older coordinator's row
+        // without a cron instant (on demand: its submission).
+        let day = 86_400_000;
+        let night = |d: i64| 1_795_392_000_000 + d * day + 2 * 3_600_000; // 2026-11-23 02:00 + d days
+        let backfill_at = night(1) + 41 * 60_000 + 45_000;
+        let mut rows = Vec::new();
+        let mut tonight = run("TONIGHT", &[], true);
+        tonight.submitted_at_ms = night(1);
+        tonight.scheduled_for_ms = Some(night(1));
+        rows.push(tonight);
+        for d in [-2, -1, 0] {
+            let mut r = run(&format!("BACKFILL{}", d + 2), &[], true);
+            r.submitted_at_ms = backfill_at;
+            r.scheduled_for_ms = Some(night(d));
+            rows.push(r);
+        }
+        let mut old = run("ONDEMAND", &[], true);
+        old.submitted_at_ms = night(1) + 6 * 3_600_000;
+        rows.push(old);
+        let ds: Vec<IoRun> = (0..rows.len()).map(|i| data(100.0 + i as f64)).collect();
+        let input: Vec<_> = rows.iter().zip(&ds).map(|(r, d)| (r, d, vec![])).collect();
+        let pts = series("write", &input);
+        let order: Vec<&str> = pts.iter().map(|p| p.run_id.as_str()).collect();
+        assert_eq!(
+            order,
+            ["BACKFILL0", "BACKFILL1", "BACKFILL2", "TONIGHT", "ONDEMAND"],
+            "by logical time"
+        );
+        assert_eq!(pts[0].at_ms, night(-2));
+        assert_eq!(
+            pts[4].at_ms,
+            night(1) + 6 * 3_600_000,
+            "no instant: submission"
+        );
+        let svg = chart_svg("write", &pts);
+        let xs = xs(&svg);
+        assert_eq!(xs.len(), 5, "{svg}");
+        let x: Vec<f64> = xs.iter().map(|p| p.1).collect();
+        // Three nights, three places, a night apart.
+        assert!(
+            x[0] < x[1] && x[1] < x[2] && x[2] < x[3] && x[3] < x[4],
+            "{x:?}"
+        );
+        let per_night = x[1] - x[0];
+        assert!((x[2] - x[1] - per_night).abs() < 0.2, "{x:?}");
+        assert!((x[3] - x[2] - per_night).abs() < 0.2, "{x:?}");
+        // Hovering names each night, and no label is the backfill's time.
+        for d in [
+            "2026-11-21 02:00:00",
+            "2026-11-22 02:00:00",
+            "2026-11-23 02:00:00",
+        ] {
+            assert!(svg.contains(&format!(" · {d} · write")), "{d}");
+        }
+        assert!(!svg.contains("02:41:45"), "{svg}");
+        assert!(svg.contains("logical time, UTC"));
+        // Ticks on whole days, named by the day.
+        assert!(
+            svg.contains(">2026-11-22<") && svg.contains(">2026-11-23<"),
+            "{svg}"
+        );
+        assert_eq!(
+            time_ticks(0, 3 * 86_400_000 + 1),
+            [
+                (0, "1970-01-01"),
+                (86_400_000, "1970-01-02"),
+                (172_800_000, "1970-01-03"),
+                (259_200_000, "1970-01-04")
+            ]
+            .map(|(a, l)| (a, l.to_string()))
+        );
+        assert_eq!(
+            time_ticks(90_000, 200_000)
+                .into_iter()
+                .map(|t| t.1)
+                .collect::<Vec<_>>(),
+            ["00:01:30", "00:02:00", "00:02:30", "00:03:00"]
+        );
     }
 
     #[test]

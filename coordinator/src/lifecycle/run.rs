@@ -582,6 +582,7 @@ fn insert_record_job(
         agents,
         error: run.error.clone(),
         raw_files,
+        scheduled_for_ms: run.scheduled_for_ms,
     };
     let j = job::new(run, RECORD_JOB, serde_json::to_string(&spec)?, cfg, now);
     job::insert(tx, &j, fx)

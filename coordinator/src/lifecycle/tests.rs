@@ -179,6 +179,7 @@ fn agent(name: &str) -> AgentRow {
         registered_ms: T0,
         last_heartbeat_ms: T0,
         credential: String::new(),
+        refused: Vec::new(),
     }
 }
 
@@ -1325,4 +1326,76 @@ fn silent_agents_become_lost_and_come_back_online() {
         w.tx(|tx| tx.get_agent("a1")).unwrap().last_heartbeat_ms,
         now
     );
+}
+
+/// An agent row that refuses `b` (a root agent without run_as) and offers nothing.
+fn refusing(name: &str) -> AgentRow {
+    AgentRow {
+        catalog: Vec::new(),
+        refused: vec![RefusedBenchmark {
+            name: "b".into(),
+            reason: "running as root without run_as".into(),
+        }],
+        ..agent(name)
+    }
+}
+
+#[test]
+fn a_benchmark_only_refused_is_not_placed_and_the_error_says_who_refuses_it() {
+    let w = World::new();
+    let raw = benchlake_proto::v1::BenchmarkSpec {
+        benchmark: "b".into(),
+        ..Default::default()
+    };
+    // Only a1, which refuses it: no agent offers `b`.
+    w.tx(|tx| {
+        for a in ["a2", "a3"] {
+            let mut row = tx.get_agent(a)?.expect("agent");
+            row.catalog.clear();
+            tx.upsert_agent(&row)?;
+        }
+        tx.upsert_agent(&refusing("a1"))
+    });
+    let e = w
+        .try_tx(|tx| crate::logic::validate_spec_tx(&w.cfg, tx, &raw))
+        .unwrap_err();
+    assert!(matches!(e, CoordError::FailedPrecondition(_)), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        "spec.benchmark: no agent offers 'b': a1 refuses it: running as root without run_as"
+    );
+    // a2 offers it again but is LOST: placement (index and rows alike)
+    // fails and names the refusal too, as a scheduled firing records it.
+    w.tx(|tx| {
+        tx.upsert_agent(&AgentRow {
+            state: AgentState::Lost,
+            ..agent("a2")
+        })
+    });
+    let (spec, _) = w.tx(|tx| crate::logic::validate_spec_tx(&w.cfg, tx, &raw));
+    for e in [
+        w.try_tx(|tx| crate::logic::select_agents(tx, &spec, &[])),
+        w.try_tx(|tx| crate::logic::select_agents_from_rows(tx, &spec, &[])),
+    ] {
+        let e = e.unwrap_err().to_string();
+        assert!(
+            e.starts_with("spec.nodes.count: 1 agent(s) requested, 0 eligible")
+                && e.ends_with("; a1 refuses it: running as root without run_as"),
+            "{e}"
+        );
+    }
+    // An unknown benchmark stays INVALID_ARGUMENT.
+    let e = w
+        .try_tx(|tx| {
+            crate::logic::validate_spec_tx(
+                &w.cfg,
+                tx,
+                &benchlake_proto::v1::BenchmarkSpec {
+                    benchmark: "zz".into(),
+                    ..Default::default()
+                },
+            )
+        })
+        .unwrap_err();
+    assert!(matches!(e, CoordError::Invalid(_)), "{e:?}");
 }

@@ -43,6 +43,18 @@ pub fn tables() -> Vec<TableDef> {
                     true,
                     "PASS, FAIL or ERROR: the worst status of the run's checks (null when no check ran)",
                 ),
+                (
+                    "scheduled_for",
+                    ts(),
+                    true,
+                    "the cron instant the run stands for: a scheduled run's instant, a backfilled run's (the night it fills in), a triggered schedule's; null for on-demand runs",
+                ),
+                (
+                    "logical_at",
+                    ts(),
+                    true,
+                    "when the run counts for trends: `scheduled_for`, else `submitted_at` (the dashboard's I/O trends plot runs by it). `runs` files written before 2026-12 lack this column and `scheduled_for`: read the table with `read_parquet(…, union_by_name=true)` and `coalesce(logical_at, submitted_at)` (Flight serves both as null for those rows)",
+                ),
             ],
         ),
         table(
