@@ -257,6 +257,17 @@ def test_the_readme_quick_tour_runs_as_written(tmp_path):
     up = subprocess.Popen(shlex.split(tour[1].split("&")[0]), cwd=tmp_path, env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
+        # Typed by hand, the next line comes after `up` is listening: wait
+        # for its port as a reader would wait for the "benchlake is up" line.
+        deadline = time.monotonic() + 120
+        while True:
+            assert up.poll() is None, f"benchlake up ended: {up.stderr.read()}"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "benchlake up did not listen within 120 s"
+                time.sleep(0.2)
         for line in tour[2:]:
             if line.startswith("duckdb ") and shutil.which("duckdb") is None:
                 # The DuckDB CLI is not installed here: the same query through
