@@ -155,9 +155,13 @@ impl AgentConfig {
     }
 }
 
+/// The built-in catalog's file, as shipped (`benchlake benchmarks builtin`
+/// prints it to start a site's own).
+pub const BUILTIN_CATALOG_TOML: &str = include_str!("builtin.toml");
+
 /// The catalog shipped with the agent.
 pub fn builtin_catalog() -> Result<Catalog> {
-    Catalog::from_toml(include_str!("builtin.toml")).map_err(|e| AgentError::Config(e.to_string()))
+    Catalog::from_toml(BUILTIN_CATALOG_TOML).map_err(|e| AgentError::Config(e.to_string()))
 }
 
 /// Loads a catalog file and checks it ([`Catalog::from_toml`]), and that

@@ -4,6 +4,7 @@
 // Standard output through `out!`/`outln!` (benchlake_core::stdout): no panic
 // when it is closed (`| head`).
 #![warn(clippy::print_stdout)]
+mod benchmarks;
 mod calibrate;
 mod config;
 mod netprobe;
@@ -73,6 +74,9 @@ enum Cmd {
     /// List and drain agents.
     #[command(subcommand)]
     Agents(user::AgentsCmd),
+    /// The benchmarks the agents offer (`list`, `show NAME`) and the built-in catalog (`builtin`).
+    #[command(subcommand)]
+    Benchmarks(benchmarks::BenchmarksCmd),
     /// The lake's tables.
     #[command(subcommand)]
     Tables(user::TablesCmd),
@@ -347,6 +351,7 @@ fn main() -> std::process::ExitCode {
             Cmd::Run(c) => user::run_cmd(c).await,
             Cmd::Schedule(c) => user::schedule_cmd(c).await,
             Cmd::Agents(c) => user::agents_cmd(c).await,
+            Cmd::Benchmarks(c) => benchmarks::benchmarks_cmd(c).await,
             Cmd::Tables(c) => user::tables_cmd(c).await,
             Cmd::Ingest(a) => user::ingest(a).await,
             Cmd::Probe(c) => user::probe(c),

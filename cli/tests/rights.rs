@@ -260,6 +260,12 @@ async fn call(
                 .await
                 .map(|_| ()),
         ),
+        "ListBenchmarks" => code(
+            c.cluster
+                .list_benchmarks(pb::ListBenchmarksRequest::default())
+                .await
+                .map(|_| ()),
+        ),
         "DrainAgent" => code(
             c.cluster
                 .drain_agent(pb::DrainAgentRequest {

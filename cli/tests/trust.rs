@@ -276,6 +276,76 @@ async fn an_agent_does_not_offer_what_it_refuses_and_agents_list_says_why() {
         json[0]["refused"],
         serde_json::json!([{"name": "ghost", "reason": why}])
     );
+    // The catalog as the coordinator knows it (issue 35, item 7).
+    let bench = |args: &[&str]| {
+        let out = std::process::Command::new(bin())
+            .arg("benchmarks")
+            .args(args)
+            .args(["--coordinator", &c.addr])
+            .output()
+            .expect("benchlake benchmarks");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, text, err) = bench(&["list"]);
+    assert_eq!(code, Some(0), "{err}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[0].starts_with("ghost ") && lines[0].ends_with("offered by no agent; refused by a1"),
+        "{text}"
+    );
+    assert!(
+        lines[1].starts_with("ok ") && lines[1].ends_with("offered by a1"),
+        "{text}"
+    );
+    let (code, text, err) = bench(&["show", "ok"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(text.starts_with("ok (noop)\n"), "{text}");
+    assert!(text.contains("timeout: 60 s\n"), "{text}");
+    assert!(text.contains("offered by: a1\n"), "{text}");
+    let (code, text, _) = bench(&["show", "ghost"]);
+    assert_eq!(code, Some(0));
+    assert!(text.contains("offered by: no agent\n"), "{text}");
+    assert!(text.contains(&format!("refused by a1: {why}\n")), "{text}");
+    let (code, text, err) = bench(&["show", "ok", "--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let j: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        (&j["name"], &j["agents"], &j["timeout_s"]),
+        (
+            &serde_json::json!("ok"),
+            &serde_json::json!(["a1"]),
+            &serde_json::json!(60)
+        )
+    );
+    let (code, _, err) = bench(&["show", "nope"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("no agent's catalog has a benchmark 'nope'"),
+        "{err}"
+    );
+}
+
+/// `benchmarks builtin` prints the built-in catalog, a file an agent loads
+/// as it is (the start of a site's own).
+#[test]
+fn the_builtin_catalog_prints_as_a_loadable_file() {
+    let out = std::process::Command::new(bin())
+        .args(["benchmarks", "builtin"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let cat = benchlake_core::bench::Catalog::from_toml(&text).unwrap();
+    let names: Vec<&str> = cat.benchmarks.iter().map(|b| b.name.as_str()).collect();
+    assert!(
+        names.contains(&"hostinfo") && names.contains(&"pio"),
+        "{names:?}"
+    );
 }
 
 const A1: &str = "a1:agent-one-token-0123456789";

@@ -58,6 +58,7 @@ pub const RPC_RIGHTS: &[(&str, &str, Right)] = &[
     ("ClusterService", "ListWorkers", Right::Read),
     ("ClusterService", "ListTables", Right::Read),
     ("ClusterService", "GetNodeHealth", Right::Read),
+    ("ClusterService", "ListBenchmarks", Right::Read),
     ("ReplayService", "TriggerReplay", Right::Create),
 ];
 

@@ -467,3 +467,94 @@ pub fn catalog(defs: Vec<pb::BenchmarkDef>) -> Result<Vec<BenchmarkInfo>> {
     }
     Ok(out)
 }
+
+/// A registered benchmark as `ListBenchmarks` shows it (the command stays on
+/// the agent).
+pub fn benchmark_def(b: &BenchmarkInfo) -> pb::BenchmarkDef {
+    pb::BenchmarkDef {
+        name: b.name.clone(),
+        kind: b.kind.clone(),
+        description: b.description.clone(),
+        params: b
+            .params
+            .iter()
+            .map(|p| pb::ParamDef {
+                name: p.name.clone(),
+                r#type: p.ty.as_str().into(),
+                default: p.default.clone(),
+                optional: p.optional,
+                min: p.min,
+                max: p.max,
+                choices: p.choices.clone(),
+                within: p.within.clone(),
+                description: p.description.clone(),
+            })
+            .collect(),
+        outputs: b
+            .outputs
+            .iter()
+            .map(|o| pb::OutputDef {
+                file: o.file.clone(),
+                format: o.format.clone(),
+                required: o.required,
+            })
+            .collect(),
+        timeout_s: b.timeout_s,
+        max_timeout_s: b.max_timeout_s,
+        launchers: b.launchers.iter().map(|l| l.as_str().to_string()).collect(),
+    }
+}
+
+/// Every benchmark the agents' catalogs name, with who offers it and who
+/// refuses it (`ListBenchmarks`), in name order; `only` keeps one name.
+/// LOST agents neither offer nor refuse.
+pub fn benchmark_offers(agents: &[AgentRow], only: &str) -> Vec<pb::BenchmarkOffer> {
+    let mut by_name: std::collections::BTreeMap<String, pb::BenchmarkOffer> =
+        std::collections::BTreeMap::new();
+    let mut sorted: Vec<&AgentRow> = agents
+        .iter()
+        .filter(|a| a.state != AgentState::Lost)
+        .collect();
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    for a in sorted {
+        for b in a
+            .catalog
+            .iter()
+            .filter(|b| only.is_empty() || b.name == only)
+        {
+            let def = benchmark_def(b);
+            let o = by_name.entry(b.name.clone()).or_default();
+            match &o.def {
+                None => o.def = Some(def),
+                Some(d) if *d != def => o.definitions_differ = true,
+                Some(_) => {}
+            }
+            o.agents.push(a.name.clone());
+        }
+        for r in a
+            .refused
+            .iter()
+            .filter(|r| only.is_empty() || r.name == only)
+        {
+            by_name
+                .entry(r.name.clone())
+                .or_default()
+                .refused
+                .push(pb::AgentRefusal {
+                    agent: a.name.clone(),
+                    reason: r.reason.clone(),
+                });
+        }
+    }
+    by_name
+        .into_iter()
+        .map(|(name, mut o)| {
+            // A benchmark every agent refuses: its name is all that is known.
+            o.def.get_or_insert_with(|| pb::BenchmarkDef {
+                name,
+                ..Default::default()
+            });
+            o
+        })
+        .collect()
+}

@@ -83,6 +83,9 @@ def test_installed_tree_runs_the_demo_from_anywhere(tmp_path):
     assert exe.is_file()
     assert (prefix / "share" / "benchlake" / "systemd" / "benchlake-coordinator.service").is_file()
     assert (prefix / "share" / "doc" / "benchlake" / "configuration.md").is_file()
+    catalogs = prefix / "share" / "benchlake" / "catalogs"
+    assert {p.name for p in catalogs.glob("*.toml")} >= {"ior.toml", "linktest.toml", "builtin.toml"}
+    assert '[[benchmark]]\nname = "hostinfo"' in (catalogs / "builtin.toml").read_text()
     assert (prefix / "share" / "man" / "man1" / "benchlake-coordinator.1").is_file()
     assert "_benchlake()" in (prefix / "share" / "bash-completion" / "completions" / "benchlake").read_text()
     replay_completion = (prefix / "share" / "bash-completion" / "completions" / "benchlake-replay").read_text()

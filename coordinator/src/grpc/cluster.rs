@@ -45,6 +45,21 @@ impl ClusterService for Svc {
         Ok(Response::new(pb::ListAgentsResponse { agents }))
     }
 
+    async fn list_benchmarks(
+        &self,
+        req: Request<pb::ListBenchmarksRequest>,
+    ) -> std::result::Result<Response<pb::ListBenchmarksResponse>, Status> {
+        let name = req.into_inner().name;
+        let agents = self.tx(|tx| tx.list_agents()).await?;
+        let benchmarks = convert::benchmark_offers(&agents, &name);
+        if !name.is_empty() && benchmarks.is_empty() {
+            return Err(Status::not_found(format!(
+                "no agent's catalog has a benchmark '{name}' (benchmarks list shows what they have)"
+            )));
+        }
+        Ok(Response::new(pb::ListBenchmarksResponse { benchmarks }))
+    }
+
     async fn drain_agent(
         &self,
         req: Request<pb::DrainAgentRequest>,
