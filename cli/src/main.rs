@@ -11,6 +11,7 @@ mod netprobe;
 mod nodecheck;
 mod opts;
 mod replay;
+mod schedule_show;
 mod up;
 mod user;
 

@@ -344,7 +344,7 @@ fn last_lines(text: &str, n: usize) -> Vec<&str> {
     lines[lines.len().saturating_sub(n)..].to_vec()
 }
 
-fn state_name(v: i32) -> String {
+pub(crate) fn state_name(v: i32) -> String {
     pb::RunState::try_from(v)
         .map(|s| s.as_str_name().trim_start_matches("RUN_STATE_").to_string())
         .unwrap_or_else(|_| v.to_string())
@@ -955,6 +955,17 @@ pub enum ScheduleCmd {
         #[command(flatten)]
         conn: Conn,
     },
+    /// One schedule: its spec, cron and zone, the next instants in its zone,
+    /// its last runs with their verdicts, notify targets and drain mode.
+    Show {
+        #[command(flatten)]
+        conn: Conn,
+        /// Schedule name or id.
+        schedule: String,
+        /// How many next instants and last runs to show.
+        #[arg(long, default_value_t = 5)]
+        count: u32,
+    },
     /// Pause a schedule.
     Pause {
         #[command(flatten)]
@@ -1015,7 +1026,7 @@ pub enum DrainFailing {
 }
 
 /// A schedule's node action as `schedule create --drain-failing` takes it.
-fn node_action_name(v: i32) -> &'static str {
+pub(crate) fn node_action_name(v: i32) -> &'static str {
     match pb::NodeAction::try_from(v) {
         Ok(pb::NodeAction::Drain) => "on",
         Ok(pb::NodeAction::DryRun) => "dry-run",
@@ -1055,7 +1066,7 @@ fn schedule_line_base(s: &pb::Schedule) -> String {
 
 /// `ms` in the IANA zone `tz` with the zone's abbreviation (UTC when the zone
 /// is unknown, labelled so).
-fn fmt_ms_in(ms: i64, tz: &str) -> String {
+pub(crate) fn fmt_ms_in(ms: i64, tz: &str) -> String {
     if ms == 0 {
         return "-".into();
     }
@@ -1071,7 +1082,7 @@ fn fmt_ms_in(ms: i64, tz: &str) -> String {
     }
 }
 
-fn schedule_json(s: &pb::Schedule) -> serde_json::Value {
+pub(crate) fn schedule_json(s: &pb::Schedule) -> serde_json::Value {
     let ts = |ms: i64| {
         (ms != 0)
             .then(|| chrono::DateTime::from_timestamp_millis(ms).map(|t| t.to_rfc3339()))
@@ -1164,6 +1175,11 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
                 outln!("{}", schedule_line(&s));
             }
         }
+        ScheduleCmd::Show {
+            conn,
+            schedule,
+            count,
+        } => crate::schedule_show::show(&conn, &schedule, count).await?,
         ScheduleCmd::Pause { conn, schedule } => {
             let s = conn
                 .schedules()?
