@@ -966,6 +966,36 @@ pub enum ScheduleCmd {
         #[arg(long, default_value_t = 5)]
         count: u32,
     },
+    /// Change a schedule in place (same id, so its runs stay its history):
+    /// cron, zone, parameters, notify targets, drain mode; what is not given
+    /// stays as it is.
+    Edit {
+        #[command(flatten)]
+        conn: Conn,
+        /// Schedule name or id.
+        schedule: String,
+        /// New cron expression.
+        #[arg(long)]
+        cron: Option<String>,
+        /// New IANA time zone.
+        #[arg(long)]
+        tz: Option<String>,
+        /// Set a parameter, KEY=VALUE (repeatable).
+        #[arg(short = 'p', long = "param")]
+        params: Vec<String>,
+        /// Remove a parameter, back to the catalog's default (repeatable).
+        #[arg(long = "unset-param")]
+        unset_params: Vec<String>,
+        /// Replace the notify targets with these (repeatable).
+        #[arg(long)]
+        notify: Vec<String>,
+        /// Remove every notify target of the schedule.
+        #[arg(long, conflicts_with = "notify")]
+        no_notify: bool,
+        /// New drain mode: off, dry-run or on (dry-run and on need an admin).
+        #[arg(long, value_enum)]
+        drain_failing: Option<DrainFailing>,
+    },
     /// Pause a schedule.
     Pause {
         #[command(flatten)]
@@ -1180,6 +1210,43 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
             schedule,
             count,
         } => crate::schedule_show::show(&conn, &schedule, count).await?,
+        ScheduleCmd::Edit {
+            conn,
+            schedule,
+            cron,
+            tz,
+            params,
+            unset_params,
+            notify,
+            no_notify,
+            drain_failing,
+        } => {
+            if let Some(c) = &cron {
+                benchlake_coordinator::cron::normalize(c)
+                    .map_err(|e| anyhow::anyhow!("--cron: {e}"))?;
+            }
+            let node_action = match drain_failing {
+                None => pb::NodeAction::Unspecified,
+                Some(DrainFailing::On) => pb::NodeAction::Drain,
+                Some(DrainFailing::DryRun) => pb::NodeAction::DryRun,
+                Some(DrainFailing::Off) => pb::NodeAction::Off,
+            };
+            let s = conn
+                .schedules()?
+                .update_schedule(pb::UpdateScheduleRequest {
+                    schedule_id: schedule,
+                    cron,
+                    time_zone: tz,
+                    set_params: kv(&params, "--param")?,
+                    unset_params,
+                    replace_notify: no_notify || !notify.is_empty(),
+                    notify,
+                    node_action: node_action as i32,
+                })
+                .await?
+                .into_inner();
+            print_schedule(&conn, &s)?;
+        }
         ScheduleCmd::Pause { conn, schedule } => {
             let s = conn
                 .schedules()?

@@ -914,3 +914,103 @@ async fn roles_are_enforced() {
     assert_eq!(e.code(), tonic::Code::FailedPrecondition);
     assert!(e.message().contains("protocol_version: 7"), "{e}");
 }
+
+/// `schedule edit` changes a schedule in place: its id and its runs stay,
+/// only what is given changes, and a refused value changes nothing (issue
+/// 35, item 8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_schedule_is_edited_in_place_and_keeps_its_runs() {
+    let mut c = Cluster::start(Tokens::default()).await;
+    c.add_agent("a1", None).await;
+    let mut s = c.schedules();
+    let created = s
+        .create_schedule(pb::CreateScheduleRequest {
+            schedule: Some(pb::Schedule {
+                name: "nightly".into(),
+                cron: "0 2 * * *".into(),
+                time_zone: "Europe/Berlin".into(),
+                spec: Some(bench_spec("sleep", &[("seconds", "0")])),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let b = s
+        .backfill(pb::BackfillRequest {
+            schedule_id: "nightly".into(),
+            from_ms: T0 - 3 * 86_400_000,
+            to_ms: T0,
+            max_runs: 10,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(b.runs.len(), 3);
+    let edit = |args: &[&str]| {
+        let out = std::process::Command::new(bin())
+            .args(["schedule", "edit", "nightly", "--coordinator", &c.addr])
+            .args(args)
+            .env_remove("BENCHLAKE_CONFIG")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = edit(&[
+        "--cron",
+        "30 3 * * *",
+        "--tz",
+        "UTC",
+        "-p",
+        "seconds=1",
+        "--drain-failing",
+        "dry-run",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("30 3 * * *") && out.contains("drain-failing dry-run"),
+        "{out}"
+    );
+    let find = |all: Vec<pb::Schedule>| all.into_iter().find(|x| x.name == "nightly").unwrap();
+    let after = find(
+        s.list_schedules(pb::ListSchedulesRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .schedules,
+    );
+    assert_eq!(after.schedule_id, created.schedule_id);
+    assert_eq!(
+        (after.cron.as_str(), after.time_zone.as_str()),
+        ("30 3 * * *", "UTC")
+    );
+    assert_eq!(after.spec.as_ref().unwrap().params["seconds"], "1");
+    assert_eq!(after.node_action, pb::NodeAction::DryRun as i32);
+    let runs = c
+        .runs()
+        .list_runs(pb::ListRunsRequest {
+            schedule_id: created.schedule_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .runs;
+    assert_eq!(runs.len(), 3, "the history stays the schedule's");
+    // A refused value changes nothing, the cron given with it included.
+    let (code, _, err) = edit(&["--cron", "0 2 * * *", "-p", "seconds=-5"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("seconds"), "{err}");
+    let again = find(
+        s.list_schedules(pb::ListSchedulesRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .schedules,
+    );
+    assert_eq!(again.cron, "30 3 * * *");
+}

@@ -210,7 +210,7 @@ async fn call(
                 .await
                 .map(|_| ()),
         ),
-        "PauseSchedule" | "DeleteSchedule" | "Backfill" | "TriggerSchedule" => {
+        "PauseSchedule" | "UpdateSchedule" | "DeleteSchedule" | "Backfill" | "TriggerSchedule" => {
             alice
                 .schedules
                 .create_schedule(pb::CreateScheduleRequest {
@@ -225,6 +225,16 @@ async fn call(
                         .pause_schedule(pb::PauseScheduleRequest {
                             schedule_id,
                             paused: false,
+                        })
+                        .await
+                        .map(|_| ()),
+                ),
+                "UpdateSchedule" => code(
+                    c.schedules
+                        .update_schedule(pb::UpdateScheduleRequest {
+                            schedule_id,
+                            cron: Some("30 3 * * *".into()),
+                            ..Default::default()
                         })
                         .await
                         .map(|_| ()),

@@ -51,6 +51,7 @@ pub const RPC_RIGHTS: &[(&str, &str, Right)] = &[
     ("ScheduleService", "ListSchedules", Right::Read),
     ("ScheduleService", "PauseSchedule", Right::Owner),
     ("ScheduleService", "DeleteSchedule", Right::Owner),
+    ("ScheduleService", "UpdateSchedule", Right::Owner),
     ("ScheduleService", "Backfill", Right::Owner),
     ("ScheduleService", "TriggerSchedule", Right::Owner),
     ("ClusterService", "ListAgents", Right::Read),

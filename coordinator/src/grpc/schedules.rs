@@ -150,6 +150,68 @@ impl ScheduleService for Svc {
         Ok(Response::new(row.to_pb()))
     }
 
+    async fn update_schedule(
+        &self,
+        req: Request<pb::UpdateScheduleRequest>,
+    ) -> std::result::Result<Response<pb::Schedule>, Status> {
+        let who = identity_of(&req);
+        let r = req.into_inner();
+        let node_action = match r.node_action {
+            0 => None,
+            v => Some(
+                crate::node_actions::NodeAction::from_pb(v)
+                    .ok_or_else(|| invalid("node_action", format!("unknown value {v}")))?,
+            ),
+        };
+        if let Some(a) = node_action.filter(|a| *a != crate::node_actions::NodeAction::Off) {
+            access::require_admin(&who, &format!("schedule.node_action {}", a.as_str()))?;
+        }
+        if r.replace_notify {
+            self.0.cfg.notify.check_names("notify", &r.notify)?;
+        }
+        let now = self.0.now();
+        let cfg = self.0.cfg.clone();
+        let row = self
+            .tx(|tx| {
+                let mut s = owned_schedule(tx, &who, &r.schedule_id)?;
+                let cron = r.cron.clone().unwrap_or_else(|| s.cron.clone());
+                let zone = r.time_zone.clone().unwrap_or_else(|| s.time_zone.clone());
+                if r.cron.is_some() || r.time_zone.is_some() {
+                    let spec = CronSpec::parse(&cron, &zone)?;
+                    spec.check_fires(&cron, now)?;
+                    s.next_fire_ms = if s.paused { None } else { spec.next_after(now) };
+                    s.cron = cron;
+                    s.time_zone = if zone.is_empty() { "UTC".into() } else { zone };
+                }
+                if !r.set_params.is_empty() || !r.unset_params.is_empty() {
+                    let mut raw = s.spec.to_pb();
+                    for k in &r.unset_params {
+                        raw.params.remove(k);
+                    }
+                    raw.params
+                        .extend(r.set_params.iter().map(|(k, v)| (k.clone(), v.clone())));
+                    let agents = tx.list_agents()?;
+                    let (spec, _) =
+                        logic::validate_spec(&cfg, &agents, &raw).map_err(|e| match e {
+                            CoordError::Invalid(m) => CoordError::Invalid(format!("schedule.{m}")),
+                            e => e,
+                        })?;
+                    s.spec = spec;
+                }
+                if r.replace_notify {
+                    s.notify = r.notify.clone();
+                }
+                if let Some(a) = node_action {
+                    s.node_action = a;
+                }
+                tx.update_schedule(&s)?;
+                Ok(s)
+            })
+            .await?;
+        tracing::info!(schedule = %row.name, cron = %row.cron, tz = %row.time_zone, "schedule changed");
+        Ok(Response::new(row.to_pb()))
+    }
+
     async fn delete_schedule(
         &self,
         req: Request<pb::DeleteScheduleRequest>,
