@@ -364,18 +364,20 @@ fn job_state(v: i32) -> String {
         .unwrap_or_else(|_| v.to_string())
 }
 
+/// `ms` as a UTC time that says so (every printed instant names its zone;
+/// a schedule's instants are shown in the schedule's zone, [`fmt_ms_in`]).
 pub fn fmt_ms(ms: i64) -> String {
     if ms == 0 {
         return "-".into();
     }
     chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
         .unwrap_or_else(|| ms.to_string())
 }
 
 fn run_line(r: &pb::Run) -> String {
     format!(
-        "{}  {:<10} {:<7} {:<16} {:<19} {}",
+        "{}  {:<10} {:<7} {:<16} {:<23} {}",
         r.run_id,
         state_name(r.state),
         if r.verdict.is_empty() {
