@@ -545,8 +545,13 @@ pub fn print_detail(d: &pb::RunDetail) {
             fmt_ms(r.finished_at_ms)
         );
         if !r.schedule_id.is_empty() {
+            let name = if d.schedule_name.is_empty() {
+                "(deleted)"
+            } else {
+                d.schedule_name.as_str()
+            };
             outln!(
-                "schedule   {} (for {})",
+                "schedule   {name} ({}) for {}",
                 r.schedule_id,
                 fmt_ms(r.scheduled_for_ms)
             );
@@ -675,6 +680,7 @@ pub async fn watch(conn: &Conn, run_id: &str, quiet: bool) -> anyhow::Result<pb:
             jobs: ev.jobs.clone(),
             notifications: Vec::new(),
             checks: Vec::new(),
+            schedule_name: String::new(),
         };
         if let Some(r) = &ev.run {
             let tasks_done = ev

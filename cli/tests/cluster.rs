@@ -1001,6 +1001,21 @@ async fn a_schedule_is_edited_in_place_and_keeps_its_runs() {
         .into_inner()
         .runs;
     assert_eq!(runs.len(), 3, "the history stays the schedule's");
+    // `run show` names the schedule, not only its id.
+    assert_eq!(c.detail(&runs[0].run_id).await.schedule_name, "nightly");
+    let out = std::process::Command::new(bin())
+        .args(["run", "show", &runs[0].run_id, "--coordinator", &c.addr])
+        .env_remove("BENCHLAKE_CONFIG")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "schedule   nightly ({}) for ",
+            created.schedule_id
+        )) && text.contains(" UTC"),
+        "{text}"
+    );
     // A refused value changes nothing, the cron given with it included.
     let (code, _, err) = edit(&["--cron", "0 2 * * *", "-p", "seconds=-5"]);
     assert_eq!(code, Some(1), "{err}");

@@ -251,7 +251,12 @@ pub fn run_detail(tx: &mut dyn Tx, run_id: &str) -> Result<pb::RunDetail> {
             delivered_at_ms: n.delivered_ms.unwrap_or_default(),
         })
         .collect();
+    let schedule_name = match r.schedule_id.as_deref() {
+        Some(id) if !id.is_empty() => tx.get_schedule(id)?.map(|s| s.name).unwrap_or_default(),
+        _ => String::new(),
+    };
     Ok(pb::RunDetail {
+        schedule_name,
         run: Some(run(&r, &tasks)),
         tasks: tasks.iter().map(TaskRow::to_pb).collect(),
         jobs: jobs.iter().map(JobRow::to_pb).collect(),
