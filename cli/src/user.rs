@@ -1082,9 +1082,10 @@ fn schedule_line(s: &pb::Schedule) -> String {
 
 fn schedule_line_base(s: &pb::Schedule) -> String {
     format!(
-        "{}  {:<20} {:<16} {:<16} {:<7} next {}{}",
+        "{}  {:<20} {:<14} {:<16} {:<16} {:<7} next {}{}",
         s.schedule_id,
         s.name,
+        s.spec.as_ref().map(|x| x.benchmark.as_str()).unwrap_or("-"),
         s.cron,
         s.time_zone,
         pb::CatchUp::try_from(s.catch_up)
@@ -1095,7 +1096,19 @@ fn schedule_line_base(s: &pb::Schedule) -> String {
             .unwrap_or_default(),
         fmt_ms_in(s.next_fire_ms, &s.time_zone),
         if s.paused { "  (paused)" } else { "" }
-    ) + &if s.notify.is_empty() {
+    ) + &if s.last_run_id.is_empty() {
+        "  last -".to_string()
+    } else {
+        format!(
+            "  last {} {}",
+            state_name(s.last_run_state),
+            if s.last_verdict.is_empty() {
+                "-"
+            } else {
+                &s.last_verdict
+            }
+        )
+    } + &if s.notify.is_empty() {
         String::new()
     } else {
         format!("  notify {}", s.notify.join(","))
@@ -1138,6 +1151,9 @@ pub(crate) fn schedule_json(s: &pb::Schedule) -> serde_json::Value {
         "notify": s.notify,
         "drain_failing": node_action_name(s.node_action),
         "owner": (!s.owner.is_empty()).then_some(s.owner.as_str()),
+        "last_run_id": (!s.last_run_id.is_empty()).then_some(s.last_run_id.as_str()),
+        "last_run_state": (!s.last_run_id.is_empty()).then(|| state_name(s.last_run_state)),
+        "last_verdict": (!s.last_verdict.is_empty()).then_some(s.last_verdict.as_str()),
     })
 }
 

@@ -1001,6 +1001,21 @@ async fn a_schedule_is_edited_in_place_and_keeps_its_runs() {
         .into_inner()
         .runs;
     assert_eq!(runs.len(), 3, "the history stays the schedule's");
+    // `schedule list` shows the benchmark and the newest run's state and verdict.
+    let out = std::process::Command::new(bin())
+        .args(["schedule", "list", "--coordinator", &c.addr])
+        .env_remove("BENCHLAKE_CONFIG")
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&out.stdout);
+    let line = list
+        .lines()
+        .find(|l| l.contains("nightly"))
+        .unwrap_or_default();
+    assert!(
+        line.contains(" sleep ") && line.contains("  last "),
+        "{list}"
+    );
     // `run show` names the schedule, not only its id.
     assert_eq!(c.detail(&runs[0].run_id).await.schedule_name, "nightly");
     let out = std::process::Command::new(bin())

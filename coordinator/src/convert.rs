@@ -185,6 +185,8 @@ impl ScheduleRow {
             created_at_ms: self.created_ms,
             notify: self.notify.clone(),
             owner: self.owner.clone().unwrap_or_default(),
+            // ListSchedules fills these in.
+            ..Default::default()
         }
     }
 }

@@ -121,10 +121,42 @@ impl ScheduleService for Svc {
         &self,
         _req: Request<pb::ListSchedulesRequest>,
     ) -> std::result::Result<Response<pb::ListSchedulesResponse>, Status> {
-        let schedules = self.tx(|tx| tx.list_schedules()).await?;
-        Ok(Response::new(pb::ListSchedulesResponse {
-            schedules: schedules.iter().map(ScheduleRow::to_pb).collect(),
-        }))
+        let rows = self
+            .tx(|tx| {
+                let mut out = Vec::new();
+                for s in tx.list_schedules()? {
+                    let last = tx
+                        .list_runs(&crate::store::RunFilter {
+                            schedule_id: Some(s.schedule_id.clone()),
+                            limit: 1,
+                            ..Default::default()
+                        })?
+                        .into_iter()
+                        .next();
+                    out.push((s, last));
+                }
+                Ok(out)
+            })
+            .await?;
+        let schedules = rows
+            .into_iter()
+            .map(|(s, last)| {
+                let mut p = s.to_pb();
+                if let Some(r) = last {
+                    p.last_verdict = self
+                        .0
+                        .verdicts
+                        .run(&r.run_id)
+                        .and_then(|v| v.verdict())
+                        .map(str::to_string)
+                        .unwrap_or_default();
+                    p.last_run_state = r.state.to_pb();
+                    p.last_run_id = r.run_id;
+                }
+                p
+            })
+            .collect();
+        Ok(Response::new(pb::ListSchedulesResponse { schedules }))
     }
 
     async fn pause_schedule(
