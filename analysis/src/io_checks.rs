@@ -1,14 +1,18 @@
 //! I/O health checks: turns a run's `io_results` rows into `checks` rows by
-//! comparing each figure with an absolute bound and/or the rolling median of
-//! the same figure over the last N runs (the caller supplies that history, e.g.
-//! from the lake, for the same schedule). Pure: no I/O, no clock.
+//! comparing each figure with an absolute bound and/or the reference learned
+//! from the same figure over the last N runs ([`crate::reference`]: median ±
+//! k scaled MADs with floors; the caller supplies that history, e.g. from the
+//! lake, for the same schedule). Statuses: PASS, FAIL, ERROR, NO_REFERENCE
+//! (too little history), INCONCLUSIVE (would fail, but the run's own spread
+//! shows it was disturbed). Pure: no I/O, no clock.
 //!
 //! Figures (one value per run; see docs/io.md):
 //! - `io.write_bw_mib_s`, `io.read_bw_mib_s`: mean aggregate bandwidth over the
 //!   iterations (MiB/s, higher is better);
 //! - `io.write_bw_min_mib_s`, `io.read_bw_min_mib_s`: worst iteration;
 //! - `io.write_bw_cv`, `io.read_bw_cv`: population deviation / mean across
-//!   iterations (lower is better: growing variance is an early symptom);
+//!   iterations (lower is better): the run's own spread, which tells a
+//!   disturbed run (its FAILs become INCONCLUSIVE);
 //! - `io.open_time_max_s`: slowest open phase (metadata trouble);
 //! - `io.verify_errors`: bytes that failed read-back verification; any is a
 //!   FAIL, whatever the history (corruption is a verdict, not a trend).
@@ -71,6 +75,8 @@ pub struct Rule {
     /// Spread figures that tell a disturbed run: when one of them is far
     /// above its own history, a FAIL of this rule is INCONCLUSIVE.
     pub spread: Vec<String>,
+    /// A count of rare events: the allowance is at least `mads` × √median.
+    pub count: bool,
 }
 
 impl Rule {
@@ -87,6 +93,11 @@ impl Rule {
     /// Learned row named as the figure; an explicit bound replaces it.
     pub fn plain(mut self) -> Self {
         self.plain = true;
+        self
+    }
+    /// A count of rare events (Poisson-like noise).
+    pub fn count(mut self) -> Self {
+        self.count = true;
         self
     }
 }
@@ -112,6 +123,7 @@ impl IoCheckConfig {
             mads: self.mads,
             rel_floor: r.rel_floor.unwrap_or(0.0),
             abs_floor: r.abs_floor,
+            count: r.count,
         }
     }
 }
@@ -134,6 +146,7 @@ pub fn rule(
         abs_floor: 0.0,
         plain: false,
         spread: Vec::new(),
+        count: false,
     }
 }
 
@@ -770,12 +783,13 @@ mod tests {
             ("io.read_bw_mib_s".to_string(), 1000.0),
         ]
         .into();
-        // The newest 3 of [5000, 1000, 1010, 990]: median 1000, MAD 10
-        // (scaled 14.8, 5 MADs = 74), so the 15 % floor (150) decides.
+        // The newest 3 of [5000, 1000, 1005, 995]: median 1000, MAD 5
+        // (scaled 7.41, 5 MADs × (1 + 5/3) = 98.8), so the 15 % floor
+        // (150) decides.
         let h: BTreeMap<String, Vec<f64>> = [
             (
                 "io.write_bw_mib_s".to_string(),
-                vec![5000.0, 1000.0, 1010.0, 990.0],
+                vec![5000.0, 1000.0, 1005.0, 995.0],
             ),
             ("io.read_bw_mib_s".to_string(), vec![1000.0]),
         ]
@@ -809,7 +823,7 @@ mod tests {
         assert!(w.message.contains("-20.0 %"), "{}", w.message);
         assert!(
             w.message
-                .contains("limit 850: 5 MADs = 74.13, floor 15 % = 150"),
+                .contains("limit 850: 5 MADs × 2.667 for 3 runs = 98.84, floor 15 % = 150"),
             "{}",
             w.message
         );

@@ -15,7 +15,8 @@
 //!   report's host-pair listing: a run of several files, such as netprobe's
 //!   size sweep with one file per message size, judges each size against
 //!   itself). Judged against the history of the schedule's slow-pair counts
-//!   (median + 5 scaled MADs, at least 3 pairs and 50 %); an explicit
+//!   (median + 5 scaled MADs, at least 3 pairs, 50 % and 5 × √median, the
+//!   Poisson deviation of a count); an explicit
 //!   `check_linktest_slow_pairs` bound replaces that;
 //! - `linktest.pair_spread`: the run's own spread, p90 / p50 of the pair
 //!   times (the largest over files): a run whose spread is far above its
@@ -81,7 +82,8 @@ pub const SLOW_PAIRS_FLOOR: f64 = 3.0;
 
 /// The default rules, all against the reference learned from the
 /// schedule's history: max pair time (floor: doubling), mean pair time
-/// (floor 10 %), the count of slow pairs (floor 3 pairs and 50 %), the
+/// (floor 10 %), the count of slow pairs (floors 3 pairs, 50 % and 5 ×
+/// √median), the
 /// pair spread (floor +50 % and 0.5), each INCONCLUSIVE rather than FAIL
 /// when the run's pair spread shows it was disturbed.
 pub fn default_config() -> IoCheckConfig {
@@ -98,6 +100,7 @@ pub fn default_config() -> IoCheckConfig {
                 Some(0.5),
             )
             .abs_floor(SLOW_PAIRS_FLOOR)
+            .count()
             .plain()
             .spread(&spread),
             rule(PAIR_SPREAD, Better::Lower, "ratio", None, Some(0.5))
@@ -357,10 +360,11 @@ mod tests {
             (r.status, r.message)
         };
         assert_eq!(judge(16.0, 1.3).0, "PASS");
-        // median 16 + max(5 × 1.48 × 1, 50 % = 8, 3) = 24.
-        let (st, msg) = judge(25.0, 1.3);
+        // median 16 + max(5 × (1 + 5/6) × 1.48 × 1, 50 % = 8, 3, 5 × √16 = 20) = 36.
+        assert_eq!(judge(36.0, 1.3).0, "PASS");
+        let (st, msg) = judge(37.0, 1.3);
         assert_eq!(st, "FAIL", "{msg}");
-        assert!(msg.contains("limit 24"), "{msg}");
+        assert!(msg.contains("limit 36"), "{msg}");
         let (st, msg) = judge(60.0, 4.0);
         assert_eq!(st, "INCONCLUSIVE", "{msg}");
         assert!(

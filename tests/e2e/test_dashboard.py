@@ -399,13 +399,17 @@ def test_schedule_strip(demo, browser):
             if j["final"] and j["verdict"]:
                 break
             time.sleep(0.3)
-        assert j["verdict"] == "PASS", j
+        # A new schedule has no history: NO_REFERENCE, never a green PASS.
+        assert j["verdict"] == "NO_REFERENCE", j
     browser.go("/", shot="overview-schedule")
     row = browser.page.locator("#schedules tbody tr", has_text="nightly-io")
     assert "Europe/Berlin" in row.inner_text()
     cells = row.locator("a.sc")
     assert [cells.nth(i).get_attribute("href") for i in range(cells.count())] == [f"/runs/{x}" for x in fired]
-    assert all("v-PASS" in cells.nth(i).get_attribute("class") for i in range(cells.count()))
+    assert all("v-NO_REFERENCE" in cells.nth(i).get_attribute("class") for i in range(cells.count()))
+    # Shown grey, never green.
+    colour = browser.page.evaluate("e => getComputedStyle(e).backgroundColor", cells.first.element_handle())
+    assert colour == "rgb(125, 135, 147)", colour
     # The schedule's name leads to its runs.
     before = len(browser.errors)
     row.locator("a", has_text="nightly-io").click()
@@ -551,7 +555,8 @@ def test_io_trends(demo, browser):
     agent = browser.page.request.get(f"{demo['base']}/api/runs/{demo_pio}").json()["tasks"][0]["agent"]
     r = subprocess.run([BIN, "schedule", "create", "trend-io", "pio", "--cron", "0 3 * * *", "--agents", agent, "-p", "np=1",
                         "-p", "block_size=4MiB", "-p", "transfer_size=1MiB", "-p", "iterations=2",
-                        "-p", "check_io_read_bw_mib_s=1"] + conn, capture_output=True, text=True, timeout=60)
+                        "-p", "check_io_read_bw_mib_s=1", "-p", "check_min_history=3"] + conn,
+                       capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     fired = []
     for _ in range(5):
