@@ -193,7 +193,8 @@ async fn an_attempt_whose_outputs_could_not_land_is_retried() {
             success: false,
             retryable: true,
             exit_code: 0,
-            error: "upload of host.json failed: lake: No space left on device (os error 28)".into(),
+            error: "upload of host.json failed: lake: No space left on device (os error 28)"
+                .into(),
             ..Default::default()
         })
         .await
@@ -225,15 +226,7 @@ fn an_agent_stops_registering_when_retry_for_is_spent() {
     let work = tempfile::tempdir().unwrap();
     let t0 = Instant::now();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_benchlake"))
-        .args([
-            "agent",
-            "--coordinator",
-            &addr,
-            "--retry-for",
-            "3s",
-            "--name",
-            "a1",
-        ])
+        .args(["agent", "--coordinator", &addr, "--retry-for", "3s", "--name", "a1"])
         .arg("--work-dir")
         .arg(work.path())
         .env_remove("BENCHLAKE_CONFIG")

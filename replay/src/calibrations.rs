@@ -234,7 +234,7 @@ impl CalibrationDoc {
 pub fn gate(fits: &[ClassFit]) -> Option<String> {
     let mut why = Vec::new();
     for f in fits {
-        if !(f.r2 >= MIN_R2) {
+        if f.r2.is_nan() || f.r2 < MIN_R2 {
             why.push(format!(
                 "{} fit r² {:.3} is below {MIN_R2}",
                 f.class.as_str(),
@@ -399,8 +399,9 @@ pub async fn recent(lake: &Lake, max: usize) -> Result<Vec<CalibrationDoc>> {
     Ok(out)
 }
 
-/// The newest fitted calibration whose nodes cover `nodes` (any fitted one
-/// when `nodes` is empty), among the newest [`MAX_SCAN`].
+/// The newest fitted calibration that passed the quality gate and whose
+/// nodes cover `nodes` (any such one when `nodes` is empty), among the
+/// newest [`MAX_SCAN`].
 pub async fn latest_covering(
     lake: &Lake,
     nodes: &BTreeSet<String>,
@@ -423,10 +424,10 @@ pub async fn resolve(lake: &Lake, name: &str, nodes: &BTreeSet<String>) -> Resul
             ReplayError::param(
                 "calibration",
                 if nodes.is_empty() {
-                    "no fitted calibration in the lake".to_string()
+                    "no fitted calibration in the lake (rejected fits left out)".to_string()
                 } else {
                     format!(
-                        "no fitted calibration covers the nodes {}",
+                        "no fitted calibration covers the nodes {} (rejected fits left out)",
                         nodes.iter().cloned().collect::<Vec<_>>().join(",")
                     )
                 },
