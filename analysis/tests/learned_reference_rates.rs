@@ -84,6 +84,7 @@ struct Tally {
     steps: usize,
     missed: usize,
     inconclusive: usize,
+    failed: usize,
 }
 
 /// One case: `SERIES` series of noise `cv`, the last `NIGHTS - STEP_NIGHT`
@@ -126,6 +127,7 @@ fn run_io_case(seed: u64, cv: f64, step: f64, busy: bool) -> Tally {
                 t.steps += 1;
                 t.missed += usize::from(st != "FAIL" && st != "INCONCLUSIVE");
                 t.inconclusive += usize::from(st == "INCONCLUSIVE");
+                t.failed += usize::from(st == "FAIL");
             }
             for (k, v) in figs {
                 hist.entry(k).or_default().push(v);
@@ -188,10 +190,11 @@ fn io_bandwidth_false_alarms_and_misses() {
         let b = run_io_case(501 + i as u64, cv, 0.30, true);
         let inc = rate(b.inconclusive, b.steps);
         table.push(format!(
-            "| CV {:.0} % | drop 30 % on a busy night | {} steps | INCONCLUSIVE {:.1} % |",
+            "| CV {:.0} % | drop 30 % on a busy night | {} steps | INCONCLUSIVE {:.1} %, FAIL {:.1} % |",
             cv * 100.0,
             b.steps,
-            inc * 100.0
+            inc * 100.0,
+            rate(b.failed, b.steps) * 100.0
         ));
         if inc < 0.98 {
             over.push(format!("CV {cv}: busy nights INCONCLUSIVE {inc} ({b:?})"));
