@@ -178,15 +178,14 @@ pub fn incoming(
             let _ = tcp.set_nodelay(true);
             let (acceptor, tx, failures) = (acceptor.clone(), tx.clone(), failures.clone());
             tokio::spawn(async move {
-                let error =
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                        Ok(Ok(s)) => {
-                            let _ = tx.send(Ok(s)).await;
-                            return;
-                        }
-                        Ok(Err(e)) => e.to_string(),
-                        Err(_) => format!("timed out after {} s", HANDSHAKE_TIMEOUT.as_secs()),
-                    };
+                let error = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(s)) => {
+                        let _ = tx.send(Ok(s)).await;
+                        return;
+                    }
+                    Ok(Err(e)) => e.to_string(),
+                    Err(_) => format!("timed out after {} s", HANDSHAKE_TIMEOUT.as_secs()),
+                };
                 failures
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
