@@ -11,8 +11,9 @@
 //!   iterations (MiB/s, higher is better);
 //! - `io.write_bw_min_mib_s`, `io.read_bw_min_mib_s`: worst iteration;
 //! - `io.write_bw_cv`, `io.read_bw_cv`: population deviation / mean across
-//!   iterations (lower is better): the run's own spread, which tells a
-//!   disturbed run (its FAILs become INCONCLUSIVE);
+//!   iterations, or across the processes of an iteration when that is larger
+//!   ([`figures_with_ranks`]; lower is better): the run's own spread, which
+//!   tells a disturbed run (its FAILs become INCONCLUSIVE);
 //! - `io.open_time_max_s`: slowest open phase (metadata trouble);
 //! - `io.verify_errors`: bytes that failed read-back verification; any is a
 //!   FAIL, whatever the history (corruption is a verdict, not a trend).
@@ -281,6 +282,69 @@ pub fn figures(batches: &[RecordBatch]) -> Result<BTreeMap<String, f64>, IoCheck
     }
     if let Some(v) = verify {
         out.insert("io.verify_errors".into(), v);
+    }
+    Ok(out)
+}
+
+/// Per operation (`write`, `read`), the spread of a run's processes: the
+/// coefficient of variation (population deviation / mean) of the processes'
+/// bandwidth (`bytes / xfer_time_s`, or `1 / xfer_time_s` without bytes) in
+/// each iteration, the median over iterations. From `io_task_times`; an
+/// operation with fewer than 2 timed processes per iteration is absent.
+pub fn rank_spread(task_times: &[RecordBatch]) -> Result<BTreeMap<String, f64>, IoCheckError> {
+    let mut per: BTreeMap<(String, i64), Vec<f64>> = BTreeMap::new();
+    for b in task_times {
+        let op = col::<StringArray>(b, "operation")?;
+        let it = col::<Int64Array>(b, "iteration")?;
+        let xfer = col::<Float64Array>(b, "xfer_time_s")?;
+        let bytes = col::<Int64Array>(b, "bytes").ok();
+        for i in 0..b.num_rows() {
+            if op.is_null(i) || it.is_null(i) || xfer.is_null(i) {
+                continue;
+            }
+            let t = xfer.value(i);
+            if !(t.is_finite() && t > 0.0) {
+                continue;
+            }
+            let moved = bytes
+                .filter(|c| c.is_valid(i))
+                .map_or(1.0, |c| c.value(i) as f64);
+            per.entry((op.value(i).to_string(), it.value(i)))
+                .or_default()
+                .push(moved / t);
+        }
+    }
+    let mut by_op: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for ((op, _), bw) in per {
+        if bw.len() < 2 {
+            continue;
+        }
+        let n = bw.len() as f64;
+        let mean = bw.iter().sum::<f64>() / n;
+        if mean > 0.0 {
+            let sd = (bw.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n).sqrt();
+            by_op.entry(op).or_default().push(sd / mean);
+        }
+    }
+    Ok(by_op
+        .into_iter()
+        .filter_map(|(op, cvs)| reference::median(&cvs).map(|m| (op, m)))
+        .collect())
+}
+
+/// [`figures`] of `io_results`, with each operation's spread
+/// `io.<op>_bw_cv` the larger of its iterations' spread and its processes'
+/// ([`rank_spread`] of `io_task_times`): a run disturbed on some nodes shows
+/// in the processes even when it ran a single iteration.
+pub fn figures_with_ranks(
+    io_results: &[RecordBatch],
+    task_times: &[RecordBatch],
+) -> Result<BTreeMap<String, f64>, IoCheckError> {
+    let mut out = figures(io_results)?;
+    for (op, cv) in rank_spread(task_times)? {
+        if let Some(v) = out.get_mut(&format!("io.{op}_bw_cv")) {
+            *v = v.max(cv);
+        }
     }
     Ok(out)
 }
@@ -850,6 +914,45 @@ mod tests {
         assert_eq!(
             find(&evaluate(&f, &wide, &cfg), "io.write_bw_mib_s.vs_median").status,
             "PASS"
+        );
+    }
+
+    #[test]
+    fn the_processes_spread_raises_the_run_spread() {
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("operation", arrow::datatypes::DataType::Utf8, false),
+            arrow::datatypes::Field::new("iteration", arrow::datatypes::DataType::Int64, false),
+            arrow::datatypes::Field::new("xfer_time_s", arrow::datatypes::DataType::Float64, true),
+            arrow::datatypes::Field::new("bytes", arrow::datatypes::DataType::Int64, true),
+        ]));
+        // One iteration, 4 writers: 3 at 100 B/s, one at 25 B/s (a busy
+        // node): bandwidths 100, 100, 100, 25 → mean 81.25, deviation
+        // 32.48, CV 0.3997. One reader.
+        let t = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from(vec![
+                    "write", "write", "write", "write", "read",
+                ])),
+                Arc::new(Int64Array::from(vec![0, 0, 0, 0, 0])),
+                Arc::new(Float64Array::from(vec![1.0, 1.0, 1.0, 4.0, 1.0])),
+                Arc::new(Int64Array::from(vec![100, 100, 100, 100, 100])),
+            ],
+        )
+        .unwrap();
+        let r = rank_spread(std::slice::from_ref(&t)).unwrap();
+        assert!(
+            (r["write"] - 1054.6875f64.sqrt() / 81.25).abs() < 1e-12,
+            "{r:?}"
+        );
+        assert!(!r.contains_key("read"), "one process: no spread");
+        let b = results(&[("write", 325.0, 0.01, None), ("read", 100.0, 0.01, None)]);
+        let f = figures_with_ranks(std::slice::from_ref(&b), &[t]).unwrap();
+        assert!((f["io.write_bw_cv"] - r["write"]).abs() < 1e-12);
+        assert_eq!(f["io.read_bw_cv"], 0.0);
+        assert_eq!(
+            figures_with_ranks(&[b], &[]).unwrap()["io.write_bw_cv"],
+            0.0
         );
     }
 
