@@ -6,3 +6,4 @@ pub mod linktest_checks;
 pub mod linktest_lake;
 pub mod linktest_report;
 pub mod node_checks;
+pub mod reference;

@@ -1,7 +1,8 @@
 //! LinkTest health checks: a run's `linktest_runs` and `linktest_timings`
 //! rows → `checks` rows, with the same rules and verdicts as the I/O checks
-//! ([`crate::io_checks::evaluate`]: absolute bound and/or rolling median of
-//! the same schedule's previous runs). Pure: no I/O, no clock.
+//! ([`crate::io_checks::evaluate`]: absolute bound and/or the reference
+//! learned from the same schedule's previous runs, [`crate::reference`]).
+//! Pure: no I/O, no clock.
 //!
 //! Figures:
 //! - `linktest.max_time_s`: the slowest pair's time per message (LinkTest's
@@ -13,7 +14,14 @@
 //!   median pair time of the pair's own file, 2 by default like the LinkTest
 //!   report's host-pair listing: a run of several files, such as netprobe's
 //!   size sweep with one file per message size, judges each size against
-//!   itself). Any slow pair fails by default (bound 0).
+//!   itself). Judged against the history of the schedule's slow-pair counts
+//!   (median + 5 scaled MADs, at least 3 pairs, 50 % and 5 × √median, the
+//!   Poisson deviation of a count); an explicit
+//!   `check_linktest_slow_pairs` bound replaces that;
+//! - `linktest.pair_spread`: the run's own spread, p90 / p50 of the pair
+//!   times (the largest over files): a run whose spread is far above its
+//!   history was disturbed (a loaded host, a noisy neighbour), and its FAILs
+//!   are INCONCLUSIVE instead.
 use std::collections::BTreeMap;
 
 use arrow::array::{Array, Float64Array, RecordBatch};
@@ -66,20 +74,38 @@ impl SlowPair {
     }
 }
 
-/// The default rules: max and mean pair time relative to the rolling median
-/// (doubling resp. +25 % fails), no slow pair at all.
+/// The spread figure of a LinkTest run.
+pub const PAIR_SPREAD: &str = "linktest.pair_spread";
+
+/// Default absolute floor of the slow-pair count's learned allowance.
+pub const SLOW_PAIRS_FLOOR: f64 = 3.0;
+
+/// The default rules, all against the reference learned from the
+/// schedule's history: max pair time (floor: doubling), mean pair time
+/// (floor 10 %), the count of slow pairs (floors 3 pairs, 50 % and 5 ×
+/// √median), the
+/// pair spread (floor +50 % and 0.5), each INCONCLUSIVE rather than FAIL
+/// when the run's pair spread shows it was disturbed.
 pub fn default_config() -> IoCheckConfig {
+    let spread = [PAIR_SPREAD];
     IoCheckConfig {
         rules: vec![
-            rule("linktest.max_time_s", Better::Lower, "s", None, Some(1.0)),
-            rule("linktest.avg_time_s", Better::Lower, "s", None, Some(0.25)),
+            rule("linktest.max_time_s", Better::Lower, "s", None, Some(1.0)).spread(&spread),
+            rule("linktest.avg_time_s", Better::Lower, "s", None, Some(0.10)).spread(&spread),
             rule(
                 "linktest.slow_pairs",
                 Better::Lower,
                 "pairs",
-                Some(0.0),
                 None,
-            ),
+                Some(0.5),
+            )
+            .abs_floor(SLOW_PAIRS_FLOOR)
+            .count()
+            .plain()
+            .spread(&spread),
+            rule(PAIR_SPREAD, Better::Lower, "ratio", None, Some(0.5))
+                .abs_floor(0.5)
+                .spread(&spread),
         ],
         ..IoCheckConfig::default()
     }
@@ -111,6 +137,14 @@ fn median_of(v: &mut [f64]) -> f64 {
         _ if n % 2 == 1 => v[n / 2],
         _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
+}
+
+/// p90 / p50 of one file's pair times (None for an empty file or a zero
+/// median).
+pub fn pair_spread(times: &[f64]) -> Option<f64> {
+    let p50 = crate::reference::quantile(times, 0.5)?;
+    let p90 = crate::reference::quantile(times, 0.9)?;
+    (p50 > 0.0).then(|| p90 / p50)
 }
 
 /// The pair times of `timings` grouped by their `source` (the file they
@@ -173,7 +207,15 @@ pub fn figures(
         );
     }
     if !times.is_empty() {
-        let n = count_slow(&mut times_by_source(timings)?, slow);
+        let mut groups = times_by_source(timings)?;
+        if let Some(s) = groups
+            .iter()
+            .filter_map(|g| pair_spread(g))
+            .reduce(f64::max)
+        {
+            out.insert(PAIR_SPREAD.into(), s);
+        }
+        let n = count_slow(&mut groups, slow);
         out.insert("linktest.slow_pairs".into(), n as f64);
     }
     Ok(out)
@@ -242,18 +284,19 @@ mod tests {
             [("check_slow_pair_factor".to_string(), "0".to_string())].into();
         assert!(SlowPair::from_params(&bad).is_err());
 
-        // Verdicts: two slow pairs FAIL the default bound 0; the max time is
-        // 3× its median of [3e-6, 3e-6, 3e-6] → FAIL (doubling allowed).
+        // Verdicts: two slow pairs are within the floor of 3 pairs (even
+        // without a history of counts); the max time is 3× its median of
+        // [3e-6; 5] → FAIL (doubling allowed).
         let history: BTreeMap<String, Vec<f64>> = [
-            ("linktest.max_time_s".to_string(), vec![3e-6; 3]),
-            ("linktest.avg_time_s".to_string(), vec![3e-6; 3]),
+            ("linktest.max_time_s".to_string(), vec![3e-6; 5]),
+            ("linktest.avg_time_s".to_string(), vec![3e-6; 5]),
         ]
         .into();
         let b = linktest_checks(
             "r",
             "s",
-            &[runs],
-            &[t],
+            std::slice::from_ref(&runs),
+            std::slice::from_ref(&t),
             &SlowPair::default(),
             &history,
             &default_config(),
@@ -266,9 +309,86 @@ mod tests {
             let i = (0..b.num_rows()).find(|i| check.value(*i) == c).unwrap();
             (status.value(i).to_string(), reference.value(i))
         };
-        assert_eq!(get("linktest.slow_pairs"), ("FAIL".into(), 0.0));
+        assert_eq!(get("linktest.slow_pairs").0, "PASS");
         assert_eq!(get("linktest.max_time_s.vs_median"), ("FAIL".into(), 3e-6));
         assert_eq!(get("linktest.avg_time_s.vs_median"), ("PASS".into(), 3e-6));
+        assert_eq!(get("linktest.pair_spread.vs_median").0, "NO_REFERENCE");
+        // An explicit bound replaces the learned slow-pair check.
+        let mut cfg = default_config();
+        let p: BTreeMap<String, String> =
+            [("check_linktest_slow_pairs".to_string(), "0".to_string())].into();
+        crate::io_checks::apply_params(&mut cfg, &p, SLOW_PAIR_PARAMS).unwrap();
+        let f = figures(&[runs], &[t], &SlowPair::default()).unwrap();
+        let rows = crate::io_checks::evaluate(&f, &history, &cfg);
+        let slow: Vec<_> = rows
+            .iter()
+            .filter(|r| r.check.starts_with("linktest.slow_pairs"))
+            .collect();
+        assert_eq!(slow.len(), 1, "{slow:?}");
+        assert_eq!(
+            (slow[0].status.as_str(), slow[0].reference),
+            ("FAIL", Some(0.0))
+        );
+    }
+
+    /// The slow-pair count against its history: a loaded host's usual 16
+    /// slow pairs pass, a jump to 60 fails, a jump with the pair spread far
+    /// above its usual value is INCONCLUSIVE.
+    #[test]
+    fn slow_pairs_are_judged_against_their_history() {
+        let cfg = default_config();
+        let h: BTreeMap<String, Vec<f64>> = [
+            (
+                "linktest.slow_pairs".to_string(),
+                vec![16.0, 14.0, 18.0, 15.0, 17.0, 16.0],
+            ),
+            ("linktest.pair_spread".to_string(), vec![1.3; 6]),
+        ]
+        .into();
+        let judge = |slow: f64, spread: f64| {
+            let f: BTreeMap<String, f64> = [
+                ("linktest.slow_pairs".to_string(), slow),
+                ("linktest.pair_spread".to_string(), spread),
+            ]
+            .into();
+            let rows = crate::io_checks::evaluate(&f, &h, &cfg);
+            let r = rows
+                .iter()
+                .find(|r| r.check == "linktest.slow_pairs")
+                .unwrap()
+                .clone();
+            (r.status, r.message)
+        };
+        assert_eq!(judge(16.0, 1.3).0, "PASS");
+        // median 16 + max(5 × (1 + 5/6) × 1.48 × 1, 50 % = 8, 3, 5 × √16 = 20) = 36.
+        assert_eq!(judge(36.0, 1.3).0, "PASS");
+        let (st, msg) = judge(37.0, 1.3);
+        assert_eq!(st, "FAIL", "{msg}");
+        assert!(msg.contains("limit 36"), "{msg}");
+        let (st, msg) = judge(60.0, 4.0);
+        assert_eq!(st, "INCONCLUSIVE", "{msg}");
+        assert!(
+            msg.starts_with("disturbed: spread 4 vs usual 1.300"),
+            "{msg}"
+        );
+        // Without history: at most 3 pairs pass, more are NO_REFERENCE.
+        let none = BTreeMap::new();
+        let f: BTreeMap<String, f64> = [("linktest.slow_pairs".to_string(), 16.0)].into();
+        let rows = crate::io_checks::evaluate(&f, &none, &cfg);
+        let r = rows
+            .iter()
+            .find(|r| r.check == "linktest.slow_pairs")
+            .unwrap();
+        assert_eq!(r.status, "NO_REFERENCE", "{}", r.message);
+    }
+
+    #[test]
+    fn pair_spread_is_p90_over_p50() {
+        let t: Vec<f64> = (1..=10).map(f64::from).collect();
+        // p50 = 5.5, p90 = 9.1.
+        assert!((pair_spread(&t).unwrap() - 9.1 / 5.5).abs() < 1e-12);
+        assert_eq!(pair_spread(&[]), None);
+        assert_eq!(pair_spread(&[0.0, 0.0]), None);
     }
 
     /// A size sweep (one file per message size): each pair is judged
@@ -315,7 +435,7 @@ mod tests {
             &BTreeMap::new(),
             &default_config(),
         );
-        assert_eq!(rows.len(), 3);
+        assert_eq!(rows.len(), 4);
         assert!(rows.iter().all(|r| r.status == "ERROR"), "{rows:?}");
     }
 

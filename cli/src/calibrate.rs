@@ -124,11 +124,15 @@ pub async fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<()> {
         params.insert("cpu_ratio".into(), cpu_ratio.to_string());
     }
     let source = inputs.join(" ");
+    // The quality gate of the lake's calibrations (docs/replay.md): said
+    // here, and recorded in the written table's `rejected` column.
+    let rejected = benchlake_replay::calibrations::gate(&cal.fits().cloned().collect::<Vec<_>>());
     let doc = serde_json::json!({
         "params": params,
         "fits": cal.fits().collect::<Vec<_>>(),
         "nodes": measured,
         "inputs": inputs,
+        "rejected": rejected,
     });
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&doc)?);
@@ -159,6 +163,16 @@ pub async fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<()> {
             );
         }
         outln!("replay parameters: {}", kv_line(&params));
+        match &rejected {
+            Some(r) => {
+                outln!("quality: rejected ({r}): the lake would never use this fit by default")
+            }
+            None => outln!(
+                "quality: accepted (r² ≥ {}, ≥ {} sizes)",
+                benchlake_replay::calibrations::MIN_R2,
+                benchlake_replay::calibrations::MIN_SIZES
+            ),
+        }
     }
     if let Some(out) = &a.out {
         std::fs::create_dir_all(out).with_context(|| out.display().to_string())?;
@@ -182,7 +196,7 @@ pub async fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<()> {
             eprintln!("wrote {}", p.display());
         }
         let run_id = benchlake_core::ids::new_id();
-        let batch = calibrate::table(&cal, &run_id, &source, &nodes)?;
+        let batch = calibrate::table(&cal, &run_id, &source, &nodes, rejected.as_deref())?;
         let lake = benchlake_core::lake::Lake::local(out)?;
         let date = chrono::Utc::now().format("%Y-%m-%d").to_string();
         let t = benchlake_core::lake::TableOutput::new("replay_calibrations", vec![batch]);

@@ -3,9 +3,11 @@
 //! (`ClusterService.GetNodeHealth`), answered in well under a second so it
 //! can be Slurm's `HealthCheckProgram` (deploy/slurm/healthcheck, docs/slurm.md).
 //!
-//! Exit status: 0 healthy (every node check's newest verdict PASS), 1 failing
-//! (at least one FAIL), 2 cannot tell (no verdict for the node, only ERRORs,
-//! the coordinator unreachable or still loading, a bad argument).
+//! Exit status: 0 healthy (no node check's newest verdict FAIL or ERROR:
+//! PASS, or INCONCLUSIVE / NO_REFERENCE, which are printed but neither
+//! drain nor fail a node), 1 failing (at least one FAIL), 2 cannot tell (no
+//! verdict for the node, an ERROR, the coordinator unreachable or still
+//! loading, a bad argument).
 //!
 //! `--drain` (for the HealthCheckProgram, which runs as root on the node and
 //! is expected to drain it itself): a failing node is drained with the same
@@ -82,7 +84,22 @@ pub fn judge(h: &pb::NodeHealth) -> (u8, String) {
     match h.verdict.as_str() {
         "FAIL" => (FAILING, "failing".into()),
         "PASS" if h.complete => (HEALTHY, "healthy".into()),
-        "PASS" => (
+        "INCONCLUSIVE" | "NO_REFERENCE" if h.complete => {
+            let n = |s: &str| h.checks.iter().filter(|c| c.status == s).count();
+            let parts: Vec<String> = ["INCONCLUSIVE", "NO_REFERENCE"]
+                .iter()
+                .filter(|s| n(s) > 0)
+                .map(|s| format!("{} {s}", n(s)))
+                .collect();
+            (
+                HEALTHY,
+                format!(
+                    "healthy as far as judged: no FAIL ({}: not judged, never drained)",
+                    parts.join(", ")
+                ),
+            )
+        }
+        "PASS" | "INCONCLUSIVE" | "NO_REFERENCE" => (
             UNKNOWN,
             "cannot tell: the coordinator is still loading older verdicts".into(),
         ),
@@ -331,6 +348,11 @@ mod tests {
         assert_eq!(judge(&health("FAIL", false)).0, FAILING);
         assert_eq!(judge(&health("PASS", false)).0, UNKNOWN);
         assert_eq!(judge(&health("ERROR", true)).0, UNKNOWN);
+        let (code, why) = judge(&health("NO_REFERENCE", true));
+        assert_eq!(code, HEALTHY);
+        assert!(why.starts_with("healthy as far as judged"), "{why}");
+        assert_eq!(judge(&health("INCONCLUSIVE", true)).0, HEALTHY);
+        assert_eq!(judge(&health("INCONCLUSIVE", false)).0, UNKNOWN);
         let (c, why) = judge(&health("", true));
         assert_eq!(c, UNKNOWN);
         assert!(why.contains("no node-level verdict for n2"), "{why}");

@@ -614,8 +614,10 @@ fn offline_replay(trace: &std::path::Path) -> anyhow::Result<()> {
 
 /// The demo's calibration: prints the fit of the netprobe run (latency,
 /// bandwidth, r²) and, for the traced run, each default replay's predicted
-/// against measured time and the calibration it used. An error when the
-/// netprobe run fitted nothing or a traced replay did not use its fit.
+/// against measured time and the calibration it used, and the fit's
+/// quality (a rejected fit is not used: the demo says so). An error when the
+/// netprobe run fitted nothing, a traced replay did not use an accepted fit
+/// or used a rejected one.
 async fn demo_calibration(
     store: &benchlake_core::lake::StoreConfig,
     netprobe: &str,
@@ -646,6 +648,14 @@ async fn demo_calibration(
                 .unwrap_or_default()
         );
     }
+    // The quality gate: a rejected fit is stored but never used by default.
+    outln!("calibration {} quality: {}", doc.id, doc.quality());
+    if let Some(r) = &doc.rejected {
+        outln!(
+            "calibration {} is rejected ({r}): the traced run's default replays use no calibration from it",
+            doc.id
+        );
+    }
     let Some(run) = traced else {
         return Ok(());
     };
@@ -668,13 +678,21 @@ async fn demo_calibration(
             w.measured_s * 1e3,
             (w.predicted_s - w.measured_s) / w.measured_s * 100.0
         );
-        if cal != doc.id {
-            wrong.push(format!("{} used {cal}", w.model));
+        if cal == "-" {
+            outln!(
+                "traced run {run} {} replay used no calibration: the model's default parameters",
+                w.model
+            );
+        }
+        match (&doc.rejected, cal == doc.id) {
+            (None, false) => wrong.push(format!("{} used {cal}", w.model)),
+            (Some(_), true) => wrong.push(format!("{} used the rejected {cal}", w.model)),
+            _ => {}
         }
     }
     if !wrong.is_empty() {
         bail!(
-            "the traced run's default replays did not use calibration {}: {}",
+            "the traced run's default replays did not use calibration {} as its quality says: {}",
             doc.id,
             wrong.join(", ")
         );

@@ -472,7 +472,9 @@ fn failing_nodes(d: &pb::RunDetail) -> Vec<&str> {
     let mut v: Vec<&str> = d
         .checks
         .iter()
-        .filter(|c| !c.node.is_empty() && c.node != "*" && c.status != "PASS")
+        .filter(|c| {
+            !c.node.is_empty() && c.node != "*" && matches!(c.status.as_str(), "FAIL" | "ERROR")
+        })
         .map(|c| c.node.as_str())
         .collect();
     v.sort_unstable();
@@ -480,22 +482,36 @@ fn failing_nodes(d: &pb::RunDetail) -> Vec<&str> {
     v
 }
 
-/// The run's checks: counts by status, then each FAIL and ERROR row (its
-/// node, figure against reference, message) and the failing nodes.
+/// The run's checks: counts by status, then each row that did not pass
+/// (FAIL, ERROR, INCONCLUSIVE, NO_REFERENCE, worst first: its node, figure
+/// against reference, message) and the failing nodes.
 fn print_checks(d: &pb::RunDetail) {
     if d.checks.is_empty() {
         return;
     }
     let count = |s: &str| d.checks.iter().filter(|c| c.status == s).count();
+    // Not judged (no reference yet) and disturbed runs are counted apart:
+    // neither is a failure nor a pass.
+    let undecided: String = [
+        benchlake_core::verdict::INCONCLUSIVE,
+        benchlake_core::verdict::NO_REFERENCE,
+    ]
+    .iter()
+    .filter(|s| count(s) > 0)
+    .map(|s| format!(", {} {s}", count(s)))
+    .collect();
     outln!(
-        "checks     {} FAIL, {} ERROR, {} PASS",
+        "checks     {} FAIL, {} ERROR, {} PASS{undecided}",
         count("FAIL"),
         count("ERROR"),
         count("PASS")
     );
     let mut bad: Vec<&pb::RunCheck> = d.checks.iter().filter(|c| c.status != "PASS").collect();
-    // FAIL before ERROR, then by check and node.
-    bad.sort_by(|a, b| (&b.status, &a.check, &a.node).cmp(&(&a.status, &b.check, &b.node)));
+    // Worst first (FAIL, ERROR, INCONCLUSIVE, NO_REFERENCE), then by check and node.
+    let rank = |s: &str| benchlake_core::verdict::rank(s).unwrap_or(0);
+    bad.sort_by(|a, b| {
+        (rank(&b.status), &a.check, &a.node).cmp(&(rank(&a.status), &b.check, &b.node))
+    });
     for c in bad {
         let node = if c.node.is_empty() { "-" } else { &c.node };
         let figure = match c.reference {

@@ -3,15 +3,17 @@
 //! synthetic LinkTest hosts (`node0000`) runs a LinkTest benchmark
 //! (`probe linktest`: 8 ranks on node0000 and node0001, times that grow with
 //! the message size at 10 GB/s between hosts and 40 GB/s within one) at
-//! 64 bytes, then at 1 MiB. Each run's `linktest` ingest is followed by a
-//! `calibrate` job:
+//! 64 bytes, then at 4 KiB, then at 1 MiB. Each run's `linktest` ingest is
+//! followed by a `calibrate` job:
 //!
 //! - the first (one size) records why nothing was fitted, and the run
 //!   succeeds;
-//! - the second combines its 1 MiB medians with the first run's 64-byte ones
-//!   and fits: the `replay_calibrations` rows and the document equal what
-//!   `benchlake replay calibrate` fits from both files, and the model inputs
-//!   sit under `calibrations/{run}/`.
+//! - the second (two sizes) fits, but the quality gate rejects the fit
+//!   (fewer than 3 sizes): stored with its reason, never `latest`;
+//! - the third combines its 1 MiB medians with the earlier runs' 64-byte and
+//!   4 KiB ones and fits: the `replay_calibrations` rows and the document
+//!   equal what `benchlake replay calibrate` fits from the three files, and
+//!   the model inputs sit under `calibrations/{run}/`.
 //!
 //! Then replays name it through gRPC (`TriggerReplay.calibration`): by id and
 //! as `latest`, its values land in the replay's params JSON and change the
@@ -185,7 +187,48 @@ async fn linktest_runs_calibrate_and_replays_use_the_calibration() {
             .exists()
     );
 
-    // 2. A second size of the same nodes: fitted, with the first's medians.
+    // 2. A second size of the same nodes: fitted, but rejected (2 sizes).
+    c.advance(1000);
+    let r1b = c
+        .submit("lt-synth", &[("message_size", "4096")], 1)
+        .await
+        .unwrap();
+    let d = c.wait_settled(&r1b.run_id, 120).await;
+    assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}");
+    let d1b = doc(&lake, &r1b.run_id);
+    assert!(d1b.fitted, "{d1b:?}");
+    assert!(
+        d1b.rejected
+            .as_deref()
+            .is_some_and(|r| r.contains("2 message sizes")),
+        "{d1b:?}"
+    );
+    let rejected_col: Vec<Option<String>> =
+        table_batches(&lake, "replay_calibrations", Some(&r1b.run_id))
+            .iter()
+            .flat_map(|b| {
+                let c = strs(b, "rejected");
+                (0..b.num_rows())
+                    .map(|i| c.is_valid(i).then(|| c.value(i).to_string()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+    assert_eq!(rejected_col.len(), 2, "stored: {rejected_col:?}");
+    assert!(rejected_col.iter().all(Option::is_some), "{rejected_col:?}");
+    let tmp0 = tempfile::tempdir().unwrap();
+    let dim0 = tmp0.path().join("halo.dim");
+    benchlake_replay::synth::Halo::new(4, 20)
+        .write_dim(&dim0)
+        .unwrap();
+    let e = trigger(&c, &std::fs::read(&dim0).unwrap(), "latest")
+        .await
+        .unwrap_err();
+    assert!(
+        e.message().contains("no fitted calibration"),
+        "a rejected fit is never latest: {e}"
+    );
+
+    // 3. A third size: fitted over 3 sizes with the earlier medians, accepted.
     c.advance(1000);
     let r2 = c
         .submit("lt-synth", &[("message_size", "1048576")], 1)
@@ -195,7 +238,8 @@ async fn linktest_runs_calibrate_and_replays_use_the_calibration() {
     assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}");
     let d2 = doc(&lake, &r2.run_id);
     assert!(d2.fitted, "{d2:?}");
-    assert_eq!(d2.combined, vec![r1.run_id.clone()]);
+    assert_eq!(d2.rejected, None, "{d2:?}");
+    assert_eq!(d2.combined, vec![r1b.run_id.clone(), r1.run_id.clone()]);
     for f in ["calibration.cfg", "calibration.bandela"] {
         let p = lake.join(format!("calibrations/{}/{f}", r2.run_id));
         assert!(p.is_file(), "{}", p.display());
@@ -211,9 +255,11 @@ async fn linktest_runs_calibrate_and_replays_use_the_calibration() {
         lake.join(k)
     };
     let d1r = c.detail(&r1.run_id).await;
+    let d1br = c.detail(&r1b.run_id).await;
     let o = Command::new(bin())
         .args(["replay", "calibrate", "--json"])
         .arg(raw(&d1r))
+        .arg(raw(&d1br))
         .arg(raw(&d))
         .output()
         .unwrap();
@@ -248,12 +294,12 @@ async fn linktest_runs_calibrate_and_replays_use_the_calibration() {
     }
     assert_eq!(rows.len(), 2, "{rows:?}");
     let inter = &rows["inter"];
-    assert_eq!(inter.2, 2, "two sizes");
+    assert_eq!(inter.2, 3, "three sizes");
     assert_eq!(inter.3, "node0000,node0001");
     assert!(rel(inter.1, d2.params["bandwidth"].parse().unwrap()) < 1e-5);
     assert!(rel(inter.0, d2.params["latency"].parse().unwrap()) < 1e-5);
 
-    // 3. Replays name it: by id and as `latest`.
+    // 4. Replays name it: by id and as `latest`.
     let tmp = tempfile::tempdir().unwrap();
     let dim = tmp.path().join("halo.dim");
     benchlake_replay::synth::Halo::new(4, 20)
@@ -348,7 +394,7 @@ async fn linktest_runs_calibrate_and_replays_use_the_calibration() {
     );
     eprintln!("halo 4 ranks: default {default:.6} s, calibrated {by_hand:.6} s");
 
-    // 4. A traced run on node0000: both default replays use the calibration.
+    // 5. A traced run on node0000: both default replays use the calibration.
     if !has_mpi {
         unavailable(
             &this_test(),

@@ -521,6 +521,25 @@ mod tests {
         ));
     }
 
+    /// INCONCLUSIVE (a disturbed run) and NO_REFERENCE (no history yet)
+    /// neither drain a node nor count as the pass that resumes it.
+    #[test]
+    fn undecided_verdicts_neither_drain_nor_resume() {
+        let rows = vec![
+            (
+                "n1".to_string(),
+                row("node.cores", "INCONCLUSIVE", 2.0, 64.0),
+            ),
+            (
+                "n2".to_string(),
+                row("node.cores", "NO_REFERENCE", 2.0, 0.0),
+            ),
+        ];
+        assert!(decide("01B", &rows, &BTreeMap::new()).is_empty());
+        let drains = BTreeMap::from([("n1".to_string(), drain("n1", "01A", "node.cores"))]);
+        assert!(decide("01B", &rows, &drains).is_empty());
+    }
+
     #[test]
     fn only_a_later_pass_of_the_same_check_resumes() {
         let drains = BTreeMap::from([("n2".to_string(), drain("n2", "01B", "node.cores"))]);

@@ -526,7 +526,8 @@ pub fn node_rows(batches: &[RecordBatch]) -> Vec<(String, CheckRow)> {
     out
 }
 
-/// Whether a check status is failing (FAIL or ERROR).
+/// Whether a check status is failing (FAIL or ERROR). INCONCLUSIVE and
+/// NO_REFERENCE never are: they are not notified (docs/notifications.md).
 fn failing(status: &str) -> bool {
     matches!(status, "FAIL" | "ERROR")
 }
@@ -1396,6 +1397,30 @@ mod tests {
         assert_eq!(v["links"]["run"], "https://b.example/runs/01RUN");
         assert_eq!(v["failing_nodes"][0]["node"], "n2");
         assert_eq!(v["time"], "2023-11-14T22:13:20.000Z");
+    }
+
+    /// Not enough history and a disturbed run are no findings: nothing is
+    /// sent, and they are not among a failing run's failing checks.
+    #[test]
+    fn undecided_verdicts_are_not_notified() {
+        let f = facts(
+            RunState::Succeeded,
+            &[
+                ("io.write_bw_mib_s.vs_median", "NO_REFERENCE"),
+                ("io.read_bw_mib_s.vs_median", "INCONCLUSIVE"),
+                ("io.verify_errors", "PASS"),
+            ],
+            &[("n1", "node.cores", "NO_REFERENCE")],
+        );
+        assert_eq!(f.verdict(), Some("INCONCLUSIVE"));
+        assert_eq!(f.event(), None);
+        let f = facts(
+            RunState::Succeeded,
+            &[("io.write", "FAIL"), ("io.read", "INCONCLUSIVE")],
+            &[("n1", "node.cores", "INCONCLUSIVE")],
+        );
+        assert_eq!(f.event(), Some("verdict.fail"));
+        assert_eq!(f.failing_checks().len(), 1);
     }
 
     #[test]

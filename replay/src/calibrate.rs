@@ -192,6 +192,31 @@ impl Samples {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The spread of each class and size: p90 / p50 of its times (nearest
+    /// rank, by selection: the times are reordered, not sorted). A run whose
+    /// spread is far above earlier runs' was disturbed.
+    pub fn spreads(&mut self) -> BTreeMap<(LinkClass, u64), f64> {
+        let mut out = BTreeMap::new();
+        for (k, v) in &mut self.by {
+            v.retain(|t| t.is_finite() && *t > 0.0);
+            let n = v.len();
+            if n == 0 {
+                continue;
+            }
+            let at = |v: &mut Vec<f32>, q: f64| -> f64 {
+                let i = ((n - 1) as f64 * q).round() as usize;
+                let (_, x, _) = v.select_nth_unstable_by(i.min(n - 1), f32::total_cmp);
+                f64::from(*x)
+            };
+            let p50 = at(v, 0.5);
+            let p90 = at(v, 0.9);
+            if p50 > 0.0 {
+                out.insert(*k, p90 / p50);
+            }
+        }
+        out
+    }
 }
 
 impl FromIterator<Sample> for Samples {
@@ -492,6 +517,7 @@ pub fn table(
     run_id: &str,
     source: &str,
     nodes: &NodesByClass,
+    rejected: Option<&str>,
 ) -> Result<RecordBatch> {
     let fits: Vec<&ClassFit> = c.fits().collect();
     let n = fits.len();
@@ -533,6 +559,7 @@ pub fn table(
                 .map(|s| s.iter().cloned().collect::<Vec<_>>().join(","))
                 .unwrap_or_default()
         }))),
+        Arc::new(StringArray::from(vec![rejected; n])),
     ];
     let schema = benchlake_core::catalog::schema("replay_calibrations")
         .map_err(|e| ReplayError::param("replay_calibrations", e.to_string()))?;

@@ -126,7 +126,17 @@ pub struct Measurement {
     pub median_s: f64,
     /// Pair times behind the median.
     pub samples: u64,
+    /// The run's own spread at this size: p90 / p50 of the pair times (what
+    /// tells a disturbed run, against earlier calibrations of the same nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread: Option<f64>,
 }
+
+/// The quality gate (docs/replay.md, "Calibration quality"): a fit whose r²
+/// is below this is stored but rejected.
+pub const MIN_R2: f64 = 0.9;
+/// A fit over fewer message sizes than this is stored but rejected.
+pub const MIN_SIZES: usize = 3;
 
 /// A calibration as stored in `calibrations/{id}/calibration.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -140,6 +150,11 @@ pub struct CalibrationDoc {
     /// Why nothing was fitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Why a fit is not trusted (r² below [`MIN_R2`], fewer than
+    /// [`MIN_SIZES`] sizes, a disturbed run): stored, but never `latest` and
+    /// never used by default; usable only by naming its id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<String>,
     /// The replay parameters (Dimemas names: `latency`, `bandwidth`,
     /// `intra_latency`, `intra_bandwidth`, `eager_limit`).
     #[serde(default)]
@@ -171,11 +186,73 @@ impl CalibrationDoc {
         }
     }
 
-    /// Whether it is fitted and measured every node of `nodes`.
+    /// Whether it is fitted, passed the quality gate and measured every
+    /// node of `nodes`: what `latest` and the default replays may use.
     pub fn covers(&self, nodes: &BTreeSet<String>) -> bool {
-        self.fitted && nodes.is_subset(&self.nodes)
+        self.fitted && self.rejected.is_none() && nodes.is_subset(&self.nodes)
     }
 
+    /// Adds a reason to reject the fit (reasons joined by "; ").
+    pub fn reject(&mut self, why: String) {
+        self.rejected = Some(match self.rejected.take() {
+            Some(r) => format!("{r}; {why}"),
+            None => why,
+        });
+    }
+
+    /// One line on the fit's quality: "r² 0.998, 5 sizes: accepted" or
+    /// "rejected: …".
+    pub fn quality(&self) -> String {
+        let fits: Vec<String> = self
+            .fits
+            .iter()
+            .map(|f| {
+                format!(
+                    "{} r² {:.3} over {} sizes",
+                    f.class.as_str(),
+                    f.r2,
+                    f.medians.len()
+                )
+            })
+            .collect();
+        match (&self.rejected, self.fitted) {
+            (_, false) => format!(
+                "not fitted: {}",
+                self.reason.as_deref().unwrap_or("no reason recorded")
+            ),
+            (Some(r), true) => format!("{}: rejected ({r})", fits.join(", ")),
+            (None, true) => format!(
+                "{}: accepted (r² ≥ {MIN_R2}, ≥ {MIN_SIZES} sizes)",
+                fits.join(", ")
+            ),
+        }
+    }
+}
+
+/// The reasons the quality gate rejects `fits` for (r² and sizes; a
+/// disturbed run is the caller's to add, [`CalibrationDoc::reject`]).
+pub fn gate(fits: &[ClassFit]) -> Option<String> {
+    let mut why = Vec::new();
+    for f in fits {
+        if f.r2.is_nan() || f.r2 < MIN_R2 {
+            why.push(format!(
+                "{} fit r² {:.3} is below {MIN_R2}",
+                f.class.as_str(),
+                f.r2
+            ));
+        }
+        if f.medians.len() < MIN_SIZES {
+            why.push(format!(
+                "{} fit over {} message sizes (at least {MIN_SIZES} needed)",
+                f.class.as_str(),
+                f.medians.len()
+            ));
+        }
+    }
+    (!why.is_empty()).then(|| why.join("; "))
+}
+
+impl CalibrationDoc {
     /// What a replay records of it in `replays.params`: the id, its
     /// parameters and the nodes it covers.
     pub fn summary(&self) -> serde_json::Value {
@@ -187,8 +264,10 @@ impl CalibrationDoc {
     }
 }
 
-/// The per-size medians of `samples`, by class and size.
-pub fn measurements(samples: Samples) -> Vec<Measurement> {
+/// The per-size medians of `samples`, by class and size, with each size's
+/// spread (p90 / p50).
+pub fn measurements(mut samples: Samples) -> Vec<Measurement> {
+    let spreads = samples.spreads();
     crate::calibrate::medians(samples)
         .into_iter()
         .map(|((class, bytes), (median_s, samples))| Measurement {
@@ -196,6 +275,7 @@ pub fn measurements(samples: Samples) -> Vec<Measurement> {
             bytes,
             median_s,
             samples,
+            spread: spreads.get(&(class, bytes)).copied(),
         })
         .collect()
 }
@@ -239,6 +319,7 @@ pub fn fit_document(
         created_ms,
         fitted: false,
         reason: None,
+        rejected: None,
         params: BTreeMap::new(),
         fits: Vec::new(),
         nodes,
@@ -258,6 +339,7 @@ pub fn fit_document(
             doc.fitted = true;
             doc.params = c.params();
             doc.fits = c.fits().cloned().collect();
+            doc.rejected = gate(&doc.fits);
             (doc, Some(c))
         }
         Err(e) => {
@@ -317,8 +399,9 @@ pub async fn recent(lake: &Lake, max: usize) -> Result<Vec<CalibrationDoc>> {
     Ok(out)
 }
 
-/// The newest fitted calibration whose nodes cover `nodes` (any fitted one
-/// when `nodes` is empty), among the newest [`MAX_SCAN`].
+/// The newest fitted calibration that passed the quality gate and whose
+/// nodes cover `nodes` (any such one when `nodes` is empty), among the
+/// newest [`MAX_SCAN`].
 pub async fn latest_covering(
     lake: &Lake,
     nodes: &BTreeSet<String>,
@@ -341,10 +424,10 @@ pub async fn resolve(lake: &Lake, name: &str, nodes: &BTreeSet<String>) -> Resul
             ReplayError::param(
                 "calibration",
                 if nodes.is_empty() {
-                    "no fitted calibration in the lake".to_string()
+                    "no fitted calibration in the lake (rejected fits left out)".to_string()
                 } else {
                     format!(
-                        "no fitted calibration covers the nodes {}",
+                        "no fitted calibration covers the nodes {} (rejected fits left out)",
                         nodes.iter().cloned().collect::<Vec<_>>().join(",")
                     )
                 },
@@ -547,15 +630,85 @@ mod tests {
         assert!((f.latency_s - 4e-6).abs() / 4e-6 < 0.01, "{f:?}");
         assert!((f.bandwidth_mb_s - 1000.0).abs() / 1000.0 < 0.01, "{f:?}");
         assert_eq!(doc.params["latency"], format!("{:e}", sig6(f.latency_s)));
+        // Two sizes: stored, but rejected by the quality gate.
+        assert_eq!(
+            doc.rejected.as_deref(),
+            Some("inter fit over 2 message sizes (at least 3 needed)")
+        );
+        assert!(!doc.covers(&["n1".to_string()].into()));
+        assert!(doc.quality().contains("rejected"), "{}", doc.quality());
+        // A third size: accepted.
+        let mut g = Gathered {
+            samples: samples(LinkClass::Inter, 4096, 4e-6, 1000.0),
+            ..Default::default()
+        };
+        nodes(&mut g);
+        let d3 = ids::new_id_at(3_000);
+        let (doc, _) = fit_document(&d3, 3_000, g, &[doc.clone(), first.clone()]);
+        assert_eq!(doc.rejected, None, "{doc:?}");
+        assert!(
+            doc.quality().ends_with("accepted (r² ≥ 0.9, ≥ 3 sizes)"),
+            "{}",
+            doc.quality()
+        );
         let back: CalibrationDoc =
             serde_json::from_str(&serde_json::to_string(&doc).unwrap()).unwrap();
         assert_eq!(
             (&back.params, &back.nodes, &back.combined),
             (&doc.params, &doc.nodes, &doc.combined)
         );
+        assert!(back.measurements[0].spread.is_some());
         assert!(back.covers(&["n1".to_string()].into()));
         assert!(!back.covers(&["n3".to_string()].into()));
         assert!(!first.covers(&BTreeSet::new()), "unfitted covers nothing");
+    }
+
+    /// The quality gate's reasons: a poor r², too few sizes, and a
+    /// disturbed run added by the caller.
+    #[test]
+    fn the_quality_gate_names_each_reason() {
+        let mut f = fit(LinkClass::Intra, 1e-6, 1000.0);
+        f.medians = vec![(8, 1e-6), (64, 1e-6), (4096, 2e-6)];
+        f.r2 = 0.98;
+        assert_eq!(gate(std::slice::from_ref(&f)), None);
+        f.r2 = -1.52;
+        assert_eq!(
+            gate(std::slice::from_ref(&f)).as_deref(),
+            Some("intra fit r² -1.520 is below 0.9")
+        );
+        f.r2 = f64::NAN;
+        assert!(
+            gate(std::slice::from_ref(&f)).is_some(),
+            "NaN r² is rejected"
+        );
+        f.r2 = 0.99;
+        f.medians.truncate(2);
+        assert!(
+            gate(std::slice::from_ref(&f))
+                .unwrap()
+                .contains("2 message sizes")
+        );
+        let mut doc = CalibrationDoc {
+            id: ids::new_id_at(1),
+            created_ms: 1,
+            fitted: true,
+            reason: None,
+            rejected: None,
+            params: BTreeMap::new(),
+            fits: vec![fit(LinkClass::Intra, 1e-6, 1000.0)],
+            nodes: ["n1".to_string()].into(),
+            measurements: Vec::new(),
+            combined: Vec::new(),
+            inputs: Vec::new(),
+        };
+        assert!(doc.covers(&BTreeSet::new()));
+        doc.reject("disturbed: spread 4 vs usual 1.2 at 8 B (intra)".into());
+        assert!(!doc.covers(&BTreeSet::new()));
+        doc.reject("x".into());
+        assert_eq!(
+            doc.rejected.as_deref(),
+            Some("disturbed: spread 4 vs usual 1.2 at 8 B (intra); x")
+        );
     }
 
     #[test]

@@ -185,14 +185,22 @@ def test_up_demo(demo):
     # each) is fitted by the worker's calibrate job into replay_calibrations
     # (one intra-node row), and the demo prints the fit.
     np_run = re.search(r"^submitted netprobe run (\S+)$", r.stdout, re.M).group(1)
-    cal = duckdb.sql(f"SELECT run_id, class, latency_s, bandwidth_mb_s, r2, sizes FROM read_parquet("
+    cal = duckdb.sql(f"SELECT run_id, class, latency_s, bandwidth_mb_s, r2, sizes, rejected FROM read_parquet("
                      f"'{lake}/tables/replay_calibrations/**/*.parquet', hive_partitioning=true)").fetchall()
     assert len(cal) == 1, cal
-    run_id, cls, lat, bw, r2, sizes = cal[0]
+    run_id, cls, lat, bw, r2, sizes, rejected = cal[0]
     assert (run_id, cls, sizes) == (np_run, "intra", 5), cal
     assert 0 < lat < 1e-3 and bw > 0 and r2 <= 1, cal
     assert re.search(rf"^calibration {np_run} of node \S+ \(intra\): latency [0-9.]+ us, bandwidth [0-9]+ MB/s "
                      r"\(2\^20 B\), r2 -?[0-9.]+ over 5 sizes", r.stdout, re.M), r.stdout
+    # The quality gate (r2 >= 0.9, >= 3 sizes, not disturbed): the demo prints
+    # the fit's quality; a rejected fit (a busy machine) is stored with its
+    # reason and not used by the default replays, and the demo says so.
+    assert (rejected is None) == (r2 >= 0.9), cal
+    assert re.search(rf"^calibration {np_run} quality: intra r² -?[0-9.]+ over 5 sizes: "
+                     + ("accepted" if rejected is None else "rejected"), r.stdout, re.M), r.stdout
+    if rejected is not None:
+        assert f"calibration {np_run} is rejected (" in r.stdout, r.stdout
     # Its checks: no slow pair (each size's pairs against their own median).
     slow = duckdb.sql(f"SELECT status, value FROM read_parquet('{lake}/tables/checks/**/*.parquet', hive_partitioning=true) "
                       f"WHERE run_id = '{np_run}' AND \"check\" = 'linktest.slow_pairs'").fetchall()
@@ -217,10 +225,15 @@ def test_up_demo(demo):
         assert [m for m, _ in reps] == ["bandela", "dimemas"], reps
         for model, params in reps:
             c = json.loads(params)["calibration"]
-            assert c["id"] == np_run, (model, c)
-            assert float(c["params"]["intra_latency"]) == pytest.approx(lat, rel=1e-5), (model, c)
+            if rejected is None:
+                assert c["id"] == np_run, (model, c)
+                assert float(c["params"]["intra_latency"]) == pytest.approx(lat, rel=1e-5), (model, c)
+            else:
+                # A rejected fit is never used by default.
+                assert c["id"] != np_run, (model, c)
+            used = np_run if rejected is None else r"\S+"
             m = re.search(rf"^traced run {t_run} {model} replay: predicted ([0-9.]+) ms, measured ([0-9.]+) ms "
-                          rf"\(([-+][0-9.]+) %\), calibration {np_run}$", r.stdout, re.M)
+                          rf"\(([-+][0-9.]+) %\), calibration {used}$", r.stdout, re.M)
             assert m, r.stdout
             whole = duckdb.sql(f"SELECT max(measured_total_s), max(modelled_total_s) FROM read_parquet("
                                f"'{lake}/tables/trace_comparison/**/*.parquet', hive_partitioning=true) "

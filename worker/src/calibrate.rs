@@ -86,6 +86,11 @@ impl Executor for Calibrate {
         if used == 0 && !unreadable.is_empty() {
             doc.reason = Some(format!("unreadable: {}", unreadable.join("; ")));
         }
+        if doc.fitted
+            && let Some(why) = disturbed(&doc, &earlier)
+        {
+            doc.reject(why);
+        }
         let mut tables = Vec::new();
         let mut files = vec![("calibration.json", String::new())];
         if let Some(cal) = &cal {
@@ -99,13 +104,15 @@ impl Executor for Calibrate {
                 calibrate::bandela_input(cal, hosts, 1),
             ));
             let source = s.keys.join(" ");
-            let batch = calibrate::table(cal, &ctx.run_id, &source, &nodes)
-                .map_err(|e| ExecError::Permanent(e.to_string()))?;
+            let batch =
+                calibrate::table(cal, &ctx.run_id, &source, &nodes, doc.rejected.as_deref())
+                    .map_err(|e| ExecError::Permanent(e.to_string()))?;
             tables.push(TableOutput::new("replay_calibrations", vec![batch]));
             tracing::info!(
                 run = %ctx.run_id,
                 params = ?doc.params,
                 combined = doc.combined.len(),
+                rejected = doc.rejected.as_deref().unwrap_or(""),
                 "calibration fitted"
             );
         } else {
@@ -131,6 +138,49 @@ impl Executor for Calibrate {
             follow_ups: Vec::new(),
         })
     }
+}
+
+/// Whether the run behind `doc` was disturbed: at one of its message sizes
+/// its pair spread (p90 / p50) is far above the spread of the earlier
+/// calibrations of the same nodes at that size (their median + the largest
+/// of 5 scaled MADs, 50 % and 0.5; [`benchlake_analysis::reference`], with
+/// the LinkTest checks' `linktest.pair_spread` floors), once 5 exist.
+pub fn disturbed(doc: &CalibrationDoc, earlier: &[CalibrationDoc]) -> Option<String> {
+    use benchlake_analysis::io_checks::{Better, figure};
+    use benchlake_analysis::reference::{Judgement, Learned, judge};
+    let cfg = Learned {
+        rel_floor: 0.5,
+        abs_floor: 0.5,
+        ..Learned::default()
+    };
+    let mut why = Vec::new();
+    for m in &doc.measurements {
+        let Some(spread) = m.spread else { continue };
+        // Oldest first, as the references want them.
+        let history: Vec<f64> = earlier
+            .iter()
+            .rev()
+            .filter(|e| e.id != doc.id && e.nodes == doc.nodes)
+            .flat_map(|e| &e.measurements)
+            .filter(|x| x.class == m.class && x.bytes == m.bytes)
+            .filter_map(|x| x.spread)
+            .collect();
+        if let Judgement::Judged {
+            fail: true,
+            reference,
+            ..
+        } = judge(spread, &history, Better::Lower, &cfg)
+        {
+            why.push(format!(
+                "disturbed: spread {} vs usual {} at {} B ({})",
+                figure(spread),
+                figure(reference.median),
+                m.bytes,
+                m.class.as_str()
+            ));
+        }
+    }
+    (!why.is_empty()).then(|| why.join("; "))
 }
 
 /// A `replay` job's calibration, applied: the Dimemas model gets the
@@ -210,7 +260,7 @@ pub fn for_default_replay(
     Ok((
         None,
         Some(format!(
-            "no fitted calibration covers the nodes {list}: the default parameters"
+            "no fitted calibration covers the nodes {list} (rejected fits left out): the default parameters"
         )),
     ))
 }
@@ -280,6 +330,14 @@ mod tests {
         assert!(docs[0].0.reason.as_deref().unwrap().contains("size"));
         let (d, _, rows) = &docs[1];
         assert!(d.fitted, "{d:?}");
+        // Two sizes: stored, with its rows, but rejected.
+        assert!(
+            d.rejected
+                .as_deref()
+                .unwrap_or("")
+                .contains("2 message sizes"),
+            "{d:?}"
+        );
         assert_eq!(rows, &2, "an intra and an inter row");
         assert_eq!(d.combined, vec![docs[0].0.id.clone()]);
         let bw: f64 = d.params["bandwidth"].parse().unwrap();
@@ -288,6 +346,42 @@ mod tests {
             "{:?}",
             d.params
         );
+    }
+
+    /// A run whose pair spread is far above the spread of the same nodes'
+    /// earlier calibrations is rejected as disturbed; a usual spread is not,
+    /// nor is one without 5 earlier spreads.
+    #[test]
+    fn a_disturbed_run_is_rejected() {
+        use benchlake_replay::calibrate::LinkClass;
+        use benchlake_replay::calibrations::Measurement;
+        let doc = |i: i64, spread: f64| CalibrationDoc {
+            id: benchlake_core::ids::new_id_at(1_000 + i),
+            created_ms: i,
+            fitted: true,
+            reason: None,
+            rejected: None,
+            params: BTreeMap::new(),
+            fits: Vec::new(),
+            nodes: ["n1".to_string()].into(),
+            measurements: vec![Measurement {
+                class: LinkClass::Intra,
+                bytes: 8,
+                median_s: 1e-6,
+                samples: 100,
+                spread: Some(spread),
+            }],
+            combined: Vec::new(),
+            inputs: Vec::new(),
+        };
+        // Newest first, as `calibrations::recent` returns them.
+        let earlier: Vec<CalibrationDoc> = (0..6).rev().map(|i| doc(i, 1.2)).collect();
+        assert_eq!(disturbed(&doc(10, 1.3), &earlier), None);
+        assert_eq!(
+            disturbed(&doc(10, 4.0), &earlier).as_deref(),
+            Some("disturbed: spread 4 vs usual 1.200 at 8 B (intra)")
+        );
+        assert_eq!(disturbed(&doc(10, 4.0), &earlier[..4]), None);
     }
 
     /// The job's time on 4,096-rank runs (`cargo test --release -p

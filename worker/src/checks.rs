@@ -67,7 +67,8 @@ pub fn follow_up(spec: &IngestSpec, info: &IngestRunInfo, ingest_job_id: &str) -
 /// The tables a format's figures are computed from.
 fn tables_of(format: &str) -> Option<&'static [&'static str]> {
     match format {
-        "ior" | "pio" => Some(&["io_results"]),
+        // io_task_times: the processes' spread (io.<op>_bw_cv).
+        "ior" | "pio" => Some(&["io_results", "io_task_times"]),
         "mdtest" => Some(&["mdtest_summary"]),
         "linktest" => Some(&["linktest_runs", "linktest_timings"]),
         "hostinfo" | "bandela" => Some(&[]),
@@ -97,7 +98,7 @@ fn figures(
     match format {
         "mdtest" => io_checks::mdtest_figures(get("mdtest_summary")),
         "linktest" => linktest_checks::figures(get("linktest_runs"), get("linktest_timings"), slow),
-        _ => io_checks::figures(get("io_results")),
+        _ => io_checks::figures_with_ranks(get("io_results"), get("io_task_times")),
     }
 }
 

@@ -1105,6 +1105,8 @@ fn checks(o: &mut String, checks: &[Check], y: f64) -> f64 {
         let colour = match c.status.as_str() {
             "PASS" => "#1a7f37",
             "FAIL" => "#cf222e",
+            // Not judged (no reference yet) or a disturbed run: grey, never green.
+            "INCONCLUSIVE" | "NO_REFERENCE" => "#6e7781",
             _ => "#9a6700",
         };
         let unit = c.unit.as_deref().unwrap_or("");
@@ -1112,7 +1114,12 @@ fn checks(o: &mut String, checks: &[Check], y: f64) -> f64 {
             v.map(|v| fmt::with_unit(v, unit))
                 .unwrap_or_else(|| "-".into())
         };
-        let status_w = 52.0;
+        // Room for the longest status (INCONCLUSIVE, NO_REFERENCE).
+        let status_w = if checks.iter().any(|c| c.status.len() > 5) {
+            96.0
+        } else {
+            52.0
+        };
         let line = format!(
             "{}: {} (reference {}){}",
             c.check,

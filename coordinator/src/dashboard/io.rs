@@ -6,7 +6,7 @@
 //! The figures are those of the checks (`benchlake_analysis::io_checks::
 //! figures`: the mean `bw_mib_s` over a run's iterations, per operation), and
 //! the band is computed as the checks job computes it: the median
-//! ([`io_checks::median`]) of the same figure over the last `window` earlier
+//! ([`benchlake_analysis::reference`]) of the same figure over the last `window` earlier
 //! succeeded runs of the series, once `min_history` exist, with the allowed
 //! regression below it, both from the run's `check_*` parameters over the
 //! defaults ([`io_checks::apply_params`]). Bounds are the `reference` of the
@@ -21,7 +21,7 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{Html, IntoResponse, Response};
-use benchlake_analysis::io_checks::{self, Better, IoCheckConfig};
+use benchlake_analysis::io_checks::{self, IoCheckConfig};
 use futures::StreamExt;
 
 use super::html::{self, Chrome, badge, esc};
@@ -213,15 +213,19 @@ pub fn series(op: &str, runs: &[(&RunRow, &IoRun, Vec<crate::verdicts::CheckRow>
             benchlake_analysis::linktest_checks::SLOW_PAIR_PARAMS,
         );
         let rule = cfg.rules.iter().find(|r| r.figure == figure);
-        let recent: Vec<f64> = earlier.iter().rev().take(cfg.window).copied().collect();
-        let history = recent.len();
-        let median = io_checks::median(recent).filter(|_| history >= cfg.min_history);
-        let limit = match (
-            median,
-            rule.and_then(|r| r.max_regression.map(|g| (r.better, g))),
-        ) {
-            (Some(m), Some((Better::Higher, g))) => Some(m * (1.0 - g)),
-            (Some(m), Some((Better::Lower, g))) => Some(m * (1.0 + g)),
+        let learned = benchlake_analysis::reference::Reference::learn(
+            &earlier,
+            &rule.map(|r| cfg.learned(r)).unwrap_or_default(),
+        );
+        let history = match &learned {
+            Ok(r) => r.n,
+            Err(n) => *n,
+        };
+        let median = learned.as_ref().ok().map(|r| r.median);
+        let limit = match (learned, rule) {
+            (Ok(r), Some(rule)) if rule.rel_floor.is_some() => {
+                Some(r.limit(rule.better, &cfg.learned(rule)))
+            }
             _ => None,
         };
         let relative = format!("{figure}.vs_median");
@@ -1023,14 +1027,15 @@ mod tests {
     fn the_band_is_the_checks_rolling_median_and_the_bound_comes_from_the_checks() {
         let runs: Vec<RunRow> = (0..6)
             .map(|i| {
-                let params: &[(&str, &str)] = if i == 5 {
-                    &[
+                let params: &[(&str, &str)] = match i {
+                    5 => &[
                         ("check_window", "2"),
                         ("check_min_history", "2"),
-                        ("check_io_write_bw_mib_s_max_regression", "0.5"),
-                    ]
-                } else {
-                    &[]
+                        ("check_mads", "0"),
+                        ("check_io_write_bw_mib_s_floor", "0.5"),
+                    ],
+                    3 | 4 => &[("check_min_history", "3"), ("check_mads", "0")],
+                    _ => &[],
                 };
                 run(&format!("R{i}"), params, i != 2)
             })
@@ -1055,14 +1060,15 @@ mod tests {
             .collect();
         let pts = series("write", &input);
         assert_eq!(pts.len(), 6);
-        // Fewer than 3 earlier succeeded runs: no median.
+        // Fewer than 5 (the default) earlier succeeded runs: no median.
         assert_eq!(pts[2].median, None);
-        // Run 3: earlier succeeded 100, 200 (run 2 FAILED is left out): still 2.
+        // Run 3 (min history 3): earlier succeeded 100, 200 (run 2 FAILED is
+        // left out): still 2.
         assert_eq!((pts[3].median, pts[3].history), (None, 2));
-        // Run 4: 100, 200, 300 → 200, limit 15 % below.
+        // Run 4: 100, 200, 300 → 200, limit the 5 % floor below (no MADs).
         assert_eq!(pts[4].median, Some(200.0));
-        assert!((pts[4].limit.unwrap() - 170.0).abs() < 1e-9);
-        // Run 5 has window 2 (min history 2) and 50 % allowed: median of 300, 400.
+        assert!((pts[4].limit.unwrap() - 190.0).abs() < 1e-9);
+        // Run 5 has window 2 (min history 2) and a 50 % floor: median of 300, 400.
         assert_eq!(pts[5].median, Some(350.0));
         assert_eq!(pts[5].limit, Some(175.0));
         assert_eq!(pts[5].bound, Some(40.0));

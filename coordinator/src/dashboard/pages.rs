@@ -216,8 +216,11 @@ pub async fn overview(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
             (Some("ERROR"), _) => 1,
             (_, Some(AgentState::Lost)) => 2,
             _ if n.drain => 3,
-            (None, _) => 5,
-            _ => 4,
+            // Not judged yet or disturbed: grey, after the findings, never
+            // counted as failing nor as healthy.
+            (Some(v), _) if benchlake_core::verdict::is_undecided(v) => 4,
+            (None, _) => 6,
+            _ => 5,
         };
     }
     nodes.sort_by(|x, y| x.rank.cmp(&y.rank).then_with(|| x.name.cmp(y.name)));
@@ -229,6 +232,7 @@ pub async fn overview(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
         .take(MAX_CHECK_COLUMNS)
         .collect();
     let failing = nodes.iter().filter(|n| n.rank <= 1).count();
+    let undecided = nodes.iter().filter(|n| n.rank == 4).count();
     let online = d
         .agents
         .iter()
@@ -248,6 +252,7 @@ pub async fn overview(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
          <div class=\"card{}\"><span class=\"n\">{lost}</span> lost</div>\
          <div class=\"card\"><span class=\"n\">{drained}</span> drained</div>\
          <div class=\"card{}\"><span class=\"n\" id=\"n-failing\">{failing}</span> failing nodes</div>\
+         <div class=\"card\" title=\"newest verdict NO_REFERENCE (not enough history or peers yet) or INCONCLUSIVE (the run was disturbed)\"><span class=\"n\" id=\"n-undecided\">{undecided}</span> not judged yet</div>\
          <div class=\"card\"><span class=\"n\" id=\"n-active\">{}</span> runs in progress</div></div>",
         nodes.len(),
         if lost > 0 { " warn" } else { "" },
@@ -457,8 +462,11 @@ impl RunsQuery {
             })?);
         }
         if let Some(s) = get("verdict") {
-            if !matches!(s, "PASS" | "FAIL" | "ERROR") {
-                return Err("verdict: one of PASS, FAIL, ERROR".into());
+            if benchlake_core::verdict::known(s).is_none() {
+                return Err(format!(
+                    "verdict: one of {}",
+                    benchlake_core::verdict::STATUSES.join(", ")
+                ));
             }
             out.verdict = Some(s.to_string());
         }
@@ -665,7 +673,7 @@ pub async fn runs(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Respon
     b.push_str(
         "</select></label><label>verdict <select name=\"verdict\"><option value=\"\">any</option>",
     );
-    for v in ["PASS", "FAIL", "ERROR"] {
+    for v in benchlake_core::verdict::STATUSES {
         let sel = if q.verdict.as_deref() == Some(v) {
             " selected"
         } else {

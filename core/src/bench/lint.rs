@@ -11,6 +11,7 @@ use super::{ArgTemplate, BenchmarkDef, ParamDef, ParamType, placeholders};
 pub const CHECK_PARAMS: &[&str] = &[
     "check_window",
     "check_min_history",
+    "check_mads",
     "check_node_write_bw_mib_s",
     "check_node_read_bw_mib_s",
     "check_node_min_fraction",
@@ -22,8 +23,9 @@ pub const CHECK_PARAMS: &[&str] = &[
     "check_slow_pair_time_s",
 ];
 
-/// Figures of the I/O checks: `check_<figure>` bounds one,
-/// `check_<figure>_max_regression` its drop against the rolling median.
+/// Figures of the I/O and LinkTest checks: `check_<figure>` bounds one,
+/// `check_<figure>_floor` (older name `_max_regression`) and
+/// `check_<figure>_abs_floor` set the floors of its learned allowance.
 /// (`check_mdtest_<operation>` names any mdtest operation.)
 pub const CHECK_FIGURES: &[&str] = &[
     "io_write_bw_mib_s",
@@ -34,6 +36,10 @@ pub const CHECK_FIGURES: &[&str] = &[
     "io_read_bw_cv",
     "io_open_time_max_s",
     "io_verify_errors",
+    "linktest_max_time_s",
+    "linktest_avg_time_s",
+    "linktest_slow_pairs",
+    "linktest_pair_spread",
 ];
 
 /// Whether `name` is a `check_*` parameter some verdict reads.
@@ -44,7 +50,10 @@ pub fn is_known_check(name: &str) -> bool {
     let Some(rest) = name.strip_prefix("check_") else {
         return false;
     };
-    let figure = rest.strip_suffix("_max_regression").unwrap_or(rest);
+    let figure = ["_max_regression", "_abs_floor", "_floor"]
+        .iter()
+        .find_map(|s| rest.strip_suffix(s))
+        .unwrap_or(rest);
     CHECK_FIGURES.contains(&figure)
         || figure.strip_prefix("mdtest_").is_some_and(|op| {
             !op.is_empty() && op.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
@@ -112,7 +121,7 @@ fn param(p: &ParamDef) -> Result<(), String> {
     if n.starts_with("check_") {
         if !is_known_check(n) {
             return Err(format!(
-                "param '{n}': unknown check (known: {}, check_<figure> and check_<figure>_max_regression for {} and check_mdtest_<operation>)",
+                "param '{n}': unknown check (known: {}, check_<figure>, check_<figure>_floor, check_<figure>_abs_floor for {} and check_mdtest_<operation>)",
                 CHECK_PARAMS.join(", "),
                 CHECK_FIGURES.join(", ")
             ));

@@ -193,6 +193,12 @@ pub fn tables() -> Vec<TableDef> {
                     false,
                     "the nodes whose pairs were used, comma-separated",
                 ),
+                (
+                    "rejected",
+                    utf8(),
+                    true,
+                    "why the quality gate rejected the fit (r² below 0.9, fewer than 3 message sizes, a disturbed run; null: accepted); a rejected fit is never `latest` nor used by default (rows written before the column existed read as null)",
+                ),
             ],
         ),
     ]

@@ -41,7 +41,7 @@ pub fn tables() -> Vec<TableDef> {
                     "verdict",
                     utf8(),
                     true,
-                    "PASS, FAIL or ERROR: the worst status of the run's checks (null when no check ran)",
+                    "PASS, FAIL, ERROR, INCONCLUSIVE or NO_REFERENCE: the worst status of the run's checks, FAIL > ERROR > INCONCLUSIVE > NO_REFERENCE > PASS (null when no check ran)",
                 ),
                 (
                     "scheduled_for",
@@ -115,7 +115,12 @@ pub fn tables() -> Vec<TableDef> {
                     false,
                     "check name, e.g. `io.write_bw_mib_s`, `linktest.max_time_s`",
                 ),
-                ("status", utf8(), false, "PASS, FAIL or ERROR"),
+                (
+                    "status",
+                    utf8(),
+                    false,
+                    "PASS, FAIL, ERROR (could not judge), INCONCLUSIVE (would fail, but the run was disturbed) or NO_REFERENCE (not enough history yet); docs/io.md, \"Outcomes\"",
+                ),
                 ("value", Float64, true, "measured figure"),
                 (
                     "reference",
@@ -179,7 +184,12 @@ pub fn tables() -> Vec<TableDef> {
                     false,
                     "check name, e.g. `node.cores`, `node.write_bw_mib_s`",
                 ),
-                ("status", utf8(), false, "PASS, FAIL or ERROR"),
+                (
+                    "status",
+                    utf8(),
+                    false,
+                    "PASS, FAIL, ERROR (could not judge), INCONCLUSIVE (would fail, but the run was disturbed) or NO_REFERENCE (not enough history yet); docs/io.md, \"Outcomes\"",
+                ),
                 (
                     "value",
                     Float64,
