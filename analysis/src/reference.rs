@@ -156,10 +156,14 @@ impl Reference {
         a
     }
 
-    /// The limit a value must not be worse than.
+    /// The limit a value must not be worse than. The figures judged where
+    /// higher is better (bandwidths, rates, counts) are never negative, so a
+    /// history noisy enough to allow more than the median itself gives a
+    /// limit of 0 (nothing fails), not a negative one (seen on the
+    /// dashboard as "limit -116.3 MiB/s").
     pub fn limit(&self, better: Better, cfg: &Learned) -> f64 {
         match better {
-            Better::Higher => self.median - self.allowance(cfg),
+            Better::Higher => (self.median - self.allowance(cfg)).max(0.0),
             Better::Lower => self.median + self.allowance(cfg),
         }
     }
@@ -266,6 +270,17 @@ pub fn message(value: f64, unit: &str, j: &Judgement, cfg: &Learned) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_noisy_history_gives_a_limit_of_zero_not_below() {
+        // The dashboard's read series: 5 runs, 2 iterations each, loaded host.
+        let h = [195.2, 172.5, 165.9, 132.8, 195.0];
+        let j = judge(1.0, &h, Better::Higher, &Learned::default());
+        match j {
+            Judgement::Judged { fail, limit, .. } => assert_eq!((fail, limit), (false, 0.0)),
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn median_mad_and_quantiles() {
