@@ -247,41 +247,6 @@ pub fn missing_program(b: &BenchmarkDef) -> Option<String> {
     }
 }
 
-fn def_to_pb(b: &BenchmarkDef) -> pb::BenchmarkDef {
-    pb::BenchmarkDef {
-        name: b.name.clone(),
-        kind: b.kind.clone(),
-        description: b.description.clone(),
-        params: b
-            .params
-            .iter()
-            .map(|p| pb::ParamDef {
-                name: p.name.clone(),
-                r#type: p.ty.as_str().into(),
-                default: p.default.clone(),
-                optional: p.optional,
-                min: p.min,
-                max: p.max,
-                choices: p.choices.clone(),
-                within: p.within.clone(),
-                description: p.description.clone(),
-            })
-            .collect(),
-        outputs: b
-            .outputs
-            .iter()
-            .map(|o| pb::OutputDef {
-                file: o.file.clone(),
-                format: o.format.clone(),
-                required: o.required,
-            })
-            .collect(),
-        timeout_s: b.timeout_s,
-        max_timeout_s: b.max_timeout_s,
-        launchers: b.launchers.iter().map(|l| l.as_str().to_string()).collect(),
-    }
-}
-
 /// Connects a client to the coordinator.
 pub fn client(cfg: &AgentConfig) -> Result<Client> {
     let ch = channel_with(&cfg.coordinator, &cfg.tls).map_err(AgentError::Config)?;
@@ -308,7 +273,12 @@ pub fn register_request(cfg: &AgentConfig) -> pb::RegisterRequest {
             .collect(),
         version: env!("CARGO_PKG_VERSION").into(),
         address: cfg.address.clone(),
-        catalog: cfg.catalog.benchmarks.iter().map(def_to_pb).collect(),
+        catalog: cfg
+            .catalog
+            .benchmarks
+            .iter()
+            .map(|b| benchlake_proto::catalog::benchmark_def(&b.info()))
+            .collect(),
         slots: cfg.slots.max(1),
         held_tasks: Vec::new(),
         refused: cfg

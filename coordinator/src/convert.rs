@@ -475,43 +475,6 @@ pub fn catalog(defs: Vec<pb::BenchmarkDef>) -> Result<Vec<BenchmarkInfo>> {
     Ok(out)
 }
 
-/// A registered benchmark as `ListBenchmarks` shows it (the command stays on
-/// the agent).
-pub fn benchmark_def(b: &BenchmarkInfo) -> pb::BenchmarkDef {
-    pb::BenchmarkDef {
-        name: b.name.clone(),
-        kind: b.kind.clone(),
-        description: b.description.clone(),
-        params: b
-            .params
-            .iter()
-            .map(|p| pb::ParamDef {
-                name: p.name.clone(),
-                r#type: p.ty.as_str().into(),
-                default: p.default.clone(),
-                optional: p.optional,
-                min: p.min,
-                max: p.max,
-                choices: p.choices.clone(),
-                within: p.within.clone(),
-                description: p.description.clone(),
-            })
-            .collect(),
-        outputs: b
-            .outputs
-            .iter()
-            .map(|o| pb::OutputDef {
-                file: o.file.clone(),
-                format: o.format.clone(),
-                required: o.required,
-            })
-            .collect(),
-        timeout_s: b.timeout_s,
-        max_timeout_s: b.max_timeout_s,
-        launchers: b.launchers.iter().map(|l| l.as_str().to_string()).collect(),
-    }
-}
-
 /// Every benchmark the agents' catalogs name, with who offers it and who
 /// refuses it (`ListBenchmarks`), in name order; `only` keeps one name.
 /// LOST agents neither offer nor refuse.
@@ -529,7 +492,7 @@ pub fn benchmark_offers(agents: &[AgentRow], only: &str) -> Vec<pb::BenchmarkOff
             .iter()
             .filter(|b| only.is_empty() || b.name == only)
         {
-            let def = benchmark_def(b);
+            let def = benchlake_proto::catalog::benchmark_def(b);
             let o = by_name.entry(b.name.clone()).or_default();
             match &o.def {
                 None => o.def = Some(def),

@@ -18,6 +18,7 @@ pub const PROTOCOL_VERSION: v1::ProtocolVersion = v1::ProtocolVersion::ProtocolV
 /// prost, for callers that encode messages themselves (the agent's Slurm job book).
 pub use prost;
 
+pub mod catalog;
 pub mod client;
 pub mod launcher;
 pub mod obs;
