@@ -8,18 +8,11 @@ use benchlake_coordinator::scheduler::CronSpec;
 use benchlake_core::outln;
 use benchlake_proto::v1 as pb;
 
-use crate::user::{Conn, fmt_ms_in, node_action_name, schedule_json, state_name};
+use crate::user::{Conn, find_schedule, fmt_ms_in, node_action_name, schedule_json, state_name};
 
 pub async fn show(conn: &Conn, which: &str, count: u32) -> anyhow::Result<()> {
-    let all = conn
-        .schedules()?
-        .list_schedules(pb::ListSchedulesRequest {})
+    let s = find_schedule(conn, which)
         .await?
-        .into_inner()
-        .schedules;
-    let s = all
-        .into_iter()
-        .find(|s| s.name == which || s.schedule_id == which)
         .with_context(|| format!("no schedule named '{which}' (schedule list shows them)"))?;
     let runs = conn
         .runs()?

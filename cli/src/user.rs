@@ -1173,6 +1173,21 @@ pub(crate) fn schedule_json(s: &pb::Schedule) -> serde_json::Value {
     })
 }
 
+/// The schedule named `which` or with that id (None: no such schedule).
+pub(crate) async fn find_schedule(
+    conn: &Conn,
+    which: &str,
+) -> anyhow::Result<Option<pb::Schedule>> {
+    Ok(conn
+        .schedules()?
+        .list_schedules(pb::ListSchedulesRequest {})
+        .await?
+        .into_inner()
+        .schedules
+        .into_iter()
+        .find(|s| s.schedule_id == which || s.name == which))
+}
+
 /// Prints one schedule as a line, or as JSON with `--json`.
 fn print_schedule(conn: &Conn, s: &pb::Schedule) -> anyhow::Result<()> {
     if conn.json {
@@ -1330,15 +1345,7 @@ pub async fn schedule_cmd(c: ScheduleCmd) -> anyhow::Result<()> {
                 .into_inner();
             // A paused schedule runs when triggered by hand, but its user should
             // know it still fires on nothing on its own.
-            let paused = conn
-                .schedules()?
-                .list_schedules(pb::ListSchedulesRequest {})
-                .await?
-                .into_inner()
-                .schedules
-                .into_iter()
-                .find(|s| s.schedule_id == schedule || s.name == schedule)
-                .filter(|s| s.paused);
+            let paused = find_schedule(&conn, &schedule).await?.filter(|s| s.paused);
             if let Some(s) = &paused {
                 eprintln!(
                     "note: schedule '{}' is paused: this run was started by hand; it fires on its own again after `benchlake schedule resume {}`",
