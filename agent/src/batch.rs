@@ -336,6 +336,9 @@ pub async fn submit(cfg: &AgentConfig, s: &Submission<'_>) -> Result<u64, String
         .env("BENCHLAKE_RUN_ID", &s.t.run_id)
         .env("BENCHLAKE_TASK_ID", &s.t.task_id)
         .env("BENCHLAKE_OUT_DIR", s.dir)
+        // Slurm names the job's nodes (SLURMD_NODENAME); the agent's own
+        // node is not theirs (benchlake_core::node).
+        .env_remove(benchlake_core::node::AGENT_VAR)
         // The agent's mark would make a restarted agent on a compute node
         // kill the job's processes (crate::contain::kill_leftovers).
         .env_remove(crate::contain::MARK_VAR)

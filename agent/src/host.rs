@@ -1,14 +1,7 @@
 //! Facts about the host the agent runs on (sent at registration).
 
-/// The host name (kernel's node name).
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".into())
-}
+/// The host name (kernel's node name): [`benchlake_core::node::hostname`].
+pub use benchlake_core::node::hostname;
 
 /// Online CPU cores available to this process.
 pub fn cores() -> u32 {

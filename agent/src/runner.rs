@@ -380,7 +380,10 @@ async fn execute(
         .envs(&env)
         .env("BENCHLAKE_RUN_ID", &t.run_id)
         .env("BENCHLAKE_TASK_ID", &t.task_id)
-        .env("BENCHLAKE_OUT_DIR", dir);
+        .env("BENCHLAKE_OUT_DIR", dir)
+        // The node its results are recorded under when Slurm names none
+        // (benchlake_core::node).
+        .env(benchlake_core::node::AGENT_VAR, &cfg.name);
     crate::contain::contain(&mut cmd, &cfg.work_dir, run_as.as_ref());
     tracing::debug!(task = %t.task_id, argv = ?argv, "exec");
     let mut child = match cmd.spawn() {

@@ -33,8 +33,9 @@ use crate::user::Conn;
 /// `benchlake node-check`.
 #[derive(Debug, Args)]
 pub struct NodeCheckArgs {
-    /// The Slurm node name (default: `SLURMD_NODENAME`, which slurmd sets for
-    /// its HealthCheckProgram, else this host's short name).
+    /// The node (default: `SLURMD_NODENAME`, which slurmd sets for its
+    /// HealthCheckProgram, else `BENCHLAKE_NODE`, else this host's short
+    /// name).
     pub node: Option<String>,
     /// Drain the node through scontrol when it is failing (never another
     /// reason's drain; never resumes).
@@ -70,13 +71,12 @@ pub const FAILING: u8 = 1;
 pub const UNKNOWN: u8 = 2;
 
 fn default_node() -> String {
-    if let Ok(n) = std::env::var("SLURMD_NODENAME")
-        && !n.trim().is_empty()
-    {
-        return n.trim().to_string();
-    }
-    let h = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    h.trim().split('.').next().unwrap_or_default().to_string()
+    // The one rule of benchlake_core::node, with the short host name last
+    // (Slurm's node names are short names).
+    benchlake_core::node::name_from(&|k| std::env::var(k).ok(), || {
+        let h = benchlake_core::node::hostname();
+        h.split('.').next().unwrap_or_default().to_string()
+    })
 }
 
 /// The exit status of a node's health answer, and why.

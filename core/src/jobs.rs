@@ -18,6 +18,11 @@ pub struct IngestSpec {
     pub keys: Vec<String>,
     pub task_id: String,
     pub agent: String,
+    /// The kernel host name the agent registered with: rows that name this
+    /// host (a tool that records host names, outside Slurm) are the agent's
+    /// node (benchlake_core::node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_hostname: Option<String>,
 }
 
 /// The spec of a `record` job: the rows to write.
@@ -207,6 +212,9 @@ pub struct ChecksSpec {
     /// rows name no Slurm node).
     #[serde(default)]
     pub agent: String,
+    /// The agent's kernel host name: a row naming it names the agent's node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_hostname: Option<String>,
 }
 
 /// Job kind that writes the `trace_comparison` table of a traced run once its
@@ -264,6 +272,7 @@ mod tests {
             keys: vec!["raw/r/t/pio-result.json".into()],
             task_id: "t".into(),
             agent: "a".into(),
+            agent_hostname: None,
         };
         let info = IngestRunInfo {
             schedule_id: Some("S".into()),

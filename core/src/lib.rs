@@ -5,6 +5,7 @@
 //! - [`layout`]: object-store keys (`raw/`, `tables/`, `_staging/`), built only here;
 //! - [`catalog`]: the Arrow schema of every lake table (a public contract, see docs/tables.md);
 //! - [`lake`]: Parquet encoding, the object store handle and offline lake writing;
+//! - [`node`]: a node's identity (Slurm node, else the agent's node, else the host name);
 //! - [`scontrol`]: reading, draining and resuming Slurm nodes (argv, checked names);
 //! - [`stdout`]: printing that ends quietly, not with a panic, when standard output is closed;
 //! - [`error`]: the crate's error type.
@@ -18,6 +19,7 @@ pub mod lake;
 pub mod layout;
 pub mod limits;
 pub mod mem;
+pub mod node;
 pub mod scontrol;
 pub mod slurm;
 pub mod stdout;

@@ -36,23 +36,11 @@ pub struct HostFacts {
     pub uptime_s: f64,
     /// When collected, ms since the epoch.
     pub collected_at_ms: i64,
-    /// The Slurm node name (`SLURMD_NODENAME`) when collected in a Slurm
-    /// task: several Slurm nodes may share one host name.
+    /// The node (`benchlake_core::node`: the Slurm node name in a Slurm
+    /// task, else the agent's node, else the host name); absent in documents
+    /// written before every collection named it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
-}
-
-/// The Slurm node name of this process (`SLURMD_NODENAME`, set in every task
-/// slurmd starts), when it is one (letters, digits, `_ - .`, at most 128).
-pub fn slurm_node_name() -> Option<String> {
-    let v = std::env::var("SLURMD_NODENAME").ok()?;
-    let v = v.trim();
-    let ok = !v.is_empty()
-        && v.len() <= 128
-        && !v.starts_with('-')
-        && v.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-    ok.then(|| v.to_string())
 }
 
 fn read_trim(path: &str) -> String {
@@ -88,7 +76,7 @@ pub fn collect() -> HostFacts {
     };
     HostFacts {
         version: 1,
-        hostname: read_trim("/proc/sys/kernel/hostname"),
+        hostname: benchlake_core::node::hostname(),
         kernel_release: read_trim("/proc/sys/kernel/osrelease"),
         kernel_version: read_trim("/proc/sys/kernel/version"),
         cpu_model,
@@ -99,7 +87,7 @@ pub fn collect() -> HostFacts {
         load_1m: first("/proc/loadavg"),
         uptime_s: first("/proc/uptime"),
         collected_at_ms: chrono::Utc::now().timestamp_millis(),
-        node: slurm_node_name(),
+        node: Some(benchlake_core::node::name()),
     }
 }
 

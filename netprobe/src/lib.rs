@@ -987,23 +987,11 @@ fn all_to_all(
     Ok(t.elapsed().as_secs_f64() / params.num_messages as f64)
 }
 
-/// The name this rank's node goes by in the results: Slurm's node name
-/// (`SLURMD_NODENAME`, set in every task srun starts: the node's identity
-/// where several Slurm nodes share a host name), else the kernel's host name
-/// (Linux), else "localhost".
+/// The name this rank's node goes by in the results (the host field of the
+/// LinkTest file): the node by the one rule of [`benchlake_core::node`] —
+/// Slurm's node name, else the agent's node, else the kernel's host name.
 fn local_hostname() -> String {
-    if let Some(n) = std::env::var("SLURMD_NODENAME")
-        .ok()
-        .map(|n| n.trim().to_string())
-        .filter(|n| !n.is_empty())
-    {
-        return n;
-    }
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "localhost".into())
+    benchlake_core::node::name()
 }
 
 #[cfg(test)]

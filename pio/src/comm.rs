@@ -117,20 +117,19 @@ pub fn hostname() -> String {
 }
 
 /// The node a process runs on, as results record it: `PIO_HOSTNAME` when
-/// set, else Slurm's node name (`SLURMD_NODENAME`, set in every task srun
-/// starts: the node's identity where several Slurm nodes share a host name),
-/// else [`hostname`]. Only for the record: peers connect to [`hostname`].
+/// set (tests faking several nodes), else the node by the one rule of
+/// [`benchlake_core::node`] (Slurm's node name, else the agent's node,
+/// `BENCHLAKE_NODE`), else [`hostname`]. Only for the record: peers connect
+/// to [`hostname`].
 pub fn node_name() -> String {
     node_name_from(|k| std::env::var(k).ok())
 }
 
 fn node_name_from(env: impl Fn(&str) -> Option<String>) -> String {
-    for k in ["PIO_HOSTNAME", "SLURMD_NODENAME"] {
-        if let Some(h) = env(k).filter(|h| !h.trim().is_empty()) {
-            return h.trim().replace(' ', "_");
-        }
+    if let Some(h) = env("PIO_HOSTNAME").filter(|h| !h.trim().is_empty()) {
+        return h.trim().replace(' ', "_");
     }
-    hostname()
+    benchlake_core::node::name_from(&env, hostname)
 }
 
 /// The rendezvous file of `job` for a test file at `filename`.
@@ -433,6 +432,11 @@ mod tests {
             "h"
         );
         assert_eq!(node_name_from(env(&[("SLURMD_NODENAME", " ")])), hostname());
+        assert_eq!(node_name_from(env(&[("BENCHLAKE_NODE", "a1")])), "a1");
+        assert_eq!(
+            node_name_from(env(&[("BENCHLAKE_NODE", "a1"), ("SLURMD_NODENAME", "n2")])),
+            "n2"
+        );
     }
 
     #[test]

@@ -968,10 +968,13 @@ static void bl_clean_name(char *dst, const char *src, size_t cap) {
 }
 
 /* bandela_ranks (format v1, docs/tracer.md): rank 0 writes every rank's host
- * name and node (SLURMD_NODENAME, else the host name), gathered here. */
+ * name and node, gathered here. The node follows the one rule of
+ * benchlake_core::node: SLURMD_NODENAME, else the agent's BENCHLAKE_NODE,
+ * else the host name. */
 static void write_ranks(const char *hosts) {
     char node[64];
     const char *env = getenv("SLURMD_NODENAME");
+    if (!env || !*env) env = getenv("BENCHLAKE_NODE");
     bl_clean_name(node, env && *env ? env : hosts + (size_t)bl.world_rank * 64, sizeof node);
     char *nodes = bl.world_rank == 0 ? malloc((size_t)bl.world_size * 64) : NULL;
     if (bl.world_rank == 0 && !nodes) PMPI_Abort(MPI_COMM_WORLD, 70);

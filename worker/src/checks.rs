@@ -52,6 +52,7 @@ pub fn follow_up(spec: &IngestSpec, info: &IngestRunInfo, ingest_job_id: &str) -
         schedule_id: info.schedule_id.clone(),
         params: info.params.clone(),
         agent: spec.agent.clone(),
+        agent_hostname: spec.agent_hostname.clone(),
     };
     match serde_json::to_value(&c) {
         Ok(v) => vec![FollowUp {
@@ -412,6 +413,22 @@ fn rank_time_rows(
     Ok(node_checks::rank_time_checks(&work, &cfg))
 }
 
+/// Node identity (benchlake_core::node): a row that names the kernel host
+/// name of the agent that ran the task — a tool that records host names,
+/// run by the agent outside Slurm — is the agent's node. Slurm node names
+/// and other hosts' names are left as they are.
+fn name_agent_host(rows: &mut [NodeRow], s: &ChecksSpec) {
+    let Some(host) = s.agent_hostname.as_deref() else {
+        return;
+    };
+    if host == s.agent || !benchlake_core::node::valid_name(&s.agent) {
+        return;
+    }
+    for r in rows.iter_mut().filter(|r| r.node == host) {
+        r.node = s.agent.clone();
+    }
+}
+
 /// Computes and writes the `checks` and `node_health` rows of a run.
 pub struct Checks;
 
@@ -430,7 +447,8 @@ impl Executor for Checks {
         } else {
             Vec::new()
         };
-        let nodes = node_rows(ctx, &s)?;
+        let mut nodes = node_rows(ctx, &s)?;
+        name_agent_host(&mut nodes, &s);
         if !nodes.is_empty() {
             let b = node_checks::to_batch(&ctx.run_id, &s.source, &nodes)
                 .map_err(|e| ExecError::Permanent(format!("node checks: {e}")))?;
@@ -441,5 +459,47 @@ impl Executor for Checks {
             tables,
             follow_ups: Vec::new(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(node: &str) -> NodeRow {
+        NodeRow {
+            node: node.into(),
+            check: "node.slow_pair_fraction".into(),
+            status: "PASS".into(),
+            value: None,
+            reference: None,
+            unit: String::new(),
+            message: String::new(),
+        }
+    }
+
+    fn spec(agent: &str, host: Option<&str>) -> ChecksSpec {
+        ChecksSpec {
+            format: "linktest".into(),
+            ingest_job_id: "j".into(),
+            source: String::new(),
+            schedule_id: None,
+            params: BTreeMap::new(),
+            agent: agent.into(),
+            agent_hostname: host.map(String::from),
+        }
+    }
+
+    #[test]
+    fn rows_naming_the_agents_host_are_the_agents_node() {
+        let mut rows = vec![row("vm"), row("n2"), row("other")];
+        name_agent_host(&mut rows, &spec("a1", Some("vm")));
+        let nodes: Vec<&str> = rows.iter().map(|r| r.node.as_str()).collect();
+        assert_eq!(nodes, ["a1", "n2", "other"]);
+        // No host known, or an agent name that is no node name: unchanged.
+        let mut rows = vec![row("vm")];
+        name_agent_host(&mut rows, &spec("a1", None));
+        name_agent_host(&mut rows, &spec("bad/name", Some("vm")));
+        assert_eq!(rows[0].node, "vm");
     }
 }

@@ -364,6 +364,7 @@ mod rank_map_tests {
             keys: keys.clone(),
             task_id: task.clone(),
             agent: "a1".into(),
+            agent_hostname: None,
         };
         let info = IngestRunInfo {
             kind: Some(kind.into()),

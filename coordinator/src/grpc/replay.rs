@@ -205,6 +205,7 @@ impl ReplayService for Svc {
                         keys: vec![trace_key.clone()],
                         task_id: upload_id.clone(),
                         agent: "client".into(),
+                        agent_hostname: None,
                     };
                     jobs.push((INGEST_JOB.to_string(), serde_json::to_string(&spec)?));
                 }

@@ -332,18 +332,17 @@ pub(super) fn advance_into(
                     run.started_at_ms = Some(now);
                 }
                 run.state = RunState::Processing;
-                // Traced runs' default Dimemas replay wants the agents' cores.
-                let mut cores = BTreeMap::new();
-                if run.kind == "traced" {
-                    for t in tasks {
-                        if !cores.contains_key(&t.agent)
-                            && let Some(a) = tx.get_agent(&t.agent)?
-                        {
-                            cores.insert(t.agent.clone(), a.cores);
-                        }
+                // The agents' cores (traced runs' default Dimemas replay)
+                // and host names (node identity of rows naming hosts).
+                let mut agents = BTreeMap::new();
+                for t in tasks {
+                    if !agents.contains_key(&t.agent)
+                        && let Some(a) = tx.get_agent(&t.agent)?
+                    {
+                        agents.insert(t.agent.clone(), (a.cores, a.hostname.clone()));
                     }
                 }
-                for j in ingest_jobs(&run, tasks, &cores, cfg, now) {
+                for j in ingest_jobs(&run, tasks, &agents, cfg, now) {
                     job::insert(tx, &j, fx)?;
                 }
             }
@@ -500,7 +499,7 @@ fn decide(tasks: &[TaskRow], jobs: &[JobRow]) -> (RunState, Option<String>) {
 fn ingest_jobs(
     run: &RunRow,
     tasks: &[TaskRow],
-    cores: &BTreeMap<String, u32>,
+    agents: &BTreeMap<String, (u32, String)>,
     cfg: &CoordinatorConfig,
     now: i64,
 ) -> Vec<JobRow> {
@@ -519,6 +518,10 @@ fn ingest_jobs(
                 keys,
                 task_id: t.task_id.clone(),
                 agent: t.agent.clone(),
+                agent_hostname: agents
+                    .get(&t.agent)
+                    .map(|a| a.1.clone())
+                    .filter(|h| !h.is_empty()),
             };
             // The run's schedule and parameters ride along for the checks follow-up.
             let info = benchlake_core::jobs::IngestRunInfo {
@@ -526,7 +529,10 @@ fn ingest_jobs(
                 benchmark: Some(run.benchmark.clone()),
                 params: run.spec.params.clone(),
                 kind: Some(run.kind.clone()),
-                cores: cores.get(&t.agent).copied().filter(|c| *c > 0),
+                cores: (run.kind == "traced")
+                    .then(|| agents.get(&t.agent).map(|a| a.0))
+                    .flatten()
+                    .filter(|c| *c > 0),
             };
             out.push(job::new(
                 run,

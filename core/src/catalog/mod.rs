@@ -106,7 +106,15 @@ pub fn markdown() -> String {
          `tables/{table}/date=YYYY-MM-DD/run_id={run_id}/part-{job_id}.parquet`; `date` \
          (the run's UTC day) and `run_id` also come from the partition path when read with \
          `hive_partitioning=true`. Times are seconds (`f64`) unless a name says otherwise; \
-         sizes are bytes.\n",
+         sizes are bytes.\n\n## Node identity\n\nEvery column that names a node (`node_facts.node`, \
+         `node_health.node`, `io_task_times.host`, `linktest_ranks.hostname` of netprobe files, \
+         `mpi_trace_ranks.node`) holds one name per machine: the Slurm node name where Slurm ran \
+         the task, else the agent's node name (its `--name`), else the host name \
+         (docs/slurm.md, \"Node identity\"). Rows written before 2026-12 may differ: \
+         `node_facts.node` was null outside Slurm (read `coalesce(node, hostname)`, which is \
+         the kernel host name for those rows), and netprobe, pio and tracer rows of agent \
+         tasks outside Slurm named the kernel host. To join old rows to new ones per node, map \
+         each host name to its agent with `benchlake agents list --json` (`name`, `hostname`).\n",
     );
     for t in all() {
         s.push_str(&format!(

@@ -162,7 +162,7 @@ pub fn tables() -> Vec<TableDef> {
                     "node",
                     utf8(),
                     true,
-                    "Slurm node name (`SLURMD_NODENAME`) when collected in a Slurm task, else null",
+                    "the node: the Slurm node name in a Slurm task, else the agent's node name, else the host name (null in rows written before 2026-12)",
                 ),
             ],
         ),

@@ -25,7 +25,7 @@ pub fn tables() -> Vec<TableDef> {
                     "node",
                     utf8(),
                     false,
-                    "the rank's node: the Slurm node name (SLURMD_NODENAME) when set, else the host name",
+                    "the rank's node: the Slurm node name (SLURMD_NODENAME) when set, else the agent's node name (BENCHLAKE_NODE), else the host name",
                 ),
             ],
         ),

@@ -48,7 +48,8 @@ pub struct RankHost {
     pub rank: u32,
     /// `gethostname` of the rank's process.
     pub hostname: String,
-    /// The Slurm node name (`SLURMD_NODENAME`) when set, else the host name.
+    /// The Slurm node name (`SLURMD_NODENAME`) when set, else the agent's
+    /// node name (`BENCHLAKE_NODE`), else the host name.
     pub node: String,
 }
 
