@@ -17,8 +17,11 @@
 //! clients submit one-agent runs (`sleep`, least loaded of all eligible agents)
 //! as fast as they can for BENCH_SECS (10, at most 30). With BENCH_HB_TASKS=1
 //! every heartbeat also lists a running task (an unknown id, so the coordinator
-//! answers "cancel it"). Prints submits per second and submit and heartbeat
-//! latency percentiles.
+//! answers "cancel it"). With BENCH_READERS=N (0), N user clients meanwhile
+//! do what people at a terminal or a dashboard do, each once every
+//! BENCH_READ_MS (100): `run list` (ListRuns, 100 newest), `run show` of one
+//! of them (GetRun) and `schedule list` (ListSchedules), round robin. Prints
+//! submits per second and submit, heartbeat and read latency percentiles.
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -268,6 +271,61 @@ async fn submit_scenario(registered: u64) {
             sub_lat.lock().expect("lock").extend(lat);
         }));
     }
+    let readers = env("BENCH_READERS", 0);
+    let read_gap = Duration::from_millis(env("BENCH_READ_MS", 100).max(1));
+    // (call, latency µs) of every read.
+    let read_lat = Arc::new(std::sync::Mutex::new(Vec::<(usize, u64)>::new()));
+    let read_err = Arc::new(AtomicU64::new(0));
+    for g in 0..readers {
+        let (stop, read_lat, read_err) = (stop.clone(), read_lat.clone(), read_err.clone());
+        let ch = channel(&addr).expect("ch");
+        let mut rc =
+            pb::run_service_client::RunServiceClient::with_interceptor(ch.clone(), Auth::default());
+        let mut sc = pb::schedule_service_client::ScheduleServiceClient::with_interceptor(
+            ch,
+            Auth::default(),
+        );
+        subs.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut iv = tokio::time::interval(read_gap);
+            let mut last_run = String::new();
+            let mut k = g as usize;
+            while !stop.load(Ordering::Relaxed) {
+                iv.tick().await;
+                let call = k % 3;
+                k += 1;
+                let t = Instant::now();
+                let ok = match call {
+                    0 => match rc.list_runs(pb::ListRunsRequest::default()).await {
+                        Ok(r) => {
+                            if let Some(x) = r.into_inner().runs.first() {
+                                last_run = x.run_id.clone();
+                            }
+                            true
+                        }
+                        Err(_) => false,
+                    },
+                    1 if !last_run.is_empty() => rc
+                        .get_run(pb::GetRunRequest {
+                            run_id: last_run.clone(),
+                        })
+                        .await
+                        .is_ok(),
+                    1 => continue,
+                    _ => sc
+                        .list_schedules(pb::ListSchedulesRequest::default())
+                        .await
+                        .is_ok(),
+                };
+                if ok {
+                    lat.push((call, t.elapsed().as_micros() as u64));
+                } else {
+                    read_err.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            read_lat.lock().expect("lock").extend(lat);
+        }));
+    }
     tokio::time::sleep(Duration::from_secs(secs)).await;
     stop.store(true, Ordering::Relaxed);
     let elapsed = start.elapsed().as_secs_f64();
@@ -307,6 +365,27 @@ async fn submit_scenario(registered: u64) {
         pct(&mut hd, 0.99),
         pct(&mut hd, 1.0)
     );
+    if readers > 0 {
+        let all = read_lat.lock().expect("lock").clone();
+        for (i, name) in ["ListRuns (100 newest)", "GetRun", "ListSchedules"]
+            .iter()
+            .enumerate()
+        {
+            let mut v: Vec<u64> = all.iter().filter(|(c, _)| *c == i).map(|x| x.1).collect();
+            println!(
+                "  {name}: {} answered; latency ms p50 {:.2} p99 {:.2} max {:.2}",
+                v.len(),
+                pct(&mut v, 0.50),
+                pct(&mut v, 0.99),
+                pct(&mut v, 1.0)
+            );
+        }
+        println!(
+            "  reads failed: {} ({readers} readers, one call each every {} ms)",
+            read_err.load(Ordering::Relaxed),
+            read_gap.as_millis()
+        );
+    }
 }
 
 async fn bench() {

@@ -32,6 +32,7 @@ pub mod scheduler;
 pub mod store;
 pub mod store_pg;
 pub mod tls;
+pub mod turns;
 pub mod verdicts;
 
 use std::collections::HashMap;
@@ -103,6 +104,8 @@ pub struct Coordinator {
     pub(crate) lease_flush_queued: std::sync::atomic::AtomicBool,
     /// Turns of the store ([`StateStore::concurrent_transactions`]).
     pub(crate) db_gate: Option<tokio::sync::Semaphore>,
+    /// Turns of the interactive reads ([`Coordinator::db_read`]).
+    pub(crate) read_gate: tokio::sync::Semaphore,
     /// The lead [`Coordinator::open`] took on PostgreSQL, handed on when the
     /// coordinator is dropped.
     lead: Mutex<Option<leader::Elector>>,
@@ -182,6 +185,8 @@ impl Coordinator {
         clock: SharedClock,
         cfg: CoordinatorConfig,
     ) -> Result<Arc<Self>> {
+        // Every transaction takes a turn, people's reads first (turns.rs).
+        let store: Arc<dyn StateStore> = Arc::new(turns::Prioritized::new(store));
         let (events, _) = broadcast::channel(1024);
         let now = clock.now_ms();
         // After a restart every known agent gets one lease period of grace: its
@@ -211,6 +216,7 @@ impl Coordinator {
             outbox_wake: Notify::new(),
             lead: Mutex::new(None),
             db_gate,
+            read_gate: tokio::sync::Semaphore::new(1),
             placement,
             lease_ext: Mutex::new(HashMap::new()),
             lease_flush_queued: std::sync::atomic::AtomicBool::new(false),
@@ -311,6 +317,24 @@ impl Coordinator {
             None => None,
         };
         self.store.transact(f)
+    }
+
+    /// A read-only transaction someone is waiting for (a CLI listing, a
+    /// page): it waits only for reads before it and the one transaction in
+    /// progress, not for the queue of submits, leases and commits
+    /// ([`turns`]). `f` must not write.
+    pub async fn db_read<T: Send>(
+        &self,
+        f: impl FnOnce(&mut dyn store::Tx) -> Result<T> + Send,
+    ) -> Result<T> {
+        // One read waits on the store at a time, so waiting readers never
+        // hold more than one async thread.
+        let _turn = self
+            .read_gate
+            .acquire()
+            .await
+            .map_err(|e| CoordError::Setup(format!("store read gate: {e}")))?;
+        self.store.transact_at(turns::Priority::Interactive, f)
     }
 
     /// The lake.

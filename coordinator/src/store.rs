@@ -155,6 +155,16 @@ pub trait StateStore: Send + Sync + 'static {
     /// Runs `f` in one transaction: committed if it returns Ok, rolled back otherwise.
     fn transact_dyn(&self, f: &mut (dyn FnMut(&mut dyn Tx) -> Result<()> + Send)) -> Result<()>;
 
+    /// [`StateStore::transact_dyn`] waiting in the queue of `p`
+    /// ([`crate::turns`]); stores without turns ignore it.
+    fn transact_dyn_at(
+        &self,
+        _p: crate::turns::Priority,
+        f: &mut (dyn FnMut(&mut dyn Tx) -> Result<()> + Send),
+    ) -> Result<()> {
+        self.transact_dyn(f)
+    }
+
     /// The in-memory placement index kept equal to the committed rows, when
     /// the store keeps one (see [`crate::placement`]).
     fn placement(&self) -> Option<SharedPlacement> {
@@ -173,9 +183,18 @@ pub trait StateStore: Send + Sync + 'static {
 impl dyn StateStore {
     /// Runs `f` in one transaction and returns its value.
     pub fn transact<T: Send>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send) -> Result<T> {
+        self.transact_at(crate::turns::Priority::Normal, f)
+    }
+
+    /// [`Self::transact`] in the queue of `p` ([`crate::turns`]).
+    pub fn transact_at<T: Send>(
+        &self,
+        p: crate::turns::Priority,
+        f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send,
+    ) -> Result<T> {
         let mut f = Some(f);
         let mut out = None;
-        self.transact_dyn(&mut |tx| {
+        self.transact_dyn_at(p, &mut |tx| {
             let f = f
                 .take()
                 .ok_or_else(|| CoordError::Setup("transaction body ran twice".into()))?;

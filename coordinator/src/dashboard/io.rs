@@ -633,7 +633,7 @@ pub async fn page(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Respon
     // The series: newest first from the store, then oldest first.
     let q2 = q.clone();
     let read = c
-        .db(move |tx| {
+        .db_read(move |tx| {
             let schedule = match &q2.schedule {
                 Some(s) => tx.get_schedule(s)?,
                 None => None,
@@ -863,7 +863,7 @@ async fn index(
     t0: Instant,
 ) -> Response {
     let read = c
-        .db(|tx| {
+        .db_read(|tx| {
             let schedules = tx.list_schedules()?;
             let runs = tx.list_runs(&RunFilter {
                 limit: INDEX_RUNS,

@@ -128,7 +128,7 @@ pub async fn overview(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
         Err(r) => return r,
     };
     let read = c
-        .db(|tx| {
+        .db_read(|tx| {
             let agents = tx.list_agents()?;
             let mut schedules = Vec::new();
             for s in tx.list_schedules()? {
@@ -610,7 +610,7 @@ pub async fn runs(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Respon
         })
     {
         let id2 = id.clone();
-        if let Ok(Some(_)) = c.db(move |tx| tx.get_run(&id2)).await {
+        if let Ok(Some(_)) = c.db_read(move |tx| tx.get_run(&id2)).await {
             return (
                 StatusCode::SEE_OTHER,
                 [(header::LOCATION, format!("/runs/{id}"))],
@@ -621,7 +621,7 @@ pub async fn runs(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Respon
     let ix = c.verdicts.clone();
     let q2 = q.clone();
     let read = c
-        .db(move |tx| {
+        .db_read(move |tx| {
             let page = select_runs(tx, &ix, &q2)?;
             Ok((page, tx.list_schedules()?))
         })
@@ -753,7 +753,7 @@ pub(super) struct RunData {
 }
 
 pub(super) async fn read_run(c: &Coordinator, id: String) -> crate::error::Result<Option<RunData>> {
-    c.db(move |tx| {
+    c.db_read(move |tx| {
         let Some(run) = tx.get_run(&id)? else {
             return Ok(None);
         };

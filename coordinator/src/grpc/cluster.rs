@@ -15,7 +15,7 @@ impl ClusterService for Svc {
         _req: Request<pb::ListAgentsRequest>,
     ) -> std::result::Result<Response<pb::ListAgentsResponse>, Status> {
         let rows = self
-            .tx(|tx| {
+            .read(|tx| {
                 let mut out = Vec::new();
                 for a in tx.list_agents()? {
                     let running = tx
@@ -50,7 +50,7 @@ impl ClusterService for Svc {
         req: Request<pb::ListBenchmarksRequest>,
     ) -> std::result::Result<Response<pb::ListBenchmarksResponse>, Status> {
         let name = req.into_inner().name;
-        let agents = self.tx(|tx| tx.list_agents()).await?;
+        let agents = self.read(|tx| tx.list_agents()).await?;
         let benchmarks = convert::benchmark_offers(&agents, &name);
         if !name.is_empty() && benchmarks.is_empty() {
             return Err(Status::not_found(format!(
@@ -113,7 +113,7 @@ impl ClusterService for Svc {
         &self,
         _req: Request<pb::ListTablesRequest>,
     ) -> std::result::Result<Response<pb::ListTablesResponse>, Status> {
-        let files = self.tx(|tx| tx.committed_files(None)).await?;
+        let files = self.read(|tx| tx.committed_files(None)).await?;
         let tables = benchlake_core::catalog::all()
             .iter()
             .map(|t| {

@@ -213,6 +213,15 @@ impl Svc {
     ) -> std::result::Result<T, Status> {
         self.0.db(f).await.map_err(Status::from)
     }
+
+    /// A read-only transaction a person waits for
+    /// ([`crate::Coordinator::db_read`]: ahead of submits and leases).
+    async fn read<T: Send>(
+        &self,
+        f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send,
+    ) -> std::result::Result<T, Status> {
+        self.0.db_read(f).await.map_err(Status::from)
+    }
 }
 
 fn invalid(field: &str, msg: impl std::fmt::Display) -> Status {

@@ -97,7 +97,7 @@ impl RunService for Svc {
     ) -> std::result::Result<Response<pb::RunDetail>, Status> {
         let id = req.into_inner().run_id;
         check_id("run_id", &id)?;
-        let mut d = self.tx(|tx| convert::run_detail(tx, &id)).await?;
+        let mut d = self.read(|tx| convert::run_detail(tx, &id)).await?;
         self.with_verdict(d.run.as_mut());
         d.checks = self.checks_of(&id);
         Ok(Response::new(d))
@@ -110,7 +110,7 @@ impl RunService for Svc {
         let r = req.into_inner();
         let f = convert::run_filter(r);
         let runs = self
-            .tx(|tx| {
+            .read(|tx| {
                 let runs = tx.list_runs(&f)?;
                 runs.iter()
                     .map(|r| convert::run_tx(tx, r))
@@ -132,7 +132,7 @@ impl RunService for Svc {
     ) -> std::result::Result<Response<Self::WatchRunStream>, Status> {
         let id = req.into_inner().run_id;
         check_id("run_id", &id)?;
-        let mut first = self.tx(|tx| convert::run_detail(tx, &id)).await?;
+        let mut first = self.read(|tx| convert::run_detail(tx, &id)).await?;
         self.with_verdict(first.run.as_mut());
         let mut rx = self.0.events.subscribe();
         let (out, out_rx) = tokio::sync::mpsc::channel(16);

@@ -122,7 +122,7 @@ impl ScheduleService for Svc {
         _req: Request<pb::ListSchedulesRequest>,
     ) -> std::result::Result<Response<pb::ListSchedulesResponse>, Status> {
         let rows = self
-            .tx(|tx| {
+            .read(|tx| {
                 let mut out = Vec::new();
                 for s in tx.list_schedules()? {
                     let last = tx
