@@ -205,6 +205,17 @@ impl NodeActions {
         g.iter().filter(|e| e.node == node).cloned().collect()
     }
 
+    /// The events of `run_id`, oldest first.
+    pub fn events_of_run(&self, run_id: &str) -> Vec<NodeEvent> {
+        let g = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        g.iter().filter(|e| e.run_id == run_id).cloned().collect()
+    }
+
+    /// How this coordinator reaches scontrol.
+    pub fn scontrol(&self) -> &Scontrol {
+        &self.scontrol
+    }
+
     fn event(&self, metrics: &Metrics, e: NodeEvent) {
         metrics
             .node_actions

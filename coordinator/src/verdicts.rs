@@ -286,6 +286,52 @@ impl VerdictIndex {
         let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
         g.nodes.clone()
     }
+
+    /// Every check's rows on `node`, per check, oldest run first, over the
+    /// newest `max_runs` runs that have any: its `node_health` rows and the
+    /// run-level rows of runs whose tasks ran on it (the node page's
+    /// series).
+    pub fn node_history(&self, node: &str, max_runs: usize) -> BTreeMap<String, Vec<HistoryPoint>> {
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        let mut runs = Vec::new();
+        for (id, r) in g.runs.iter().rev() {
+            if runs.len() >= max_runs {
+                break;
+            }
+            let mut rows: Vec<CheckRow> = r
+                .node_rows()
+                .filter(|(n, _)| n == node)
+                .map(|(_, row)| row.clone())
+                .collect();
+            if r.agents.iter().any(|a| a == node) {
+                rows.extend(r.rows().cloned());
+            }
+            if !rows.is_empty() {
+                runs.push((id.clone(), rows));
+            }
+        }
+        let mut out: BTreeMap<String, Vec<HistoryPoint>> = BTreeMap::new();
+        for (run_id, rows) in runs.into_iter().rev() {
+            for row in rows {
+                out.entry(row.check.clone())
+                    .or_default()
+                    .push(HistoryPoint {
+                        run_id: run_id.clone(),
+                        row,
+                    });
+            }
+        }
+        out
+    }
+}
+
+/// One point of a node's check series ([`VerdictIndex::node_history`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryPoint {
+    /// The run it came from (a ULID: its time is the run's submission).
+    pub run_id: String,
+    /// The row.
+    pub row: CheckRow,
 }
 
 /// The `checks` rows of decoded batches (rows missing `check` or `status`

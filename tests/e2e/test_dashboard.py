@@ -222,7 +222,10 @@ def test_pages_show_the_lake(demo, browser):
     first_row = browser.page.locator("#nodes tbody tr").first.inner_text()
     assert "FAIL" in first_row
     fail_checks = {c for (rid, c, s) in checks if rid == failing and s == "FAIL"}
-    assert fail_checks and any(c in nodes for c in fail_checks)
+    # Columns are readable names grouped by family, the raw check name is the header's title.
+    assert fail_checks and any(browser.page.locator(f"#nodes th.check[title='{c}']").count() == 1
+                               for c in fail_checks), nodes
+    assert "I/O" in browser.page.inner_text("#nodes thead") and "write bandwidth" in nodes
     assert browser.page.locator("#adhoc a.sc").count() >= len(runs)
 
     # Runs list: every run of the lake's runs table with its status.
@@ -293,6 +296,33 @@ def test_pages_show_the_lake(demo, browser):
     assert "io_results" in tables and "checks" in tables
     assert browser.page.inner_text("#run-state") == "SUCCEEDED"
     assert any(h in browser.page.inner_text("#tasks") for h in hosts)
+
+    # The node-level FAIL (hostinfo expecting 4096 cores): the run page lists
+    # its node_health rows, each node linked to the node's page.
+    (nf,) = node_fail
+    node_rows = lake_rows(demo, "SELECT node, \"check\", status FROM read_parquet('LAKE/node_health/**/*.parquet', "
+                                f"hive_partitioning=true) WHERE run_id = '{nf}'")
+    bad_node = next(n for n, c, st in node_rows if st == "FAIL")
+    browser.go(f"/runs/{nf}", shot="run-node-fail")
+    assert "No checks ran" not in browser.page.inner_text("main")
+    per_node = browser.page.inner_text("#node-verdicts")
+    assert bad_node in per_node and "node.cores" in per_node and "FAIL" in per_node
+    browser.page.locator(f"#node-verdicts a[href='/nodes/{bad_node}']").first.click()
+    browser.page.wait_for_load_state("load")
+    assert browser.page.url == f"{demo['base']}/nodes/{bad_node}"
+    browser.page.screenshot(path=str(demo["shots"] / "node.png"), full_page=True)
+    assert bad_node in browser.page.inner_text("#identity")
+    cores = browser.page.locator(".series-fig[data-check='node.cores']")
+    # The failing run is a red point of the series (a later run may pass).
+    assert cores.count() == 1 and cores.locator("circle.pt.v-FAIL").count() >= 1
+    assert "-" not in cores.locator("svg text").first.text_content()
+    families = browser.page.locator("main h3").all_inner_texts()
+    assert "Node" in families and "I/O" in families, families
+    # The overview links each node to its page; an unknown or bad name is a 404.
+    browser.go("/")
+    assert browser.page.locator(f"#nodes a[href='/nodes/{bad_node}']").count() == 1
+    assert browser.go("/nodes/no-such-node", expect_errors=True).status == 404
+    assert browser.go("/nodes/bad%2Fname", expect_errors=True).status in (400, 404)
 
 
 def _xss_catalog():

@@ -25,6 +25,7 @@ pub mod cache;
 pub mod html;
 pub mod io;
 pub mod linktest;
+pub mod node;
 pub mod origin;
 pub mod pages;
 pub mod replay;
@@ -127,6 +128,7 @@ pub fn router(h: Http) -> Router {
         .route("/", get(pages::overview))
         .route("/runs", get(pages::runs))
         .route("/runs/{id}", get(pages::run))
+        .route("/nodes/{node}", get(node::page))
         .route("/api/runs/{id}", get(pages::run_json))
         .route("/io", get(io::page))
         .route("/runs/{id}/linktest", get(linktest::page))

@@ -111,6 +111,8 @@ struct NodeLine<'a> {
 
 struct OverviewData {
     agents: Vec<crate::model::AgentRow>,
+    /// Nodes benchlake drained (the state store's `node_drains`).
+    node_drains: Vec<crate::node_actions::NodeDrain>,
     schedules: Vec<(ScheduleRow, Vec<RunRow>)>,
     adhoc: Vec<RunRow>,
     active: Vec<RunRow>,
@@ -153,6 +155,7 @@ pub async fn overview(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
             }
             Ok(OverviewData {
                 agents,
+                node_drains: tx.list_node_drains()?,
                 schedules,
                 adhoc,
                 active,
@@ -224,13 +227,20 @@ pub async fn overview(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
         };
     }
     nodes.sort_by(|x, y| x.rank.cmp(&y.rank).then_with(|| x.name.cmp(y.name)));
-    let columns: Vec<String> = nodes
+    // Check columns grouped by family, readable names (the raw name is the
+    // header's title: docs/io.md and docs/slurm.md list checks by it).
+    let mut columns: Vec<(&'static str, String, String)> = nodes
         .iter()
         .flat_map(|n| n.checks.keys().cloned())
         .collect::<BTreeSet<_>>()
         .into_iter()
-        .take(MAX_CHECK_COLUMNS)
+        .map(|c| {
+            let (fam, label) = super::node::check_label(&c);
+            (fam, label, c)
+        })
         .collect();
+    columns.sort();
+    columns.truncate(MAX_CHECK_COLUMNS);
     let failing = nodes.iter().filter(|n| n.rank <= 1).count();
     let undecided = nodes.iter().filter(|n| n.rank == 4).count();
     let online = d
@@ -243,14 +253,23 @@ pub async fn overview(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
         .iter()
         .filter(|a| a.state == AgentState::Lost)
         .count();
-    let drained = d.agents.iter().filter(|a| a.drain).count();
+    // Drained: agents drained in benchlake, and nodes benchlake drained in
+    // Slurm (each node once).
+    let drained = d
+        .agents
+        .iter()
+        .filter(|a| a.drain)
+        .map(|a| a.name.as_str())
+        .chain(d.node_drains.iter().map(|n| n.node.as_str()))
+        .collect::<BTreeSet<_>>()
+        .len();
     let _ = write!(
         b,
         "<div class=\"cards\">\
          <div class=\"card\"><span class=\"n\" id=\"n-nodes\">{}</span> nodes</div>\
          <div class=\"card\"><span class=\"n\">{online}</span> online</div>\
          <div class=\"card{}\"><span class=\"n\">{lost}</span> lost</div>\
-         <div class=\"card\"><span class=\"n\">{drained}</span> drained</div>\
+         <div class=\"card\" title=\"agents drained in benchlake and Slurm nodes benchlake drained\"><span class=\"n\" id=\"n-drained\">{drained}</span> drained</div>\
          <div class=\"card{}\"><span class=\"n\" id=\"n-failing\">{failing}</span> failing nodes</div>\
          <div class=\"card\" title=\"newest verdict NO_REFERENCE (not enough history or peers yet) or INCONCLUSIVE (the run was disturbed)\"><span class=\"n\" id=\"n-undecided\">{undecided}</span> not judged yet</div>\
          <div class=\"card\"><span class=\"n\" id=\"n-active\">{}</span> runs in progress</div></div>",
@@ -264,9 +283,22 @@ pub async fn overview(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
     if nodes.is_empty() {
         b.push_str("<p class=\"muted\">No agent has registered.</p>");
     } else {
-        b.push_str("<div class=\"scroll\"><table class=\"grid\" id=\"nodes\"><thead><tr><th>node</th><th>state</th><th>verdict</th>");
-        for col in &columns {
-            let _ = write!(b, "<th class=\"check\" title=\"{0}\">{0}</th>", esc(col));
+        b.push_str("<div class=\"scroll\"><table class=\"grid\" id=\"nodes\"><thead><tr><th rowspan=\"2\">node</th><th rowspan=\"2\">state</th><th rowspan=\"2\">verdict</th>");
+        let mut k = 0;
+        while k < columns.len() {
+            let fam = columns[k].0;
+            let span = columns[k..].iter().take_while(|c| c.0 == fam).count();
+            let _ = write!(b, "<th class=\"fam\" colspan=\"{span}\">{}</th>", esc(fam));
+            k += span;
+        }
+        b.push_str("</tr><tr>");
+        for (_, label, col) in &columns {
+            let _ = write!(
+                b,
+                "<th class=\"check\" title=\"{}\">{}</th>",
+                esc(col),
+                esc(label)
+            );
         }
         b.push_str("</tr></thead><tbody>");
         for n in &nodes {
@@ -281,12 +313,13 @@ pub async fn overview(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
             let worst = crate::verdicts::worst(checks.values().map(|c| c.status.as_str()));
             let _ = write!(
                 b,
-                "<tr><td class=\"node\" title=\"{}\">{}</td><td>{state}</td><td>{}</td>",
+                "<tr><td class=\"node\" title=\"{}\"><a href=\"/nodes/{}\">{}</a></td><td>{state}</td><td>{}</td>",
                 esc(n.hostname),
+                esc(&html::url_encode(n.name)),
                 esc(n.name),
                 verdict_badge(worst)
             );
-            for col in &columns {
+            for (_, _, col) in &columns {
                 match checks.get(col) {
                     Some(nc) => {
                         let _ = write!(
@@ -1046,7 +1079,55 @@ pub async fn run(
             }
             b.push_str("</tbody></table>");
         }
+        Some(v) if v.node_rows().next().is_some() => {}
         _ => b.push_str("<p class=\"muted\">No checks ran for this run.</p>"),
+    }
+    // Node-level checks: one row per node and check, each node linked to its page.
+    if let Some(v) = &verdicts
+        && v.node_rows().next().is_some()
+    {
+        b.push_str("<h3>Per node</h3><table id=\"node-verdicts\"><thead><tr><th>node</th><th>check</th><th>status</th><th class=\"num\">value</th><th class=\"num\">reference</th><th>message</th></tr></thead><tbody>");
+        let mut rows: Vec<&(String, crate::verdicts::CheckRow)> = v.node_rows().collect();
+        // Findings first, then by node.
+        rows.sort_by(|a, b| {
+            let r = |x: &str| benchlake_core::verdict::rank(x).unwrap_or(0);
+            r(&b.1.status)
+                .cmp(&r(&a.1.status))
+                .then_with(|| a.0.cmp(&b.0))
+                .then_with(|| a.1.check.cmp(&b.1.check))
+        });
+        for (node, row) in rows {
+            let _ = write!(
+                b,
+                "<tr><td><a href=\"/nodes/{}\">{}</a></td><td class=\"mono\">{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                esc(&html::url_encode(node)),
+                esc(node),
+                esc(&row.check),
+                badge(&row.status),
+                esc(&html::figure(row.value, &row.unit)),
+                esc(&html::figure(row.reference, &row.unit)),
+                esc(&row.message)
+            );
+        }
+        b.push_str("</tbody></table>");
+    }
+    // What the run's verdicts did to Slurm nodes.
+    let events = c.node_actions.events_of_run(&id);
+    if !events.is_empty() {
+        b.push_str("<h3>Node actions</h3><table id=\"node-actions\"><thead><tr><th>when</th><th>node</th><th>action</th><th>what</th></tr></thead><tbody>");
+        for e in &events {
+            let _ = write!(
+                b,
+                "<tr><td>{}</td><td><a href=\"/nodes/{}\">{}</a></td><td>{}{}</td><td>{}</td></tr>",
+                html::time(e.at_ms),
+                esc(&html::url_encode(&e.node)),
+                esc(&e.node),
+                badge(&e.action),
+                if e.dry_run { " (dry run)" } else { "" },
+                esc(&e.detail)
+            );
+        }
+        b.push_str("</tbody></table>");
     }
     b.push_str("</section>");
 
