@@ -106,9 +106,16 @@ pub struct Entry {
     pub job_id: Option<u64>,
     /// The task directory (outputs and the job's stdout/stderr).
     pub dir: PathBuf,
-    /// When the job was submitted and when the task times out (Unix ms).
+    /// When the job was submitted and when the task times out (Unix ms):
+    /// with `queue_deadline_ms` set, `deadline_ms` is only the end of the
+    /// queue wait plus the run's timeout (the run's own deadline starts when
+    /// Slurm starts the job).
     pub submitted_ms: i64,
     pub deadline_ms: i64,
+    /// When the job is cancelled if Slurm has not started it (Unix ms; 0 in
+    /// books written before the queue wait counted apart).
+    #[serde(default)]
+    pub queue_deadline_ms: i64,
     /// The task assignment (protobuf, hex): what a restarted agent needs to
     /// follow the job, collect its outputs and complete the task.
     pub assignment: String,
@@ -257,6 +264,8 @@ pub struct Submission<'a> {
     pub stdout: &'a str,
     pub run_as: Option<&'a RunAs>,
     pub timeout: Duration,
+    /// The longest wait in Slurm's queue (`slurm.queue_timeout_s`).
+    pub queue_timeout: Duration,
 }
 
 /// The sbatch argument vector of a submission (script and arguments last).
@@ -317,7 +326,8 @@ pub async fn submit(cfg: &AgentConfig, s: &Submission<'_>) -> Result<u64, String
         job_id: None,
         dir: s.dir.to_path_buf(),
         submitted_ms: now,
-        deadline_ms: now + s.timeout.as_millis() as i64,
+        deadline_ms: now + s.queue_timeout.as_millis() as i64 + s.timeout.as_millis() as i64,
+        queue_deadline_ms: now + s.queue_timeout.as_millis() as i64,
         assignment: hex::encode(s.t.encode_to_vec()),
     };
     // Written before sbatch runs: an agent killed while sbatch answers finds
@@ -561,8 +571,13 @@ pub struct Follow<'a> {
     pub stdout: &'a str,
     pub env: &'a [(String, String)],
     pub job: u64,
-    /// When the task times out (Unix ms, from its submission).
+    /// When the task times out (Unix ms) if the queue wait is not counted
+    /// apart (books of older agents).
     pub deadline_ms: i64,
+    /// When the job is cancelled if Slurm has not started it (Unix ms; 0:
+    /// not counted apart, `deadline_ms` covers both).
+    pub queue_deadline_ms: i64,
+    /// The run's timeout, from when Slurm starts the job.
     pub timeout: Duration,
 }
 
@@ -582,8 +597,19 @@ pub async fn follow(
     let mut last: Option<JobStatus> = None;
     let mut last_report: Option<tokio::time::Instant> = None;
     let mut last_error = String::new();
-    let left = Duration::from_millis((f.deadline_ms - now_ms()).max(0) as u64);
-    let deadline = tokio::time::Instant::now() + left;
+    let at = |ms: i64| {
+        tokio::time::Instant::now() + Duration::from_millis((ms - now_ms()).max(0) as u64)
+    };
+    // While the job waits in the queue, the queue's deadline; from the
+    // moment Slurm runs it, the run's own timeout (docs/slurm.md, "Timeouts").
+    let queue_apart = f.queue_deadline_ms > 0;
+    let mut deadline = if queue_apart {
+        at(f.queue_deadline_ms)
+    } else {
+        at(f.deadline_ms)
+    };
+    let mut started: Option<tokio::time::Instant> = None;
+    let waited_since = tokio::time::Instant::now();
     let ended = |s: &JobStatus, error: String, cancelled: bool| Ended {
         exit_code: match (s.exit_code, s.signal) {
             (_, sig) if sig != 0 => 128 + sig,
@@ -611,6 +637,12 @@ pub async fn follow(
                     && let Some(l) = &last
                 {
                     s.nodes = l.nodes.clone();
+                }
+                if queue_apart && started.is_none() && s.phase() == JobPhase::Running {
+                    let now = tokio::time::Instant::now();
+                    started = Some(now);
+                    deadline = now + f.timeout;
+                    tracing::info!(task = %f.t.task_id, job, timeout_s = f.timeout.as_secs(), "Slurm started the job; its timeout runs from now");
                 }
                 match s.phase() {
                     JobPhase::Completed => {
@@ -654,14 +686,19 @@ pub async fn follow(
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
             _ = tokio::time::sleep_until(deadline) => {
-                tracing::warn!(task = %f.t.task_id, job, "timeout; cancelling the Slurm job");
                 let before = last.as_ref().map(|s| s.describe(job)).unwrap_or_else(|| format!("Slurm job {job}"));
+                let why = if queue_apart && started.is_none() {
+                    tracing::warn!(task = %f.t.task_id, job, "queue wait over; cancelling the Slurm job");
+                    format!(
+                        "waited {} s in Slurm's queue without starting (slurm.queue_timeout_s): {before}; scancelled",
+                        waited_since.elapsed().as_secs()
+                    )
+                } else {
+                    tracing::warn!(task = %f.t.task_id, job, "timeout; cancelling the Slurm job");
+                    format!("timed out after {} s: {before}; scancelled", f.timeout.as_secs())
+                };
                 let s = cancel_job(&tools, env, job, last.as_ref()).await;
-                return Some(ended(
-                    &s,
-                    format!("timed out after {} s: {before}; scancelled", f.timeout.as_secs()),
-                    false,
-                ));
+                return Some(ended(&s, why, false));
             }
             r = stop.changed() => {
                 let v = if r.is_ok() { *stop.borrow() } else { Stop::Shutdown };
@@ -767,6 +804,7 @@ mod tests {
             stdout: "stdout.txt",
             run_as: None,
             timeout: Duration::from_secs(60),
+            queue_timeout: Duration::from_secs(86_400),
         };
         let a = sbatch_argv(&SlurmTools::new(&s(&["sbatch"])), &sub).unwrap();
         assert_eq!(
@@ -858,6 +896,7 @@ mod tests {
             dir: dir.path().join("R/T1-1"),
             submitted_ms: 1,
             deadline_ms: 2,
+            queue_deadline_ms: 0,
             assignment: hex::encode(t.encode_to_vec()),
         };
         book.put(e.clone()).unwrap();

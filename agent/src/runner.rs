@@ -528,7 +528,8 @@ async fn execute_batch(
     let stdout_name = stdout_file(def);
     let env: Vec<(String, String)> = built.env.clone().into_iter().collect();
     let tools = batch::SlurmTools::new(&cfg.sbatch);
-    let (job, deadline_ms) = match resume {
+    let queue_timeout = Duration::from_secs(built.slurm.queue_timeout());
+    let (job, deadline_ms, queue_deadline_ms) = match resume {
         Some(e) => {
             crate::health::metrics()
                 .slurm_reattached
@@ -546,7 +547,7 @@ async fn execute_batch(
                     batch::job_name(&t.task_id)
                 ));
             };
-            (job, e.deadline_ms)
+            (job, e.deadline_ms, e.queue_deadline_ms)
         }
         None => {
             let sub = batch::Submission {
@@ -559,9 +560,14 @@ async fn execute_batch(
                 stdout: stdout_name,
                 run_as,
                 timeout,
+                queue_timeout,
             };
             match batch::submit(cfg, &sub).await {
-                Ok(j) => (j, batch::now_ms() + timeout.as_millis() as i64),
+                Ok(j) => {
+                    let now = batch::now_ms();
+                    let queue_end = now + queue_timeout.as_millis() as i64;
+                    (j, queue_end + timeout.as_millis() as i64, queue_end)
+                }
                 Err(e) => return fail(e),
             }
         }
@@ -573,6 +579,7 @@ async fn execute_batch(
         env: &env,
         job,
         deadline_ms,
+        queue_deadline_ms,
         timeout,
     };
     let ended = batch::follow(cfg, c, &f, stop.clone()).await?;

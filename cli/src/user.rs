@@ -168,6 +168,14 @@ pub struct SlurmArgs {
     /// srun, sbatch: node features the nodes must have (-C: ib&nvme, a|b).
     #[arg(long, help_heading = "Slurm (--launcher srun|sbatch)")]
     pub constraint: Option<String>,
+    /// sbatch: longest wait in Slurm's queue in seconds before the job is
+    /// cancelled (0: one day); the run's timeout counts from its start.
+    #[arg(
+        long,
+        default_value_t = 0,
+        help_heading = "Slurm (--launcher srun|sbatch)"
+    )]
+    pub queue_timeout: u32,
 }
 
 impl SlurmArgs {
@@ -187,6 +195,7 @@ impl SlurmArgs {
             qos: self.qos.clone().unwrap_or_default(),
             reservation: self.reservation.clone().unwrap_or_default(),
             constraint: self.constraint.clone().unwrap_or_default(),
+            queue_timeout_s: self.queue_timeout,
         })
     }
 }

@@ -315,20 +315,27 @@ async fn a_pending_job_shows_slurms_reason_and_cancel_or_timeout_scancels_it() {
     }
     assert_eq!(scontrol_field(&sl, &job, "JobState"), "CANCELLED");
 
-    // The task's timeout scancels a job that never starts, naming Slurm's state.
+    // The queue wait has its own limit (slurm.queue_timeout_s): a job that
+    // never starts is scancelled, naming Slurm's state.
     let run = c
-        .submit_spec(pb::BenchmarkSpec {
-            timeout_s: 4,
-            ..sbatch_spec("slow", &[("seconds", "1")], nodes(4))
-        })
+        .submit_spec(sbatch_spec(
+            "slow",
+            &[("seconds", "1")],
+            pb::SlurmOptions {
+                nodes: 4,
+                queue_timeout_s: 4,
+                ..Default::default()
+            },
+        ))
         .await
         .unwrap();
     let d = c.wait_settled(&run.run_id, 60).await;
     let t = &d.tasks[0];
     assert_eq!(state(&d), pb::RunState::Failed, "{d:#?}");
     assert!(
-        t.error.starts_with("timed out after 4 s: Slurm job ")
-            && t.error.contains(" PENDING (")
+        t.error.starts_with(
+            "waited 4 s in Slurm's queue without starting (slurm.queue_timeout_s): Slurm job "
+        ) && t.error.contains(" PENDING (")
             && t.error.contains("scancelled"),
         "{}",
         t.error
@@ -337,6 +344,92 @@ async fn a_pending_job_shows_slurms_reason_and_cancel_or_timeout_scancels_it() {
         scontrol_field(&sl, &t.slurm_job_id, "JobState"),
         "CANCELLED"
     );
+
+    // The run's timeout counts from when Slurm starts the job, not from the
+    // submission: a 1 s job with a 3 s timeout waits ~8 s behind a job that
+    // holds every node and still succeeds.
+    let out = sl.run_ok(
+        "sbatch",
+        &[
+            "-N3",
+            "--exclusive",
+            "--wrap",
+            "sleep 300",
+            "-o",
+            "/dev/null",
+        ],
+    );
+    let blocker = out
+        .split_whitespace()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    assert!(blocker.parse::<u64>().is_ok(), "sbatch said: {out}");
+    let run = c
+        .submit_spec(pb::BenchmarkSpec {
+            timeout_s: 3,
+            ..sbatch_spec("slow", &[("seconds", "1")], nodes(1))
+        })
+        .await
+        .unwrap();
+    let d = c
+        .wait_run(&run.run_id, 60, |d| {
+            d.tasks
+                .first()
+                .is_some_and(|t| t.progress.contains("PENDING ("))
+        })
+        .await;
+    assert_eq!(task_state(&d.tasks[0]), pb::TaskState::Leased);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    sl.run_ok("scancel", &[&blocker]);
+    let d = c.wait_settled(&run.run_id, 90).await;
+    assert_eq!(
+        state(&d),
+        pb::RunState::Succeeded,
+        "queued 8 s with a 3 s timeout: {}",
+        d.tasks[0].error
+    );
+
+    // A run's timeout shorter than its queue wait no longer cancels it while
+    // it waits (the queue has its own limit, one day by default).
+    let run = c
+        .submit_spec(pb::BenchmarkSpec {
+            timeout_s: 4,
+            ..sbatch_spec("slow", &[("seconds", "1")], nodes(4))
+        })
+        .await
+        .unwrap();
+    let d = c
+        .wait_run(&run.run_id, 60, |d| {
+            d.tasks
+                .first()
+                .is_some_and(|t| t.progress.contains("PENDING ("))
+        })
+        .await;
+    let job = d.tasks[0].slurm_job_id.clone();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let d = c
+        .runs()
+        .get_run(pb::GetRunRequest {
+            run_id: run.run_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        task_state(&d.tasks[0]),
+        pb::TaskState::Leased,
+        "still queued past its 4 s timeout"
+    );
+    c.runs()
+        .cancel_run(pb::CancelRunRequest {
+            run_id: run.run_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    c.wait_settled(&run.run_id, 60).await;
+    assert_eq!(scontrol_field(&sl, &job, "JobState"), "CANCELLED");
 
     // What sbatch refuses fails the task with sbatch's words.
     let run = c

@@ -17,6 +17,12 @@
 //! never part of a shell string.
 use serde::{Deserialize, Serialize};
 
+/// Queue wait allowed when a run sets none: one day (a nightly run that
+/// has not started by the next night is cancelled).
+pub const DEFAULT_QUEUE_TIMEOUT_S: u64 = 86_400;
+/// Longest queue wait a run may ask for: 7 days.
+pub const MAX_QUEUE_TIMEOUT_S: u32 = 604_800;
+
 /// Slurm allocation options of a run (all optional).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -29,6 +35,11 @@ pub struct SlurmOptions {
     pub partition: String,
     /// `--time` in minutes (0 = the partition's default).
     pub time_limit_min: u32,
+    /// sbatch launcher: the longest wait in Slurm's queue, in seconds, before
+    /// the job is cancelled (0 = [`DEFAULT_QUEUE_TIMEOUT_S`]). The run's own
+    /// `timeout_s` counts from when Slurm starts the job, so a short
+    /// benchmark behind a long queue is not timed out by the wait.
+    pub queue_timeout_s: u32,
     /// `--nodelist`: Slurm node names or ranges (`n[1-3]`); empty = Slurm
     /// places the tasks.
     pub nodelist: Vec<String>,
@@ -131,6 +142,15 @@ impl SlurmOptions {
                 format!("{} is above {MAX_TASKS_PER_NODE}", self.ntasks_per_node),
             ));
         }
+        if self.queue_timeout_s > MAX_QUEUE_TIMEOUT_S {
+            return Err(err(
+                "queue_timeout_s",
+                format!(
+                    "{} is above {MAX_QUEUE_TIMEOUT_S} (7 days)",
+                    self.queue_timeout_s
+                ),
+            ));
+        }
         if self.time_limit_min > MAX_TIME_LIMIT_MIN {
             return Err(err(
                 "time_limit_min",
@@ -189,6 +209,17 @@ impl SlurmOptions {
             qos: s(&self.qos, &defaults.qos),
             reservation: s(&self.reservation, &defaults.reservation),
             constraint: s(&self.constraint, &defaults.constraint),
+            queue_timeout_s: n(self.queue_timeout_s, defaults.queue_timeout_s),
+        }
+    }
+
+    /// The queue wait allowed, in seconds ([`Self::queue_timeout_s`], its
+    /// default when unset).
+    pub fn queue_timeout(&self) -> u64 {
+        if self.queue_timeout_s == 0 {
+            DEFAULT_QUEUE_TIMEOUT_S
+        } else {
+            u64::from(self.queue_timeout_s)
         }
     }
 

@@ -65,6 +65,7 @@ pub fn slurm_from_pb(o: Option<&crate::v1::SlurmOptions>) -> SlurmOptions {
         qos: o.qos.clone(),
         reservation: o.reservation.clone(),
         constraint: o.constraint.clone(),
+        queue_timeout_s: o.queue_timeout_s,
     }
 }
 
@@ -80,6 +81,7 @@ pub fn slurm_to_pb(o: &SlurmOptions) -> Option<crate::v1::SlurmOptions> {
         qos: o.qos.clone(),
         reservation: o.reservation.clone(),
         constraint: o.constraint.clone(),
+        queue_timeout_s: o.queue_timeout_s,
     })
 }
 
@@ -122,6 +124,7 @@ mod tests {
             qos: "q".into(),
             reservation: "r".into(),
             constraint: "ib&nvme".into(),
+            queue_timeout_s: 600,
         };
         assert_eq!(slurm_from_pb(slurm_to_pb(&o).as_ref()), o);
         assert_eq!(slurm_to_pb(&SlurmOptions::default()), None);
