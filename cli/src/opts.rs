@@ -535,6 +535,16 @@ pub struct CoordinatorArgs {
     /// and resumes Slurm nodes for schedules with a node action (docs/slurm.md).
     #[arg(long, env = "BENCHLAKE_SCONTROL", default_value = "scontrol")]
     pub scontrol: String,
+    /// How long the lake keeps raw files and tables: TARGET=DURATION, TARGET
+    /// being raw, tables (every table without a rule of its own) or a table
+    /// name; DURATION Nd, Nw, Ny or forever (raw=90d,linktest_timings=2y).
+    /// No rule: nothing is ever deleted (docs/configuration.md, "Retention").
+    #[arg(long, env = "BENCHLAKE_RETENTION", value_delimiter = ',')]
+    pub retention: Vec<String>,
+    /// What a retention pass does with what the rules expire: dry-run (log
+    /// and count in /metrics only), delete, or off.
+    #[arg(long, env = "BENCHLAKE_RETENTION_MODE", default_value = "dry-run", value_parser = ["off", "dry-run", "delete"])]
+    pub retention_mode: String,
     #[command(flatten)]
     pub tokens: TokenArgs,
     #[command(flatten)]
@@ -560,6 +570,10 @@ impl CoordinatorArgs {
             leader_lease_ms: t.leader_lease_ms,
             state_synchronous_commit: t.state_synchronous_commit,
             scontrol: benchlake_core::scontrol::Scontrol::from_command_line(&self.scontrol),
+            retention: benchlake_coordinator::retention::RetentionConfig::parse(
+                &self.retention_mode,
+                &self.retention,
+            )?,
             store: self.lake.store(default_lake),
             lease_timeout_ms: t.lease_timeout_ms,
             heartbeat_interval_ms: t.heartbeat_ms,

@@ -109,6 +109,9 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
         state: state.clone(),
         lake: a.lake.clone(),
         scontrol: "scontrol".into(),
+        // One user's own cluster: nothing is deleted.
+        retention: Vec::new(),
+        retention_mode: "off".into(),
         tokens: a.tokens.clone(),
         tuning: CoordTuning {
             // One process: agent and worker are next door, so react quickly.

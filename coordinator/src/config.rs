@@ -261,6 +261,8 @@ pub struct CoordinatorConfig {
     pub max_message_bytes: usize,
     /// How the node actions reach Slurm (`scontrol`, [`crate::node_actions`]).
     pub scontrol: benchlake_core::scontrol::Scontrol,
+    /// How long the lake keeps raw files and tables ([`crate::retention`]).
+    pub retention: crate::retention::RetentionConfig,
     /// Role tokens.
     pub tokens: Tokens,
     /// Run the background scheduler/reaper loop (tests drive ticks by hand when false).
@@ -329,6 +331,7 @@ impl Default for CoordinatorConfig {
             max_upload_bytes: 64 << 30,
             max_message_bytes: 16 << 20,
             scontrol: Default::default(),
+            retention: Default::default(),
             tokens: Tokens::default(),
             background: true,
             tls_cert: None,

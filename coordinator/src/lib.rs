@@ -28,6 +28,7 @@ pub mod notify;
 pub mod pg_testing;
 pub mod placement;
 pub mod reconcile;
+pub mod retention;
 pub mod scheduler;
 pub mod store;
 pub mod store_pg;

@@ -58,6 +58,11 @@ pub struct Metrics {
     /// Node actions on Slurm nodes, by action and dry run
     /// ([`crate::node_actions`]).
     pub node_actions: CounterVec,
+    /// Objects past their retention rule, by target and mode
+    /// ([`crate::retention`]).
+    pub retention_objects: CounterVec,
+    /// Their bytes.
+    pub retention_bytes: CounterVec,
     /// Bytes of Parquet committed to the lake's tables.
     pub lake_bytes: Counter,
     /// Files committed to the lake's tables.
@@ -76,6 +81,8 @@ impl Default for Metrics {
             verdicts: CounterVec::default(),
             notifications: CounterVec::default(),
             node_actions: CounterVec::default(),
+            retention_objects: CounterVec::default(),
+            retention_bytes: CounterVec::default(),
             lake_bytes: Counter::default(),
             lake_files: Counter::default(),
             started: Instant::now(),
@@ -234,6 +241,18 @@ impl Metrics {
             "What the node actions did to Slurm nodes (crate::node_actions): drain, resume, left-alone, forgot, error; dry_run true when only logged.",
             &["action", "dry_run"],
             &self.node_actions,
+        );
+        e.counter_vec(
+            "benchlake_retention_objects_total",
+            "Lake objects past their retention rule (crate::retention), by target (raw or the table) and mode (dry-run: counted only; delete: deleted).",
+            &["target", "mode"],
+            &self.retention_objects,
+        );
+        e.counter_vec(
+            "benchlake_retention_bytes_total",
+            "Bytes of the lake objects past their retention rule, by target and mode.",
+            &["target", "mode"],
+            &self.retention_bytes,
         );
         e.histogram_vec(
             "benchlake_rpc_duration_seconds",

@@ -251,13 +251,26 @@ impl Coordinator {
                 return None;
             }
         }
-        match block_on(self.reconcile()) {
+        let out = match block_on(self.reconcile()) {
             Ok(rep) => Some(rep),
             Err(e) => {
                 tracing::warn!(error = %e, "reconciler pass failed; retried next pass");
                 None
             }
+        };
+        let r = &self.cfg.retention;
+        if r.mode != crate::retention::RetentionMode::Off && !r.rules.is_empty() {
+            match self.retention_due(now) {
+                Ok(true) => {
+                    if let Err(e) = block_on(self.apply_retention(r, now)) {
+                        tracing::warn!(error = %e, "retention pass failed; retried next pass");
+                    }
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "retention: cannot read its last pass"),
+            }
         }
+        out
     }
 }
 

@@ -157,6 +157,20 @@ impl VerdictIndex {
         run.files.insert(key.to_string(), rows);
     }
 
+    /// Forgets the rows of the object `key` of `run_id` (retention deleted
+    /// it); the run goes when it has none left. A node's newest verdict of a
+    /// check stays what it was (retention removes old runs, not the newest).
+    pub fn forget(&self, run_id: &str, key: &str) {
+        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(run) = g.runs.get_mut(run_id) {
+            run.files.remove(key);
+            run.node_files.remove(key);
+            if run.files.is_empty() && run.node_files.is_empty() {
+                g.runs.remove(run_id);
+            }
+        }
+    }
+
     /// Records the `node_health` rows (node, row) of the committed object
     /// `key` of `run_id`.
     pub fn record_nodes(&self, run_id: &str, key: &str, rows: Vec<(String, CheckRow)>) {
@@ -477,6 +491,11 @@ pub async fn read_into(
 /// Whether a committed object key is one of the `node_health` table's.
 pub fn is_node_health(key: &str) -> bool {
     key.starts_with("tables/node_health/")
+}
+
+/// Whether `key` is a `checks` file.
+pub fn is_checks(key: &str) -> bool {
+    key.starts_with("tables/checks/")
 }
 
 /// How long the start-up load keeps retrying files it cannot read before it
