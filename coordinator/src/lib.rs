@@ -29,6 +29,7 @@ pub mod pg_testing;
 pub mod placement;
 pub mod reconcile;
 pub mod scheduler;
+pub mod silence;
 pub mod store;
 pub mod store_pg;
 pub mod tls;

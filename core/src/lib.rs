@@ -5,6 +5,7 @@
 //! - [`layout`]: object-store keys (`raw/`, `tables/`, `_staging/`), built only here;
 //! - [`catalog`]: the Arrow schema of every lake table (a public contract, see docs/tables.md);
 //! - [`lake`]: Parquet encoding, the object store handle and offline lake writing;
+//! - [`hostlist`]: Slurm hostlist expressions (`n[1-4]`) expanded into node names;
 //! - [`scontrol`]: reading, draining and resuming Slurm nodes (argv, checked names);
 //! - [`stdout`]: printing that ends quietly, not with a panic, when standard output is closed;
 //! - [`error`]: the crate's error type.
@@ -12,6 +13,7 @@ pub mod bench;
 pub mod catalog;
 pub mod clock;
 pub mod error;
+pub mod hostlist;
 pub mod ids;
 pub mod jobs;
 pub mod lake;

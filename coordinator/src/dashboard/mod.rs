@@ -28,6 +28,7 @@ pub mod linktest;
 pub mod origin;
 pub mod pages;
 pub mod replay;
+pub mod silences;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -47,7 +48,12 @@ use crate::config::Role;
 use crate::http::Http;
 
 /// The top navigation: (path, label). Later pages add their entry here.
-pub const NAV: &[(&str, &str)] = &[("/", "Health"), ("/runs", "Runs"), ("/io", "I/O trends")];
+pub const NAV: &[(&str, &str)] = &[
+    ("/", "Health"),
+    ("/runs", "Runs"),
+    ("/io", "I/O trends"),
+    ("/silences", "Silenced"),
+];
 
 /// The page of a run's view that shows `table` (see `pages::VIEWS`), when
 /// there is one.
@@ -129,6 +135,7 @@ pub fn router(h: Http) -> Router {
         .route("/runs/{id}", get(pages::run))
         .route("/api/runs/{id}", get(pages::run_json))
         .route("/io", get(io::page))
+        .route("/silences", get(silences::page))
         .route("/runs/{id}/linktest", get(linktest::page))
         .route("/runs/{id}/replay", get(replay::page))
         .route("/runs/{id}/alltoallv", get(alltoallv::page))
