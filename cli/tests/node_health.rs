@@ -1060,7 +1060,7 @@ async fn acknowledged_and_in_maintenance_findings_are_neither_notified_nor_drain
     let (code, out, _) = cli(&c, &["node-check", "n2"]);
     assert_eq!(code, 0, "{out}");
     assert!(
-        out.starts_with("n2: healthy (1 finding(s) silenced"),
+        out.starts_with("n2: healthy: every verdict is silenced (1 finding(s) silenced"),
         "{out}"
     );
     let line = out
