@@ -12,6 +12,7 @@ mod nodecheck;
 mod opts;
 mod replay;
 mod schedule_show;
+mod silence;
 mod up;
 mod user;
 
@@ -78,6 +79,15 @@ enum Cmd {
     /// The benchmarks the agents offer (`list`, `show NAME`) and the built-in catalog (`builtin`).
     #[command(subcommand)]
     Benchmarks(benchmarks::BenchmarksCmd),
+    /// Acknowledge a failing node or check (admin): `ack NODE CHECK --comment
+    /// TEXT --expires 7d`; `ack list`, `ack remove ID`. Acknowledged findings
+    /// are recorded but neither notified nor drained.
+    Ack(silence::AckArgs),
+    /// Maintenance windows (admin): `maintenance add NODES --start T --end T
+    /// --reason TEXT`, `list`, `remove ID`. Results of runs in a window are
+    /// recorded but neither notified nor drained.
+    #[command(subcommand)]
+    Maintenance(silence::MaintenanceCmd),
     /// The lake's tables.
     #[command(subcommand)]
     Tables(user::TablesCmd),
@@ -353,6 +363,8 @@ fn main() -> std::process::ExitCode {
             Cmd::Schedule(c) => user::schedule_cmd(c).await,
             Cmd::Agents(c) => user::agents_cmd(c).await,
             Cmd::Benchmarks(c) => benchmarks::benchmarks_cmd(c).await,
+            Cmd::Ack(a) => silence::ack_cmd(a).await,
+            Cmd::Maintenance(c) => silence::maintenance_cmd(c).await,
             Cmd::Tables(c) => user::tables_cmd(c).await,
             Cmd::Ingest(a) => user::ingest(a).await,
             Cmd::Probe(c) => user::probe(c),

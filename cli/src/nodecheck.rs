@@ -18,6 +18,10 @@
 //! verdict: the run it drained for is remembered in `--state-dir`, so a node
 //! an administrator resumed is not drained again until a newer run fails it.
 //!
+//! Silenced verdicts (an admin's acknowledgement, a maintenance window:
+//! the coordinator says why in `silenced`) neither fail the node nor drain
+//! it; they are printed with the reason.
+//!
 //! `--max-age-s`: verdicts older than this do not count (a node whose newest
 //! verdicts are all older cannot be told).
 use benchlake_core::outln;
@@ -114,6 +118,40 @@ pub fn judge(h: &pb::NodeHealth) -> (u8, String) {
     }
 }
 
+/// As [`judge`], with silenced verdicts (acknowledged, in maintenance:
+/// `silenced` says why) left out: a node whose only findings are silenced
+/// is healthy, and the answer says how many were silenced.
+pub fn judge_silenced(h: &pb::NodeHealth) -> (u8, String) {
+    let silenced = h
+        .checks
+        .iter()
+        .filter(|c| !c.silenced.is_empty() && !matches!(c.status.as_str(), "PASS"))
+        .count();
+    if silenced == 0 && h.maintenance.is_empty() {
+        return judge(h);
+    }
+    let mut rest = h.clone();
+    rest.checks.retain(|c| c.silenced.is_empty());
+    rest.verdict = benchlake_core::verdict::worst(rest.checks.iter().map(|c| c.status.as_str()))
+        .unwrap_or_default()
+        .to_string();
+    let (code, why) = if rest.checks.is_empty() && !h.checks.is_empty() && h.complete {
+        (HEALTHY, "healthy: every verdict is silenced".to_string())
+    } else {
+        judge(&rest)
+    };
+    let mut why = why;
+    if silenced > 0 {
+        why.push_str(&format!(
+            " ({silenced} finding(s) silenced: acknowledged or in maintenance, never drained)"
+        ));
+    }
+    if !h.maintenance.is_empty() {
+        why.push_str(&format!("; in {}", h.maintenance));
+    }
+    (code, why)
+}
+
 /// A check's figure with its unit (`-` when there is none).
 pub(crate) fn fmt_value(v: Option<f64>, unit: &str) -> String {
     match v {
@@ -131,7 +169,9 @@ pub(crate) fn fmt_value(v: Option<f64>, unit: &str) -> String {
 
 /// The first failing check (by name): what a drain names.
 fn first_fail(h: &pb::NodeHealth) -> Option<&pb::NodeCheckVerdict> {
-    h.checks.iter().find(|c| c.status == "FAIL")
+    h.checks
+        .iter()
+        .find(|c| c.status == "FAIL" && c.silenced.is_empty())
 }
 
 /// Drops the verdicts made longer than `max_age_s` before `now_ms` (0: none
@@ -245,7 +285,7 @@ pub fn main(a: NodeCheckArgs) -> ExitCode {
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0);
     let stale = drop_stale(&mut h, a.max_age_s, now_ms);
-    let (code, mut why) = judge(&h);
+    let (code, mut why) = judge_silenced(&h);
     if stale > 0 {
         why.push_str(&format!(
             " ({stale} verdict(s) older than {} s left out)",
@@ -272,7 +312,9 @@ pub fn main(a: NodeCheckArgs) -> ExitCode {
             "checks": h.checks.iter().map(|c| serde_json::json!({
                 "check": c.check, "status": c.status, "value": c.value, "reference": c.reference,
                 "unit": c.unit, "message": c.message, "run_id": c.run_id,
+                "silenced": (!c.silenced.is_empty()).then_some(&c.silenced),
             })).collect::<Vec<_>>(),
+            "maintenance": (!h.maintenance.is_empty()).then_some(&h.maintenance),
             "drain": h.drain.as_ref().map(|d| serde_json::json!({
                 "reason": d.reason, "run_id": d.run_id, "check": d.check,
                 "schedule_id": d.schedule_id, "drained_at_ms": d.drained_at_ms,
@@ -288,13 +330,18 @@ pub fn main(a: NodeCheckArgs) -> ExitCode {
         outln!("{}: {why}", h.node);
         for c in &h.checks {
             outln!(
-                "  {:<5} {:<28} {} vs {}  run {}  {}",
+                "  {:<5} {:<28} {} vs {}  run {}  {}{}",
                 c.status,
                 c.check,
                 fmt_value(c.value, &c.unit),
                 fmt_value(c.reference, &c.unit),
                 c.run_id,
-                c.message
+                c.message,
+                if c.silenced.is_empty() {
+                    String::new()
+                } else {
+                    format!("  ({})", c.silenced)
+                }
             );
         }
         if let Some(d) = &h.drain {
@@ -340,6 +387,45 @@ mod tests {
         assert_eq!((h.verdict.as_str(), judge(&h).0), ("PASS", HEALTHY));
         assert_eq!(drop_stale(&mut h, 60, t0 + 7_200_000), 1);
         assert_eq!(judge(&h).0, UNKNOWN);
+    }
+
+    #[test]
+    fn silenced_findings_do_not_fail_the_node() {
+        let check = |name: &str, status: &str, silenced: &str| pb::NodeCheckVerdict {
+            check: name.into(),
+            status: status.into(),
+            silenced: silenced.into(),
+            ..Default::default()
+        };
+        let ack = "acknowledged by alice until 2026-12-12T00:00Z: DIMM on order";
+        let mut h = health("FAIL", true);
+        h.checks = vec![
+            check("node.cores", "FAIL", ack),
+            check("node.kernel", "PASS", ""),
+        ];
+        let (code, why) = judge_silenced(&h);
+        assert_eq!(code, HEALTHY, "{why}");
+        assert!(why.starts_with("healthy (1 finding(s) silenced"), "{why}");
+        assert!(first_fail(&h).is_none(), "a silenced FAIL is never drained");
+        // Another, unsilenced FAIL still fails the node and is what drains.
+        h.checks.push(check("node.memory_bytes", "FAIL", ""));
+        assert_eq!(judge_silenced(&h).0, FAILING);
+        assert_eq!(
+            first_fail(&h).map(|c| c.check.as_str()),
+            Some("node.memory_bytes")
+        );
+        // Every verdict silenced (in maintenance now).
+        let mut h = health("FAIL", true);
+        h.maintenance = "maintenance n[1-4] … by bob: firmware".into();
+        h.checks = vec![check("node.cores", "FAIL", &h.maintenance.clone())];
+        let (code, why) = judge_silenced(&h);
+        assert_eq!(code, HEALTHY);
+        assert!(
+            why.contains("every verdict is silenced") && why.contains("in maintenance n[1-4]"),
+            "{why}"
+        );
+        h.complete = false;
+        assert_eq!(judge_silenced(&h).0, UNKNOWN);
     }
 
     #[test]

@@ -866,3 +866,396 @@ required = true
     assert!(v["events"].as_array().unwrap().is_empty(), "{v}");
     c.shutdown();
 }
+
+/// A webhook receiver on loopback: answers 200 and keeps each body.
+struct Hook {
+    url: String,
+    got: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+}
+
+impl Hook {
+    async fn start() -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", l.local_addr().unwrap());
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let g = got.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let g = g.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 8192];
+                    loop {
+                        let n = s.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        let text = String::from_utf8_lossy(&buf).to_string();
+                        let Some(end) = text.find("\r\n\r\n") else {
+                            continue;
+                        };
+                        let len = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                            })
+                            .unwrap_or(0);
+                        if buf.len() < end + 4 + len {
+                            continue;
+                        }
+                        let body = &buf[end + 4..end + 4 + len];
+                        g.lock()
+                            .unwrap()
+                            .push(serde_json::from_slice(body).unwrap_or_default());
+                        let _ = s
+                            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                            .await;
+                        return;
+                    }
+                });
+            }
+        });
+        Self { url, got }
+    }
+
+    fn bodies(&self) -> Vec<serde_json::Value> {
+        self.got.lock().unwrap().clone()
+    }
+}
+
+/// `benchlake ARGS… --coordinator C` (auth off: the anonymous admin): exit
+/// status, stdout, stderr.
+fn cli(c: &Cluster, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(bin())
+        .args(args)
+        .args(["--coordinator", &c.addr])
+        .env_remove("BENCHLAKE_TOKEN")
+        .env_remove("SLURMD_NODENAME")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// Sends the due outbox rows as the leader's delivery loop does (the test
+/// coordinator runs no background loop) and returns the run's notification.
+async fn notify_now(
+    c: &Cluster,
+    outbox: &benchlake_coordinator::notify::Outbox,
+    run: &str,
+) -> pb::Notification {
+    for _ in 0..50 {
+        outbox.deliver_due(&c.coord).await.unwrap();
+        let d = c.detail(run).await;
+        if let Some(n) = d.notifications.first()
+            && n.state != "PENDING"
+        {
+            return n.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "the notification of {run} stayed pending: {:#?}",
+        c.detail(run).await.notifications
+    );
+}
+
+/// Issue 37 item 7 on the three-node Slurm cluster, with a webhook receiver:
+///
+/// - n2 fails `node.cores` under a `--drain-failing on` schedule; an admin
+///   acknowledged it (until a time, with a comment): the `node_health` row
+///   is recorded as measured (FAIL, and the run's verdict FAIL), but n2 is
+///   not drained, the receiver gets nothing, the outbox row is SKIPPED
+///   saying which finding was silenced and why, and `node-check n2` exits 0
+///   printing the acknowledgement;
+/// - once the acknowledgement expired (the coordinator's clock moved past
+///   it), `node-check n2` exits 1 again, and the next failing run drains n2
+///   and is notified (`verdict.fail`);
+/// - `ack` through the CLI: list, `--json`, remove; bad fields are refused
+///   naming the field;
+/// - a maintenance window `n[1-3]` declared with the CLI: the same silence
+///   (no drain, SKIPPED naming the window, node-check 0 and "in
+///   maintenance"); after `maintenance remove` the next run drains and
+///   notifies again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acknowledged_and_in_maintenance_findings_are_neither_notified_nor_drained() {
+    let Some(sl) = SlurmCluster::start() else {
+        return;
+    };
+    let env = sl.env();
+    let conf = sl.conf().to_path_buf();
+    let hook = Hook::start().await;
+    let url = hook.url.clone();
+    let mut c = Cluster::start_with(Tokens::default(), |cfg| {
+        cfg.scontrol.env = vec![("SLURM_CONF".into(), conf.display().to_string())];
+        cfg.notify.webhooks = vec![benchlake_coordinator::notify::Webhook {
+            name: "ops".into(),
+            url: url.parse().unwrap(),
+            secret: None,
+        }];
+        cfg.notify.defaults = vec!["ops".into()];
+    })
+    .await;
+    let outbox = benchlake_coordinator::notify::Outbox::new(&c.coord.config().notify).unwrap();
+    let cores = std::thread::available_parallelism().unwrap().get() as i64;
+    let env2 = env.clone();
+    c.add_agent_with("login", move |cfg| with_hostinfo(cfg, &env2))
+        .await;
+    c.add_worker("w1", None);
+    let drain = create_schedule(&c, "nodes-n2", srun_on("n2", 4096), pb::NodeAction::Drain).await;
+
+    // 1. Acknowledged: recorded, not drained, not notified, node-check 0.
+    let expires = c.clock_now() + 600_000;
+    let ack = c
+        .cluster()
+        .acknowledge_check(pb::AcknowledgeCheckRequest {
+            node: "n2".into(),
+            check: "node.cores".into(),
+            comment: "DIMM on order".into(),
+            expires_ms: expires,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        ack.author, "anonymous",
+        "authentication off: the anonymous admin"
+    );
+    let until = benchlake_coordinator::silence::fmt_time(expires);
+    let d = run_schedule(&c, &drain).await;
+    let run1 = d.run.as_ref().unwrap().run_id.clone();
+    assert_eq!(
+        node_rows(&c, &run1),
+        [(
+            "n2".to_string(),
+            "node.cores".to_string(),
+            "FAIL".to_string()
+        )],
+        "recorded exactly as measured"
+    );
+    assert_eq!(verdict(&d), "FAIL", "the run's verdict is as measured");
+    let (code, v) = wait_check(&c, &sl, "n2", "saw the silenced finding", |_, v| {
+        v["events"].to_string().contains("silenced")
+    })
+    .await;
+    assert_eq!(code, 0, "an acknowledged FAIL does not fail the node: {v}");
+    let why = format!("acknowledged by anonymous until {until}: DIMM on order");
+    assert_eq!(v["checks"][0]["status"], "FAIL", "{v}");
+    assert_eq!(v["checks"][0]["silenced"], why.as_str(), "{v}");
+    assert!(v["drain"].is_null(), "{v}");
+    let events = v["events"].to_string();
+    assert!(
+        events.contains("not acted on: n2 node.cores FAIL") && events.contains("DIMM on order"),
+        "{events}"
+    );
+    let st = show(&sl, "n2");
+    assert!(!st.drained(), "an acknowledged node is not drained: {st:?}");
+    let (code, out, _) = cli(&c, &["node-check", "n2"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.starts_with("n2: healthy: every verdict is silenced (1 finding(s) silenced"),
+        "{out}"
+    );
+    let line = out
+        .lines()
+        .find(|l| l.contains("node.cores"))
+        .unwrap_or_default();
+    assert!(
+        line.trim_start().starts_with("FAIL  node.cores") && line.ends_with(&format!("({why})")),
+        "{out}"
+    );
+    let n = notify_now(&c, &outbox, &run1).await;
+    assert_eq!(n.state, "SKIPPED", "{n:?}");
+    assert_eq!(
+        n.last_error,
+        format!("silenced: n2 node.cores FAIL ({why})")
+    );
+    assert!(
+        hook.bodies().is_empty(),
+        "nothing sent: {:?}",
+        hook.bodies()
+    );
+
+    // 2. Expired: failing again; the next run drains and is notified.
+    c.advance_with_heartbeats(600_001).await;
+    let (code, v) = node_check(&c, &sl, "n2", &[]);
+    assert_eq!(code, 1, "the acknowledgement expired: {v}");
+    assert!(v["checks"][0]["silenced"].is_null(), "{v}");
+    let (_, list, _) = cli(&c, &["ack", "list"]);
+    assert_eq!(list.trim(), "no acknowledgement in force", "{list}");
+    let (_, list, _) = cli(&c, &["ack", "list", "--all", "--json"]);
+    let l: serde_json::Value = serde_json::from_str(&list).unwrap();
+    assert_eq!(l[0]["id"], ack.id.as_str(), "kept for the record: {l}");
+    assert_eq!(l[0]["expired"], true, "{l}");
+    let d = run_schedule(&c, &drain).await;
+    let run2 = d.run.as_ref().unwrap().run_id.clone();
+    let want = format!("benchlake: node.cores {cores} vs 4096 (run {run2})");
+    let st = wait_node(&sl, "n2", "drained", |s| s.drained()).await;
+    assert_eq!(st.reason.as_deref(), Some(want.as_str()));
+    let n = notify_now(&c, &outbox, &run2).await;
+    assert_eq!(
+        (n.state.as_str(), n.event.as_str()),
+        ("DELIVERED", "verdict.fail"),
+        "{n:?}"
+    );
+    let bodies = hook.bodies();
+    assert_eq!(bodies.len(), 1, "{bodies:?}");
+    assert_eq!(bodies[0]["run"]["run_id"], run2.as_str());
+    assert_eq!(bodies[0]["failing_nodes"][0]["node"], "n2");
+    assert!(bodies[0].get("silenced").is_none(), "{}", bodies[0]);
+    scontrol(&sl, &["update", "nodename=n2", "state=resume"]);
+
+    // 3. The CLI: ack, list, remove; refusals name the field.
+    let soon = benchlake_coordinator::silence::fmt_time(c.clock_now() + 3_600_000);
+    let (code, out, err) = cli(
+        &c,
+        &[
+            "ack",
+            "n3",
+            "node.",
+            "--comment",
+            "PSU swap",
+            "--expires",
+            &soon,
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let a: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (a["node"].as_str(), a["check"].as_str()),
+        (Some("n3"), Some("node."))
+    );
+    let (_, list, _) = cli(&c, &["ack", "list"]);
+    assert!(
+        list.contains("n3") && list.contains("node.") && list.contains("PSU swap"),
+        "{list}"
+    );
+    let (code, _, err) = cli(
+        &c,
+        &[
+            "ack",
+            "n3",
+            "node.cores",
+            "--comment",
+            "x",
+            "--expires",
+            "2001-01-01",
+        ],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("expires_ms") && err.contains("not in the future"),
+        "{err}"
+    );
+    let (code, _, err) = cli(
+        &c,
+        &[
+            "ack",
+            "n3",
+            "node cores",
+            "--comment",
+            "x",
+            "--expires",
+            &soon,
+        ],
+    );
+    assert!(code != 0 && err.contains("check:"), "{err}");
+    let (code, out, err) = cli(&c, &["ack", "remove", a["id"].as_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("removed "), "{out}");
+    let (_, list, _) = cli(&c, &["ack", "list", "--all"]);
+    assert!(!list.contains("PSU swap"), "removed: {list}");
+
+    // 4. A maintenance window: silenced alike, until it is removed.
+    let start = benchlake_coordinator::silence::fmt_time(c.clock_now() - 60_000);
+    let (code, out, err) = cli(
+        &c,
+        &[
+            "maintenance",
+            "add",
+            "n[1-3]",
+            "--start",
+            &start,
+            "--end",
+            "2h",
+            "--reason",
+            "firmware",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let w: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(w["node_names"], serde_json::json!(["n1", "n2", "n3"]));
+    assert_eq!(w["state"], "ACTIVE");
+    let (code, _, err) = cli(
+        &c,
+        &[
+            "maintenance",
+            "add",
+            "n[3-1]",
+            "--end",
+            "2h",
+            "--reason",
+            "x",
+        ],
+    );
+    assert!(
+        code != 0 && err.contains("nodes:") && err.contains("backwards"),
+        "{err}"
+    );
+    let d = run_schedule(&c, &drain).await;
+    let run3 = d.run.as_ref().unwrap().run_id.clone();
+    assert_eq!(verdict(&d), "FAIL");
+    let n = notify_now(&c, &outbox, &run3).await;
+    assert_eq!(n.state, "SKIPPED", "{n:?}");
+    assert!(
+        n.last_error
+            .starts_with("silenced: n2 node.cores FAIL (maintenance n[1-3] "),
+        "{n:?}"
+    );
+    assert!(n.last_error.ends_with("by anonymous: firmware)"), "{n:?}");
+    let (code, v) = wait_check(&c, &sl, "n2", "saw the window", |_, v| {
+        v["events"].as_array().is_some_and(|e| {
+            e.iter()
+                .any(|e| e["run_id"] == run3.as_str() && e["action"] == "silenced")
+        })
+    })
+    .await;
+    assert_eq!(code, 0, "{v}");
+    assert!(
+        v["maintenance"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("maintenance n[1-3]"),
+        "{v}"
+    );
+    assert!(!show(&sl, "n2").drained(), "no drain in maintenance");
+    assert_eq!(hook.bodies().len(), 1, "nothing more sent");
+    let (_, list, _) = cli(&c, &["maintenance", "list"]);
+    assert!(
+        list.contains("ACTIVE") && list.contains("n[1-3]") && list.contains("firmware"),
+        "{list}"
+    );
+    let (code, _, err) = cli(&c, &["maintenance", "remove", w["id"].as_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let d = run_schedule(&c, &drain).await;
+    let run4 = d.run.as_ref().unwrap().run_id.clone();
+    wait_node(&sl, "n2", "drained after the window", |s| {
+        s.reason.as_deref()
+            == Some(format!("benchlake: node.cores {cores} vs 4096 (run {run4})").as_str())
+    })
+    .await;
+    let n = notify_now(&c, &outbox, &run4).await;
+    assert_eq!(n.state, "DELIVERED", "{n:?}");
+    assert_eq!(hook.bodies().len(), 2);
+    scontrol(&sl, &["update", "nodename=n2", "state=resume"]);
+    c.shutdown();
+}

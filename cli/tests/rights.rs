@@ -85,6 +85,14 @@ struct Clients {
     schedules: pb::schedule_service_client::ScheduleServiceClient<Ch>,
     cluster: pb::cluster_service_client::ClusterServiceClient<Ch>,
     replay: pb::replay_service_client::ReplayServiceClient<Ch>,
+    addr: String,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }
 
 fn clients(addr: &str, token: Option<&str>) -> Clients {
@@ -95,6 +103,7 @@ fn clients(addr: &str, token: Option<&str>) -> Clients {
         schedules: pb::schedule_service_client::ScheduleServiceClient::with_interceptor(ch(), a()),
         cluster: pb::cluster_service_client::ClusterServiceClient::with_interceptor(ch(), a()),
         replay: pb::replay_service_client::ReplayServiceClient::with_interceptor(ch(), a()),
+        addr: addr.to_string(),
     }
 }
 
@@ -303,6 +312,84 @@ async fn call(
                 .await
                 .map(|_| ()),
         ),
+        "AcknowledgeCheck" => code(
+            c.cluster
+                .acknowledge_check(pb::AcknowledgeCheckRequest {
+                    node: "n1".into(),
+                    check: "node.cores".into(),
+                    comment: "DIMM on order".into(),
+                    expires_ms: now_ms() + 3_600_000,
+                })
+                .await
+                .map(|_| ()),
+        ),
+        "ListAcknowledgements" => code(
+            c.cluster
+                .list_acknowledgements(pb::ListAcknowledgementsRequest { all: true })
+                .await
+                .map(|_| ()),
+        ),
+        "CreateMaintenance" => code(
+            c.cluster
+                .create_maintenance(pb::CreateMaintenanceRequest {
+                    nodes: "n[1-2]".into(),
+                    start_ms: now_ms(),
+                    end_ms: now_ms() + 3_600_000,
+                    reason: "firmware".into(),
+                })
+                .await
+                .map(|_| ()),
+        ),
+        "ListMaintenance" => code(
+            c.cluster
+                .list_maintenance(pb::ListMaintenanceRequest { all: true })
+                .await
+                .map(|_| ()),
+        ),
+        // Removing what an admin made (acknowledgements and windows have no
+        // user owner: they act on nodes).
+        "RemoveAcknowledgement" | "DeleteMaintenance" => {
+            let mut admin = clients(&alice.addr, Some(secret(ADMIN)));
+            if method == "RemoveAcknowledgement" {
+                let id = admin
+                    .cluster
+                    .acknowledge_check(pb::AcknowledgeCheckRequest {
+                        node: "n1".into(),
+                        check: "*".into(),
+                        comment: "known".into(),
+                        expires_ms: now_ms() + 3_600_000,
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner()
+                    .id;
+                code(
+                    c.cluster
+                        .remove_acknowledgement(pb::RemoveAcknowledgementRequest { id })
+                        .await
+                        .map(|_| ()),
+                )
+            } else {
+                let id = admin
+                    .cluster
+                    .create_maintenance(pb::CreateMaintenanceRequest {
+                        nodes: "n1".into(),
+                        start_ms: now_ms(),
+                        end_ms: now_ms() + 3_600_000,
+                        reason: "firmware".into(),
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner()
+                    .id;
+                code(
+                    c.cluster
+                        .delete_maintenance(pb::DeleteMaintenanceRequest { id })
+                        .await
+                        .map(|_| ()),
+                )
+            }
+        }
         "TriggerReplay" => code(
             c.replay
                 .trigger_replay(pb::TriggerReplayRequest {

@@ -10,8 +10,10 @@
 //! - A **user** acts (cancel, re-run, analyse, pause, resume, delete,
 //!   backfill, trigger) only on what they own.
 //! - An **admin** acts on everything, and alone may act on nodes: draining
-//!   agents, and schedules whose node action is not `off` (they drain Slurm
-//!   nodes). Objects recorded before owners were (no owner) are admin-only.
+//!   agents, schedules whose node action is not `off` (they drain Slurm
+//!   nodes), and acknowledging findings or declaring maintenance windows
+//!   (they silence notifications and drains for everyone: [`crate::silence`]).
+//!   Objects recorded before owners were (no owner) are admin-only.
 //! - With authentication off (no token configured: `benchlake up` on
 //!   loopback) every caller is the anonymous admin.
 //!
@@ -60,6 +62,12 @@ pub const RPC_RIGHTS: &[(&str, &str, Right)] = &[
     ("ClusterService", "ListTables", Right::Read),
     ("ClusterService", "GetNodeHealth", Right::Read),
     ("ClusterService", "ListBenchmarks", Right::Read),
+    ("ClusterService", "AcknowledgeCheck", Right::Admin),
+    ("ClusterService", "ListAcknowledgements", Right::Read),
+    ("ClusterService", "RemoveAcknowledgement", Right::Admin),
+    ("ClusterService", "CreateMaintenance", Right::Admin),
+    ("ClusterService", "ListMaintenance", Right::Read),
+    ("ClusterService", "DeleteMaintenance", Right::Admin),
     ("ReplayService", "TriggerReplay", Right::Create),
 ];
 

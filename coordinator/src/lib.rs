@@ -30,6 +30,7 @@ pub mod placement;
 pub mod reconcile;
 pub mod retention;
 pub mod scheduler;
+pub mod silence;
 pub mod store;
 pub mod store_pg;
 pub mod tls;

@@ -104,7 +104,7 @@ pub struct NodeEvent {
     pub at_ms: i64,
     pub node: String,
     pub run_id: String,
-    /// `drain`, `resume`, `left-alone`, `forgot`, `error`.
+    /// `drain`, `resume`, `left-alone`, `forgot`, `error`, `silenced`.
     pub action: String,
     pub dry_run: bool,
     /// What it did and why, for people.
@@ -455,9 +455,10 @@ pub async fn after_node_rows(
                 .into_iter()
                 .map(|d| (d.node.clone(), d))
                 .collect();
-            Ok(Some((s.node_action, sid, drains)))
+            let silences = crate::silence::Silences::read(tx)?;
+            Ok(Some((s.node_action, sid, (drains, silences, run))))
         });
-        let (action, sid, drains) = match found {
+        let (action, sid, (drains, silences, run)) = match found {
             Ok(Some(x)) => x,
             Ok(None) => return,
             Err(e) => {
@@ -469,6 +470,20 @@ pub async fn after_node_rows(
             .run(&run_id)
             .map(|r| r.node_rows().cloned().collect())
             .unwrap_or_default();
+        // Silenced rows (acknowledged, in maintenance) neither drain nor
+        // resume a node (crate::silence).
+        let (rows, silenced) = crate::silence::split_node_rows(&silences, &run, rows, now);
+        for (node, r, why) in silenced.iter().filter(|(_, r, _)| r.status != "PASS") {
+            let e = NodeEvent {
+                at_ms: now,
+                node: node.clone(),
+                run_id: run_id.clone(),
+                action: "silenced".into(),
+                dry_run: action == NodeAction::DryRun,
+                detail: format!("not acted on: {node} {} {} ({why})", r.check, r.status),
+            };
+            actions.event(&metrics, e);
+        }
         let decisions = decide(&run_id, &rows, &drains);
         actions.execute(&*store, &metrics, action, &run_id, Some(&sid), decisions, now);
     })

@@ -1066,7 +1066,7 @@ impl Outbox {
         let m = &c.metrics;
         let now = c.now();
         if row.body.is_none() {
-            let facts = match run_facts(c, &row.run_id).await {
+            let mut facts = match run_facts(c, &row.run_id).await {
                 Ok(f) => f,
                 Err(e) => {
                     // The lake or the store is unavailable: look again later
@@ -1078,24 +1078,36 @@ impl Outbox {
                     return;
                 }
             };
+            // Acknowledged and in-maintenance findings are left out (crate::silence).
+            let measured = facts.verdict();
+            let silenced = match c.db(crate::silence::Silences::read).await {
+                Ok(s) => crate::silence::silence_facts(&s, &mut facts, now),
+                Err(e) => {
+                    tracing::warn!(run = %row.run_id, error = %e, "cannot read the acknowledgements; retrying");
+                    row.next_ms = now + backoff_ms(cfg.backoff_ms, cfg.backoff_max_ms, 1, 1.0);
+                    self.save(c, row).await;
+                    return;
+                }
+            };
             match facts.event() {
                 None => {
                     row.state = NotificationState::Skipped;
-                    row.last_error = None;
+                    row.last_error = crate::silence::skip_note(&silenced);
                     m.notifications.inc(&["skipped"]);
                     self.save(c, row).await;
                     return;
                 }
                 Some(ev) => {
                     row.event = Some(ev.to_string());
-                    row.body = Some(payload(
+                    let body = payload(
                         &facts,
                         ev,
                         &row.delivery_id,
                         &row.notifier,
                         cfg.dashboard_url.as_deref(),
                         now,
-                    ));
+                    );
+                    row.body = Some(crate::silence::annotate(body, measured, &silenced));
                 }
             }
         }

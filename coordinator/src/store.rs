@@ -127,6 +127,24 @@ pub trait Tx {
     /// Every recorded drain, by node name.
     fn list_node_drains(&mut self) -> Result<Vec<crate::node_actions::NodeDrain>>;
 
+    // Acknowledgements and maintenance windows (`crate::silence`).
+    /// Records an acknowledgement.
+    fn insert_ack(&mut self, a: &crate::silence::Ack) -> Result<()>;
+    /// Every acknowledgement on record, by id (oldest first).
+    fn list_acks(&mut self) -> Result<Vec<crate::silence::Ack>>;
+    /// Deletes an acknowledgement; whether there was one.
+    fn delete_ack(&mut self, id: &str) -> Result<bool>;
+    /// Deletes the acknowledgements that expired before `before_ms`.
+    fn prune_acks(&mut self, before_ms: i64) -> Result<u64>;
+    /// Records a maintenance window.
+    fn insert_maintenance(&mut self, m: &crate::silence::Maintenance) -> Result<()>;
+    /// Every window on record, by id (oldest first).
+    fn list_maintenance(&mut self) -> Result<Vec<crate::silence::Maintenance>>;
+    /// Deletes a window; whether there was one.
+    fn delete_maintenance(&mut self, id: &str) -> Result<bool>;
+    /// Deletes the windows that ended before `before_ms`.
+    fn prune_maintenance(&mut self, before_ms: i64) -> Result<u64>;
+
     // The notification outbox (`crate::notify`).
     /// Adds an outbox row; nothing when the run already has one for that
     /// notifier.
@@ -272,6 +290,13 @@ const MIGRATIONS: &[fn(&Connection) -> Result<()>] = &[
     |c| {
         Ok(c.execute_batch(
             "CREATE TABLE IF NOT EXISTS node_drains (node TEXT PRIMARY KEY, data TEXT NOT NULL);",
+        )?)
+    },
+    // Acknowledgements and maintenance windows (`crate::silence`).
+    |c| {
+        Ok(c.execute_batch(
+            "CREATE TABLE IF NOT EXISTS acknowledgements (id TEXT PRIMARY KEY, expires_ms INTEGER NOT NULL, data TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS maintenance_windows (id TEXT PRIMARY KEY, end_ms INTEGER NOT NULL, data TEXT NOT NULL);",
         )?)
     },
 ];
@@ -1041,6 +1066,55 @@ impl Tx for SqliteTx<'_> {
     }
     fn list_node_drains(&mut self) -> Result<Vec<crate::node_actions::NodeDrain>> {
         self.many("SELECT data FROM node_drains ORDER BY node", [])
+    }
+
+    fn insert_ack(&mut self, a: &crate::silence::Ack) -> Result<()> {
+        self.c
+            .prepare_cached(
+                "INSERT INTO acknowledgements(id, expires_ms, data) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![a.id, a.expires_ms, enc(a)?])?;
+        Ok(())
+    }
+    fn list_acks(&mut self) -> Result<Vec<crate::silence::Ack>> {
+        self.many("SELECT data FROM acknowledgements ORDER BY id", [])
+    }
+    fn delete_ack(&mut self, id: &str) -> Result<bool> {
+        Ok(self
+            .c
+            .prepare_cached("DELETE FROM acknowledgements WHERE id=?1")?
+            .execute(params![id])?
+            > 0)
+    }
+    fn prune_acks(&mut self, before_ms: i64) -> Result<u64> {
+        Ok(self
+            .c
+            .prepare_cached("DELETE FROM acknowledgements WHERE expires_ms < ?1")?
+            .execute(params![before_ms])? as u64)
+    }
+    fn insert_maintenance(&mut self, m: &crate::silence::Maintenance) -> Result<()> {
+        self.c
+            .prepare_cached(
+                "INSERT INTO maintenance_windows(id, end_ms, data) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![m.id, m.end_ms, enc(m)?])?;
+        Ok(())
+    }
+    fn list_maintenance(&mut self) -> Result<Vec<crate::silence::Maintenance>> {
+        self.many("SELECT data FROM maintenance_windows ORDER BY id", [])
+    }
+    fn delete_maintenance(&mut self, id: &str) -> Result<bool> {
+        Ok(self
+            .c
+            .prepare_cached("DELETE FROM maintenance_windows WHERE id=?1")?
+            .execute(params![id])?
+            > 0)
+    }
+    fn prune_maintenance(&mut self, before_ms: i64) -> Result<u64> {
+        Ok(self
+            .c
+            .prepare_cached("DELETE FROM maintenance_windows WHERE end_ms < ?1")?
+            .execute(params![before_ms])? as u64)
     }
 
     fn insert_notification(&mut self, n: &NotificationRow) -> Result<()> {

@@ -100,6 +100,13 @@ CREATE INDEX IF NOT EXISTS notifications_due ON notifications(state, next_ms);
     r#"
 CREATE TABLE IF NOT EXISTS node_drains (node TEXT COLLATE "C" PRIMARY KEY, data TEXT NOT NULL);
 "#,
+    // Acknowledgements and maintenance windows (`crate::silence`).
+    r#"
+CREATE TABLE IF NOT EXISTS acknowledgements (
+  id TEXT COLLATE "C" PRIMARY KEY, expires_ms BIGINT NOT NULL, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS maintenance_windows (
+  id TEXT COLLATE "C" PRIMARY KEY, end_ms BIGINT NOT NULL, data TEXT NOT NULL);
+"#,
 ];
 
 /// Key of the advisory lock that serialises schema upgrades of coordinators
@@ -1254,6 +1261,43 @@ impl Tx for PgTx<'_> {
     }
     fn list_node_drains(&mut self) -> Result<Vec<crate::node_actions::NodeDrain>> {
         self.many("SELECT data FROM node_drains ORDER BY node", &[])
+    }
+
+    fn insert_ack(&mut self, a: &crate::silence::Ack) -> Result<()> {
+        self.defer(
+            "INSERT INTO acknowledgements(id, expires_ms, data) VALUES ($1, $2, $3)",
+            params![a.id.clone(), a.expires_ms, enc(a)?],
+        )
+    }
+    fn list_acks(&mut self) -> Result<Vec<crate::silence::Ack>> {
+        self.many("SELECT data FROM acknowledgements ORDER BY id", &[])
+    }
+    fn delete_ack(&mut self, id: &str) -> Result<bool> {
+        Ok(self.exec("DELETE FROM acknowledgements WHERE id=$1", &[&id])? > 0)
+    }
+    fn prune_acks(&mut self, before_ms: i64) -> Result<u64> {
+        self.exec(
+            "DELETE FROM acknowledgements WHERE expires_ms < $1",
+            &[&before_ms],
+        )
+    }
+    fn insert_maintenance(&mut self, m: &crate::silence::Maintenance) -> Result<()> {
+        self.defer(
+            "INSERT INTO maintenance_windows(id, end_ms, data) VALUES ($1, $2, $3)",
+            params![m.id.clone(), m.end_ms, enc(m)?],
+        )
+    }
+    fn list_maintenance(&mut self) -> Result<Vec<crate::silence::Maintenance>> {
+        self.many("SELECT data FROM maintenance_windows ORDER BY id", &[])
+    }
+    fn delete_maintenance(&mut self, id: &str) -> Result<bool> {
+        Ok(self.exec("DELETE FROM maintenance_windows WHERE id=$1", &[&id])? > 0)
+    }
+    fn prune_maintenance(&mut self, before_ms: i64) -> Result<u64> {
+        self.exec(
+            "DELETE FROM maintenance_windows WHERE end_ms < $1",
+            &[&before_ms],
+        )
     }
 
     fn insert_notification(&mut self, n: &NotificationRow) -> Result<()> {

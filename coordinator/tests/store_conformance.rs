@@ -149,6 +149,7 @@ fn conformance(s: &dyn StateStore) {
     schedules(s);
     committed_and_meta(s);
     node_drains(s);
+    silences(s);
     notifications(s);
     counts(s);
     rollback(s);
@@ -600,6 +601,66 @@ fn committed_and_meta(s: &dyn StateStore) {
         assert_eq!(tx.committed_files(Some("a"))?.len(), 1);
         assert_eq!(tx.get_meta("reconcile_ms")?.as_deref(), Some("2"));
         assert!(tx.get_meta("nothing")?.is_none());
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// Acknowledgements and maintenance windows: insert, list by id, delete,
+/// prune the ones that ended before a time; a rollback keeps nothing.
+fn silences(s: &dyn StateStore) {
+    use benchlake_coordinator::silence::{Ack, Maintenance};
+    let ack = |id: &str, exp: i64| Ack {
+        id: id.into(),
+        node: "n3".into(),
+        check: "node.".into(),
+        comment: "DIMM on order — ünïcode".into(),
+        author: "alice".into(),
+        created_ms: 10,
+        expires_ms: exp,
+    };
+    let win = |id: &str, end: i64| Maintenance {
+        id: id.into(),
+        nodes: "n[1-2]".into(),
+        node_names: vec!["n1".into(), "n2".into()],
+        start_ms: 5,
+        end_ms: end,
+        reason: "firmware".into(),
+        author: "bob".into(),
+        created_ms: 1,
+    };
+    s.transact(|tx| {
+        tx.insert_ack(&ack("01B", 200))?;
+        tx.insert_ack(&ack("01A", 100))?;
+        tx.insert_maintenance(&win("01D", 300))?;
+        tx.insert_maintenance(&win("01C", 50))
+    })
+    .unwrap();
+    s.transact(|tx| {
+        assert_eq!(tx.list_acks()?, [ack("01A", 100), ack("01B", 200)]);
+        assert_eq!(tx.list_maintenance()?, [win("01C", 50), win("01D", 300)]);
+        assert_eq!(tx.prune_acks(150)?, 1);
+        assert_eq!(tx.prune_maintenance(50)?, 0, "ended at 50: not before 50");
+        assert_eq!(tx.prune_maintenance(51)?, 1);
+        assert_eq!(ids(&tx.list_acks()?, |a| &a.id), ["01B"]);
+        assert_eq!(ids(&tx.list_maintenance()?, |w| &w.id), ["01D"]);
+        assert!(tx.delete_ack("01B")?);
+        assert!(!tx.delete_ack("01B")?);
+        assert!(tx.delete_maintenance("01D")?);
+        assert!(!tx.delete_maintenance("01D")?);
+        Ok(())
+    })
+    .unwrap();
+    let _ = s.transact(|tx| {
+        tx.insert_ack(&ack("01E", 1))?;
+        tx.insert_maintenance(&win("01F", 1))?;
+        Err::<(), _>(benchlake_coordinator::CoordError::Invalid(
+            "roll back".into(),
+        ))
+    });
+    s.transact(|tx| {
+        assert!(tx.list_acks()?.is_empty());
+        assert!(tx.list_maintenance()?.is_empty());
         Ok(())
     })
     .unwrap();

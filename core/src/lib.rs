@@ -6,6 +6,7 @@
 //! - [`catalog`]: the Arrow schema of every lake table (a public contract, see docs/tables.md);
 //! - [`lake`]: Parquet encoding, the object store handle and offline lake writing;
 //! - [`node`]: a node's identity (Slurm node, else the agent's node, else the host name);
+//! - [`hostlist`]: Slurm hostlist expressions (`n[1-4]`) expanded into node names;
 //! - [`scontrol`]: reading, draining and resuming Slurm nodes (argv, checked names);
 //! - [`stdout`]: printing that ends quietly, not with a panic, when standard output is closed;
 //! - [`error`]: the crate's error type.
@@ -13,6 +14,7 @@ pub mod bench;
 pub mod catalog;
 pub mod clock;
 pub mod error;
+pub mod hostlist;
 pub mod ids;
 pub mod jobs;
 pub mod lake;

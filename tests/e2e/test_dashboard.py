@@ -928,3 +928,56 @@ def test_linktest_at_4096_ranks(demo, browser, tmp_path):
     text = browser.page.inner_text("#lt-hover")
     assert text.startswith(f"from rank {f} (") and f"to rank {to} (" in text, text
     assert browser.errors[before:] == [], browser.errors[before:]
+
+
+def test_acknowledged_cells_and_silences_page(demo, browser):
+    """Issue 37 item 7: an admin acknowledges the demo's failing node check
+    and declares a maintenance window on the node; the overview outlines the
+    cell (the comment and expiry in its tooltip) and marks the node; the
+    /silences page lists both; a user token may list but not acknowledge."""
+    node, check = lake_rows(demo, "SELECT node, \"check\" FROM read_parquet('LAKE/node_health/**/*.parquet', "
+                                  "hive_partitioning=true) WHERE status = 'FAIL' LIMIT 1")[0]
+    conn = ["--coordinator", demo["addr"]]
+    r = subprocess.run([BIN, "ack", node, check, "--comment", "DIMM on order <b>x</b>", "--expires", "7d",
+                        "--token", USER] + conn, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "needs the admin role" in r.stderr, r.stderr
+    r = subprocess.run([BIN, "ack", node, check, "--comment", "DIMM on order <b>x</b>", "--expires", "7d",
+                        "--token", ADMIN, "--json"] + conn, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    ack = json.loads(r.stdout)
+    assert ack["node"] == node and ack["check"] == check and not ack["expired"], ack
+    r = subprocess.run([BIN, "maintenance", "add", node, "--end", "4h", "--reason", "firmware update",
+                        "--token", ADMIN, "--json"] + conn, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    window = json.loads(r.stdout)
+    assert window["state"] == "ACTIVE" and window["node_names"] == [node], window
+    r = subprocess.run([BIN, "ack", "list", "--token", USER] + conn, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and ack["id"] in r.stdout and "DIMM on order" in r.stdout, r.stdout + r.stderr
+
+    browser.ctx.clear_cookies()
+    browser.login(USER)
+    browser.go("/", shot="overview-ack")
+    row = browser.page.locator("#nodes tbody tr", has=browser.page.locator(f"td.node:text-is('{node}')"))
+    assert "maintenance" in row.inner_text()
+    cell = row.locator("a.v.ack")
+    assert cell.count() == 1, row.inner_html()
+    title = cell.get_attribute("title")
+    assert "ack: acknowledged by token:" in title, title  # an unbound token: its fingerprint
+    assert "DIMM on order <b>x</b>" in title and "until " in title, title
+    assert "v-FAIL" in cell.get_attribute("class"), "recorded as measured"
+    outline = browser.page.evaluate("e => getComputedStyle(e).outlineStyle", cell.element_handle())
+    assert outline == "dashed", outline
+    browser.go("/silences", shot="silences")
+    acks = browser.page.inner_text("#acks")
+    assert node in acks and check in acks and "DIMM on order <b>x</b>" in acks and ack["id"] in acks, acks
+    windows = browser.page.inner_text("#windows")
+    assert "ACTIVE" in windows and "firmware update" in windows and window["id"] in windows, windows
+    assert browser.page.locator("#acks b").count() == 0, "the comment is text"
+    # Removed: gone from the page and the overview.
+    for cmd in (["ack", "remove", ack["id"]], ["maintenance", "remove", window["id"]]):
+        r = subprocess.run([BIN, *cmd, "--token", ADMIN] + conn, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+    browser.go("/silences")
+    assert browser.page.locator("#acks-none").count() == 1 and browser.page.locator("#windows-none").count() == 1
+    browser.go("/")
+    assert browser.page.locator("#nodes a.v.ack").count() == 0

@@ -29,6 +29,7 @@ pub mod node;
 pub mod origin;
 pub mod pages;
 pub mod replay;
+pub mod silences;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -48,7 +49,12 @@ use crate::config::Role;
 use crate::http::Http;
 
 /// The top navigation: (path, label). Later pages add their entry here.
-pub const NAV: &[(&str, &str)] = &[("/", "Health"), ("/runs", "Runs"), ("/io", "I/O trends")];
+pub const NAV: &[(&str, &str)] = &[
+    ("/", "Health"),
+    ("/runs", "Runs"),
+    ("/io", "I/O trends"),
+    ("/silences", "Silenced"),
+];
 
 /// The page of a run's view that shows `table` (see `pages::VIEWS`), when
 /// there is one.
@@ -131,6 +137,7 @@ pub fn router(h: Http) -> Router {
         .route("/nodes/{node}", get(node::page))
         .route("/api/runs/{id}", get(pages::run_json))
         .route("/io", get(io::page))
+        .route("/silences", get(silences::page))
         .route("/runs/{id}/linktest", get(linktest::page))
         .route("/runs/{id}/replay", get(replay::page))
         .route("/runs/{id}/alltoallv", get(alltoallv::page))

@@ -116,6 +116,7 @@ struct OverviewData {
     schedules: Vec<(ScheduleRow, Vec<RunRow>)>,
     adhoc: Vec<RunRow>,
     active: Vec<RunRow>,
+    silences: crate::silence::Silences,
 }
 
 /// `/`: nodes with their latest verdicts (failing first), each schedule's
@@ -159,6 +160,7 @@ pub async fn overview(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
                 schedules,
                 adhoc,
                 active,
+                silences: crate::silence::Silences::read(tx)?,
             })
         })
         .await;
@@ -310,6 +312,8 @@ pub async fn overview(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
             if n.drain {
                 state = format!("{state} {}", badge("drained"));
             }
+            let now = c.now();
+            state.push_str(&super::silences::node_badge(&d.silences, n.name, now));
             let worst = crate::verdicts::worst(checks.values().map(|c| c.status.as_str()));
             let _ = write!(
                 b,
@@ -322,14 +326,16 @@ pub async fn overview(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
             for (_, _, col) in &columns {
                 match checks.get(col) {
                     Some(nc) => {
+                        let (ack, note) = super::silences::cell_mark(&d.silences, n.name, col, now);
                         let _ = write!(
                             b,
-                            "<td class=\"cell\"><a class=\"v v-{}\" href=\"/runs/{}\" title=\"{} · {} · run {}\">{}</a></td>",
+                            "<td class=\"cell\"><a class=\"v v-{}{ack}\" href=\"/runs/{}\" title=\"{} · {} · run {}{}\">{}</a></td>",
                             esc(&nc.status),
                             esc(&nc.run_id),
                             esc(col),
                             esc(&html::figure(nc.value, &nc.unit)),
                             esc(&nc.run_id),
+                            esc(&note),
                             esc(&html::figure(nc.value, &nc.unit))
                         );
                     }

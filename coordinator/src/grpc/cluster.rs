@@ -147,6 +147,43 @@ impl ClusterService for Svc {
         }))
     }
 
+    async fn acknowledge_check(
+        &self,
+        req: Request<pb::AcknowledgeCheckRequest>,
+    ) -> std::result::Result<Response<pb::Acknowledgement>, Status> {
+        self.acknowledge(req).await
+    }
+    async fn list_acknowledgements(
+        &self,
+        req: Request<pb::ListAcknowledgementsRequest>,
+    ) -> std::result::Result<Response<pb::ListAcknowledgementsResponse>, Status> {
+        self.list_acks(req).await
+    }
+    async fn remove_acknowledgement(
+        &self,
+        req: Request<pb::RemoveAcknowledgementRequest>,
+    ) -> std::result::Result<Response<pb::Acknowledgement>, Status> {
+        self.remove_ack(req).await
+    }
+    async fn create_maintenance(
+        &self,
+        req: Request<pb::CreateMaintenanceRequest>,
+    ) -> std::result::Result<Response<pb::MaintenanceWindow>, Status> {
+        self.maint_create(req).await
+    }
+    async fn list_maintenance(
+        &self,
+        req: Request<pb::ListMaintenanceRequest>,
+    ) -> std::result::Result<Response<pb::ListMaintenanceResponse>, Status> {
+        self.maint_list(req).await
+    }
+    async fn delete_maintenance(
+        &self,
+        req: Request<pb::DeleteMaintenanceRequest>,
+    ) -> std::result::Result<Response<pb::MaintenanceWindow>, Status> {
+        self.maint_delete(req).await
+    }
+
     /// From memory (the verdict index, the node actions' events) and one
     /// read of the drain record: fast enough for Slurm's HealthCheckProgram.
     async fn get_node_health(
@@ -159,7 +196,7 @@ impl ClusterService for Svc {
         // Whether the answer is complete is decided with the read itself:
         // the start-up load may end while the drain record is read below.
         let (checks, complete) = self.0.verdicts.node_health_read(&node);
-        let checks: Vec<pb::NodeCheckVerdict> = checks
+        let mut checks: Vec<pb::NodeCheckVerdict> = checks
             .into_iter()
             .map(|(check, v)| pb::NodeCheckVerdict {
                 check,
@@ -169,22 +206,29 @@ impl ClusterService for Svc {
                 unit: v.row.unit,
                 message: v.row.message,
                 run_id: v.run_id,
+                silenced: String::new(),
             })
             .collect();
         let verdict = crate::verdicts::worst(checks.iter().map(|c| c.status.as_str()))
             .unwrap_or_default()
             .to_string();
-        let n = node.clone();
-        let drain = self
-            .tx(move |tx| tx.get_node_drain(&n))
-            .await?
-            .map(|d| pb::NodeDrainRecord {
-                reason: d.reason,
-                run_id: d.run_id,
-                check: d.check,
-                schedule_id: d.schedule_id.unwrap_or_default(),
-                drained_at_ms: d.drained_ms,
-            });
+        let (n, now) = (node.clone(), self.0.now());
+        let runs: Vec<String> = checks.iter().map(|c| c.run_id.clone()).collect();
+        let (drain, maintenance) = self
+            .tx(move |tx| {
+                let drain = tx.get_node_drain(&n)?;
+                let m = crate::silence::node_silences(tx, &n, &mut checks, &runs, now)?;
+                Ok((drain, (m, checks)))
+            })
+            .await?;
+        let (maintenance, checks) = maintenance;
+        let drain = drain.map(|d| pb::NodeDrainRecord {
+            reason: d.reason,
+            run_id: d.run_id,
+            check: d.check,
+            schedule_id: d.schedule_id.unwrap_or_default(),
+            drained_at_ms: d.drained_ms,
+        });
         let events = self
             .0
             .node_actions
@@ -205,6 +249,7 @@ impl ClusterService for Svc {
             drain,
             events,
             complete,
+            maintenance,
         }))
     }
 }

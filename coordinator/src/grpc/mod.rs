@@ -12,6 +12,7 @@ mod cluster;
 mod replay;
 mod runs;
 mod schedules;
+mod silence;
 mod workers;
 
 use std::pin::Pin;
