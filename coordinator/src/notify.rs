@@ -1348,6 +1348,16 @@ mod tests {
             &[("n1", "node.cores", "PASS"), ("n2", "node.cores", "ERROR")],
         );
         assert_eq!(f.event(), Some("verdict.error"));
+        // A REGRESSION (even beside an ERROR) is notified and failing.
+        let g = facts(
+            RunState::Succeeded,
+            &[("a", "ERROR"), ("b", "REGRESSION")],
+            &[],
+        );
+        assert_eq!(
+            (g.event(), g.failing_checks().len()),
+            (Some("verdict.regression"), 2)
+        );
         let nodes = f.failing_nodes();
         assert_eq!(nodes.len(), 1);
         assert_eq!(nodes[0].node, "n2");

@@ -327,7 +327,9 @@ fn node_history(
     schedule: &str,
     window: usize,
 ) -> Result<BTreeMap<(String, String), Vec<Point>>, ExecError> {
-    let mut found: Vec<(String, String, Vec<(String, String, f64)>)> = Vec::new();
+    /// (node, check, value) of one earlier run.
+    type NodeValues = Vec<(String, String, f64)>;
+    let mut found: Vec<(String, String, NodeValues)> = Vec::new();
     previous_runs(ctx, schedule, |run| {
         let batches = match read_run_table(ctx, "node_health", &run.date, &run.run_id, None) {
             Ok(b) => b,

@@ -1253,6 +1253,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_regression_shows_its_change_point_linked_and_escaped() {
+        let mut row = crate::verdicts::CheckRow {
+            check: "io.write_bw_mib_s.vs_median".into(),
+            status: "REGRESSION".into(),
+            ..Default::default()
+        };
+        assert_eq!(change_cell(&row), "");
+        row.since_run = Some("01K<R>".into());
+        row.since_date = Some("2026-11-20".into());
+        row.step = Some(-0.1234);
+        row.confidence = Some(0.9991);
+        assert_eq!(
+            change_cell(&row),
+            "since <a class=\"mono\" href=\"/runs/01K&lt;R&gt;\">2026-11-20</a> -12.3 % (confidence 0.999)"
+        );
+    }
+
+    #[test]
     fn a_tasks_slurm_job_and_progress_are_shown_escaped() {
         let mut t = crate::lifecycle::task::new(
             "R",
