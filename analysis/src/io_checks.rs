@@ -225,6 +225,8 @@ pub struct CheckRow {
     pub reference: Option<f64>,
     pub unit: String,
     pub message: String,
+    /// The change point of a REGRESSION (or of a FAIL it explains).
+    pub regression: Option<crate::changepoint::Regression>,
 }
 
 fn col<'a, T: 'static>(b: &'a RecordBatch, name: &str) -> Result<&'a T, IoCheckError> {
@@ -464,6 +466,7 @@ pub fn evaluate(
                 reference,
                 unit: r.unit.clone(),
                 message,
+                regression: None,
             }
         };
         let Some(&v) = figures.get(&r.figure) else {
@@ -519,6 +522,7 @@ pub fn evaluate(
                     reference: Some(b),
                     unit: r.unit.clone(),
                     message: msg,
+                    regression: None,
                 }
             } else {
                 row("", st, Some(v), Some(b), msg)
@@ -748,7 +752,7 @@ pub fn to_batch(
     let s = |f: &dyn Fn(&CheckRow) -> &str| -> ArrayRef {
         Arc::new(StringArray::from_iter_values(rows.iter().map(f)))
     };
-    let cols: Vec<ArrayRef> = vec![
+    let mut cols: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from_iter_values(rows.iter().map(|_| run_id))),
         Arc::new(StringArray::from_iter_values(rows.iter().map(|_| source))),
         s(&|r| &r.check),
@@ -758,6 +762,9 @@ pub fn to_batch(
         s(&|r| &r.unit),
         s(&|r| &r.message),
     ];
+    cols.extend(crate::changepoint::columns(
+        rows.iter().map(|r| r.regression.as_ref()),
+    ));
     Ok(RecordBatch::try_new(catalog::schema("checks")?, cols)?)
 }
 

@@ -1,5 +1,6 @@
 //! Analyses: alltoallv communication patterns and statistics, LinkTest health checks.
 
+pub mod changepoint;
 pub mod counts;
 pub mod io_checks;
 pub mod linktest_checks;
@@ -7,3 +8,4 @@ pub mod linktest_lake;
 pub mod linktest_report;
 pub mod node_checks;
 pub mod reference;
+pub mod regressions;

@@ -58,6 +58,8 @@ pub struct NodeRow {
     pub reference: Option<f64>,
     pub unit: String,
     pub message: String,
+    /// The change point of a REGRESSION of the node's series.
+    pub regression: Option<crate::changepoint::Regression>,
 }
 
 impl NodeRow {
@@ -76,6 +78,7 @@ impl NodeRow {
             reference,
             unit: String::new(),
             message: String::new(),
+            regression: None,
         }
     }
     fn unit(mut self, u: &str) -> Self {
@@ -715,6 +718,7 @@ pub fn rank_time_checks(ranks: &[RankWork], cfg: &RankTimeConfig) -> Vec<NodeRow
                 "no rank could be compared: the ranks of the {} nodes do different work (different MPI call counts)",
                 nodes.len()
             ),
+            regression: None,
         }];
     }
     per_node
@@ -753,6 +757,7 @@ pub fn config_error(message: String) -> NodeRow {
         reference: None,
         unit: String::new(),
         message,
+        regression: None,
     }
 }
 
@@ -765,7 +770,7 @@ pub fn to_batch(
     let s = |f: &dyn Fn(&NodeRow) -> &str| -> ArrayRef {
         Arc::new(StringArray::from_iter_values(rows.iter().map(f)))
     };
-    let cols: Vec<ArrayRef> = vec![
+    let mut cols: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from_iter_values(rows.iter().map(|_| run_id))),
         Arc::new(StringArray::from_iter_values(rows.iter().map(|_| source))),
         s(&|r| &r.node),
@@ -776,6 +781,9 @@ pub fn to_batch(
         s(&|r| &r.unit),
         s(&|r| &r.message),
     ];
+    cols.extend(crate::changepoint::columns(
+        rows.iter().map(|r| r.regression.as_ref()),
+    ));
     let schema = catalog::schema("node_health")
         .map_err(|e| arrow::error::ArrowError::SchemaError(e.to_string()))?;
     RecordBatch::try_new(schema, cols)

@@ -208,6 +208,7 @@ async fn bench() {
             reference: Some(900.0),
             unit: "MiB/s".into(),
             message: "bench".into(),
+            ..Default::default()
         })
         .collect();
         coord.verdicts().record(

@@ -100,6 +100,7 @@ async fn bench() {
                             reference: Some(64.0),
                             unit: (*unit).into(),
                             message: "bench".into(),
+                            ..Default::default()
                         },
                     )
                 })

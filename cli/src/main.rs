@@ -11,6 +11,7 @@ mod netprobe;
 mod nodecheck;
 mod opts;
 mod replay;
+mod run_checks;
 mod schedule_show;
 mod silence;
 mod up;

@@ -5,7 +5,8 @@
 //!
 //! Exit status: 0 healthy (no node check's newest verdict FAIL or ERROR:
 //! PASS, or INCONCLUSIVE / NO_REFERENCE, which are printed but neither
-//! drain nor fail a node), 1 failing (at least one FAIL), 2 cannot tell (no
+//! drain nor fail a node), 1 failing (at least one FAIL, or a REGRESSION:
+//! the node's series stepped or drifted worse), 2 cannot tell (no
 //! verdict for the node, an ERROR, the coordinator unreachable or still
 //! loading, a bad argument).
 //!
@@ -87,6 +88,10 @@ fn default_node() -> String {
 pub fn judge(h: &pb::NodeHealth) -> (u8, String) {
     match h.verdict.as_str() {
         "FAIL" => (FAILING, "failing".into()),
+        "REGRESSION" => (
+            FAILING,
+            "failing: a node check regressed (its series stepped or drifted worse)".into(),
+        ),
         "PASS" if h.complete => (HEALTHY, "healthy".into()),
         "INCONCLUSIVE" | "NO_REFERENCE" if h.complete => {
             let n = |s: &str| h.checks.iter().filter(|c| c.status == s).count();
@@ -167,11 +172,17 @@ pub(crate) fn fmt_value(v: Option<f64>, unit: &str) -> String {
     }
 }
 
-/// The first failing check (by name): what a drain names.
+/// The first failing check (by name), else the first regressed one: what a
+/// drain names.
 fn first_fail(h: &pb::NodeHealth) -> Option<&pb::NodeCheckVerdict> {
     h.checks
         .iter()
         .find(|c| c.status == "FAIL" && c.silenced.is_empty())
+        .or_else(|| {
+            h.checks
+                .iter()
+                .find(|c| c.status == "REGRESSION" && c.silenced.is_empty())
+        })
 }
 
 /// Drops the verdicts made longer than `max_age_s` before `now_ms` (0: none
@@ -432,6 +443,7 @@ mod tests {
     fn exit_status_follows_the_newest_verdicts() {
         assert_eq!(judge(&health("PASS", true)).0, HEALTHY);
         assert_eq!(judge(&health("FAIL", false)).0, FAILING);
+        assert_eq!(judge(&health("REGRESSION", true)).0, FAILING);
         assert_eq!(judge(&health("PASS", false)).0, UNKNOWN);
         assert_eq!(judge(&health("ERROR", true)).0, UNKNOWN);
         let (code, why) = judge(&health("NO_REFERENCE", true));

@@ -440,11 +440,8 @@ fn detail_json(d: &pb::RunDetail) -> serde_json::Value {
             "attempts": n.attempts, "last_error": n.last_error,
             "next_attempt_ms": n.next_attempt_ms, "delivered_at_ms": n.delivered_at_ms,
         })).collect::<Vec<_>>(),
-        "checks": d.checks.iter().map(|c| serde_json::json!({
-            "check": c.check, "status": c.status, "value": c.value, "reference": c.reference,
-            "unit": c.unit, "message": c.message, "node": (!c.node.is_empty()).then_some(&c.node),
-        })).collect::<Vec<_>>(),
-        "failing_nodes": failing_nodes(d),
+        "checks": d.checks.iter().map(crate::run_checks::check_json).collect::<Vec<_>>(),
+        "failing_nodes": crate::run_checks::failing_nodes(d),
     })
 }
 
@@ -472,77 +469,6 @@ fn slurm_line(t: &pb::Task) -> Option<String> {
             }
             Some(s)
         }
-    }
-}
-
-/// The nodes with a FAIL or ERROR `node_health` row in `d`, sorted, once
-/// each (`*`, a row naming no node, is left out).
-fn failing_nodes(d: &pb::RunDetail) -> Vec<&str> {
-    let mut v: Vec<&str> = d
-        .checks
-        .iter()
-        .filter(|c| {
-            !c.node.is_empty() && c.node != "*" && matches!(c.status.as_str(), "FAIL" | "ERROR")
-        })
-        .map(|c| c.node.as_str())
-        .collect();
-    v.sort_unstable();
-    v.dedup();
-    v
-}
-
-/// The run's checks: counts by status, then each row that did not pass
-/// (FAIL, ERROR, INCONCLUSIVE, NO_REFERENCE, worst first: its node, figure
-/// against reference, message) and the failing nodes.
-fn print_checks(d: &pb::RunDetail) {
-    if d.checks.is_empty() {
-        return;
-    }
-    let count = |s: &str| d.checks.iter().filter(|c| c.status == s).count();
-    // Not judged (no reference yet) and disturbed runs are counted apart:
-    // neither is a failure nor a pass.
-    let undecided: String = [
-        benchlake_core::verdict::INCONCLUSIVE,
-        benchlake_core::verdict::NO_REFERENCE,
-    ]
-    .iter()
-    .filter(|s| count(s) > 0)
-    .map(|s| format!(", {} {s}", count(s)))
-    .collect();
-    outln!(
-        "checks     {} FAIL, {} ERROR, {} PASS{undecided}",
-        count("FAIL"),
-        count("ERROR"),
-        count("PASS")
-    );
-    let mut bad: Vec<&pb::RunCheck> = d.checks.iter().filter(|c| c.status != "PASS").collect();
-    // Worst first (FAIL, ERROR, INCONCLUSIVE, NO_REFERENCE), then by check and node.
-    let rank = |s: &str| benchlake_core::verdict::rank(s).unwrap_or(0);
-    bad.sort_by(|a, b| {
-        (rank(&b.status), &a.check, &a.node).cmp(&(rank(&a.status), &b.check, &b.node))
-    });
-    for c in bad {
-        let node = if c.node.is_empty() { "-" } else { &c.node };
-        let figure = match c.reference {
-            Some(_) => format!(
-                "{} vs {}",
-                crate::nodecheck::fmt_value(c.value, &c.unit),
-                crate::nodecheck::fmt_value(c.reference, &c.unit)
-            ),
-            None => crate::nodecheck::fmt_value(c.value, &c.unit),
-        };
-        outln!(
-            "  {:<5} {:<24} {:<10} {}  {}",
-            c.status,
-            c.check,
-            node,
-            figure,
-            c.message
-        );
-    }
-    let nodes = failing_nodes(d);
-    if !nodes.is_empty() {
-        outln!("failing nodes  {}", nodes.join(" "));
     }
 }
 
@@ -588,7 +514,7 @@ pub fn print_detail(d: &pb::RunDetail) {
             outln!("queued     behind the schedule's active run (placed when it has ended)");
         }
     }
-    print_checks(d);
+    crate::run_checks::print_checks(d);
     outln!("tasks:");
     for t in &d.tasks {
         outln!(

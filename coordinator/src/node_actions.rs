@@ -9,7 +9,7 @@
 //! - `DRY_RUN`: every drain and resume that `DRAIN` would make is logged
 //!   (`node action (dry run)`) and kept in [`NodeActions::events_of`] (shown
 //!   by `benchlake node-check`); Slurm is not touched.
-//! - `DRAIN`: a node with a FAIL row is drained with
+//! - `DRAIN`: a node with a FAIL (or REGRESSION) row is drained with
 //!   `scontrol update nodename=N state=drain reason="benchlake: CHECK VALUE vs
 //!   REFERENCE (run RUN_ID)"` unless it is already drained or down (whoever
 //!   did it: benchlake never overwrites another reason), and the drain is
@@ -147,7 +147,8 @@ pub enum Decision {
 
 /// The decisions of one run from its `node_health` rows (node, row) and the
 /// drains on record (by node). A node with a FAIL is drained for its first
-/// failing check (by name) (whether benchlake's drain of it is still in force
+/// failing check (by name), else one with a REGRESSION for its first
+/// regressed check (whether benchlake's drain of it is still in force
 /// is Slurm's to say: [`NodeActions::execute`]); a node
 /// without FAIL or ERROR whose record names a check this later run passed is
 /// resumed. The node `*` (rows about no node) is never acted on.
@@ -165,7 +166,12 @@ pub fn decide(
     let mut out = Vec::new();
     for (node, mut rs) in by_node {
         rs.sort_by(|a, b| a.check.cmp(&b.check));
-        if let Some(f) = rs.iter().find(|r| r.status == "FAIL") {
+        // A FAIL first, else a REGRESSION (a finding too: docs/io.md, "Outcomes").
+        let failing = rs.iter().find(|r| r.status == "FAIL").or_else(|| {
+            rs.iter()
+                .find(|r| benchlake_core::verdict::is_failure(&r.status))
+        });
+        if let Some(f) = failing {
             out.push(Decision::Drain {
                 node: node.to_string(),
                 check: f.check.clone(),
@@ -505,6 +511,7 @@ mod tests {
             reference: Some(r),
             unit: String::new(),
             message: String::new(),
+            ..Default::default()
         }
     }
 
@@ -564,6 +571,33 @@ mod tests {
         assert!(decide("01B", &rows, &BTreeMap::new()).is_empty());
         let drains = BTreeMap::from([("n1".to_string(), drain("n1", "01A", "node.cores"))]);
         assert!(decide("01B", &rows, &drains).is_empty());
+    }
+
+    /// A REGRESSION drains like a FAIL (after any FAIL of the node).
+    #[test]
+    fn a_regression_drains_after_any_fail() {
+        let rows = vec![
+            (
+                "n1".to_string(),
+                row("node.write_bw_mib_s", "REGRESSION", 850.0, 1000.0),
+            ),
+            ("n2".to_string(), row("node.a", "REGRESSION", 1.0, 2.0)),
+            ("n2".to_string(), row("node.b", "FAIL", 1.0, 2.0)),
+        ];
+        let got: Vec<(String, String)> = decide("01B", &rows, &BTreeMap::new())
+            .into_iter()
+            .filter_map(|d| match d {
+                Decision::Drain { node, check, .. } => Some((node, check)),
+                Decision::Resume { .. } => None,
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("n1".to_string(), "node.write_bw_mib_s".to_string()),
+                ("n2".to_string(), "node.b".to_string())
+            ]
+        );
     }
 
     #[test]

@@ -27,8 +27,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::{Array, Float64Array, RecordBatch, StringArray};
-use arrow::datatypes::DataType;
 use hmac::{KeyInit, Mac};
 use serde::Serialize;
 
@@ -454,6 +452,15 @@ pub struct FailingCheck {
     pub reference: Option<f64>,
     pub unit: String,
     pub message: String,
+    /// The change point of a REGRESSION (or of a FAIL it explains).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since_run: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since_date: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
 }
 
 impl From<&CheckRow> for FailingCheck {
@@ -465,6 +472,10 @@ impl From<&CheckRow> for FailingCheck {
             reference: r.reference,
             unit: r.unit.clone(),
             message: r.message.clone(),
+            since_run: r.since_run.clone(),
+            since_date: r.since_date.clone(),
+            step: r.step,
+            confidence: r.confidence,
         }
     }
 }
@@ -478,58 +489,15 @@ pub struct FailingNode {
     pub checks: Vec<FailingCheck>,
 }
 
-/// The `node_health` rows (node, row) of decoded batches.
-pub fn node_rows(batches: &[RecordBatch]) -> Vec<(String, CheckRow)> {
-    let mut out = Vec::new();
-    for b in batches {
-        let s = |n: &str| {
-            b.column_by_name(n)
-                .and_then(|a| arrow::compute::cast(a, &DataType::Utf8).ok())
-                .and_then(|a| a.as_any().downcast_ref::<StringArray>().cloned())
-        };
-        let f = |n: &str| {
-            b.column_by_name(n)
-                .and_then(|a| arrow::compute::cast(a, &DataType::Float64).ok())
-                .and_then(|a| a.as_any().downcast_ref::<Float64Array>().cloned())
-        };
-        let (Some(node), Some(check), Some(status)) = (s("node"), s("check"), s("status")) else {
-            continue;
-        };
-        let (unit, message, value, reference) =
-            (s("unit"), s("message"), f("value"), f("reference"));
-        let text = |a: &Option<StringArray>, i: usize| {
-            a.as_ref()
-                .filter(|a| a.is_valid(i))
-                .map(|a| a.value(i).to_string())
-                .unwrap_or_default()
-        };
-        let num = |a: &Option<Float64Array>, i: usize| {
-            a.as_ref().filter(|a| a.is_valid(i)).map(|a| a.value(i))
-        };
-        for i in 0..b.num_rows() {
-            if !node.is_valid(i) || !check.is_valid(i) || !status.is_valid(i) {
-                continue;
-            }
-            out.push((
-                node.value(i).to_string(),
-                CheckRow {
-                    check: check.value(i).to_string(),
-                    status: status.value(i).to_string(),
-                    value: num(&value, i),
-                    reference: num(&reference, i),
-                    unit: text(&unit, i),
-                    message: text(&message, i),
-                },
-            ));
-        }
-    }
-    out
-}
+/// The `node_health` rows (node, row) of decoded batches (the one reader:
+/// [`crate::verdicts::node_rows`]).
+pub use crate::verdicts::node_rows;
 
-/// Whether a check status is failing (FAIL or ERROR). INCONCLUSIVE and
-/// NO_REFERENCE never are: they are not notified (docs/notifications.md).
+/// Whether a check status is failing (FAIL, REGRESSION or ERROR).
+/// INCONCLUSIVE and NO_REFERENCE never are: they are not notified
+/// (docs/notifications.md).
 fn failing(status: &str) -> bool {
-    matches!(status, "FAIL" | "ERROR")
+    benchlake_core::verdict::is_failure(status) || status == "ERROR"
 }
 
 /// What the sender learnt about a run: the payload's facts.
@@ -563,6 +531,7 @@ impl RunFacts {
         }
         match self.verdict() {
             Some("FAIL") => Some("verdict.fail"),
+            Some("REGRESSION") => Some("verdict.regression"),
             Some("ERROR") => Some("verdict.error"),
             _ => None,
         }
@@ -1351,6 +1320,7 @@ mod tests {
             reference: Some(100.0),
             unit: "MiB/s".into(),
             message: format!("{c} {s}"),
+            ..Default::default()
         };
         RunFacts {
             run,
@@ -1390,6 +1360,16 @@ mod tests {
             &[("n1", "node.cores", "PASS"), ("n2", "node.cores", "ERROR")],
         );
         assert_eq!(f.event(), Some("verdict.error"));
+        // A REGRESSION (even beside an ERROR) is notified and failing.
+        let g = facts(
+            RunState::Succeeded,
+            &[("a", "ERROR"), ("b", "REGRESSION")],
+            &[],
+        );
+        assert_eq!(
+            (g.event(), g.failing_checks().len()),
+            (Some("verdict.regression"), 2)
+        );
         let nodes = f.failing_nodes();
         assert_eq!(nodes.len(), 1);
         assert_eq!(nodes[0].node, "n2");

@@ -24,11 +24,11 @@ use arrow::datatypes::DataType;
 use serde::Serialize;
 
 /// One `checks` row.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct CheckRow {
     /// Check name (`io.write_bw_mib_s`, …).
     pub check: String,
-    /// PASS, FAIL or ERROR.
+    /// A status of `benchlake_core::verdict` (PASS, FAIL, REGRESSION, …).
     pub status: String,
     /// Measured figure.
     pub value: Option<f64>,
@@ -38,6 +38,17 @@ pub struct CheckRow {
     pub unit: String,
     /// Human-readable verdict.
     pub message: String,
+    /// The change point of a REGRESSION (or of a FAIL it explains): its
+    /// first run, that run's logical night, the relative step and the
+    /// confidence (null columns of older files: None).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since_run: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since_date: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
 }
 
 /// The worst of `statuses` (the one rule: [`benchlake_core::verdict::worst`]).
@@ -388,6 +399,13 @@ fn rows_with_node(batches: &[RecordBatch]) -> Vec<(Option<String>, CheckRow)> {
             f("reference"),
             s("node"),
         );
+        let (since_run, since_date, step, confidence) =
+            (s("since_run"), s("since_date"), f("step"), f("confidence"));
+        let get_o = |a: &Option<StringArray>, i: usize| {
+            a.as_ref()
+                .filter(|a| a.is_valid(i))
+                .map(|a| a.value(i).to_string())
+        };
         let get_s = |a: &Option<StringArray>, i: usize| {
             a.as_ref()
                 .filter(|a| a.is_valid(i))
@@ -414,6 +432,10 @@ fn rows_with_node(batches: &[RecordBatch]) -> Vec<(Option<String>, CheckRow)> {
                     reference: get_f(&reference, i),
                     unit: get_s(&unit, i),
                     message: get_s(&message, i),
+                    since_run: get_o(&since_run, i),
+                    since_date: get_o(&since_date, i),
+                    step: get_f(&step, i),
+                    confidence: get_f(&confidence, i),
                 },
             ));
         }
@@ -589,6 +611,7 @@ mod tests {
             reference: None,
             unit: "s".into(),
             message: String::new(),
+            ..Default::default()
         }
     }
 

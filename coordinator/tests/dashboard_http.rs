@@ -437,6 +437,7 @@ async fn no_tokens_no_login_and_text_is_escaped() {
             reference: Some(2.0),
             unit: "<u>".into(),
             message: evil.into(),
+            ..Default::default()
         }],
     );
     for path in [

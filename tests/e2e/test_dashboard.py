@@ -253,10 +253,10 @@ def test_pages_show_the_lake(demo, browser):
                                                "hive_partitioning=true) WHERE status <> 'PASS'")}
     assert len(node_fail) == 1 and sorted(ids) == sorted([failing, *node_fail]), (ids, node_fail)
     pio_runs = {r[0] for r in runs if r[1] == "pio"}
-    # A run's verdict is the worst of its checks (FAIL > ERROR > INCONCLUSIVE >
-    # NO_REFERENCE > PASS): the demo's pio run has no history, so its relative
-    # checks say NO_REFERENCE and it is listed under that verdict, not PASS.
-    order = ["FAIL", "ERROR", "INCONCLUSIVE", "NO_REFERENCE", "PASS"]
+    # A run's verdict is the worst of its checks (FAIL > REGRESSION > ERROR >
+    # INCONCLUSIVE > NO_REFERENCE > PASS): the demo's pio run has no history, so
+    # its relative checks say NO_REFERENCE and it is listed under that verdict, not PASS.
+    order = ["FAIL", "REGRESSION", "ERROR", "INCONCLUSIVE", "NO_REFERENCE", "PASS"]
     statuses = {}
     for (rid, c, s) in checks:
         statuses.setdefault(rid, []).append(s)

@@ -210,10 +210,10 @@ def test_webhook_is_signed_carries_the_failure_and_is_retried(tmp_path, secret_f
         assert (p["run"]["status"], p["run"]["verdict"], p["run"]["benchmark"]) == ("SUCCEEDED", "FAIL", "pio")
         assert p["schedule"] is None
         assert p["links"]["run"] == f"http://127.0.0.1:{up.http}/runs/{run_id}"
-        # The failing checks as the lake has them (FAIL and ERROR; NO_REFERENCE
-        # and INCONCLUSIVE rows are not failures and are not sent).
+        # The failing checks as the lake has them (FAIL, REGRESSION and ERROR;
+        # NO_REFERENCE and INCONCLUSIVE rows are not failures and are not sent).
         rows = up.lake(f"SELECT \"check\", status, value, reference, unit FROM read_parquet('LAKE/checks/**/*.parquet', "
-                       f"hive_partitioning=true) WHERE run_id = '{run_id}' AND status IN ('FAIL', 'ERROR')")
+                       f"hive_partitioning=true) WHERE run_id = '{run_id}' AND status IN ('FAIL', 'REGRESSION', 'ERROR')")
         assert rows, "the run has a failing check"
         sent = {c["check"]: c for c in p["failing_checks"]}
         assert "io.write_bw_mib_s" in sent, p["failing_checks"]

@@ -15,12 +15,21 @@
 //! which is a ULID, i.e. creation order), so a change of thresholds applies
 //! to the whole history at once. Thresholds are the run's `check_*`
 //! parameters (see docs/io.md).
+//!
+//! Regressions (docs/io.md, "Regressions"): the same history, reaching back
+//! `check_changepoint_window` runs and carrying each run's id and logical
+//! night (coalesce(logical_at, submitted_at) of its `runs` row), goes through
+//! the change-point detector (`benchlake_analysis::regressions`); per node,
+//! the previous `node_health` rows of the schedule do. The current run's
+//! night is its date partition (its `runs` row is written after its checks).
 use std::collections::BTreeMap;
 
 use arrow::array::{Array, RecordBatch, StringArray};
+use benchlake_analysis::changepoint::{self, Point};
 use benchlake_analysis::io_checks::{self, CheckRow, IoCheckConfig};
 use benchlake_analysis::linktest_checks::{self, SlowPair};
 use benchlake_analysis::node_checks::{self, NodeRow};
+use benchlake_analysis::regressions;
 use benchlake_core::jobs::{CHECKS_JOB, ChecksSpec, FollowUp, IngestRunInfo, IngestSpec};
 use benchlake_core::lake::{RunRows, TableOutput};
 use benchlake_core::layout;
@@ -161,39 +170,70 @@ fn runs_objects(ctx: &JobContext) -> Result<Vec<(String, String, String)>, ExecE
     Ok(out)
 }
 
-/// Whether a `runs` object records a succeeded run of `schedule`.
-fn of_schedule(batches: &[RecordBatch], schedule: &str) -> bool {
-    batches.iter().any(|b| {
+/// The logical night (`YYYY-MM-DD`) of the succeeded run of `schedule` a
+/// `runs` object records: coalesce(logical_at, submitted_at) (files written
+/// before 2026-12 lack `logical_at`), else the object's date partition.
+/// None when the object records no succeeded run of the schedule.
+fn night_of(batches: &[RecordBatch], schedule: &str, partition: &str) -> Option<String> {
+    use arrow::array::TimestampMicrosecondArray;
+    use arrow::datatypes::{DataType, TimeUnit};
+    for b in batches {
         let col = |n: &str| {
             b.schema()
                 .index_of(n)
                 .ok()
                 .and_then(|i| b.column(i).as_any().downcast_ref::<StringArray>())
         };
-        let (Some(s), Some(st)) = (col("schedule_id"), col("status")) else {
-            return false;
+        let ts = |n: &str| {
+            b.column_by_name(n)
+                .and_then(|a| {
+                    arrow::compute::cast(a, &DataType::Timestamp(TimeUnit::Microsecond, None)).ok()
+                })
+                .and_then(|a| {
+                    a.as_any()
+                        .downcast_ref::<TimestampMicrosecondArray>()
+                        .cloned()
+                })
         };
-        (0..b.num_rows())
-            .any(|i| !s.is_null(i) && s.value(i) == schedule && st.value(i) == "SUCCEEDED")
-    })
+        let (Some(s), Some(st)) = (col("schedule_id"), col("status")) else {
+            continue;
+        };
+        let (logical, submitted) = (ts("logical_at"), ts("submitted_at"));
+        for i in 0..b.num_rows() {
+            if s.is_null(i) || s.value(i) != schedule || st.value(i) != "SUCCEEDED" {
+                continue;
+            }
+            let at = [&logical, &submitted]
+                .into_iter()
+                .flatten()
+                .find(|a| a.is_valid(i))
+                .map(|a| a.value(i));
+            let night = at
+                .and_then(chrono::DateTime::from_timestamp_micros)
+                .map(|t| t.format("%Y-%m-%d").to_string());
+            return Some(night.unwrap_or_else(|| partition.to_string()));
+        }
+    }
+    None
 }
 
-/// Figure → values of the last `window` succeeded runs of `schedule` that
-/// have figures (oldest first), excluding the current run.
-fn history(
+/// One earlier succeeded run of the schedule: id, date partition, logical night.
+struct PrevRun {
+    run_id: String,
+    date: String,
+    night: String,
+}
+
+/// Calls `visit` with the earlier succeeded runs of `schedule`, newest
+/// first (by run id, a ULID), until it returns false; the current run is
+/// left out. At most [`MAX_HISTORY_SCAN`] `runs` objects are read.
+fn previous_runs(
     ctx: &JobContext,
     schedule: &str,
-    format: &str,
-    window: usize,
-    slow: &SlowPair,
-) -> Result<BTreeMap<String, Vec<f64>>, ExecError> {
-    let tables = tables_of(format).unwrap_or(&[]);
-    let mut found: Vec<BTreeMap<String, f64>> = Vec::new();
+    mut visit: impl FnMut(&PrevRun) -> Result<bool, ExecError>,
+) -> Result<(), ExecError> {
     let mut seen = std::collections::BTreeSet::new();
     for (run_id, date, key) in runs_objects(ctx)?.into_iter().take(MAX_HISTORY_SCAN) {
-        if found.len() >= window {
-            break;
-        }
         if run_id == ctx.run_id || !seen.insert(run_id.clone()) {
             continue;
         }
@@ -209,31 +249,136 @@ fn history(
             }
             Err(e) => return Err(e.into()),
         };
-        if !of_schedule(&runs, schedule) {
+        let Some(night) = night_of(&runs, schedule, &date) else {
             continue;
+        };
+        if !visit(&PrevRun {
+            run_id,
+            date,
+            night,
+        })? {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Figure → its values of the last `window` succeeded runs of `schedule`
+/// that have figures (oldest first, each with its run and logical night),
+/// excluding the current run.
+fn history(
+    ctx: &JobContext,
+    schedule: &str,
+    format: &str,
+    window: usize,
+    slow: &SlowPair,
+) -> Result<BTreeMap<String, Vec<Point>>, ExecError> {
+    let tables = tables_of(format).unwrap_or(&[]);
+    let mut found: Vec<(PrevRun, BTreeMap<String, f64>)> = Vec::new();
+    previous_runs(ctx, schedule, |run| {
+        if found.len() >= window {
+            return Ok(false);
         }
         let mut t: Tables = BTreeMap::new();
         for table in tables {
-            match read_run_table(ctx, table, &date, &run_id, None) {
+            match read_run_table(ctx, table, &run.date, &run.run_id, None) {
                 Ok(b) => {
                     t.insert(table, b);
                 }
                 Err(ExecError::Permanent(e)) => {
-                    tracing::warn!(error = %e, run = %run_id, "skipping a run's unreadable table");
+                    tracing::warn!(error = %e, run = %run.run_id, "skipping a run's unreadable table");
                 }
                 Err(e) => return Err(e),
             }
         }
         match figures(format, &t, slow) {
-            Ok(f) if !f.is_empty() => found.push(f),
+            Ok(f) if !f.is_empty() => found.push((
+                PrevRun {
+                    run_id: run.run_id.clone(),
+                    date: run.date.clone(),
+                    night: run.night.clone(),
+                },
+                f,
+            )),
             Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, run = %run_id, "no figures for an earlier run"),
+            Err(e) => {
+                tracing::warn!(error = %e, run = %run.run_id, "no figures for an earlier run")
+            }
+        }
+        Ok(found.len() < window)
+    })?;
+    let mut out: BTreeMap<String, Vec<Point>> = BTreeMap::new();
+    for (run, f) in found.into_iter().rev() {
+        for (k, value) in f {
+            out.entry(k).or_default().push(Point {
+                run_id: run.run_id.clone(),
+                date: run.night.clone(),
+                value,
+            });
         }
     }
-    let mut out: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for f in found.into_iter().rev() {
-        for (k, v) in f {
-            out.entry(k).or_default().push(v);
+    Ok(out)
+}
+
+/// (node, check) → the node's values of the check in the `node_health`
+/// rows of the last `window` succeeded runs of `schedule` that have such
+/// rows (oldest first), for the checks [`regressions::node_better`] watches.
+fn node_history(
+    ctx: &JobContext,
+    schedule: &str,
+    window: usize,
+) -> Result<BTreeMap<(String, String), Vec<Point>>, ExecError> {
+    /// (node, check, value) of one earlier run.
+    type NodeValues = Vec<(String, String, f64)>;
+    let mut found: Vec<(String, String, NodeValues)> = Vec::new();
+    previous_runs(ctx, schedule, |run| {
+        let batches = match read_run_table(ctx, "node_health", &run.date, &run.run_id, None) {
+            Ok(b) => b,
+            Err(ExecError::Permanent(e)) => {
+                tracing::warn!(error = %e, run = %run.run_id, "skipping a run's unreadable node_health");
+                return Ok(true);
+            }
+            Err(e) => return Err(e),
+        };
+        let mut vals = Vec::new();
+        for b in &batches {
+            let s = |n: &str| {
+                b.column_by_name(n)
+                    .and_then(|a| a.as_any().downcast_ref::<StringArray>())
+            };
+            let v = b
+                .column_by_name("value")
+                .and_then(|a| a.as_any().downcast_ref::<arrow::array::Float64Array>());
+            let (Some(node), Some(check), Some(v)) = (s("node"), s("check"), v) else {
+                continue;
+            };
+            for i in 0..b.num_rows() {
+                if node.is_valid(i)
+                    && check.is_valid(i)
+                    && v.is_valid(i)
+                    && regressions::node_better(check.value(i)).is_some()
+                {
+                    vals.push((
+                        node.value(i).to_string(),
+                        check.value(i).to_string(),
+                        v.value(i),
+                    ));
+                }
+            }
+        }
+        if !vals.is_empty() {
+            found.push((run.run_id.clone(), run.night.clone(), vals));
+        }
+        Ok(found.len() < window)
+    })?;
+    let mut out: BTreeMap<(String, String), Vec<Point>> = BTreeMap::new();
+    for (run_id, night, vals) in found.into_iter().rev() {
+        for (node, check, value) in vals {
+            out.entry((node, check)).or_default().push(Point {
+                run_id: run_id.clone(),
+                date: night.clone(),
+                value,
+            });
         }
     }
     Ok(out)
@@ -247,6 +392,7 @@ fn error_row(check: &str, message: String) -> CheckRow {
         reference: None,
         unit: String::new(),
         message,
+        regression: None,
     }
 }
 
@@ -290,21 +436,80 @@ pub fn check_rows(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<CheckRow>, Exe
         .iter()
         .chain(node_checks::NODE_IO_PARAMS)
         .chain(node_checks::RANK_TIME_PARAMS)
+        .chain(changepoint::PARAMS)
         .copied()
         .collect();
     if let Err(e) = io_checks::apply_params(&mut cfg, &s.params, &skip) {
         return Ok(vec![error_row("checks.config", e)]);
     }
-    let hist = match &s.schedule_id {
-        Some(sched) => history(ctx, sched, &s.format, cfg.window, &slow)?,
+    let cp = match changepoint::Config::from_params(&s.params) {
+        Ok(c) => c,
+        Err(e) => return Ok(vec![error_row("checks.config", e)]),
+    };
+    // The change points look further back than the learned references
+    // (which take the newest `cfg.window` of the same history).
+    let window = if cp.enabled {
+        cfg.window.max(cp.window.saturating_sub(1))
+    } else {
+        cfg.window
+    };
+    let series = match &s.schedule_id {
+        Some(sched) => history(ctx, sched, &s.format, window, &slow)?,
         None => BTreeMap::new(),
     };
-    Ok(io_checks::evaluate(&figs, &hist, &cfg))
+    let mut rows = io_checks::evaluate(&figs, &regressions::values(&series), &cfg);
+    regressions::apply(
+        &mut rows,
+        &figs,
+        &series,
+        (&ctx.run_id, &ctx.run_date),
+        &cfg,
+        &cp,
+    );
+    Ok(rows)
+}
+
+/// The change points of a run's node rows against the node's earlier
+/// `node_health` rows of the schedule (docs/io.md, "Regressions").
+fn node_regressions(
+    ctx: &JobContext,
+    s: &ChecksSpec,
+    mut rows: Vec<NodeRow>,
+) -> Result<Vec<NodeRow>, ExecError> {
+    let Some(sched) = &s.schedule_id else {
+        return Ok(rows);
+    };
+    if !rows
+        .iter()
+        .any(|r| r.node != "*" && regressions::node_better(&r.check).is_some())
+    {
+        return Ok(rows);
+    }
+    let cp = match changepoint::Config::from_params(&s.params) {
+        Ok(c) => c,
+        Err(e) => {
+            rows.push(node_checks::config_error(e));
+            return Ok(rows);
+        }
+    };
+    if !cp.enabled {
+        return Ok(rows);
+    }
+    let hist = node_history(ctx, sched, cp.window.saturating_sub(1))?;
+    regressions::apply_nodes(&mut rows, &hist, (&ctx.run_id, &ctx.run_date), &cp);
+    Ok(rows)
 }
 
 /// The `node_health` rows of one checks job: the node-level checks of the
-/// rows its ingest job committed (none for formats without any).
+/// rows its ingest job committed (none for formats without any), with the
+/// REGRESSIONs of each node's series.
 pub fn node_rows(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<NodeRow>, ExecError> {
+    let rows = node_rows_of_run(ctx, s)?;
+    node_regressions(ctx, s, rows)
+}
+
+/// The node-level checks of the rows a checks job's ingest job committed.
+fn node_rows_of_run(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<NodeRow>, ExecError> {
     let tables = node_tables_of(&s.format);
     if tables.is_empty() {
         return Ok(Vec::new());
@@ -463,43 +668,5 @@ impl Executor for Checks {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn row(node: &str) -> NodeRow {
-        NodeRow {
-            node: node.into(),
-            check: "node.slow_pair_fraction".into(),
-            status: "PASS".into(),
-            value: None,
-            reference: None,
-            unit: String::new(),
-            message: String::new(),
-        }
-    }
-
-    fn spec(agent: &str, host: Option<&str>) -> ChecksSpec {
-        ChecksSpec {
-            format: "linktest".into(),
-            ingest_job_id: "j".into(),
-            source: String::new(),
-            schedule_id: None,
-            params: BTreeMap::new(),
-            agent: agent.into(),
-            agent_hostname: host.map(String::from),
-        }
-    }
-
-    #[test]
-    fn rows_naming_the_agents_host_are_the_agents_node() {
-        let mut rows = vec![row("vm"), row("n2"), row("other")];
-        name_agent_host(&mut rows, &spec("a1", Some("vm")));
-        let nodes: Vec<&str> = rows.iter().map(|r| r.node.as_str()).collect();
-        assert_eq!(nodes, ["a1", "n2", "other"]);
-        // No host known, or an agent name that is no node name: unchanged.
-        let mut rows = vec![row("vm")];
-        name_agent_host(&mut rows, &spec("a1", None));
-        name_agent_host(&mut rows, &spec("bad/name", Some("vm")));
-        assert_eq!(rows[0].node, "vm");
-    }
-}
+#[path = "checks_tests.rs"]
+mod tests;

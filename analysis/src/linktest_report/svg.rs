@@ -1105,6 +1105,8 @@ fn checks(o: &mut String, checks: &[Check], y: f64) -> f64 {
         let colour = match c.status.as_str() {
             "PASS" => "#1a7f37",
             "FAIL" => "#cf222e",
+            // A change point (stepped or drifted worse): its own colour.
+            "REGRESSION" => "#8e44ad",
             // Not judged (no reference yet) or a disturbed run: grey, never green.
             "INCONCLUSIVE" | "NO_REFERENCE" => "#6e7781",
             _ => "#9a6700",

@@ -1020,6 +1020,7 @@ mod tests {
             reference,
             unit: "MiB/s".into(),
             message: String::new(),
+            ..Default::default()
         }
     }
 

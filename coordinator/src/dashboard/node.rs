@@ -506,6 +506,7 @@ mod tests {
                 reference: Some(4.0),
                 unit: "cores".into(),
                 message: "m".into(),
+                ..Default::default()
             },
         }
     }

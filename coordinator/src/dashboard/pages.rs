@@ -218,7 +218,8 @@ pub async fn overview(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
         let worst = crate::verdicts::worst(n.checks.values().map(|c| c.status.as_str()));
         n.rank = match (worst, n.state) {
             (Some("FAIL"), _) => 0,
-            (Some("ERROR"), _) => 1,
+            // A regression is a finding like FAIL (docs/io.md, "Outcomes").
+            (Some("REGRESSION" | "ERROR"), _) => 1,
             (_, Some(AgentState::Lost)) => 2,
             _ if n.drain => 3,
             // Not judged yet or disturbed: grey, after the findings, never
@@ -1071,15 +1072,16 @@ pub async fn run(
     b.push_str("<section><h2>Verdicts</h2>");
     match &verdicts {
         Some(v) if v.rows().next().is_some() => {
-            b.push_str("<table id=\"verdicts\"><thead><tr><th>check</th><th>status</th><th class=\"num\">value</th><th class=\"num\">reference</th><th>message</th></tr></thead><tbody>");
+            b.push_str("<table id=\"verdicts\"><thead><tr><th>check</th><th>status</th><th class=\"num\">value</th><th class=\"num\">reference</th><th>change</th><th>message</th></tr></thead><tbody>");
             for row in v.rows() {
                 let _ = write!(
                     b,
-                    "<tr><td class=\"mono\">{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                    "<tr><td class=\"mono\">{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"change\">{}</td><td>{}</td></tr>",
                     esc(&row.check),
                     badge(&row.status),
                     esc(&html::figure(row.value, &row.unit)),
                     esc(&html::figure(row.reference, &row.unit)),
+                    change_cell(row),
                     esc(&row.message)
                 );
             }
@@ -1312,9 +1314,48 @@ fn slurm_notes(t: &crate::model::TaskRow) -> (String, String) {
     (job, said)
 }
 
+/// The change point of a REGRESSION (or of a FAIL it explains): "since"
+/// with a link to its first run, its night, the step and the confidence;
+/// empty for other rows (docs/io.md, "Regressions").
+fn change_cell(row: &crate::verdicts::CheckRow) -> String {
+    let Some(since) = &row.since_run else {
+        return String::new();
+    };
+    let mut s = format!(
+        "since <a class=\"mono\" href=\"/runs/{}\">{}</a>",
+        esc(since),
+        esc(row.since_date.as_deref().unwrap_or(since))
+    );
+    if let Some(step) = row.step {
+        let _ = write!(s, " {:+.1} %", step * 100.0);
+    }
+    if let Some(c) = row.confidence {
+        let _ = write!(s, " (confidence {c:.3})");
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_regression_shows_its_change_point_linked_and_escaped() {
+        let mut row = crate::verdicts::CheckRow {
+            check: "io.write_bw_mib_s.vs_median".into(),
+            status: "REGRESSION".into(),
+            ..Default::default()
+        };
+        assert_eq!(change_cell(&row), "");
+        row.since_run = Some("01K<R>".into());
+        row.since_date = Some("2026-11-20".into());
+        row.step = Some(-0.1234);
+        row.confidence = Some(0.9991);
+        assert_eq!(
+            change_cell(&row),
+            "since <a class=\"mono\" href=\"/runs/01K&lt;R&gt;\">2026-11-20</a> -12.3 % (confidence 0.999)"
+        );
+    }
 
     #[test]
     fn a_tasks_slurm_job_and_progress_are_shown_escaped() {

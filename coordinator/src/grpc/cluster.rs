@@ -207,6 +207,10 @@ impl ClusterService for Svc {
                 message: v.row.message,
                 run_id: v.run_id,
                 silenced: String::new(),
+                since_run: v.row.since_run,
+                since_date: v.row.since_date,
+                step: v.row.step,
+                confidence: v.row.confidence,
             })
             .collect();
         let verdict = crate::verdicts::worst(checks.iter().map(|c| c.status.as_str()))

@@ -311,6 +311,10 @@ impl Svc {
             unit: r.unit.clone(),
             message: r.message.clone(),
             node: node.to_string(),
+            since_run: r.since_run.clone(),
+            since_date: r.since_date.clone(),
+            step: r.step,
+            confidence: r.confidence,
         };
         v.rows()
             .map(|r| row("", r))

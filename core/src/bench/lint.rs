@@ -21,6 +21,14 @@ pub const CHECK_PARAMS: &[&str] = &[
     "check_rank_time_min_excess_s",
     "check_slow_pair_factor",
     "check_slow_pair_time_s",
+    // The change-point detector (REGRESSION, docs/io.md "Regressions");
+    // benchlake_analysis::changepoint::PARAMS.
+    "check_changepoint",
+    "check_changepoint_window",
+    "check_changepoint_min_history",
+    "check_changepoint_min_nights",
+    "check_changepoint_score",
+    "check_changepoint_min_step",
 ];
 
 /// Figures of the I/O and LinkTest checks: `check_<figure>` bounds one,

@@ -41,7 +41,7 @@ pub fn tables() -> Vec<TableDef> {
                     "verdict",
                     utf8(),
                     true,
-                    "PASS, FAIL, ERROR, INCONCLUSIVE or NO_REFERENCE: the worst status of the run's checks, FAIL > ERROR > INCONCLUSIVE > NO_REFERENCE > PASS (null when no check ran)",
+                    "PASS, FAIL, REGRESSION, ERROR, INCONCLUSIVE or NO_REFERENCE: the worst status of the run's checks, FAIL > REGRESSION > ERROR > INCONCLUSIVE > NO_REFERENCE > PASS (null when no check ran)",
                 ),
                 (
                     "scheduled_for",
@@ -119,7 +119,7 @@ pub fn tables() -> Vec<TableDef> {
                     "status",
                     utf8(),
                     false,
-                    "PASS, FAIL, ERROR (could not judge), INCONCLUSIVE (would fail, but the run was disturbed) or NO_REFERENCE (not enough history yet); docs/io.md, \"Outcomes\"",
+                    "PASS, FAIL, REGRESSION (within its bound, but its series stepped or drifted to a worse level), ERROR (could not judge), INCONCLUSIVE (would fail, but the run was disturbed) or NO_REFERENCE (not enough history yet); docs/io.md, \"Outcomes\"",
                 ),
                 ("value", Float64, true, "measured figure"),
                 (
@@ -130,6 +130,32 @@ pub fn tables() -> Vec<TableDef> {
                 ),
                 ("unit", utf8(), false, "unit of value and reference"),
                 ("message", utf8(), false, "human-readable verdict"),
+                // Added (issue 37, docs/io.md "Regressions"): the change point
+                // of a REGRESSION (or of a FAIL it explains); null otherwise.
+                (
+                    "since_run",
+                    utf8(),
+                    true,
+                    "first run of the change a REGRESSION (or FAIL) was found with",
+                ),
+                (
+                    "since_date",
+                    utf8(),
+                    true,
+                    "that run's logical night, `YYYY-MM-DD`",
+                ),
+                (
+                    "step",
+                    Float64,
+                    true,
+                    "relative size of the change: the current level vs the level before it (-0.12 = 12 % lower)",
+                ),
+                (
+                    "confidence",
+                    Float64,
+                    true,
+                    "1 - the Bonferroni-adjusted one-sided p-value of the change under normal noise",
+                ),
             ],
         ),
         table(
@@ -188,7 +214,7 @@ pub fn tables() -> Vec<TableDef> {
                     "status",
                     utf8(),
                     false,
-                    "PASS, FAIL, ERROR (could not judge), INCONCLUSIVE (would fail, but the run was disturbed) or NO_REFERENCE (not enough history yet); docs/io.md, \"Outcomes\"",
+                    "PASS, FAIL, REGRESSION (within its bound, but its series stepped or drifted to a worse level), ERROR (could not judge), INCONCLUSIVE (would fail, but the run was disturbed) or NO_REFERENCE (not enough history yet); docs/io.md, \"Outcomes\"",
                 ),
                 (
                     "value",
@@ -204,6 +230,32 @@ pub fn tables() -> Vec<TableDef> {
                 ),
                 ("unit", utf8(), false, "unit of value and reference"),
                 ("message", utf8(), false, "human-readable verdict"),
+                // Added (issue 37, docs/io.md "Regressions"): the change point
+                // of a REGRESSION (or of a FAIL it explains); null otherwise.
+                (
+                    "since_run",
+                    utf8(),
+                    true,
+                    "first run of the change a REGRESSION (or FAIL) was found with",
+                ),
+                (
+                    "since_date",
+                    utf8(),
+                    true,
+                    "that run's logical night, `YYYY-MM-DD`",
+                ),
+                (
+                    "step",
+                    Float64,
+                    true,
+                    "relative size of the change: the current level vs the level before it (-0.12 = 12 % lower)",
+                ),
+                (
+                    "confidence",
+                    Float64,
+                    true,
+                    "1 - the Bonferroni-adjusted one-sided p-value of the change under normal noise",
+                ),
             ],
         ),
     ]
