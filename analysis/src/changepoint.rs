@@ -66,7 +66,7 @@ pub const SMALL_SAMPLE: f64 = 3.0;
 /// How regressions are searched for.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Config {
-    /// `check_changepoint = off` switches the detector off.
+    /// `check_changepoint = 0` (or `off`) switches the detector off.
     pub enabled: bool,
     /// Newest values searched (the current one included).
     pub window: usize,
@@ -111,7 +111,8 @@ pub const PARAMS: &[&str] = &[
 
 impl Config {
     /// The configuration of a run's `check_changepoint*` parameters
-    /// (docs/io.md, "Regressions"): `check_changepoint = off` (or `on`),
+    /// (docs/io.md, "Regressions"): `check_changepoint = 0` or `off` (`1`,
+    /// `on`: the default),
     /// `check_changepoint_window` (values searched, default 60),
     /// `check_changepoint_min_history` (baseline, default 10),
     /// `check_changepoint_min_nights` (default 2), `check_changepoint_score`
