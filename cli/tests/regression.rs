@@ -88,10 +88,14 @@ async fn a_schedule_that_steps_down_regresses_since_its_first_slow_run() {
     let mut c = Cluster::start(Default::default()).await;
     // The site's catalog declares the floors it loosens (the shipped pio
     // entry has the bounds, the history and the change-point settings).
-    let anchor = "description = \"check: previous runs needed before relative verdicts (default 3)\"\n";
-    let floors = ["check_io_write_bw_mib_s_floor", "check_io_write_bw_min_mib_s_floor"]
-        .map(|n| format!("[[benchmark.param]]\nname = \"{n}\"\ntype = \"float\"\noptional = true\n"))
-        .concat();
+    let anchor =
+        "description = \"check: previous runs needed before relative verdicts (default 3)\"\n";
+    let floors = [
+        "check_io_write_bw_mib_s_floor",
+        "check_io_write_bw_min_mib_s_floor",
+    ]
+    .map(|n| format!("[[benchmark.param]]\nname = \"{n}\"\ntype = \"float\"\noptional = true\n"))
+    .concat();
     let builtin = include_str!("../../agent/src/builtin.toml")
         .replace("{self_exe}", &bin())
         .replace(anchor, &format!("{anchor}{floors}"));
@@ -203,6 +207,40 @@ async fn a_schedule_that_steps_down_regresses_since_its_first_slow_run() {
         "{:#?}",
         d3.checks
     );
+
+    // `run show` prints the change point under the row; `--json` has its fields.
+    let out = std::process::Command::new(bin())
+        .args(["run", "show", &r3, "--coordinator", &c.addr])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("verdict    REGRESSION"), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    let i = lines
+        .iter()
+        .position(|l| {
+            l.trim_start()
+                .starts_with("REGRESSION io.write_bw_mib_s.vs_median")
+        })
+        .unwrap_or_else(|| panic!("{text}"));
+    let next = lines.get(i + 1).copied().unwrap_or_default().trim();
+    assert!(
+        next.starts_with(&format!("since run {r1} of {night}: -")) && next.contains("(confidence "),
+        "{text}"
+    );
+    let out = std::process::Command::new(bin())
+        .args(["run", "show", &r3, "--json", "--coordinator", &c.addr])
+        .output()
+        .unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = j["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "io.write_bw_mib_s.vs_median")
+        .unwrap();
+    assert_eq!(row["since_run"], r1.as_str(), "{row}");
+    assert_eq!(row["since_date"], night.as_str(), "{row}");
 
     // The `checks` table has the same in its new columns.
     let b = table_batches(&c.lake_dir(), "checks", Some(&r3));
