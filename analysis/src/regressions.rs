@@ -28,6 +28,21 @@ pub fn values(series: &BTreeMap<String, Vec<Point>>) -> BTreeMap<String, Vec<f64
         .collect()
 }
 
+/// The series of a figure as the detector takes it: the earlier points in
+/// the order of their logical nights (a backfilled night is created after
+/// later ones; runs of one night stay in creation order), then the current
+/// run's value.
+fn with_current(earlier: Option<&Vec<Point>>, current: (&str, &str), value: f64) -> Vec<Point> {
+    let mut s = earlier.cloned().unwrap_or_default();
+    s.sort_by(|a, b| a.date.cmp(&b.date));
+    s.push(Point {
+        run_id: current.0.to_string(),
+        date: current.1.to_string(),
+        value,
+    });
+    s
+}
+
 /// Marks a row with a regression: a PASS becomes REGRESSION with the change
 /// first in its message; a FAIL keeps its status and gets the change after
 /// its message. Other statuses are left alone.
@@ -81,12 +96,7 @@ pub fn apply(
         let Some(row) = rows.iter_mut().find(|x| x.check == name) else {
             continue;
         };
-        let mut s = series.get(&r.figure).cloned().unwrap_or_default();
-        s.push(Point {
-            run_id: current.0.to_string(),
-            date: current.1.to_string(),
-            value: v,
-        });
+        let s = with_current(series.get(&r.figure), current, v);
         if let Some(reg) = changepoint::detect(&s, r.better, cp) {
             row.regression = mark(&mut row.status, &mut row.message, reg, &r.unit);
         }
@@ -125,12 +135,7 @@ pub fn apply_nodes(
             continue;
         };
         let key = (row.node.clone(), row.check.clone());
-        let mut s = history.get(&key).cloned().unwrap_or_default();
-        s.push(Point {
-            run_id: current.0.to_string(),
-            date: current.1.to_string(),
-            value: v,
-        });
+        let s = with_current(history.get(&key), current, v);
         if let Some(reg) = changepoint::detect(&s, better, cp) {
             let unit = row.unit.clone();
             row.regression = mark(&mut row.status, &mut row.message, reg, &unit);
@@ -271,6 +276,16 @@ mod tests {
             &Config::default(),
         );
         assert!(rows.iter().all(|r| r.regression.is_none()));
+    }
+
+    #[test]
+    fn earlier_nights_are_taken_in_the_order_of_their_nights() {
+        let mut p = pts(&[1.0, 2.0, 3.0]);
+        // The second run was a backfill of an earlier night.
+        p[1].date = "2026-10-01".into();
+        let s = with_current(Some(&p), ("NOW", "2026-12-01"), 4.0);
+        let order: Vec<&str> = s.iter().map(|x| x.run_id.as_str()).collect();
+        assert_eq!(order, ["R01", "R00", "R02", "NOW"]);
     }
 
     #[test]
