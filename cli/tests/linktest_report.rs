@@ -151,6 +151,11 @@ fn report_from_a_run_id_in_the_lake_with_checks_and_threshold() {
                 "max time above the bound",
                 "no slow pairs",
             ])),
+            // No change point (since_run, since_date, step, confidence).
+            Arc::new(StringArray::from(vec![None::<&str>; 2])),
+            Arc::new(StringArray::from(vec![None::<&str>; 2])),
+            Arc::new(Float64Array::from(vec![None; 2])),
+            Arc::new(Float64Array::from(vec![None; 2])),
         ],
     )
     .unwrap();
