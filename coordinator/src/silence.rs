@@ -642,6 +642,110 @@ mod tests {
     }
 
     #[test]
+    fn a_notification_leaves_silenced_findings_out() {
+        use crate::model::{Nodes, Origin, RunState, Spec};
+        use crate::notify::RunFacts;
+        let spec = Spec {
+            benchmark: "hostinfo".into(),
+            params: Default::default(),
+            nodes: Nodes::default(),
+            launcher: benchlake_core::bench::LauncherKind::Local,
+            max_attempts: 1,
+            timeout_s: 60,
+            slurm: Default::default(),
+        };
+        let mut run = RunRow::new("01RUN".into(), spec, "hostinfo", Origin::default(), NOW - H);
+        run.state = RunState::Succeeded;
+        run.started_at_ms = Some(NOW - H);
+        run.finished_at_ms = Some(NOW - H / 2);
+        let row = |c: &str, st: &str| CheckRow {
+            check: c.into(),
+            status: st.into(),
+            value: Some(2.0),
+            reference: Some(64.0),
+            unit: "cores".into(),
+            message: String::new(),
+        };
+        let facts = || RunFacts {
+            run: run.clone(),
+            schedule_name: None,
+            agents: vec!["login".into()],
+            checks: vec![],
+            nodes: vec![
+                ("n2".into(), row("node.cores", "FAIL")),
+                ("n3".into(), row("node.cores", "FAIL")),
+                ("n3".into(), row("node.kernel", "PASS")),
+            ],
+        };
+        let ack = Ack {
+            id: "a".into(),
+            node: "n2".into(),
+            check: "node.cores".into(),
+            comment: "DIMM on order".into(),
+            author: "alice".into(),
+            created_ms: NOW - 2 * H,
+            expires_ms: NOW + H,
+        };
+        let window = Maintenance {
+            id: "m".into(),
+            nodes: "n3".into(),
+            node_names: vec!["n3".into()],
+            start_ms: NOW - 3 * H / 4,
+            end_ms: NOW + H,
+            reason: "firmware".into(),
+            author: "bob".into(),
+            created_ms: NOW,
+        };
+        // Only n2 acknowledged: n3 is still notified, n2 listed as silenced.
+        let s = Silences {
+            acks: vec![ack.clone()],
+            windows: vec![],
+        };
+        let mut f = facts();
+        let measured = f.verdict();
+        let silenced = silence_facts(&s, &mut f, NOW);
+        assert_eq!(silenced.len(), 1);
+        assert_eq!(
+            silenced[0].line(),
+            "n2 node.cores FAIL (acknowledged by alice until 2026-11-30T01:53:20Z: DIMM on order)"
+        );
+        assert_eq!(f.event(), Some("verdict.fail"));
+        let nodes: Vec<String> = f.failing_nodes().into_iter().map(|n| n.node).collect();
+        assert_eq!(nodes, ["n3"]);
+        let body = crate::notify::payload(&f, "verdict.fail", "d", "ops", None, NOW);
+        let v: serde_json::Value =
+            serde_json::from_str(&annotate(body, measured, &silenced)).unwrap();
+        assert_eq!(v["run"]["verdict"], "FAIL");
+        assert_eq!(v["silenced"][0]["node"], "n2");
+        assert_eq!(v["silenced"][0]["value"], 2.0);
+        assert_eq!(v["failing_nodes"][0]["node"], "n3");
+        // n3 in a window the run overlapped too: nothing left to tell.
+        let s = Silences {
+            acks: vec![ack],
+            windows: vec![window],
+        };
+        let mut f = facts();
+        let silenced = silence_facts(&s, &mut f, NOW);
+        assert_eq!(f.event(), None, "SKIPPED");
+        let note = skip_note(&silenced).unwrap();
+        assert!(
+            note.starts_with("silenced: n2 node.cores FAIL (acknowledged by alice"),
+            "{note}"
+        );
+        assert!(
+            note.contains("; n3 node.cores FAIL (maintenance n3 "),
+            "{note}"
+        );
+        assert!(note.ends_with("by bob: firmware)"), "{note}");
+        // A run that FAILED is notified whatever is silenced.
+        let mut f = facts();
+        f.run.state = RunState::Failed;
+        silence_facts(&s, &mut f, NOW);
+        assert_eq!(f.event(), Some("run.failed"));
+        assert_eq!(skip_note(&[]), None);
+    }
+
+    #[test]
     fn what_is_silenced_and_until_when() {
         let ack = |node: &str, check: &str, exp: i64| Ack {
             id: "a".into(),
