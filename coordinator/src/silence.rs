@@ -501,6 +501,21 @@ pub fn silence_facts(s: &Silences, facts: &mut crate::notify::RunFacts, now: i64
     out
 }
 
+/// The facts of a notification ([`crate::notify::run_facts`]) with its
+/// silenced findings set apart ([`silence_facts`]): (facts, the run's
+/// verdict as measured, the silenced findings).
+pub async fn read_facts(
+    c: &crate::Coordinator,
+    run_id: &str,
+    now: i64,
+) -> Result<(crate::notify::RunFacts, Option<&'static str>, Vec<Silenced>)> {
+    let mut facts = crate::notify::run_facts(c, run_id).await?;
+    let s = c.db(Silences::read).await?;
+    let measured = facts.verdict();
+    let silenced = silence_facts(&s, &mut facts, now);
+    Ok((facts, measured, silenced))
+}
+
 /// The outbox note of a run SKIPPED because its findings are silenced.
 pub fn skip_note(silenced: &[Silenced]) -> Option<String> {
     if silenced.is_empty() {
