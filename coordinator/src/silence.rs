@@ -130,7 +130,7 @@ impl Ack {
             author: self.author.clone(),
             created_ms: self.created_ms,
             expires_ms: self.expires_ms,
-            expired: !self.active(now) && now >= self.expires_ms,
+            expired: now >= self.expires_ms,
             schedule_id: self.schedule_id.clone().unwrap_or_default(),
             schedule_name: self.schedule_name.clone().unwrap_or_default(),
         }
