@@ -32,6 +32,10 @@ pub struct AckArgs {
     /// 90 days ahead.
     #[arg(long, required = true)]
     pub expires: Option<String>,
+    /// Only runs of this schedule (id or name): for a run-level check
+    /// (`ack '*' io.write_bw_mib_s --schedule nightly-io …`) or a node's.
+    #[arg(long)]
+    pub schedule: Option<String>,
     #[command(flatten)]
     pub conn: Conn,
 }
@@ -170,6 +174,8 @@ fn ack_json(a: &pb::Acknowledgement) -> serde_json::Value {
         "author": a.author, "created_ms": a.created_ms, "expires_ms": a.expires_ms,
         "created": fmt_time(a.created_ms), "expires": fmt_time(a.expires_ms),
         "expired": a.expired,
+        "schedule_id": (!a.schedule_id.is_empty()).then_some(&a.schedule_id),
+        "schedule": (!a.schedule_name.is_empty()).then_some(&a.schedule_name),
     })
 }
 
@@ -183,11 +189,16 @@ fn window_json(w: &pb::MaintenanceWindow) -> serde_json::Value {
 }
 
 fn ack_line(a: &pb::Acknowledgement) -> String {
+    let scope = if a.schedule_name.is_empty() {
+        String::new()
+    } else {
+        format!(" (schedule {})", a.schedule_name)
+    };
     format!(
         "{}  {:<12} {:<26} until {}{}  by {}: {}",
         a.id,
         a.node,
-        a.check,
+        format!("{}{scope}", a.check),
         fmt_time(a.expires_ms),
         if a.expired { " (expired)" } else { "" },
         a.author,
@@ -257,6 +268,7 @@ pub async fn ack_cmd(a: AckArgs) -> anyhow::Result<()> {
                     check,
                     comment,
                     expires_ms,
+                    schedule: a.schedule.unwrap_or_default(),
                 })
                 .await?
                 .into_inner();

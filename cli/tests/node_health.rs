@@ -1020,6 +1020,7 @@ async fn acknowledged_and_in_maintenance_findings_are_neither_notified_nor_drain
             check: "node.cores".into(),
             comment: "DIMM on order".into(),
             expires_ms: expires,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -1168,6 +1169,46 @@ async fn acknowledged_and_in_maintenance_findings_are_neither_notified_nor_drain
         ],
     );
     assert!(code != 0 && err.contains("check:"), "{err}");
+    // Scoped to a schedule (by name), for a run-level check on every node.
+    let (code, _, err) = cli(
+        &c,
+        &[
+            "ack",
+            "*",
+            "io.",
+            "--schedule",
+            "nope",
+            "--comment",
+            "x",
+            "--expires",
+            &soon,
+        ],
+    );
+    assert!(
+        code != 0 && err.contains("schedule: no schedule 'nope'"),
+        "{err}"
+    );
+    let (code, out, err) = cli(
+        &c,
+        &[
+            "ack",
+            "*",
+            "io.",
+            "--schedule",
+            "nodes-n2",
+            "--comment",
+            "slow disks",
+            "--expires",
+            &soon,
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let scoped: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(scoped["schedule_id"], drain.as_str(), "{scoped}");
+    assert_eq!(scoped["schedule"], "nodes-n2", "{scoped}");
+    let (code, _, err) = cli(&c, &["ack", "remove", scoped["id"].as_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
     let (code, out, err) = cli(&c, &["ack", "remove", a["id"].as_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("removed "), "{out}");

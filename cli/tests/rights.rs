@@ -319,6 +319,7 @@ async fn call(
                     check: "node.cores".into(),
                     comment: "DIMM on order".into(),
                     expires_ms: now_ms() + 3_600_000,
+                    ..Default::default()
                 })
                 .await
                 .map(|_| ()),
@@ -358,6 +359,7 @@ async fn call(
                         check: "*".into(),
                         comment: "known".into(),
                         expires_ms: now_ms() + 3_600_000,
+                        ..Default::default()
                     })
                     .await
                     .unwrap()

@@ -232,13 +232,13 @@ impl Metrics {
         );
         e.counter_vec(
             "benchlake_notifications_total",
-            "Notification attempts and outcomes by result: delivered, retried, rejected (4xx), gave_up, skipped (the run ended well).",
+            "Notification attempts and outcomes by result: delivered, retried, rejected (4xx), gave_up, skipped (the run ended well, or its findings are silenced).",
             &["result"],
             &self.notifications,
         );
         e.counter_vec(
             "benchlake_node_actions_total",
-            "What the node actions did to Slurm nodes (crate::node_actions): drain, resume, left-alone, forgot, error; dry_run true when only logged.",
+            "What the node actions did to Slurm nodes (crate::node_actions): drain, resume, left-alone, forgot, error, silenced (acknowledged or in maintenance); dry_run true when only logged.",
             &["action", "dry_run"],
             &self.node_actions,
         );

@@ -1035,7 +1035,9 @@ impl Outbox {
         let m = &c.metrics;
         let now = c.now();
         if row.body.is_none() {
-            let mut facts = match run_facts(c, &row.run_id).await {
+            // Acknowledged and in-maintenance findings are left out (crate::silence).
+            let read = crate::silence::read_facts(c, &row.run_id, now).await;
+            let (facts, measured, silenced) = match read {
                 Ok(f) => f,
                 Err(e) => {
                     // The lake or the store is unavailable: look again later
@@ -1043,17 +1045,6 @@ impl Outbox {
                     tracing::warn!(run = %row.run_id, notifier = %row.notifier, error = %e, "cannot read the run for its notification; retrying");
                     row.next_ms = now + backoff_ms(cfg.backoff_ms, cfg.backoff_max_ms, 1, 1.0);
                     row.last_error = Some(format!("reading the run: {e}"));
-                    self.save(c, row).await;
-                    return;
-                }
-            };
-            // Acknowledged and in-maintenance findings are left out (crate::silence).
-            let measured = facts.verdict();
-            let silenced = match c.db(crate::silence::Silences::read).await {
-                Ok(s) => crate::silence::silence_facts(&s, &mut facts, now),
-                Err(e) => {
-                    tracing::warn!(run = %row.run_id, error = %e, "cannot read the acknowledgements; retrying");
-                    row.next_ms = now + backoff_ms(cfg.backoff_ms, cfg.backoff_max_ms, 1, 1.0);
                     self.save(c, row).await;
                     return;
                 }

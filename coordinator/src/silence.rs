@@ -60,6 +60,12 @@ pub struct Ack {
     pub author: String,
     pub created_ms: i64,
     pub expires_ms: i64,
+    /// Only runs of this schedule (None: every run).
+    #[serde(default)]
+    pub schedule_id: Option<String>,
+    /// The schedule's name when the acknowledgement was made.
+    #[serde(default)]
+    pub schedule_name: Option<String>,
 }
 
 /// A maintenance window (the state store's `maintenance_windows`).
@@ -92,17 +98,23 @@ impl Ack {
         self.created_ms <= now && now < self.expires_ms
     }
 
-    /// Whether it covers `check` on `node` (None: a run-level check).
-    pub fn covers(&self, node: Option<&str>, check: &str) -> bool {
+    /// Whether it covers `check` on `node` (None: a run-level check) in a
+    /// run of `schedule` (None: a run without one).
+    pub fn covers(&self, node: Option<&str>, check: &str, schedule: Option<&str>) -> bool {
         let node_ok = self.node == "*" || node == Some(self.node.as_str());
-        node_ok && pattern_matches(&self.check, check)
+        let schedule_ok = self.schedule_id.is_none() || self.schedule_id.as_deref() == schedule;
+        node_ok && schedule_ok && pattern_matches(&self.check, check)
     }
 
     /// Why it silences, for people: `acknowledged by alice until
     /// 2026-12-12T00:00Z: DIMM on order`.
     pub fn describe(&self) -> String {
+        let scope = match &self.schedule_name {
+            Some(n) => format!(" for schedule {n}"),
+            None => String::new(),
+        };
         format!(
-            "acknowledged by {} until {}: {}",
+            "acknowledged by {}{scope} until {}: {}",
             self.author,
             fmt_time(self.expires_ms),
             self.comment
@@ -118,7 +130,9 @@ impl Ack {
             author: self.author.clone(),
             created_ms: self.created_ms,
             expires_ms: self.expires_ms,
-            expired: !self.active(now) && now >= self.expires_ms,
+            expired: now >= self.expires_ms,
+            schedule_id: self.schedule_id.clone().unwrap_or_default(),
+            schedule_name: self.schedule_name.clone().unwrap_or_default(),
         }
     }
 }
@@ -233,7 +247,13 @@ pub fn author_of(id: &crate::config::Identity) -> String {
 }
 
 /// A new acknowledgement from a request, validated (errors name the field).
-pub fn new_ack(r: &pb::AcknowledgeCheckRequest, author: &str, now: i64) -> Result<Ack> {
+/// `schedule` is the request's schedule, resolved by the caller: (id, name).
+pub fn new_ack(
+    r: &pb::AcknowledgeCheckRequest,
+    schedule: Option<(String, String)>,
+    author: &str,
+    now: i64,
+) -> Result<Ack> {
     let node = r.node.trim();
     if node != "*" {
         benchlake_core::scontrol::check_node_name(node)
@@ -268,6 +288,8 @@ pub fn new_ack(r: &pb::AcknowledgeCheckRequest, author: &str, now: i64) -> Resul
         author: author.to_string(),
         created_ms: now,
         expires_ms: r.expires_ms,
+        schedule_id: schedule.as_ref().map(|s| s.0.clone()),
+        schedule_name: schedule.map(|s| s.1),
     })
 }
 
@@ -345,11 +367,18 @@ impl Silences {
         })
     }
 
-    /// The acknowledgement covering `check` on `node` at `now`.
-    pub fn ack_for(&self, node: Option<&str>, check: &str, now: i64) -> Option<&Ack> {
+    /// The acknowledgement covering `check` on `node` in a run of
+    /// `schedule` at `now`.
+    pub fn ack_for(
+        &self,
+        node: Option<&str>,
+        check: &str,
+        schedule: Option<&str>,
+        now: i64,
+    ) -> Option<&Ack> {
         self.acks
             .iter()
-            .find(|a| a.active(now) && a.covers(node, check))
+            .find(|a| a.active(now) && a.covers(node, check, schedule))
     }
 
     /// The window `node` is in at `now`.
@@ -359,8 +388,15 @@ impl Silences {
 
     /// Why a `node_health` row of `check` on `node`, measured by a run
     /// spanning `span`, is silenced at `now` (None: it is not).
-    pub fn why_node(&self, node: &str, check: &str, now: i64, span: (i64, i64)) -> Option<String> {
-        if let Some(a) = self.ack_for(Some(node), check, now) {
+    pub fn why_node(
+        &self,
+        node: &str,
+        check: &str,
+        schedule: Option<&str>,
+        now: i64,
+        span: (i64, i64),
+    ) -> Option<String> {
+        if let Some(a) = self.ack_for(Some(node), check, schedule, now) {
             return Some(a.describe());
         }
         self.windows
@@ -375,10 +411,11 @@ impl Silences {
         &self,
         check: &str,
         agents: &[String],
+        schedule: Option<&str>,
         now: i64,
         span: (i64, i64),
     ) -> Option<String> {
-        if let Some(a) = self.ack_for(None, check, now) {
+        if let Some(a) = self.ack_for(None, check, schedule, now) {
             return Some(a.describe());
         }
         if agents.is_empty() {
@@ -440,26 +477,43 @@ impl Silenced {
 /// failing lists of a notification leave it out (never written anywhere).
 const SILENCED: &str = "SILENCED";
 
-/// Silences the failing rows (FAIL, ERROR) of a notification's facts: their
+/// Silences the failing rows (FAIL, REGRESSION, ERROR) of a notification's facts: their
 /// status becomes [`SILENCED`] in `facts` (so `facts.event()` no longer
 /// sees them) and they are returned.
 pub fn silence_facts(s: &Silences, facts: &mut crate::notify::RunFacts, now: i64) -> Vec<Silenced> {
     let span = run_span(&facts.run, now);
-    let failing = |st: &str| matches!(st, "FAIL" | "ERROR");
+    let schedule = facts.run.schedule_id.clone();
+    let schedule = schedule.as_deref();
+    let failing = |st: &str| matches!(st, "FAIL" | "REGRESSION" | "ERROR");
     let mut out = Vec::new();
     for r in facts.checks.iter_mut().filter(|r| failing(&r.status)) {
-        if let Some(why) = s.why_run(&r.check, &facts.agents, now, span) {
+        if let Some(why) = s.why_run(&r.check, &facts.agents, schedule, now, span) {
             out.push(Silenced::of(None, r, why));
             r.status = SILENCED.into();
         }
     }
     for (n, r) in facts.nodes.iter_mut().filter(|(_, r)| failing(&r.status)) {
-        if let Some(why) = s.why_node(n, &r.check, now, span) {
+        if let Some(why) = s.why_node(n, &r.check, schedule, now, span) {
             out.push(Silenced::of(Some(n), r, why));
             r.status = SILENCED.into();
         }
     }
     out
+}
+
+/// The facts of a notification ([`crate::notify::run_facts`]) with its
+/// silenced findings set apart ([`silence_facts`]): (facts, the run's
+/// verdict as measured, the silenced findings).
+pub async fn read_facts(
+    c: &crate::Coordinator,
+    run_id: &str,
+    now: i64,
+) -> Result<(crate::notify::RunFacts, Option<&'static str>, Vec<Silenced>)> {
+    let mut facts = crate::notify::run_facts(c, run_id).await?;
+    let s = c.db(Silences::read).await?;
+    let measured = facts.verdict();
+    let silenced = silence_facts(&s, &mut facts, now);
+    Ok((facts, measured, silenced))
 }
 
 /// The outbox note of a run SKIPPED because its findings are silenced.
@@ -511,7 +565,7 @@ pub fn split_node_rows(
     let mut keep = Vec::new();
     let mut silenced = Vec::new();
     for (n, r) in rows {
-        match s.why_node(&n, &r.check, now, span) {
+        match s.why_node(&n, &r.check, run.schedule_id.as_deref(), now, span) {
             Some(why) => silenced.push((n, r, why)),
             None => keep.push((n, r)),
         }
@@ -540,14 +594,17 @@ pub fn node_silences(
         if !spans.contains_key(r)
             && let Some(run) = tx.get_run(r)?
         {
-            spans.insert(r.clone(), run_span(&run, now));
+            spans.insert(r.clone(), (run_span(&run, now), run.schedule_id));
         }
     }
     let current = s.maintenance_now(node, now).map(Maintenance::describe);
     for c in checks.iter_mut() {
-        let span = spans.get(&c.run_id).copied().unwrap_or((now, now));
+        let (span, schedule) = match spans.get(&c.run_id) {
+            Some((span, schedule)) => (*span, schedule.as_deref()),
+            None => ((now, now), None),
+        };
         if let Some(why) = s
-            .why_node(node, &c.check, now, span)
+            .why_node(node, &c.check, schedule, now, span)
             .or_else(|| current.clone())
         {
             c.silenced = why;
@@ -569,6 +626,7 @@ mod tests {
             check: check.into(),
             comment: comment.into(),
             expires_ms: expires,
+            schedule: String::new(),
         }
     }
 
@@ -576,6 +634,7 @@ mod tests {
     fn acknowledgements_are_validated_naming_the_field() {
         let a = new_ack(
             &req("n3", "node.*", " DIMM on order ", NOW + H),
+            None,
             "alice",
             NOW,
         )
@@ -602,7 +661,7 @@ mod tests {
                 "90 days",
             ),
         ] {
-            let e = new_ack(&r, "alice", NOW).unwrap_err().to_string();
+            let e = new_ack(&r, None, "alice", NOW).unwrap_err().to_string();
             assert!(e.contains(field) && e.contains(why), "{r:?}: {e}");
         }
     }
@@ -642,6 +701,113 @@ mod tests {
     }
 
     #[test]
+    fn a_notification_leaves_silenced_findings_out() {
+        use crate::model::{Nodes, Origin, RunState, Spec};
+        use crate::notify::RunFacts;
+        let spec = Spec {
+            benchmark: "hostinfo".into(),
+            params: Default::default(),
+            nodes: Nodes::default(),
+            launcher: benchlake_core::bench::LauncherKind::Local,
+            max_attempts: 1,
+            timeout_s: 60,
+            slurm: Default::default(),
+        };
+        let mut run = RunRow::new("01RUN".into(), spec, "hostinfo", Origin::default(), NOW - H);
+        run.state = RunState::Succeeded;
+        run.started_at_ms = Some(NOW - H);
+        run.finished_at_ms = Some(NOW - H / 2);
+        let row = |c: &str, st: &str| CheckRow {
+            check: c.into(),
+            status: st.into(),
+            value: Some(2.0),
+            reference: Some(64.0),
+            unit: "cores".into(),
+            message: String::new(),
+            ..Default::default()
+        };
+        let facts = || RunFacts {
+            run: run.clone(),
+            schedule_name: None,
+            agents: vec!["login".into()],
+            checks: vec![],
+            nodes: vec![
+                ("n2".into(), row("node.cores", "FAIL")),
+                ("n3".into(), row("node.cores", "FAIL")),
+                ("n3".into(), row("node.kernel", "PASS")),
+            ],
+        };
+        let ack = Ack {
+            id: "a".into(),
+            node: "n2".into(),
+            check: "node.cores".into(),
+            comment: "DIMM on order".into(),
+            author: "alice".into(),
+            created_ms: NOW - 2 * H,
+            expires_ms: NOW + H,
+            schedule_id: None,
+            schedule_name: None,
+        };
+        let window = Maintenance {
+            id: "m".into(),
+            nodes: "n3".into(),
+            node_names: vec!["n3".into()],
+            start_ms: NOW - 3 * H / 4,
+            end_ms: NOW + H,
+            reason: "firmware".into(),
+            author: "bob".into(),
+            created_ms: NOW,
+        };
+        // Only n2 acknowledged: n3 is still notified, n2 listed as silenced.
+        let s = Silences {
+            acks: vec![ack.clone()],
+            windows: vec![],
+        };
+        let mut f = facts();
+        let measured = f.verdict();
+        let silenced = silence_facts(&s, &mut f, NOW);
+        assert_eq!(silenced.len(), 1);
+        assert_eq!(
+            silenced[0].line(),
+            "n2 node.cores FAIL (acknowledged by alice until 2026-11-30T01:53:20Z: DIMM on order)"
+        );
+        assert_eq!(f.event(), Some("verdict.fail"));
+        let nodes: Vec<String> = f.failing_nodes().into_iter().map(|n| n.node).collect();
+        assert_eq!(nodes, ["n3"]);
+        let body = crate::notify::payload(&f, "verdict.fail", "d", "ops", None, NOW);
+        let v: serde_json::Value =
+            serde_json::from_str(&annotate(body, measured, &silenced)).unwrap();
+        assert_eq!(v["run"]["verdict"], "FAIL");
+        assert_eq!(v["silenced"][0]["node"], "n2");
+        assert_eq!(v["silenced"][0]["value"], 2.0);
+        assert_eq!(v["failing_nodes"][0]["node"], "n3");
+        // n3 in a window the run overlapped too: nothing left to tell.
+        let s = Silences {
+            acks: vec![ack],
+            windows: vec![window],
+        };
+        let mut f = facts();
+        let silenced = silence_facts(&s, &mut f, NOW);
+        assert_eq!(f.event(), None, "SKIPPED");
+        let note = skip_note(&silenced).unwrap();
+        assert!(
+            note.starts_with("silenced: n2 node.cores FAIL (acknowledged by alice"),
+            "{note}"
+        );
+        assert!(
+            note.contains("; n3 node.cores FAIL (maintenance n3 "),
+            "{note}"
+        );
+        assert!(note.ends_with("by bob: firmware)"), "{note}");
+        // A run that FAILED is notified whatever is silenced.
+        let mut f = facts();
+        f.run.state = RunState::Failed;
+        silence_facts(&s, &mut f, NOW);
+        assert_eq!(f.event(), Some("run.failed"));
+        assert_eq!(skip_note(&[]), None);
+    }
+
+    #[test]
     fn what_is_silenced_and_until_when() {
         let ack = |node: &str, check: &str, exp: i64| Ack {
             id: "a".into(),
@@ -651,6 +817,8 @@ mod tests {
             author: "alice".into(),
             created_ms: NOW,
             expires_ms: exp,
+            schedule_id: None,
+            schedule_name: None,
         };
         let s = Silences {
             acks: vec![
@@ -668,22 +836,30 @@ mod tests {
                 created_ms: NOW,
             }],
         };
-        let why = s.why_node("n3", "node.cores", NOW, (NOW, NOW)).unwrap();
+        let why = s
+            .why_node("n3", "node.cores", None, NOW, (NOW, NOW))
+            .unwrap();
         assert_eq!(
             why,
             "acknowledged by alice until 2026-11-30T01:53:20Z: DIMM on order"
         );
-        assert!(s.why_node("n3", "nodecores", NOW, (NOW, NOW)).is_none());
-        assert!(s.why_node("n4", "node.cores", NOW, (NOW, NOW)).is_none());
+        assert!(
+            s.why_node("n3", "nodecores", None, NOW, (NOW, NOW))
+                .is_none()
+        );
+        assert!(
+            s.why_node("n4", "node.cores", None, NOW, (NOW, NOW))
+                .is_none()
+        );
         // Expired: applies no more.
         assert!(
-            s.why_node("n3", "node.cores", NOW + H, (NOW, NOW))
+            s.why_node("n3", "node.cores", None, NOW + H, (NOW, NOW))
                 .is_none()
         );
         // A run overlapping the window on n2 (not n3, not before it).
-        assert!(s.why_node("n2", "x", NOW, (NOW, NOW + H)).is_none());
+        assert!(s.why_node("n2", "x", None, NOW, (NOW, NOW + H)).is_none());
         let w = s
-            .why_node("n2", "x", NOW + 5 * H, (NOW + H, NOW + 2 * H))
+            .why_node("n2", "x", None, NOW + 5 * H, (NOW + H, NOW + 2 * H))
             .unwrap();
         assert!(
             w.starts_with("maintenance n[1-2] 2026-11-30T02:53:20Z to"),
@@ -693,21 +869,48 @@ mod tests {
         assert!(s.maintenance_now("n1", NOW + 3 * H).is_none());
         // Run-level checks: an acknowledgement on `*`, or every agent in a window.
         assert!(
-            s.why_run("io.write_bw_mib_s", &[], NOW, (NOW, NOW))
+            s.why_run("io.write_bw_mib_s", &[], None, NOW, (NOW, NOW))
                 .is_some()
         );
         assert!(
-            s.why_run("io.read_bw_mib_s", &["n1".into()], NOW, (NOW, NOW))
+            s.why_run("io.read_bw_mib_s", &["n1".into()], None, NOW, (NOW, NOW))
                 .is_none()
         );
         let span = (NOW + 2 * H, NOW + 2 * H);
         assert!(
-            s.why_run("x", &["n1".into(), "n2".into()], NOW, span)
+            s.why_run("x", &["n1".into(), "n2".into()], None, NOW, span)
                 .is_some()
         );
         assert!(
-            s.why_run("x", &["n1".into(), "n3".into()], NOW, span)
+            s.why_run("x", &["n1".into(), "n3".into()], None, NOW, span)
                 .is_none()
+        );
+        // Scoped to a schedule: only its runs.
+        let mut scoped = ack("*", "io.", NOW + H);
+        scoped.schedule_id = Some("S1".into());
+        scoped.schedule_name = Some("nightly-io".into());
+        let s2 = Silences {
+            acks: vec![scoped],
+            windows: vec![],
+        };
+        let why = s2
+            .why_run("io.read_bw_mib_s", &[], Some("S1"), NOW, (NOW, NOW))
+            .unwrap();
+        assert!(
+            why.starts_with("acknowledged by alice for schedule nightly-io until"),
+            "{why}"
+        );
+        assert!(
+            s2.why_run("io.read_bw_mib_s", &[], Some("S2"), NOW, (NOW, NOW))
+                .is_none()
+        );
+        assert!(
+            s2.why_run("io.read_bw_mib_s", &[], None, NOW, (NOW, NOW))
+                .is_none()
+        );
+        assert!(
+            s2.why_node("n1", "io.x", Some("S1"), NOW, (NOW, NOW))
+                .is_some()
         );
         assert!(pattern_matches("*", "anything"));
         assert!(!pattern_matches("node", "node.cores"));

@@ -618,6 +618,8 @@ fn silences(s: &dyn StateStore) {
         author: "alice".into(),
         created_ms: 10,
         expires_ms: exp,
+        schedule_id: Some("s1".into()),
+        schedule_name: Some("nightly".into()),
     };
     let win = |id: &str, end: i64| Maintenance {
         id: id.into(),

@@ -17,9 +17,11 @@ use crate::http::Http;
 use crate::silence::{Silences, fmt_time};
 
 /// The extra class and tooltip text of an overview cell of `check` on
-/// `node` at `now`: ` ack` and the acknowledgement, when one covers it.
+/// `node` at `now`: ` ack` and the acknowledgement, when one covers it
+/// (one scoped to a schedule is not shown here: the cell does not say which
+/// schedule's run it comes from).
 pub fn cell_mark(s: &Silences, node: &str, check: &str, now: i64) -> (&'static str, String) {
-    match s.ack_for(Some(node), check, now) {
+    match s.ack_for(Some(node), check, None, now) {
         Some(a) => (" ack", format!(" · ack: {}", a.describe())),
         None => ("", String::new()),
     }
@@ -61,13 +63,14 @@ pub async fn page(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Respon
     if acks.is_empty() {
         b.push_str("<p class=\"muted\" id=\"acks-none\">None in force.</p>");
     } else {
-        b.push_str("<table id=\"acks\"><thead><tr><th>node</th><th>check</th><th>comment</th><th>by</th><th>since</th><th>expires</th><th>id</th></tr></thead><tbody>");
+        b.push_str("<table id=\"acks\"><thead><tr><th>node</th><th>check</th><th>schedule</th><th>comment</th><th>by</th><th>since</th><th>expires</th><th>id</th></tr></thead><tbody>");
         for a in acks {
             let _ = write!(
                 b,
-                "<tr><td class=\"node\">{}</td><td class=\"mono\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"mono\">{}</td></tr>",
+                "<tr><td class=\"node\">{}</td><td class=\"mono\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"mono\">{}</td></tr>",
                 esc(&a.node),
                 esc(&a.check),
+                esc(a.schedule_name.as_deref().unwrap_or("any")),
                 esc(&a.comment),
                 esc(&a.author),
                 esc(&fmt_time(a.created_ms)),

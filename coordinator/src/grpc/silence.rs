@@ -18,13 +18,29 @@ impl Svc {
         let id = crate::auth::identity_of(&req);
         crate::access::require_admin(&id, "acknowledging a check")?;
         let now = self.0.now();
-        let ack = silence::new_ack(req.get_ref(), &silence::author_of(&id), now)?;
-        let a = ack.clone();
-        self.tx(move |tx| {
-            tx.prune_acks(now - KEEP_ENDED_MS)?;
-            tx.insert_ack(&a)
-        })
-        .await?;
+        let r = req.into_inner();
+        let author = silence::author_of(&id);
+        let ack = self
+            .tx(move |tx| {
+                let schedule = match r.schedule.trim() {
+                    "" => None,
+                    s => {
+                        let row = match tx.get_schedule(s)? {
+                            Some(row) => Some(row),
+                            None => tx.schedule_by_name(s)?,
+                        };
+                        let row = row.ok_or_else(|| {
+                            CoordError::invalid("schedule", format!("no schedule '{s}'"))
+                        })?;
+                        Some((row.schedule_id, row.name))
+                    }
+                };
+                let ack = silence::new_ack(&r, schedule, &author, now)?;
+                tx.prune_acks(now - KEEP_ENDED_MS)?;
+                tx.insert_ack(&ack)?;
+                Ok(ack)
+            })
+            .await?;
         tracing::info!(id = %ack.id, node = %ack.node, check = %ack.check, author = %ack.author,
             expires = %silence::fmt_time(ack.expires_ms), "acknowledged: {}", ack.comment);
         Ok(Response::new(ack.to_pb(now)))
