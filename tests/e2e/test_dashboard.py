@@ -957,7 +957,7 @@ def test_acknowledged_cells_and_silences_page(demo, browser):
     browser.ctx.clear_cookies()
     browser.login(USER)
     browser.go("/", shot="overview-ack")
-    row = browser.page.locator("#nodes tbody tr", has=browser.page.locator(f"td.node:text-is('{node}')"))
+    row = browser.page.locator("#nodes tbody tr", has=browser.page.locator(f"td.node a:text-is('{node}')"))
     assert "maintenance" in row.inner_text()
     cell = row.locator("a.v.ack")
     assert cell.count() == 1, row.inner_html()
