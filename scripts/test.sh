@@ -160,8 +160,9 @@ cargo build --workspace --all-targets --locked
 # shows every failure; the suite's exit status is the first failure's.
 status=0
 stage() {
-  "$@" 2>&1 | tee -a "$RESULTS"
-  local rc=${PIPESTATUS[0]}
+  # `|| rc=…`: under `set -e` a failing pipeline would end the script here.
+  local rc=0
+  "$@" 2>&1 | tee -a "$RESULTS" || rc=${PIPESTATUS[0]}
   if [ "$rc" != 0 ] && [ "$status" = 0 ]; then
     status=$rc
   fi

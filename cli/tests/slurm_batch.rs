@@ -429,7 +429,16 @@ async fn a_pending_job_shows_slurms_reason_and_cancel_or_timeout_scancels_it() {
         .await
         .unwrap();
     c.wait_settled(&run.run_id, 60).await;
-    assert_eq!(scontrol_field(&sl, &job, "JobState"), "CANCELLED");
+    // The agent scancels as the run ends: Slurm says so a moment later.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while scontrol_field(&sl, &job, "JobState") != "CANCELLED" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {job}: {}",
+            scontrol_field(&sl, &job, "JobState")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // What sbatch refuses fails the task with sbatch's words.
     let run = c
