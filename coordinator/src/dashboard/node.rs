@@ -223,7 +223,7 @@ pub async fn page(
     } else {
         let _ = write!(
             b,
-            "<p class=\"muted\">The newest {HISTORY_RUNS} runs that judged this node, oldest left; points coloured by verdict (grey: not judged yet), the dashed line is the reference each run was compared with, red marks are drains benchlake made, green ones resumes.</p>"
+            "<p class=\"muted\">The newest {HISTORY_RUNS} runs that judged this node, oldest left; points coloured by verdict (grey: not judged yet), the dashed line is the reference each run was compared with, red marks are drains benchlake made, green ones resumes, purple dashed ones the first run of a regression.</p>"
         );
         let mut families: BTreeMap<&'static str, Vec<(String, &String)>> = BTreeMap::new();
         for check in history.keys() {
@@ -282,7 +282,8 @@ pub async fn page(
 
 /// One check's series: a point per run (coloured by status, linked to the
 /// run), the reference as a dashed line, benchlake's drains (red) and
-/// resumes (green) of runs in the series as vertical marks.
+/// resumes (green) of runs in the series and the change points regressions
+/// name (purple, dashed) as vertical marks.
 pub fn series_svg(check: &str, pts: &[HistoryPoint], events: &[NodeEvent]) -> String {
     let (l, t, w, h) = (92.0, 10.0, 452.0, 90.0);
     let (width, height) = (l + w + 12.0, t + h + 24.0);
@@ -373,6 +374,38 @@ pub fn series_svg(check: &str, pts: &[HistoryPoint], events: &[NodeEvent]) -> St
             esc(&e.action),
             if e.dry_run { " (dry run)" } else { "" },
             esc(&e.detail)
+        );
+    }
+    // Change points: the first run of each regression a run of the series
+    // reported (`since_run`), once each.
+    let mut marked: Vec<&str> = Vec::new();
+    for p in pts {
+        let Some(since) = p.row.since_run.as_deref() else {
+            continue;
+        };
+        let Some(k) = pts.iter().position(|q| q.run_id == since) else {
+            continue;
+        };
+        if marked.contains(&since) {
+            continue;
+        }
+        marked.push(since);
+        let _ = write!(
+            o,
+            "<line class=\"ev-change\" x1=\"{0:.1}\" y1=\"{t}\" x2=\"{0:.1}\" y2=\"{1}\"><title>change point: {2} since run {3}{4}{5}</title></line>",
+            x(k),
+            t + h,
+            esc(&p.row.status),
+            esc(since),
+            p.row
+                .since_date
+                .as_deref()
+                .map(|d| format!(" of {}", esc(d)))
+                .unwrap_or_default(),
+            p.row
+                .step
+                .map(|s| format!(": {:+.1} %", s * 100.0))
+                .unwrap_or_default()
         );
     }
     // The reference, where the runs had one.
@@ -539,6 +572,19 @@ mod tests {
         assert!(svg.contains("<circle class=\"pt v-FAIL\""));
         assert!(svg.contains("<rect class=\"pt v-ERROR\""));
         assert_eq!(svg.matches("class=\"ev-drain\"").count(), 1);
+        assert_eq!(svg.matches("class=\"ev-change\"").count(), 0);
+        // A regression names the run its change started with: one mark there.
+        let mut reg = pts.clone();
+        reg.push(point("01JDDDDDDDDDDDDDDDDDDDDDDD", "REGRESSION", Some(3.0)));
+        reg.push(point("01JEEEEEEEEEEEEEEEEEEEEEEE", "REGRESSION", Some(3.0)));
+        for p in reg.iter_mut().skip(3) {
+            p.row.since_run = Some("01JBBBBBBBBBBBBBBBBBBBBBBB".into());
+            p.row.since_date = Some("2026-11-20".into());
+            p.row.step = Some(-0.25);
+        }
+        let svg = series_svg("node.cores", &reg, &[]);
+        assert_eq!(svg.matches("class=\"ev-change\"").count(), 1, "{svg}");
+        assert!(svg.contains("since run 01JBBBBBBBBBBBBBBBBBBBBBBB of 2026-11-20: -25.0 %"));
         assert!(!svg.contains("NaN"));
     }
 }
