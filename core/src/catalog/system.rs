@@ -130,33 +130,10 @@ pub fn tables() -> Vec<TableDef> {
                 ),
                 ("unit", utf8(), false, "unit of value and reference"),
                 ("message", utf8(), false, "human-readable verdict"),
-                // Added (issue 37, docs/io.md "Regressions"): the change point
-                // of a REGRESSION (or of a FAIL it explains); null otherwise.
-                (
-                    "since_run",
-                    utf8(),
-                    true,
-                    "first run of the change a REGRESSION (or FAIL) was found with",
-                ),
-                (
-                    "since_date",
-                    utf8(),
-                    true,
-                    "that run's logical night, `YYYY-MM-DD`",
-                ),
-                (
-                    "step",
-                    Float64,
-                    true,
-                    "relative size of the change: the current level vs the level before it (-0.12 = 12 % lower)",
-                ),
-                (
-                    "confidence",
-                    Float64,
-                    true,
-                    "1 - the Bonferroni-adjusted one-sided p-value of the change under normal noise",
-                ),
-            ],
+            ]
+            .into_iter()
+            .chain(change_point_columns())
+            .collect(),
         ),
         table(
             "node_facts",
@@ -230,33 +207,42 @@ pub fn tables() -> Vec<TableDef> {
                 ),
                 ("unit", utf8(), false, "unit of value and reference"),
                 ("message", utf8(), false, "human-readable verdict"),
-                // Added (issue 37, docs/io.md "Regressions"): the change point
-                // of a REGRESSION (or of a FAIL it explains); null otherwise.
-                (
-                    "since_run",
-                    utf8(),
-                    true,
-                    "first run of the change a REGRESSION (or FAIL) was found with",
-                ),
-                (
-                    "since_date",
-                    utf8(),
-                    true,
-                    "that run's logical night, `YYYY-MM-DD`",
-                ),
-                (
-                    "step",
-                    Float64,
-                    true,
-                    "relative size of the change: the current level vs the level before it (-0.12 = 12 % lower)",
-                ),
-                (
-                    "confidence",
-                    Float64,
-                    true,
-                    "1 - the Bonferroni-adjusted one-sided p-value of the change under normal noise",
-                ),
-            ],
+            ]
+            .into_iter()
+            .chain(change_point_columns())
+            .collect(),
+        ),
+    ]
+}
+
+/// The columns `checks` and `node_health` both end with (issue 37, docs/io.md
+/// "Regressions"): the change point of a REGRESSION (or of a FAIL it
+/// explains); null otherwise.
+fn change_point_columns() -> [Col; 4] {
+    [
+        (
+            "since_run",
+            utf8(),
+            true,
+            "first run of the change a REGRESSION (or FAIL) was found with",
+        ),
+        (
+            "since_date",
+            utf8(),
+            true,
+            "that run's logical night, `YYYY-MM-DD`",
+        ),
+        (
+            "step",
+            Float64,
+            true,
+            "relative size of the change: the current level vs the level before it (-0.12 = 12 % lower)",
+        ),
+        (
+            "confidence",
+            Float64,
+            true,
+            "1 - the Bonferroni-adjusted one-sided p-value of the change under normal noise",
         ),
     ]
 }
