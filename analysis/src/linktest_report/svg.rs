@@ -1118,7 +1118,7 @@ fn checks(o: &mut String, checks: &[Check], y: f64) -> f64 {
         };
         // Room for the longest status (INCONCLUSIVE, NO_REFERENCE).
         let status_w = if checks.iter().any(|c| c.status.len() > 5) {
-            96.0
+            116.0
         } else {
             52.0
         };
