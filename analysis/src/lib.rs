@@ -3,6 +3,7 @@
 pub mod changepoint;
 pub mod counts;
 pub mod io_checks;
+pub mod link_checks;
 pub mod linktest_checks;
 pub mod linktest_lake;
 pub mod linktest_report;

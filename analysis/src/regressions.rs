@@ -118,6 +118,31 @@ pub fn node_better(check: &str) -> Option<Better> {
     }
 }
 
+/// The value of a node row in its node's series. A node's bandwidth against
+/// the run's median node (`node.*_bw_of_median`) is followed as its share of
+/// that run's bound (value ÷ reference, the reference being a fixed fraction
+/// of the median node): a filesystem that slows down slows every node and
+/// the median alike, so it moves no node's series (it is the schedule's
+/// regression), while a node that falls behind its peers does.
+pub fn node_series_value(check: &str, value: f64, reference: Option<f64>) -> Option<f64> {
+    if check.ends_with("_bw_of_median") {
+        return reference
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .map(|r| value / r)
+            .filter(|v| v.is_finite());
+    }
+    value.is_finite().then_some(value)
+}
+
+/// The unit a node check's series is followed in ([`node_series_value`]).
+fn node_series_unit(check: &str, unit: &str) -> String {
+    if check.ends_with("_bw_of_median") {
+        "× its bound".into()
+    } else {
+        unit.to_string()
+    }
+}
+
 /// Applies the detector per (node, check) to a run's node rows: `history`
 /// maps (node, check) to the node's previous values of the check (oldest
 /// first). Only rows of [`node_better`] checks on a named node are judged.
@@ -131,13 +156,17 @@ pub fn apply_nodes(
         return;
     }
     for row in rows.iter_mut().filter(|r| r.node != "*") {
-        let (Some(better), Some(v)) = (node_better(&row.check), row.value) else {
+        let (Some(better), Some(v)) = (
+            node_better(&row.check),
+            row.value
+                .and_then(|v| node_series_value(&row.check, v, row.reference)),
+        ) else {
             continue;
         };
         let key = (row.node.clone(), row.check.clone());
         let s = with_current(history.get(&key), current, v);
         if let Some(reg) = changepoint::detect(&s, better, cp) {
-            let unit = row.unit.clone();
+            let unit = node_series_unit(&row.check, &row.unit);
             row.regression = mark(&mut row.status, &mut row.message, reg, &unit);
         }
     }

@@ -16,6 +16,7 @@ mod schedule_show;
 mod silence;
 mod up;
 mod user;
+mod year;
 
 use benchlake_core::out;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -368,6 +369,10 @@ fn main() -> std::process::ExitCode {
             Cmd::Maintenance(c) => silence::maintenance_cmd(c).await,
             Cmd::Tables(c) => user::tables_cmd(c).await,
             Cmd::Ingest(a) => user::ingest(a).await,
+            // Its own runtime and blocking work: off the async threads.
+            Cmd::Probe(user::ProbeCmd::Year(a)) => std::thread::spawn(move || year::run(a))
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("probe year: the replay thread panicked"))),
             Cmd::Probe(c) => user::probe(c),
             Cmd::Replay(c) => replay::replay_cmd(c).await,
             Cmd::Analyze(c) => user::analyze(c).await,

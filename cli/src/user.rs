@@ -1590,6 +1590,11 @@ pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {
 
 #[derive(Debug, Subcommand)]
 pub enum ProbeCmd {
+    /// Replay a labelled synthetic history (nightly hostinfo, pio and
+    /// LinkTest runs of a scenario's nodes, with its faults and events)
+    /// through the ingest, checks and record jobs, and score the verdicts:
+    /// recall, attribution, detection delay, false alarms (docs/verdicts.md).
+    Year(crate::year::YearArgs),
     /// Write a synthetic LinkTest 2.1.17 result file (SION) of N ranks, to test
     /// a pipeline at scale: pair times of 2–12 µs, one host 4× slower, and the
     /// pair 1 → N−1 the slowest (317 µs, retested at 4.2 µs). Deterministic per
@@ -1860,6 +1865,7 @@ pub fn probe(c: ProbeCmd) -> anyhow::Result<()> {
                 .with_context(|| format!("{}", out.display()))?;
         }
         ProbeCmd::Counts { out } => write_demo_counts(&out)?,
+        ProbeCmd::Year(a) => crate::year::run(a)?,
     }
     Ok(())
 }

@@ -253,7 +253,7 @@ pub fn job_tables(kind: &str) -> Option<JobTables> {
             "alltoallv_heatmap",
             "alltoallv_host_heatmap",
         ]),
-        CHECKS_JOB => Fixed(&["checks", "node_health"]),
+        CHECKS_JOB => Fixed(&["checks", "node_health", "link_health"]),
         TRACE_COMPARE_JOB => Fixed(&["trace_comparison"]),
         // The worker's no-op job (tests and the demo's smoke run).
         "noop" => Fixed(&[]),

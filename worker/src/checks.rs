@@ -27,14 +27,16 @@ use std::collections::BTreeMap;
 use arrow::array::{Array, RecordBatch, StringArray};
 use benchlake_analysis::changepoint::{self, Point};
 use benchlake_analysis::io_checks::{self, CheckRow, IoCheckConfig};
+use benchlake_analysis::link_checks;
 use benchlake_analysis::linktest_checks::{self, SlowPair};
 use benchlake_analysis::node_checks::{self, NodeRow};
 use benchlake_analysis::regressions;
 use benchlake_core::jobs::{CHECKS_JOB, ChecksSpec, FollowUp, IngestRunInfo, IngestSpec};
 use benchlake_core::lake::{RunRows, TableOutput};
 use benchlake_core::layout;
+use benchlake_core::verdict;
 
-use crate::{ExecError, ExecOutput, Executor, JobContext};
+use crate::{ExecError, ExecOutput, Executor, JobContext, memo};
 
 /// Ingest kinds whose runs get checks.
 pub const CHECKED_FORMATS: &[&str] = &["ior", "pio", "mdtest", "linktest", "hostinfo"];
@@ -170,13 +172,11 @@ fn runs_objects(ctx: &JobContext) -> Result<Vec<(String, String, String)>, ExecE
     Ok(out)
 }
 
-/// The logical night (`YYYY-MM-DD`) of the succeeded run of `schedule` a
-/// `runs` object records: coalesce(logical_at, submitted_at) (files written
-/// before 2026-12 lack `logical_at`), else the object's date partition.
-/// None when the object records no succeeded run of the schedule.
-fn night_of(batches: &[RecordBatch], schedule: &str, partition: &str) -> Option<String> {
+/// The rows of a `runs` object that [`night_of`] needs.
+fn runs_rows(batches: &[RecordBatch]) -> Vec<memo::RunsRow> {
     use arrow::array::TimestampMicrosecondArray;
     use arrow::datatypes::{DataType, TimeUnit};
+    let mut out = Vec::new();
     for b in batches {
         let col = |n: &str| {
             b.schema()
@@ -200,21 +200,37 @@ fn night_of(batches: &[RecordBatch], schedule: &str, partition: &str) -> Option<
         };
         let (logical, submitted) = (ts("logical_at"), ts("submitted_at"));
         for i in 0..b.num_rows() {
-            if s.is_null(i) || s.value(i) != schedule || st.value(i) != "SUCCEEDED" {
+            if st.is_null(i) {
                 continue;
             }
-            let at = [&logical, &submitted]
+            let at_us = [&logical, &submitted]
                 .into_iter()
                 .flatten()
                 .find(|a| a.is_valid(i))
                 .map(|a| a.value(i));
-            let night = at
-                .and_then(chrono::DateTime::from_timestamp_micros)
-                .map(|t| t.format("%Y-%m-%d").to_string());
-            return Some(night.unwrap_or_else(|| partition.to_string()));
+            out.push(memo::RunsRow {
+                schedule: s.is_valid(i).then(|| s.value(i).to_string()),
+                status: st.value(i).to_string(),
+                at_us,
+            });
         }
     }
-    None
+    out
+}
+
+/// The logical night (`YYYY-MM-DD`) of the succeeded run of `schedule` a
+/// `runs` object records: coalesce(logical_at, submitted_at) (files written
+/// before 2026-12 lack `logical_at`), else the object's date partition.
+/// None when the object records no succeeded run of the schedule.
+fn night_of(rows: &[memo::RunsRow], schedule: &str, partition: &str) -> Option<String> {
+    let r = rows
+        .iter()
+        .find(|r| r.schedule.as_deref() == Some(schedule) && r.status == "SUCCEEDED")?;
+    let night = r
+        .at_us
+        .and_then(chrono::DateTime::from_timestamp_micros)
+        .map(|t| t.format("%Y-%m-%d").to_string());
+    Some(night.unwrap_or_else(|| partition.to_string()))
 }
 
 /// One earlier succeeded run of the schedule: id, date partition, logical night.
@@ -226,7 +242,8 @@ struct PrevRun {
 
 /// Calls `visit` with the earlier succeeded runs of `schedule`, newest
 /// first (by run id, a ULID), until it returns false; the current run is
-/// left out. At most [`MAX_HISTORY_SCAN`] `runs` objects are read.
+/// left out. At most [`MAX_HISTORY_SCAN`] `runs` objects are read (each
+/// once per worker process: [`memo::runs`]).
 fn previous_runs(
     ctx: &JobContext,
     schedule: &str,
@@ -240,16 +257,18 @@ fn previous_runs(
         if ctx.cancelled() {
             return Err(ExecError::Cancelled);
         }
-        let runs = match ctx.block_on(ctx.lake.read_parquet(&key)) {
-            Ok(b) => b,
-            Err(e @ benchlake_core::Error::Decode { .. }) => {
-                // One unreadable old object must not block every later verdict.
-                tracing::warn!(error = %e, "skipping an unreadable runs object");
-                continue;
+        let rows = memo::runs().get_or(key.clone(), || {
+            match ctx.block_on(ctx.lake.read_parquet(&key)) {
+                Ok(b) => Ok(runs_rows(&b)),
+                Err(e @ benchlake_core::Error::Decode { .. }) => {
+                    // One unreadable old object must not block every later verdict.
+                    tracing::warn!(error = %e, "skipping an unreadable runs object");
+                    Ok(Vec::new())
+                }
+                Err(e) => Err(ExecError::from(e)),
             }
-            Err(e) => return Err(e.into()),
-        };
-        let Some(night) = night_of(&runs, schedule, &date) else {
+        })?;
+        let Some(night) = night_of(&rows, schedule, &date) else {
             continue;
         };
         if !visit(&PrevRun {
@@ -263,22 +282,21 @@ fn previous_runs(
     Ok(())
 }
 
-/// Figure → its values of the last `window` succeeded runs of `schedule`
-/// that have figures (oldest first, each with its run and logical night),
-/// excluding the current run.
-fn history(
+/// The figures of one earlier run (empty when it has none), remembered per
+/// run and slow-pair rule ([`memo::figures`]).
+fn run_figures(
     ctx: &JobContext,
-    schedule: &str,
+    run: &PrevRun,
     format: &str,
-    window: usize,
     slow: &SlowPair,
-) -> Result<BTreeMap<String, Vec<Point>>, ExecError> {
+) -> Result<std::sync::Arc<BTreeMap<String, f64>>, ExecError> {
     let tables = tables_of(format).unwrap_or(&[]);
-    let mut found: Vec<(PrevRun, BTreeMap<String, f64>)> = Vec::new();
-    previous_runs(ctx, schedule, |run| {
-        if found.len() >= window {
-            return Ok(false);
-        }
+    let key = (
+        run.run_id.clone(),
+        format.to_string(),
+        format!("{}/{:?}", slow.factor, slow.time_s),
+    );
+    memo::figures().get_or(key, || {
         let mut t: Tables = BTreeMap::new();
         for table in tables {
             match read_run_table(ctx, table, &run.date, &run.run_id, None) {
@@ -291,33 +309,105 @@ fn history(
                 Err(e) => return Err(e),
             }
         }
-        match figures(format, &t, slow) {
-            Ok(f) if !f.is_empty() => found.push((
+        Ok(match figures(format, &t, slow) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(error = %e, run = %run.run_id, "no figures for an earlier run");
+                BTreeMap::new()
+            }
+        })
+    })
+}
+
+/// Figure → its values of the last `window` succeeded runs of `schedule`
+/// that have figures (oldest first, each with its run and logical night),
+/// excluding the current run.
+fn history(
+    ctx: &JobContext,
+    schedule: &str,
+    format: &str,
+    window: usize,
+    slow: &SlowPair,
+) -> Result<BTreeMap<String, Vec<Point>>, ExecError> {
+    let mut found: Vec<(PrevRun, std::sync::Arc<BTreeMap<String, f64>>)> = Vec::new();
+    previous_runs(ctx, schedule, |run| {
+        if found.len() >= window {
+            return Ok(false);
+        }
+        let f = run_figures(ctx, run, format, slow)?;
+        if !f.is_empty() {
+            found.push((
                 PrevRun {
                     run_id: run.run_id.clone(),
                     date: run.date.clone(),
                     night: run.night.clone(),
                 },
                 f,
-            )),
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, run = %run.run_id, "no figures for an earlier run")
-            }
+            ));
         }
         Ok(found.len() < window)
     })?;
     let mut out: BTreeMap<String, Vec<Point>> = BTreeMap::new();
     for (run, f) in found.into_iter().rev() {
-        for (k, value) in f {
-            out.entry(k).or_default().push(Point {
+        for (k, value) in f.iter() {
+            out.entry(k.clone()).or_default().push(Point {
                 run_id: run.run_id.clone(),
                 date: run.night.clone(),
-                value,
+                value: *value,
             });
         }
     }
     Ok(out)
+}
+
+/// (node, check, value) of the `node_health` rows of one earlier run, for
+/// the checks [`regressions::node_better`] watches ([`memo::node_values`]).
+fn run_node_values(
+    ctx: &JobContext,
+    run: &PrevRun,
+) -> Result<std::sync::Arc<memo::NodeValues>, ExecError> {
+    memo::node_values().get_or(run.run_id.clone(), || {
+        let batches = match read_run_table(ctx, "node_health", &run.date, &run.run_id, None) {
+            Ok(b) => b,
+            Err(ExecError::Permanent(e)) => {
+                tracing::warn!(error = %e, run = %run.run_id, "skipping a run's unreadable node_health");
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(e),
+        };
+        let mut vals = Vec::new();
+        for b in &batches {
+            let s = |n: &str| {
+                b.column_by_name(n)
+                    .and_then(|a| a.as_any().downcast_ref::<StringArray>())
+            };
+            let f = |n: &str| {
+                b.column_by_name(n)
+                    .and_then(|a| a.as_any().downcast_ref::<arrow::array::Float64Array>())
+            };
+            let (Some(node), Some(check), Some(v), Some(r)) =
+                (s("node"), s("check"), f("value"), f("reference"))
+            else {
+                continue;
+            };
+            for i in 0..b.num_rows() {
+                if !(node.is_valid(i)
+                    && check.is_valid(i)
+                    && v.is_valid(i)
+                    && regressions::node_better(check.value(i)).is_some())
+                {
+                    continue;
+                }
+                let reference = r.is_valid(i).then(|| r.value(i));
+                if let Some(x) =
+                    regressions::node_series_value(check.value(i), v.value(i), reference)
+                {
+                    vals.push((node.value(i).to_string(), check.value(i).to_string(), x));
+                }
+            }
+        }
+        Ok(vals)
+    })
 }
 
 /// (node, check) → the node's values of the check in the `node_health`
@@ -328,44 +418,9 @@ fn node_history(
     schedule: &str,
     window: usize,
 ) -> Result<BTreeMap<(String, String), Vec<Point>>, ExecError> {
-    /// (node, check, value) of one earlier run.
-    type NodeValues = Vec<(String, String, f64)>;
-    let mut found: Vec<(String, String, NodeValues)> = Vec::new();
+    let mut found: Vec<(String, String, std::sync::Arc<memo::NodeValues>)> = Vec::new();
     previous_runs(ctx, schedule, |run| {
-        let batches = match read_run_table(ctx, "node_health", &run.date, &run.run_id, None) {
-            Ok(b) => b,
-            Err(ExecError::Permanent(e)) => {
-                tracing::warn!(error = %e, run = %run.run_id, "skipping a run's unreadable node_health");
-                return Ok(true);
-            }
-            Err(e) => return Err(e),
-        };
-        let mut vals = Vec::new();
-        for b in &batches {
-            let s = |n: &str| {
-                b.column_by_name(n)
-                    .and_then(|a| a.as_any().downcast_ref::<StringArray>())
-            };
-            let v = b
-                .column_by_name("value")
-                .and_then(|a| a.as_any().downcast_ref::<arrow::array::Float64Array>());
-            let (Some(node), Some(check), Some(v)) = (s("node"), s("check"), v) else {
-                continue;
-            };
-            for i in 0..b.num_rows() {
-                if node.is_valid(i)
-                    && check.is_valid(i)
-                    && v.is_valid(i)
-                    && regressions::node_better(check.value(i)).is_some()
-                {
-                    vals.push((
-                        node.value(i).to_string(),
-                        check.value(i).to_string(),
-                        v.value(i),
-                    ));
-                }
-            }
-        }
+        let vals = run_node_values(ctx, run)?;
         if !vals.is_empty() {
             found.push((run.run_id.clone(), run.night.clone(), vals));
         }
@@ -373,12 +428,14 @@ fn node_history(
     })?;
     let mut out: BTreeMap<(String, String), Vec<Point>> = BTreeMap::new();
     for (run_id, night, vals) in found.into_iter().rev() {
-        for (node, check, value) in vals {
-            out.entry((node, check)).or_default().push(Point {
-                run_id: run_id.clone(),
-                date: night.clone(),
-                value,
-            });
+        for (node, check, value) in vals.iter() {
+            out.entry((node.clone(), check.clone()))
+                .or_default()
+                .push(Point {
+                    run_id: run_id.clone(),
+                    date: night.clone(),
+                    value: *value,
+                });
         }
     }
     Ok(out)
@@ -437,6 +494,7 @@ pub fn check_rows(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<CheckRow>, Exe
         .chain(node_checks::NODE_IO_PARAMS)
         .chain(node_checks::RANK_TIME_PARAMS)
         .chain(changepoint::PARAMS)
+        .chain(link_checks::PARAMS)
         .copied()
         .collect();
     if let Err(e) = io_checks::apply_params(&mut cfg, &s.params, &skip) {
@@ -618,6 +676,107 @@ fn rank_time_rows(
     Ok(node_checks::rank_time_checks(&work, &cfg))
 }
 
+/// The link verdicts of a LinkTest run (docs/verdicts.md, "Links"): each
+/// link against its own earlier runs of the schedule, as `link_health` rows
+/// of the failing links and one `linktest.slow_links` row for the run. None
+/// for other formats and with `check_link = off`.
+fn link_verdicts(
+    ctx: &JobContext,
+    s: &ChecksSpec,
+) -> Result<Option<(Vec<link_checks::LinkRow>, CheckRow)>, ExecError> {
+    if s.format != "linktest" {
+        return Ok(None);
+    }
+    let cfg = match link_checks::LinkConfig::from_params(&s.params) {
+        Ok(c) if !c.enabled => return Ok(None),
+        Ok(c) => c,
+        Err(e) => return Ok(Some((Vec::new(), error_row("checks.config", e)))),
+    };
+    let read = |table: &str, date: &str, run: &str, job: Option<&str>| {
+        read_run_table(ctx, table, date, run, job)
+    };
+    let job = Some(s.ingest_job_id.as_str());
+    let (ranks, timings) = (
+        read("linktest_ranks", &ctx.run_date, &ctx.run_id, job)?,
+        read("linktest_timings", &ctx.run_date, &ctx.run_id, job)?,
+    );
+    // Host numbers are the process's (remembered links keep theirs).
+    let mut hosts = memo::hosts();
+    let now = link_checks::run_links(&ranks, &timings, &mut hosts);
+    let mut hist = Vec::new();
+    if let Some(sched) = &s.schedule_id {
+        previous_runs(ctx, sched, |run| {
+            let l = memo::links().get_or(run.run_id.clone(), || {
+                let tables = read("linktest_ranks", &run.date, &run.run_id, None).and_then(|r| {
+                    read("linktest_timings", &run.date, &run.run_id, None).map(|t| (r, t))
+                });
+                match tables {
+                    Ok((r, t)) => Ok(link_checks::run_links(&r, &t, &mut hosts).history()),
+                    Err(ExecError::Permanent(e)) => {
+                        tracing::warn!(error = %e, run = %run.run_id, "skipping a run's unreadable LinkTest tables");
+                        Ok(link_checks::RunLinks::default())
+                    }
+                    Err(e) => Err(e),
+                }
+            })?;
+            if !l.ratio.is_empty() {
+                hist.push(l);
+            }
+            Ok(hist.len() < cfg.window)
+        })?;
+    }
+    let hist: Vec<&link_checks::RunLinks> = hist.iter().map(|l| l.as_ref()).collect();
+    let v = link_checks::judge(&now, &hist, &hosts, &cfg);
+    let bound = v
+        .bound
+        .map(|b| format!("{:+.0} %", b * 100.0))
+        .unwrap_or_default();
+    let (status, message) = if v.judged == 0 {
+        (
+            verdict::NO_REFERENCE,
+            format!(
+                "no reference yet: none of the {} links has {} earlier runs of the schedule",
+                v.links, cfg.min_history
+            ),
+        )
+    } else if v.rows.is_empty() {
+        (
+            verdict::PASS,
+            format!(
+                "no link of {} judged slower than its usual by more than {bound}",
+                v.judged
+            ),
+        )
+    } else {
+        let names: Vec<String> = v
+            .rows
+            .iter()
+            .take(5)
+            .map(|r| format!("{}:{}", r.node_a, r.node_b))
+            .collect();
+        (
+            verdict::FAIL,
+            format!(
+                "{} of {} links slower than their usual by more than {bound}: {}{}",
+                v.rows.len(),
+                v.judged,
+                names.join(", "),
+                if v.rows.len() > names.len() { ", …" } else { "" }
+            ),
+        )
+    };
+    let row = CheckRow {
+        check: link_checks::SLOW_LINKS_CHECK.into(),
+        status: status.into(),
+        value: Some(v.rows.len() as f64),
+        reference: Some(0.0),
+        unit: "links".into(),
+        message,
+        regression: None,
+    };
+    Ok(Some((v.rows, row)))
+}
+
 /// Node identity (benchlake_core::node): a row that names the kernel host
 /// name of the agent that ran the task — a tool that records host names,
 /// run by the agent outside Slurm — is the agent's node. Slurm node names
@@ -644,7 +803,11 @@ impl Executor for Checks {
     fn execute(&self, ctx: &JobContext) -> Result<ExecOutput, ExecError> {
         let s: ChecksSpec = serde_json::from_str(&ctx.spec_json)
             .map_err(|e| ExecError::Permanent(format!("checks job spec: {e}")))?;
-        let rows = check_rows(ctx, &s)?;
+        let mut rows = check_rows(ctx, &s)?;
+        let links = link_verdicts(ctx, &s)?;
+        if let Some((_, row)) = &links {
+            rows.push(row.clone());
+        }
         let batch = io_checks::to_batch(&ctx.run_id, &s.source, &rows)
             .map_err(|e| ExecError::Permanent(format!("checks: {e}")))?;
         let mut tables = if batch.num_rows() > 0 {
@@ -658,6 +821,11 @@ impl Executor for Checks {
             let b = node_checks::to_batch(&ctx.run_id, &s.source, &nodes)
                 .map_err(|e| ExecError::Permanent(format!("node checks: {e}")))?;
             tables.push(TableOutput::new("node_health", vec![b]));
+        }
+        if let Some((links, _)) = links.filter(|(l, _)| !l.is_empty()) {
+            let b = link_checks::to_batch(&ctx.run_id, &s.source, &links)
+                .map_err(|e| ExecError::Permanent(format!("link checks: {e}")))?;
+            tables.push(TableOutput::new("link_health", vec![b]));
         }
         Ok(ExecOutput {
             encoded: Vec::new(),

@@ -10,6 +10,8 @@ pub mod calibrate;
 pub mod checks;
 pub mod executors;
 pub mod health;
+pub mod local;
+pub mod memo;
 pub mod traced;
 pub mod traced_dimemas;
 

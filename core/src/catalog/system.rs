@@ -212,6 +212,27 @@ pub fn tables() -> Vec<TableDef> {
             .chain(change_point_columns())
             .collect(),
         ),
+        table(
+            "link_health",
+            "Per-link LinkTest verdicts: one row per failing pair of hosts of a LinkTest or netprobe run, its time against the same link's usual (docs/verdicts.md, \"Links\"). Passing links get no row; the run's `linktest.slow_links` check counts them.",
+            vec![
+                run_id(),
+                source(),
+                ("node_a", utf8(), false, "one host of the link (the smaller name)"),
+                ("node_b", utf8(), false, "the other host"),
+                ("check", utf8(), false, "check name: `link.pair_time`"),
+                ("status", utf8(), false, "FAIL (only failing links are written)"),
+                ("value", Float64, true, "the link's mean pair time tonight"),
+                (
+                    "reference",
+                    Float64,
+                    true,
+                    "its usual time, at its hosts' speed tonight",
+                ),
+                ("unit", utf8(), false, "unit of value and reference"),
+                ("message", utf8(), false, "human-readable verdict"),
+            ],
+        ),
     ]
 }
 

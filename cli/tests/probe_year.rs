@@ -1,0 +1,160 @@
+//! `benchlake probe year` (docs/verdicts.md, "A year to prove it"): a small
+//! labelled history goes through the real ingest, checks and record jobs
+//! and the score says what was found. One fault of each kind, busy nights,
+//! a node that is away for a while and one that joins late.
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_benchlake");
+
+const SCENARIO: &str = r#"
+name = "test-16"
+seed = 3
+nodes = "t[01-16]"
+nights = 40
+filesystems = ["scratch", "work"]
+
+[busy]
+night_rate = 0.1
+node_share = 0.1
+slowdown = 0.4
+
+[[fault]]
+kind = "core_loss"
+target = "t03"
+first_night = 20
+size = 2
+
+[[fault]]
+kind = "memory_loss"
+target = "t04"
+first_night = 22
+size = 0.25
+duration = 5
+
+[[fault]]
+kind = "node_io"
+target = "t05"
+first_night = 25
+size = 0.4
+
+[[fault]]
+kind = "link"
+target = "t06:t11"
+first_night = 24
+size = 0.4
+
+[[fault]]
+kind = "filesystem"
+target = "work"
+first_night = 28
+size = 0.25
+
+[[fault]]
+kind = "absent"
+target = "t08"
+first_night = 15
+duration = 6
+
+[[fault]]
+kind = "join"
+target = "t16"
+first_night = 18
+
+[[fault]]
+kind = "busy"
+target = "*"
+first_night = 30
+size = 0.3
+"#;
+
+fn run(args: &[&str]) -> (bool, String, String) {
+    let o = Command::new(BIN)
+        .args(args)
+        .env_remove("BENCHLAKE_CONFIG")
+        .output()
+        .expect("run benchlake");
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_small_year_is_replayed_and_scored() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("s.toml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let out = dir.path().join("out");
+    let (ok, stdout, stderr) = run(&[
+        "probe",
+        "year",
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(stdout.contains("recall (faults flagged)"), "{stdout}");
+    let score: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("score.json")).unwrap()).unwrap();
+    let s = &score["score"];
+    let faults = s["fault_scores"].as_array().unwrap();
+    assert_eq!(faults.len(), 5, "{s}");
+    // Every fault is found, on the right target, at once (steps).
+    for f in faults {
+        assert_eq!(f["flagged"], true, "{f}\n{stdout}");
+        assert_eq!(f["attributed"], true, "{f}\n{stdout}");
+        assert!(f["delay_nights"].as_u64().unwrap() <= 2, "{f}");
+    }
+    // Busy nights, the absent node and the new one raise no alarm.
+    assert_eq!(s["false_alarms"], 0, "{}", s["false_alarm_examples"]);
+    // 16 nodes × 40 nights, less t08's 6 nights away and t16's 18 before it joined.
+    assert_eq!(s["node_nights"], 16 * 40 - 6 - 18);
+    // The labels name every fault and event with its dates.
+    let labels: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("labels.json")).unwrap()).unwrap();
+    let items = labels["items"].as_array().unwrap();
+    let link = items.iter().find(|i| i["kind"] == "link").unwrap();
+    assert_eq!(
+        (link["target"].as_str(), link["first_date"].as_str()),
+        (Some("t06:t11"), Some("2026-01-25"))
+    );
+    assert!(items.iter().any(|i| i["kind"] == "busy" && i["target"] == "*"));
+    // The verdicts are in the lake's tables, the link's among them.
+    let lake = out.join("lake/tables");
+    for t in ["checks", "node_health", "link_health", "runs", "node_facts", "io_results"] {
+        assert!(lake.join(t).is_dir(), "no {t} table in {}", lake.display());
+    }
+
+    // The same directory again: refused, nothing mixed.
+    let (ok, _, stderr) = run(&[
+        "probe",
+        "year",
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!ok && stderr.contains("not empty"), "{stderr}");
+}
+
+#[test]
+fn a_bad_scenario_names_its_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("bad.toml");
+    std::fs::write(&scenario, SCENARIO.replace("t06:t11", "t06:t99")).unwrap();
+    let (ok, _, stderr) = run(&[
+        "probe",
+        "year",
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--out",
+        dir.path().join("o").to_str().unwrap(),
+    ]);
+    assert!(!ok, "{stderr}");
+    assert!(
+        stderr.contains("bad.toml: fault[3].target: 't99' is not one of the scenario's nodes"),
+        "{stderr}"
+    );
+}
