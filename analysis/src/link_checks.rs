@@ -436,7 +436,8 @@ mod tests {
     /// A fixed "topology" level per link and a little noise per night.
     fn level(a: u32, b: u32, night: u32) -> f64 {
         let topo = 1.0 + 0.1 * (((a * 7 + b * 13) % 10) as f64 / 10.0);
-        let noise = 1.0 + 0.01 * ((((a + b + night) * 2_654_435_761) % 7) as f64 - 3.0) / 3.0;
+        let h = u64::from(a + b + night).wrapping_mul(2_654_435_761);
+        let noise = 1.0 + 0.01 * ((h % 7) as f64 - 3.0) / 3.0;
         3e-6 * topo * noise
     }
 
