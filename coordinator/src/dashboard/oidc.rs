@@ -9,15 +9,15 @@
 //!   makes, then a same-site step to `next` (a page that refreshes itself:
 //!   the session cookie is SameSite=Strict and a browser does not send it on
 //!   a redirect chain that began at the provider). A user the claims give no
-//!   role is refused with 403 and a page that says why; every other failure
-//!   shows the login page again with the reason.
+//!   role is refused with 403 and a page that says why and what to do; every
+//!   other failure shows the login page again with the reason.
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{Html, IntoResponse, Response};
 
 use super::{SESSION_TTL, html, login_form, safe_next, session_cookie};
 use crate::http::Http;
-use crate::oidc::{Callback, PENDING_TTL};
+use crate::oidc::{Callback, MapError, OidcError, PENDING_TTL};
 
 /// The binding cookie's name.
 pub const BINDING_COOKIE: &str = "benchlake_oidc";
@@ -124,20 +124,46 @@ pub async fn callback(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
         }
         Err(e) => {
             tracing::warn!(error = %e, issuer = %p.config().issuer, "dashboard sign-in (OpenID Connect) failed");
-            let status = if e.is_refusal() {
-                StatusCode::FORBIDDEN
-            } else if matches!(e, crate::oidc::OidcError::Provider(_)) {
-                StatusCode::BAD_GATEWAY
+            let mut r = if matches!(e, OidcError::Map(MapError::NoRole { .. })) {
+                refused(&h, &headers, &e.user_message(), &p.config().display_name)
             } else {
-                StatusCode::BAD_REQUEST
+                let status = if e.is_refusal() {
+                    StatusCode::FORBIDDEN
+                } else if matches!(e, OidcError::Provider(_)) {
+                    StatusCode::BAD_GATEWAY
+                } else {
+                    StatusCode::BAD_REQUEST
+                };
+                login_form(&h, &headers, "/", Some(&e.user_message()), status)
             };
-            let mut r = login_form(&h, &headers, "/", Some(&e.user_message()), status);
             if let Ok(v) = clear.parse() {
                 r.headers_mut().append(header::SET_COOKIE, v);
             }
             r
         }
     }
+}
+
+/// The page of someone the provider signed in but benchlake gives no
+/// role: 403, why, and what to do.
+fn refused(h: &Http, headers: &HeaderMap, why: &str, provider: &str) -> Response {
+    let body = format!(
+        "<section class=\"login\"><h1>No access to this dashboard</h1>\
+         <p class=\"error\" id=\"login-error\">{}</p>\
+         <p>Ask a benchlake administrator to give one of these a role (the coordinator's \
+         <code>--oidc-role-map</code>). To sign in as someone else, sign out at {} first.</p>\
+         <p><a href=\"/login\">Back to the login page</a></p></section>",
+        html::esc(why),
+        html::esc(provider)
+    );
+    let mut chrome = html::Chrome::of(h, headers);
+    chrome.logged_in = false;
+    chrome.who = None;
+    (
+        StatusCode::FORBIDDEN,
+        Html(html::page("No access", "", &chrome, &body)),
+    )
+        .into_response()
 }
 
 #[cfg(test)]
