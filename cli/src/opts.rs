@@ -619,7 +619,8 @@ impl OidcArgs {
                 .collect(),
             mapping: ClaimMapping {
                 roles_claim: self.oidc_roles_claim.clone(),
-                role_map: oidc::parse_role_map(&self.oidc_role_map).map_err(|e| anyhow::anyhow!("--{e}"))?,
+                role_map: oidc::parse_role_map(&self.oidc_role_map)
+                    .map_err(|e| anyhow::anyhow!("--{e}"))?,
                 name_claim: self.oidc_name_claim.clone(),
             },
             display_name: self.oidc_provider_name.clone(),

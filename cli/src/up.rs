@@ -225,7 +225,11 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
             o.display_name,
             o.issuer,
             o.mapping.roles_claim,
-            if tokens_on { ", or an admin or user token" } else { "" }
+            if tokens_on {
+                ", or an admin or user token"
+            } else {
+                ""
+            }
         );
     }
     let result = if a.demo {

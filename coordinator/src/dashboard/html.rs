@@ -137,7 +137,9 @@ pub fn page(title: &str, body_attrs: &str, c: &Chrome, body: &str) -> String {
         })
         .unwrap_or_default();
     let logout = if c.logged_in {
-        format!("<form method=\"post\" action=\"/logout\" class=\"logout\">{who}<button type=\"submit\">Log out</button></form>")
+        format!(
+            "<form method=\"post\" action=\"/logout\" class=\"logout\">{who}<button type=\"submit\">Log out</button></form>"
+        )
     } else {
         String::new()
     };

@@ -368,9 +368,13 @@ pub fn login_form(
         String::new()
     };
     let intro = match (sso.is_empty(), tokens.is_empty()) {
-        (true, _) => "The dashboard is read-only and needs a <b>user</b> or <b>admin</b> token of this coordinator.",
+        (true, _) => {
+            "The dashboard is read-only and needs a <b>user</b> or <b>admin</b> token of this coordinator."
+        }
         (false, true) => "The dashboard is read-only; sign in with your site account.",
-        (false, false) => "The dashboard is read-only; sign in with your site account or a <b>user</b> or <b>admin</b> token.",
+        (false, false) => {
+            "The dashboard is read-only; sign in with your site account or a <b>user</b> or <b>admin</b> token."
+        }
     };
     let body = format!(
         "<section class=\"login\"><h1>Log in</h1><p>{intro}</p>{err}{sso}{tokens}</section>"

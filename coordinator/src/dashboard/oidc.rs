@@ -112,10 +112,7 @@ pub async fn callback(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
             );
             let mut r = (StatusCode::OK, Html(body)).into_response();
             let hm = r.headers_mut();
-            for c in [
-                session_cookie(&id, SESSION_TTL.as_secs(), h.tls()),
-                clear,
-            ] {
+            for c in [session_cookie(&id, SESSION_TTL.as_secs(), h.tls()), clear] {
                 if let Ok(v) = c.parse() {
                     hm.append(header::SET_COOKIE, v);
                 }

@@ -357,7 +357,10 @@ impl Provider {
 
     /// GET `url` (JSON), with `bearer` when given.
     async fn get_json(&self, url: &reqwest::Url, bearer: Option<&str>) -> Result<Value, OidcError> {
-        let mut req = self.http.get(url.clone()).header("accept", "application/json");
+        let mut req = self
+            .http
+            .get(url.clone())
+            .header("accept", "application/json");
         if let Some(t) = bearer {
             req = req.bearer_auth(t);
         }

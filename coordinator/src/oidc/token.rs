@@ -35,7 +35,9 @@ pub const LEEWAY_S: u64 = 60;
 pub enum TokenError {
     #[error("the ID token is malformed: {0}")]
     Malformed(String),
-    #[error("the ID token is signed with {0}, which is not accepted (RS*, PS*, ES256, ES384, EdDSA)")]
+    #[error(
+        "the ID token is signed with {0}, which is not accepted (RS*, PS*, ES256, ES384, EdDSA)"
+    )]
     Algorithm(String),
     #[error("no key of the provider's JWKS matches the ID token (kid {0})")]
     UnknownKey(String),

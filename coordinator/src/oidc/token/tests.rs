@@ -84,7 +84,7 @@ fn a_good_token_gives_its_claims() {
             c["azp"] = json!(CLIENT);
         }),
     );
-    assert!(check(&t, &[k.jwk.clone()]).is_ok());
+    assert!(check(&t, std::slice::from_ref(&k.jwk)).is_ok());
 }
 
 #[test]
@@ -162,9 +162,8 @@ fn bad_signatures_unknown_keys_and_weak_algorithms_are_refused() {
     let t = sign(&k, "k1", &claims());
     let parts: Vec<&str> = t.split('.').collect();
     let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-    let forged = b64.encode(
-        serde_json::to_vec(&with(|c| c["groups"] = json!(["bench-admins"]))).unwrap(),
-    );
+    let forged =
+        b64.encode(serde_json::to_vec(&with(|c| c["groups"] = json!(["bench-admins"]))).unwrap());
     let t2 = format!("{}.{forged}.{}", parts[0], parts[2]);
     assert_eq!(check(&t2, &keys), Err(TokenError::Signature));
     // A key the JWKS does not hold (the caller fetches the keys again).
@@ -176,8 +175,8 @@ fn bad_signatures_unknown_keys_and_weak_algorithms_are_refused() {
     // HS256 with a shared secret (e.g. the client secret) and alg none.
     let mut h = Header::new(Algorithm::HS256);
     h.kid = Some("k1".into());
-    let t = jsonwebtoken::encode(&h, &claims(), &EncodingKey::from_secret(b"client-secret"))
-        .unwrap();
+    let t =
+        jsonwebtoken::encode(&h, &claims(), &EncodingKey::from_secret(b"client-secret")).unwrap();
     assert_eq!(check(&t, &keys), Err(TokenError::Algorithm("HS256".into())));
     let none = format!(
         "{}.{}.",
@@ -281,10 +280,7 @@ fn nested_and_dotted_claims_and_names() {
         Err(MapError::BadName { .. })
     ));
     let none = obj(json!({"groups": ["staff"]}));
-    assert_eq!(
-        map_claims(&m, &none),
-        Err(MapError::NoName("email".into()))
-    );
+    assert_eq!(map_claims(&m, &none), Err(MapError::NoName("email".into())));
 }
 
 #[test]
