@@ -3,7 +3,7 @@
 // on 127.0.0.1, with one confidential client (the benchlake dashboard) and
 // three accounts, and a small login page of its own that checks passwords.
 //
-//   node oidc_provider.mjs PORT CLIENT_ID CLIENT_SECRET_FILE REDIRECT_URI
+//   node oidc_provider.mjs PORT CLIENT_ID CLIENT_SECRET_FILE REDIRECT_URI[,REDIRECT_URI…]
 //
 // OIDC_PROVIDER_DIR names the directory holding node_modules/oidc-provider.
 // Accounts (password = the name + "-password"):
@@ -44,7 +44,7 @@ const provider = new Provider(issuer, {
   clients: [{
     client_id: clientId,
     client_secret: readFileSync(secretFile, 'utf8').trim(),
-    redirect_uris: [redirectUri],
+    redirect_uris: redirectUri.split(','),
     response_types: ['code'],
     grant_types: ['authorization_code'],
     token_endpoint_auth_method: 'client_secret_basic',

@@ -100,7 +100,7 @@ def site(tmp_path_factory):
     """The provider and a coordinator started with the documented command."""
     _require()
     tmp = tmp_path_factory.mktemp("oidc")
-    idp_port, http_port, grpc_port = free_port(), free_port(), free_port()
+    idp_port, http_port, grpc_port, up_http = free_port(), free_port(), free_port(), free_port()
     issuer = f"http://127.0.0.1:{idp_port}"
     dashboard = f"127.0.0.1:{http_port}"
     secret = tmp / "oidc-client-secret"
@@ -109,7 +109,7 @@ def site(tmp_path_factory):
     idp_log = tmp / "idp.log"
     idp = subprocess.Popen(
         [NODE, str(ROOT / "tests" / "e2e" / "oidc_provider.mjs"), str(idp_port), "benchlake-dashboard",
-         str(secret), f"http://{dashboard}/login/oidc/callback"],
+         str(secret), f"http://{dashboard}/login/oidc/callback,http://127.0.0.1:{up_http}/login/oidc/callback"],
         stdout=open(idp_log, "w"), stderr=subprocess.STDOUT, start_new_session=True,
         env={**os.environ, "OIDC_PROVIDER_DIR": str(PROVIDER_DIR)})
     coord = None
@@ -132,7 +132,7 @@ def site(tmp_path_factory):
         shots = tmp / "screenshots"
         shots.mkdir()
         yield {"base": f"http://{dashboard}", "issuer": issuer, "shots": shots, "log": coord_log,
-               "idp_log": idp_log}
+               "idp_log": idp_log, "secret": secret, "up_http": up_http, "tmp": tmp}
     finally:
         if coord is not None:
             _stop(coord)
@@ -337,3 +337,77 @@ def test_token_login_still_works(site, pw):
         assert s.errors == []
     finally:
         s.close()
+
+
+def test_up_offers_sign_in(site, pw):
+    """`benchlake up` takes the same flags and says how to sign in."""
+    tmp = site["tmp"] / "up"
+    tmp.mkdir()
+    log = tmp / "up.log"
+    base = f"http://127.0.0.1:{site['up_http']}"
+    p = subprocess.Popen(
+        [BIN, "up", "--data", str(tmp / "data"), "--listen", f"127.0.0.1:{free_port()}",
+         "--http-addr", f"127.0.0.1:{site['up_http']}", "--user-tokens", "oidc-e2e-user-token-0123456789",
+         "--oidc-issuer", site["issuer"], "--oidc-client-id", "benchlake-dashboard",
+         "--oidc-scopes", "openid,profile,groups", "--oidc-role-map", "bench-admins=admin,staff=user"],
+        stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True,
+        env={**os.environ, "BENCHLAKE_OIDC_CLIENT_SECRET": site["secret"].read_text().strip()})
+    try:
+        deadline = time.time() + 60
+        while "dashboard sign-in:" not in log.read_text() and time.time() < deadline:
+            assert p.poll() is None, log.read_text()
+            time.sleep(0.2)
+        line = next(l for l in log.read_text().splitlines() if l.startswith("dashboard sign-in:"))
+        assert line == (f'dashboard sign-in: "Sign in with OpenID Connect" ({site["issuer"]}; '
+                        "roles from the claim 'groups'), or an admin or user token"), line
+        s = Session(pw, {**site, "base": base})
+        try:
+            s.sign_in("bob")
+            s.landed("/")
+            assert s.page.inner_text("#who") == "bob user"
+        finally:
+            s.close()
+    finally:
+        _stop(p)
+    assert "oidc-e2e-user-token" not in log.read_text()
+
+
+def test_unreachable_provider_and_bad_settings(site, pw, tmp_path):
+    """A provider that does not answer: the login page says so (502); a
+    bad flag stops the start with a message naming it."""
+    http = free_port()
+    dead = free_port()
+    env = {**os.environ, "BENCHLAKE_OIDC_CLIENT_SECRET": "x" * 20}
+    p = subprocess.Popen(
+        [BIN, "coordinator", "--listen", f"127.0.0.1:{free_port()}", "--state", str(tmp_path / "s.db"),
+         "--lake", str(tmp_path / "lake"), "--http-addr", f"127.0.0.1:{http}",
+         "--oidc-issuer", f"http://127.0.0.1:{dead}", "--oidc-client-id", "c", "--oidc-role-map", "*=user"],
+        stdout=open(tmp_path / "c.log", "w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        _wait_http(f"http://127.0.0.1:{http}/healthz", p, tmp_path / "c.log")
+        s = Session(pw, {**site, "base": f"http://127.0.0.1:{http}"})
+        try:
+            s.page.goto(f"http://127.0.0.1:{http}/login")
+            # No tokens: only the provider's button.
+            assert s.page.locator("#token").count() == 0
+            with s.page.expect_response(lambda r: "/login/oidc" in r.url) as resp:
+                s.page.click("#oidc-login")
+            assert resp.value.status == 502
+            assert "could not be reached" in s.page.inner_text("#login-error")
+        finally:
+            s.close()
+    finally:
+        _stop(p)
+    assert f"127.0.0.1:{dead}" in (tmp_path / "c.log").read_text()
+    for flags, msg in [
+        (["--oidc-issuer", "http://sso.example.org", "--oidc-client-id", "c", "--oidc-role-map", "a=user",
+          "--http-addr", "127.0.0.1:1"], "--oidc-issuer: 'http://sso.example.org' must be https://"),
+        (["--oidc-issuer", "https://sso.example.org", "--oidc-client-id", "c", "--oidc-role-map", "a=root",
+          "--http-addr", "127.0.0.1:1"], "the role 'root' is not admin or user"),
+        (["--oidc-issuer", "https://sso.example.org", "--oidc-client-id", "c", "--oidc-role-map", "a=user"],
+         "--oidc-issuer needs --oidc-redirect-url"),
+    ]:
+        r = subprocess.run([BIN, "coordinator", "--listen", "127.0.0.1:0", "--state", str(tmp_path / "t.db"),
+                            "--lake", str(tmp_path / "lake2"), *flags],
+                           capture_output=True, text=True, timeout=30, env=env)
+        assert r.returncode != 0 and msg in r.stderr, (flags, r.stderr)
