@@ -97,6 +97,26 @@ if [ ! -x /usr/bin/chromium ]; then
   apt_install chromium
 fi
 
+# Node.js and the certified OpenID provider `oidc-provider` (npm):
+# tests/e2e/test_oidc.py signs in to the dashboard through it. Pinned (8.x is
+# the line that supports Debian's Node 20), installed outside the clone; the
+# test fails under CI when either is missing.
+OIDC_PROVIDER_VERSION=8.8.1
+export OIDC_PROVIDER_DIR="${OIDC_PROVIDER_DIR:-$HOME/.cache/benchlake-oidc}"
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  apt_install nodejs npm
+fi
+have_oidc="$(node -p "require('$OIDC_PROVIDER_DIR/node_modules/oidc-provider/package.json').version" 2>/dev/null || true)"
+if [ "$have_oidc" != "$OIDC_PROVIDER_VERSION" ]; then
+  echo "== npm: oidc-provider@$OIDC_PROVIDER_VERSION into $OIDC_PROVIDER_DIR"
+  mkdir -p "$OIDC_PROVIDER_DIR"
+  if ! timeout 600 npm install --prefix "$OIDC_PROVIDER_DIR" --no-audit --no-fund --loglevel=error \
+    "oidc-provider@$OIDC_PROVIDER_VERSION"; then
+    echo "error: npm install oidc-provider@$OIDC_PROVIDER_VERSION failed" >&2
+    exit 1
+  fi
+fi
+
 echo "== Python tools (venv: $VENV)"
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"

@@ -497,6 +497,143 @@ impl NotifyArgs {
     }
 }
 
+/// OpenID Connect sign-in for the dashboard (`coordinator`, `up`;
+/// docs/configuration.md, "Dashboard sign-in with OpenID Connect"). The
+/// client secret is read from --oidc-client-secret-file or the environment
+/// variable BENCHLAKE_OIDC_CLIENT_SECRET, never from the command line.
+#[derive(Debug, Clone, Default, Args)]
+pub struct OidcArgs {
+    /// The OpenID provider's issuer URL (Keycloak:
+    /// https://HOST/realms/REALM); turns on "Sign in with …" on the login page.
+    #[arg(long, env = "BENCHLAKE_OIDC_ISSUER", value_name = "URL")]
+    pub oidc_issuer: Option<String>,
+    /// This dashboard's client id at the provider.
+    #[arg(long, env = "BENCHLAKE_OIDC_CLIENT_ID", value_name = "ID")]
+    pub oidc_client_id: Option<String>,
+    /// File holding the client secret (trailing newline ignored); else the
+    /// environment variable BENCHLAKE_OIDC_CLIENT_SECRET.
+    #[arg(long, env = "BENCHLAKE_OIDC_CLIENT_SECRET_FILE", value_name = "PATH")]
+    pub oidc_client_secret_file: Option<PathBuf>,
+    /// Where the provider sends the browser back, as the browser reaches the
+    /// dashboard: http(s)://HOST[:PORT]/login/oidc/callback (default: from
+    /// --http-addr).
+    #[arg(long, env = "BENCHLAKE_OIDC_REDIRECT_URL", value_name = "URL")]
+    pub oidc_redirect_url: Option<String>,
+    /// Scopes asked for, comma-separated (openid among them).
+    #[arg(
+        long,
+        env = "BENCHLAKE_OIDC_SCOPES",
+        value_delimiter = ',',
+        default_value = "openid,profile"
+    )]
+    pub oidc_scopes: Vec<String>,
+    /// The claim holding the user's groups or roles (dots walk into
+    /// objects: realm_access.roles).
+    #[arg(long, env = "BENCHLAKE_OIDC_ROLES_CLAIM", default_value = "groups")]
+    pub oidc_roles_claim: String,
+    /// Claim value → benchlake role, VALUE=ROLE with ROLE admin or user
+    /// (comma-separated or repeated; `*=user` admits everyone the provider
+    /// signs in). The most privileged match wins; no match is refused.
+    #[arg(
+        long,
+        env = "BENCHLAKE_OIDC_ROLE_MAP",
+        value_delimiter = ',',
+        value_name = "VALUE=ROLE"
+    )]
+    pub oidc_role_map: Vec<String>,
+    /// The claim used as the user's name: the owner of the runs and
+    /// schedules they create, as a token bound to that name (NAME:TOKEN).
+    #[arg(
+        long,
+        env = "BENCHLAKE_OIDC_NAME_CLAIM",
+        default_value = "preferred_username"
+    )]
+    pub oidc_name_claim: String,
+    /// The provider's name on the login page ("Sign in with NAME").
+    #[arg(
+        long,
+        env = "BENCHLAKE_OIDC_PROVIDER_NAME",
+        default_value = "OpenID Connect"
+    )]
+    pub oidc_provider_name: String,
+    /// CA certificates (PEM) the provider's certificate may chain to,
+    /// besides the system's roots.
+    #[arg(long, env = "BENCHLAKE_OIDC_CA", value_name = "PATH")]
+    pub oidc_ca: Option<PathBuf>,
+    /// Timeout of one request to the provider (ms).
+    #[arg(long, env = "BENCHLAKE_OIDC_TIMEOUT_MS", default_value_t = 10_000)]
+    pub oidc_timeout_ms: u64,
+}
+
+/// The environment variable that may hold the OpenID Connect client secret.
+pub const OIDC_SECRET_ENV: &str = "BENCHLAKE_OIDC_CLIENT_SECRET";
+
+impl OidcArgs {
+    /// The sign-in settings (None without --oidc-issuer); `http_base` is the
+    /// dashboard's address from --http-addr, the default of the redirect URL.
+    pub fn config(
+        &self,
+        http_base: Option<String>,
+    ) -> anyhow::Result<Option<benchlake_coordinator::oidc::OidcConfig>> {
+        use benchlake_coordinator::oidc::{self, ClaimMapping, OidcConfig, Secret};
+        let Some(issuer) = &self.oidc_issuer else {
+            if self.oidc_client_id.is_some() || !self.oidc_role_map.is_empty() {
+                bail!("--oidc-client-id and --oidc-role-map need --oidc-issuer");
+            }
+            return Ok(None);
+        };
+        let secret = match &self.oidc_client_secret_file {
+            Some(p) => {
+                let t = std::fs::read_to_string(p).with_context(|| {
+                    format!("--oidc-client-secret-file: reading {}", p.display())
+                })?;
+                t.trim_end_matches(['\n', '\r']).to_string()
+            }
+            None => std::env::var(OIDC_SECRET_ENV).unwrap_or_default(),
+        };
+        let redirect_url = match (&self.oidc_redirect_url, http_base) {
+            (Some(u), _) => u.clone(),
+            (None, Some(b)) if !b.ends_with(":0") => format!("{b}{}", oidc::CALLBACK_PATH),
+            _ => bail!(
+                "--oidc-issuer needs --oidc-redirect-url (the dashboard's {} as browsers reach it) \
+                 or an --http-addr with a fixed port",
+                oidc::CALLBACK_PATH
+            ),
+        };
+        let ca_pem = match &self.oidc_ca {
+            Some(p) => Some(
+                std::fs::read(p).with_context(|| format!("--oidc-ca: reading {}", p.display()))?,
+            ),
+            None => None,
+        };
+        let cfg = OidcConfig {
+            issuer: issuer.clone(),
+            client_id: self.oidc_client_id.clone().unwrap_or_default(),
+            client_secret: Secret(secret),
+            redirect_url,
+            scopes: self
+                .oidc_scopes
+                .iter()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            mapping: ClaimMapping {
+                roles_claim: self.oidc_roles_claim.clone(),
+                role_map: oidc::parse_role_map(&self.oidc_role_map)
+                    .map_err(|e| anyhow::anyhow!("--{e}"))?,
+                name_claim: self.oidc_name_claim.clone(),
+            },
+            display_name: self.oidc_provider_name.clone(),
+            ca_pem,
+            timeout: Duration::from_millis(self.oidc_timeout_ms.max(1)),
+        };
+        cfg.check().map_err(|e| anyhow::anyhow!("--{e}"))?;
+        // Builds the HTTP client too (a bad --oidc-ca stops the start here).
+        oidc::Provider::new(cfg.clone()).map_err(|e| anyhow::anyhow!("--{e}"))?;
+        Ok(Some(cfg))
+    }
+}
+
 /// The dashboard's URL from `--http-addr`: an unspecified address
 /// (`0.0.0.0`, `[::]`) becomes this host's name, which receivers can reach.
 fn dashboard_base(http_addr: &str, tls: bool) -> String {
@@ -555,6 +692,8 @@ pub struct CoordinatorArgs {
     pub http: HttpArgs,
     #[command(flatten)]
     pub notify: NotifyArgs,
+    #[command(flatten)]
+    pub oidc: OidcArgs,
 }
 
 impl CoordinatorArgs {
@@ -589,6 +728,12 @@ impl CoordinatorArgs {
             tls_client_ca: self.tls.tls_client_ca.clone(),
             metrics_tokens: benchlake_coordinator::config::MetricsTokens(self.http.tokens()?),
             notify: self.notify.config(
+                self.http
+                    .http_addr
+                    .as_deref()
+                    .map(|a| dashboard_base(a, self.tls.tls_cert.is_some())),
+            )?,
+            oidc: self.oidc.config(
                 self.http
                     .http_addr
                     .as_deref()

@@ -61,6 +61,10 @@ pub struct UpArgs {
     pub client_tls: ClientTlsArgs,
     #[command(flatten)]
     pub notify: crate::opts::NotifyArgs,
+    /// Dashboard sign-in with OpenID Connect (needs a fixed --http-addr
+    /// port or --oidc-redirect-url).
+    #[command(flatten)]
+    pub oidc: crate::opts::OidcArgs,
 }
 
 pub async fn up(a: UpArgs) -> anyhow::Result<()> {
@@ -121,6 +125,7 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
         tls: a.tls.clone(),
         http: a.http.clone(),
         notify: a.notify.clone(),
+        oidc: a.oidc.clone(),
     };
     let lake_default = data.join("lake").display().to_string();
     let mut cfg = coord_args.config(&lake_default)?;
@@ -155,6 +160,8 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
     if a.notify.dashboard_url.is_none() {
         cfg.notify.dashboard_url = Some(http_base.clone());
     }
+    let sign_in = cfg.oidc.clone();
+    let tokens_on = cfg.tokens.enabled();
     let coord = tokio::spawn(benchlake_coordinator::run_with(
         cfg,
         listener,
@@ -212,6 +219,19 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
     );
     eprintln!("metrics: {metrics_url}");
     eprintln!("dashboard: {http_base}/");
+    if let Some(o) = &sign_in {
+        eprintln!(
+            "dashboard sign-in: \"Sign in with {}\" ({}; roles from the claim '{}'){}",
+            o.display_name,
+            o.issuer,
+            o.mapping.roles_claim,
+            if tokens_on {
+                ", or an admin or user token"
+            } else {
+                ""
+            }
+        );
+    }
     let result = if a.demo {
         let r = demo(
             &client_addr,

@@ -280,6 +280,8 @@ pub struct CoordinatorConfig {
     pub metrics_tokens: MetricsTokens,
     /// Notifiers (webhooks) and their delivery settings ([`crate::notify`]).
     pub notify: crate::notify::NotifyConfig,
+    /// OpenID Connect sign-in for the dashboard ([`crate::oidc`]).
+    pub oidc: Option<crate::oidc::OidcConfig>,
 }
 
 /// Bearer tokens of the `/metrics` endpoint only (never printed).
@@ -339,6 +341,7 @@ impl Default for CoordinatorConfig {
             tls_client_ca: None,
             metrics_tokens: MetricsTokens::default(),
             notify: Default::default(),
+            oidc: None,
         }
     }
 }

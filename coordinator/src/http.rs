@@ -69,6 +69,7 @@ struct Inner {
     tokens_on: bool,
     tls: bool,
     sessions: crate::dashboard::Sessions,
+    oidc: Option<Arc<crate::oidc::Provider>>,
     views: crate::dashboard::cache::ViewCache,
     node: RwLock<Node>,
 }
@@ -84,9 +85,22 @@ impl std::fmt::Debug for Http {
 }
 
 impl Http {
-    /// The endpoints of a coordinator configured by `cfg` (tokens), starting.
+    /// The endpoints of a coordinator configured by `cfg` (tokens, OpenID
+    /// Connect), starting. A provider whose client cannot be built (checked
+    /// before by [`crate::run_with`]) is left out, with an error logged.
     pub fn new(cfg: &CoordinatorConfig) -> Self {
+        let oidc = cfg
+            .oidc
+            .clone()
+            .and_then(|o| match crate::oidc::Provider::new(o) {
+                Ok(p) => Some(Arc::new(p)),
+                Err(e) => {
+                    tracing::error!(error = %e, "OpenID Connect sign-in disabled");
+                    None
+                }
+            });
         Self(Arc::new(Inner {
+            oidc,
             guard: Guard::new(cfg.tokens.clone()),
             metrics_tokens: cfg.metrics_tokens.clone(),
             tokens_on: cfg.tokens.enabled() || !cfg.metrics_tokens.0.is_empty(),
@@ -105,6 +119,17 @@ impl Http {
     /// The dashboard's login sessions.
     pub fn sessions(&self) -> &crate::dashboard::Sessions {
         &self.0.sessions
+    }
+
+    /// The dashboard's OpenID Connect provider, when configured.
+    pub fn oidc(&self) -> Option<&crate::oidc::Provider> {
+        self.0.oidc.as_deref()
+    }
+
+    /// Whether the dashboard needs a login: tokens or OpenID Connect are
+    /// configured.
+    pub fn login_required(&self) -> bool {
+        self.0.guard.enabled() || self.0.oidc.is_some()
     }
 
     /// What the dashboard's per-run views derived from committed Parquet.

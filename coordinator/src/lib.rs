@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod model;
 pub mod node_actions;
 pub mod notify;
+pub mod oidc;
 pub mod pg_testing;
 pub mod placement;
 pub mod reconcile;
@@ -658,6 +659,9 @@ pub async fn run_with(
 ) -> Result<()> {
     // A TLS misconfiguration stops the start before anything is opened.
     tls::acceptor(&cfg).map_err(CoordError::Setup)?;
+    if let Some(o) = &cfg.oidc {
+        oidc::Provider::new(o.clone()).map_err(CoordError::Setup)?;
+    }
     // One signal for both servers: on shutdown the gRPC and the HTTP
     // listener close at once, before the gRPC server drains its calls, so a
     // restarted coordinator can bind both ports while this one still drains.

@@ -77,17 +77,32 @@ pub fn parse_query(q: &str) -> HashMap<String, String> {
 /// What the frame of a page shows around its body.
 #[derive(Debug, Clone)]
 pub struct Chrome {
-    /// Whether a logout button is shown (tokens are configured).
+    /// Whether a logout button is shown (tokens or OpenID Connect are
+    /// configured).
     pub logged_in: bool,
+    /// Who is signed in, shown beside the logout button: the name (or
+    /// "token") and the role.
+    pub who: Option<(String, &'static str)>,
     /// The path of the current section, for the navigation.
     pub section: &'static str,
 }
 
 impl Chrome {
     /// The frame for a request to `h`.
-    pub fn of(h: &Http, _headers: &HeaderMap) -> Self {
+    pub fn of(h: &Http, headers: &HeaderMap) -> Self {
+        let who = if h.login_required() {
+            super::session_identity(h, headers).map(|i| {
+                (
+                    i.name.clone().unwrap_or_else(|| "token".into()),
+                    i.role.as_str(),
+                )
+            })
+        } else {
+            None
+        };
         Self {
-            logged_in: h.guard().enabled(),
+            logged_in: h.login_required(),
+            who,
             section: "",
         }
     }
@@ -111,10 +126,22 @@ pub fn page(title: &str, body_attrs: &str, c: &Chrome, body: &str) -> String {
         };
         let _ = write!(nav, "<a href=\"{path}\"{cur}>{label}</a>");
     }
+    let who = c
+        .who
+        .as_ref()
+        .map(|(name, role)| {
+            format!(
+                "<span class=\"who\" id=\"who\">{} <span class=\"role\">{role}</span></span>",
+                esc(name)
+            )
+        })
+        .unwrap_or_default();
     let logout = if c.logged_in {
-        "<form method=\"post\" action=\"/logout\" class=\"logout\"><button type=\"submit\">Log out</button></form>"
+        format!(
+            "<form method=\"post\" action=\"/logout\" class=\"logout\">{who}<button type=\"submit\">Log out</button></form>"
+        )
     } else {
-        ""
+        String::new()
     };
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\

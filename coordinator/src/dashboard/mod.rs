@@ -26,6 +26,7 @@ pub mod html;
 pub mod io;
 pub mod linktest;
 pub mod node;
+pub mod oidc;
 pub mod origin;
 pub mod pages;
 pub mod replay;
@@ -45,7 +46,7 @@ use axum::routing::{get, post};
 use benchlake_proto::obs::PeerInfo;
 use rand::RngCore;
 
-use crate::config::Role;
+use crate::config::{Identity, Role};
 use crate::http::Http;
 
 /// The top navigation: (path, label). Later pages add their entry here.
@@ -79,15 +80,25 @@ const CSS: &str = include_str!("static/dashboard.css");
 const JS: &str = include_str!("static/dashboard.js");
 const ICON: &str = include_str!("static/favicon.svg");
 
-/// Server-side sessions: random id → (role, expiry).
+/// Server-side sessions: random id → (who, expiry). A token login and an
+/// OpenID Connect sign-in ([`oidc`]) make the same kind of session.
 #[derive(Debug, Default)]
 pub struct Sessions {
-    map: Mutex<HashMap<String, (Role, Instant)>>,
+    map: Mutex<HashMap<String, (Identity, Instant)>>,
 }
 
 impl Sessions {
-    /// A new session of `role`; returns its id (64 hex digits, 256 random bits).
+    /// A new session of `role` (no name); returns its id.
     pub fn create(&self, role: Role) -> String {
+        self.create_for(Identity {
+            role,
+            name: None,
+            credential: String::new(),
+        })
+    }
+
+    /// A new session of `who`; returns its id (64 hex digits, 256 random bits).
+    pub fn create_for(&self, who: Identity) -> String {
         let mut b = [0u8; 32];
         rand::rng().fill_bytes(&mut b);
         let id = hex::encode(b);
@@ -104,15 +115,20 @@ impl Sessions {
         {
             m.remove(&k);
         }
-        m.insert(id.clone(), (role, now + SESSION_TTL));
+        m.insert(id.clone(), (who, now + SESSION_TTL));
         id
     }
 
     /// The role of session `id` while it has not expired.
     pub fn get(&self, id: &str) -> Option<Role> {
+        self.identity(id).map(|i| i.role)
+    }
+
+    /// Who holds session `id` while it has not expired.
+    pub fn identity(&self, id: &str) -> Option<Identity> {
         let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
         match m.get(id) {
-            Some((role, exp)) if *exp > Instant::now() => Some(*role),
+            Some((who, exp)) if *exp > Instant::now() => Some(who.clone()),
             Some(_) => {
                 m.remove(id);
                 None
@@ -148,6 +164,8 @@ pub fn router(h: Http) -> Router {
         .route("/runs/{id}/linktest/matrix.png", get(linktest::matrix_png))
         .route("/api/runs/{id}/linktest/pair", get(linktest::pair_json))
         .route("/login", get(login_page).post(login))
+        .route("/login/oidc", get(oidc::start))
+        .route(crate::oidc::CALLBACK_PATH, get(oidc::callback))
         .route("/logout", post(logout))
         .route("/static/dashboard.css", get(css))
         .route("/static/dashboard.js", get(js))
@@ -221,7 +239,7 @@ async fn not_found(State(h): State<Http>, headers: HeaderMap) -> Response {
 
 /// The `Set-Cookie` value of session `id` (empty with `max_age` 0: clears
 /// it): HttpOnly, SameSite=Strict, Path=/, and Secure over TLS.
-fn session_cookie(id: &str, max_age: u64, secure: bool) -> String {
+pub fn session_cookie(id: &str, max_age: u64, secure: bool) -> String {
     format!(
         "{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}{}",
         if secure { "; Secure" } else { "" }
@@ -257,7 +275,7 @@ pub fn access(
     path_and_query: &str,
     api: bool,
 ) -> Result<Role, Response> {
-    if !h.guard().enabled() {
+    if !h.login_required() {
         return Ok(Role::Admin);
     }
     if let Some(role) = cookie_session(headers).and_then(|id| h.sessions().get(&id)) {
@@ -279,8 +297,13 @@ pub fn access(
         .into_response())
 }
 
+/// Who holds the session of a request's cookie (None: no live session).
+pub fn session_identity(h: &Http, headers: &HeaderMap) -> Option<Identity> {
+    cookie_session(headers).and_then(|id| h.sessions().identity(&id))
+}
+
 /// A `next` target that stays on this site (a path, never `//host`).
-fn safe_next(next: Option<&str>) -> String {
+pub fn safe_next(next: Option<&str>) -> String {
     match next {
         Some(n)
             if n.starts_with('/')
@@ -298,13 +321,16 @@ fn safe_next(next: Option<&str>) -> String {
 async fn login_page(State(h): State<Http>, headers: HeaderMap, uri: axum::http::Uri) -> Response {
     let q = html::parse_query(uri.query().unwrap_or(""));
     let next = safe_next(q.get("next").map(String::as_str));
-    if !h.guard().enabled() {
+    if !h.login_required() {
         return (StatusCode::SEE_OTHER, [(header::LOCATION, next)]).into_response();
     }
     login_form(&h, &headers, &next, None, StatusCode::OK)
 }
 
-fn login_form(
+/// The login page: the token form (when the coordinator has tokens) and
+/// "Sign in with PROVIDER" (when OpenID Connect is configured), with
+/// `error` above them.
+pub fn login_form(
     h: &Http,
     headers: &HeaderMap,
     next: &str,
@@ -314,17 +340,48 @@ fn login_form(
     let err = error
         .map(|e| format!("<p class=\"error\" id=\"login-error\">{}</p>", html::esc(e)))
         .unwrap_or_default();
+    let sso = h
+        .oidc()
+        .map(|p| {
+            format!(
+                "<p class=\"sso\"><a class=\"button\" id=\"oidc-login\" href=\"/login/oidc?next={}\">Sign in with {}</a></p>",
+                html::esc(&html::url_encode(next)),
+                html::esc(&p.config().display_name)
+            )
+        })
+        .unwrap_or_default();
+    let tokens = if h.guard().enabled() {
+        format!(
+            "{}<form method=\"post\" action=\"/login\">\
+             <input type=\"hidden\" name=\"next\" value=\"{}\">\
+             <label>Token <input type=\"password\" name=\"token\" id=\"token\" autocomplete=\"current-password\" required{}></label>\
+             <button type=\"submit\">Log in</button></form>",
+            if sso.is_empty() {
+                ""
+            } else {
+                "<p class=\"or\">or with a token of this coordinator:</p>"
+            },
+            html::esc(next),
+            if sso.is_empty() { " autofocus" } else { "" }
+        )
+    } else {
+        String::new()
+    };
+    let intro = match (sso.is_empty(), tokens.is_empty()) {
+        (true, _) => {
+            "The dashboard is read-only and needs a <b>user</b> or <b>admin</b> token of this coordinator."
+        }
+        (false, true) => "The dashboard is read-only; sign in with your site account.",
+        (false, false) => {
+            "The dashboard is read-only; sign in with your site account or a <b>user</b> or <b>admin</b> token."
+        }
+    };
     let body = format!(
-        "<section class=\"login\"><h1>Log in</h1>\
-         <p>The dashboard is read-only and needs a <b>user</b> or <b>admin</b> token of this coordinator.</p>{err}\
-         <form method=\"post\" action=\"/login\">\
-         <input type=\"hidden\" name=\"next\" value=\"{}\">\
-         <label>Token <input type=\"password\" name=\"token\" id=\"token\" autocomplete=\"current-password\" required autofocus></label>\
-         <button type=\"submit\">Log in</button></form></section>",
-        html::esc(next)
+        "<section class=\"login\"><h1>Log in</h1><p>{intro}</p>{err}{sso}{tokens}</section>"
     );
     let mut chrome = html::Chrome::of(h, headers);
     chrome.logged_in = false;
+    chrome.who = None;
     (
         status,
         axum::response::Html(html::page("Log in", "", &chrome, &body)),
@@ -345,10 +402,11 @@ async fn login(State(h): State<Http>, peer: PeerInfo, headers: HeaderMap, body: 
     let token = form.get("token").map(String::as_str).unwrap_or("");
     match h
         .guard()
-        .login(peer.ip(), token, &[Role::User], "dashboard")
+        .login_identity(peer.ip(), token, &[Role::User], "dashboard")
     {
-        Ok(role) => {
-            let id = h.sessions().create(role);
+        Ok(who) => {
+            let role = who.role;
+            let id = h.sessions().create_for(who);
             tracing::info!(peer = %peer, role = role.as_str(), "dashboard login");
             let cookie = session_cookie(&id, SESSION_TTL.as_secs(), h.tls());
             (
