@@ -82,7 +82,9 @@ impl LinkConfig {
                         .parse::<usize>()
                         .ok()
                         .filter(|x| (lo..=hi).contains(x))
-                        .ok_or_else(|| format!("params.{k}: '{v}' is not a whole number from {lo} to {hi}"))
+                        .ok_or_else(|| {
+                            format!("params.{k}: '{v}' is not a whole number from {lo} to {hi}")
+                        })
                 })
                 .transpose()
         };
@@ -93,7 +95,9 @@ impl LinkConfig {
                         .parse::<f64>()
                         .ok()
                         .filter(|x| x.is_finite() && *x > 0.0 && *x <= hi)
-                        .ok_or_else(|| format!("params.{k}: '{v}' is not a number above 0, at most {hi}"))
+                        .ok_or_else(|| {
+                            format!("params.{k}: '{v}' is not a number above 0, at most {hi}")
+                        })
                 })
                 .transpose()
         };
@@ -139,7 +143,10 @@ impl Hosts {
     }
 
     pub fn name(&self, i: u32) -> &str {
-        self.names.get(i as usize).map(String::as_str).unwrap_or("?")
+        self.names
+            .get(i as usize)
+            .map(String::as_str)
+            .unwrap_or("?")
     }
 }
 
@@ -311,7 +318,12 @@ fn us(s: f64) -> String {
 }
 
 /// Judges `now`'s links against `history` (earlier runs, any order).
-pub fn judge(now: &RunLinks, history: &[&RunLinks], hosts: &Hosts, cfg: &LinkConfig) -> LinkVerdicts {
+pub fn judge(
+    now: &RunLinks,
+    history: &[&RunLinks],
+    hosts: &Hosts,
+    cfg: &LinkConfig,
+) -> LinkVerdicts {
     let mut devs: Vec<(Link, f64, f64)> = Vec::with_capacity(now.ratio.len());
     let mut buf = Vec::with_capacity(cfg.window);
     for (&link, &r) in &now.ratio {
@@ -444,7 +456,9 @@ mod tests {
     #[test]
     fn a_slow_link_fails_and_a_slow_host_does_not() {
         let mut hosts = Hosts::default();
-        let hist: Vec<RunLinks> = (0..10).map(|k| run(16, &mut hosts, |a, b| level(a, b, k))).collect();
+        let hist: Vec<RunLinks> = (0..10)
+            .map(|k| run(16, &mut hosts, |a, b| level(a, b, k)))
+            .collect();
         // Tonight: link (2, 9) 30 % slower; host 5 busy (all its links 40 % slower).
         let now = run(16, &mut hosts, |a, b| {
             let mut t = level(a, b, 11);
@@ -465,7 +479,11 @@ mod tests {
             .map(|r| (r.node_a.as_str(), r.node_b.as_str()))
             .collect();
         assert_eq!(failing, [("h02", "h09")], "{:?}", v.rows);
-        assert!(v.rows[0].message.contains("+2") || v.rows[0].message.contains("+3"), "{}", v.rows[0].message);
+        assert!(
+            v.rows[0].message.contains("+2") || v.rows[0].message.contains("+3"),
+            "{}",
+            v.rows[0].message
+        );
         // Too little history: nothing judged.
         let v = judge(&now, &hist[..3], &hosts, &LinkConfig::default());
         assert_eq!((v.judged, v.rows.len()), (0, 0));
@@ -477,7 +495,9 @@ mod tests {
         assert!(LinkConfig::from_params(&p("check_link_floor", "0")).is_err());
         assert!(LinkConfig::from_params(&p("check_link", "maybe")).is_err());
         assert_eq!(
-            LinkConfig::from_params(&p("check_link_mads", "4")).unwrap().mads,
+            LinkConfig::from_params(&p("check_link_mads", "4"))
+                .unwrap()
+                .mads,
             4.0
         );
     }

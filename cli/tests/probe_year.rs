@@ -120,10 +120,21 @@ fn a_small_year_is_replayed_and_scored() {
         (link["target"].as_str(), link["first_date"].as_str()),
         (Some("t06:t11"), Some("2026-01-25"))
     );
-    assert!(items.iter().any(|i| i["kind"] == "busy" && i["target"] == "*"));
+    assert!(
+        items
+            .iter()
+            .any(|i| i["kind"] == "busy" && i["target"] == "*")
+    );
     // The verdicts are in the lake's tables, the link's among them.
     let lake = out.join("lake/tables");
-    for t in ["checks", "node_health", "link_health", "runs", "node_facts", "io_results"] {
+    for t in [
+        "checks",
+        "node_health",
+        "link_health",
+        "runs",
+        "node_facts",
+        "io_results",
+    ] {
         assert!(lake.join(t).is_dir(), "no {t} table in {}", lake.display());
     }
 
@@ -156,5 +167,39 @@ fn a_bad_scenario_names_its_field() {
     assert!(
         stderr.contains("bad.toml: fault[3].target: 't99' is not one of the scenario's nodes"),
         "{stderr}"
+    );
+}
+
+/// The documented scenario (docs/verdicts.md, "Measured"): 32 nodes, 90
+/// nights, 12 faults. Every fault found on its target, no false alarm; the
+/// figures docs/verdicts.md gives.
+#[test]
+fn the_quarter_scenario_meets_the_targets() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/quarter-32.toml");
+    let out = dir.path().join("year-q32");
+    let (ok, stdout, stderr) = run(&[
+        "probe",
+        "year",
+        "--scenario",
+        scenario,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stdout}\n{stderr}");
+    let score: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("score.json")).unwrap()).unwrap();
+    let s = &score["score"];
+    assert_eq!(s["faults"], 12, "{stdout}");
+    assert!(s["recall"].as_f64().unwrap() >= 0.98, "{stdout}");
+    assert!(s["attribution"].as_f64().unwrap() >= 0.95, "{stdout}");
+    assert!(
+        s["median_delay_nights"].as_f64().unwrap() <= 1.0,
+        "{stdout}"
+    );
+    assert!(
+        s["false_alarms_per_1000_node_nights"].as_f64().unwrap() <= 1.0,
+        "{stdout}\n{}",
+        s["false_alarm_examples"]
     );
 }

@@ -761,7 +761,11 @@ fn link_verdicts(
                 v.rows.len(),
                 v.judged,
                 names.join(", "),
-                if v.rows.len() > names.len() { ", …" } else { "" }
+                if v.rows.len() > names.len() {
+                    ", …"
+                } else {
+                    ""
+                }
             ),
         )
     };

@@ -56,7 +56,8 @@ pub fn run(
         encoded,
         follow_ups,
     } = job.executor.execute(&ctx)?;
-    let mut keys = rt.block_on(lake.write_final(&tables, &job.run_date, &job.run_id, &job.job_id))?;
+    let mut keys =
+        rt.block_on(lake.write_final(&tables, &job.run_date, &job.run_id, &job.job_id))?;
     keys.extend(rt.block_on(lake.write_final_encoded(
         &encoded,
         &job.run_date,

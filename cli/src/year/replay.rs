@@ -175,7 +175,11 @@ impl Replay {
             Subject::Pio(fs) => {
                 let k = w.s.filesystems.iter().position(|x| x == fs).unwrap_or(0);
                 let r = w.pio(night, k);
-                ("pio", vec![("pio.json".into(), serde_json::to_vec(&r)?)], params)
+                (
+                    "pio",
+                    vec![("pio.json".into(), serde_json::to_vec(&r)?)],
+                    params,
+                )
             }
             Subject::Linktest => {
                 let run = w.linktest(night);

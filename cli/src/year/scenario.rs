@@ -303,7 +303,10 @@ impl Scenario {
             if v.is_finite() && v > 0.0 && v <= max {
                 Ok(())
             } else {
-                Err(bad(field, format!("{v}; give a number above 0, at most {max}")))
+                Err(bad(
+                    field,
+                    format!("{v}; give a number above 0, at most {max}"),
+                ))
             }
         };
         pos("memory_gib", self.memory_gib, 1e6)?;
@@ -353,7 +356,10 @@ impl Scenario {
             {
                 return Err(bad(
                     "filesystems",
-                    format!("'{}': give distinct names of letters, digits, '-' and '_'", f.escape_default()),
+                    format!(
+                        "'{}': give distinct names of letters, digits, '-' and '_'",
+                        f.escape_default()
+                    ),
                 ));
             }
         }
@@ -372,7 +378,10 @@ impl Scenario {
                 } else {
                     Err(bad(
                         &field("target"),
-                        format!("'{}' is not one of the scenario's nodes", t.escape_default()),
+                        format!(
+                            "'{}' is not one of the scenario's nodes",
+                            t.escape_default()
+                        ),
                     ))
                 }
             };
@@ -381,20 +390,29 @@ impl Scenario {
                     let Some((a, b)) = f.pair() else {
                         return Err(bad(
                             &field("target"),
-                            format!("'{}': a link is two nodes, 'a:b'", f.target.escape_default()),
+                            format!(
+                                "'{}': a link is two nodes, 'a:b'",
+                                f.target.escape_default()
+                            ),
                         ));
                     };
                     node(a)?;
                     node(b)?;
                     if a == b {
-                        return Err(bad(&field("target"), format!("'{a}:{b}': two different nodes")));
+                        return Err(bad(
+                            &field("target"),
+                            format!("'{a}:{b}': two different nodes"),
+                        ));
                     }
                 }
                 Kind::Filesystem => {
                     if !fs.contains(f.target.as_str()) {
                         return Err(bad(
                             &field("target"),
-                            format!("'{}' is not one of the scenario's filesystems", f.target.escape_default()),
+                            format!(
+                                "'{}' is not one of the scenario's filesystems",
+                                f.target.escape_default()
+                            ),
                         ));
                     }
                 }
@@ -404,7 +422,11 @@ impl Scenario {
             if f.first_night >= self.nights {
                 return Err(bad(
                     &field("first_night"),
-                    format!("{}; the scenario has nights 0 to {}", f.first_night, self.nights - 1),
+                    format!(
+                        "{}; the scenario has nights 0 to {}",
+                        f.first_night,
+                        self.nights - 1
+                    ),
                 ));
             }
             if f.duration == Some(0) {
@@ -442,7 +464,10 @@ impl Scenario {
                 },
                 Kind::Absent | Kind::Join => {
                     if size.is_some() {
-                        return Err(bad(&field("size"), format!("{} takes no size", f.kind.name())));
+                        return Err(bad(
+                            &field("size"),
+                            format!("{} takes no size", f.kind.name()),
+                        ));
                     }
                 }
             }
@@ -509,10 +534,16 @@ drift = 0.05
     fn bad_scenarios_name_the_field() {
         let cases = [
             (OK.replace("n01:n03", "n01:n09"), "fault[0].target"),
-            (OK.replace("first_night = 10", "first_night = 30"), "fault[0].first_night"),
+            (
+                OK.replace("first_night = 10", "first_night = 30"),
+                "fault[0].first_night",
+            ),
             (OK.replace("drift = 0.05", "drift = 0.5"), "fault[0].drift"),
             (OK.replace("nights = 30", "nights = 0"), "nights"),
-            (OK.replace("kind = \"link\"", "kind = \"core_loss\""), "fault[0].target"),
+            (
+                OK.replace("kind = \"link\"", "kind = \"core_loss\""),
+                "fault[0].target",
+            ),
             (OK.replace("\"n[01-04]\"", "\"n[01-01]\""), "nodes"),
         ];
         for (text, field) in cases {
@@ -522,6 +553,9 @@ drift = 0.05
         let e = Scenario::parse("s.toml", &format!("{OK}\nbogus = 1\n"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("s.toml") && e.contains("bogus") && e.contains("byte offset"), "{e}");
+        assert!(
+            e.contains("s.toml") && e.contains("bogus") && e.contains("byte offset"),
+            "{e}"
+        );
     }
 }

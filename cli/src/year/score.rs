@@ -30,8 +30,7 @@ fn family(f: &Fault, v: &Verdict) -> bool {
         // A slow node also slows its run as a whole (the slowest process
         // ends the phase): the run's alarms are this fault's, misattributed.
         Kind::NodeIo => {
-            matches!(v.subject, Subject::Pio(_))
-                && (v.target.is_none() || v.check.contains("_bw_"))
+            matches!(v.subject, Subject::Pio(_)) && (v.target.is_none() || v.check.contains("_bw_"))
         }
         Kind::Link => v.subject == Subject::Linktest,
         Kind::Filesystem => v.subject == Subject::Pio(f.target.clone()),

@@ -353,9 +353,8 @@ impl World {
                     let noise = (1.0 + self.s.noise.link_cv * n01.sample(&mut rng)).max(0.2);
                     let disturbed = 1.0 + busy[i].max(busy[j]);
                     let fault = 1.0 + slow.get(&(i.min(j), i.max(j))).copied().unwrap_or(0.0);
-                    let t = f64::from(
-                        (self.s.pair_time_s * level * noise * disturbed * fault) as f32,
-                    );
+                    let t =
+                        f64::from((self.s.pair_time_s * level * noise * disturbed * fault) as f32);
                     if let Some(x) = p.times.get_mut(i * n + j) {
                         *x = t;
                     }
