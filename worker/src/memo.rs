@@ -72,9 +72,12 @@ pub fn runs() -> &'static Memo<String, Vec<RunsRow>> {
     M.get_or_init(|| Memo::new(20 * 400))
 }
 
-/// Figures by (run, format, the parameters figures depend on).
-pub fn figures() -> &'static Memo<(String, String, String), BTreeMap<String, f64>> {
-    static M: OnceLock<Memo<(String, String, String), BTreeMap<String, f64>>> = OnceLock::new();
+/// (run, format, the parameters figures depend on).
+pub type FiguresKey = (String, String, String);
+
+/// Figures by [`FiguresKey`].
+pub fn figures() -> &'static Memo<FiguresKey, BTreeMap<String, f64>> {
+    static M: OnceLock<Memo<FiguresKey, BTreeMap<String, f64>>> = OnceLock::new();
     M.get_or_init(|| Memo::new(20 * 100))
 }
 

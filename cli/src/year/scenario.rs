@@ -473,7 +473,7 @@ impl Scenario {
             }
             if let Some(d) = f.drift {
                 let drifts = matches!(f.kind, Kind::NodeIo | Kind::Link | Kind::Filesystem);
-                if !drifts || !(d.is_finite() && d > 0.0 && d <= size.unwrap_or(0.0)) {
+                if !(drifts && d.is_finite() && d > 0.0 && d <= size.unwrap_or(0.0)) {
                     return Err(bad(
                         &field("drift"),
                         format!(
