@@ -85,6 +85,10 @@ impl NodeRow {
         self.unit = u.to_string();
         self
     }
+    fn status(mut self, s: &str) -> Self {
+        self.status = s.to_string();
+        self
+    }
     fn message(mut self, m: String) -> Self {
         self.message = m;
         self
@@ -176,6 +180,8 @@ pub struct NodeFacts {
     pub cores: i64,
     pub memory_bytes: i64,
     pub kernel_release: String,
+    /// The CPU model: nodes of one model are each other's peers.
+    pub cpu_model: String,
 }
 
 fn text_col(b: &RecordBatch, n: &str) -> Option<StringArray> {
@@ -202,6 +208,7 @@ pub fn node_facts(batches: &[RecordBatch], agent: &str) -> Result<Vec<NodeFacts>
         let cores = f64_col(b, "cores").ok_or_else(|| need("cores"))?;
         let mem = f64_col(b, "memory_bytes").ok_or_else(|| need("memory_bytes"))?;
         let node = text_col(b, "node");
+        let model = text_col(b, "cpu_model");
         for i in 0..b.num_rows() {
             let slurm = node
                 .as_ref()
@@ -219,6 +226,11 @@ pub fn node_facts(batches: &[RecordBatch], agent: &str) -> Result<Vec<NodeFacts>
                 cores: cores.value(i) as i64,
                 memory_bytes: mem.value(i) as i64,
                 kernel_release: kernel.value(i).to_string(),
+                cpu_model: model
+                    .as_ref()
+                    .filter(|m| m.is_valid(i))
+                    .map(|m| m.value(i).to_string())
+                    .unwrap_or_default(),
             });
         }
     }
@@ -291,6 +303,120 @@ pub fn facts_checks(facts: &[NodeFacts], e: &FactsExpect) -> Vec<NodeRow> {
         }
     }
     out
+}
+
+/// Previous values a node's own usual cores and memory are taken over.
+pub const FACTS_WINDOW: usize = 20;
+/// Previous values needed for a node's own usual.
+pub const FACTS_MIN_HISTORY: usize = 3;
+/// Peers (same CPU model, the same night) needed for a peer reference.
+pub const FACTS_MIN_PEERS: usize = 3;
+
+/// The reference of a learned fact: the node's own usual value (the median
+/// of its last [`FACTS_WINDOW`] values, at least [`FACTS_MIN_HISTORY`]),
+/// else, for a node without that history (a new or returning node), the
+/// value most of its peers have tonight (nodes of its CPU model, at least
+/// [`FACTS_MIN_PEERS`], more than half of them agreeing). With a text
+/// saying which.
+fn learned_reference(own: Option<&Vec<f64>>, peers: &[f64]) -> Option<(f64, String)> {
+    if let Some(h) = own.filter(|h| h.len() >= FACTS_MIN_HISTORY) {
+        let n = h.len().min(FACTS_WINDOW);
+        let recent = &h[h.len() - n..];
+        return crate::reference::median(recent)
+            .map(|m| (m, format!("its usual (median of its last {n} runs)")));
+    }
+    if peers.len() < FACTS_MIN_PEERS {
+        return None;
+    }
+    let mut counts: BTreeMap<i64, usize> = BTreeMap::new();
+    for p in peers {
+        *counts.entry(*p as i64).or_default() += 1;
+    }
+    let (value, k) = counts.into_iter().max_by_key(|(_, k)| *k)?;
+    (2 * k > peers.len()).then(|| {
+        (
+            value as f64,
+            format!(
+                "its peers' ({k} of {} nodes of its CPU model tonight)",
+                peers.len()
+            ),
+        )
+    })
+}
+
+/// The learned facts checks (docs/slurm.md, "Per-node health"): the cores
+/// and memory a node has no expectation for, against its own usual value,
+/// else its peers'. Fewer cores than the reference, or memory more than
+/// `memory_tolerance` below it, FAIL; more is no fault. Without a reference
+/// the row is NO_REFERENCE. `history` maps (node, check) to the node's
+/// earlier values, oldest first.
+pub fn learned_facts_checks(
+    facts: &[NodeFacts],
+    e: &FactsExpect,
+    history: &BTreeMap<(String, String), Vec<f64>>,
+) -> Vec<NodeRow> {
+    let mut peers: BTreeMap<&str, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    for f in facts {
+        let p = peers.entry(f.cpu_model.as_str()).or_default();
+        p.0.push(f.cores as f64);
+        p.1.push(f.memory_bytes as f64);
+    }
+    let mut out = Vec::new();
+    for f in facts {
+        let (pc, pm) = peers
+            .get(f.cpu_model.as_str())
+            .map(|(c, m)| (c.as_slice(), m.as_slice()))
+            .unwrap_or_default();
+        let own = |check: &str| history.get(&(f.node.clone(), check.to_string()));
+        if e.cores.is_none() {
+            let have = f.cores as f64;
+            let row = match learned_reference(own("node.cores"), pc) {
+                Some((r, why)) => {
+                    let ok = have >= r;
+                    NodeRow::new(&f.node, "node.cores", ok, Some(have), Some(r)).message(
+                        if ok {
+                            format!("{} cores online, {why} {r}", f.cores)
+                        } else {
+                            format!("{} cores online, {why} is {r}", f.cores)
+                        },
+                    )
+                }
+                None => NodeRow::new(&f.node, "node.cores", true, Some(have), None)
+                    .status(verdict_no_reference())
+                    .message(format!(
+                        "{} cores online; no reference yet (fewer than {FACTS_MIN_HISTORY} earlier runs, fewer than {FACTS_MIN_PEERS} peers agreeing)",
+                        f.cores
+                    )),
+            };
+            out.push(row.unit("cores"));
+        }
+        if e.memory_bytes.is_none() {
+            let have = f.memory_bytes as f64;
+            let pct = e.memory_tolerance * 100.0;
+            let row = match learned_reference(own("node.memory_bytes"), pm) {
+                Some((r, why)) => {
+                    let ok = have >= r * (1.0 - e.memory_tolerance);
+                    NodeRow::new(&f.node, "node.memory_bytes", ok, Some(have), Some(r)).message(
+                        format!(
+                            "{} of memory, {} {pct}% of {why} {}",
+                            gib(have),
+                            if ok { "within" } else { "more than" },
+                            gib(r)
+                        ),
+                    )
+                }
+                None => NodeRow::new(&f.node, "node.memory_bytes", true, Some(have), None)
+                    .status(verdict_no_reference())
+                    .message(format!("{} of memory; no reference yet", gib(have))),
+            };
+            out.push(row.unit("bytes"));
+        }
+    }
+    out
+}
+
+fn verdict_no_reference() -> &'static str {
+    benchlake_core::verdict::NO_REFERENCE
 }
 
 /// Thresholds of the per-node I/O checks.
@@ -803,6 +929,7 @@ mod tests {
 
     fn facts(node: &str, cores: i64, mem: i64, kernel: &str) -> NodeFacts {
         NodeFacts {
+            cpu_model: "EPYC".into(),
             node: node.into(),
             cores,
             memory_bytes: mem,

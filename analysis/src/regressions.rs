@@ -103,6 +103,16 @@ pub fn apply(
     }
 }
 
+/// The values of a node history ((node, check) → points, oldest first).
+pub fn node_values(
+    history: &BTreeMap<(String, String), Vec<Point>>,
+) -> BTreeMap<(String, String), Vec<f64>> {
+    history
+        .iter()
+        .map(|(k, v)| (k.clone(), v.iter().map(|p| p.value).collect()))
+        .collect()
+}
+
 /// Whether higher is better for a node check's value, for the numeric node
 /// checks that have a series (None: not watched).
 pub fn node_better(check: &str) -> Option<Better> {

@@ -52,10 +52,6 @@ pub fn follow_up(spec: &IngestSpec, info: &IngestRunInfo, ingest_job_id: &str) -
     if !CHECKED_FORMATS.contains(&spec.format.as_str()) && !traced {
         return Vec::new();
     }
-    // hostinfo has node checks only, and only against expected values.
-    if spec.format == "hostinfo" && !info.params.keys().any(|k| k.starts_with("expect_")) {
-        return Vec::new();
-    }
     let c = ChecksSpec {
         format: spec.format.clone(),
         ingest_job_id: ingest_job_id.to_string(),
@@ -591,13 +587,25 @@ fn node_rows_of_run(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<NodeRow>, Ex
                 Ok(e) => e,
                 Err(e) => return Ok(vec![node_checks::config_error(e)]),
             };
-            if expect.is_empty() {
-                return Ok(Vec::new());
+            let facts = match node_checks::node_facts(get("node_facts"), &s.agent) {
+                Ok(f) => f,
+                Err(e) => return Ok(vec![node_checks::config_error(e)]),
+            };
+            let mut rows = node_checks::facts_checks(&facts, &expect);
+            // Cores and memory without an expectation: learned from the
+            // node's own earlier runs of the schedule, else its peers.
+            if expect.cores.is_none() || expect.memory_bytes.is_none() {
+                let hist = match &s.schedule_id {
+                    Some(sched) => node_history(ctx, sched, node_checks::FACTS_WINDOW)?,
+                    None => BTreeMap::new(),
+                };
+                rows.extend(node_checks::learned_facts_checks(
+                    &facts,
+                    &expect,
+                    &regressions::node_values(&hist),
+                ));
             }
-            match node_checks::node_facts(get("node_facts"), &s.agent) {
-                Ok(f) => Ok(node_checks::facts_checks(&f, &expect)),
-                Err(e) => Ok(vec![node_checks::config_error(e)]),
-            }
+            Ok(rows)
         }
         "linktest" => {
             let slow = SlowPair::from_params(&s.params);

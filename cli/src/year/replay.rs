@@ -156,16 +156,11 @@ impl Replay {
         std::collections::BTreeMap<String, String>,
     )> {
         let w = &self.world;
-        let mut params = std::collections::BTreeMap::new();
+        let params = std::collections::BTreeMap::new();
         Ok(match subject {
             Subject::Hostinfo => {
-                // The site's expectations (NHC's check_hw_cpuinfo and
-                // check_hw_physmem): every node has the scenario's hardware.
-                params.insert("expect_cores".into(), w.s.cores.to_string());
-                params.insert(
-                    "expect_memory_bytes".into(),
-                    ((w.s.memory_gib * (1u64 << 30) as f64) as i64).to_string(),
-                );
+                // No expectations: cores and memory are learned from each
+                // node's own history and its peers (docs/slurm.md).
                 let mut files = Vec::new();
                 for (node, f) in w.hostinfo(night) {
                     files.push((format!("host-{node}.json"), serde_json::to_vec(&f)?));
