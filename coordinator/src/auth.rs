@@ -230,10 +230,10 @@ impl Guard {
         token: &str,
         allowed: &[Role],
         service: &str,
-    ) -> Result<Role, Status> {
+    ) -> Result<Identity, Status> {
         let header = format!("Bearer {}", token.trim());
         match self.authenticate(peer, &header, allowed, service, None)? {
-            Some(id) => Ok(id.role),
+            Some(id) => Ok(id),
             None => Err(Status::unauthenticated("unknown token")),
         }
     }

@@ -7,6 +7,7 @@ use std::fmt::Write;
 use axum::http::HeaderMap;
 
 use super::NAV;
+use crate::config::Role;
 use crate::http::Http;
 
 /// `s` escaped for HTML text and quoted attribute values.
@@ -81,14 +82,18 @@ pub struct Chrome {
     pub logged_in: bool,
     /// The path of the current section, for the navigation.
     pub section: &'static str,
+    /// Whether the viewer is an admin (the admin-only entries of the
+    /// navigation are shown).
+    pub admin: bool,
 }
 
 impl Chrome {
     /// The frame for a request to `h`.
-    pub fn of(h: &Http, _headers: &HeaderMap) -> Self {
+    pub fn of(h: &Http, headers: &HeaderMap) -> Self {
         Self {
             logged_in: h.guard().enabled(),
             section: "",
+            admin: super::identity(h, headers).is_some_and(|(i, _)| i.role == Role::Admin),
         }
     }
 
@@ -104,6 +109,9 @@ impl Chrome {
 pub fn page(title: &str, body_attrs: &str, c: &Chrome, body: &str) -> String {
     let mut nav = String::new();
     for (path, label) in NAV {
+        if !c.admin && super::ADMIN_NAV.contains(path) {
+            continue;
+        }
         let cur = if *path == c.section {
             " aria-current=\"page\""
         } else {
