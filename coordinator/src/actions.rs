@@ -71,7 +71,7 @@ impl Coordinator {
         match res {
             Ok((t, fx)) => {
                 self.apply(fx);
-                tracing::info!(who = %row.who, via = %row.via, action = what, target, "action taken");
+                tracing::info!(who = %row.who, via = %row.via, action = what, object = %target, "action taken");
                 Ok(t)
             }
             Err(e) => {
@@ -83,7 +83,7 @@ impl Coordinator {
 
     /// Records a refused or failed action (a failure to record is logged).
     async fn audit_failure(&self, row: AuditRow) {
-        tracing::warn!(who = %row.who, via = %row.via, action = %row.action, target = %row.target, outcome = %row.outcome, "action not taken: {}", row.detail);
+        tracing::warn!(who = %row.who, via = %row.via, action = %row.action, object = %row.target, outcome = %row.outcome, "action not taken: {}", row.detail);
         if let Err(e) = self.db(|tx| tx.insert_audit(&row)).await {
             tracing::warn!(error = %e, "cannot record the action in the audit trail");
         }
@@ -91,7 +91,7 @@ impl Coordinator {
 
     /// Records an action taken outside a store transaction (node drains).
     async fn audit_done(&self, row: AuditRow) {
-        tracing::info!(who = %row.who, via = %row.via, action = %row.action, target = %row.target, "action taken: {}", row.detail);
+        tracing::info!(who = %row.who, via = %row.via, action = %row.action, object = %row.target, "action taken: {}", row.detail);
         if let Err(e) = self.db(|tx| tx.insert_audit(&row)).await {
             tracing::warn!(error = %e, "cannot record the action in the audit trail");
         }

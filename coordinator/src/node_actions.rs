@@ -528,7 +528,10 @@ impl NodeActions {
         }
         store.transact(|tx| tx.delete_node_drain(node))?;
         let (what, detail) = match &st {
-            _ if ours => ("resume", format!("resumed {node} (drained: {})", drain.reason)),
+            _ if ours => (
+                "resume",
+                format!("resumed {node} (drained: {})", drain.reason),
+            ),
             None => (
                 "forgot",
                 format!("forgot the drain of {node}: scontrol does not know it"),
@@ -633,7 +636,7 @@ pub async fn after_node_rows(
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
 
     fn row(check: &str, status: &str, v: f64, r: f64) -> CheckRow {
@@ -762,7 +765,7 @@ pub(crate) mod tests {
 
     /// A stand-in scontrol keeping each node's state and reason in files of
     /// `dir`, printing them as `scontrol show node` does.
-    pub(crate) fn fake_scontrol(dir: &std::path::Path) -> Scontrol {
+    fn fake_scontrol(dir: &std::path::Path) -> Scontrol {
         let prog = dir.join("scontrol");
         std::fs::write(
             &prog,

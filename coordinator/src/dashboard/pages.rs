@@ -358,7 +358,11 @@ pub async fn overview(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
         let _ = write!(
             b,
             "<table class=\"strips\" id=\"schedules\"><thead><tr><th>schedule</th><th>benchmark</th><th>cron</th><th>recent runs (oldest → newest)</th>{}</tr></thead><tbody>",
-            if admin.is_some() { "<th>actions</th>" } else { "" }
+            if admin.is_some() {
+                "<th>actions</th>"
+            } else {
+                ""
+            }
         );
         for (s, runs) in &d.schedules {
             let _ = write!(

@@ -17,7 +17,6 @@ use crate::error::{CoordError, Result};
 use crate::lifecycle::{self, Effects};
 use crate::logic;
 use crate::model::*;
-use crate::store::Tx;
 
 /// Whether a run has nothing left to do (final and its record landed).
 fn settled(d: &pb::RunDetail) -> bool {

@@ -10,14 +10,12 @@ use crate::access;
 use crate::actions::owned_schedule;
 use crate::audit::Actor;
 use crate::auth::identity_of;
-use crate::config::Identity;
 use crate::convert;
-use crate::error::{CoordError, Result};
+use crate::error::CoordError;
 use crate::lifecycle::Effects;
 use crate::logic;
 use crate::model::*;
 use crate::scheduler::{self, CronSpec};
-use crate::store::Tx;
 
 #[tonic::async_trait]
 impl ScheduleService for Svc {
