@@ -80,7 +80,8 @@ pub mod action {
 /// One action taken (or attempted).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditRow {
-    /// A ULID of `at_ms` (orders the rows).
+    /// A ULID of `at_ms`, increasing within this process ([`next_id`]):
+    /// orders the rows.
     pub id: String,
     /// When (Unix ms).
     pub at_ms: i64,
@@ -115,11 +116,25 @@ fn cut(s: &str) -> String {
     format!("{}…", &s[..end])
 }
 
+/// A ULID of `now` greater than every one this process made before, so
+/// rows of the same millisecond keep their order (a plain ULID's low bits
+/// are random).
+fn next_id(now: i64) -> String {
+    static GEN: std::sync::Mutex<ulid::Generator> = std::sync::Mutex::new(ulid::Generator::new());
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(now.max(0) as u64);
+    let mut g = GEN.lock().unwrap_or_else(|p| p.into_inner());
+    match g.generate_from_datetime(at) {
+        Ok(u) => u.to_string(),
+        // 2^80 ids in one millisecond: cannot happen; stay unique anyway.
+        Err(_) => benchlake_core::ids::new_id_at(now),
+    }
+}
+
 impl AuditRow {
     /// The row of `action` on `target` by `who` at `now`.
     pub fn new(who: &Actor, action: &str, target: &str, now: i64) -> Self {
         Self {
-            id: benchlake_core::ids::new_id_at(now),
+            id: next_id(now),
             at_ms: now,
             who: who.who(),
             role: who.id.role.as_str().to_string(),
@@ -181,6 +196,11 @@ mod tests {
                 .outcome,
             "refused"
         );
+        // Rows made in the same millisecond keep their order.
+        let ids: Vec<String> = (0..50)
+            .map(|_| AuditRow::new(&anon, action::RUN_RERUN, "r", 9).id)
+            .collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
         let e = CoordError::NotFound("no run".into());
         assert_eq!(
             AuditRow::new(&anon, action::RUN_RERUN, "r", 1)
