@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs benchlake into PREFIX with the layout the binary expects:
-#   PREFIX/bin/benchlake
+#   PREFIX/bin/benchlake                          (without debug information: strip --strip-debug)
 #   PREFIX/bin/benchlake-replay                   (the offline replay alone, smaller)
 #   PREFIX/lib/benchlake/libbenchlake_tracer.so   (when the build made it: mpicc present)
 #   PREFIX/share/benchlake/{systemd,config,slurm}/ (examples from deploy/)
@@ -26,9 +26,21 @@ if [ ! -x "$from/benchlake" ]; then
   exit 1
 fi
 install -d "$prefix/bin" "$prefix/lib/benchlake" "$prefix/share/benchlake"
+# The binaries go in without debug information (a build of another profile than release
+# keeps it: hundreds of MB), the symbol table kept so backtraces still name functions; as
+# the release profile's `strip = "debuginfo"` does (README, "Install").
+strip_debug() {
+  if command -v strip >/dev/null 2>&1; then
+    strip --strip-debug "$1"
+  else
+    echo "note: no strip (binutils): $1 installed as built" >&2
+  fi
+}
 install -m 0755 "$from/benchlake" "$prefix/bin/benchlake"
+strip_debug "$prefix/bin/benchlake"
 if [ -x "$from/benchlake-replay" ]; then
   install -m 0755 "$from/benchlake-replay" "$prefix/bin/benchlake-replay"
+  strip_debug "$prefix/bin/benchlake-replay"
 else
   echo "note: no benchlake-replay in $from: \`benchlake replay dimemas|bandela\` does the same in a larger process" >&2
 fi

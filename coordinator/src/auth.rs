@@ -230,19 +230,6 @@ impl Guard {
         token: &str,
         allowed: &[Role],
         service: &str,
-    ) -> Result<Role, Status> {
-        self.login_identity(peer, token, allowed, service)
-            .map(|id| id.role)
-    }
-
-    /// [`Guard::login`], with who the token is: its role, bound name and
-    /// fingerprint (a dashboard session's owner, as on gRPC).
-    pub fn login_identity(
-        &self,
-        peer: IpAddr,
-        token: &str,
-        allowed: &[Role],
-        service: &str,
     ) -> Result<Identity, Status> {
         let header = format!("Bearer {}", token.trim());
         match self.authenticate(peer, &header, allowed, service, None)? {

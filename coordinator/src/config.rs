@@ -214,7 +214,8 @@ impl Tokens {
     }
 }
 
-fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+/// Whether `a` equals `b`, in time independent of where they differ.
+pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }

@@ -7,6 +7,8 @@
 //! (schedule firing, lease expiry, lost-agent detection) that tests can also
 //! drive tick by tick on a manual clock.
 pub mod access;
+pub mod actions;
+pub mod audit;
 pub mod auth;
 pub mod commit;
 pub mod config;

@@ -430,6 +430,142 @@ impl NodeActions {
     }
 }
 
+impl NodeActions {
+    /// Drains `node` by hand (an admin's action, [`crate::actions`]) with
+    /// the reason `benchlake: drained by hand by WHO`, recorded as a
+    /// [`NodeDrain`] with no run and no check (so no later run resumes it:
+    /// only [`NodeActions::resume_by_hand`] does). Refused, with Slurm left as
+    /// it is, when Slurm shows the node drained or down already (whoever did
+    /// it: benchlake never overwrites another reason) or does not know it.
+    /// Blocking (scontrol, the store). Returns what was done.
+    pub fn drain_by_hand(
+        &self,
+        store: &dyn StateStore,
+        metrics: &Metrics,
+        node: &str,
+        who: &str,
+        now: i64,
+    ) -> crate::Result<String> {
+        use crate::CoordError;
+        let st = self
+            .scontrol
+            .show_node(node)
+            .map_err(|e| CoordError::FailedPrecondition(format!("cannot read {node}: {e}")))?
+            .ok_or_else(|| {
+                CoordError::NotFound(format!("node: scontrol does not know node {node}"))
+            })?;
+        if st.drained() || st.down() {
+            return Err(CoordError::FailedPrecondition(format!(
+                "{node} is already {} (Reason={}): benchlake does not drain it again",
+                st.state,
+                st.reason.as_deref().unwrap_or("none")
+            )));
+        }
+        let reason = format!("{}drained by hand by {who}", scontrol::REASON_PREFIX);
+        self.scontrol
+            .drain(node, &reason)
+            .map_err(|e| CoordError::FailedPrecondition(format!("cannot drain {node}: {e}")))?;
+        let rec = NodeDrain {
+            node: node.to_string(),
+            reason: reason.clone(),
+            run_id: String::new(),
+            check: String::new(),
+            schedule_id: None,
+            drained_ms: now,
+        };
+        let detail = format!("drained {node}: {reason}");
+        match store.transact(|tx| tx.upsert_node_drain(&rec)) {
+            Ok(()) => {
+                self.event(
+                    metrics,
+                    NodeEvent {
+                        at_ms: now,
+                        node: node.to_string(),
+                        run_id: String::new(),
+                        action: "drain".into(),
+                        dry_run: false,
+                        detail: detail.clone(),
+                    },
+                );
+                Ok(detail)
+            }
+            Err(e) => Err(CoordError::FailedPrecondition(format!(
+                "drained {node} but cannot record it (benchlake will not resume it): {e}"
+            ))),
+        }
+    }
+
+    /// Resumes `node`, drained by benchlake (a check's drain or one by
+    /// hand), by hand: only when Slurm still shows it drained with exactly
+    /// benchlake's recorded reason; otherwise the record is forgotten and the
+    /// node left as it is (as a later passing run would). Refused when
+    /// benchlake has no drain of the node on record. Blocking. Returns what
+    /// was done.
+    pub fn resume_by_hand(
+        &self,
+        store: &dyn StateStore,
+        metrics: &Metrics,
+        node: &str,
+        now: i64,
+    ) -> crate::Result<String> {
+        use crate::CoordError;
+        let Some(drain) = store.transact(|tx| tx.get_node_drain(node))? else {
+            return Err(CoordError::FailedPrecondition(format!(
+                "benchlake has no drain of {node} on record: a node someone else drained is theirs to resume (scontrol)"
+            )));
+        };
+        let st = self
+            .scontrol
+            .show_node(node)
+            .map_err(|e| CoordError::FailedPrecondition(format!("cannot read {node}: {e}")))?;
+        let ours = st
+            .as_ref()
+            .is_some_and(|s| s.drained() && s.reason.as_deref() == Some(&drain.reason));
+        if ours {
+            self.scontrol.resume(node).map_err(|e| {
+                CoordError::FailedPrecondition(format!("cannot resume {node}: {e}"))
+            })?;
+        }
+        store.transact(|tx| tx.delete_node_drain(node))?;
+        let (what, detail) = match &st {
+            _ if ours => (
+                "resume",
+                format!("resumed {node} (drained: {})", drain.reason),
+            ),
+            None => (
+                "forgot",
+                format!("forgot the drain of {node}: scontrol does not know it"),
+            ),
+            Some(s) if !s.drained() => (
+                "forgot",
+                format!(
+                    "forgot the drain of {node}: it is no longer drained ({})",
+                    s.state
+                ),
+            ),
+            Some(s) => (
+                "forgot",
+                format!(
+                    "forgot the drain of {node} and left it drained: its reason is now '{}', not benchlake's",
+                    s.reason.as_deref().unwrap_or("")
+                ),
+            ),
+        };
+        self.event(
+            metrics,
+            NodeEvent {
+                at_ms: now,
+                node: node.to_string(),
+                run_id: String::new(),
+                action: what.into(),
+                dry_run: false,
+                detail: detail.clone(),
+            },
+        );
+        Ok(detail)
+    }
+}
+
 /// After `node_health` rows of `run_id` were committed and recorded in
 /// `index`: the run's schedule's node action, if any (runs in a blocking
 /// task).

@@ -145,6 +145,17 @@ pub trait Tx {
     /// Deletes the windows that ended before `before_ms`.
     fn prune_maintenance(&mut self, before_ms: i64) -> Result<u64>;
 
+    // The audit trail (`crate::audit`).
+    /// Records an action taken.
+    fn insert_audit(&mut self, a: &crate::audit::AuditRow) -> Result<()>;
+    /// The newest `limit` actions recorded before the row `before` (all when
+    /// None), newest first.
+    fn list_audit(
+        &mut self,
+        limit: u32,
+        before: Option<&str>,
+    ) -> Result<Vec<crate::audit::AuditRow>>;
+
     // The notification outbox (`crate::notify`).
     /// Adds an outbox row; nothing when the run already has one for that
     /// notifier.
@@ -297,6 +308,12 @@ const MIGRATIONS: &[fn(&Connection) -> Result<()>] = &[
         Ok(c.execute_batch(
             "CREATE TABLE IF NOT EXISTS acknowledgements (id TEXT PRIMARY KEY, expires_ms INTEGER NOT NULL, data TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS maintenance_windows (id TEXT PRIMARY KEY, end_ms INTEGER NOT NULL, data TEXT NOT NULL);",
+        )?)
+    },
+    // The audit trail of actions people took (`crate::audit`).
+    |c| {
+        Ok(c.execute_batch(
+            "CREATE TABLE IF NOT EXISTS audit_log (id TEXT PRIMARY KEY, at_ms INTEGER NOT NULL, data TEXT NOT NULL);",
         )?)
     },
 ];
@@ -1115,6 +1132,29 @@ impl Tx for SqliteTx<'_> {
             .c
             .prepare_cached("DELETE FROM maintenance_windows WHERE end_ms < ?1")?
             .execute(params![before_ms])? as u64)
+    }
+
+    fn insert_audit(&mut self, a: &crate::audit::AuditRow) -> Result<()> {
+        self.c
+            .prepare_cached("INSERT INTO audit_log(id, at_ms, data) VALUES (?1, ?2, ?3)")?
+            .execute(params![a.id, a.at_ms, enc(a)?])?;
+        Ok(())
+    }
+    fn list_audit(
+        &mut self,
+        limit: u32,
+        before: Option<&str>,
+    ) -> Result<Vec<crate::audit::AuditRow>> {
+        match before {
+            Some(b) => self.many(
+                "SELECT data FROM audit_log WHERE id < ?1 ORDER BY id DESC LIMIT ?2",
+                params![b, limit],
+            ),
+            None => self.many(
+                "SELECT data FROM audit_log ORDER BY id DESC LIMIT ?1",
+                params![limit],
+            ),
+        }
     }
 
     fn insert_notification(&mut self, n: &NotificationRow) -> Result<()> {

@@ -107,6 +107,11 @@ CREATE TABLE IF NOT EXISTS acknowledgements (
 CREATE TABLE IF NOT EXISTS maintenance_windows (
   id TEXT COLLATE "C" PRIMARY KEY, end_ms BIGINT NOT NULL, data TEXT NOT NULL);
 "#,
+    // The audit trail of actions people took (`crate::audit`).
+    r#"
+CREATE TABLE IF NOT EXISTS audit_log (
+  id TEXT COLLATE "C" PRIMARY KEY, at_ms BIGINT NOT NULL, data TEXT NOT NULL);
+"#,
 ];
 
 /// Key of the advisory lock that serialises schema upgrades of coordinators
@@ -1280,6 +1285,29 @@ impl Tx for PgTx<'_> {
             "DELETE FROM acknowledgements WHERE expires_ms < $1",
             &[&before_ms],
         )
+    }
+    fn insert_audit(&mut self, a: &crate::audit::AuditRow) -> Result<()> {
+        self.defer(
+            "INSERT INTO audit_log(id, at_ms, data) VALUES ($1, $2, $3)",
+            params![a.id.clone(), a.at_ms, enc(a)?],
+        )
+    }
+    fn list_audit(
+        &mut self,
+        limit: u32,
+        before: Option<&str>,
+    ) -> Result<Vec<crate::audit::AuditRow>> {
+        let limit = i64::from(limit);
+        match before {
+            Some(b) => self.many(
+                "SELECT data FROM audit_log WHERE id < $1 ORDER BY id DESC LIMIT $2",
+                &[&b, &limit],
+            ),
+            None => self.many(
+                "SELECT data FROM audit_log ORDER BY id DESC LIMIT $1",
+                &[&limit],
+            ),
+        }
     }
     fn insert_maintenance(&mut self, m: &crate::silence::Maintenance) -> Result<()> {
         self.defer(

@@ -149,6 +149,7 @@ fn conformance(s: &dyn StateStore) {
     schedules(s);
     committed_and_meta(s);
     node_drains(s);
+    audit_log(s);
     silences(s);
     notifications(s);
     counts(s);
@@ -669,6 +670,41 @@ fn silences(s: &dyn StateStore) {
 }
 
 /// The drains benchlake made: upsert by node, get, list by name, delete.
+/// The audit trail: rows come back newest first, paged by id.
+fn audit_log(s: &dyn StateStore) {
+    use benchlake_coordinator::audit::AuditRow;
+    let row = |id: &str, action: &str| AuditRow {
+        id: id.into(),
+        at_ms: 7,
+        who: "alice".into(),
+        role: "admin".into(),
+        via: "dashboard".into(),
+        action: action.into(),
+        target: "nightly".into(),
+        outcome: "ok".into(),
+        detail: "run 01X".into(),
+    };
+    s.transact(|tx| {
+        tx.insert_audit(&row("01A", "schedule.trigger"))?;
+        tx.insert_audit(&row("01C", "run.cancel"))?;
+        tx.insert_audit(&row("01B", "schedule.pause"))
+    })
+    .unwrap();
+    let all = s.transact(|tx| tx.list_audit(10, None)).unwrap();
+    assert_eq!(
+        all.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["01C", "01B", "01A"]
+    );
+    assert_eq!(all[0], row("01C", "run.cancel"));
+    let page = s.transact(|tx| tx.list_audit(1, Some("01C"))).unwrap();
+    assert_eq!(page, [row("01B", "schedule.pause")]);
+    assert!(
+        s.transact(|tx| tx.list_audit(5, Some("01A")))
+            .unwrap()
+            .is_empty()
+    );
+}
+
 fn node_drains(s: &dyn StateStore) {
     use benchlake_coordinator::node_actions::NodeDrain;
     let d = |node: &str, run: &str| NodeDrain {

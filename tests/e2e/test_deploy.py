@@ -81,6 +81,12 @@ def test_installed_tree_runs_the_demo_from_anywhere(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     exe = prefix / "bin" / "benchlake"
     assert exe.is_file()
+    # Installed without debug information, the symbols kept (backtraces name functions).
+    if require_under_ci(shutil.which("readelf"), "readelf (binutils) missing"):
+        sections = subprocess.run(["readelf", "-S", "-W", str(exe)], capture_output=True,
+                                  text=True, check=True).stdout
+        assert ".debug_info" not in sections and ".debug_line" not in sections, sections
+        assert ".symtab" in sections, sections
     assert (prefix / "share" / "benchlake" / "systemd" / "benchlake-coordinator.service").is_file()
     assert (prefix / "share" / "doc" / "benchlake" / "configuration.md").is_file()
     catalogs = prefix / "share" / "benchlake" / "catalogs"
@@ -110,3 +116,15 @@ def test_installed_tree_runs_the_demo_from_anywhere(tmp_path):
             assert "submitted traced run" in r.stdout, r.stdout
     else:
         assert "skipping the traced demo run" in r.stdout, r.stdout
+
+
+def test_the_release_profile_strips_debug_information():
+    """Issue 35 item 12: the release binary was 296 MB with line tables. The profile
+    builds without debug information and strips what the standard library brings,
+    keeping the symbols (README, "Install"); no release build runs in the tests."""
+    cargo = tomllib.loads((ROOT / "Cargo.toml").read_text())
+    release = cargo["profile"]["release"]
+    assert release.get("debug") is False, release
+    assert release.get("strip") == "debuginfo", release
+    # install.sh strips whatever build it installs the same way.
+    assert 'strip --strip-debug "$1"' in (DEPLOY / "install.sh").read_text()

@@ -7,6 +7,7 @@ use std::fmt::Write;
 use axum::http::HeaderMap;
 
 use super::NAV;
+use crate::config::Role;
 use crate::http::Http;
 
 /// `s` escaped for HTML text and quoted attribute values.
@@ -85,25 +86,26 @@ pub struct Chrome {
     pub who: Option<(String, &'static str)>,
     /// The path of the current section, for the navigation.
     pub section: &'static str,
+    /// Whether the viewer is an admin (the admin-only entries of the
+    /// navigation are shown).
+    pub admin: bool,
 }
 
 impl Chrome {
     /// The frame for a request to `h`.
     pub fn of(h: &Http, headers: &HeaderMap) -> Self {
-        let who = if h.login_required() {
-            super::session_identity(h, headers).map(|i| {
-                (
-                    i.name.clone().unwrap_or_else(|| "token".into()),
-                    i.role.as_str(),
-                )
-            })
-        } else {
-            None
-        };
+        let id = super::identity(h, headers).map(|(i, _)| i);
+        let who = id.as_ref().filter(|_| h.login_required()).map(|i| {
+            (
+                i.name.clone().unwrap_or_else(|| "token".into()),
+                i.role.as_str(),
+            )
+        });
         Self {
             logged_in: h.login_required(),
             who,
             section: "",
+            admin: id.is_some_and(|i| i.role == Role::Admin),
         }
     }
 
@@ -119,6 +121,9 @@ impl Chrome {
 pub fn page(title: &str, body_attrs: &str, c: &Chrome, body: &str) -> String {
     let mut nav = String::new();
     for (path, label) in NAV {
+        if !c.admin && super::ADMIN_NAV.contains(path) {
+            continue;
+        }
         let cur = if *path == c.section {
             " aria-current=\"page\""
         } else {

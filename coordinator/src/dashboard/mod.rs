@@ -20,7 +20,9 @@
 //!   ([`origin`], one layer over the whole HTTP router).
 //! - Data: the state store in one read transaction per page, and the
 //!   verdicts kept in memory ([`crate::verdicts`]); no page reads Parquet.
+pub mod actions;
 pub mod alltoallv;
+pub mod audit;
 pub mod cache;
 pub mod html;
 pub mod io;
@@ -55,7 +57,11 @@ pub const NAV: &[(&str, &str)] = &[
     ("/runs", "Runs"),
     ("/io", "I/O trends"),
     ("/silences", "Silenced"),
+    ("/audit", "Audit"),
 ];
+
+/// The [`NAV`] entries only admins see (their pages answer 403 to users).
+pub const ADMIN_NAV: &[&str] = &["/audit"];
 
 /// The page of a run's view that shows `table` (see `pages::VIEWS`), when
 /// there is one.
@@ -80,55 +86,79 @@ const CSS: &str = include_str!("static/dashboard.css");
 const JS: &str = include_str!("static/dashboard.js");
 const ICON: &str = include_str!("static/favicon.svg");
 
-/// Server-side sessions: random id → (who, expiry). A token login and an
-/// OpenID Connect sign-in ([`oidc`]) make the same kind of session.
-#[derive(Debug, Default)]
+/// One login: who, the token its forms carry against cross-site requests
+/// ([`actions`]), and when it ends.
+#[derive(Debug, Clone)]
+struct Session {
+    id: Identity,
+    csrf: String,
+    expires: Instant,
+}
+
+/// Server-side sessions: random id → [`Session`]; and the form token of the
+/// dashboard when no tokens are configured (no login, no session: one
+/// random token per coordinator process).
+#[derive(Debug)]
 pub struct Sessions {
-    map: Mutex<HashMap<String, (Identity, Instant)>>,
+    map: Mutex<HashMap<String, Session>>,
+    anon_csrf: String,
+}
+
+impl Default for Sessions {
+    fn default() -> Self {
+        Self {
+            map: Mutex::default(),
+            anon_csrf: random_hex(),
+        }
+    }
+}
+
+/// 256 random bits as 64 hex digits.
+fn random_hex() -> String {
+    let mut b = [0u8; 32];
+    rand::rng().fill_bytes(&mut b);
+    hex::encode(b)
 }
 
 impl Sessions {
-    /// A new session of `role` (no name); returns its id.
-    pub fn create(&self, role: Role) -> String {
-        self.create_for(Identity {
-            role,
-            name: None,
-            credential: String::new(),
-        })
-    }
-
-    /// A new session of `who`; returns its id (64 hex digits, 256 random bits).
-    pub fn create_for(&self, who: Identity) -> String {
-        let mut b = [0u8; 32];
-        rand::rng().fill_bytes(&mut b);
-        let id = hex::encode(b);
+    /// A new session of `id`; returns its id (64 hex digits, 256 random
+    /// bits). Its form token is another 256 random bits.
+    pub fn create(&self, id: Identity) -> String {
+        let sid = random_hex();
         let now = Instant::now();
         let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
         if m.len() >= MAX_SESSIONS {
-            m.retain(|_, (_, exp)| *exp > now);
+            m.retain(|_, s| s.expires > now);
         }
         if m.len() >= MAX_SESSIONS
             && let Some(k) = m
                 .iter()
-                .min_by_key(|(_, (_, e))| *e)
+                .min_by_key(|(_, s)| s.expires)
                 .map(|(k, _)| k.clone())
         {
             m.remove(&k);
         }
-        m.insert(id.clone(), (who, now + SESSION_TTL));
-        id
+        m.insert(
+            sid.clone(),
+            Session {
+                id,
+                csrf: random_hex(),
+                expires: now + SESSION_TTL,
+            },
+        );
+        sid
     }
 
     /// The role of session `id` while it has not expired.
     pub fn get(&self, id: &str) -> Option<Role> {
-        self.identity(id).map(|i| i.role)
+        self.identity(id).map(|(i, _)| i.role)
     }
 
-    /// Who holds session `id` while it has not expired.
-    pub fn identity(&self, id: &str) -> Option<Identity> {
+    /// The identity and form token of session `id` while it has not expired.
+    pub fn identity(&self, id: &str) -> Option<(Identity, String)> {
         let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
         match m.get(id) {
-            Some((who, exp)) if *exp > Instant::now() => Some(who.clone()),
+            Some(s) if s.expires > Instant::now() => Some((s.id.clone(), s.csrf.clone())),
             Some(_) => {
                 m.remove(id);
                 None
@@ -137,11 +167,28 @@ impl Sessions {
         }
     }
 
+    /// The form token when no tokens are configured.
+    pub fn anonymous_csrf(&self) -> &str {
+        &self.anon_csrf
+    }
+
     /// Ends session `id`.
     pub fn remove(&self, id: &str) {
         let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
         m.remove(id);
     }
+}
+
+/// Who a dashboard request comes from and its form token: the anonymous
+/// admin without tokens, else the session's identity (None: no session).
+pub fn identity(h: &Http, headers: &HeaderMap) -> Option<(Identity, String)> {
+    if !h.login_required() {
+        return Some((
+            Identity::anonymous_admin(),
+            h.sessions().anonymous_csrf().to_string(),
+        ));
+    }
+    cookie_session(headers).and_then(|id| h.sessions().identity(&id))
 }
 
 /// The dashboard's routes (merged into [`Http::router`]).
@@ -163,6 +210,16 @@ pub fn router(h: Http) -> Router {
         )
         .route("/runs/{id}/linktest/matrix.png", get(linktest::matrix_png))
         .route("/api/runs/{id}/linktest/pair", get(linktest::pair_json))
+        .route("/audit", get(audit::page))
+        .route("/schedules/{name}/trigger", post(actions::trigger_schedule))
+        .route("/schedules/{name}/pause", post(actions::pause_schedule))
+        .route("/schedules/{name}/resume", post(actions::resume_schedule))
+        .route("/runs/{id}/cancel", post(actions::cancel_run))
+        .route("/runs/{id}/rerun", post(actions::rerun_run))
+        .route("/agents/{name}/drain", post(actions::drain_agent))
+        .route("/agents/{name}/resume", post(actions::resume_agent))
+        .route("/nodes/{node}/drain", post(actions::drain_node))
+        .route("/nodes/{node}/resume", post(actions::resume_node))
         .route("/login", get(login_page).post(login))
         .route("/login/oidc", get(oidc::start))
         .route(crate::oidc::CALLBACK_PATH, get(oidc::callback))
@@ -299,7 +356,9 @@ pub fn access(
 
 /// Who holds the session of a request's cookie (None: no live session).
 pub fn session_identity(h: &Http, headers: &HeaderMap) -> Option<Identity> {
-    cookie_session(headers).and_then(|id| h.sessions().identity(&id))
+    cookie_session(headers)
+        .and_then(|id| h.sessions().identity(&id))
+        .map(|(who, _)| who)
 }
 
 /// A `next` target that stays on this site (a path, never `//host`).
@@ -369,11 +428,11 @@ pub fn login_form(
     };
     let intro = match (sso.is_empty(), tokens.is_empty()) {
         (true, _) => {
-            "The dashboard is read-only and needs a <b>user</b> or <b>admin</b> token of this coordinator."
+            "The dashboard needs a <b>user</b> token (read-only) or an <b>admin</b> token (actions too) of this coordinator."
         }
-        (false, true) => "The dashboard is read-only; sign in with your site account.",
+        (false, true) => "Sign in with your site account (users read, admins act).",
         (false, false) => {
-            "The dashboard is read-only; sign in with your site account or a <b>user</b> or <b>admin</b> token."
+            "Sign in with your site account, or a <b>user</b> (read-only) or <b>admin</b> token."
         }
     };
     let body = format!(
@@ -402,11 +461,11 @@ async fn login(State(h): State<Http>, peer: PeerInfo, headers: HeaderMap, body: 
     let token = form.get("token").map(String::as_str).unwrap_or("");
     match h
         .guard()
-        .login_identity(peer.ip(), token, &[Role::User], "dashboard")
+        .login(peer.ip(), token, &[Role::User], "dashboard")
     {
         Ok(who) => {
             let role = who.role;
-            let id = h.sessions().create_for(who);
+            let id = h.sessions().create(who);
             tracing::info!(peer = %peer, role = role.as_str(), "dashboard login");
             let cookie = session_cookie(&id, SESSION_TTL.as_secs(), h.tls());
             (
@@ -457,11 +516,20 @@ mod tests {
     #[test]
     fn sessions_expire_and_ids_are_random() {
         let s = Sessions::default();
-        let a = s.create(Role::User);
-        let b = s.create(Role::Admin);
+        let who = |role| Identity {
+            role,
+            name: Some("alice".into()),
+            credential: "ab".into(),
+        };
+        let a = s.create(who(Role::User));
+        let b = s.create(who(Role::Admin));
         assert_ne!(a, b);
         assert_eq!(a.len(), 64);
         assert_eq!(s.get(&a), Some(Role::User));
+        let (ia, ca) = s.identity(&a).unwrap();
+        let (_, cb) = s.identity(&b).unwrap();
+        assert_eq!(ia.name.as_deref(), Some("alice"));
+        assert!(ca.len() == 64 && ca != cb && ca != a && ca != s.anonymous_csrf());
         s.remove(&a);
         assert_eq!(s.get(&a), None);
         assert_eq!(s.get("nope"), None);

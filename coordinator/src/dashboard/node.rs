@@ -204,6 +204,11 @@ pub async fn page(
         &mut b,
         "drained by benchlake",
         match &drain {
+            Some(d) if d.run_id.is_empty() => format!(
+                "<span id=\"drain\">{} at {} (by hand)</span>",
+                esc(&d.reason),
+                html::time(d.drained_ms)
+            ),
             Some(d) => format!(
                 "<span id=\"drain\">{} at {} for {} (run {})</span>",
                 esc(&d.reason),
@@ -214,7 +219,21 @@ pub async fn page(
             None => "<span class=\"muted\" id=\"drain\">no</span>".into(),
         },
     );
-    b.push_str("</tbody></table></section>");
+    b.push_str("</tbody></table>");
+    if let Some(a) = super::actions::admin(&h, &headers) {
+        let slurm_drained = match &slurm {
+            Ok(Some(st)) => Some(st.drained() || st.down()),
+            _ => None,
+        };
+        b.push_str(&super::actions::node_buttons(
+            &a,
+            &node,
+            agent.as_ref().map(|a| a.drain),
+            slurm_drained,
+            drain.is_some(),
+        ));
+    }
+    b.push_str("</section>");
 
     // Series, by family.
     b.push_str("<section><h2>Checks</h2>");

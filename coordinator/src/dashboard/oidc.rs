@@ -98,7 +98,7 @@ pub async fn callback(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
         Ok(done) => {
             let role = done.identity.role;
             let name = done.identity.name.clone().unwrap_or_default();
-            let id = h.sessions().create_for(done.identity);
+            let id = h.sessions().create(done.identity);
             tracing::info!(user = %name, role = role.as_str(), issuer = %p.config().issuer, "dashboard sign-in (OpenID Connect)");
             let next = safe_next(Some(&done.next));
             let target = html::esc(&next);

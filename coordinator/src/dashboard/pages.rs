@@ -354,11 +354,21 @@ pub async fn overview(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
     if d.schedules.is_empty() {
         b.push_str("<p class=\"muted\">No schedules.</p>");
     } else {
-        b.push_str("<table class=\"strips\" id=\"schedules\"><thead><tr><th>schedule</th><th>benchmark</th><th>cron</th><th>recent runs (oldest → newest)</th></tr></thead><tbody>");
+        let admin = super::actions::admin(&h, &headers);
+        let _ = write!(
+            b,
+            "<table class=\"strips\" id=\"schedules\"><thead><tr><th>schedule</th><th>benchmark</th><th>cron</th><th>recent runs (oldest → newest)</th>{}</tr></thead><tbody>",
+            if admin.is_some() {
+                "<th>actions</th>"
+            } else {
+                ""
+            }
+        );
         for (s, runs) in &d.schedules {
             let _ = write!(
                 b,
-                "<tr><td><a href=\"/runs?schedule={}\">{}</a>{}</td><td>{}</td><td class=\"mono\">{} {}</td><td>{}</td></tr>",
+                "<tr data-schedule=\"{}\"><td><a href=\"/runs?schedule={}\">{}</a>{}</td><td>{}</td><td class=\"mono\">{} {}</td><td>{}</td>{}</tr>",
+                esc(&s.name),
                 esc(&html::url_encode(&s.schedule_id)),
                 esc(&s.name),
                 if s.paused {
@@ -369,7 +379,11 @@ pub async fn overview(State(h): State<Http>, headers: HeaderMap, uri: Uri) -> Re
                 esc(&s.spec.benchmark),
                 esc(&s.cron),
                 esc(&s.time_zone),
-                strip(runs, &verdicts)
+                strip(runs, &verdicts),
+                admin
+                    .as_ref()
+                    .map(|a| super::actions::schedule_cell(a, s))
+                    .unwrap_or_default()
             );
         }
         b.push_str("</tbody></table>");
@@ -906,6 +920,9 @@ pub async fn run(
             String::new()
         }
     );
+    if let Some(a) = super::actions::admin(&h, &headers) {
+        b.push_str(&super::actions::run_buttons(&a, r, &d.tasks));
+    }
     if !r.state.is_final() {
         b.push_str("<p class=\"live\">live: this page updates while the run is in progress <span id=\"live-status\"></span></p>");
     }

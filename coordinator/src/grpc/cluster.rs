@@ -64,19 +64,9 @@ impl ClusterService for Svc {
         &self,
         req: Request<pb::DrainAgentRequest>,
     ) -> std::result::Result<Response<pb::AgentInfo>, Status> {
-        crate::access::require_admin(&crate::auth::identity_of(&req), "draining an agent")?;
+        let who = crate::audit::Actor::api(crate::auth::identity_of(&req));
         let r = req.into_inner();
-        let a = self
-            .tx(|tx| crate::lifecycle::agent::set_drain(tx, &r.name, !r.undrain))
-            .await?;
-        {
-            let mut d = self.0.draining.lock().unwrap_or_else(|p| p.into_inner());
-            if a.drain {
-                d.insert(a.name.clone());
-            } else {
-                d.remove(&a.name);
-            }
-        }
+        let a = self.0.drain_agent(&who, &r.name, !r.undrain).await?;
         tracing::info!(agent = %a.name, drain = a.drain, "agent drain changed");
         let state = if a.drain {
             "DRAINING"

@@ -8,7 +8,8 @@ use pb::run_service_server::RunService;
 use tonic::{Request, Response, Status};
 
 use super::{BoxStream, Svc, check_id, invalid};
-use crate::access;
+use crate::actions::owned_run;
+use crate::audit::Actor;
 use crate::auth::identity_of;
 use crate::config::Identity;
 use crate::convert;
@@ -16,16 +17,6 @@ use crate::error::{CoordError, Result};
 use crate::lifecycle::{self, Effects};
 use crate::logic;
 use crate::model::*;
-use crate::store::Tx;
-
-/// Run `run_id`, when the caller may act on it ([`access::require_owner`]).
-fn owned_run(tx: &mut dyn Tx, id: &Identity, run_id: &str) -> Result<RunRow> {
-    let run = tx
-        .get_run(run_id)?
-        .ok_or_else(|| CoordError::NotFound(format!("run_id: no run '{run_id}'")))?;
-    access::require_owner(id, run.owner.as_deref(), &format!("run {run_id}"))?;
-    Ok(run)
-}
 
 /// Whether a run has nothing left to do (final and its record landed).
 fn settled(d: &pb::RunDetail) -> bool {
@@ -199,22 +190,18 @@ impl RunService for Svc {
         &self,
         req: Request<pb::CancelRunRequest>,
     ) -> std::result::Result<Response<pb::Run>, Status> {
-        let id = identity_of(&req);
+        let who = Actor::api(identity_of(&req));
         let r = req.into_inner();
         check_id("run_id", &r.run_id)?;
         if r.reason.len() > 1000 {
             return Err(invalid("reason", "longer than 1000 characters"));
         }
-        let now = self.0.now();
-        let cfg = self.0.cfg.clone();
-        let (run, fx) = self
-            .tx(|tx| {
-                owned_run(tx, &id, &r.run_id)?;
-                let (run, fx) = lifecycle::run::cancel(tx, &cfg, &r.run_id, &r.reason, now)?;
-                Ok((convert::run_tx(tx, &run)?, fx))
+        let run = self
+            .0
+            .cancel_run(&who, &r.run_id, &r.reason, |tx, run| {
+                convert::run_tx(tx, run)
             })
             .await?;
-        self.0.apply(fx);
         Ok(Response::new(run))
     }
 
@@ -222,19 +209,13 @@ impl RunService for Svc {
         &self,
         req: Request<pb::RerunFailedRequest>,
     ) -> std::result::Result<Response<pb::Run>, Status> {
-        let who = identity_of(&req);
+        let who = Actor::api(identity_of(&req));
         let id = req.into_inner().run_id;
         check_id("run_id", &id)?;
-        let now = self.0.now();
-        let cfg = self.0.cfg.clone();
-        let (run, fx) = self
-            .tx(|tx| {
-                owned_run(tx, &who, &id)?;
-                let (run, fx) = lifecycle::run::rerun_failed(tx, &cfg, &id, now)?;
-                Ok((convert::run_tx(tx, &run)?, fx))
-            })
+        let run = self
+            .0
+            .rerun_failed(&who, &id, |tx, run| convert::run_tx(tx, run))
             .await?;
-        self.0.apply(fx);
         Ok(Response::new(run))
     }
 

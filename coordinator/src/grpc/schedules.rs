@@ -7,30 +7,15 @@ use tonic::{Request, Response, Status};
 
 use super::{Svc, check_name, invalid};
 use crate::access;
+use crate::actions::owned_schedule;
+use crate::audit::Actor;
 use crate::auth::identity_of;
-use crate::config::Identity;
 use crate::convert;
-use crate::error::{CoordError, Result};
+use crate::error::CoordError;
 use crate::lifecycle::Effects;
 use crate::logic;
 use crate::model::*;
 use crate::scheduler::{self, CronSpec};
-use crate::store::Tx;
-
-fn find_schedule(tx: &mut dyn Tx, id_or_name: &str) -> Result<ScheduleRow> {
-    if let Some(s) = tx.get_schedule(id_or_name)? {
-        return Ok(s);
-    }
-    tx.schedule_by_name(id_or_name)?
-        .ok_or_else(|| CoordError::NotFound(format!("schedule_id: no schedule '{id_or_name}'")))
-}
-
-/// [`find_schedule`], when the caller may act on it ([`access::require_owner`]).
-fn owned_schedule(tx: &mut dyn Tx, id: &Identity, id_or_name: &str) -> Result<ScheduleRow> {
-    let s = find_schedule(tx, id_or_name)?;
-    access::require_owner(id, s.owner.as_deref(), &format!("schedule '{}'", s.name))?;
-    Ok(s)
-}
 
 #[tonic::async_trait]
 impl ScheduleService for Svc {
@@ -163,21 +148,11 @@ impl ScheduleService for Svc {
         &self,
         req: Request<pb::PauseScheduleRequest>,
     ) -> std::result::Result<Response<pb::Schedule>, Status> {
-        let id = identity_of(&req);
+        let who = Actor::api(identity_of(&req));
         let r = req.into_inner();
-        let now = self.0.now();
         let row = self
-            .tx(|tx| {
-                let mut s = owned_schedule(tx, &id, &r.schedule_id)?;
-                if s.paused && !r.paused {
-                    // Instants that passed while paused are not caught up on resume.
-                    let cron = CronSpec::parse(&s.cron, &s.time_zone)?;
-                    s.next_fire_ms = cron.next_after(now);
-                }
-                s.paused = r.paused;
-                tx.update_schedule(&s)?;
-                Ok(s)
-            })
+            .0
+            .pause_schedule(&who, &r.schedule_id, r.paused)
             .await?;
         Ok(Response::new(row.to_pb()))
     }
@@ -305,24 +280,12 @@ impl ScheduleService for Svc {
         &self,
         req: Request<pb::TriggerScheduleRequest>,
     ) -> std::result::Result<Response<pb::Run>, Status> {
-        let who = identity_of(&req);
+        let who = Actor::api(identity_of(&req));
         let id = req.into_inner().schedule_id;
-        let now = self.0.now();
-        let cfg = self.0.cfg.clone();
-        let (run, fx) = self
-            .tx(|tx| {
-                let s = owned_schedule(tx, &who, &id)?;
-                if !s.allow_overlap && !tx.active_runs_of_schedule(&s.schedule_id)?.is_empty() {
-                    return Err(CoordError::FailedPrecondition(format!(
-                        "schedule '{}' has an active run and allow_overlap is off",
-                        s.name
-                    )));
-                }
-                let (run, fx) = scheduler::fire_one(tx, &cfg, &s, now, now)?;
-                Ok((convert::run_tx(tx, &run)?, fx))
-            })
+        let run = self
+            .0
+            .trigger_schedule(&who, &id, |tx, run| convert::run_tx(tx, run))
             .await?;
-        self.0.apply(fx);
         Ok(Response::new(run))
     }
 }

@@ -1,7 +1,8 @@
 // benchlake dashboard: the only script (served from /static, no inline code).
 // A page whose <body> has data-live="/api/runs/ID" polls that JSON every 2 s
 // and reloads itself when the run's version (states, attempts, files)
-// changes; a page with data-refresh="N" reloads every N seconds.
+// changes; a page with data-refresh="N" reloads every N seconds; an admin
+// action's form with data-confirm asks before it is sent.
 (function () {
   "use strict";
   var body = document.body;
@@ -99,6 +100,13 @@
           "&c0=" + clamp(at[1] - Math.floor(zspan / 2)) + "&span=" + zspan;
       });
     }
+  }
+  // Admin actions that cannot be undone at once (cancel, drain) ask first.
+  var asks = document.querySelectorAll("form[data-confirm]");
+  for (var i = 0; i < asks.length; i++) {
+    asks[i].addEventListener("submit", function (e) {
+      if (!window.confirm(this.getAttribute("data-confirm"))) { e.preventDefault(); }
+    });
   }
   var refresh = parseInt(body.getAttribute("data-refresh") || "0", 10);
   if (refresh > 0) {
