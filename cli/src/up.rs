@@ -327,6 +327,9 @@ async fn demo(
             "hostinfo",
             kv(&[
                 ("expect_cores", facts.cores.to_string()),
+                // Without it, memory would be judged against the node's own
+                // history and peers: none for an on-demand run, NO_REFERENCE.
+                ("expect_memory_bytes", facts.memory_bytes.to_string()),
                 ("expect_kernel", facts.kernel_release.clone()),
             ]),
         ),
