@@ -155,17 +155,20 @@ pub fn run_statuses(ctx: &JobContext, run_id: &str) -> Result<Vec<String>, ExecE
     Ok(out)
 }
 
-/// `(run_id, date, key)` of every `runs` object, newest run first.
-fn runs_objects(ctx: &JobContext) -> Result<Vec<(String, String, String)>, ExecError> {
-    let prefix = layout::table_prefix("runs")?;
-    let mut out = Vec::new();
-    for (key, _) in ctx.block_on(ctx.lake.list(&prefix))? {
-        if let Some(k) = layout::parse_table_key(&key) {
-            out.push((k.run_id.to_string(), k.date.to_string(), key.clone()));
+/// `(run_id, date, key)` of every `runs` object, newest run first; listed
+/// once per job (its references read the history several times).
+fn runs_objects(ctx: &JobContext) -> Result<std::sync::Arc<memo::RunsObjects>, ExecError> {
+    memo::listings().get_or(ctx.job_id.clone(), || {
+        let prefix = layout::table_prefix("runs")?;
+        let mut out = Vec::new();
+        for (key, _) in ctx.block_on(ctx.lake.list(&prefix))? {
+            if let Some(k) = layout::parse_table_key(&key) {
+                out.push((k.run_id.to_string(), k.date.to_string(), key.clone()));
+            }
         }
-    }
-    out.sort_by(|a, b| b.0.cmp(&a.0));
-    Ok(out)
+        out.sort_by(|a, b| b.0.cmp(&a.0));
+        Ok(out)
+    })
 }
 
 /// The rows of a `runs` object that [`night_of`] needs.
@@ -246,7 +249,7 @@ fn previous_runs(
     mut visit: impl FnMut(&PrevRun) -> Result<bool, ExecError>,
 ) -> Result<(), ExecError> {
     let mut seen = std::collections::BTreeSet::new();
-    for (run_id, date, key) in runs_objects(ctx)?.into_iter().take(MAX_HISTORY_SCAN) {
+    for (run_id, date, key) in runs_objects(ctx)?.iter().take(MAX_HISTORY_SCAN).cloned() {
         if run_id == ctx.run_id || !seen.insert(run_id.clone()) {
             continue;
         }

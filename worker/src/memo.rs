@@ -66,6 +66,16 @@ impl<K: Hash + Eq, V> Memo<K, V> {
     }
 }
 
+/// `(run_id, date, key)` of the `runs` objects, newest first.
+pub type RunsObjects = Vec<(String, String, String)>;
+
+/// The listing of `runs` objects of a job (by job id): listed once per job,
+/// however many references read the history; a later job lists again.
+pub fn listings() -> &'static Memo<String, RunsObjects> {
+    static M: OnceLock<Memo<String, RunsObjects>> = OnceLock::new();
+    M.get_or_init(|| Memo::new(8))
+}
+
 /// `runs` objects by key: a year of 20 nightly schedules.
 pub fn runs() -> &'static Memo<String, Vec<RunsRow>> {
     static M: OnceLock<Memo<String, Vec<RunsRow>>> = OnceLock::new();
