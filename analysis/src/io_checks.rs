@@ -78,6 +78,11 @@ pub struct Rule {
     pub spread: Vec<String>,
     /// A count of rare events: the allowance is at least `mads` × √median.
     pub count: bool,
+    /// Robust figures of the same quantity (the median process, the median
+    /// pair): when one of them held its usual level while this rule fails,
+    /// the loss is in a few processes or pairs (a busy node, a slow node:
+    /// the node checks' business), and a FAIL of this rule is INCONCLUSIVE.
+    pub held: Vec<String>,
 }
 
 impl Rule {
@@ -89,6 +94,11 @@ impl Rule {
     /// Judged as disturbed by these spread figures.
     pub fn spread(mut self, s: &[&str]) -> Self {
         self.spread = s.iter().map(|x| x.to_string()).collect();
+        self
+    }
+    /// Judged as disturbed when one of these robust figures held its level.
+    pub fn held(mut self, h: &[&str]) -> Self {
+        self.held = h.iter().map(|x| x.to_string()).collect();
         self
     }
     /// Learned row named as the figure; an explicit bound replaces it.
@@ -148,8 +158,16 @@ pub fn rule(
         plain: false,
         spread: Vec::new(),
         count: false,
+        held: Vec::new(),
     }
 }
+
+/// The median process's write bandwidth (MiB/s; the median over
+/// iterations of each iteration's median process, `io_task_times`): the
+/// filesystem's level as most processes saw it.
+pub const TASK_P50_WRITE: &str = "io.write_bw_task_p50_mib_s";
+/// The same for reads.
+pub const TASK_P50_READ: &str = "io.read_bw_task_p50_mib_s";
 
 /// The spread figures of I/O (coefficient of variation of the iterations'
 /// bandwidth, per operation).
@@ -174,7 +192,8 @@ impl Default for IoCheckConfig {
                     None,
                     Some(0.05),
                 )
-                .spread(&w),
+                .spread(&w)
+                .held(&[TASK_P50_WRITE]),
                 rule(
                     "io.read_bw_mib_s",
                     Better::Higher,
@@ -182,7 +201,8 @@ impl Default for IoCheckConfig {
                     None,
                     Some(0.05),
                 )
-                .spread(&r),
+                .spread(&r)
+                .held(&[TASK_P50_READ]),
                 rule(
                     "io.write_bw_min_mib_s",
                     Better::Higher,
@@ -190,7 +210,8 @@ impl Default for IoCheckConfig {
                     None,
                     Some(0.10),
                 )
-                .spread(&w),
+                .spread(&w)
+                .held(&[TASK_P50_WRITE]),
                 rule(
                     "io.read_bw_min_mib_s",
                     Better::Higher,
@@ -198,7 +219,10 @@ impl Default for IoCheckConfig {
                     None,
                     Some(0.10),
                 )
-                .spread(&r),
+                .spread(&r)
+                .held(&[TASK_P50_READ]),
+                rule(TASK_P50_WRITE, Better::Higher, "MiB/s", None, Some(0.05)).spread(&w),
+                rule(TASK_P50_READ, Better::Higher, "MiB/s", None, Some(0.05)).spread(&r),
                 rule("io.write_bw_cv", Better::Lower, "ratio", None, Some(1.0))
                     .abs_floor(0.05)
                     .spread(&w),
@@ -294,6 +318,16 @@ pub fn figures(batches: &[RecordBatch]) -> Result<BTreeMap<String, f64>, IoCheck
 /// each iteration, the median over iterations. From `io_task_times`; an
 /// operation with fewer than 2 timed processes per iteration is absent.
 pub fn rank_spread(task_times: &[RecordBatch]) -> Result<BTreeMap<String, f64>, IoCheckError> {
+    Ok(rank_figures(task_times)?.0)
+}
+
+/// Per operation: the processes' spread ([`rank_spread`]) and the median
+/// process's bandwidth in MiB/s (the median over iterations of each
+/// iteration's median process).
+#[allow(clippy::type_complexity)]
+pub fn rank_figures(
+    task_times: &[RecordBatch],
+) -> Result<(BTreeMap<String, f64>, BTreeMap<String, f64>), IoCheckError> {
     let mut per: BTreeMap<(String, i64), Vec<f64>> = BTreeMap::new();
     for b in task_times {
         let op = col::<StringArray>(b, "operation")?;
@@ -317,9 +351,13 @@ pub fn rank_spread(task_times: &[RecordBatch]) -> Result<BTreeMap<String, f64>, 
         }
     }
     let mut by_op: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut p50: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for ((op, _), bw) in per {
         if bw.len() < 2 {
             continue;
+        }
+        if let Some(m) = reference::median(&bw) {
+            p50.entry(op.clone()).or_default().push(m / MIB);
         }
         let n = bw.len() as f64;
         let mean = bw.iter().sum::<f64>() / n;
@@ -328,11 +366,16 @@ pub fn rank_spread(task_times: &[RecordBatch]) -> Result<BTreeMap<String, f64>, 
             by_op.entry(op).or_default().push(sd / mean);
         }
     }
-    Ok(by_op
-        .into_iter()
-        .filter_map(|(op, cvs)| reference::median(&cvs).map(|m| (op, m)))
-        .collect())
+    let med = |m: BTreeMap<String, Vec<f64>>| -> BTreeMap<String, f64> {
+        m.into_iter()
+            .filter_map(|(op, v)| reference::median(&v).map(|x| (op, x)))
+            .collect()
+    };
+    Ok((med(by_op), med(p50)))
 }
+
+/// Bytes in a MiB.
+const MIB: f64 = 1_048_576.0;
 
 /// [`figures`] of `io_results`, with each operation's spread
 /// `io.<op>_bw_cv` the larger of its iterations' spread and its processes'
@@ -343,9 +386,15 @@ pub fn figures_with_ranks(
     task_times: &[RecordBatch],
 ) -> Result<BTreeMap<String, f64>, IoCheckError> {
     let mut out = figures(io_results)?;
-    for (op, cv) in rank_spread(task_times)? {
+    let (cvs, p50) = rank_figures(task_times)?;
+    for (op, cv) in cvs {
         if let Some(v) = out.get_mut(&format!("io.{op}_bw_cv")) {
             *v = v.max(cv);
+        }
+    }
+    for (op, m) in p50 {
+        if matches!(op.as_str(), "write" | "read") && m.is_finite() && m > 0.0 {
+            out.insert(format!("io.{op}_bw_task_p50_mib_s"), m);
         }
     }
     Ok(out)
@@ -384,6 +433,69 @@ impl Disturbance {
             self.figure
         )
     }
+}
+
+/// A run whose robust figure held its level: the figure, its value and its
+/// usual value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Held {
+    pub figure: String,
+    pub value: f64,
+    pub usual: f64,
+}
+
+impl Held {
+    /// "a few processes: the median held at 1910 vs usual 1950 (…)".
+    pub fn reason(&self) -> String {
+        format!(
+            "disturbed in a few processes or pairs: the median held at {} vs usual {} ({}); the node checks name them",
+            figure(self.value),
+            figure(self.usual),
+            self.figure
+        )
+    }
+}
+
+/// Which robust figures ([`Rule::held`]) of a run are judged and within
+/// their own learned limit. A figure without a learned rule, a value or
+/// enough history tells nothing.
+pub fn holds(
+    figures: &BTreeMap<String, f64>,
+    history: &BTreeMap<String, Vec<f64>>,
+    cfg: &IoCheckConfig,
+) -> BTreeMap<String, Held> {
+    let mut out = BTreeMap::new();
+    let names: std::collections::BTreeSet<&String> =
+        cfg.rules.iter().flat_map(|r| r.held.iter()).collect();
+    for name in names {
+        let Some(r) = cfg
+            .rules
+            .iter()
+            .find(|r| &r.figure == name && r.rel_floor.is_some())
+        else {
+            continue;
+        };
+        let Some(&v) = figures.get(name).filter(|v| v.is_finite()) else {
+            continue;
+        };
+        let prev = history.get(name).map(Vec::as_slice).unwrap_or(&[]);
+        if let Judgement::Judged {
+            fail: false,
+            reference,
+            ..
+        } = judge(v, prev, r.better, &cfg.learned(r))
+        {
+            out.insert(
+                name.clone(),
+                Held {
+                    figure: name.clone(),
+                    value: v,
+                    usual: reference.median,
+                },
+            );
+        }
+    }
+    out
 }
 
 /// Which spread figures of a run are far above their own history: judged
@@ -444,19 +556,22 @@ pub fn evaluate(
     cfg: &IoCheckConfig,
 ) -> Vec<CheckRow> {
     let disturbed = disturbances(figures, history, cfg);
+    let held = holds(figures, history, cfg);
     let mut out = Vec::new();
     for r in &cfg.rules {
         // A FAIL of a disturbed run is INCONCLUSIVE, with the reason first.
-        let disturbance = r.spread.iter().find_map(|s| disturbed.get(s));
+        let disturbance = r
+            .spread
+            .iter()
+            .find_map(|s| disturbed.get(s).map(Disturbance::reason))
+            .or_else(|| r.held.iter().find_map(|h| held.get(h).map(Held::reason)));
         let row = |suffix: &str,
                    status: &str,
                    value: Option<f64>,
                    reference: Option<f64>,
                    message: String| {
-            let (status, message) = match (status, disturbance) {
-                (verdict::FAIL, Some(d)) => {
-                    (verdict::INCONCLUSIVE, format!("{}; {message}", d.reason()))
-                }
+            let (status, message) = match (status, disturbance.as_deref()) {
+                (verdict::FAIL, Some(d)) => (verdict::INCONCLUSIVE, format!("{d}; {message}")),
                 _ => (status, message),
             };
             CheckRow {
@@ -985,6 +1100,43 @@ mod tests {
             cv.message.contains("whatever the history"),
             "{}",
             cv.message
+        );
+    }
+
+    /// One slow process (a busy node) ends the phase late and takes the
+    /// aggregate down while the median process holds: INCONCLUSIVE, naming
+    /// the median. A filesystem that slows down slows the median too: FAIL.
+    #[test]
+    fn a_loss_in_a_few_processes_is_inconclusive_a_filesystems_is_not() {
+        let hist: BTreeMap<String, Vec<f64>> = [
+            ("io.write_bw_mib_s".to_string(), vec![20_000.0; 10]),
+            (TASK_P50_WRITE.to_string(), vec![2_000.0; 10]),
+            ("io.write_bw_cv".to_string(), vec![0.06; 10]),
+        ]
+        .into();
+        let night = |agg: f64, p50: f64| -> BTreeMap<String, f64> {
+            [
+                ("io.write_bw_mib_s".to_string(), agg),
+                (TASK_P50_WRITE.to_string(), p50),
+                ("io.write_bw_cv".to_string(), 0.08),
+            ]
+            .into()
+        };
+        let rows = evaluate(&night(14_500.0, 1_990.0), &hist, &IoCheckConfig::default());
+        let w = find(&rows, "io.write_bw_mib_s.vs_median");
+        assert_eq!(w.status, "INCONCLUSIVE", "{}", w.message);
+        assert!(
+            w.message.starts_with(
+                "disturbed in a few processes or pairs: the median held at 1990 vs usual 2000 (io.write_bw_task_p50_mib_s)"
+            ),
+            "{}",
+            w.message
+        );
+        let rows = evaluate(&night(14_500.0, 1_500.0), &hist, &IoCheckConfig::default());
+        assert_eq!(find(&rows, "io.write_bw_mib_s.vs_median").status, "FAIL");
+        assert_eq!(
+            find(&rows, &format!("{TASK_P50_WRITE}.vs_median")).status,
+            "FAIL"
         );
     }
 

@@ -77,6 +77,10 @@ impl SlowPair {
 /// The spread figure of a LinkTest run.
 pub const PAIR_SPREAD: &str = "linktest.pair_spread";
 
+/// The median pair time (the largest over the run's files): the network's
+/// level as most pairs saw it.
+pub const MEDIAN_TIME: &str = "linktest.median_time_s";
+
 /// Default absolute floor of the slow-pair count's learned allowance.
 pub const SLOW_PAIRS_FLOOR: f64 = 3.0;
 
@@ -90,8 +94,13 @@ pub fn default_config() -> IoCheckConfig {
     let spread = [PAIR_SPREAD];
     IoCheckConfig {
         rules: vec![
-            rule("linktest.max_time_s", Better::Lower, "s", None, Some(1.0)).spread(&spread),
-            rule("linktest.avg_time_s", Better::Lower, "s", None, Some(0.10)).spread(&spread),
+            rule("linktest.max_time_s", Better::Lower, "s", None, Some(1.0))
+                .spread(&spread)
+                .held(&[MEDIAN_TIME]),
+            rule("linktest.avg_time_s", Better::Lower, "s", None, Some(0.10))
+                .spread(&spread)
+                .held(&[MEDIAN_TIME]),
+            rule(MEDIAN_TIME, Better::Lower, "s", None, Some(0.10)).spread(&spread),
             rule(
                 "linktest.slow_pairs",
                 Better::Lower,
@@ -214,6 +223,13 @@ pub fn figures(
             .reduce(f64::max)
         {
             out.insert(PAIR_SPREAD.into(), s);
+        }
+        if let Some(m) = groups
+            .iter()
+            .filter_map(|g| crate::reference::quantile(g, 0.5))
+            .reduce(f64::max)
+        {
+            out.insert(MEDIAN_TIME.into(), m);
         }
         let n = count_slow(&mut groups, slow);
         out.insert("linktest.slow_pairs".into(), n as f64);
@@ -435,7 +451,8 @@ mod tests {
             &BTreeMap::new(),
             &default_config(),
         );
-        assert_eq!(rows.len(), 4);
+        // max, avg and median time, slow pairs, pair spread.
+        assert_eq!(rows.len(), 5);
         assert!(rows.iter().all(|r| r.status == "ERROR"), "{rows:?}");
     }
 

@@ -285,6 +285,9 @@ async fn wait_for_agent(conn: &Conn) -> anyhow::Result<()> {
     }
 }
 
+/// The labelled history the demo replays (`benchlake probe year`).
+const DEMO_YEAR: &str = include_str!("../../scenarios/demo-12.toml");
+
 async fn demo(
     addr: &str,
     agent_name: &str,
@@ -529,6 +532,40 @@ async fn demo(
             benchlake_core::layout::table_glob(table)?
         ))
     };
+    // Verdicts measured (docs/verdicts.md): a small labelled history of 12
+    // nodes through the same ingest and checks jobs, scored against what was
+    // injected, in a lake of its own beside this one.
+    if !lake.starts_with("s3://") {
+        let dir = std::path::Path::new(&tables.lake_root)
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .join("probe-year");
+        if dir.exists() {
+            // Ours, from an earlier demo in this data directory.
+            std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+        }
+        let out = dir.clone();
+        let o = tokio::task::spawn_blocking(move || {
+            // Its own runtime: on a thread of its own.
+            std::thread::spawn(move || {
+                crate::year::replay_to("scenarios/demo-12.toml (built in)", DEMO_YEAR, &out, 0)
+            })
+            .join()
+        })
+        .await?
+        .map_err(|_| anyhow::anyhow!("probe year: the replay thread panicked"))??;
+        outln!(
+            "\nprobe year (labelled history, docs/verdicts.md): {}; score: {}",
+            crate::year::summary(&o),
+            o.score_file.display()
+        );
+        if o.score.recall < 1.0 || o.score.false_alarms > 0 {
+            failed.push(format!(
+                "probe year: recall {:.3}, {} false alarms",
+                o.score.recall, o.score.false_alarms
+            ));
+        }
+    }
     outln!("\nRead them with DuckDB, for example:");
     outln!(
         "  duckdb -c \"SELECT hostname, kernel_release, cores, memory_bytes, date FROM read_parquet('{}', hive_partitioning=true)\"",

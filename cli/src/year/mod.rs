@@ -6,7 +6,7 @@ pub mod scenario;
 pub mod score;
 pub mod synth;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
@@ -35,35 +35,50 @@ fn fmt_opt(x: Option<f64>) -> String {
     x.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into())
 }
 
-pub fn run(a: YearArgs) -> anyhow::Result<()> {
-    let (scenario, nodes) = scenario::Scenario::load(&a.scenario)?;
-    if a.out.exists()
-        && std::fs::read_dir(&a.out)
-            .with_context(|| format!("{}", a.out.display()))?
+/// A replayed scenario: its score and what it took.
+pub struct Outcome {
+    pub name: String,
+    pub score: score::Score,
+    pub timings: replay::Timings,
+    pub seconds: f64,
+    pub busy_spells: usize,
+    pub labels: PathBuf,
+    pub score_file: PathBuf,
+    pub lake: PathBuf,
+}
+
+/// Replays the scenario `text` (read from `file`) into the new or empty
+/// directory `out`, writing `labels.json` and `score.json` there; a line
+/// per `progress` nights on standard error (0: none).
+pub fn replay_to(file: &str, text: &str, out: &Path, progress: usize) -> anyhow::Result<Outcome> {
+    let (scenario, nodes) = scenario::Scenario::parse(file, text)?;
+    if out.exists()
+        && std::fs::read_dir(out)
+            .with_context(|| format!("{}", out.display()))?
             .next()
             .is_some()
     {
         bail!(
             "{}: not empty; give a new or empty directory (a history replayed into an old one would mix with it)",
-            a.out.display()
+            out.display()
         );
     }
-    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let name = if scenario.name.is_empty() {
-        a.scenario.display().to_string()
+        file.to_string()
     } else {
         scenario.name.clone()
     };
     let world = synth::World::new(scenario, nodes);
     let labels = score::labels(&world);
-    let labels_path = a.out.join("labels.json");
+    let labels_path = out.join("labels.json");
     std::fs::write(&labels_path, serde_json::to_vec_pretty(&labels)?)
         .with_context(|| format!("writing {}", labels_path.display()))?;
     let started = Instant::now();
-    let mut r = replay::Replay::new(world, &a.out.join("lake"))?;
-    let (every, nights) = (a.progress, r.world.s.nights);
+    let mut r = replay::Replay::new(world, &out.join("lake"))?;
+    let nights = r.world.s.nights;
     r.run(|night, t| {
-        if every > 0 && ((night + 1) % every == 0 || night + 1 == nights) {
+        if progress > 0 && ((night + 1) % progress == 0 || night + 1 == nights) {
             eprintln!(
                 "night {}/{nights}: {:.0} s (generate {:.0}, ingest {:.0}, checks {:.0}, record {:.0})",
                 night + 1,
@@ -75,27 +90,68 @@ pub fn run(a: YearArgs) -> anyhow::Result<()> {
             );
         }
     })?;
-    let elapsed = started.elapsed().as_secs_f64();
+    let seconds = started.elapsed().as_secs_f64();
     let s = score::score(&r.world, &r.verdicts, &r.statuses, r.node_nights);
-    let out = serde_json::json!({
+    let doc = serde_json::json!({
         "scenario": name,
-        "seconds": elapsed,
+        "seconds": seconds,
         "timings": r.timings,
         "score": s,
     });
-    let score_path = a.out.join("score.json");
-    std::fs::write(&score_path, serde_json::to_vec_pretty(&out)?)
+    let score_path = out.join("score.json");
+    std::fs::write(&score_path, serde_json::to_vec_pretty(&doc)?)
         .with_context(|| format!("writing {}", score_path.display()))?;
+    Ok(Outcome {
+        name,
+        score: s,
+        timings: r.timings.clone(),
+        seconds,
+        busy_spells: r
+            .world
+            .faults
+            .iter()
+            .filter(|f| f.kind == scenario::Kind::Busy)
+            .count(),
+        labels: labels_path,
+        score_file: score_path,
+        lake: out.join("lake"),
+    })
+}
+
+pub fn run(a: YearArgs) -> anyhow::Result<()> {
+    let file = a.scenario.display().to_string();
+    let text = std::fs::read_to_string(&a.scenario).with_context(|| format!("reading {file}"))?;
+    let o = replay_to(&file, &text, &a.out, a.progress)?;
     if a.json {
-        outln!("{}", serde_json::to_string_pretty(&out)?);
+        let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&o.score_file)?)?;
+        outln!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
-    let busy = r
-        .world
-        .faults
-        .iter()
-        .filter(|f| f.kind == scenario::Kind::Busy)
-        .count();
+    print(&o);
+    Ok(())
+}
+
+/// One line of figures (the demo's).
+pub fn summary(o: &Outcome) -> String {
+    let s = &o.score;
+    format!(
+        "{}: {} nodes × {} nights, {} faults: recall {:.3}, attribution {:.3}, median delay {} nights, {:.3} false alarms per 1,000 node-nights ({:.1} s)",
+        o.name,
+        s.nodes,
+        s.nights,
+        s.faults,
+        s.recall,
+        s.attribution,
+        fmt_opt(s.median_delay_nights),
+        s.false_alarms_per_1000_node_nights,
+        o.seconds
+    )
+}
+
+/// The report of a replayed scenario.
+pub fn print(o: &Outcome) {
+    let (s, name, elapsed) = (&o.score, &o.name, o.seconds);
+    let busy = o.busy_spells;
     outln!(
         "{name}: {} nodes × {} nights ({} node-nights), {} faults, {busy} busy spells",
         s.nodes,
@@ -103,7 +159,7 @@ pub fn run(a: YearArgs) -> anyhow::Result<()> {
         s.node_nights,
         s.faults
     );
-    let t = &r.timings;
+    let t = &o.timings;
     outln!(
         "replayed through ingest, checks and record in {elapsed:.1} s (generate {:.1}, ingest {:.1}, checks {:.1}, record {:.1})",
         t.generate_s,
@@ -163,9 +219,8 @@ pub fn run(a: YearArgs) -> anyhow::Result<()> {
     outln!("verdict rows: {}", statuses.join(", "));
     outln!(
         "labels: {}; score: {}; the lake: {} (query it with DuckDB)",
-        labels_path.display(),
-        score_path.display(),
-        a.out.join("lake").display()
+        o.labels.display(),
+        o.score_file.display(),
+        o.lake.display()
     );
-    Ok(())
 }

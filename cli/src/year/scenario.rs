@@ -3,7 +3,6 @@
 //! into its nightly history. TOML; every field is checked, unknown fields
 //! are refused, and an error names the file, the field and where it is.
 use std::collections::BTreeSet;
-use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -250,16 +249,6 @@ impl Fault {
 }
 
 impl Scenario {
-    /// Reads and checks `path`.
-    pub fn load(path: &Path) -> Result<(Scenario, Vec<String>), ScenarioError> {
-        let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError::Read {
-            file: file.clone(),
-            why: e.to_string(),
-        })?;
-        Self::parse(&file, &text)
-    }
-
     /// Parses and checks a scenario; returns it with its node names.
     pub fn parse(file: &str, text: &str) -> Result<(Scenario, Vec<String>), ScenarioError> {
         let s: Scenario = toml::from_str(text).map_err(|e| {
