@@ -586,7 +586,13 @@ pub fn linktest_node_checks(
     slow: &crate::linktest_checks::SlowPair,
     max_fraction: f64,
 ) -> Vec<NodeRow> {
-    let mut host_of: BTreeMap<(String, i64), String> = BTreeMap::new();
+    // Hosts and sources as small numbers: a 512-rank run has 261,632 pairs.
+    let mut hosts: Vec<String> = Vec::new();
+    let mut host_ix: std::collections::HashMap<String, usize> = Default::default();
+    let mut sources: Vec<String> = Vec::new();
+    // source → rank → host number.
+    let mut host_of: std::collections::HashMap<String, std::collections::HashMap<i64, usize>> =
+        Default::default();
     for b in ranks {
         let (Some(src), Some(rank), Some(host)) = (
             text_col(b, "source"),
@@ -598,10 +604,19 @@ pub fn linktest_node_checks(
         for i in 0..b.num_rows() {
             if src.is_valid(i) && rank.is_valid(i) && host.is_valid(i) && !host.value(i).is_empty()
             {
-                host_of.insert(
-                    (src.value(i).to_string(), rank.value(i) as i64),
-                    host.value(i).to_string(),
-                );
+                let name = host.value(i);
+                let h = match host_ix.get(name) {
+                    Some(&h) => h,
+                    None => {
+                        hosts.push(name.to_string());
+                        host_ix.insert(name.to_string(), hosts.len() - 1);
+                        hosts.len() - 1
+                    }
+                };
+                host_of
+                    .entry(src.value(i).to_string())
+                    .or_default()
+                    .insert(rank.value(i) as i64, h);
             }
         }
     }
@@ -609,7 +624,7 @@ pub fn linktest_node_checks(
         return Vec::new();
     }
     // (host a, host b, time, source) per measured pair.
-    let mut pairs: Vec<(&str, &str, f64, String)> = Vec::new();
+    let mut pairs: Vec<(usize, usize, f64, usize)> = Vec::new();
     for b in timings {
         let (Some(src), Some(from), Some(to), Some(t)) = (
             text_col(b, "source"),
@@ -619,34 +634,52 @@ pub fn linktest_node_checks(
         ) else {
             continue;
         };
+        let mut last: Option<(usize, &std::collections::HashMap<i64, usize>)> = None;
         for i in 0..b.num_rows() {
             if !(src.is_valid(i) && from.is_valid(i) && to.is_valid(i) && t.is_valid(i)) {
                 continue;
             }
-            let s = src.value(i).to_string();
-            let (Some(a), Some(h)) = (
-                host_of.get(&(s.clone(), from.value(i) as i64)),
-                host_of.get(&(s, to.value(i) as i64)),
+            let name = src.value(i);
+            let (sx, map) = match last {
+                Some((sx, m)) if sources.get(sx).is_some_and(|x| x == name) => (sx, m),
+                _ => {
+                    let Some(m) = host_of.get(name) else {
+                        continue;
+                    };
+                    let sx = match sources.iter().position(|x| x == name) {
+                        Some(k) => k,
+                        None => {
+                            sources.push(name.to_string());
+                            sources.len() - 1
+                        }
+                    };
+                    last = Some((sx, m));
+                    (sx, m)
+                }
+            };
+            let (Some(&a), Some(&h)) = (
+                map.get(&(from.value(i) as i64)),
+                map.get(&(to.value(i) as i64)),
             ) else {
                 continue;
             };
-            pairs.push((a.as_str(), h.as_str(), t.value(i), src.value(i).to_string()));
+            pairs.push((a, h, t.value(i), sx));
         }
     }
-    let mut by_source: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut by_source: Vec<Vec<f64>> = vec![Vec::new(); sources.len()];
     for p in &pairs {
-        by_source.entry(p.3.as_str()).or_default().push(p.2);
+        by_source[p.3].push(p.2);
     }
-    let mut threshold_of: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut threshold_of: Vec<Option<f64>> = vec![None; sources.len()];
     let mut medians = Vec::new();
-    for (src, mut times) in by_source {
-        let Some(med) = median(&mut times) else {
+    for (k, times) in by_source.iter_mut().enumerate() {
+        let Some(med) = median(times) else {
             continue;
         };
         medians.push(med);
-        threshold_of.insert(src, slow.time_s.unwrap_or(slow.factor * med));
+        threshold_of[k] = Some(slow.time_s.unwrap_or(slow.factor * med));
     }
-    if threshold_of.is_empty() {
+    if medians.is_empty() {
         return Vec::new();
     }
     let rule = match (slow.time_s, medians.as_slice()) {
@@ -661,16 +694,27 @@ pub fn linktest_node_checks(
             medians.len()
         ),
     };
-    let mut per_host: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-    for (a, b, t, src) in &pairs {
-        let is_slow = threshold_of.get(src.as_str()).is_some_and(|th| *t > *th);
-        for h in if a == b { vec![*a] } else { vec![*a, *b] } {
-            let e = per_host.entry(h).or_default();
+    let mut per_host: Vec<(u64, u64)> = vec![(0, 0); hosts.len()];
+    for &(a, b, t, src) in &pairs {
+        let is_slow = threshold_of[src].is_some_and(|th| t > th);
+        let mut count = |h: usize| {
+            let e = &mut per_host[h];
             e.0 += 1;
             e.1 += u64::from(is_slow);
+        };
+        count(a);
+        if b != a {
+            count(b);
         }
     }
-    per_host
+    let mut named: Vec<(&str, (u64, u64))> = hosts
+        .iter()
+        .map(String::as_str)
+        .zip(per_host)
+        .filter(|(_, (total, _))| *total > 0)
+        .collect();
+    named.sort_by(|x, y| x.0.cmp(y.0));
+    named
         .into_iter()
         .map(|(h, (total, slow_n))| {
             let f = slow_n as f64 / total as f64;

@@ -548,7 +548,7 @@ async fn demo(
         let o = tokio::task::spawn_blocking(move || {
             // Its own runtime: on a thread of its own.
             std::thread::spawn(move || {
-                crate::year::replay_to("scenarios/demo-12.toml (built in)", DEMO_YEAR, &out, 0)
+                crate::year::replay_to("scenarios/demo-12.toml (built in)", DEMO_YEAR, &out, 0, 2)
             })
             .join()
         })

@@ -29,6 +29,10 @@ pub struct YearArgs {
     /// Print a line per this many nights (0: none).
     #[arg(long, default_value_t = 30)]
     pub progress: usize,
+    /// Runs of a night replayed at once, like a worker's job slots (the
+    /// nights stay in order). Default: the machine's cores.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub jobs: Option<u16>,
 }
 
 fn fmt_opt(x: Option<f64>) -> String {
@@ -50,7 +54,13 @@ pub struct Outcome {
 /// Replays the scenario `text` (read from `file`) into the new or empty
 /// directory `out`, writing `labels.json` and `score.json` there; a line
 /// per `progress` nights on standard error (0: none).
-pub fn replay_to(file: &str, text: &str, out: &Path, progress: usize) -> anyhow::Result<Outcome> {
+pub fn replay_to(
+    file: &str,
+    text: &str,
+    out: &Path,
+    progress: usize,
+    jobs: usize,
+) -> anyhow::Result<Outcome> {
     let (scenario, nodes) = scenario::Scenario::parse(file, text)?;
     if out.exists()
         && std::fs::read_dir(out)
@@ -76,6 +86,7 @@ pub fn replay_to(file: &str, text: &str, out: &Path, progress: usize) -> anyhow:
         .with_context(|| format!("writing {}", labels_path.display()))?;
     let started = Instant::now();
     let mut r = replay::Replay::new(world, &out.join("lake"))?;
+    r.jobs = jobs.max(1);
     let nights = r.world.s.nights;
     r.run(|night, t| {
         if progress > 0 && ((night + 1) % progress == 0 || night + 1 == nights) {
@@ -121,7 +132,12 @@ pub fn replay_to(file: &str, text: &str, out: &Path, progress: usize) -> anyhow:
 pub fn run(a: YearArgs) -> anyhow::Result<()> {
     let file = a.scenario.display().to_string();
     let text = std::fs::read_to_string(&a.scenario).with_context(|| format!("reading {file}"))?;
-    let o = replay_to(&file, &text, &a.out, a.progress)?;
+    let jobs = a.jobs.map(usize::from).unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let o = replay_to(&file, &text, &a.out, a.progress, jobs)?;
     if a.json {
         let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&o.score_file)?)?;
         outln!("{}", serde_json::to_string_pretty(&doc)?);

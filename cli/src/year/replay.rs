@@ -47,13 +47,23 @@ pub struct Verdict {
     pub message: String,
 }
 
-/// Seconds spent per stage.
+/// Seconds spent per stage, summed over the jobs (which run on several
+/// threads: the sum can exceed the time it took).
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct Timings {
     pub generate_s: f64,
     pub ingest_s: f64,
     pub checks_s: f64,
     pub record_s: f64,
+}
+
+impl Timings {
+    fn add(&mut self, o: &Timings) {
+        self.generate_s += o.generate_s;
+        self.ingest_s += o.ingest_s;
+        self.checks_s += o.checks_s;
+        self.record_s += o.record_s;
+    }
 }
 
 /// The replay of one scenario.
@@ -70,6 +80,8 @@ pub struct Replay {
     pub timings: Timings,
     /// Node-nights measured (a node in the night's runs).
     pub node_nights: u64,
+    /// Runs of a night replayed at once.
+    pub jobs: usize,
 }
 
 fn text(b: &RecordBatch, name: &str) -> Option<StringArray> {
@@ -112,6 +124,7 @@ impl Replay {
             statuses: BTreeMap::new(),
             timings: Timings::default(),
             node_nights: 0,
+            jobs: 1,
         })
     }
 
@@ -124,24 +137,73 @@ impl Replay {
         Ok(())
     }
 
-    /// The night's runs: hostinfo, LinkTest, then pio on each filesystem.
+    /// The night's runs: hostinfo, LinkTest, then pio on each filesystem,
+    /// on `self.jobs` threads (a worker's job slots: the runs of one night
+    /// are independent; the nights are not, and stay in order).
     fn night(&mut self, night: usize) -> anyhow::Result<()> {
         self.node_nights += self.world.present_nodes(night).len() as u64;
         let schedules = self.schedules.clone();
-        for (slot, (subject, schedule)) in schedules.iter().enumerate() {
-            let t = Instant::now();
-            let (format, files, params) = self.raw(night, subject)?;
-            self.timings.generate_s += secs(t.elapsed());
-            self.run_one(night, slot, subject, schedule, format, files, params)
-                .with_context(|| {
-                    format!(
-                        "night {night} ({}), {}",
-                        self.world.date(night),
-                        subject.benchmark()
-                    )
-                })?;
+        let jobs = self.jobs.clamp(1, schedules.len().max(1));
+        let me = &*self;
+        let mut outs: Vec<(usize, anyhow::Result<RunOut>)> = std::thread::scope(|sc| {
+            let handles: Vec<_> = (0..jobs)
+                .map(|lane| {
+                    let schedules = &schedules;
+                    sc.spawn(move || {
+                        schedules
+                            .iter()
+                            .enumerate()
+                            .filter(|(slot, _)| slot % jobs == lane)
+                            .map(|(slot, (subject, schedule))| {
+                                (slot, me.subject_run(night, slot, subject, schedule))
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        vec![(usize::MAX, Err(anyhow::anyhow!("a replay thread panicked")))]
+                    })
+                })
+                .collect()
+        });
+        outs.sort_by_key(|(slot, _)| *slot);
+        for (_, o) in outs {
+            let o = o?;
+            self.verdicts.extend(o.verdicts);
+            for (k, v) in o.statuses {
+                *self.statuses.entry(k).or_default() += v;
+            }
+            self.timings.add(&o.timings);
         }
         Ok(())
+    }
+
+    /// One run of the night, generated and replayed.
+    fn subject_run(
+        &self,
+        night: usize,
+        slot: usize,
+        subject: &Subject,
+        schedule: &str,
+    ) -> anyhow::Result<RunOut> {
+        let t = Instant::now();
+        let (format, files, params) = self.raw(night, subject)?;
+        let generate_s = secs(t.elapsed());
+        let mut o = self
+            .run_one(night, slot, subject, schedule, format, files, params)
+            .with_context(|| {
+                format!(
+                    "night {night} ({}), {}",
+                    self.world.date(night),
+                    subject.benchmark()
+                )
+            })?;
+        o.timings.generate_s += generate_s;
+        Ok(o)
     }
 
     /// The raw files of one run: (ingest format, files, run parameters).
@@ -199,7 +261,7 @@ impl Replay {
 
     #[allow(clippy::too_many_arguments)]
     fn run_one(
-        &mut self,
+        &self,
         night: usize,
         slot: usize,
         subject: &Subject,
@@ -207,7 +269,8 @@ impl Replay {
         format: &str,
         files: Vec<(String, Vec<u8>)>,
         params: std::collections::BTreeMap<String, String>,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<RunOut> {
+        let mut o = RunOut::default();
         let at = self.world.night_ms(night) + slot as i64 * 600_000;
         let run_id = new_id_at(at);
         let task_id = new_id_at(at + 1);
@@ -252,7 +315,7 @@ impl Replay {
                 &benchlake_worker::executors::Ingest,
             ),
         )?;
-        self.timings.ingest_s += secs(t.elapsed());
+        o.timings.ingest_s += secs(t.elapsed());
         let t = Instant::now();
         for (k, f) in out
             .follow_ups
@@ -271,10 +334,10 @@ impl Replay {
                 ),
             )?;
             for t in &c.tables {
-                collect(&mut self.verdicts, &mut self.statuses, night, subject, t);
+                collect(&mut o.verdicts, &mut o.statuses, night, subject, t);
             }
         }
-        self.timings.checks_s += secs(t.elapsed());
+        o.timings.checks_s += secs(t.elapsed());
         let t = Instant::now();
         let record = RecordSpec {
             run_id: run_id.clone(),
@@ -301,9 +364,17 @@ impl Replay {
                 &benchlake_worker::executors::Record,
             ),
         )?;
-        self.timings.record_s += secs(t.elapsed());
-        Ok(())
+        o.timings.record_s += secs(t.elapsed());
+        Ok(o)
     }
+}
+
+/// What one run of a night gave.
+#[derive(Default)]
+struct RunOut {
+    verdicts: Vec<Verdict>,
+    statuses: BTreeMap<String, u64>,
+    timings: Timings,
 }
 
 /// The verdict rows of a `checks` or `node_health` table: every status
