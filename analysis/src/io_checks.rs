@@ -83,6 +83,10 @@ pub struct Rule {
     /// the loss is in a few processes or pairs (a busy node, a slow node:
     /// the node checks' business), and a FAIL of this rule is INCONCLUSIVE.
     pub held: Vec<String>,
+    /// A run without this figure skips the rule (it needs per-process
+    /// rows, which IOR runs and single-process runs lack) instead of an
+    /// ERROR.
+    pub optional: bool,
 }
 
 impl Rule {
@@ -99,6 +103,11 @@ impl Rule {
     /// Judged as disturbed when one of these robust figures held its level.
     pub fn held(mut self, h: &[&str]) -> Self {
         self.held = h.iter().map(|x| x.to_string()).collect();
+        self
+    }
+    /// Skipped when the run lacks the figure.
+    pub fn optional(mut self) -> Self {
+        self.optional = true;
         self
     }
     /// Learned row named as the figure; an explicit bound replaces it.
@@ -159,6 +168,7 @@ pub fn rule(
         spread: Vec::new(),
         count: false,
         held: Vec::new(),
+        optional: false,
     }
 }
 
@@ -221,8 +231,12 @@ impl Default for IoCheckConfig {
                 )
                 .spread(&r)
                 .held(&[TASK_P50_READ]),
-                rule(TASK_P50_WRITE, Better::Higher, "MiB/s", None, Some(0.05)).spread(&w),
-                rule(TASK_P50_READ, Better::Higher, "MiB/s", None, Some(0.05)).spread(&r),
+                rule(TASK_P50_WRITE, Better::Higher, "MiB/s", None, Some(0.05))
+                    .spread(&w)
+                    .optional(),
+                rule(TASK_P50_READ, Better::Higher, "MiB/s", None, Some(0.05))
+                    .spread(&r)
+                    .optional(),
                 rule("io.write_bw_cv", Better::Lower, "ratio", None, Some(1.0))
                     .abs_floor(0.05)
                     .spread(&w),
@@ -585,7 +599,7 @@ pub fn evaluate(
             }
         };
         let Some(&v) = figures.get(&r.figure) else {
-            if r.figure != "io.verify_errors" {
+            if r.figure != "io.verify_errors" && !r.optional {
                 out.push(row(
                     "",
                     verdict::ERROR,

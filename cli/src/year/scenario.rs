@@ -519,6 +519,37 @@ drift = 0.05
         assert_eq!(f.last_night(30), 29);
     }
 
+    proptest::proptest! {
+        /// Any text, and any damage to a good scenario, is a scenario or
+        /// an error naming the file: never a panic. An accepted one keeps
+        /// its limits.
+        #[test]
+        fn no_text_panics(text in "\\PC{0,400}") {
+            let _ = Scenario::parse("s.toml", &text);
+        }
+
+        #[test]
+        fn damaged_scenarios_are_refused_or_within_limits(
+            at in 0usize..400,
+            with in "[a-z0-9=\\[\\]\"\\-:.,{} \\n]{0,6}",
+        ) {
+            let mut t: Vec<char> = OK.chars().collect();
+            let at = at.min(t.len());
+            t.splice(at..at, with.chars());
+            let text: String = t.into_iter().collect();
+            match Scenario::parse("s.toml", &text) {
+                Ok((s, nodes)) => {
+                    proptest::prop_assert!((2..=MAX_NODES).contains(&nodes.len()));
+                    proptest::prop_assert!((1..=MAX_NIGHTS).contains(&s.nights));
+                    for f in &s.faults {
+                        proptest::prop_assert!(f.first_night < s.nights);
+                    }
+                }
+                Err(e) => proptest::prop_assert!(e.to_string().starts_with("s.toml: ")),
+            }
+        }
+    }
+
     #[test]
     fn bad_scenarios_name_the_field() {
         let cases = [
