@@ -58,6 +58,8 @@ pub fn check_label(check: &str) -> (&'static str, String) {
             // Seconds: the unit, not a word.
             "s" => "",
             "mads" => "MADs",
+            // `io.<op>_bw_task_p50`: the median process.
+            "task" => "process",
             "p50" | "p90" | "p99" => w,
             other => other,
         };
@@ -544,6 +546,14 @@ mod tests {
         assert_eq!(
             check_label("traced.rank_time"),
             ("Traced runs", "rank time".to_string())
+        );
+        assert_eq!(
+            check_label("io.write_bw_task_p50_mib_s.vs_median"),
+            ("I/O", "write bandwidth process p50 vs median".to_string())
+        );
+        assert_eq!(
+            check_label("linktest.slow_links"),
+            ("Interconnect", "slow links".to_string())
         );
         assert_eq!(check_label("odd"), ("Other", "odd".to_string()));
     }
