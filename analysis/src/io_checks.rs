@@ -478,10 +478,31 @@ pub fn holds(
     history: &BTreeMap<String, Vec<f64>>,
     cfg: &IoCheckConfig,
 ) -> BTreeMap<String, Held> {
+    judged_figures(figures, history, cfg, |r| &r.held, false)
+        .into_iter()
+        .map(|(k, (value, usual))| {
+            let h = Held {
+                figure: k.clone(),
+                value,
+                usual,
+            };
+            (k, h)
+        })
+        .collect()
+}
+
+/// The figures named by `names` of any rule that are judged by their own
+/// learned rule with the outcome `fail`: figure → (value, its usual value).
+fn judged_figures(
+    figures: &BTreeMap<String, f64>,
+    history: &BTreeMap<String, Vec<f64>>,
+    cfg: &IoCheckConfig,
+    names: impl Fn(&Rule) -> &Vec<String>,
+    fail: bool,
+) -> BTreeMap<String, (f64, f64)> {
     let mut out = BTreeMap::new();
-    let names: std::collections::BTreeSet<&String> =
-        cfg.rules.iter().flat_map(|r| r.held.iter()).collect();
-    for name in names {
+    let wanted: std::collections::BTreeSet<&String> = cfg.rules.iter().flat_map(&names).collect();
+    for name in wanted {
         let Some(r) = cfg
             .rules
             .iter()
@@ -494,19 +515,11 @@ pub fn holds(
         };
         let prev = history.get(name).map(Vec::as_slice).unwrap_or(&[]);
         if let Judgement::Judged {
-            fail: false,
-            reference,
-            ..
+            fail: f, reference, ..
         } = judge(v, prev, r.better, &cfg.learned(r))
+            && f == fail
         {
-            out.insert(
-                name.clone(),
-                Held {
-                    figure: name.clone(),
-                    value: v,
-                    usual: reference.median,
-                },
-            );
+            out.insert(name.clone(), (v, reference.median));
         }
     }
     out
@@ -521,38 +534,17 @@ pub fn disturbances(
     history: &BTreeMap<String, Vec<f64>>,
     cfg: &IoCheckConfig,
 ) -> BTreeMap<String, Disturbance> {
-    let mut out = BTreeMap::new();
-    let names: std::collections::BTreeSet<&String> =
-        cfg.rules.iter().flat_map(|r| r.spread.iter()).collect();
-    for name in names {
-        let Some(r) = cfg
-            .rules
-            .iter()
-            .find(|r| &r.figure == name && r.rel_floor.is_some())
-        else {
-            continue;
-        };
-        let Some(&v) = figures.get(name).filter(|v| v.is_finite()) else {
-            continue;
-        };
-        let prev = history.get(name).map(Vec::as_slice).unwrap_or(&[]);
-        if let Judgement::Judged {
-            fail: true,
-            reference,
-            ..
-        } = judge(v, prev, r.better, &cfg.learned(r))
-        {
-            out.insert(
-                name.clone(),
-                Disturbance {
-                    figure: name.clone(),
-                    value: v,
-                    usual: reference.median,
-                },
-            );
-        }
-    }
-    out
+    judged_figures(figures, history, cfg, |r| &r.spread, true)
+        .into_iter()
+        .map(|(k, (value, usual))| {
+            let d = Disturbance {
+                figure: k.clone(),
+                value,
+                usual,
+            };
+            (k, d)
+        })
+        .collect()
 }
 
 /// Evaluates `cfg` on one run's figures against `history` (figure → previous
