@@ -10,3 +10,4 @@ pub mod linktest_report;
 pub mod node_checks;
 pub mod reference;
 pub mod regressions;
+pub mod summaries;

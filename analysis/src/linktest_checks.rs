@@ -72,6 +72,14 @@ impl SlowPair {
         s.time_s = num("check_slow_pair_time_s")?;
         Ok(s)
     }
+
+    /// The slow-pair threshold (s) of a file whose pairs' median time is
+    /// `file_median`: the absolute time when set, else factor × the median.
+    /// A pair slower than this is slow (the one rule of the run's
+    /// `linktest.slow_pairs`, the per-node check and `linktest_host_summary`).
+    pub fn threshold(&self, file_median: f64) -> f64 {
+        self.time_s.unwrap_or(self.factor * file_median)
+    }
 }
 
 /// The spread figure of a LinkTest run.
@@ -187,7 +195,7 @@ pub fn count_slow(groups: &mut [Vec<f64>], slow: &SlowPair) -> usize {
         .map(|g| {
             let threshold = match slow.time_s {
                 Some(t) => t,
-                None => slow.factor * median_of(g),
+                None => slow.threshold(median_of(g)),
             };
             g.iter().filter(|t| **t > threshold).count()
         })

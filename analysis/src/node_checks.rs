@@ -184,13 +184,13 @@ pub struct NodeFacts {
     pub cpu_model: String,
 }
 
-fn text_col(b: &RecordBatch, n: &str) -> Option<StringArray> {
+pub(crate) fn text_col(b: &RecordBatch, n: &str) -> Option<StringArray> {
     b.column_by_name(n)
         .and_then(|a| arrow::compute::cast(a, &DataType::Utf8).ok())
         .and_then(|a| a.as_any().downcast_ref::<StringArray>().cloned())
 }
 
-fn f64_col(b: &RecordBatch, n: &str) -> Option<Float64Array> {
+pub(crate) fn f64_col(b: &RecordBatch, n: &str) -> Option<Float64Array> {
     b.column_by_name(n)
         .and_then(|a| arrow::compute::cast(a, &DataType::Float64).ok())
         .and_then(|a| a.as_any().downcast_ref::<Float64Array>().cloned())
@@ -467,6 +467,14 @@ fn median(v: &mut [f64]) -> Option<f64> {
     })
 }
 
+/// One process's bandwidth (MiB/s, 2^20) from its `io_task_times` row:
+/// bytes moved over its transfer time; `None` unless the time is positive
+/// and both are finite (the per-node checks and `io_node_summary`).
+pub fn process_bw_mib_s(bytes: f64, xfer_time_s: f64) -> Option<f64> {
+    let usable = xfer_time_s.is_finite() && xfer_time_s > 0.0 && bytes.is_finite() && bytes >= 0.0;
+    usable.then(|| bytes / xfer_time_s / (1u64 << 20) as f64)
+}
+
 /// Each node's mean process bandwidth (MiB/s) per operation from
 /// `io_task_times` rows that name a host and moved bytes in a positive
 /// transfer time: operation → node → MiB/s. Rows without a host (IOR's)
@@ -486,9 +494,10 @@ pub fn node_bandwidths(batches: &[RecordBatch]) -> BTreeMap<String, BTreeMap<Str
             if !(op.is_valid(i) && host.is_valid(i) && bytes.is_valid(i) && xfer.is_valid(i)) {
                 continue;
             }
-            let (by, t) = (bytes.value(i), xfer.value(i));
-            let usable = t.is_finite() && t > 0.0 && by.is_finite() && by >= 0.0;
-            if host.value(i).is_empty() || !usable {
+            let Some(bw) = process_bw_mib_s(bytes.value(i), xfer.value(i)) else {
+                continue;
+            };
+            if host.value(i).is_empty() {
                 continue;
             }
             let e = acc
@@ -496,7 +505,7 @@ pub fn node_bandwidths(batches: &[RecordBatch]) -> BTreeMap<String, BTreeMap<Str
                 .or_default()
                 .entry(host.value(i).to_string())
                 .or_default();
-            e.0 += by / t / (1u64 << 20) as f64;
+            e.0 += bw;
             e.1 += 1;
         }
     }
@@ -677,7 +686,7 @@ pub fn linktest_node_checks(
             continue;
         };
         medians.push(med);
-        threshold_of[k] = Some(slow.time_s.unwrap_or(slow.factor * med));
+        threshold_of[k] = Some(slow.threshold(med));
     }
     if medians.is_empty() {
         return Vec::new();

@@ -1556,15 +1556,31 @@ pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {
     };
     // Read and encode in one go: the LinkTest reader streams its pair times
     // into the Parquet file a row group at a time.
+    // The summary tables (`linktest_host_summary`, `io_node_summary`) are
+    // derived from the encoded tables as the worker's ingest job derives them
+    // (default slow-pair rule: offline ingests have no run parameters).
     let tables = tokio::task::spawn_blocking({
         let run_id = run_id.clone();
-        move || {
-            benchlake_formats::ingest_encoded_in(
+        move || -> anyhow::Result<Vec<benchlake_core::lake::EncodedTable>> {
+            let mut tables = benchlake_formats::ingest_encoded_in(
                 &kind,
                 &inputs,
-                &benchlake_formats::IngestContext { run_id },
+                &benchlake_formats::IngestContext {
+                    run_id: run_id.clone(),
+                },
                 spill.as_deref(),
-            )
+            )?;
+            let summaries = benchlake_analysis::summaries::derive(
+                &kind,
+                &run_id,
+                &tables,
+                &[],
+                &Default::default(),
+            )?;
+            for t in &summaries {
+                tables.push(benchlake_core::lake::EncodedTable::encode(t)?);
+            }
+            Ok(tables)
         }
     })
     .await??;

@@ -1269,6 +1269,8 @@ mod tests {
                 Arc::new(Int32Array::from((0..n).map(|i| i + 1).collect::<Vec<_>>())),
                 Arc::new(Int32Array::from(vec![1; n as usize])),
                 Arc::new(Float64Array::from(vec![1e-6; n as usize])),
+                Arc::new(StringArray::from(vec!["h0"; n as usize])),
+                Arc::new(StringArray::from(vec![Some("h1"); n as usize])),
             ],
         )
         .unwrap()
@@ -1402,6 +1404,10 @@ mod tests {
                     Arc::new(Int32Array::from_iter_values(1..=n as i32)),
                     Arc::new(Int32Array::from(vec![1; n])),
                     Arc::new(Float64Array::from(vec![1e-6; n])),
+                    Arc::new(StringArray::from(vec!["h0"; n])),
+                    Arc::new(StringArray::from_iter_values(
+                        (0..n).map(|i| format!("h{}", i / 3)),
+                    )),
                 ],
             )
             .unwrap()
@@ -1457,10 +1463,13 @@ mod tests {
                 Arc::new(Int32Array::from_iter_values(0..many.len() as i32)),
                 Arc::new(Int32Array::from(vec![1; many.len()])),
                 Arc::new(Float64Array::from(vec![1e-6; many.len()])),
+                Arc::new(StringArray::from(many.clone())),
+                Arc::new(StringArray::from(vec!["h"; many.len()])),
             ],
         )
         .unwrap();
         let back = read_back(encode_parquet("linktest_timings", &[b]).unwrap());
+        assert_eq!(strings_of(&back, 7), many);
         let got = strings_of(&back, 1);
         assert_eq!(got, many);
     }
@@ -1493,7 +1502,13 @@ mod tests {
                             rows.clone().map(|i| (i * 7 % 4095) as i32),
                         )),
                         Arc::new(Float64Array::from_iter_values(
-                            rows.map(|i| f64::from((i as f32) * 1e-9)),
+                            rows.clone().map(|i| f64::from((i as f32) * 1e-9)),
+                        )),
+                        Arc::new(StringArray::from_iter_values(
+                            rows.clone().map(|i| format!("n{}", i / 4095 / 48)),
+                        )),
+                        Arc::new(StringArray::from_iter_values(
+                            rows.map(|i| format!("n{}", i % 4095 / 48)),
                         )),
                     ],
                 )

@@ -6,7 +6,10 @@
 //! decoded repeatedly for a per-file figure comparable with LinkTest's own reader.
 //!
 //! Run: `cargo bench -p benchlake-formats --bench linktest` (`LINKTEST_BENCH_RANKS`
-//! overrides the rank count).
+//! overrides the rank count). `LINKTEST_BENCH_MODE=streamed` measures instead what
+//! `benchlake ingest linktest` and the worker run (`ingest_encoded`, the pair
+//! times streamed into Parquet) for 48 ranks per host and for one rank per host
+//! (every pair's partner on another host: the host columns' worst case).
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -81,11 +84,52 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
+/// `ingest_encoded("linktest")` of a synthetic `n`-rank file, 48 ranks per
+/// host and 1: best wall and CPU time of 7 runs and the Parquet bytes.
+fn streamed(n: usize) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for rph in [48, 1] {
+        let path = dir.path().join(format!("rph{rph}.sion"));
+        let run = linktest::synth::synthetic_run(n, rph, 0);
+        linktest::v2::write_file(&run, &path, &SionWriteOptions::default()).expect("write");
+        drop(run);
+        let size = std::fs::metadata(&path).expect("stat").len();
+        let input = benchlake_formats::InputFile {
+            path: path.clone(),
+            source: "raw/01JBENCH/task/pingpong_results_bin.sion".into(),
+        };
+        let ctx = benchlake_formats::IngestContext {
+            run_id: "01JBENCH000000000000000000".into(),
+        };
+        let (mut wall, mut cpu, mut bytes) = (f64::INFINITY, f64::INFINITY, 0);
+        for _ in 0..7 {
+            let (t0, c0) = (Instant::now(), cpu_s());
+            let out =
+                benchlake_formats::ingest_encoded("linktest", std::slice::from_ref(&input), &ctx)
+                    .expect("ingest");
+            wall = wall.min(secs(t0.elapsed()));
+            cpu = cpu.min(cpu_s() - c0);
+            bytes = out.iter().map(|t| t.data.len()).sum::<usize>();
+        }
+        println!(
+            "streamed ingest, {n} ranks, {rph} per host ({:.1} MB SION): best of 7 {:.3} s wall, {:.3} s CPU; Parquet {:.2} MB",
+            size as f64 / 1e6,
+            wall,
+            cpu,
+            bytes as f64 / 1e6
+        );
+    }
+}
+
 fn main() {
     let n: usize = std::env::var("LINKTEST_BENCH_RANKS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(4096);
+    if std::env::var("LINKTEST_BENCH_MODE").as_deref() == Ok("streamed") {
+        streamed(n);
+        return;
+    }
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("pingpong_results_bin.sion");
     let t = Instant::now();

@@ -42,7 +42,14 @@ struct Kind {
     tables: &'static [&'static str],
 }
 
-const IO_TABLES: &[&str] = &["io_results", "io_task_times", "io_summary"];
+/// The I/O tables; `io_node_summary` is derived from `io_task_times` by the
+/// ingest job (`benchlake_analysis::summaries`), not by the reader.
+const IO_TABLES: &[&str] = &[
+    "io_results",
+    "io_task_times",
+    "io_summary",
+    "io_node_summary",
+];
 
 /// Registered kinds.
 const KINDS: &[Kind] = &[
@@ -106,6 +113,9 @@ const KINDS: &[Kind] = &[
             "linktest_timings",
             "linktest_alltoall",
             "linktest_slow_links",
+            // Derived from the pairs by the ingest job
+            // (`benchlake_analysis::summaries`), not by the reader.
+            "linktest_host_summary",
         ],
     },
 ];

@@ -76,6 +76,17 @@ impl Executor for Ingest {
         // The run's health verdicts follow the I/O and LinkTest ingests.
         let info: benchlake_core::jobs::IngestRunInfo =
             serde_json::from_str(&ctx.spec_json).unwrap_or_default();
+        // The summaries beside the rows (`linktest_host_summary`,
+        // `io_node_summary`): read back from what was just encoded.
+        let summaries = benchlake_analysis::summaries::derive(
+            &s.format,
+            &ctx.run_id,
+            &encoded,
+            &tables,
+            &info.params,
+        )
+        .map_err(|e| ExecError::Permanent(e.to_string()))?;
+        tables.extend(summaries);
         Ok(ExecOutput {
             encoded,
             tables,

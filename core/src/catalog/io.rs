@@ -142,6 +142,42 @@ pub fn tables() -> Vec<TableDef> {
             ],
         ),
         table(
+            "io_node_summary",
+            "One row per I/O result file, test, operation and node: the bandwidths of the node's processes over all iterations (from `io_task_times` rows that name a host: pio; IOR's per-rank files name none). Written by the ingest job; `io_summary` is the per-test (file system target) summary over iterations.",
+            vec![
+                run_id(),
+                source(),
+                (
+                    "test_id",
+                    Int64,
+                    true,
+                    "test index within the run (null when the rows carry none)",
+                ),
+                ("operation", utf8(), false, "`write` or `read`"),
+                ("node", utf8(), false, "the node (`io_task_times.host`)"),
+                (
+                    "processes",
+                    Int64,
+                    false,
+                    "process rows summarised (processes × iterations)",
+                ),
+                ("bytes", Int64, false, "bytes these processes moved"),
+                (
+                    "min_bw_mib_s",
+                    Float64,
+                    false,
+                    "slowest process: `bytes / xfer_time_s` in MiB/s (2^20), the per-process bandwidth of the node checks",
+                ),
+                (
+                    "median_bw_mib_s",
+                    Float64,
+                    false,
+                    "median process bandwidth (MiB/s)",
+                ),
+                ("max_bw_mib_s", Float64, false, "fastest process (MiB/s)"),
+            ],
+        ),
+        table(
             "mdtest_results",
             "One row per mdtest operation and iteration.",
             vec![

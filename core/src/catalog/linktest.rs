@@ -105,6 +105,20 @@ pub fn tables() -> Vec<TableDef> {
                 ("to_rank", Int32, false, "partner rank"),
                 ("step", Int32, false, "step in which the pair was measured"),
                 ("time_s", Float64, false, "time per message (s)"),
+                // Added (issue 40): one node's pairs are a filter, not a join
+                // with linktest_ranks per run. Null in files written before.
+                (
+                    "from_host",
+                    utf8(),
+                    true,
+                    "node of `from_rank`: its `linktest_ranks.hostname` in the same file (null in rows written before 2026-12)",
+                ),
+                (
+                    "to_host",
+                    utf8(),
+                    true,
+                    "node of `to_rank`: its `linktest_ranks.hostname` in the same file (null in rows written before 2026-12)",
+                ),
             ],
         ),
         table(
@@ -135,6 +149,94 @@ pub fn tables() -> Vec<TableDef> {
                     Float64,
                     true,
                     "time in the serial retest (s)",
+                ),
+                // Added (issue 40), as in linktest_timings.
+                (
+                    "from_host",
+                    utf8(),
+                    true,
+                    "node of `from_rank` (`linktest_ranks.hostname`; null in rows written before 2026-12)",
+                ),
+                (
+                    "to_host",
+                    utf8(),
+                    true,
+                    "node of `to_rank` (`linktest_ranks.hostname`; null in rows written before 2026-12)",
+                ),
+            ],
+        ),
+        table(
+            "linktest_host_summary",
+            "One row per LinkTest file, host and pair class: that host's measured pairs summarised (written by the ingest job beside the pairs; docs/linktest.md, \"Last night and one node's history\").",
+            vec![
+                run_id(),
+                source(),
+                (
+                    "host",
+                    utf8(),
+                    false,
+                    "the node (`linktest_ranks.hostname`, the same name as `from_host`/`to_host`)",
+                ),
+                (
+                    "pair_class",
+                    utf8(),
+                    false,
+                    "`intra`: both ranks on this host; `inter`: the partner on another host",
+                ),
+                (
+                    "pairs",
+                    Int64,
+                    false,
+                    "measured ordered pairs with this host at either end (an `intra` pair counts once, an `inter` pair for each of its two hosts)",
+                ),
+                (
+                    "min_time_s",
+                    Float64,
+                    false,
+                    "fastest of these pairs: time per message (s)",
+                ),
+                (
+                    "median_time_s",
+                    Float64,
+                    false,
+                    "median pair time (the mean of the middle two for an even count)",
+                ),
+                ("max_time_s", Float64, false, "slowest of these pairs (s)"),
+                (
+                    "message_size",
+                    Int64,
+                    false,
+                    "bytes per message (`linktest_runs.message_size` of the file)",
+                ),
+                (
+                    "max_bw_bytes_s",
+                    Float64,
+                    false,
+                    "bandwidth of the fastest pair: `message_size / min_time_s` (bytes/s)",
+                ),
+                (
+                    "median_bw_bytes_s",
+                    Float64,
+                    false,
+                    "`message_size / median_time_s` (bytes/s)",
+                ),
+                (
+                    "min_bw_bytes_s",
+                    Float64,
+                    false,
+                    "bandwidth of the slowest pair: `message_size / max_time_s` (bytes/s)",
+                ),
+                (
+                    "slow_pairs",
+                    Int64,
+                    false,
+                    "of these pairs, those slower than `slow_threshold_s` (the `linktest.slow_pairs` rule of the checks, docs/verdicts.md)",
+                ),
+                (
+                    "slow_threshold_s",
+                    Float64,
+                    false,
+                    "the slow-pair threshold of the file: `check_slow_pair_time_s` when the run sets it, else `check_slow_pair_factor` (default 2) × the median time of all the file's pairs",
                 ),
             ],
         ),

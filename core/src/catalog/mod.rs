@@ -182,7 +182,9 @@ mod tests {
                 "from_rank",
                 "to_rank",
                 "step",
-                "time_s"
+                "time_s",
+                "from_host",
+                "to_host"
             ]
         );
         assert!(schema("nope").is_err());

@@ -94,6 +94,59 @@ impl Lake {
     }
 }
 
+impl super::EncodedTable {
+    /// Hands `f` the rows of this encoded table a batch at a time (from
+    /// memory, or from its spilled file), only the columns `columns` (every
+    /// column when empty): readers of a file just encoded, such as the
+    /// ingest job's summaries, without holding its rows. A file that does
+    /// not decode is [`Error::Decode`] naming the table.
+    pub fn for_each_batch(
+        &self,
+        columns: &[&str],
+        f: impl FnMut(RecordBatch) -> Result<()>,
+    ) -> Result<()> {
+        let name = format!("{} (just encoded)", self.table);
+        match &self.spilled {
+            Some(s) => {
+                let file = std::fs::File::open(&*s.path).map_err(|e| Error::Io {
+                    path: s.path.to_path_buf(),
+                    source: e,
+                })?;
+                batches_of(file, &name, columns, f)
+            }
+            None => batches_of(self.data.clone(), &name, columns, f),
+        }
+    }
+}
+
+/// The batches of a Parquet file, only `columns` (all when empty), to `f`.
+fn batches_of<R: parquet::file::reader::ChunkReader + 'static>(
+    reader: R,
+    name: &str,
+    columns: &[&str],
+    mut f: impl FnMut(RecordBatch) -> Result<()>,
+) -> Result<()> {
+    let bad = |e: &dyn std::fmt::Display| Error::Decode {
+        key: name.to_string(),
+        message: e.to_string(),
+    };
+    let builder = ParquetRecordBatchReaderBuilder::try_new(reader).map_err(|e| bad(&e))?;
+    let builder = if columns.is_empty() {
+        builder
+    } else {
+        let schema = builder.parquet_schema();
+        let ix: Vec<usize> = (0..schema.num_columns())
+            .filter(|i| columns.contains(&schema.column(*i).name()))
+            .collect();
+        let mask = parquet::arrow::ProjectionMask::leaves(schema, ix);
+        builder.with_projection(mask)
+    };
+    for b in builder.build().map_err(|e| bad(&e))? {
+        f(b.map_err(|e| bad(&e))?)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -117,6 +170,8 @@ mod tests {
                 Arc::new(Int32Array::from_iter_values(ranks.map(|r| r + 1))),
                 Arc::new(Int32Array::from(vec![1; n])),
                 Arc::new(Float64Array::from(vec![1e-6; n])),
+                Arc::new(StringArray::from(vec!["h0"; n])),
+                Arc::new(StringArray::from(vec!["h1"; n])),
             ],
         )
         .unwrap()

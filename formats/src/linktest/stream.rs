@@ -12,7 +12,7 @@
 //! rows), made into strings only where it needs them (more than 4,096 names
 //! in a row group). The files are those `encode_parquet` writes for
 //! [`super::ingest_linktest`]'s batches: the same rows, row groups and bytes.
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -67,11 +67,21 @@ pub fn ingest_linktest_encoded_in(
         ));
         let src = timings.source(&input.source);
         let run = {
-            let mut sink = |r: usize, slots: &RankSlots<'_>| timings.push_rank(src, 0, r, slots);
+            let mut sink = |r: usize, slots: &RankSlots<'_>| {
+                if r == 0 {
+                    timings
+                        .hosts
+                        .start_file(slots.hosts().iter().map(String::as_str));
+                }
+                timings.push_rank(src, 0, r, slots)
+            };
             super::decode_with(&set, Some(&mut sink))?
         };
         drop(set);
         // Files whose matrices were filled (1.x, several permutations).
+        timings
+            .hosts
+            .start_file(run.ranks.iter().map(|r| r.hostname.as_str()));
         timings.push_matrices(src, &run)?;
         g.add_without_timings(&run, &input.source)?;
     }
@@ -117,6 +127,103 @@ struct TimingGroups {
     /// Slots of one rank, for files decoded into matrices.
     scratch_t: Vec<f64>,
     scratch_s: Vec<i32>,
+    /// The `from_host` and `to_host` columns of the group, as runs.
+    hosts: HostRuns,
+}
+
+/// The `from_host`/`to_host` columns of a row group as runs of host numbers
+/// (a rank's rows share its host; its partners' hosts change once per host
+/// block), made into (name, rows) runs only for the encoder.
+#[derive(Default)]
+pub(super) struct HostRuns {
+    names: Vec<String>,
+    index: HashMap<String, u32>,
+    /// Host number of each rank of the file being read.
+    of_rank: Vec<u32>,
+    from: Vec<(u32, usize)>,
+    to: Vec<(u32, usize)>,
+}
+
+impl HostRuns {
+    /// The hostnames of the next file's ranks, by rank.
+    pub(super) fn start_file<'a>(&mut self, hosts: impl Iterator<Item = &'a str>) {
+        self.of_rank.clear();
+        for h in hosts {
+            let k = match self.index.get(h) {
+                Some(k) => *k,
+                None => {
+                    let k = self.names.len() as u32;
+                    self.names.push(h.to_string());
+                    self.index.insert(h.to_string(), k);
+                    k
+                }
+            };
+            self.of_rank.push(k);
+        }
+    }
+
+    /// The host number of `rank` (that of "" for a rank the file does not
+    /// list, as [`super::tables::host_of`] gives it).
+    fn of(&mut self, rank: usize) -> u32 {
+        if let Some(k) = self.of_rank.get(rank) {
+            return *k;
+        }
+        match self.index.get("") {
+            Some(k) => *k,
+            None => {
+                let k = self.names.len() as u32;
+                self.names.push(String::new());
+                self.index.insert(String::new(), k);
+                k
+            }
+        }
+    }
+
+    fn push(runs: &mut Vec<(u32, usize)>, host: u32, rows: usize) {
+        match runs.last_mut() {
+            Some((h, n)) if *h == host => *n += rows,
+            _ if rows == 0 => {}
+            _ => runs.push((host, rows)),
+        }
+    }
+
+    /// `rows` rows initiated by `rank`.
+    fn push_from(&mut self, rank: usize, rows: usize) {
+        let h = self.of(rank);
+        Self::push(&mut self.from, h, rows);
+    }
+
+    /// One row toward `partner`.
+    fn push_to(&mut self, partner: usize) {
+        let h = self.of(partner);
+        Self::push(&mut self.to, h, 1);
+    }
+
+    /// Rows toward the ranks `ranks`, in order.
+    fn push_to_range(&mut self, ranks: std::ops::Range<usize>) {
+        for p in ranks {
+            self.push_to(p);
+        }
+    }
+
+    fn runs<'a>(&'a self, runs: &[(u32, usize)]) -> Vec<(&'a str, usize)> {
+        runs.iter()
+            .map(|(h, n)| {
+                (
+                    self.names
+                        .get(*h as usize)
+                        .map(String::as_str)
+                        .unwrap_or(""),
+                    *n,
+                )
+            })
+            .collect()
+    }
+
+    fn clear_group(&mut self) {
+        self.from.clear();
+        self.to.clear();
+    }
 }
 
 impl TimingGroups {
@@ -138,6 +245,7 @@ impl TimingGroups {
             spill_dir: None,
             scratch_t: Vec::new(),
             scratch_s: Vec::new(),
+            hosts: HostRuns::default(),
         }
     }
 
@@ -208,6 +316,7 @@ impl TimingGroups {
                         times[t_at + kept] = t;
                         self.step[at + kept] = s;
                         self.to.push(partner(k + i));
+                        self.hosts.push_to(partner(k + i) as usize);
                         kept += 1;
                     }
                     times.truncate(t_at + kept);
@@ -226,6 +335,7 @@ impl TimingGroups {
                 self.note_rows(src, rows);
                 self.perm.push_run(perm, rows, 0);
                 self.from.push_run(r as i32, rows, 0);
+                self.hosts.push_from(r, rows);
             }
             k += take;
             if self.step.len() == ROW_GROUP_ROWS {
@@ -239,8 +349,10 @@ impl TimingGroups {
     fn push_partners(&mut self, r: usize, k: usize, take: usize) {
         let (a, b) = (k.min(r), (k + take).min(r));
         self.to.push_run(a as i32, b - a, 1);
+        self.hosts.push_to_range(a..b);
         let (a, b) = (k.max(r), (k + take).max(r));
         self.to.push_run(a as i32 + 1, b - a, 1);
+        self.hosts.push_to_range(a + 1..b + 1);
     }
 
     /// Starts making pages of the times once the table is sure to be large
@@ -354,6 +466,8 @@ impl TimingGroups {
                 Some(pages) => GroupColumn::Float64Pages(pages),
                 None => GroupColumn::Arrays(cut(&time_col)),
             },
+            GroupColumn::Utf8Runs(self.hosts.runs(&self.hosts.from)),
+            GroupColumn::Utf8Runs(self.hosts.runs(&self.hosts.to)),
         ];
         if let Some(enc) = self.enc.as_mut() {
             enc.write_row_group_columns(&mut columns)?;
@@ -363,6 +477,7 @@ impl TimingGroups {
         self.perm.clear();
         self.from.clear();
         self.to.clear();
+        self.hosts.clear_group();
         // Take the column memory back for the next group (the arrays are no
         // longer shared); fresh vectors if that fails.
         self.step = reuse(step.into_parts().1, rows);

@@ -92,7 +92,7 @@ pub fn into_run_tables(
         TableOutput::new("linktest_ranks", vec![ranks_batch(&run, run_id, source)?]),
         TableOutput::new(
             "linktest_timings",
-            timings_batches_of(cols, run_id, source)?,
+            timings_batches_of(cols, run_id, source, &rank_hosts(&run))?,
         ),
         TableOutput::new("linktest_alltoall", alltoall_batches(&run, run_id, source)?),
         TableOutput::new("linktest_slow_links", slow_batches(&run, run_id, source)?),
@@ -463,7 +463,49 @@ fn timing_columns_owned(run: &mut LinkTestRun) -> Option<TimingColumns> {
 }
 
 fn timings_batches(run: &LinkTestRun, run_id: &str, source: &str) -> Result<Vec<RecordBatch>> {
-    timings_batches_of(timing_columns(run), run_id, source)
+    timings_batches_of(timing_columns(run), run_id, source, &rank_hosts(run))
+}
+
+/// Every rank's hostname, by rank: the `from_host`/`to_host` of its pairs.
+pub(super) fn rank_hosts(run: &LinkTestRun) -> Vec<&str> {
+    let mut out = vec![""; run.num_tasks];
+    for r in &run.ranks {
+        if let Some(h) = out.get_mut(r.rank) {
+            *h = r.hostname.as_str();
+        }
+    }
+    out
+}
+
+/// The hostname of `rank` ("" for a rank the file does not list).
+pub(super) fn host_of<'a>(hosts: &[&'a str], rank: i32) -> &'a str {
+    usize::try_from(rank)
+        .ok()
+        .and_then(|r| hosts.get(r))
+        .copied()
+        .unwrap_or("")
+}
+
+/// The hosts of `ranks` as a `Utf8` column (built from runs: the ranks of a
+/// host are usually neighbours).
+fn host_column(ranks: &ArrayRef, hosts: &[&str]) -> Result<ArrayRef> {
+    use arrow::array::AsArray;
+    let mut runs: Vec<(&str, usize)> = Vec::new();
+    for r in ranks.as_primitive::<arrow::datatypes::Int32Type>().values() {
+        let h = host_of(hosts, *r);
+        match runs.last_mut() {
+            Some((v, n)) if *v == h => *n += 1,
+            _ => runs.push((h, 1)),
+        }
+    }
+    benchlake_core::lake::utf8_runs_array(&runs).ok_or_else(|| {
+        crate::error::FormatError::malformed(
+            "<linktest ingest>",
+            "hostname",
+            crate::error::Position::None,
+            "the host names of one batch exceed 2 GiB",
+        )
+    })
 }
 
 /// The timing columns copied out of the run's matrices.
@@ -531,7 +573,12 @@ fn timing_columns(run: &LinkTestRun) -> TimingColumns {
 
 /// Cuts the timing columns into batches of at most [`TIMING_BATCH_ROWS`] rows with
 /// the constant run_id, source and permutation columns.
-fn timings_batches_of(cols: TimingColumns, run_id: &str, source: &str) -> Result<Vec<RecordBatch>> {
+fn timings_batches_of(
+    cols: TimingColumns,
+    run_id: &str,
+    source: &str,
+    hosts: &[&str],
+) -> Result<Vec<RecordBatch>> {
     let TimingColumns {
         from,
         to,
@@ -589,6 +636,8 @@ fn timings_batches_of(cols: TimingColumns, run_id: &str, source: &str) -> Result
                 to.slice(at, len),
                 step.slice(at, len),
                 time.slice(at, len),
+                host_column(&from.slice(at, len), hosts)?,
+                host_column(&to.slice(at, len), hosts)?,
             ],
         )?);
         at += len;
@@ -658,12 +707,18 @@ struct SlowRows {
     to: Vec<i32>,
     time: Vec<f64>,
     retest: Vec<Option<f64>>,
+    from_host: Vec<String>,
+    to_host: Vec<String>,
 }
 
 impl SlowRows {
     fn add(&mut self, run: &LinkTestRun) {
+        let hosts = rank_hosts(run);
         for (p, pm) in run.permutations.iter().enumerate() {
             for s in &pm.slow_links {
+                let host = |r: usize| host_of(&hosts, i32::try_from(r).unwrap_or(-1)).to_string();
+                self.from_host.push(host(s.from_rank));
+                self.to_host.push(host(s.to_rank));
                 self.perm.push(p as i32);
                 self.kind.push(if s.retest_time_s.is_some() {
                     "retested"
@@ -686,6 +741,8 @@ impl SlowRows {
             Arc::new(Int32Array::from(self.to)),
             Arc::new(Float64Array::from(self.time)),
             Arc::new(Float64Array::from(self.retest)),
+            Arc::new(StringArray::from(self.from_host)),
+            Arc::new(StringArray::from(self.to_host)),
         ]
     }
 }
@@ -698,12 +755,33 @@ struct TimingRows {
     to: Vec<i32>,
     step: Vec<i32>,
     time: Vec<f64>,
+    /// Runs of the host columns (their values are made at the end).
+    from_host: Vec<(String, usize)>,
+    to_host: Vec<(String, usize)>,
+}
+
+/// Appends `rows` rows of `host` to the runs `runs`.
+fn push_host_run(runs: &mut Vec<(String, usize)>, host: &str, rows: usize) {
+    match runs.last_mut() {
+        Some((h, n)) if h == host => *n += rows,
+        _ => runs.push((host.to_string(), rows)),
+    }
 }
 
 impl TimingRows {
     /// The rows of `timing_columns`: per permutation and initiating rank, the
     /// measured partners in order.
     fn add(&mut self, run: &LinkTestRun) {
+        let hosts = rank_hosts(run);
+        let before = self.from.len();
+        self.add_values(run);
+        for (f, t) in self.from[before..].iter().zip(&self.to[before..]) {
+            push_host_run(&mut self.from_host, host_of(&hosts, *f), 1);
+            push_host_run(&mut self.to_host, host_of(&hosts, *t), 1);
+        }
+    }
+
+    fn add_values(&mut self, run: &LinkTestRun) {
         let n = run.num_tasks;
         for (p, pm) in run.permutations.iter().enumerate() {
             let rows = pm
@@ -725,15 +803,30 @@ impl TimingRows {
         }
     }
 
-    fn columns(self) -> Vec<ArrayRef> {
-        vec![
+    fn columns(self) -> Result<Vec<ArrayRef>> {
+        Ok(vec![
             Arc::new(Int32Array::from(self.perm)),
             Arc::new(Int32Array::from(self.from)),
             Arc::new(Int32Array::from(self.to)),
             Arc::new(Int32Array::from(self.step)),
             Arc::new(Float64Array::from(self.time)),
-        ]
+            host_runs_column(&self.from_host)?,
+            host_runs_column(&self.to_host)?,
+        ])
     }
+}
+
+/// A `Utf8` column of host runs.
+fn host_runs_column(runs: &[(String, usize)]) -> Result<ArrayRef> {
+    let runs: Vec<(&str, usize)> = runs.iter().map(|(h, n)| (h.as_str(), *n)).collect();
+    benchlake_core::lake::utf8_runs_array(&runs).ok_or_else(|| {
+        crate::error::FormatError::malformed(
+            "<linktest ingest>",
+            "hostname",
+            crate::error::Position::None,
+            "the host names of the gathered pairs exceed 2 GiB",
+        )
+    })
 }
 
 /// Files whose `linktest_timings` may reach this many rows (ranks × (ranks
@@ -808,7 +901,7 @@ impl Gather {
         if bound >= OWN_TIMING_ROWS {
             self.flush_timings(run_id)?;
             let own = match timing_columns_owned(&mut run) {
-                Some(cols) => timings_batches_of(cols, run_id, source)?,
+                Some(cols) => timings_batches_of(cols, run_id, source, &rank_hosts(&run))?,
                 None => timings_batches(&run, run_id, source)?,
             };
             self.timing_batches.extend(own);
@@ -858,7 +951,7 @@ impl Gather {
             &rid,
             &self.sources,
             &spans,
-            rows.columns(),
+            rows.columns()?,
         )?);
         Ok(())
     }

@@ -57,9 +57,18 @@ pub(crate) struct RankSlots<'a> {
     order: ByteOrder,
     /// The error for the step of slot k that does not fit.
     step_error: &'a dyn Fn(usize) -> FormatError,
+    /// Every rank's hostname, by rank (read ahead of the pair times: a
+    /// pair's partner may come later in the file).
+    hosts: &'a [String],
 }
 
 impl RankSlots<'_> {
+    /// Every rank's hostname, by rank ("" for a rank whose header could not
+    /// be read ahead; the decode then fails on it).
+    pub(crate) fn hosts(&self) -> &[String] {
+        self.hosts
+    }
+
     /// Number of slots.
     pub(crate) fn len(&self) -> usize {
         self.times.len() / 8
@@ -275,6 +284,15 @@ pub(crate) fn decode_with(set: &SionSet, mut sink: Option<RankSink<'_>>) -> Resu
     if m != 1 {
         sink = None;
     }
+    // A sink needs every rank's hostname before the pairs (the node of each
+    // partner): read them ahead, from the start of each rank's stream.
+    let hosts: Vec<String> = if sink.is_some() {
+        (0..n)
+            .map(|r| rank_hostname_ahead(set, r, order, header_len).unwrap_or_default())
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut perms: Vec<Permutation> = Vec::with_capacity(m);
     let mut ranks = Vec::with_capacity(n);
     let (mut slot_t, mut slot_s) = if sink.is_some() {
@@ -366,6 +384,7 @@ pub(crate) fn decode_with(set: &SionSet, mut sink: Option<RankSink<'_>>) -> Resu
                         steps: raw,
                         order,
                         step_error: &step_error,
+                        hosts: &hosts,
                     },
                 )?,
                 None => {
@@ -429,6 +448,30 @@ pub(crate) fn decode_with(set: &SionSet, mut sink: Option<RankSink<'_>>) -> Resu
         ranks,
         permutations: perms,
     })
+}
+
+/// Rank `r`'s hostname as the decode reads it (after the header for rank
+/// 0), from the first block of its stream when that holds it; `None` when
+/// it cannot be read (the decode reports why).
+fn rank_hostname_ahead(
+    set: &SionSet,
+    r: usize,
+    order: ByteOrder,
+    header_len: usize,
+) -> Option<String> {
+    let stream = set.task(r)?;
+    let read = |bytes: &[u8]| -> Option<String> {
+        let mut c = Cursor::new(bytes, order, &stream);
+        if r == 0 {
+            c.take(header_len, "header").ok()?;
+        }
+        let hlen = c.u32("hostname length").ok()? as usize;
+        c.cstr(hlen, "hostname").ok()
+    };
+    match stream.blocks.first().and_then(|b| read(b.data)) {
+        Some(h) => Some(h),
+        None => read(&stream.contiguous()),
+    }
 }
 
 /// The first slot whose step does not fit i32 (0 when all do).
