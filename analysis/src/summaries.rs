@@ -468,3 +468,231 @@ impl IoNodeSummary {
         batch_of("io_node_summary", cols).map(Some)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int32Array;
+
+    fn strings(v: &[&str]) -> ArrayRef {
+        Arc::new(StringArray::from(v.to_vec()))
+    }
+
+    /// Four ranks, two per host (a: 0, 1; b: 2, 3), every ordered pair.
+    fn linktest(times: impl Fn(i32, i32) -> f64) -> (RecordBatch, RecordBatch, RecordBatch) {
+        let ranks = RecordBatch::try_new(
+            catalog::schema("linktest_ranks").unwrap(),
+            vec![
+                strings(&["R"; 4]),
+                strings(&["f"; 4]),
+                Arc::new(Int32Array::from(vec![0, 1, 2, 3])),
+                strings(&["a", "a", "b", "b"]),
+                Arc::new(Int32Array::from(vec![None::<i32>; 4])),
+            ],
+        )
+        .unwrap();
+        let (mut from, mut to, mut t) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..4 {
+            for j in 0..4 {
+                if i != j {
+                    from.push(i);
+                    to.push(j);
+                    t.push(times(i, j));
+                }
+            }
+        }
+        let n = t.len();
+        let host = |r: &i32| if *r < 2 { "a" } else { "b" };
+        let timings = RecordBatch::try_new(
+            catalog::schema("linktest_timings").unwrap(),
+            vec![
+                strings(&vec!["R"; n]),
+                strings(&vec!["f"; n]),
+                Arc::new(Int32Array::from(vec![0; n])),
+                Arc::new(Int32Array::from(from.clone())),
+                Arc::new(Int32Array::from(to.clone())),
+                Arc::new(Int32Array::from(vec![1; n])),
+                Arc::new(Float64Array::from(t)),
+                strings(&from.iter().map(host).collect::<Vec<_>>()),
+                strings(&to.iter().map(host).collect::<Vec<_>>()),
+            ],
+        )
+        .unwrap();
+        // Only the columns the summary reads of linktest_runs.
+        let runs = RecordBatch::try_from_iter(vec![
+            ("source", strings(&["f"])),
+            (
+                "message_size",
+                Arc::new(Int64Array::from(vec![1000])) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        (runs, ranks, timings)
+    }
+
+    fn col<'a, T: 'static>(b: &'a RecordBatch, name: &str) -> &'a T {
+        b.column_by_name(name)
+            .unwrap()
+            .as_any()
+            .downcast_ref::<T>()
+            .unwrap()
+    }
+
+    /// Exact values of a hand-made run: intra pairs 1 µs, inter pairs 2 µs,
+    /// but every pair of rank 3 → rank 0 or 1 is 10 µs.
+    #[test]
+    fn host_summary_has_exact_values() {
+        let (runs, ranks, timings) = linktest(|i, j| match (i, j) {
+            (3, 0) | (3, 1) => 10e-6,
+            _ if i / 2 == j / 2 => 1e-6,
+            _ => 2e-6,
+        });
+        let t = derive(
+            "linktest",
+            "R",
+            &[],
+            &[
+                TableOutput::new("linktest_runs", vec![runs]),
+                TableOutput::new("linktest_ranks", vec![ranks]),
+                TableOutput::new("linktest_timings", vec![timings]),
+            ],
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        assert_eq!(t.len(), 1);
+        let b = &t[0].batches[0];
+        assert_eq!(t[0].table, "linktest_host_summary");
+        let host = col::<StringArray>(b, "host");
+        let class = col::<StringArray>(b, "pair_class");
+        let rows: Vec<(&str, &str)> = (0..b.num_rows())
+            .map(|i| (host.value(i), class.value(i)))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("a", "intra"),
+                ("a", "inter"),
+                ("b", "intra"),
+                ("b", "inter")
+            ]
+        );
+        let pairs = col::<Int64Array>(b, "pairs").values().to_vec();
+        // Intra: 0→1, 1→0 (2 pairs); inter: the 8 pairs between the hosts.
+        assert_eq!(pairs, [2, 8, 2, 8]);
+        let get = |c: &str| col::<Float64Array>(b, c).values().to_vec();
+        assert_eq!(get("min_time_s"), [1e-6, 2e-6, 1e-6, 2e-6]);
+        // Inter times: six of 2 µs, two of 10 µs: median 2 µs.
+        assert_eq!(get("median_time_s"), [1e-6, 2e-6, 1e-6, 2e-6]);
+        assert_eq!(get("max_time_s"), [1e-6, 10e-6, 1e-6, 10e-6]);
+        assert_eq!(get("max_bw_bytes_s"), [1e9, 5e8, 1e9, 5e8]);
+        assert_eq!(get("min_bw_bytes_s")[1], 1000.0 / 10e-6);
+        // File median of the 12 pairs (4 × 1 µs, 6 × 2 µs, 2 × 10 µs) is
+        // 2 µs: slow above 4 µs, the two 10 µs pairs, on both hosts' inter rows.
+        assert_eq!(get("slow_threshold_s"), [4e-6; 4]);
+        assert_eq!(
+            col::<Int64Array>(b, "slow_pairs").values().to_vec(),
+            [0, 2, 0, 2]
+        );
+        // The run's rule is the checks' rule: an absolute threshold.
+        let (runs, ranks, timings) = linktest(|_, j| if j == 0 { 3e-6 } else { 1e-6 });
+        let p: BTreeMap<String, String> =
+            [("check_slow_pair_time_s".to_string(), "2.5e-6".to_string())].into();
+        let t = derive(
+            "linktest",
+            "R",
+            &[],
+            &[
+                TableOutput::new("linktest_runs", vec![runs]),
+                TableOutput::new("linktest_ranks", vec![ranks]),
+                TableOutput::new("linktest_timings", vec![timings]),
+            ],
+            &p,
+        )
+        .unwrap();
+        let b = &t[0].batches[0];
+        // Pairs toward rank 0: 1→0 (a intra), 2→0 and 3→0 (inter, both hosts).
+        assert_eq!(
+            col::<Int64Array>(b, "slow_pairs").values().to_vec(),
+            [1, 2, 0, 2]
+        );
+        assert_eq!(col::<Float64Array>(b, "slow_threshold_s").value(0), 2.5e-6);
+    }
+
+    /// Pairs of an older file (no host columns) are summarised from the
+    /// rank table all the same.
+    #[test]
+    fn host_summary_of_pairs_without_host_columns() {
+        let (runs, ranks, timings) = linktest(|i, j| if i / 2 == j / 2 { 1e-6 } else { 2e-6 });
+        let old = timings.project(&[0, 1, 2, 3, 4, 5, 6]).unwrap();
+        let mut b = HostSummary::default();
+        b.add_runs(&runs);
+        b.add_ranks(&ranks);
+        b.add_timings(&old);
+        let t = b.finish("R", &SlowPair::default()).unwrap().unwrap();
+        assert_eq!(
+            col::<Int64Array>(&t.batches[0], "pairs").values().to_vec(),
+            [2, 8, 2, 8]
+        );
+    }
+
+    #[test]
+    fn io_node_summary_has_exact_values() {
+        let mib = (1u64 << 20) as f64;
+        let b = RecordBatch::try_from_iter(vec![
+            ("source", strings(&["p"; 5])),
+            (
+                "test_id",
+                Arc::new(Int64Array::from(vec![Some(0); 5])) as ArrayRef,
+            ),
+            (
+                "operation",
+                strings(&["write", "write", "write", "write", "read"]),
+            ),
+            ("host", strings(&["n1", "n1", "n1", "n2", "n1"])),
+            (
+                "bytes",
+                Arc::new(Int64Array::from(vec![
+                    100 * mib as i64,
+                    100 * mib as i64,
+                    100 * mib as i64,
+                    50 * mib as i64,
+                    10 * mib as i64,
+                ])) as ArrayRef,
+            ),
+            (
+                "xfer_time_s",
+                Arc::new(Float64Array::from(vec![1.0, 2.0, 4.0, 1.0, 0.0])) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        let t = derive(
+            "pio",
+            "R",
+            &[],
+            &[TableOutput::new("io_task_times", vec![b])],
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        let b = &t[0].batches[0];
+        assert_eq!(t[0].table, "io_node_summary");
+        // The read row moved bytes in no time: left out.
+        assert_eq!(b.num_rows(), 2);
+        let node = col::<StringArray>(b, "node");
+        assert_eq!((node.value(0), node.value(1)), ("n1", "n2"));
+        let get = |c: &str| col::<Float64Array>(b, c).values().to_vec();
+        assert_eq!(get("min_bw_mib_s"), [25.0, 50.0]);
+        assert_eq!(get("median_bw_mib_s"), [50.0, 50.0]);
+        assert_eq!(get("max_bw_mib_s"), [100.0, 50.0]);
+        assert_eq!(col::<Int64Array>(b, "processes").values().to_vec(), [3, 1]);
+        assert_eq!(
+            col::<Int64Array>(b, "bytes").values().to_vec(),
+            [300 * mib as i64, 50 * mib as i64]
+        );
+        // Other formats have no summary.
+        assert!(
+            derive("mdtest", "R", &[], &[], &BTreeMap::new())
+                .unwrap()
+                .is_empty()
+        );
+    }
+}

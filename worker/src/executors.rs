@@ -451,7 +451,14 @@ mod rank_map_tests {
         let name = "pingpong_results_bin.sion";
         let ran = execute("linktest", "linktest", vec![(name.into(), sion.clone())]);
         let out = ran.out.unwrap();
-        assert!(out.tables.is_empty());
+        // Only the summary derived from them comes as batches.
+        assert_eq!(
+            out.tables
+                .iter()
+                .map(|t| t.table.as_str())
+                .collect::<Vec<_>>(),
+            ["linktest_host_summary"]
+        );
         // The same file through the batch path, encoded as the commit would.
         let path = ran.dir.path().join("copy.sion");
         std::fs::write(&path, &sion).unwrap();
@@ -490,6 +497,71 @@ mod rank_map_tests {
             !msg.contains(&ran.dir.path().display().to_string()),
             "{msg}"
         );
+    }
+
+    /// A LinkTest ingest writes the pairs with their hosts and the per-host
+    /// summary beside them, and only tables its kind declares (the
+    /// coordinator refuses any other).
+    #[test]
+    fn linktest_ingest_writes_the_host_summary_and_only_declared_tables() {
+        use arrow::array::{Array, AsArray};
+        let run = benchlake_formats::linktest::synth::synthetic_run(6, 2, 1);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f.sion");
+        benchlake_formats::linktest::v2::write_file(&run, &file, &Default::default()).unwrap();
+        let sion = std::fs::read(&file).unwrap();
+        let ran = execute("linktest", "linktest", vec![("f.sion".into(), sion)]);
+        let out = ran.out.unwrap();
+        let allowed = benchlake_formats::ingest::tables("linktest").unwrap();
+        let written: Vec<&str> = out
+            .encoded
+            .iter()
+            .map(|e| e.table.as_str())
+            .chain(out.tables.iter().map(|t| t.table.as_str()))
+            .collect();
+        for t in &written {
+            assert!(allowed.contains(t), "{t} is not declared");
+        }
+        assert!(written.contains(&"linktest_host_summary"), "{written:?}");
+        // Three hosts of two ranks: an intra and an inter row each.
+        let sum = table(&out, "linktest_host_summary").unwrap();
+        let b = &sum.batches[0];
+        assert_eq!(b.num_rows(), 6);
+        let pairs = b
+            .column_by_name("pairs")
+            .unwrap()
+            .as_primitive::<arrow::datatypes::Int64Type>();
+        // node0000: 0↔1 (2 intra pairs); with the 4 other ranks, 2 × 4 × 2 = 16 inter.
+        assert_eq!(pairs.values()[..2], [2, 16]);
+        // The pairs carry their hosts: rank r is on node{r / 2}.
+        let timings = out
+            .encoded
+            .iter()
+            .find(|e| e.table == "linktest_timings")
+            .unwrap();
+        let mut seen = 0;
+        timings
+            .for_each_batch(&[], |b| {
+                let from = b
+                    .column_by_name("from_rank")
+                    .unwrap()
+                    .as_primitive::<arrow::datatypes::Int32Type>();
+                let host = b.column_by_name("to_host").unwrap().as_string::<i32>();
+                let to = b
+                    .column_by_name("to_rank")
+                    .unwrap()
+                    .as_primitive::<arrow::datatypes::Int32Type>();
+                let fhost = b.column_by_name("from_host").unwrap().as_string::<i32>();
+                for i in 0..b.num_rows() {
+                    assert_eq!(fhost.value(i), format!("node{:04}", from.value(i) / 2));
+                    assert_eq!(host.value(i), format!("node{:04}", to.value(i) / 2));
+                    assert!(host.is_valid(i));
+                    seen += 1;
+                }
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(seen, 30);
     }
 
     fn table<'a>(o: &'a ExecOutput, name: &str) -> Option<&'a TableOutput> {
