@@ -10,9 +10,12 @@
 //!
 //! Then a LinkTest run of BENCH_LT_RANKS (4,096; 0 skips it) synthetic ranks
 //! (`probe linktest`'s generator, 48 ranks per host) committed to the lake
-//! and recorded in the state store: its page's first request (the view
-//! derived from 16.8 M pair rows and cached), the page again, the matrix
-//! image and the hover's pair lookup.
+//! and recorded in the state store, with its per-host summary
+//! (`linktest_host_summary`, as the ingest job writes it; BENCH_LT_SUMMARY=0
+//! leaves it out, as for runs ingested before it existed): the page's first
+//! request (from the summary; without it, the view derived from 16.8 M pair
+//! rows and cached), the page again, then the pair view (`?matrix=1`) first
+//! and again, the matrix image and the hover's pair lookup.
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -272,8 +275,19 @@ async fn bench() {
             n,
             st
         );
+        page_times(&addr, &page, repeat).await;
+        let matrix = format!("{page}?matrix=1");
+        let (dt, n, st) = get(&addr, &matrix).await;
+        println!(
+            "{:<44} {:>10.1} {:>10} {:>10} {:>6}",
+            "?matrix=1 (first: derive + cache)",
+            dt.as_secs_f64() * 1e3,
+            "",
+            n,
+            st
+        );
         for p in [
-            page.clone(),
+            matrix.clone(),
             format!("{page}/matrix.png"),
             format!("/api/runs/{id}/linktest/pair?from=1&to={}", lt_ranks - 1),
         ] {
@@ -311,8 +325,24 @@ async fn linktest_run(store: &Arc<dyn StateStore>, lake: &Lake, ranks: usize, no
     let job = ulid::Ulid::new().to_string();
     let run = benchlake_formats::linktest::synth::synthetic_run(ranks, 48, 7);
     let source = format!("raw/{id}/{job}/pingpong_results_bin.sion");
-    let outputs =
+    let mut outputs =
         benchlake_formats::linktest::into_run_tables(run, &id, &source).expect("linktest tables");
+    if env("BENCH_LT_SUMMARY", 1) == 1 {
+        let t = Instant::now();
+        let summary = benchlake_analysis::summaries::derive(
+            "linktest",
+            &id,
+            &[],
+            &outputs,
+            &Default::default(),
+        )
+        .expect("linktest_host_summary");
+        println!(
+            "linktest_host_summary derived in {:.3} s",
+            t.elapsed().as_secs_f64()
+        );
+        outputs.extend(summary);
+    }
     let mut r = RunRow::new(
         id.clone(),
         spec("netprobe"),

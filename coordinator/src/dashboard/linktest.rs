@@ -224,7 +224,7 @@ fn load(
 /// The query of the LinkTest routes: `source`, `perm`, and for the pair
 /// endpoint `from` and `to`.
 #[derive(Debug, Default, PartialEq)]
-struct Query {
+pub(super) struct Query {
     source: Option<String>,
     perm: usize,
     from: Option<usize>,
@@ -233,6 +233,22 @@ struct Query {
     r0: Option<usize>,
     c0: Option<usize>,
     span: Option<usize>,
+    /// `matrix=1`: the pair view (matrix, histogram, host × host), read
+    /// from every pair, even where the per-host summary could answer.
+    matrix: bool,
+}
+
+impl Query {
+    /// Whether the request asks for the per-host summary page: no file,
+    /// permutation, zoom or matrix named.
+    pub(super) fn wants_summary(&self) -> bool {
+        !self.matrix
+            && self.source.is_none()
+            && self.perm == 0
+            && self.r0.is_none()
+            && self.c0.is_none()
+            && self.span.is_none()
+    }
 }
 
 /// The part of the matrix drawn: ranks `r0..r0+span` × `c0..c0+span`, at
@@ -293,7 +309,7 @@ pub fn window_cells(v: &LinkTestView, w: &Window) -> Vec<f64> {
 }
 
 impl Query {
-    fn parse(q: &str) -> Result<Self, String> {
+    pub(super) fn parse(q: &str) -> Result<Self, String> {
         let m = html::parse_query(q);
         let num = |k: &str| -> Result<Option<usize>, String> {
             match m.get(k).map(|v| v.trim()).filter(|v| !v.is_empty()) {
@@ -320,6 +336,7 @@ impl Query {
             r0: num("r0")?,
             c0: num("c0")?,
             span: num("span")?.map(|x| x.max(2)),
+            matrix: matches!(m.get("matrix").map(String::as_str), Some("1" | "true")),
         })
     }
 
@@ -336,7 +353,7 @@ impl Query {
 
 /// The committed files of run `id` (404/503 as a response).
 #[allow(clippy::result_large_err)]
-async fn files_of(
+pub(super) async fn files_of(
     h: &Http,
     headers: &HeaderMap,
     c: &crate::Coordinator,
@@ -548,6 +565,12 @@ pub async fn page(
     Path(id): Path<String>,
 ) -> Response {
     let t0 = Instant::now();
+    // Runs with the per-host summary answer from it; the pairs are read only
+    // when the matrix is asked for (`?matrix=1`, or a file, permutation or
+    // zoom).
+    if let Some(r) = super::linktest_hosts::page(&h, &headers, &uri, &id, t0).await {
+        return r;
+    }
     let (v, d, q) = match view(&h, &headers, &uri, &id, false).await {
         Ok(x) => x,
         Err(r) => return r,
@@ -597,7 +620,7 @@ fn render(v: &LinkTestView, id: &str, q: &Query, checks: &[crate::verdicts::Chec
             let sel = if k == v.permutation { " selected" } else { "" };
             let _ = write!(b, "<option{sel}>{k}</option>");
         }
-        b.push_str("</select></label><button type=\"submit\">Show</button></form>");
+        b.push_str("</select></label><input type=\"hidden\" name=\"matrix\" value=\"1\"><button type=\"submit\">Show</button></form>");
     }
     // Facts.
     let bw = |t: f64| rfmt::bandwidth(s.message_size, t);
@@ -665,7 +688,7 @@ fn render(v: &LinkTestView, id: &str, q: &Query, checks: &[crate::verdicts::Chec
         q.link(v.permutation),
         win.query(v.n)
     );
-    let zoom = format!("/runs/{}/linktest?{}", id, q.link(v.permutation));
+    let zoom = format!("/runs/{}/linktest?{}&matrix=1", id, q.link(v.permutation));
     let (side, bin) = (win.side, win.bin);
     let _ = write!(
         b,
@@ -767,7 +790,13 @@ fn render(v: &LinkTestView, id: &str, q: &Query, checks: &[crate::verdicts::Chec
     }
     b.push_str("</section>");
 
-    // Checks.
+    b.push_str(&checks_section(checks, id));
+    b
+}
+
+/// The run's LinkTest checks and the report command (both views).
+pub(super) fn checks_section(checks: &[crate::verdicts::CheckRow], id: &str) -> String {
+    let mut b = String::new();
     b.push_str("<section><h2>Checks</h2>");
     let rows: Vec<_> = checks
         .iter()

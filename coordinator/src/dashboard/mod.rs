@@ -27,6 +27,7 @@ pub mod cache;
 pub mod html;
 pub mod io;
 pub mod linktest;
+pub mod linktest_hosts;
 pub mod node;
 pub mod oidc;
 pub mod origin;
