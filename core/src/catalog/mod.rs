@@ -114,7 +114,14 @@ pub fn markdown() -> String {
          `node_facts.node` was null outside Slurm (read `coalesce(node, hostname)`, which is \
          the kernel host name for those rows), and netprobe, pio and tracer rows of agent \
          tasks outside Slurm named the kernel host. To join old rows to new ones per node, map \
-         each host name to its agent with `benchlake agents list --json` (`name`, `hostname`).\n",
+         each host name to its agent with `benchlake agents list --json` (`name`, `hostname`).\n\n\
+         ## Columns added later\n\nColumns are only ever added (marked below where their \
+         meaning says \"null in rows written before\"). Files written before a column existed \
+         do not have it: read old and new files together with `union_by_name=true` (DuckDB; \
+         Spark: `mergeSchema`), which reads the missing column as NULL, e.g. \
+         `linktest_timings.from_host`/`to_host` (2026-12). The summary tables \
+         (`linktest_host_summary`, `io_node_summary`) have rows only for runs ingested since \
+         they exist (docs/linktest.md, \"Last night and one node's history\").\n",
     );
     for t in all() {
         s.push_str(&format!(
