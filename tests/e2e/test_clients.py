@@ -491,6 +491,26 @@ def test_probe_linktest_writes_a_file_the_ingest_reads(tmp_path):
         f"SELECT avg(time_s) FILTER (WHERE from_rank BETWEEN 16 AND 31 AND to_rank >= 32), "
         f"avg(time_s) FILTER (WHERE from_rank >= 32 AND to_rank >= 32) FROM {t}").fetchall()[0]
     assert 3.0 < slow / fast < 5.0, (slow, fast)
+    # The pairs carry their ranks' hosts (rank r on node{r // 16}).
+    assert duckdb.sql(f"SELECT count(*) FROM {t} WHERE from_host = printf('node%04d', from_rank // 16) "
+                      "AND to_host = printf('node%04d', to_rank // 16)").fetchall()[0][0] == 96 * 95
+    # The ingest wrote the per-host summary: 6 hosts × (intra, inter); the
+    # slow host has the most slow pairs.
+    hs = f"read_parquet('{lake}/tables/linktest_host_summary/**/*.parquet', hive_partitioning=true)"
+    rows = duckdb.sql(f"SELECT host, pair_class, pairs, slow_pairs FROM {hs} "
+                      "ORDER BY slow_pairs DESC, host, pair_class").fetchall()
+    assert len(rows) == 12 and rows[0][:2] == ("node0001", "inter") and rows[0][3] > 0, rows
+    assert {r[2] for r in rows if r[1] == "intra"} == {16 * 15}, rows
+    assert {r[2] for r in rows if r[1] == "inter"} == {16 * 80 * 2}, rows
+    # A file written before the host columns (the same pairs without them)
+    # reads beside the new one with union_by_name=true: its hosts are NULL.
+    import pyarrow.parquet as pq
+    new = next((lake / "tables" / "linktest_timings").rglob("*.parquet"))
+    old_dir = lake / "tables" / "linktest_timings" / new.parent.parent.name / "run_id=01JPR0BE000000000000000000"
+    old_dir.mkdir()
+    pq.write_table(pq.read_table(new).drop_columns(["from_host", "to_host"]), old_dir / "part-old.parquet")
+    both = t.replace("hive_partitioning=true", "hive_partitioning=true, union_by_name=true")
+    assert duckdb.sql(f"SELECT count(*), count(from_host) FROM {both}").fetchall()[0] == (2 * 96 * 95, 96 * 95)
     bad = subprocess.run([BIN, "probe", "linktest", "--ranks", "1", "--out", str(tmp_path / "x")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "--ranks 1" in bad.stderr and not (tmp_path / "x").exists(), bad.stderr

@@ -489,8 +489,10 @@ def _png_size(data):
 
 def test_linktest_page(demo, browser, tmp_path):
     """A netprobe run (LinkTest 2.1.17 file from 3 agents) through the cluster:
-    the run page links its LinkTest view; the view shows the lake's slowest
-    pair and retests; hovering the matrix shows the pair's time."""
+    the run page links its LinkTest view, which answers from the per-host
+    summary (the lake's linktest_host_summary rows) and links the pair view;
+    the pair view shows the lake's slowest pair and retests; hovering the
+    matrix shows the pair's time."""
     browser.ctx.clear_cookies()
     browser.login(USER)
     agents = []
@@ -540,7 +542,22 @@ def test_linktest_page(demo, browser, tmp_path):
     browser.page.wait_for_load_state("load")
     assert browser.page.url == f"{demo['base']}/runs/{rid}/linktest"
     before = len(browser.errors)
-    browser.go(f"/runs/{rid}/linktest", shot="linktest")
+    browser.go(f"/runs/{rid}/linktest", shot="linktest-summary")
+    # The run has its per-host summary: the page shows its rows, not the pairs.
+    assert browser.page.inner_text("#lt-ranks") == str(n)
+    assert float(browser.page.get_attribute("#lt-max", "data-value")) == slow_t
+    summary = {(h, c): s for h, c, s in lake_rows(
+        demo, f"SELECT host, pair_class, slow_pairs FROM {t.format('host_summary')} WHERE run_id = '{rid}'")}
+    rows = browser.page.locator("#lt-hosts tbody tr")
+    shown = {(rows.nth(i).get_attribute("data-host"), rows.nth(i).get_attribute("data-class")):
+             int(rows.nth(i).get_attribute("data-slow")) for i in range(rows.count())}
+    assert shown == summary and {h for h, _ in shown} == hosts, (shown, summary)
+    assert browser.page.locator("#lt-matrix").count() == 0
+    # The pair view on demand.
+    browser.page.click("#lt-matrix-link")
+    browser.page.wait_for_load_state("load")
+    assert browser.page.url == f"{demo['base']}/runs/{rid}/linktest?matrix=1"
+    browser.go(f"/runs/{rid}/linktest?matrix=1", shot="linktest")
     assert browser.page.inner_text("#lt-ranks") == str(n)
     assert float(browser.page.get_attribute("#lt-max", "data-value")) == slow_t
     # The slowest pairs: the lake's retested pairs with their retest times, then the slowest.
@@ -884,7 +901,7 @@ def test_linktest_at_4096_ranks(demo, browser, tmp_path):
 
     before = len(browser.errors)
     browser.page.set_default_timeout(120_000)  # the first request derives the view (debug build: ~10 s)
-    browser.go(f"/runs/{rid}/linktest", shot="linktest-4096")
+    browser.go(f"/runs/{rid}/linktest?matrix=1", shot="linktest-4096")
     browser.page.set_default_timeout(30_000)
     assert browser.page.inner_text("#lt-ranks") == "4,096"
     assert float(browser.page.get_attribute("#lt-max", "data-value")) == slow
