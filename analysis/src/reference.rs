@@ -32,16 +32,31 @@ pub const DEFAULT_MADS: f64 = 5.0;
 /// an even count); None when there is none.
 pub fn median(xs: &[f64]) -> Option<f64> {
     let mut v: Vec<f64> = xs.iter().copied().filter(|x| x.is_finite()).collect();
-    v.sort_by(f64::total_cmp);
+    median_of_finite(&mut v)
+}
+
+/// [`median`] of `v`, whose values are reordered (no copy: the summaries
+/// of a million pair times). Non-finite values are dropped first.
+pub fn median_in_place(v: &mut Vec<f64>) -> Option<f64> {
+    v.retain(|x| x.is_finite());
+    median_of_finite(v)
+}
+
+/// The median of finite values, by selection (linear time; the same value
+/// as sorting).
+fn median_of_finite(v: &mut [f64]) -> Option<f64> {
     let n = v.len();
     if n == 0 {
         return None;
     }
-    let hi = *v.get(n / 2)?;
+    let (left, hi, _) = v.select_nth_unstable_by(n / 2, f64::total_cmp);
+    let hi = *hi;
     Some(if n % 2 == 1 {
         hi
     } else {
-        (*v.get(n / 2 - 1)? + hi) / 2.0
+        // The lower middle value is the largest of those before it.
+        let lo = left.iter().copied().reduce(f64::max)?;
+        (lo + hi) / 2.0
     })
 }
 

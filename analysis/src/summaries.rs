@@ -24,7 +24,7 @@ use benchlake_core::lake::{EncodedTable, TableOutput};
 
 use crate::linktest_checks::SlowPair;
 use crate::node_checks::{f64_col, process_bw_mib_s, text_col};
-use crate::reference::median;
+use crate::reference::{median, median_in_place};
 
 /// Why a summary could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -146,6 +146,24 @@ const NO_HOST: u32 = u32::MAX;
 /// below; a damaged rank number cannot make a huge table).
 const MAX_RANK: f64 = (1u32 << 24) as f64;
 
+/// Column `n` as `Int32` (cast when stored otherwise).
+fn i32_col(b: &RecordBatch, n: &str) -> Option<arrow::array::Int32Array> {
+    b.column_by_name(n)
+        .and_then(|a| arrow::compute::cast(a, &arrow::datatypes::DataType::Int32).ok())
+        .and_then(|a| {
+            a.as_any()
+                .downcast_ref::<arrow::array::Int32Array>()
+                .cloned()
+        })
+}
+
+/// Whether row `i`'s pair columns are all set.
+fn from_valid(b: &RecordBatch, i: usize) -> bool {
+    ["from_rank", "to_rank", "time_s"]
+        .iter()
+        .all(|c| b.column_by_name(c).is_some_and(|a| a.is_valid(i)))
+}
+
 /// One LinkTest file's pairs, by host.
 #[derive(Default)]
 struct LinkFile {
@@ -155,8 +173,9 @@ struct LinkFile {
     hosts: Vec<String>,
     /// Every pair time of the file (its median sets the slow threshold).
     times: Vec<f64>,
-    /// (host, intra) → the times of the pairs with that host at either end.
-    groups: HashMap<(u32, bool), Vec<f64>>,
+    /// Slot `2 × host + intra` → the times of the pairs with that host at
+    /// either end (intra: both).
+    groups: Vec<Vec<f64>>,
 }
 
 /// Builds `linktest_host_summary` from `linktest_runs`, `linktest_ranks` and
@@ -232,15 +251,17 @@ impl HostSummary {
     pub fn add_timings(&mut self, b: &RecordBatch) {
         let (Some(src), Some(from), Some(to), Some(t)) = (
             text_col(b, "source"),
-            f64_col(b, "from_rank"),
-            f64_col(b, "to_rank"),
+            i32_col(b, "from_rank"),
+            i32_col(b, "to_rank"),
             f64_col(b, "time_s"),
         ) else {
             return;
         };
+        let nulls = src.null_count() + from.null_count() + to.null_count() + t.null_count() > 0;
+        let (from, to, times) = (from.values(), to.values(), t.values());
         let mut last: Option<(&str, usize)> = None;
         for i in 0..b.num_rows() {
-            if !(src.is_valid(i) && from.is_valid(i) && to.is_valid(i) && t.is_valid(i)) {
+            if nulls && !(src.is_valid(i) && from_valid(&b, i)) {
                 continue;
             }
             let name = src.value(i);
@@ -255,18 +276,23 @@ impl HostSummary {
                 }
             };
             let f = &mut self.files[k].1;
-            let time = t.value(i);
+            let time = times[i];
             f.times.push(time);
-            let host = |r: f64| -> Option<u32> {
-                let h = *f.host_of.get((r >= 0.0).then_some(r as usize)?)?;
+            let host = |r: i32| -> Option<u32> {
+                let h = *f.host_of.get(usize::try_from(r).ok()?)?;
                 (h != NO_HOST).then_some(h)
             };
-            let (Some(a), Some(z)) = (host(from.value(i)), host(to.value(i))) else {
+            let (Some(a), Some(z)) = (host(from[i]), host(to[i])) else {
                 continue;
             };
-            f.groups.entry((a, a == z)).or_default().push(time);
+            let slot = |h: u32, intra: bool| 2 * h as usize + usize::from(intra);
+            let need = slot(a.max(z), true) + 1;
+            if f.groups.len() < need {
+                f.groups.resize_with(need, Vec::new);
+            }
+            f.groups[slot(a, a == z)].push(time);
             if a != z {
-                f.groups.entry((z, false)).or_default().push(time);
+                f.groups[slot(z, false)].push(time);
             }
         }
     }
@@ -281,24 +307,30 @@ impl HostSummary {
         let mut rows: Vec<HostRow> = Vec::new();
         let mut files = self.files;
         files.sort_by(|a, b| a.0.cmp(&b.0));
-        for (source, f) in files {
-            let Some(file_median) = median(&f.times) else {
+        for (source, mut f) in files {
+            let Some(file_median) = median_in_place(&mut f.times) else {
                 continue;
             };
             let threshold = slow.threshold(file_median);
-            let mut keys: Vec<&(u32, bool)> = f.groups.keys().collect();
+            // By host name, `intra` before `inter`.
+            let mut keys: Vec<(u32, bool)> = (0..f.groups.len())
+                .filter(|k| !f.groups[*k].is_empty())
+                .map(|k| ((k / 2) as u32, k % 2 == 1))
+                .collect();
             keys.sort_by(|a, b| {
                 f.hosts[a.0 as usize]
                     .cmp(&f.hosts[b.0 as usize])
                     .then(b.1.cmp(&a.1))
             });
             for k in keys {
-                let times = &f.groups[k];
-                let (Some(med), Some(lo), Some(hi)) = (
-                    median(times),
-                    times.iter().copied().reduce(f64::min),
-                    times.iter().copied().reduce(f64::max),
-                ) else {
+                let Some(times) = f.groups.get_mut(2 * k.0 as usize + usize::from(k.1)) else {
+                    continue;
+                };
+                let (lo, hi) = (
+                    times.iter().copied().fold(f64::INFINITY, f64::min),
+                    times.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                );
+                let Some(med) = median_in_place(times) else {
                     continue;
                 };
                 rows.push(HostRow {
