@@ -261,7 +261,7 @@ impl HostSummary {
         let (from, to, times) = (from.values(), to.values(), t.values());
         let mut last: Option<(&str, usize)> = None;
         for i in 0..b.num_rows() {
-            if nulls && !(src.is_valid(i) && from_valid(&b, i)) {
+            if nulls && !(src.is_valid(i) && from_valid(b, i)) {
                 continue;
             }
             let name = src.value(i);
@@ -402,11 +402,14 @@ fn batch_of(table: &str, cols: Vec<ArrayRef>) -> Result<TableOutput, SummaryErro
     Ok(TableOutput::new(table, vec![b]))
 }
 
+/// An `io_node_summary` row's key: source, test_id, operation, node.
+type IoKey = (String, Option<i64>, String, String);
+
 /// Builds `io_node_summary` from `io_task_times` batches.
 #[derive(Default)]
 pub struct IoNodeSummary {
     /// (source, test_id, operation, node) → (bytes, process bandwidths).
-    groups: BTreeMap<(String, Option<i64>, String, String), (f64, Vec<f64>)>,
+    groups: BTreeMap<IoKey, (f64, Vec<f64>)>,
 }
 
 impl IoNodeSummary {
