@@ -744,6 +744,14 @@ pub enum GroupColumn<'a> {
     /// row order: a file's name over its rows, the run id over all of them.
     /// Encoded as arrays of those values would be, without making them.
     Utf8Runs(Vec<(&'a str, usize)>),
+    /// A non-null `Utf8` column given as a dictionary and runs of indices
+    /// into it ((index, rows) in row order): the host of each pair, numbered
+    /// by the reader. The same bytes as [`Self::Utf8Runs`] of those values,
+    /// without hashing them.
+    Utf8Keys {
+        values: Vec<&'a str>,
+        keys: &'a [(u32, usize)],
+    },
 }
 
 /// One Parquet file of a table written row group by row group, so a reader
@@ -969,6 +977,23 @@ impl ParquetEncoder {
                     }
                     runs.iter().map(|r| r.1).sum()
                 }
+                GroupColumn::Utf8Keys { values, keys } => {
+                    if f.data_type() != &arrow::datatypes::DataType::Utf8 {
+                        return Err(mismatch(format!(
+                            "column {} as Utf8 keys for {}",
+                            f.name(),
+                            f.data_type()
+                        )));
+                    }
+                    if let Some((k, _)) = keys.iter().find(|(k, _)| *k as usize >= values.len()) {
+                        return Err(mismatch(format!(
+                            "column {}: key {k} of {} values",
+                            f.name(),
+                            values.len()
+                        )));
+                    }
+                    keys.iter().map(|r| r.1).sum()
+                }
                 GroupColumn::Float64Pages(p) => {
                     if f.data_type() != &arrow::datatypes::DataType::Float64 || !self.bulk {
                         return Err(mismatch(format!(
@@ -1072,6 +1097,33 @@ impl ParquetEncoder {
                         continue;
                     }
                     made = utf8_runs_arrays(&self.table, field.name(), runs, &cuts)?;
+                    made.iter().collect()
+                }
+                GroupColumn::Utf8Keys { values, keys } => {
+                    // As Utf8Runs of the values: a constant chunk, a
+                    // dictionary chunk, or arrow-rs's writer.
+                    let value = |k: u32| values.get(k as usize).copied().unwrap_or("");
+                    let mut present = keys.iter().filter(|r| r.1 > 0);
+                    if let Some((first, _)) = present.next()
+                        && present.all(|(k, _)| value(*k) == value(*first))
+                        && let Some((data, close)) = constant_chunk(
+                            descr.clone(),
+                            &chunks::ConstValue::Utf8(value(*first).as_bytes().to_vec()),
+                            group_rows,
+                        )?
+                    {
+                        rg.append_column(&data, close)?;
+                        continue;
+                    }
+                    if let Some((data, close)) =
+                        chunks::utf8_keys_chunk(descr.clone(), values, keys, group_rows)?
+                    {
+                        rg.append_column(&data, close)?;
+                        continue;
+                    }
+                    let runs: Vec<(&str, usize)> =
+                        keys.iter().map(|(k, n)| (value(*k), *n)).collect();
+                    made = utf8_runs_arrays(&self.table, field.name(), &runs, &cuts)?;
                     made.iter().collect()
                 }
             };
@@ -1375,6 +1427,68 @@ mod tests {
             .unwrap()
             .map(|b| b.unwrap())
             .collect()
+    }
+
+    /// Host columns of one rank per host in a large table: values change
+    /// every row (bit-packed dictionary indices, 1 to 12 bits wide), or in
+    /// short runs; given as arrays or as keys, the same bytes, read back
+    /// exactly by arrow-rs.
+    #[test]
+    fn short_runs_of_large_tables_are_bit_packed_and_read_back() {
+        let schema = catalog::schema("linktest_timings").unwrap();
+        for (hosts, run) in [(2, 1), (3, 1), (1000, 1), (4096, 1), (700, 3), (50, 9)] {
+            let n = BULK_ROWS + 1234;
+            let names: Vec<String> = (0..hosts).map(|h| format!("nd{h:05}")).collect();
+            // A pseudo-random walk over the hosts, `run` rows each.
+            let key = |i: usize| ((i / run) * 7919 + (i / run) / 3) % hosts;
+            let from: Vec<&str> = (0..n).map(|i| names[key(i)].as_str()).collect();
+            let b = RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(StringArray::from(vec!["01JRUN"; n])),
+                    Arc::new(StringArray::from(vec!["raw/x.sion"; n])),
+                    Arc::new(Int32Array::from(vec![0; n])),
+                    Arc::new(Int32Array::from_iter_values(0..n as i32)),
+                    Arc::new(Int32Array::from_iter_values(0..n as i32)),
+                    Arc::new(Int32Array::from(vec![1; n])),
+                    Arc::new(Float64Array::from(vec![1e-6; n])),
+                    Arc::new(StringArray::from(from.clone())),
+                    Arc::new(StringArray::from(vec!["h"; n])),
+                ],
+            )
+            .unwrap();
+            let arrays = encode_parquet("linktest_timings", std::slice::from_ref(&b)).unwrap();
+            let back = read_back(arrays.clone());
+            assert_eq!(strings_of(&back, 7), from, "{hosts} hosts, runs of {run}");
+            // The same column given as keys into the host names.
+            let mut keys: Vec<(u32, usize)> = Vec::new();
+            for i in 0..n {
+                match keys.last_mut() {
+                    Some((k, m)) if *k as usize == key(i) => *m += 1,
+                    _ => keys.push((key(i) as u32, 1)),
+                }
+            }
+            let mut enc = ParquetEncoder::new("linktest_timings", n, n).unwrap();
+            let cut = |i: usize| -> Vec<arrow::array::ArrayRef> {
+                let c = b.column(i);
+                (0..n)
+                    .step_by(1 << 16)
+                    .map(|at| c.slice(at, (1 << 16).min(n - at)))
+                    .collect()
+            };
+            let values: Vec<&str> = names.iter().map(String::as_str).collect();
+            let mut cols: Vec<GroupColumn<'_>> =
+                (0..7).map(|i| GroupColumn::Arrays(cut(i))).collect();
+            cols.push(GroupColumn::Utf8Keys {
+                values: values.clone(),
+                keys: &keys,
+            });
+            cols.push(GroupColumn::Arrays(cut(8)));
+            enc.write_row_group_columns(&mut cols).unwrap();
+            drop(cols);
+            let keyed = enc.finish().unwrap();
+            assert_eq!(strings_of(&read_back(keyed), 7), from);
+        }
     }
 
     /// `source` in runs (many files gathered into one table, a file's name

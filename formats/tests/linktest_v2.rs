@@ -950,3 +950,61 @@ fn released_pages_read_back_unchanged() {
     assert_eq!(before, after);
     assert_eq!(decode(&set).unwrap(), run);
 }
+
+/// The host columns of large files whose hosts change every row (one rank
+/// per host) or every few rows: the streamed ingest writes the bytes of the
+/// batches (dictionary indices bit-packed), and they read back as each
+/// rank's hostname.
+#[test]
+fn host_columns_of_one_rank_per_host_stream_as_the_batches_encode() {
+    use arrow::array::AsArray;
+    use benchlake_core::lake::EncodedTable;
+    use benchlake_formats::linktest::synth::{hostname, synthetic_run};
+    use benchlake_formats::{IngestContext, InputFile};
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = IngestContext {
+        run_id: "01JBENCH000000000000000001".into(),
+    };
+    for (ranks, rph) in [(300, 1), (270, 3)] {
+        let path = dir.path().join(format!("r{rph}.sion"));
+        v2::write_file(
+            &synthetic_run(ranks, rph, 5),
+            &path,
+            &SionWriteOptions::default(),
+        )
+        .unwrap();
+        let input = InputFile::from_path(&path);
+        let got = benchlake_formats::ingest_encoded("linktest", std::slice::from_ref(&input), &ctx)
+            .unwrap();
+        let want =
+            benchlake_formats::ingest("linktest", std::slice::from_ref(&input), &ctx).unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            let w = EncodedTable::encode(w).unwrap();
+            assert!(
+                g.data == w.data,
+                "{} ({rph} per host): the encoded bytes differ",
+                g.table
+            );
+        }
+        let t = parquet_rows(got[2].data.clone(), "linktest_timings");
+        assert_eq!(t.num_rows(), ranks * (ranks - 1));
+        let from = t
+            .column_by_name("from_rank")
+            .unwrap()
+            .as_primitive::<arrow::datatypes::Int32Type>();
+        let to = t
+            .column_by_name("to_rank")
+            .unwrap()
+            .as_primitive::<arrow::datatypes::Int32Type>();
+        let fh = t.column_by_name("from_host").unwrap().as_string::<i32>();
+        let th = t.column_by_name("to_host").unwrap().as_string::<i32>();
+        for i in 0..t.num_rows() {
+            assert_eq!(fh.value(i), hostname(from.value(i) as usize, rph));
+            assert_eq!(th.value(i), hostname(to.value(i) as usize, rph));
+        }
+        // The slow links name their hosts too.
+        let s = parquet_rows(got[4].data.clone(), "linktest_slow_links");
+        let sh = s.column_by_name("to_host").unwrap().as_string::<i32>();
+        assert_eq!(sh.value(0), hostname(ranks - 1, rph));
+    }
+}

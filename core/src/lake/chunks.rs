@@ -381,7 +381,7 @@ pub(super) fn runs_chunk(
     if !runs_column(&descr, rows) {
         return Ok(None);
     }
-    let max_runs = rows / RUNS_MIN_LENGTH;
+    let max_runs = max_runs(rows);
     let mut runs: Vec<(&[u8], usize)> = Vec::new();
     for c in cols {
         if c.data_type() != &DataType::Utf8 || c.null_count() > 0 {
@@ -428,7 +428,7 @@ pub(super) fn utf8_runs_chunk(
     if !runs_column(&descr, rows) {
         return Ok(None);
     }
-    let max_runs = rows / RUNS_MIN_LENGTH;
+    let max_runs = max_runs(rows);
     let mut runs: Vec<(&[u8], usize)> = Vec::new();
     for (v, n) in values.iter().filter(|r| r.1 > 0) {
         if !add_run(&mut runs, v.as_bytes(), *n, max_runs) {
@@ -436,6 +436,84 @@ pub(super) fn utf8_runs_chunk(
         }
     }
     value_runs_chunk(descr, &runs, rows)
+}
+
+/// Most value runs of a [`runs_chunk`] of `rows` rows: a value per
+/// [`RUNS_MIN_LENGTH`] rows, or any number in a large row group (from
+/// [`super::BULK_ROWS`] rows: `from_host`/`to_host` of one rank per host
+/// change every row, and arrow-rs's per-value hashing of them cost 6× the
+/// rest of the ingest); their indices are then bit-packed.
+fn max_runs(rows: usize) -> usize {
+    if rows >= super::BULK_ROWS {
+        rows
+    } else {
+        rows / RUNS_MIN_LENGTH
+    }
+}
+
+/// [`utf8_runs_chunk`] of a column given as a dictionary `values` and runs of
+/// indices into it ((index, rows) in row order): the same bytes, with no
+/// hashing of the values (the caller numbered them).
+pub(super) fn utf8_keys_chunk(
+    descr: ColumnDescPtr,
+    values: &[&str],
+    keys: &[(u32, usize)],
+    rows: usize,
+) -> Result<Option<(Bytes, ColumnCloseResult)>> {
+    if !runs_column(&descr, rows) {
+        return Ok(None);
+    }
+    let max_runs = max_runs(rows);
+    // Renumber by first appearance (as hashing the values would) and merge
+    // adjacent runs of one value.
+    let mut local: Vec<u32> = vec![u32::MAX; values.len()];
+    let mut distinct: Vec<&[u8]> = Vec::new();
+    let mut runs: Vec<(u32, usize)> = Vec::new();
+    for (k, n) in keys.iter().filter(|r| r.1 > 0) {
+        let Some(v) = values.get(*k as usize) else {
+            return Err(Error::Config(format!(
+                "dictionary index {k} of {} values",
+                values.len()
+            )));
+        };
+        let slot = &mut local[*k as usize];
+        if *slot == u32::MAX {
+            *slot = distinct.len() as u32;
+            distinct.push(v.as_bytes());
+        }
+        let full = runs.len() == max_runs;
+        match runs.last_mut() {
+            Some((p, m)) if *p == *slot => *m += n,
+            _ if full => return Ok(None),
+            _ => runs.push((*slot, *n)),
+        }
+    }
+    // The same limits as for values (a repeated value is one entry).
+    let mut seen = std::collections::HashSet::new();
+    let mut dict_bytes = 0usize;
+    for v in &distinct {
+        if seen.insert(*v) {
+            dict_bytes += 4 + v.len();
+        }
+    }
+    if seen.len() != distinct.len() {
+        // Two indices of one value: number them by value instead.
+        let value_runs: Vec<(&[u8], usize)> = runs
+            .iter()
+            .map(|(k, n)| (distinct[*k as usize], *n))
+            .collect();
+        let mut merged: Vec<(&[u8], usize)> = Vec::new();
+        for (v, n) in value_runs {
+            if !add_run(&mut merged, v, n, max_runs) {
+                return Ok(None);
+            }
+        }
+        return value_runs_chunk(descr, &merged, rows);
+    }
+    if distinct.len() > RUNS_MAX_DISTINCT || dict_bytes > RUNS_MAX_DICT_BYTES {
+        return Ok(None);
+    }
+    dictionary_chunk(descr, &distinct, &runs, rows, dict_bytes)
 }
 
 /// Whether a column of `rows` rows may be a [`runs_chunk`] (a non-repeated
@@ -454,9 +532,6 @@ fn value_runs_chunk(
     value_runs: &[(&[u8], usize)],
     rows: usize,
 ) -> Result<Option<(Bytes, ColumnCloseResult)>> {
-    use parquet::data_type::ByteArray;
-    use parquet::file::statistics::ValueStatistics;
-
     let mut runs: Vec<(u32, usize)> = Vec::with_capacity(value_runs.len());
     let mut index: std::collections::HashMap<&[u8], u32> = std::collections::HashMap::new();
     let mut distinct: Vec<&[u8]> = Vec::new();
@@ -480,6 +555,23 @@ fn value_runs_chunk(
         };
         runs.push((k, *n));
     }
+    dictionary_chunk(descr, &distinct, &runs, rows, dict_bytes)
+}
+
+/// The chunk of a dictionary `distinct` (in order of first appearance) and
+/// runs of indices into it: a PLAIN dictionary page and one data page of
+/// the indices, as RLE runs, or bit-packed when the runs are shorter than
+/// [`RUNS_MIN_LENGTH`] rows on average.
+fn dictionary_chunk(
+    descr: ColumnDescPtr,
+    distinct: &[&[u8]],
+    runs: &[(u32, usize)],
+    rows: usize,
+    dict_bytes: usize,
+) -> Result<Option<(Bytes, ColumnCloseResult)>> {
+    use parquet::data_type::ByteArray;
+    use parquet::file::statistics::ValueStatistics;
+
     let counted: usize = runs.iter().map(|r| r.1).sum();
     let (Some(min), Some(max)) = (distinct.iter().min(), distinct.iter().max()) else {
         return Ok(None);
@@ -490,7 +582,7 @@ fn value_runs_chunk(
         )));
     }
     let mut dict = Vec::with_capacity(dict_bytes);
-    for v in &distinct {
+    for v in distinct {
         dict.extend_from_slice(&(v.len() as u32).to_le_bytes());
         dict.extend_from_slice(v);
     }
@@ -503,9 +595,13 @@ fn value_runs_chunk(
         all_defined_levels(&mut data, rows);
     }
     data.push(width as u8);
-    for (k, n) in &runs {
-        push_varint(&mut data, (*n as u64) << 1);
-        data.extend_from_slice(&k.to_le_bytes()[..value_bytes]);
+    if runs.len() > rows / RUNS_MIN_LENGTH {
+        bit_packed(&mut data, runs, rows, width);
+    } else {
+        for (k, n) in runs {
+            push_varint(&mut data, (*n as u64) << 1);
+            data.extend_from_slice(&k.to_le_bytes()[..value_bytes]);
+        }
     }
     let entries = u32::try_from(distinct.len())
         .map_err(|_| Error::Config("too many dictionary values".into()))?;
@@ -547,6 +643,36 @@ fn value_runs_chunk(
         rows,
     };
     assemble(descr, Some(dict), vec![page], spec, Vec::new()).map(Some)
+}
+
+/// The indices of `runs` (`rows` of them) as one bit-packed run of the
+/// RLE/bit-packing hybrid: header `(groups << 1) | 1`, then groups of 8
+/// values of `width` bits, least significant bit first, the last group
+/// padded with zeros (readers take the page's value count).
+fn bit_packed(out: &mut Vec<u8>, runs: &[(u32, usize)], rows: usize, width: u32) {
+    let groups = rows.div_ceil(8);
+    push_varint(out, ((groups as u64) << 1) | 1);
+    let end = out.len() + groups * width as usize;
+    out.reserve(groups * width as usize);
+    // Values enter an accumulator above its pending bits; whole bytes leave
+    // from the bottom (width is at most 13 bits: 4,096 values).
+    let (mut acc, mut bits) = (0u64, 0u32);
+    for (k, n) in runs {
+        for _ in 0..*n {
+            acc |= u64::from(*k) << bits;
+            bits += width;
+            while bits >= 8 {
+                out.push(acc as u8);
+                acc >>= 8;
+                bits -= 8;
+            }
+        }
+    }
+    if bits > 0 {
+        out.push(acc as u8);
+    }
+    // The last group's padding.
+    out.resize(end, 0);
 }
 
 /// Reusable state of the numeric chunk writer (the ZSTD context and the page

@@ -140,6 +140,9 @@ pub(super) struct HostRuns {
     index: HashMap<String, u32>,
     /// Host number of each rank of the file being read.
     of_rank: Vec<u32>,
+    /// For each rank, the first later rank on another host (the end of its
+    /// block of ranks): a rank's partners go in whole blocks.
+    block_end: Vec<usize>,
     from: Vec<(u32, usize)>,
     to: Vec<(u32, usize)>,
 }
@@ -159,6 +162,16 @@ impl HostRuns {
                 }
             };
             self.of_rank.push(k);
+        }
+        let n = self.of_rank.len();
+        self.block_end.clear();
+        self.block_end.resize(n, n);
+        for r in (0..n.saturating_sub(1)).rev() {
+            self.block_end[r] = if self.of_rank[r + 1] == self.of_rank[r] {
+                self.block_end[r + 1]
+            } else {
+                r + 1
+            };
         }
     }
 
@@ -201,23 +214,25 @@ impl HostRuns {
 
     /// Rows toward the ranks `ranks`, in order.
     fn push_to_range(&mut self, ranks: std::ops::Range<usize>) {
-        for p in ranks {
-            self.push_to(p);
+        let mut p = ranks.start;
+        while p < ranks.end {
+            match (self.of_rank.get(p), self.block_end.get(p)) {
+                (Some(&h), Some(&end)) => {
+                    let e = end.min(ranks.end).max(p + 1);
+                    Self::push(&mut self.to, h, e - p);
+                    p = e;
+                }
+                _ => {
+                    self.push_to(p);
+                    p += 1;
+                }
+            }
         }
     }
 
-    fn runs<'a>(&'a self, runs: &[(u32, usize)]) -> Vec<(&'a str, usize)> {
-        runs.iter()
-            .map(|(h, n)| {
-                (
-                    self.names
-                        .get(*h as usize)
-                        .map(String::as_str)
-                        .unwrap_or(""),
-                    *n,
-                )
-            })
-            .collect()
+    /// The host names, by number.
+    fn values(&self) -> Vec<&str> {
+        self.names.iter().map(String::as_str).collect()
     }
 
     fn clear_group(&mut self) {
@@ -466,8 +481,14 @@ impl TimingGroups {
                 Some(pages) => GroupColumn::Float64Pages(pages),
                 None => GroupColumn::Arrays(cut(&time_col)),
             },
-            GroupColumn::Utf8Runs(self.hosts.runs(&self.hosts.from)),
-            GroupColumn::Utf8Runs(self.hosts.runs(&self.hosts.to)),
+            GroupColumn::Utf8Keys {
+                values: self.hosts.values(),
+                keys: &self.hosts.from,
+            },
+            GroupColumn::Utf8Keys {
+                values: self.hosts.values(),
+                keys: &self.hosts.to,
+            },
         ];
         if let Some(enc) = self.enc.as_mut() {
             enc.write_row_group_columns(&mut columns)?;
