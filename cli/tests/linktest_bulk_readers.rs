@@ -1,6 +1,8 @@
 //! The hand-written Parquet chunks of large tables (`core/src/lake/chunks.rs`:
 //! DELTA_BINARY_PACKED integers, BYTE_STREAM_SPLIT + ZSTD floats, constant
-//! dictionary chunks) read back in the real query engines users have: a
+//! dictionary chunks, dictionary chunks with bit-packed indices: the
+//! `from_host`/`to_host` of one rank per host) read back in the real query
+//! engines users have: a
 //! synthetic 300-rank LinkTest 2.1.17 file (89,700 timings, over the bulk
 //! threshold; full-precision random times, including 0.0, huge and tiny values)
 //! goes through `benchlake ingest linktest … --out DIR`, then DuckDB and
@@ -58,8 +60,9 @@ fn run(n: usize) -> LinkTestRun {
         ranks: (0..n)
             .map(|r| RankInfo {
                 rank: r,
-                hostname: format!("node{:03}", r / 32),
-                core_id: Some((r % 32) as i32),
+                // One rank per host: the host columns change every row.
+                hostname: format!("n{r:04}"),
+                core_id: Some(0),
                 coords: None,
             })
             .collect(),
@@ -143,6 +146,8 @@ fn duckdb_and_spark_read_the_bulk_chunks_exactly() {
         }
     }
     let want = format!("{rows} {sf} {st} {ss} {bits}");
+    // The host columns: `n{rank}` of each end, summed as numbers.
+    let want_hosts = format!("{rows} {sf} {st}");
     let glob = format!("{}/tables/linktest_timings/**/*.parquet", lake.display());
     assert!(rows >= 65_536, "must exercise the bulk path");
     let files = common::table_files(&lake, "linktest_timings", None);
@@ -163,6 +168,12 @@ fn duckdb_and_spark_read_the_bulk_chunks_exactly() {
          print(r[0], r[1], r[2], r[3], b)\n"
     ));
     assert_eq!(got.trim(), want, "duckdb");
+    let got = python(&format!(
+        "import duckdb\n\
+         r = duckdb.sql(\"select count(*), sum(cast(substr(from_host, 2) as integer)), sum(cast(substr(to_host, 2) as integer)) from read_parquet('{glob}')\").fetchall()[0]\n\
+         print(r[0], r[1], r[2])\n"
+    ));
+    assert_eq!(got.trim(), want_hosts, "duckdb host columns");
 
     if !python_has("pyspark") {
         common::unavailable(
@@ -183,8 +194,19 @@ fn duckdb_and_spark_read_the_bulk_chunks_exactly() {
          \x20   a = df.selectExpr('count(*)', 'sum(from_rank)', 'sum(to_rank)', 'sum(step)').collect()[0]\n\
          \x20   b = sum(struct.unpack('<Q', struct.pack('<d', r[0]))[0] % 1000003 for r in df.select('time_s').collect()) % (1 << 64)\n\
          \x20   print(a[0], a[1], a[2], a[3], b)\n\
+         \x20   h = df.selectExpr('count(*)', 'sum(cast(substring(from_host, 2) as int))', 'sum(cast(substring(to_host, 2) as int))').collect()[0]\n\
+         \x20   print(h[0], h[1], h[2])\n\
          s.stop()\n"
     ));
     let lines: Vec<&str> = got.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines, vec![want.as_str(), want.as_str()], "spark");
+    assert_eq!(
+        lines,
+        vec![
+            want.as_str(),
+            want_hosts.as_str(),
+            want.as_str(),
+            want_hosts.as_str()
+        ],
+        "spark"
+    );
 }
