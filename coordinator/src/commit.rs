@@ -452,6 +452,13 @@ mod tests {
         assert!(may_write(&ingest("pio"), "node_facts").is_err());
         assert!(may_write(&ingest("bandela"), "mpi_trace_ranks").is_ok());
         assert!(may_write(&ingest("linktest"), "linktest_timings").is_ok());
+        // The summaries the ingest job derives (issue 40), each only by its formats.
+        assert!(may_write(&ingest("linktest"), "linktest_host_summary").is_ok());
+        assert!(may_write(&ingest("pio"), "io_node_summary").is_ok());
+        assert!(may_write(&ingest("ior"), "io_node_summary").is_ok());
+        assert!(may_write(&ingest("mdtest"), "io_node_summary").is_err());
+        assert!(may_write(&ingest("hostinfo"), "linktest_host_summary").is_err());
+        assert!(may_write(&job("checks", "{}"), "linktest_host_summary").is_err());
         assert!(may_write(&ingest("nosuch"), "node_facts").is_err());
         assert!(may_write(&job("checks", "{}"), "node_health").is_ok());
         assert!(may_write(&job("checks", "{}"), "runs").is_err());
