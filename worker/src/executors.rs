@@ -564,6 +564,54 @@ mod rank_map_tests {
         assert_eq!(seen, 30);
     }
 
+    /// A pio ingest writes `io_node_summary` beside `io_task_times`: one row
+    /// per operation of the node both processes ran on, with the process
+    /// bandwidths of the node checks; only tables pio declares.
+    #[test]
+    fn pio_ingest_writes_the_node_summary() {
+        use arrow::array::AsArray;
+        let json = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../formats/tests/data/pio_np2_result.json"
+        ))
+        .unwrap();
+        let ran = execute("pio", "pio", vec![("pio-result.json".into(), json)]);
+        let out = ran.out.unwrap();
+        let allowed = benchlake_formats::ingest::tables("pio").unwrap();
+        for t in &out.tables {
+            assert!(allowed.contains(&t.table.as_str()), "{}", t.table);
+        }
+        let times = &table(&out, "io_task_times").unwrap().batches;
+        let want = benchlake_analysis::node_checks::node_bandwidths(times);
+        let sum = table(&out, "io_node_summary").unwrap();
+        let b = &sum.batches[0];
+        let node = b.column_by_name("node").unwrap().as_string::<i32>();
+        let op = b.column_by_name("operation").unwrap().as_string::<i32>();
+        let n = b
+            .column_by_name("processes")
+            .unwrap()
+            .as_primitive::<arrow::datatypes::Int64Type>();
+        let (lo, hi) = (
+            b.column_by_name("min_bw_mib_s")
+                .unwrap()
+                .as_primitive::<arrow::datatypes::Float64Type>(),
+            b.column_by_name("max_bw_mib_s")
+                .unwrap()
+                .as_primitive::<arrow::datatypes::Float64Type>(),
+        );
+        assert!(b.num_rows() >= 2, "write and read of node vm");
+        for i in 0..b.num_rows() {
+            assert_eq!(node.value(i), "vm");
+            // The node checks' mean process bandwidth lies within min..max.
+            let mean = want[op.value(i)]["vm"];
+            assert!(
+                lo.value(i) <= mean && mean <= hi.value(i),
+                "{mean} {lo:?} {hi:?}"
+            );
+            assert!(n.value(i) >= 2);
+        }
+    }
+
     fn table<'a>(o: &'a ExecOutput, name: &str) -> Option<&'a TableOutput> {
         o.tables.iter().find(|t| t.table == name)
     }
