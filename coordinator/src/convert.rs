@@ -449,6 +449,22 @@ pub fn catalog(defs: Vec<pb::BenchmarkDef>) -> Result<Vec<BenchmarkInfo>> {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        // Shown by `benchmarks show`, never used to run anything here.
+        let run_as = match b.run_as {
+            Some(u)
+                if u.is_empty()
+                    || u.len() > 64
+                    || !u
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) =>
+            {
+                return Err(CoordError::invalid(
+                    &format!("{field}.run_as"),
+                    "not a user name (at most 64 letters, digits, '.', '_' or '-')",
+                ));
+            }
+            u => u,
+        };
         out.push(BenchmarkInfo {
             name: b.name,
             kind: b.kind,
@@ -470,6 +486,7 @@ pub fn catalog(defs: Vec<pb::BenchmarkDef>) -> Result<Vec<BenchmarkInfo>> {
             } else {
                 launchers
             },
+            run_as,
         });
     }
     Ok(out)
