@@ -20,7 +20,7 @@ import time
 
 import grpc
 
-from conftest import BIN, Api, Cluster, duck_count, free_port
+from conftest import BIN, Cluster, HaApi, duck_count, free_port
 
 LEASE_MS = 2000
 
@@ -51,31 +51,6 @@ class Ha(Cluster):
         return self._spawn(name, ["coordinator", "--listen", f"127.0.0.1:{self.ports[name]}",
                                   "--state", self.url, "--lake", self.lake,
                                   "--leader-lease-ms", str(LEASE_MS)])
-
-
-# A call cut by a coordinator dying (or stepping down) under it ends with one
-# of these; the next call goes to whichever coordinator leads.
-TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL,
-             grpc.StatusCode.UNKNOWN)
-
-
-def retrying(call, timeout=30):
-    deadline = time.time() + timeout
-    while True:
-        try:
-            return call()
-        except grpc.RpcError as e:
-            if e.code() not in TRANSIENT or time.time() > deadline:
-                raise
-            time.sleep(0.1)
-
-
-class HaApi(Api):
-    def get(self, run_id):
-        return retrying(lambda: Api.get(self, run_id))
-
-    def submit(self, *a, **k):
-        return retrying(lambda: Api.submit(self, *a, **k))
 
 
 def api_for(pb, ha):
