@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from coordinator_memory import CATALOG, ROOT, free_port, rss_mb  # noqa: E402
+from coordinator_memory import CATALOG, ROOT, free_port, rss_mb, stop  # noqa: E402
 
 
 def main():
@@ -110,14 +109,7 @@ def main():
             print(f"growth {growth:.0f} MB is above the bound {a.max_growth_mb:.0f} MB", file=sys.stderr)
             rc = 1
     finally:
-        for o in others:
-            o.terminate()
-        up.terminate()
-        try:
-            up.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            up.kill()
-        shutil.rmtree(work, ignore_errors=True)
+        stop([*others, up], work)
     sys.exit(rc)
 
 

@@ -140,6 +140,19 @@ fn ctx(w: &World, run: &str, date: &str, spec: &ChecksSpec) -> JobContext {
     }
 }
 
+/// The checks of a pio run of the schedule whose ingest job was `job`.
+fn pio_spec(job: String) -> ChecksSpec {
+    ChecksSpec {
+        format: "pio".into(),
+        ingest_job_id: job,
+        source: "raw".into(),
+        schedule_id: Some(SCHEDULE.into()),
+        params: Default::default(),
+        agent: "a1".into(),
+        agent_hostname: None,
+    }
+}
+
 /// Noise of about ±0.6 % that repeats every 7 nights.
 fn wobble(i: usize) -> f64 {
     1.0 + 0.006 * [0.3, -0.8, 1.0, -0.2, 0.6, -1.0, 0.1][i % 7]
@@ -160,15 +173,7 @@ fn a_step_down_of_the_schedule_is_a_regression_since_its_first_run() {
         runs.push((run, date, job));
     }
     let (run, date, job) = runs.last().cloned().unwrap();
-    let spec = ChecksSpec {
-        format: "pio".into(),
-        ingest_job_id: job,
-        source: "raw".into(),
-        schedule_id: Some(SCHEDULE.into()),
-        params: Default::default(),
-        agent: "a1".into(),
-        agent_hostname: None,
-    };
+    let spec = pio_spec(job);
     let rows = check_rows(&ctx(&w, &run, &date, &spec), &spec).unwrap();
     let row = rows
         .iter()
@@ -369,15 +374,7 @@ fn a_dip_on_a_night_the_whole_machine_was_busy_is_inconclusive() {
         last = Some((run, date, job));
     }
     let (run, date, job) = last.unwrap();
-    let spec = ChecksSpec {
-        format: "pio".into(),
-        ingest_job_id: job,
-        source: "raw".into(),
-        schedule_id: Some(SCHEDULE.into()),
-        params: Default::default(),
-        agent: "a1".into(),
-        agent_hostname: None,
-    };
+    let spec = pio_spec(job);
     let status = |w: &World| {
         let rows = check_rows(&ctx(w, &run, &date, &spec), &spec).unwrap();
         let r = rows
