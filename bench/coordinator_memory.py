@@ -62,6 +62,19 @@ def rss_mb(pid):
     return float("nan")
 
 
+def stop(procs, work):
+    """Terminates `procs` (each waited for up to 30 s, then killed) and
+    removes the scratch directory `work`."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=str(ROOT / "target" / "release" / "benchlake"))
@@ -108,12 +121,7 @@ def main():
             print(f"RSS {rss[-1]:.0f} MB is above the bound {a.max_rss_mb:.0f} MB", file=sys.stderr)
             rc = 1
     finally:
-        up.terminate()
-        try:
-            up.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            up.kill()
-        shutil.rmtree(work, ignore_errors=True)
+        stop([up], work)
     sys.exit(rc)
 
 

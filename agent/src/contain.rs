@@ -191,7 +191,11 @@ pub fn offered_catalog(catalog: &Catalog, run_as: Option<&str>) -> (Catalog, Vec
         let why = crate::missing_program(b)
             .or_else(|| resolve_run_as(b, run_as).err().map(|e| e.to_string()));
         match why {
-            None => offered.benchmarks.push(b.clone()),
+            // Offered with the user it runs as, for `benchmarks show`.
+            None => offered.benchmarks.push(BenchmarkDef {
+                run_as: b.run_as.clone().or_else(|| run_as.map(str::to_string)),
+                ..b.clone()
+            }),
             Some(reason) => refused.push(Refused {
                 name: b.name.clone(),
                 reason,

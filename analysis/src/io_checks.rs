@@ -547,6 +547,52 @@ pub fn disturbances(
         .collect()
 }
 
+/// Makes the FAILs of `rows` that a disturbance can explain (rules with
+/// spread figures: bandwidths, times; not corruption or error counts)
+/// INCONCLUSIVE, with `reason` first: evidence from outside the run that it
+/// ran on a disturbed machine (a busy night seen by that night's hostinfo
+/// run, [`busy_machine`]). Returns how many rows it changed.
+pub fn hold_for(rows: &mut [CheckRow], cfg: &IoCheckConfig, reason: &str) -> usize {
+    let mut n = 0;
+    for row in rows.iter_mut().filter(|r| r.status == verdict::FAIL) {
+        let figure = row.check.strip_suffix(".vs_median").unwrap_or(&row.check);
+        if cfg
+            .rules
+            .iter()
+            .any(|r| r.figure == figure && !r.spread.is_empty())
+        {
+            row.status = verdict::INCONCLUSIVE.into();
+            row.message = format!("{reason}; {}", row.message);
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Share of a night's hostinfo nodes that must be loaded for the night to
+/// count as busy for the whole machine.
+pub const BUSY_SHARE: f64 = 0.5;
+/// Fewest nodes a hostinfo run must have seen to tell a busy machine.
+pub const BUSY_MIN_NODES: usize = 4;
+
+/// Whether a night's hostinfo facts — `(load_1m, cores)` per node — show the
+/// whole machine busy: at least [`BUSY_SHARE`] of at least
+/// [`BUSY_MIN_NODES`] nodes with a 1-minute load of at least half their
+/// cores (another job running there). Some(reason) naming the counts.
+pub fn busy_machine(facts: &[(f64, i64)]) -> Option<String> {
+    let n = facts.len();
+    let loaded = facts
+        .iter()
+        .filter(|(load, cores)| *cores > 0 && *load >= 0.5 * *cores as f64)
+        .count();
+    (n >= BUSY_MIN_NODES && loaded as f64 >= BUSY_SHARE * n as f64).then(|| {
+        format!(
+            "the machine was busy that night: {loaded} of {n} nodes had a load of at least half \
+             their cores in that night's hostinfo run"
+        )
+    })
+}
+
 /// Evaluates `cfg` on one run's figures against `history` (figure → previous
 /// values, oldest first). Figures a rule names but the run lacks are skipped
 /// for `io.verify_errors` (the tool did not verify) and an ERROR otherwise.
@@ -926,6 +972,44 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn a_busy_machine_holds_the_fails_a_disturbance_explains() {
+        // 3 of 4 nodes loaded: busy; 1 of 4, or 3 nodes in all: not.
+        let busy = [(30.0, 32), (16.0, 32), (40.0, 32), (0.1, 32)];
+        let why = busy_machine(&busy).expect("busy");
+        assert!(why.contains("3 of 4 nodes"), "{why}");
+        assert!(busy_machine(&[(30.0, 32), (0.1, 32), (0.2, 32), (0.0, 32)]).is_none());
+        assert!(busy_machine(&busy[..3]).is_none());
+        assert!(busy_machine(&[(1.0, 0); 8]).is_none());
+        let cfg = IoCheckConfig::default();
+        let row = |check: &str, status: &str| CheckRow {
+            check: check.into(),
+            status: status.into(),
+            value: Some(1.0),
+            reference: None,
+            unit: String::new(),
+            message: "below".into(),
+            regression: None,
+        };
+        let mut rows = vec![
+            row("io.write_bw_mib_s.vs_median", "FAIL"),
+            row("io.write_bw_mib_s.vs_median", "PASS"),
+            row("io.verify_errors", "FAIL"),
+        ];
+        assert_eq!(hold_for(&mut rows, &cfg, &why), 1);
+        assert_eq!(rows[0].status, "INCONCLUSIVE");
+        assert!(
+            rows[0].message.starts_with("the machine was busy"),
+            "{}",
+            rows[0].message
+        );
+        assert!(rows[0].message.ends_with("; below"));
+        assert_eq!(
+            (rows[1].status.as_str(), rows[2].status.as_str()),
+            ("PASS", "FAIL")
+        );
+    }
 
     fn results(rows: &[(&str, f64, f64, Option<i64>)]) -> RecordBatch {
         // Only the columns the checks read; the rest of io_results is ignored.

@@ -14,6 +14,14 @@
 //! deviations (scaled MAD) and `floor`. Links with fewer than
 //! `min_history` earlier measurements have no reference yet.
 //!
+//! A smaller loss that persists is found over a few nights: the link's mean
+//! deviation over tonight and its `persist - 1` latest earlier runs (2 up to
+//! `persist` nights) fails beyond the larger of `mads` × the spread / √k
+//! (the mean of k independent nights is √k times steadier) and
+//! `persist_floor`. The same six-sigma rule, tested on means: a link 15 %
+//! slower at a night-to-night spread of 3 % (5 sigma) is found on its
+//! second night instead of hardly ever.
+//!
 //! Only failing links get a row (a 512-host run has 130,816 links); the
 //! run's `checks` row `linktest.slow_links` counts them and says how many
 //! were judged.
@@ -37,6 +45,8 @@ pub const PARAMS: &[&str] = &[
     "check_link_min_history",
     "check_link_mads",
     "check_link_floor",
+    "check_link_persist",
+    "check_link_persist_floor",
 ];
 
 /// Thresholds of the link check.
@@ -50,6 +60,10 @@ pub struct LinkConfig {
     pub mads: f64,
     /// Smallest allowance (0.15 = 15 % slower than usual).
     pub floor: f64,
+    /// Most nights whose mean deviation is judged (1 = tonight only).
+    pub persist: usize,
+    /// Smallest allowance of a mean over several nights.
+    pub persist_floor: f64,
 }
 
 impl Default for LinkConfig {
@@ -60,6 +74,8 @@ impl Default for LinkConfig {
             min_history: 5,
             mads: 6.0,
             floor: 0.15,
+            persist: 3,
+            persist_floor: 0.10,
         }
     }
 }
@@ -118,6 +134,12 @@ impl LinkConfig {
         }
         if let Some(f) = num("check_link_floor", 10.0)? {
             c.floor = f;
+        }
+        if let Some(k) = int("check_link_persist", 1, 10)? {
+            c.persist = k;
+        }
+        if let Some(f) = num("check_link_persist_floor", 10.0)? {
+            c.persist_floor = f;
         }
         Ok(c)
     }
@@ -317,7 +339,8 @@ fn us(s: f64) -> String {
     format!("{:.2} µs", s * 1e6)
 }
 
-/// Judges `now`'s links against `history` (earlier runs, any order).
+/// Judges `now`'s links against `history` (earlier runs, newest first: the
+/// persistence test takes the latest ones).
 pub fn judge(
     now: &RunLinks,
     history: &[&RunLinks],
@@ -359,9 +382,20 @@ pub fn judge(
     let bound = (cfg.mads * sigma).max(cfg.floor);
     out.bound = Some(bound);
     for (link, dev, usual) in devs {
-        if dev - center <= bound {
+        // Tonight alone, else the mean over the latest k nights.
+        let persisted = if dev - center > bound {
+            Some((1, dev))
+        } else {
+            persisting(link, dev, usual, history, center, sigma, cfg)
+        };
+        let Some((k, dev)) = persisted else {
             continue;
-        }
+        };
+        let limit = if k == 1 {
+            bound
+        } else {
+            (cfg.mads * sigma / (k as f64).sqrt()).max(cfg.persist_floor)
+        };
         let (a, b) = link;
         let g = now.host_median.get(&a).copied().unwrap_or(0.0)
             * now.host_median.get(&b).copied().unwrap_or(0.0);
@@ -375,13 +409,23 @@ pub fn judge(
             value: Some(t),
             reference: Some(expected),
             unit: "s".into(),
-            message: format!(
-                "{} {:+.0} % against its usual {} (its hosts' speed tonight taken out; bound {:+.0} %)",
-                us(t),
-                (dev - center) * 100.0,
-                us(expected),
-                bound * 100.0
-            ),
+            message: if k == 1 {
+                format!(
+                    "{} {:+.0} % against its usual {} (its hosts' speed tonight taken out; bound {:+.0} %)",
+                    us(t),
+                    (dev - center) * 100.0,
+                    us(expected),
+                    limit * 100.0
+                )
+            } else {
+                format!(
+                    "{} against its usual {}: {:+.0} % on average over its last {k} runs (its hosts' speed taken out; bound {:+.0} % for a mean of {k})",
+                    us(t),
+                    us(expected),
+                    (dev - center) * 100.0,
+                    limit * 100.0
+                )
+            },
         });
     }
     out.rows.sort_by(|x, y| {
@@ -390,6 +434,36 @@ pub fn judge(
         ry.total_cmp(&rx)
     });
     out
+}
+
+/// The smallest k in 2..=`cfg.persist` for which the link's mean deviation
+/// over tonight and its k − 1 latest earlier runs (each against the same
+/// usual ratio) exceeds the mean's limit: (k, that mean). Every one of those
+/// runs must have measured the link.
+fn persisting(
+    link: Link,
+    dev: f64,
+    usual: f64,
+    history: &[&RunLinks],
+    center: f64,
+    sigma: f64,
+    cfg: &LinkConfig,
+) -> Option<(usize, f64)> {
+    let mut sum = dev;
+    for (i, h) in history
+        .iter()
+        .take(cfg.persist.saturating_sub(1))
+        .enumerate()
+    {
+        sum += h.ratio.get(&link)? / usual - 1.0;
+        let k = i + 2;
+        let mean = sum / k as f64;
+        let limit = (cfg.mads * sigma / (k as f64).sqrt()).max(cfg.persist_floor);
+        if mean - center > limit {
+            return Some((k, mean));
+        }
+    }
+    None
 }
 
 /// The `link_health` batch of a run's rows.
@@ -487,6 +561,60 @@ mod tests {
         // Too little history: nothing judged.
         let v = judge(&now, &hist[..3], &hosts, &LinkConfig::default());
         assert_eq!((v.judged, v.rows.len()), (0, 0));
+    }
+
+    #[test]
+    fn a_smaller_loss_that_persists_fails_on_its_second_night() {
+        let mut hosts = Hosts::default();
+        let slow = |k: u32, slower: bool| {
+            move |a: u32, b: u32| {
+                level(a, b, k)
+                    * if slower && (a, b) == (3, 7) {
+                        1.2
+                    } else {
+                        1.0
+                    }
+            }
+        };
+        // Newest first: ten steady runs.
+        let steady: Vec<RunLinks> = (0..10)
+            .rev()
+            .map(|k| run(16, &mut hosts, slow(k, false)))
+            .collect();
+        // One-night bound 25 %, a mean's 10 %. Tonight 20 % slower (about
+        // 16 % with its hosts' medians taken out): under the bound, passes.
+        let cfg = LinkConfig {
+            floor: 0.25,
+            ..LinkConfig::default()
+        };
+        let now = run(16, &mut hosts, slow(11, true));
+        let hist: Vec<&RunLinks> = steady.iter().collect();
+        let v = judge(&now, &hist, &hosts, &cfg);
+        assert!(v.rows.is_empty(), "{:?}", v.rows);
+        // The next night too: the mean of the two fails (bound 10 %).
+        let yesterday = now;
+        let now = run(16, &mut hosts, slow(12, true));
+        let hist: Vec<&RunLinks> = std::iter::once(&yesterday).chain(steady.iter()).collect();
+        let v = judge(&now, &hist, &hosts, &cfg);
+        let failing: Vec<(&str, &str)> = v
+            .rows
+            .iter()
+            .map(|r| (r.node_a.as_str(), r.node_b.as_str()))
+            .collect();
+        assert_eq!(failing, [("h03", "h07")], "{:?}", v.rows);
+        assert!(
+            v.rows[0]
+                .message
+                .contains("on average over its last 2 runs"),
+            "{}",
+            v.rows[0].message
+        );
+        // Switched to one night: passes.
+        let one = LinkConfig {
+            persist: 1,
+            ..cfg.clone()
+        };
+        assert!(judge(&now, &hist, &hosts, &one).rows.is_empty());
     }
 
     #[test]

@@ -91,6 +91,7 @@ fn catalog() -> Vec<pb::BenchmarkDef> {
             timeout_s: 60,
             max_timeout_s: 600,
             launchers: vec!["local".into()],
+            run_as: None,
         })
         .collect()
 }

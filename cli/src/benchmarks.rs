@@ -121,7 +121,7 @@ fn offer_json(o: &pb::BenchmarkOffer) -> serde_json::Value {
     let d = o.def.clone().unwrap_or_default();
     serde_json::json!({
         "name": d.name, "kind": d.kind, "description": d.description,
-        "launchers": d.launchers, "timeout_s": d.timeout_s, "max_timeout_s": d.max_timeout_s,
+        "launchers": d.launchers, "run_as": d.run_as, "timeout_s": d.timeout_s, "max_timeout_s": d.max_timeout_s,
         "params": d.params.iter().map(param_json).collect::<Vec<_>>(),
         "outputs": d.outputs.iter().map(|x| serde_json::json!({
             "file": x.file, "format": x.format, "required": x.required})).collect::<Vec<_>>(),
@@ -172,6 +172,10 @@ fn show(o: &pb::BenchmarkOffer) {
             "launchers: {} (default {})",
             d.launchers.join(", "),
             d.launchers.first().map(String::as_str).unwrap_or("local")
+        );
+        outln!(
+            "runs as: {}",
+            d.run_as.as_deref().unwrap_or("the agent's own user")
         );
         outln!(
             "timeout: {} s{}",

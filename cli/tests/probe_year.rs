@@ -175,9 +175,22 @@ fn a_bad_scenario_names_its_field() {
 /// figures docs/verdicts.md gives.
 #[test]
 fn the_quarter_scenario_meets_the_targets() {
+    meets_the_targets("quarter-32");
+}
+
+/// Eight nights with the whole machine busy (every node 30 % slower): the
+/// runs' FAILs on them are held by that night's hostinfo (3.2 false alarms
+/// per 1,000 node-nights without that evidence).
+#[test]
+fn busy_nights_of_the_whole_machine_do_not_alarm() {
+    meets_the_targets("busy-32");
+}
+
+fn meets_the_targets(name: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/quarter-32.toml");
-    let out = dir.path().join("year-q32");
+    let scenario = format!("{}/../scenarios/{name}.toml", env!("CARGO_MANIFEST_DIR"));
+    let scenario = scenario.as_str();
+    let out = dir.path().join(name);
     let (ok, stdout, stderr) = run(&[
         "probe",
         "year",

@@ -459,6 +459,35 @@ async fn every_method_every_caller_every_owner() {
     );
     eprintln!("{cases} cases (methods x callers) as the rights model says");
 
+    // Changes to schedules, acknowledgements and maintenance windows are in
+    // the audit trail like the dashboard's actions: taken ones and the ones
+    // the caller's role or ownership refused (callers refused before the
+    // services, without a role at all, are the authentication layer's).
+    let rows = c.coord.audit_rows(1000, None).await.unwrap();
+    for action in [
+        "schedule.create",
+        "schedule.change",
+        "schedule.delete",
+        "ack.create",
+        "ack.remove",
+        "maintenance.create",
+        "maintenance.remove",
+    ] {
+        let of: Vec<_> = rows.iter().filter(|r| r.action == action).collect();
+        for outcome in ["ok", "refused"] {
+            assert!(
+                of.iter()
+                    .any(|r| r.outcome == outcome && r.via == "api" && !r.who.is_empty()),
+                "no '{outcome}' row for {action}: {of:#?}"
+            );
+        }
+    }
+    let refused = rows
+        .iter()
+        .find(|r| r.action == "ack.create" && r.outcome == "refused")
+        .unwrap();
+    assert!(refused.detail.contains("admin"), "{refused:?}");
+
     // Owners carry over: a run fired from alice's schedule is alice's, and
     // bob cannot cancel it; the owner is shown on the run.
     alice

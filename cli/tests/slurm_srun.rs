@@ -844,11 +844,15 @@ async fn a_traced_run_on_slurm_nodes_uses_their_linktest_calibration() {
         !d1.fitted && d1.reason.as_deref().unwrap_or("").contains("size"),
         "{d1:?}"
     );
-    // Two sizes make a fit the quality gate rejects (fewer than 3 sizes).
-    assert!(
-        two.rejected.as_deref().unwrap_or("").contains("size"),
-        "{two:?}"
-    );
+    // Two sizes are never used: the quality gate rejects the fit (fewer than
+    // 3 sizes), or, when this loaded host made the 64 B exchanges slower
+    // than the 64 KiB ones, no bandwidth can be fitted at all (seen in CI).
+    let refused = two.rejected.as_deref().or(if two.fitted {
+        None
+    } else {
+        two.reason.as_deref()
+    });
+    assert!(refused.unwrap_or("").contains("size"), "{two:?}");
     assert!(d2.fitted, "{d2:?}");
     // Real TCP between the test cluster's slurmd, on a host the other Slurm
     // tests load at the same time: the three-size fit may miss the gate's

@@ -307,6 +307,10 @@ async fn an_agent_does_not_offer_what_it_refuses_and_agents_list_says_why() {
     assert!(text.starts_with("ok (noop)\n"), "{text}");
     assert!(text.contains("timeout: 60 s\n"), "{text}");
     assert!(text.contains("offered by: a1\n"), "{text}");
+    // Who it runs as: the entry names none, so the agent's --run-as (the
+    // test cluster's agent runs benchmarks as the user running the tests).
+    let me = benchlake_agent::contain::current_user_name();
+    assert!(text.contains(&format!("runs as: {me}\n")), "{text}");
     let (code, text, _) = bench(&["show", "ghost"]);
     assert_eq!(code, Some(0));
     assert!(text.contains("offered by: no agent\n"), "{text}");
@@ -322,6 +326,7 @@ async fn an_agent_does_not_offer_what_it_refuses_and_agents_list_says_why() {
             &serde_json::json!(60)
         )
     );
+    assert_eq!(j["run_as"], serde_json::json!(me));
     let (code, _, err) = bench(&["show", "nope"]);
     assert_eq!(code, Some(1));
     assert!(

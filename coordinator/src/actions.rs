@@ -52,7 +52,7 @@ pub(crate) fn owned_run(tx: &mut dyn Tx, id: &Identity, run_id: &str) -> Result<
 impl Coordinator {
     /// Runs action `f` in one transaction and records it: `f` returns its
     /// result, the audit detail and its effects.
-    async fn audited<T: Send>(
+    pub(crate) async fn audited<T: Send>(
         &self,
         who: &Actor,
         what: &str,

@@ -66,6 +66,9 @@ impl Actor {
 
 /// The actions recorded, by the name the audit trail shows.
 pub mod action {
+    pub const SCHEDULE_CREATE: &str = "schedule.create";
+    pub const SCHEDULE_CHANGE: &str = "schedule.change";
+    pub const SCHEDULE_DELETE: &str = "schedule.delete";
     pub const SCHEDULE_TRIGGER: &str = "schedule.trigger";
     pub const SCHEDULE_PAUSE: &str = "schedule.pause";
     pub const SCHEDULE_RESUME: &str = "schedule.resume";
@@ -75,6 +78,10 @@ pub mod action {
     pub const AGENT_RESUME: &str = "agent.resume";
     pub const NODE_DRAIN: &str = "node.drain";
     pub const NODE_RESUME: &str = "node.resume";
+    pub const ACK_CREATE: &str = "ack.create";
+    pub const ACK_REMOVE: &str = "ack.remove";
+    pub const MAINTENANCE_CREATE: &str = "maintenance.create";
+    pub const MAINTENANCE_REMOVE: &str = "maintenance.remove";
 }
 
 /// One action taken (or attempted).

@@ -449,6 +449,18 @@ pub fn catalog(defs: Vec<pb::BenchmarkDef>) -> Result<Vec<BenchmarkInfo>> {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        // Shown by `benchmarks show`, never used to run anything here: any
+        // printable name (site accounts may hold '@' or '$'), no control
+        // characters.
+        let run_as = match b.run_as {
+            Some(u) if u.is_empty() || u.len() > 256 || u.chars().any(char::is_control) => {
+                return Err(CoordError::invalid(
+                    &format!("{field}.run_as"),
+                    "not a user name (1 to 256 bytes, no control characters)",
+                ));
+            }
+            u => u,
+        };
         out.push(BenchmarkInfo {
             name: b.name,
             kind: b.kind,
@@ -470,6 +482,7 @@ pub fn catalog(defs: Vec<pb::BenchmarkDef>) -> Result<Vec<BenchmarkInfo>> {
             } else {
                 launchers
             },
+            run_as,
         });
     }
     Ok(out)

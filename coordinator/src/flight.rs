@@ -20,7 +20,6 @@ use arrow_flight::{
     HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaAsIpc, SchemaResult, Ticket,
 };
 use futures::{Stream, StreamExt};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::{Deserialize, Serialize};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -137,32 +136,23 @@ impl FlightSvc {
     }
 }
 
+/// Rows per batch DoGet sends.
+const FLIGHT_BATCH_ROWS: usize = 16 * 1024;
+/// Batches DoGet decodes ahead of the client.
+const FLIGHT_QUEUE: usize = 4;
+
 fn days_since_epoch(date: &str) -> i32 {
     chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d")
         .map(|d| (d - chrono::NaiveDate::default()).num_days() as i32)
         .unwrap_or(0)
 }
 
-/// Reads one committed file into batches with the `date` column added.
-fn read_file(
-    data: bytes::Bytes,
-    date: &str,
-    schema: &SchemaRef,
-) -> Result<Vec<RecordBatch>, FlightError> {
-    let reader = ParquetRecordBatchReaderBuilder::try_new(data)
-        .map_err(|e| FlightError::ExternalError(Box::new(e)))?
-        .with_batch_size(64 * 1024)
-        .build()
-        .map_err(|e| FlightError::ExternalError(Box::new(e)))?;
-    let day = days_since_epoch(date);
-    let mut out = Vec::new();
-    for b in reader {
-        let b = b.map_err(FlightError::Arrow)?;
-        let mut cols = catalog_columns(&b, schema)?;
-        cols.push(Arc::new(Date32Array::from(vec![day; b.num_rows()])));
-        out.push(RecordBatch::try_new(schema.clone(), cols).map_err(FlightError::Arrow)?);
-    }
-    Ok(out)
+/// One batch of a committed file with the `date` column (days since the
+/// epoch) added, its columns in the order of `schema`.
+fn with_date(b: &RecordBatch, day: i32, schema: &SchemaRef) -> Result<RecordBatch, FlightError> {
+    let mut cols = catalog_columns(b, schema)?;
+    cols.push(Arc::new(Date32Array::from(vec![day; b.num_rows()])));
+    RecordBatch::try_new(schema.clone(), cols).map_err(FlightError::Arrow)
 }
 
 /// The columns of `b` in the order of `schema` (its last field, `date`, left
@@ -261,31 +251,30 @@ impl FlightService for FlightSvc {
         let schema = flight_schema(&f.table)?;
         let files = self.files(&f)?;
         let lake = self.0.lake.clone();
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, FlightError>>(4);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, FlightError>>(FLIGHT_QUEUE);
         let sch = schema.clone();
-        // One file at a time, so memory stays at one file however big the table is.
+        // One file at a time, read a row group at a time (byte ranges): the
+        // stream holds at most one row group's column chunks, the batch being
+        // decoded and the channel's FLIGHT_QUEUE batches of FLIGHT_BATCH_ROWS
+        // rows, however big the table or a file of it (docs/tables.md).
         tokio::spawn(async move {
             for file in files {
-                let res = match lake.get(&file.key).await {
-                    Ok(data) => {
-                        let date = file.date.clone();
-                        let sch = sch.clone();
-                        tokio::task::spawn_blocking(move || read_file(data, &date, &sch))
-                            .await
-                            .unwrap_or_else(|e| Err(FlightError::ProtocolError(e.to_string())))
-                    }
-                    Err(e) => Err(FlightError::ExternalError(Box::new(e))),
-                };
-                match res {
-                    Ok(batches) => {
-                        for b in batches {
-                            if tx.send(Ok(b)).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
+                let day = days_since_epoch(&file.date);
+                let mut batches = match lake.parquet_stream(&file.key, FLIGHT_BATCH_ROWS).await {
+                    Ok(s) => s,
                     Err(e) => {
-                        let _ = tx.send(Err(e)).await;
+                        let _ = tx.send(Err(FlightError::ExternalError(Box::new(e)))).await;
+                        return;
+                    }
+                };
+                loop {
+                    let next = match batches.next().await {
+                        None => break,
+                        Some(Ok(b)) => with_date(&b, day, &sch),
+                        Some(Err(e)) => Err(FlightError::ExternalError(Box::new(e))),
+                    };
+                    let failed = next.is_err();
+                    if tx.send(next).await.is_err() || failed {
                         return;
                     }
                 }
@@ -381,21 +370,8 @@ mod tests {
         }
         let i = schema.index_of("submitted_at").unwrap();
         assert_eq!(cols[i].null_count(), 0);
-        let b = read_file(
-            {
-                let mut buf = Vec::new();
-                let batch = old_runs_batch();
-                let mut w =
-                    parquet::arrow::ArrowWriter::try_new(&mut buf, batch.schema(), None).unwrap();
-                w.write(&batch).unwrap();
-                w.close().unwrap();
-                bytes::Bytes::from(buf)
-            },
-            "2026-12-06",
-            &schema,
-        )
-        .unwrap();
-        assert_eq!(b[0].num_rows(), 1);
-        assert_eq!(b[0].schema(), schema);
+        let b = with_date(&old_runs_batch(), days_since_epoch("2026-12-06"), &schema).unwrap();
+        assert_eq!(b.num_rows(), 1);
+        assert_eq!(b.schema(), schema);
     }
 }

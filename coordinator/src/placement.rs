@@ -393,6 +393,7 @@ mod tests {
             timeout_s: 60,
             max_timeout_s: 600,
             launchers: vec![LauncherKind::Local],
+            run_as: None,
         }
     }
 

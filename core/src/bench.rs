@@ -326,6 +326,10 @@ pub struct BenchmarkInfo {
     pub max_timeout_s: u64,
     /// Supported launchers, default first.
     pub launchers: Vec<LauncherKind>,
+    /// The user the offering agent runs it as (the entry's `run_as`, else
+    /// the agent's `--run-as`); None: the agent's own user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as: Option<String>,
 }
 
 /// A catalog file: `[[benchmark]]` tables.
@@ -913,6 +917,7 @@ impl BenchmarkDef {
             timeout_s: self.timeout_s,
             max_timeout_s: self.max_timeout_s,
             launchers: self.launchers.clone(),
+            run_as: self.run_as.clone(),
         }
     }
 

@@ -213,14 +213,20 @@ pub fn table_prefix(table: &str) -> Result<String> {
     Ok(format!("{TABLES}/{table}/"))
 }
 
+/// `tables/{table}/date={date}/`: every object of a table's date partition.
+pub fn date_table_prefix(table: &str, date: &str) -> Result<String> {
+    validate_date(date)?;
+    Ok(format!("{}date={date}/", table_prefix(table)?))
+}
+
 /// `tables/{table}/date={date}/run_id={run_id}/`: every object of one run's
 /// rows of a table.
 pub fn run_table_prefix(table: &str, date: &str, run_id: &str) -> Result<String> {
     validate_date(date)?;
     validate_id("run_id", run_id)?;
     Ok(format!(
-        "{}date={date}/run_id={run_id}/",
-        table_prefix(table)?
+        "{}run_id={run_id}/",
+        date_table_prefix(table, date)?
     ))
 }
 

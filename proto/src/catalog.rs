@@ -40,5 +40,6 @@ pub fn benchmark_def(b: &BenchmarkInfo) -> v1::BenchmarkDef {
         timeout_s: b.timeout_s,
         max_timeout_s: b.max_timeout_s,
         launchers: b.launchers.iter().map(|l| l.as_str().to_string()).collect(),
+        run_as: b.run_as.clone(),
     }
 }

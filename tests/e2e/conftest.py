@@ -272,6 +272,34 @@ class Api:
         raise AssertionError(f"run {run_id} did not settle: {last}")
 
 
+# A call cut by a coordinator dying (or stepping down) under it ends with one
+# of these; the next call goes to whichever coordinator leads.
+TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL,
+             grpc.StatusCode.UNKNOWN)
+
+
+def retrying(call, timeout=30):
+    deadline = time.time() + timeout
+    while True:
+        try:
+            return call()
+        except grpc.RpcError as e:
+            if e.code() not in TRANSIENT or time.time() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+class HaApi(Api):
+    """[`Api`] whose calls cut by a takeover go again to whichever leads."""
+
+    def get(self, run_id):
+        return retrying(lambda: Api.get(self, run_id))
+
+    def submit(self, *a, **k):
+        return retrying(lambda: Api.submit(self, *a, **k))
+
+
+
 @pytest.fixture
 def cluster(tmp_path):
     """A cluster on SQLite, or with BENCHLAKE_E2E_STATE=postgres on a

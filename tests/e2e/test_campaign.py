@@ -10,6 +10,11 @@ worker (`NAME:TOKEN`), the workers at their default concurrency (one job
 slot per core, leasing as `w1.0`, `w1.1`, ...), and the client with a bound
 user token.
 
+On PostgreSQL (BENCHLAKE_E2E_STATE=postgres) two coordinators share the
+state, one leading and one standing by; every process and the client get
+both addresses; a coordinator kill hits whichever leads, the standby takes
+over, and the killed one comes back as the new standby.
+
 Short form in the suite (BENCHLAKE_CAMPAIGN_RUNS, default 40); the long form is
 `bash scripts/fault-campaign.sh [RUNS] [SEED]`. Figures go to stdout (and
 docs/testing.md)."""
@@ -17,7 +22,9 @@ import os
 import random
 import time
 
-from conftest import ROOT, Api
+import socket
+
+from conftest import ROOT, Api, HaApi, free_port
 
 RUNS = int(os.environ.get("BENCHLAKE_CAMPAIGN_RUNS", "40"))
 SEED = int(os.environ.get("BENCHLAKE_CAMPAIGN_SEED", "13"))
@@ -67,13 +74,35 @@ def test_fault_campaign(cluster, pb):
     })
     start_agent = lambda a: cluster.agent(a, {"BENCHLAKE_TOKEN": secret(a)})  # noqa: E731
     start_worker = lambda w: cluster.worker(w, {"BENCHLAKE_TOKEN": secret(w)}, concurrency=None)  # noqa: E731
-    cluster.coordinator()
+    standby = cluster.state.startswith("postgres://")
+    ports = {"coordinator": cluster.port, "coordinator-b": free_port()} if standby else {}
+
+    def listening(name):
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", ports[name])) == 0
+
+    def start_coord(name):
+        return cluster._spawn(name, ["coordinator", "--listen", f"127.0.0.1:{ports[name]}", "--state",
+                                     cluster.state, "--lake", cluster.lake, "--leader-lease-ms", "1000"])
+
+    if standby:
+        start_coord("coordinator")
+        cluster.wait_port()
+        start_coord("coordinator-b")
+        # Agents, workers and the client follow whichever coordinator leads.
+        cluster.addr = ",".join(f"127.0.0.1:{p}" for p in ports.values())
+    else:
+        cluster.coordinator()
     for a in agents:
         start_agent(a)
     for w in workers:
         start_worker(w)
-    api = Api(pb, cluster.addr, token=secret("user"))
+    if standby:
+        api = HaApi(pb, "ipv4:" + cluster.addr, token=secret("user"))
+    else:
+        api = Api(pb, cluster.addr, token=secret("user"))
     api.wait_agents(len(agents))
+    takeovers = 0
 
     started = time.time()
     submitted = []
@@ -93,7 +122,15 @@ def test_fault_campaign(cluster, pb):
         if rng.random() < 0.35:
             role = rng.choice(["coordinator", "worker", "agent"])
             time.sleep(rng.uniform(0.0, 1.5))
-            if role == "coordinator":
+            if role == "coordinator" and standby:
+                leader = next((n for n in ports if listening(n)), None)
+                if leader is None:  # a takeover is under way: kill nobody
+                    continue
+                cluster.kill9(leader)
+                time.sleep(rng.uniform(0.2, 2.0))
+                start_coord(leader)  # back as the standby
+                takeovers += 1
+            elif role == "coordinator":
                 cluster.kill9("coordinator")
                 time.sleep(rng.uniform(0.2, 2.0))
                 cluster.coordinator()
@@ -157,4 +194,10 @@ def test_fault_campaign(cluster, pb):
         f"\nfault campaign: {len(submitted)} runs (seed {SEED}) in {elapsed:.1f} s, "
         f"kill -9: {kills}; all SUCCEEDED, {len(rows)} runs rows, duplicates {sum(dup.values())}, "
         f"staging leftovers 0, task retries {attempts}"
+        + (f", leader killed {takeovers} times with a standby beside it" if standby else "")
     )
+    if standby:
+        # Both coordinators alive; exactly one leads.
+        for n in ports:
+            assert cluster.procs[n].poll() is None, cluster.log(n)[-3000:]
+        assert sum(listening(n) for n in ports) == 1, [cluster.log(n)[-2000:] for n in ports]

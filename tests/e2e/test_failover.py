@@ -9,7 +9,9 @@ PostgreSQL, agents, a worker and the gRPC client given both addresses.
    stale: it writes nothing more, stops serving and stands by (never exits).
 3. The database is stuck for three leases (the leader row locked): the leader
    steps down, nobody exits, and one leads again once the database answers.
-4. Three kill -9 of whichever leads, each restarted: every run lands once."""
+4. Three kill -9 of whichever leads, each restarted: every run lands once.
+5. Busy loops on every core for five leases while runs are submitted: the
+   lead may move, nobody exits, every run lands once, one leads after."""
 import os
 import signal
 import socket
@@ -18,7 +20,7 @@ import time
 
 import grpc
 
-from conftest import BIN, Api, Cluster, duck_count, free_port
+from conftest import BIN, Cluster, HaApi, duck_count, free_port
 
 LEASE_MS = 2000
 
@@ -49,31 +51,6 @@ class Ha(Cluster):
         return self._spawn(name, ["coordinator", "--listen", f"127.0.0.1:{self.ports[name]}",
                                   "--state", self.url, "--lake", self.lake,
                                   "--leader-lease-ms", str(LEASE_MS)])
-
-
-# A call cut by a coordinator dying (or stepping down) under it ends with one
-# of these; the next call goes to whichever coordinator leads.
-TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL,
-             grpc.StatusCode.UNKNOWN)
-
-
-def retrying(call, timeout=30):
-    deadline = time.time() + timeout
-    while True:
-        try:
-            return call()
-        except grpc.RpcError as e:
-            if e.code() not in TRANSIENT or time.time() > deadline:
-                raise
-            time.sleep(0.1)
-
-
-class HaApi(Api):
-    def get(self, run_id):
-        return retrying(lambda: Api.get(self, run_id))
-
-    def submit(self, *a, **k):
-        return retrying(lambda: Api.submit(self, *a, **k))
 
 
 def api_for(pb, ha):
@@ -197,6 +174,46 @@ def test_standby_takes_over_and_a_stale_leader_is_fenced(tmp_path, pb, postgres)
             assert api.wait(h.run_id, timeout=60).run.state == c.RUN_STATE_SUCCEEDED
             assert duck_count(ha.lake, "runs", h.run_id) == 1
             assert duck_count(ha.lake, "node_facts", h.run_id) == 2
+
+        # Phase 5: a loaded host (issue 39.2: under CPU load a renewal timed
+        # out and the leader, then the standby, exited). Busy loops, three
+        # per core, beside both coordinators, PostgreSQL, the agents and the
+        # worker for five leases; a run submitted every second meanwhile
+        # (idempotency keys, so a retried submit is the same run). The lead
+        # may move; nobody exits; every run lands exactly once; afterwards
+        # exactly one coordinator leads.
+        hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"])
+                for _ in range(3 * (os.cpu_count() or 2))]
+        runs, samples, both, neither = [], 0, 0, 0
+        try:
+            t_end = time.time() + 5 * LEASE_MS / 1000
+            while time.time() < t_end:
+                runs.append(api.submit("hostinfo", count=2, key=f"loaded-{len(runs)}").run_id)
+                for _ in range(5):
+                    up = [listening(ha.ports[n]) for n in ("c1", "c2")]
+                    samples += 1
+                    both += all(up)
+                    neither += not any(up)
+                    time.sleep(0.2)
+        finally:
+            for h in hogs:
+                h.kill()
+                h.wait()
+        print(f"under {len(hogs)} busy loops for {5 * LEASE_MS} ms: {len(runs)} runs submitted; "
+              f"of {samples} samples both listened in {both}, neither in {neither}")
+        for n in ("c1", "c2"):
+            assert ha.procs[n].poll() is None, ha.log(n)[-3000:]
+        for r in runs:
+            assert api.wait(r, timeout=90).run.state == c.RUN_STATE_SUCCEEDED, ha.log("c1")[-2000:]
+            assert duck_count(ha.lake, "runs", r) == 1
+            assert duck_count(ha.lake, "node_facts", r) == 2
+        deadline = time.time() + 3 * LEASE_MS / 1000
+        while time.time() < deadline:
+            leads = [n for n in ("c1", "c2") if listening(ha.ports[n])]
+            if len(leads) == 1:
+                break
+            time.sleep(0.1)
+        assert len(leads) == 1, (leads, ha.log("c1")[-2000:], ha.log("c2")[-2000:])
     finally:
         ha.stop()
 

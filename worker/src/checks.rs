@@ -523,7 +523,53 @@ pub fn check_rows(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<CheckRow>, Exe
         &cfg,
         &cp,
     );
+    // A FAIL on a night the whole machine was busy says nothing of the
+    // machine: held, with that night's hostinfo as the reason.
+    if rows.iter().any(|r| r.status == verdict::FAIL)
+        && let Some(why) = busy_night(ctx)?
+    {
+        io_checks::hold_for(&mut rows, &cfg, &why);
+    }
     Ok(rows)
+}
+
+/// Whether a hostinfo run of this run's night (its date partition) that has
+/// landed saw the whole machine busy ([`io_checks::busy_machine`]): the
+/// reason, naming that run. Each hostinfo run of the night is judged on its
+/// own nodes; rows without a load or core count are left out.
+fn busy_night(ctx: &JobContext) -> Result<Option<String>, ExecError> {
+    use arrow::array::{Float64Array, Int64Array};
+    let prefix = layout::date_table_prefix("node_facts", &ctx.run_date)?;
+    let mut by_run: BTreeMap<String, Vec<(f64, i64)>> = BTreeMap::new();
+    for (key, _) in ctx.block_on(ctx.lake.list(&prefix))? {
+        let Some(k) = layout::parse_table_key(&key) else {
+            continue;
+        };
+        if k.run_id == ctx.run_id {
+            continue;
+        }
+        let facts = by_run.entry(k.run_id.to_string()).or_default();
+        for b in ctx.block_on(ctx.lake.read_parquet(&key))? {
+            let load = b
+                .column_by_name("load_1m")
+                .and_then(|c| c.as_any().downcast_ref::<Float64Array>());
+            let cores = b
+                .column_by_name("cores")
+                .and_then(|c| c.as_any().downcast_ref::<Int64Array>());
+            let (Some(load), Some(cores)) = (load, cores) else {
+                continue;
+            };
+            facts.extend(
+                (0..b.num_rows())
+                    .filter(|&i| load.is_valid(i) && cores.is_valid(i))
+                    .map(|i| (load.value(i), cores.value(i))),
+            );
+        }
+    }
+    // The newest hostinfo run of the night that shows it (ids sort by time).
+    Ok(by_run.iter().rev().find_map(|(run, facts)| {
+        io_checks::busy_machine(facts).map(|why| format!("{why} ({run})"))
+    }))
 }
 
 /// The change points of a run's node rows against the node's earlier

@@ -140,6 +140,19 @@ fn ctx(w: &World, run: &str, date: &str, spec: &ChecksSpec) -> JobContext {
     }
 }
 
+/// The checks of a pio run of the schedule whose ingest job was `job`.
+fn pio_spec(job: String) -> ChecksSpec {
+    ChecksSpec {
+        format: "pio".into(),
+        ingest_job_id: job,
+        source: "raw".into(),
+        schedule_id: Some(SCHEDULE.into()),
+        params: Default::default(),
+        agent: "a1".into(),
+        agent_hostname: None,
+    }
+}
+
 /// Noise of about ±0.6 % that repeats every 7 nights.
 fn wobble(i: usize) -> f64 {
     1.0 + 0.006 * [0.3, -0.8, 1.0, -0.2, 0.6, -1.0, 0.1][i % 7]
@@ -160,15 +173,7 @@ fn a_step_down_of_the_schedule_is_a_regression_since_its_first_run() {
         runs.push((run, date, job));
     }
     let (run, date, job) = runs.last().cloned().unwrap();
-    let spec = ChecksSpec {
-        format: "pio".into(),
-        ingest_job_id: job,
-        source: "raw".into(),
-        schedule_id: Some(SCHEDULE.into()),
-        params: Default::default(),
-        agent: "a1".into(),
-        agent_hostname: None,
-    };
+    let spec = pio_spec(job);
     let rows = check_rows(&ctx(&w, &run, &date, &spec), &spec).unwrap();
     let row = rows
         .iter()
@@ -333,4 +338,72 @@ fn rows_naming_the_agents_host_are_the_agents_node() {
     name_agent_host(&mut rows, &spec("a1", None));
     name_agent_host(&mut rows, &spec("bad/name", Some("vm")));
     assert_eq!(rows[0].node, "vm");
+}
+
+/// `node_facts` of a hostinfo run: `(load_1m, cores)` per node.
+fn put_facts(w: &World, date: &str, run: &str, facts: &[(f64, i64)]) {
+    use arrow::array::Int64Array;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("run_id", DataType::Utf8, false),
+        Field::new("cores", DataType::Int64, false),
+        Field::new("load_1m", DataType::Float64, false),
+    ]));
+    let b = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(StringArray::from(vec![run; facts.len()])),
+            Arc::new(Int64Array::from_iter_values(facts.iter().map(|f| f.1))),
+            Arc::new(Float64Array::from_iter_values(facts.iter().map(|f| f.0))),
+        ],
+    )
+    .unwrap();
+    put(w, "node_facts", date, run, b);
+}
+
+#[test]
+fn a_dip_on_a_night_the_whole_machine_was_busy_is_inconclusive() {
+    let w = world();
+    // 14 steady nights at 1000 MiB/s, then one night at 700.
+    let mut last = None;
+    for i in 0..15 {
+        let night = NIGHT0_MS + i as i64 * DAY_MS;
+        let run = new_id_at(night + 3_600_000);
+        let date = put_run(&w, &run, night);
+        let level = if i == 14 { 700.0 } else { 1000.0 };
+        let job = put_io(&w, &date, &run, level * wobble(i));
+        last = Some((run, date, job));
+    }
+    let (run, date, job) = last.unwrap();
+    let spec = pio_spec(job);
+    let status = |w: &World| {
+        let rows = check_rows(&ctx(w, &run, &date, &spec), &spec).unwrap();
+        let r = rows
+            .iter()
+            .find(|r| r.check == "io.write_bw_mib_s.vs_median")
+            .unwrap()
+            .clone();
+        (r.status, r.message)
+    };
+    // No hostinfo that night: FAIL.
+    assert_eq!(status(&w).0, "FAIL");
+    // A hostinfo run that night saw 2 of 8 nodes loaded: still FAIL.
+    let quiet = new_id_at(NIGHT0_MS + 14 * DAY_MS + 60_000);
+    let mut facts = vec![(0.1, 32); 8];
+    facts[0].0 = 31.0;
+    facts[1].0 = 20.0;
+    put_facts(&w, &date, &quiet, &facts);
+    assert_eq!(status(&w).0, "FAIL");
+    // Another saw 6 of 8: INCONCLUSIVE, naming it.
+    let busy = new_id_at(NIGHT0_MS + 14 * DAY_MS + 120_000);
+    for f in facts.iter_mut().take(6) {
+        f.0 = 24.0;
+    }
+    put_facts(&w, &date, &busy, &facts);
+    let (st, msg) = status(&w);
+    assert_eq!(st, "INCONCLUSIVE", "{msg}");
+    assert!(
+        msg.starts_with("the machine was busy that night: 6 of 8 nodes"),
+        "{msg}"
+    );
+    assert!(msg.contains(&busy), "{msg}");
 }

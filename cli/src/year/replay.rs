@@ -137,24 +137,35 @@ impl Replay {
         Ok(())
     }
 
-    /// The night's runs: hostinfo, LinkTest, then pio on each filesystem,
-    /// on `self.jobs` threads (a worker's job slots: the runs of one night
-    /// are independent; the nights are not, and stay in order).
+    /// The night's runs: hostinfo first (its facts land before the other
+    /// runs are checked: a machine-wide busy night holds their FAILs), then
+    /// LinkTest and pio on each filesystem on `self.jobs` threads (a worker's
+    /// job slots: those runs of one night are independent; the nights are
+    /// not, and stay in order).
     fn night(&mut self, night: usize) -> anyhow::Result<()> {
         self.node_nights += self.world.present_nodes(night).len() as u64;
         let schedules = self.schedules.clone();
-        let jobs = self.jobs.clamp(1, schedules.len().max(1));
+        let (first, rest): (Vec<_>, Vec<_>) = schedules
+            .iter()
+            .enumerate()
+            .partition(|(_, (subject, _))| matches!(subject, Subject::Hostinfo));
+        let jobs = self.jobs.clamp(1, rest.len().max(1));
         let me = &*self;
-        let mut outs: Vec<(usize, anyhow::Result<RunOut>)> = std::thread::scope(|sc| {
+        let mut outs: Vec<(usize, anyhow::Result<RunOut>)> = first
+            .iter()
+            .map(|&(slot, (subject, schedule))| {
+                (slot, me.subject_run(night, slot, subject, schedule))
+            })
+            .collect();
+        outs.extend(std::thread::scope(|sc| {
             let handles: Vec<_> = (0..jobs)
                 .map(|lane| {
-                    let schedules = &schedules;
+                    let rest = &rest;
                     sc.spawn(move || {
-                        schedules
-                            .iter()
+                        rest.iter()
                             .enumerate()
-                            .filter(|(slot, _)| slot % jobs == lane)
-                            .map(|(slot, (subject, schedule))| {
+                            .filter(|(i, _)| i % jobs == lane)
+                            .map(|(_, &(slot, (subject, schedule)))| {
                                 (slot, me.subject_run(night, slot, subject, schedule))
                             })
                             .collect::<Vec<_>>()
@@ -168,8 +179,8 @@ impl Replay {
                         vec![(usize::MAX, Err(anyhow::anyhow!("a replay thread panicked")))]
                     })
                 })
-                .collect()
-        });
+                .collect::<Vec<_>>()
+        }));
         outs.sort_by_key(|(slot, _)| *slot);
         for (_, o) in outs {
             let o = o?;

@@ -8,7 +8,7 @@ use tonic::{Request, Response, Status};
 use super::{Svc, check_name, invalid};
 use crate::access;
 use crate::actions::owned_schedule;
-use crate::audit::Actor;
+use crate::audit::{Actor, action};
 use crate::auth::identity_of;
 use crate::convert;
 use crate::error::CoordError;
@@ -24,6 +24,7 @@ impl ScheduleService for Svc {
         req: Request<pb::CreateScheduleRequest>,
     ) -> std::result::Result<Response<pb::Schedule>, Status> {
         let id = identity_of(&req);
+        let who = Actor::api(id.clone());
         let s = req
             .into_inner()
             .schedule
@@ -43,13 +44,6 @@ impl ScheduleService for Svc {
                     format!("unknown value {}", s.node_action),
                 )
             })?;
-        if node_action != crate::node_actions::NodeAction::Off {
-            // It drains and resumes Slurm nodes, as DrainAgent does agents.
-            access::require_admin(
-                &id,
-                &format!("schedule.node_action {}", node_action.as_str()),
-            )?;
-        }
         let spec = s
             .spec
             .ok_or_else(|| invalid("schedule.spec", "is required"))?;
@@ -59,8 +53,18 @@ impl ScheduleService for Svc {
             .check_names("schedule.notify", &s.notify)?;
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
+        let name = s.name.clone();
         let row = self
-            .tx(|tx| {
+            .0
+            .audited(&who, action::SCHEDULE_CREATE, &name, move |tx| {
+                if node_action != crate::node_actions::NodeAction::Off {
+                    // It drains and resumes Slurm nodes, as DrainAgent does
+                    // agents (refused in the audit trail too).
+                    access::require_admin(
+                        &id,
+                        &format!("schedule.node_action {}", node_action.as_str()),
+                    )?;
+                }
                 if tx.schedule_by_name(&s.name)?.is_some() {
                     return Err(CoordError::FailedPrecondition(format!(
                         "schedule.name: a schedule named '{}' exists",
@@ -95,7 +99,18 @@ impl ScheduleService for Svc {
                     owner: id.principal(),
                 };
                 tx.insert_schedule(&row)?;
-                Ok(row)
+                let detail = format!(
+                    "{} '{}' ({}), {}{}",
+                    row.spec.benchmark,
+                    row.cron,
+                    row.time_zone,
+                    if row.paused { "paused" } else { "active" },
+                    match row.node_action {
+                        crate::node_actions::NodeAction::Off => String::new(),
+                        a => format!(", node action {}", a.as_str()),
+                    }
+                );
+                Ok((row, detail, Effects::default()))
             })
             .await?;
         tracing::info!(schedule = %row.name, cron = %row.cron, tz = %row.time_zone, "schedule created");
@@ -162,6 +177,7 @@ impl ScheduleService for Svc {
         req: Request<pb::UpdateScheduleRequest>,
     ) -> std::result::Result<Response<pb::Schedule>, Status> {
         let who = identity_of(&req);
+        let actor = Actor::api(who.clone());
         let r = req.into_inner();
         let node_action = match r.node_action {
             0 => None,
@@ -170,17 +186,21 @@ impl ScheduleService for Svc {
                     .ok_or_else(|| invalid("node_action", format!("unknown value {v}")))?,
             ),
         };
-        if let Some(a) = node_action.filter(|a| *a != crate::node_actions::NodeAction::Off) {
-            access::require_admin(&who, &format!("schedule.node_action {}", a.as_str()))?;
-        }
         if r.replace_notify {
             self.0.cfg.notify.check_names("notify", &r.notify)?;
         }
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
+        let target = r.schedule_id.clone();
         let row = self
-            .tx(|tx| {
+            .0
+            .audited(&actor, action::SCHEDULE_CHANGE, &target, move |tx| {
+                if let Some(a) = node_action.filter(|a| *a != crate::node_actions::NodeAction::Off)
+                {
+                    access::require_admin(&who, &format!("schedule.node_action {}", a.as_str()))?;
+                }
                 let mut s = owned_schedule(tx, &who, &r.schedule_id)?;
+                let mut changed = Vec::new();
                 let cron = r.cron.clone().unwrap_or_else(|| s.cron.clone());
                 let zone = r.time_zone.clone().unwrap_or_else(|| s.time_zone.clone());
                 if r.cron.is_some() || r.time_zone.is_some() {
@@ -189,6 +209,7 @@ impl ScheduleService for Svc {
                     s.next_fire_ms = if s.paused { None } else { spec.next_after(now) };
                     s.cron = cron;
                     s.time_zone = if zone.is_empty() { "UTC".into() } else { zone };
+                    changed.push(format!("cron '{}' ({})", s.cron, s.time_zone));
                 }
                 if !r.set_params.is_empty() || !r.unset_params.is_empty() {
                     let mut raw = s.spec.to_pb();
@@ -204,15 +225,23 @@ impl ScheduleService for Svc {
                             e => e,
                         })?;
                     s.spec = spec;
+                    changed.push(format!(
+                        "params set {:?} unset {:?}",
+                        r.set_params.keys().collect::<Vec<_>>(),
+                        r.unset_params
+                    ));
                 }
                 if r.replace_notify {
                     s.notify = r.notify.clone();
+                    changed.push(format!("notify {:?}", s.notify));
                 }
                 if let Some(a) = node_action {
                     s.node_action = a;
+                    changed.push(format!("node action {}", a.as_str()));
                 }
                 tx.update_schedule(&s)?;
-                Ok(s)
+                let detail = format!("'{}': {}", s.name, changed.join("; "));
+                Ok((s, detail, Effects::default()))
             })
             .await?;
         tracing::info!(schedule = %row.name, cron = %row.cron, tz = %row.time_zone, "schedule changed");
@@ -224,12 +253,15 @@ impl ScheduleService for Svc {
         req: Request<pb::DeleteScheduleRequest>,
     ) -> std::result::Result<Response<pb::DeleteScheduleResponse>, Status> {
         let who = identity_of(&req);
+        let actor = Actor::api(who.clone());
         let id = req.into_inner().schedule_id;
-        self.tx(|tx| {
-            let s = owned_schedule(tx, &who, &id)?;
-            tx.delete_schedule(&s.schedule_id)
-        })
-        .await?;
+        self.0
+            .audited(&actor, action::SCHEDULE_DELETE, &id.clone(), move |tx| {
+                let s = owned_schedule(tx, &who, &id)?;
+                tx.delete_schedule(&s.schedule_id)?;
+                Ok(((), format!("'{}'", s.name), Effects::default()))
+            })
+            .await?;
         Ok(Response::new(pb::DeleteScheduleResponse {}))
     }
 

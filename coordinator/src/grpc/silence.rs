@@ -5,7 +5,9 @@ use benchlake_proto::v1 as pb;
 use tonic::{Request, Response, Status};
 
 use super::Svc;
+use crate::audit::{Actor, action};
 use crate::error::CoordError;
+use crate::lifecycle::Effects;
 use crate::silence::{self, KEEP_ENDED_MS};
 
 type Reply<T> = std::result::Result<Response<T>, Status>;
@@ -16,12 +18,15 @@ impl Svc {
         req: Request<pb::AcknowledgeCheckRequest>,
     ) -> Reply<pb::Acknowledgement> {
         let id = crate::auth::identity_of(&req);
-        crate::access::require_admin(&id, "acknowledging a check")?;
+        let who = Actor::api(id.clone());
         let now = self.0.now();
         let r = req.into_inner();
         let author = silence::author_of(&id);
+        let target = format!("{} {}", r.node.trim(), r.check.trim());
         let ack = self
-            .tx(move |tx| {
+            .0
+            .audited(&who, action::ACK_CREATE, &target, move |tx| {
+                crate::access::require_admin(&id, "acknowledging a check")?;
                 let schedule = match r.schedule.trim() {
                     "" => None,
                     s => {
@@ -38,7 +43,13 @@ impl Svc {
                 let ack = silence::new_ack(&r, schedule, &author, now)?;
                 tx.prune_acks(now - KEEP_ENDED_MS)?;
                 tx.insert_ack(&ack)?;
-                Ok(ack)
+                let detail = format!(
+                    "{} until {}: {}",
+                    ack.id,
+                    silence::fmt_time(ack.expires_ms),
+                    ack.comment
+                );
+                Ok((ack, detail, Effects::default()))
             })
             .await?;
         tracing::info!(id = %ack.id, node = %ack.node, check = %ack.check, author = %ack.author,
@@ -68,23 +79,27 @@ impl Svc {
         req: Request<pb::RemoveAcknowledgementRequest>,
     ) -> Reply<pb::Acknowledgement> {
         let who = crate::auth::identity_of(&req);
-        crate::access::require_admin(&who, "removing an acknowledgement")?;
+        let actor = Actor::api(who.clone());
         let id = req.into_inner().id;
         super::check_id("id", &id)?;
         let now = self.0.now();
         let i = id.clone();
         let found = self
-            .tx(move |tx| {
-                let a = tx.list_acks()?.into_iter().find(|a| a.id == i);
-                if a.is_some() {
-                    tx.delete_ack(&i)?;
-                }
-                Ok(a)
+            .0
+            .audited(&actor, action::ACK_REMOVE, &id, move |tx| {
+                crate::access::require_admin(&who, "removing an acknowledgement")?;
+                let a = tx
+                    .list_acks()?
+                    .into_iter()
+                    .find(|a| a.id == i)
+                    .ok_or_else(|| CoordError::NotFound(format!("id: no acknowledgement '{i}'")))?;
+                tx.delete_ack(&i)?;
+                let detail = format!("{} {}: {}", a.node, a.check, a.comment);
+                Ok((a, detail, Effects::default()))
             })
-            .await?
-            .ok_or_else(|| CoordError::NotFound(format!("id: no acknowledgement '{id}'")))?;
+            .await?;
         tracing::info!(id = %found.id, node = %found.node, check = %found.check,
-            by = %silence::author_of(&who), "acknowledgement removed");
+            by = %actor.who(), "acknowledgement removed");
         Ok(Response::new(found.to_pb(now)))
     }
 
@@ -93,15 +108,27 @@ impl Svc {
         req: Request<pb::CreateMaintenanceRequest>,
     ) -> Reply<pb::MaintenanceWindow> {
         let id = crate::auth::identity_of(&req);
-        crate::access::require_admin(&id, "declaring a maintenance window")?;
+        let who = Actor::api(id.clone());
         let now = self.0.now();
-        let w = silence::new_window(req.get_ref(), &silence::author_of(&id), now)?;
-        let m = w.clone();
-        self.tx(move |tx| {
-            tx.prune_maintenance(now - KEEP_ENDED_MS)?;
-            tx.insert_maintenance(&m)
-        })
-        .await?;
+        let r = req.into_inner();
+        let target = r.nodes.trim().to_string();
+        let w = self
+            .0
+            .audited(&who, action::MAINTENANCE_CREATE, &target, move |tx| {
+                crate::access::require_admin(&id, "declaring a maintenance window")?;
+                let w = silence::new_window(&r, &silence::author_of(&id), now)?;
+                tx.prune_maintenance(now - KEEP_ENDED_MS)?;
+                tx.insert_maintenance(&w)?;
+                let detail = format!(
+                    "{} from {} to {}: {}",
+                    w.id,
+                    silence::fmt_time(w.start_ms),
+                    silence::fmt_time(w.end_ms),
+                    w.reason
+                );
+                Ok((w, detail, Effects::default()))
+            })
+            .await?;
         tracing::info!(id = %w.id, nodes = %w.nodes, start = %silence::fmt_time(w.start_ms),
             end = %silence::fmt_time(w.end_ms), author = %w.author, "maintenance window: {}", w.reason);
         Ok(Response::new(w.to_pb(now)))
@@ -127,22 +154,28 @@ impl Svc {
         req: Request<pb::DeleteMaintenanceRequest>,
     ) -> Reply<pb::MaintenanceWindow> {
         let who = crate::auth::identity_of(&req);
-        crate::access::require_admin(&who, "removing a maintenance window")?;
+        let actor = Actor::api(who.clone());
         let id = req.into_inner().id;
         super::check_id("id", &id)?;
         let now = self.0.now();
         let i = id.clone();
         let found = self
-            .tx(move |tx| {
-                let w = tx.list_maintenance()?.into_iter().find(|w| w.id == i);
-                if w.is_some() {
-                    tx.delete_maintenance(&i)?;
-                }
-                Ok(w)
+            .0
+            .audited(&actor, action::MAINTENANCE_REMOVE, &id, move |tx| {
+                crate::access::require_admin(&who, "removing a maintenance window")?;
+                let w = tx
+                    .list_maintenance()?
+                    .into_iter()
+                    .find(|w| w.id == i)
+                    .ok_or_else(|| {
+                        CoordError::NotFound(format!("id: no maintenance window '{i}'"))
+                    })?;
+                tx.delete_maintenance(&i)?;
+                let detail = format!("{}: {}", w.nodes, w.reason);
+                Ok((w, detail, Effects::default()))
             })
-            .await?
-            .ok_or_else(|| CoordError::NotFound(format!("id: no maintenance window '{id}'")))?;
-        tracing::info!(id = %found.id, nodes = %found.nodes, by = %silence::author_of(&who), "maintenance window removed");
+            .await?;
+        tracing::info!(id = %found.id, nodes = %found.nodes, by = %actor.who(), "maintenance window removed");
         Ok(Response::new(found.to_pb(now)))
     }
 }

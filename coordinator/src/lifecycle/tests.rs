@@ -173,6 +173,7 @@ fn agent(name: &str) -> AgentRow {
             timeout_s: 60,
             max_timeout_s: 0,
             launchers: vec![LauncherKind::Local],
+            run_as: None,
         }],
         state: AgentState::Online,
         drain: false,

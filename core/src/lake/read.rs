@@ -66,6 +66,39 @@ impl Lake {
         reader.map(|b| b.map_err(|e| bad(&e))).collect()
     }
 
+    /// The batches of the Parquet object `key` as a stream that reads the
+    /// object a row group at a time (byte ranges, not the whole object), so a
+    /// reader holds at most one row group's column chunks plus the batch it
+    /// is decoding, whatever the object's size. Batches have at most
+    /// `batch_rows` rows. An object that does not decode is [`Error::Decode`]
+    /// naming the key, at the start or at the row group that fails.
+    // ParquetObjectReader: see verify_run_column in lake.rs.
+    #[allow(deprecated)]
+    pub async fn parquet_stream(
+        &self,
+        key: &str,
+        batch_rows: usize,
+    ) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
+        use futures::StreamExt;
+        use parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
+        let size = self
+            .size(key)
+            .await?
+            .ok_or_else(|| Error::invalid("table object", format!("{key}: no such object")))?;
+        let owned = key.to_string();
+        let bad = move |e: &dyn std::fmt::Display| Error::Decode {
+            key: owned.clone(),
+            message: e.to_string(),
+        };
+        let reader =
+            ParquetObjectReader::new(self.store.clone(), self.path(key)).with_file_size(size);
+        let stream = ParquetRecordBatchStreamBuilder::new(reader)
+            .await
+            .and_then(|b| b.with_batch_size(batch_rows.max(1)).build())
+            .map_err(|e| bad(&e))?;
+        Ok(stream.map(move |b| b.map_err(|e| bad(&e))).boxed())
+    }
+
     /// A run's rows of a table: the batches of every committed object
     /// `tables/{table}/date=…/run_id={run}/part-….parquet` that `q` selects,
     /// objects in key order. Objects under the table that are no table part
@@ -189,6 +222,45 @@ mod tests {
             out.extend(c.values().iter().copied());
         }
         out
+    }
+
+    #[tokio::test]
+    async fn a_stream_reads_an_object_a_row_group_at_a_time() {
+        use futures::TryStreamExt;
+        let dir = tempfile::tempdir().unwrap();
+        let lake = Lake::local(dir.path()).unwrap();
+        let run = new_id();
+        let batch = timings(&run, 0..10_000);
+        // Row groups of 1,000 rows: the stream gives the rows back in order,
+        // in batches of at most 700.
+        let mut buf = Vec::new();
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_max_row_group_row_count(Some(1_000))
+            .build();
+        let mut w =
+            parquet::arrow::ArrowWriter::try_new(&mut buf, batch.schema(), Some(props)).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        lake.put("tables/t/x.parquet", bytes::Bytes::from(buf))
+            .await
+            .unwrap();
+        let got: Vec<RecordBatch> = lake
+            .parquet_stream("tables/t/x.parquet", 700)
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        assert!(got.iter().all(|b| b.num_rows() <= 700));
+        assert_eq!(ranks(&got), (0..10_000).collect::<Vec<_>>());
+        // Missing and undecodable objects are errors naming the key.
+        let e = lake.parquet_stream("tables/t/none.parquet", 10).await.err();
+        assert!(e.unwrap().to_string().contains("tables/t/none.parquet"));
+        lake.put("tables/t/bad.parquet", bytes::Bytes::from_static(b"junk"))
+            .await
+            .unwrap();
+        let e = lake.parquet_stream("tables/t/bad.parquet", 10).await.err();
+        assert!(matches!(e, Some(Error::Decode { .. })), "{e:?}");
     }
 
     #[tokio::test]

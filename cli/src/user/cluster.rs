@@ -1,0 +1,117 @@
+//! `benchlake agents` and `benchlake tables`.
+use super::*;
+
+#[derive(Debug, Subcommand)]
+pub enum AgentsCmd {
+    /// List agents.
+    List {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Stop giving new tasks to an agent (admin).
+    Drain {
+        #[command(flatten)]
+        conn: Conn,
+        name: String,
+        /// Reverse a drain.
+        #[arg(long)]
+        undrain: bool,
+    },
+}
+
+pub async fn agents_cmd(c: AgentsCmd) -> anyhow::Result<()> {
+    match c {
+        AgentsCmd::List { conn } => {
+            let agents = conn
+                .cluster()?
+                .list_agents(pb::ListAgentsRequest {})
+                .await?
+                .into_inner()
+                .agents;
+            if conn.json {
+                return json(&agents
+                    .iter()
+                    .map(|a| serde_json::json!({"name": a.name, "state": a.state, "hostname": a.hostname, "cores": a.cores,
+                        "memory_bytes": a.memory_bytes, "labels": a.labels, "benchmarks": a.benchmarks,
+                        "running_tasks": a.running_tasks, "last_heartbeat_ms": a.last_heartbeat_ms,
+                        "refused": a.refused.iter().map(|r| serde_json::json!({"name": r.name, "reason": r.reason})).collect::<Vec<_>>()}))
+                    .collect::<Vec<_>>());
+            }
+            for a in agents {
+                outln!(
+                    "{:<20} {:<9} {:<20} {:>3} cores {:>7.1} GiB  running {}  last seen {}  [{}]",
+                    a.name,
+                    a.state,
+                    a.hostname,
+                    a.cores,
+                    a.memory_bytes as f64 / (1u64 << 30) as f64,
+                    a.running_tasks,
+                    fmt_ms(a.last_heartbeat_ms),
+                    a.benchmarks.join(", ")
+                );
+                // What the agent will not run, and why (it is never placed there).
+                for r in &a.refused {
+                    outln!("  refuses {}: {}", r.name, r.reason);
+                }
+            }
+        }
+        AgentsCmd::Drain {
+            conn,
+            name,
+            undrain,
+        } => {
+            let a = conn
+                .cluster()?
+                .drain_agent(pb::DrainAgentRequest { name, undrain })
+                .await?
+                .into_inner();
+            if conn.json {
+                return json(&serde_json::json!({ "name": a.name, "state": a.state }));
+            }
+            outln!("{} {}", a.name, a.state);
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TablesCmd {
+    /// The tables with their files, rows and sizes.
+    List {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Print docs/tables.md (generated from the catalog).
+    Docs,
+}
+
+pub async fn tables_cmd(c: TablesCmd) -> anyhow::Result<()> {
+    match c {
+        TablesCmd::Docs => out!("{}", benchlake_core::catalog::markdown()),
+        TablesCmd::List { conn } => {
+            let r = conn
+                .cluster()?
+                .list_tables(pb::ListTablesRequest {})
+                .await?
+                .into_inner();
+            if conn.json {
+                return json(&r
+                    .tables
+                    .iter()
+                    .map(|t| serde_json::json!({"name": t.name, "files": t.files, "rows": t.rows, "bytes": t.bytes, "columns": t.columns}))
+                    .collect::<Vec<_>>());
+            }
+            outln!("lake: {}", r.lake_root);
+            for t in r.tables {
+                outln!(
+                    "{:<22} {:>6} files {:>12} rows {:>12} bytes",
+                    t.name,
+                    t.files,
+                    t.rows,
+                    t.bytes
+                );
+            }
+        }
+    }
+    Ok(())
+}
