@@ -11,8 +11,9 @@ submitted run, which writes checks and node verdicts):
   schedules, created with `benchlake schedule create` and filled with
   `benchlake schedule backfill` (runs of one schedule queue and run one after
   another in date order unless --overlap);
-- --submitters clients submitting the rest of the runs (SubmitRun over gRPC)
-  at the same time.
+- --submitters clients submitting the rest of the runs at the same time, each
+  as `run submit --watch` does (SubmitRun, then WatchRun until the run and its
+  jobs have ended, then the next).
 
 While the history grows, --readers readers each make one call every
 --read-interval-ms, round robin: ListRuns of the 100 newest (`run list`),
@@ -145,6 +146,7 @@ def main():
     ap.add_argument("--hostinfo-every", type=int, default=10, help="every Nth submitted run is hostinfo (0: none)")
     ap.add_argument("--agents", type=int, default=4)
     ap.add_argument("--slots", type=int, default=8)
+    ap.add_argument("--poll-ms", type=int, default=0, help="agents' --poll-ms (0: the agent's default)")
     ap.add_argument("--worker-concurrency", type=int, default=4)
     ap.add_argument("--readers", type=int, default=2)
     ap.add_argument("--read-interval-ms", type=float, default=100)
@@ -202,7 +204,8 @@ def main():
         for i, name in enumerate(agents):
             start(name, ["agent", "--name", name, "--catalog", str(work / "cat.toml"),
                          "--work-dir", str(work / f"agent-{i}"), "--slots", str(a.slots),
-                         "--poll-ms", "100", "--run-as", getpass.getuser()])
+                         *(["--poll-ms", str(a.poll_ms)] if a.poll_ms else []),
+                         "--run-as", getpass.getuser()])
         start("worker", ["worker", "--lake", lake, "--scratch", str(work / "scratch"),
                          "--concurrency", str(a.worker_concurrency), "--http-addr", "127.0.0.1:0"])
         deadline = time.monotonic() + 60
@@ -316,18 +319,13 @@ def main():
                     newest["run"] = r.run_id
                     with c_lock:
                         progress["created"] += 1
+                    # As `run submit --watch`: the next submit once this
+                    # run and its jobs have ended.
+                    for _ in runs.WatchRun(runs_pb.WatchRunRequest(run_id=r.run_id), timeout=600):
+                        pass
                 except grpc.RpcError as e:
-                    errors.append(f"SubmitRun: {e.code()} {e.details()}")
-                    with c_lock:
-                        counter["n"] -= 1
+                    errors.append(f"SubmitRun/WatchRun: {e.code()} {e.details()}")
                     time.sleep(1)
-                # Keep the history moving at the pace the cluster runs it: a
-                # submitter waits while many runs are still not final.
-                while not stop.is_set():
-                    last = samples[-1] if samples else None
-                    if last is None or last[2] - last[3] < 40 * a.agents * a.slots:
-                        break
-                    time.sleep(0.5)
 
         subs = [threading.Thread(target=submitter, daemon=True) for _ in range(a.submitters)]
         for t in subs:

@@ -135,6 +135,9 @@ pub trait Tx {
     fn delete_committed(&mut self, key: &str) -> Result<()>;
     /// Committed files, of one table or all.
     fn committed_files(&mut self, table: Option<&str>) -> Result<Vec<CommittedFile>>;
+    /// Per table with committed files: their count, rows and bytes, in
+    /// table order (counted by the database, not by listing every file).
+    fn table_totals(&mut self) -> Result<Vec<TableTotals>>;
     /// The committed files of one run (every table), in table and key order.
     fn committed_files_of_run(&mut self, run_id: &str) -> Result<Vec<CommittedFile>> {
         let mut v = self.committed_files(None)?;
@@ -368,6 +371,12 @@ const MIGRATIONS: &[fn(&Connection) -> Result<()>] = &[
     // an index (`RunFilter::sql`), not by walking the whole history.
     |c| Ok(c.execute_batch(RUN_PAGE_INDEXES)?),
 ];
+
+/// [`Tx::table_totals`] on both backends.
+pub const TABLE_TOTALS: &str =
+    "SELECT table_name, COUNT(*), CAST(COALESCE(SUM(rows), 0) AS BIGINT),
+ CAST(COALESCE(SUM(bytes), 0) AS BIGINT)
+ FROM committed_files GROUP BY table_name ORDER BY table_name";
 
 /// The indexes of [`RunFilter::sql`] (the same on both backends).
 pub const RUN_PAGE_INDEXES: &str = "
@@ -1029,6 +1038,18 @@ impl Tx for SqliteTx<'_> {
                 rows: r.get::<_, i64>(5)? as u64,
                 bytes: r.get::<_, i64>(6)? as u64,
                 committed_ms: r.get(7)?,
+            })
+        })?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+    fn table_totals(&mut self) -> Result<Vec<TableTotals>> {
+        let mut st = self.c.prepare_cached(TABLE_TOTALS)?;
+        let rows = st.query_map([], |r| {
+            Ok(TableTotals {
+                table: r.get(0)?,
+                files: r.get::<_, i64>(1)?.max(0) as u64,
+                rows: r.get::<_, i64>(2)?.max(0) as u64,
+                bytes: r.get::<_, i64>(3)?.max(0) as u64,
             })
         })?;
         Ok(rows.collect::<std::result::Result<_, _>>()?)

@@ -1156,6 +1156,19 @@ impl Tx for PgTx<'_> {
             .collect())
     }
 
+    fn table_totals(&mut self) -> Result<Vec<TableTotals>> {
+        Ok(self
+            .rows(crate::store::TABLE_TOTALS, &[])?
+            .into_iter()
+            .map(|r| TableTotals {
+                table: r.get(0),
+                files: r.get::<_, i64>(1).max(0) as u64,
+                rows: r.get::<_, i64>(2).max(0) as u64,
+                bytes: r.get::<_, i64>(3).max(0) as u64,
+            })
+            .collect())
+    }
+
     fn committed_files_of_run(&mut self, run_id: &str) -> Result<Vec<CommittedFile>> {
         Ok(self
             .rows(
