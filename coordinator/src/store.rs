@@ -372,6 +372,10 @@ const MIGRATIONS: &[fn(&Connection) -> Result<()>] = &[
     |c| Ok(c.execute_batch(RUN_PAGE_INDEXES)?),
 ];
 
+/// [`Tx::active_runs_of_schedule`] on SQLite.
+pub(crate) const ACTIVE_RUNS_OF_SCHEDULE: &str = "SELECT data FROM runs WHERE schedule_id=?1
+ AND state IN ('PENDING','RUNNING','PROCESSING')";
+
 /// [`Tx::table_totals`] on both backends.
 pub const TABLE_TOTALS: &str =
     "SELECT table_name, COUNT(*), CAST(COALESCE(SUM(rows), 0) AS BIGINT),
@@ -389,6 +393,16 @@ CREATE INDEX IF NOT EXISTS runs_benchmark_id ON runs(benchmark, run_id);
 pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
 
 impl SqliteStore {
+    /// How many times the cached statement `sql` has run (tests count the
+    /// reads an operation makes; 0 when it never ran).
+    #[cfg(test)]
+    pub(crate) fn statement_runs(&self, sql: &str) -> i32 {
+        let c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        c.prepare_cached(sql)
+            .map(|st| st.get_status(rusqlite::StatementStatus::Run))
+            .unwrap_or(0)
+    }
+
     /// Opens (creating if needed) the database at `path`.
     pub fn open(path: &Path) -> Result<Self> {
         if let Some(dir) = path.parent()
@@ -731,11 +745,7 @@ impl Tx for SqliteTx<'_> {
         self.many(&sql, p.as_slice())
     }
     fn active_runs_of_schedule(&mut self, schedule_id: &str) -> Result<Vec<RunRow>> {
-        self.many(
-            "SELECT data FROM runs WHERE schedule_id=?1
-             AND state IN ('PENDING','RUNNING','PROCESSING')",
-            params![schedule_id],
-        )
+        self.many(ACTIVE_RUNS_OF_SCHEDULE, params![schedule_id])
     }
     fn unfinished_runs(&mut self) -> Result<Vec<String>> {
         let mut st = self.c.prepare_cached(
