@@ -360,9 +360,11 @@ def main():
         final_rss = rss_mb(coord.pid)
 
         print()
-        print(f"history: {progress['created']} runs ({n_backfill} backfilled, "
-              f"{progress['created'] - n_backfill} submitted by {a.submitters} clients) in {t_all:.0f} s "
-              f"({progress['created'] / t_all:.1f} runs/s); runs by state at the end: {m}")
+        total = sum(m.values())
+        print(f"history: {total} runs in the state ({n_backfill} backfilled, "
+              f"{progress['created'] - n_backfill} submitted by {a.submitters} clients, "
+              f"{total - progress['created']} fired by the schedules' own cron meanwhile) in {t_all:.0f} s "
+              f"({total / t_all:.1f} runs/s); runs by state at the end: {m}")
         print()
         print("| time s | runs created | runs final | runs pending | coordinator RSS MB |")
         print("|---:|---:|---:|---:|---:|")
@@ -384,7 +386,7 @@ def main():
         print()
         bf_rate = n_backfill / bf_done if bf_done else 0.0
         print(f"backfill: {n_backfill} runs landed in {bf_done or float('nan'):.1f} s: {bf_rate:.1f} runs/s")
-        print(f"coordinator RSS after {progress['created']} runs: {final_rss:.0f} MB "
+        print(f"coordinator RSS after {total} runs: {final_rss:.0f} MB "
               f"(max {max((s[1] for s in samples), default=float('nan')):.0f} MB)")
         if errors:
             print(f"{len(errors)} failed calls, e.g. {errors[:3]}", file=sys.stderr)
