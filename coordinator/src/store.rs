@@ -389,6 +389,9 @@ CREATE INDEX IF NOT EXISTS runs_state_id ON runs(state, run_id);
 CREATE INDEX IF NOT EXISTS runs_benchmark_id ON runs(benchmark, run_id);
 ";
 
+/// Prepared statements the SQLite connection keeps.
+const STATEMENT_CACHE: usize = 128;
+
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
 
@@ -464,6 +467,10 @@ impl SqliteStore {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        // The store has about 80 statements, and a page of runs one per
+        // combination of filters (`RunFilter::sql`); rusqlite's cache keeps 16
+        // by default, so hot statements were prepared again and again.
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         migrate(&conn)?;
         let placement = Arc::new(RwLock::new(load_placement(&conn)?));
         Ok(Self {
