@@ -258,7 +258,7 @@ impl FlightService for FlightSvc {
         // One file at a time, read a row group at a time (byte ranges): the
         // stream holds at most one row group's column chunks, the batch being
         // decoded and the channel's FLIGHT_QUEUE batches of FLIGHT_BATCH_ROWS
-        // rows, however big the table or a file of it (docs/tables.md).
+        // rows, however big the table or a file of it (docs/architecture.md).
         tokio::spawn(async move {
             for file in files {
                 let day = days_since_epoch(&file.date);
