@@ -536,12 +536,17 @@ pub async fn run(cfg: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Resul
         while tasks.try_join_next().is_some() {}
         let busy = running.lock().unwrap_or_else(|p| p.into_inner()).len();
         let mut got = false;
+        // A long poll: the coordinator answers as soon as a task is queued for
+        // this agent, or after one poll interval (an older coordinator at
+        // once; the rest of the interval is slept below).
+        let polled = tokio::time::Instant::now();
         if busy < slots && !draining.load(std::sync::atomic::Ordering::Relaxed) {
             let poll = policy.call("poll", || {
                 let mut c = c.clone();
                 let req = pb::PollTaskRequest {
                     name: cfg.name.clone(),
                     free_slots: (slots - busy) as u32,
+                    wait_ms: u32::try_from(cfg.poll_interval.as_millis()).unwrap_or(u32::MAX),
                 };
                 async move { c.poll_task(req).await }
             });
@@ -584,7 +589,7 @@ pub async fn run(cfg: AgentConfig, mut shutdown: watch::Receiver<bool>) -> Resul
         }
         if !got {
             tokio::select! {
-                _ = tokio::time::sleep(cfg.poll_interval) => {}
+                _ = tokio::time::sleep_until(polled + cfg.poll_interval) => {}
                 _ = shutdown.changed() => {}
             }
         }

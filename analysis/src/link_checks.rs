@@ -568,12 +568,7 @@ mod tests {
         let mut hosts = Hosts::default();
         let slow = |k: u32, slower: bool| {
             move |a: u32, b: u32| {
-                level(a, b, k)
-                    * if slower && (a, b) == (3, 7) {
-                        1.2
-                    } else {
-                        1.0
-                    }
+                level(a, b, k) * if slower && (a, b) == (3, 7) { 1.2 } else { 1.0 }
             }
         };
         // Newest first: ten steady runs.

@@ -789,7 +789,9 @@ pub struct AgentArgs {
     /// its directory when it is a path.
     #[arg(long, env = "BENCHLAKE_SBATCH", default_value = "sbatch")]
     pub sbatch: String,
-    /// Idle poll period (ms).
+    /// Idle poll period (ms): the longest one poll waits at the coordinator
+    /// (answered as soon as a task is queued for this agent), and the least
+    /// time between two empty polls.
     #[arg(long, env = "BENCHLAKE_POLL_MS", default_value_t = 1000)]
     pub poll_ms: u64,
     /// How long calls to the coordinator (poll, heartbeat, upload, completion)

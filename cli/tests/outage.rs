@@ -126,6 +126,7 @@ async fn a_task_whose_lease_reply_was_lost_is_retried() {
         .poll_task(pb::PollTaskRequest {
             name: "ghost".into(),
             free_slots: 1,
+            wait_ms: 0,
         })
         .await
         .unwrap()
@@ -175,6 +176,7 @@ async fn an_attempt_whose_outputs_could_not_land_is_retried() {
             .poll_task(pb::PollTaskRequest {
                 name: "full".into(),
                 free_slots: 1,
+                wait_ms: 0,
             })
             .await
             .unwrap()

@@ -410,6 +410,7 @@ async fn one_agents_credential_cannot_act_as_another_agent() {
         evil.poll_task(pb::PollTaskRequest {
             name: "a1".into(),
             free_slots: 1,
+            wait_ms: 0,
         })
         .await
         .unwrap_err(),

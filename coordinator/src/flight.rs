@@ -110,10 +110,14 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 impl FlightSvc {
     fn files(&self, f: &FlightFilter) -> Result<Vec<CommittedFile>, Status> {
+        // One run's files come from the run's index, not the table's history.
         let all = self
             .0
             .store
-            .transact(|tx| tx.committed_files(Some(&f.table)))
+            .transact(|tx| match &f.run_id {
+                Some(r) => tx.committed_files_of_run(r),
+                None => tx.committed_files(Some(&f.table)),
+            })
             .map_err(Status::from)?;
         Ok(all.into_iter().filter(|x| f.matches(x)).collect())
     }
@@ -196,15 +200,13 @@ impl FlightService for FlightSvc {
         &self,
         _r: Request<Criteria>,
     ) -> Result<Response<Self::ListFlightsStream>, Status> {
-        let files = self
+        let tables = self
             .0
             .store
-            .transact(|tx| tx.committed_files(None))
+            .transact(|tx| tx.table_totals())
             .map_err(Status::from)?;
-        let mut tables: Vec<String> = files.into_iter().map(|f| f.table).collect();
-        tables.dedup();
         let mut infos = Vec::new();
-        for t in tables {
+        for t in tables.into_iter().map(|t| t.table) {
             infos.push(Ok(self.info(&FlightFilter {
                 table: t,
                 ..Default::default()
@@ -256,7 +258,7 @@ impl FlightService for FlightSvc {
         // One file at a time, read a row group at a time (byte ranges): the
         // stream holds at most one row group's column chunks, the batch being
         // decoded and the channel's FLIGHT_QUEUE batches of FLIGHT_BATCH_ROWS
-        // rows, however big the table or a file of it (docs/tables.md).
+        // rows, however big the table or a file of it (docs/architecture.md).
         tokio::spawn(async move {
             for file in files {
                 let day = days_since_epoch(&file.date);

@@ -411,6 +411,15 @@ pub struct CommittedFile {
     pub committed_ms: i64,
 }
 
+/// The committed files of one table, counted ([`crate::store::Tx::table_totals`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableTotals {
+    pub table: String,
+    pub files: u64,
+    pub rows: u64,
+    pub bytes: u64,
+}
+
 /// Where a notification stands (the outbox of [`crate::notify`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum NotificationState {

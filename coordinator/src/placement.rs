@@ -80,6 +80,41 @@ impl ActiveTask {
     }
 }
 
+/// A bell per agent waiting in a long `PollTask`, rung when a transaction
+/// that queued a task for it commits ([`Placement::apply`]). One entry per
+/// agent that has waited (registered names only), so it is as bounded as the
+/// agents.
+#[derive(Debug, Default)]
+pub struct TaskBells {
+    bells: std::sync::Mutex<HashMap<String, std::sync::Arc<tokio::sync::Notify>>>,
+}
+
+impl TaskBells {
+    /// The bell of `agent` (created on first use).
+    pub fn of(&self, agent: &str) -> std::sync::Arc<tokio::sync::Notify> {
+        let mut g = self.bells.lock().unwrap_or_else(|p| p.into_inner());
+        g.entry(agent.to_string()).or_default().clone()
+    }
+
+    /// Wakes the calls of `agent` waiting now (none: nothing to do).
+    pub fn ring(&self, agent: &str) {
+        let g = self.bells.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = g.get(agent) {
+            b.notify_waiters();
+        }
+    }
+
+    /// Agents with a bell.
+    pub fn len(&self) -> usize {
+        self.bells.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether no agent has a bell.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// The committed index.
 #[derive(Debug, Default)]
 pub struct Placement {
@@ -93,6 +128,8 @@ pub struct Placement {
     load: HashMap<String, u64>,
     /// Task id → task not ended.
     tasks: HashMap<String, ActiveTask>,
+    /// Rung for the agent of each task a commit leaves QUEUED.
+    bells: std::sync::Arc<TaskBells>,
 }
 
 impl Placement {
@@ -201,14 +238,23 @@ impl Placement {
         }
     }
 
-    /// Applies a committed transaction's journal.
+    /// Applies a committed transaction's journal, and rings the bell of
+    /// every agent that has a task QUEUED by it.
     pub fn apply(&mut self, p: Pending) {
         for (name, e) in p.agents {
             self.set_agent(&name, Some(e));
         }
         for (id, t) in p.tasks {
+            if let Some(t) = t.as_ref().filter(|t| t.state == TaskState::Queued) {
+                self.bells.ring(&t.agent);
+            }
             self.set_task(&id, t);
         }
+    }
+
+    /// The agents' bells (long `PollTask` calls wait on them).
+    pub fn bells(&self) -> std::sync::Arc<TaskBells> {
+        self.bells.clone()
     }
 }
 

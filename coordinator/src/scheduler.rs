@@ -1,7 +1,7 @@
 //! Cron schedules: parsing (POSIX 5-field or 6-field with seconds, in an explicit
 //! IANA time zone), firing with a catch-up policy, backfills and manual triggers.
 //! Backfilled runs of a schedule without `allow_overlap` queue one after
-//! another ([`backfill_one`]); a cron instant that comes while a run of such a
+//! another ([`backfill`]); a cron instant that comes while a run of such a
 //! schedule is active (queued ones included) is skipped.
 //!
 //! Instants are computed in the schedule's zone with croner, which follows the
@@ -175,32 +175,54 @@ pub fn fire_due(
     Ok((created, fx))
 }
 
-/// The run of schedule `s` for backfilled instant `t`: started at once when
-/// the schedule allows overlap or none of its runs is active, else queued
-/// behind them ([`lifecycle::run::create_queued`]); queued runs start one after
-/// another, in the order of their instants.
-pub fn backfill_one(
+/// The runs of a backfill of schedule `s` at `instants` (in order), in one
+/// transaction. Without `allow_overlap`, the first instant fires when the
+/// schedule has no active run and every later one is queued behind it
+/// (PENDING without tasks, started one after another by
+/// [`lifecycle::run::start_next_queued`]). Whether the schedule has an active
+/// run is read once and then follows the runs created here, and the
+/// benchmark's kind is looked up once: a year of nights costs one pass, not
+/// one read of every queued run per night.
+pub fn backfill(
     tx: &mut dyn Tx,
     cfg: &CoordinatorConfig,
     s: &ScheduleRow,
-    t: i64,
+    instants: &[i64],
     now: i64,
-) -> Result<(RunRow, Effects)> {
-    if s.allow_overlap || tx.active_runs_of_schedule(&s.schedule_id)?.is_empty() {
-        return fire_one(tx, cfg, s, t, now);
+) -> Result<(Vec<RunRow>, Effects)> {
+    let mut fx = Effects::default();
+    let mut out = Vec::with_capacity(instants.len());
+    let mut active = !s.allow_overlap && !tx.active_runs_of_schedule(&s.schedule_id)?.is_empty();
+    let mut kind: Option<String> = None;
+    for &t in instants {
+        let (run, f) = if s.allow_overlap || !active {
+            fire_one(tx, cfg, s, t, now)?
+        } else {
+            let kind = match &kind {
+                Some(k) => k.clone(),
+                None => {
+                    let agents = tx.list_agents()?;
+                    let k = logic::find_benchmark(&agents, &s.spec.benchmark)
+                        .map(|b| b.kind)
+                        .unwrap_or_else(|| "unknown".into());
+                    kind = Some(k.clone());
+                    k
+                }
+            };
+            let origin = Origin {
+                schedule_id: Some(s.schedule_id.clone()),
+                scheduled_for_ms: Some(t),
+                notify: s.notify.clone(),
+                owner: s.owner.clone(),
+                ..Default::default()
+            };
+            lifecycle::run::create_queued(tx, s.spec.clone(), kind, origin, now)?
+        };
+        active |= !run.state.is_final();
+        fx.merge(f);
+        out.push(run);
     }
-    let origin = Origin {
-        schedule_id: Some(s.schedule_id.clone()),
-        scheduled_for_ms: Some(t),
-        notify: s.notify.clone(),
-        owner: s.owner.clone(),
-        ..Default::default()
-    };
-    let agents = tx.list_agents()?;
-    let kind = logic::find_benchmark(&agents, &s.spec.benchmark)
-        .map(|b| b.kind)
-        .unwrap_or_else(|| "unknown".into());
-    lifecycle::run::create_queued(tx, s.spec.clone(), kind, origin, now)
+    Ok((out, fx))
 }
 
 /// Starts queued runs whose schedule has no active run left (a run that

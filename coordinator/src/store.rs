@@ -26,6 +26,54 @@ pub struct RunFilter {
     pub before: Option<String>,
 }
 
+/// The most runs one [`Tx::list_runs`] returns (a `limit` of 0 means 100).
+pub const MAX_RUN_PAGE: u32 = 10_000;
+
+impl RunFilter {
+    /// The page size: `limit`, 100 when 0, at most [`MAX_RUN_PAGE`].
+    pub fn page(&self) -> u32 {
+        match self.limit {
+            0 => 100,
+            n => n.min(MAX_RUN_PAGE),
+        }
+    }
+
+    /// The query of [`Tx::list_runs`] for both backends: only the filters
+    /// given become conditions, so each combination is its own statement
+    /// and the planner serves it from an index ending in `run_id`
+    /// (`runs_schedule_id`, `runs_state_id`, `runs_benchmark_id`, or the
+    /// primary key) and stops after the page, whatever the history's length.
+    /// (`?n IS NULL OR col = ?n` in one statement for all combinations made
+    /// both backends walk every run newest first, filtering as they went: a
+    /// whole-history scan for a schedule or a state with few runs.)
+    /// `placeholder(n)` spells the n-th parameter (`?n` or `$n`); returns
+    /// the SQL and the text parameters in order, the page size last.
+    pub fn sql<'a>(&'a self, placeholder: impl Fn(usize) -> String) -> (String, Vec<&'a str>) {
+        let mut conds = Vec::new();
+        let mut args: Vec<&'a str> = Vec::new();
+        let mut add = |col: &str, op: &str, val: Option<&'a str>| {
+            if let Some(val) = val {
+                args.push(val);
+                conds.push(format!("{col} {op} {}", placeholder(args.len())));
+            }
+        };
+        add("schedule_id", "=", self.schedule_id.as_deref());
+        add("state", "=", self.state.map(|s| s.as_str()));
+        add("benchmark", "=", self.benchmark.as_deref());
+        add("run_id", "<", self.before.as_deref());
+        let mut sql = String::from("SELECT data FROM runs");
+        if !conds.is_empty() {
+            sql.push_str(" WHERE ");
+            sql.push_str(&conds.join(" AND "));
+        }
+        sql.push_str(&format!(
+            " ORDER BY run_id DESC LIMIT {}",
+            placeholder(args.len() + 1)
+        ));
+        (sql, args)
+    }
+}
+
 /// The primitive operations available inside a transaction.
 pub trait Tx {
     fn insert_run(&mut self, r: &RunRow) -> Result<()>;
@@ -87,6 +135,9 @@ pub trait Tx {
     fn delete_committed(&mut self, key: &str) -> Result<()>;
     /// Committed files, of one table or all.
     fn committed_files(&mut self, table: Option<&str>) -> Result<Vec<CommittedFile>>;
+    /// Per table with committed files: their count, rows and bytes, in
+    /// table order (counted by the database, not by listing every file).
+    fn table_totals(&mut self) -> Result<Vec<TableTotals>>;
     /// The committed files of one run (every table), in table and key order.
     fn committed_files_of_run(&mut self, run_id: &str) -> Result<Vec<CommittedFile>> {
         let mut v = self.committed_files(None)?;
@@ -316,12 +367,45 @@ const MIGRATIONS: &[fn(&Connection) -> Result<()>] = &[
             "CREATE TABLE IF NOT EXISTS audit_log (id TEXT PRIMARY KEY, at_ms INTEGER NOT NULL, data TEXT NOT NULL);",
         )?)
     },
+    // A page of runs by schedule, state or benchmark, newest first, read from
+    // an index (`RunFilter::sql`), not by walking the whole history.
+    |c| Ok(c.execute_batch(RUN_PAGE_INDEXES)?),
 ];
+
+/// [`Tx::active_runs_of_schedule`] on SQLite.
+pub(crate) const ACTIVE_RUNS_OF_SCHEDULE: &str = "SELECT data FROM runs WHERE schedule_id=?1
+ AND state IN ('PENDING','RUNNING','PROCESSING')";
+
+/// [`Tx::table_totals`] on both backends.
+pub const TABLE_TOTALS: &str =
+    "SELECT table_name, COUNT(*), CAST(COALESCE(SUM(rows), 0) AS BIGINT),
+ CAST(COALESCE(SUM(bytes), 0) AS BIGINT)
+ FROM committed_files GROUP BY table_name ORDER BY table_name";
+
+/// The indexes of [`RunFilter::sql`] (the same on both backends).
+pub const RUN_PAGE_INDEXES: &str = "
+CREATE INDEX IF NOT EXISTS runs_schedule_id ON runs(schedule_id, run_id);
+CREATE INDEX IF NOT EXISTS runs_state_id ON runs(state, run_id);
+CREATE INDEX IF NOT EXISTS runs_benchmark_id ON runs(benchmark, run_id);
+";
+
+/// Prepared statements the SQLite connection keeps.
+const STATEMENT_CACHE: usize = 128;
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
 
 impl SqliteStore {
+    /// How many times the cached statement `sql` has run (tests count the
+    /// reads an operation makes; 0 when it never ran).
+    #[cfg(test)]
+    pub(crate) fn statement_runs(&self, sql: &str) -> i32 {
+        let c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        c.prepare_cached(sql)
+            .map(|st| st.get_status(rusqlite::StatementStatus::Run))
+            .unwrap_or(0)
+    }
+
     /// Opens (creating if needed) the database at `path`.
     pub fn open(path: &Path) -> Result<Self> {
         if let Some(dir) = path.parent()
@@ -383,6 +467,10 @@ impl SqliteStore {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        // The store has about 80 statements, and a page of runs one per
+        // combination of filters (`RunFilter::sql`); rusqlite's cache keeps 16
+        // by default, so hot statements were prepared again and again.
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         migrate(&conn)?;
         let placement = Arc::new(RwLock::new(load_placement(&conn)?));
         Ok(Self {
@@ -656,30 +744,15 @@ impl Tx for SqliteTx<'_> {
         self.one("SELECT data FROM runs WHERE idem_key=?1", params![key])
     }
     fn list_runs(&mut self, f: &RunFilter) -> Result<Vec<RunRow>> {
-        let limit = if f.limit == 0 {
-            100
-        } else {
-            f.limit.min(10_000)
-        };
-        self.many(
-            "SELECT data FROM runs WHERE (?1 IS NULL OR schedule_id=?1) AND (?2 IS NULL OR state=?2)
-             AND (?3 IS NULL OR benchmark=?3) AND (?5 IS NULL OR run_id < ?5)
-             ORDER BY run_id DESC LIMIT ?4",
-            params![
-                f.schedule_id,
-                f.state.map(|s| s.as_str()),
-                f.benchmark,
-                limit,
-                f.before
-            ],
-        )
+        let (sql, args) = f.sql(|n| format!("?{n}"));
+        let limit = f.page();
+        let mut p: Vec<&dyn rusqlite::ToSql> =
+            args.iter().map(|a| a as &dyn rusqlite::ToSql).collect();
+        p.push(&limit);
+        self.many(&sql, p.as_slice())
     }
     fn active_runs_of_schedule(&mut self, schedule_id: &str) -> Result<Vec<RunRow>> {
-        self.many(
-            "SELECT data FROM runs WHERE schedule_id=?1
-             AND state IN ('PENDING','RUNNING','PROCESSING')",
-            params![schedule_id],
-        )
+        self.many(ACTIVE_RUNS_OF_SCHEDULE, params![schedule_id])
     }
     fn unfinished_runs(&mut self) -> Result<Vec<String>> {
         let mut st = self.c.prepare_cached(
@@ -986,6 +1059,18 @@ impl Tx for SqliteTx<'_> {
         })?;
         Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
+    fn table_totals(&mut self) -> Result<Vec<TableTotals>> {
+        let mut st = self.c.prepare_cached(TABLE_TOTALS)?;
+        let rows = st.query_map([], |r| {
+            Ok(TableTotals {
+                table: r.get(0)?,
+                files: r.get::<_, i64>(1)?.max(0) as u64,
+                rows: r.get::<_, i64>(2)?.max(0) as u64,
+                bytes: r.get::<_, i64>(3)?.max(0) as u64,
+            })
+        })?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
     fn committed_files_of_run(&mut self, run_id: &str) -> Result<Vec<CommittedFile>> {
         let mut st = self.c.prepare_cached(
             "SELECT key, table_name, run_id, job_id, date, rows, bytes, committed_ms
@@ -1273,5 +1358,149 @@ mod group_tests {
         drop(c);
         let e = SqliteStore::open(&path).unwrap_err().to_string();
         assert!(e.contains("schema version 99"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod run_page_tests {
+    //! `list_runs` reads a page from an index, however long the history.
+    use super::*;
+    use benchlake_core::bench::LauncherKind;
+    use rusqlite::StatementStatus;
+
+    fn run(i: usize, state: RunState, schedule: Option<&str>, bench: &str) -> RunRow {
+        RunRow {
+            run_id: format!("r{i:06}"),
+            schedule_id: schedule.map(String::from),
+            benchmark: bench.into(),
+            kind: "noop".into(),
+            state,
+            spec: Spec {
+                benchmark: bench.into(),
+                params: Default::default(),
+                nodes: Nodes::default(),
+                launcher: LauncherKind::Local,
+                max_attempts: 3,
+                timeout_s: 60,
+                slurm: Default::default(),
+            },
+            submitted_at_ms: i as i64,
+            started_at_ms: None,
+            finished_at_ms: None,
+            scheduled_for_ms: None,
+            error: None,
+            idempotency_key: None,
+            rerun_of: None,
+            date: "2026-12-07".into(),
+            outcome: None,
+            queued: false,
+            notify: Vec::new(),
+            owner: None,
+        }
+    }
+
+    /// 10,000 runs: the first 3 RUNNING, the first 5 of schedule `old`,
+    /// every 4th of `nightly`, every 2nd a `hostinfo`; the rest SUCCEEDED
+    /// ad-hoc `sleep` runs. Every filter that selects few runs (a state, a
+    /// schedule whose runs are all old) would walk the whole history without
+    /// an index ending in `run_id`.
+    #[test]
+    fn run_pages_come_from_an_index_with_10000_runs() {
+        let store = SqliteStore::in_memory().unwrap();
+        let s: &dyn StateStore = &store;
+        s.transact(|tx| {
+            for i in 0..10_000 {
+                let state = if i < 3 {
+                    RunState::Running
+                } else {
+                    RunState::Succeeded
+                };
+                let sched = if i < 5 {
+                    Some("old")
+                } else if i % 4 == 0 {
+                    Some("nightly")
+                } else {
+                    None
+                };
+                let bench = if i % 2 == 0 { "hostinfo" } else { "sleep" };
+                tx.insert_run(&run(i, state, sched, bench))?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        let f = |schedule: Option<&str>, state: Option<RunState>, bench: Option<&str>, limit| {
+            RunFilter {
+                schedule_id: schedule.map(String::from),
+                state,
+                benchmark: bench.map(String::from),
+                limit,
+                before: None,
+            }
+        };
+        let cases = [
+            (f(None, None, None, 0), 100, "r009999"),
+            (f(Some("old"), None, None, 1), 1, "r000004"),
+            (f(Some("nightly"), None, None, 100), 100, "r009996"),
+            (f(None, Some(RunState::Running), None, 100), 3, "r000002"),
+            (f(None, Some(RunState::Pending), None, 100), 0, ""),
+            (f(None, None, Some("hostinfo"), 10), 10, "r009998"),
+            (
+                f(Some("old"), Some(RunState::Running), None, 100),
+                3,
+                "r000002",
+            ),
+        ];
+        for (filter, n, first) in cases {
+            let rows = s.transact(|tx| tx.list_runs(&filter)).unwrap();
+            assert_eq!(rows.len(), n, "{filter:?}");
+            assert_eq!(
+                rows.first().map(|r| r.run_id.as_str()).unwrap_or(""),
+                first,
+                "{filter:?}"
+            );
+            assert!(rows.windows(2).all(|w| w[0].run_id > w[1].run_id));
+            // The statement list_runs ran (cached by its text): how many
+            // virtual machine steps it took. Walking the history costs
+            // more than 10 steps per run (> 100,000); a page from an index
+            // about 20 per row returned.
+            let (sql, args) = filter.sql(|n| format!("?{n}"));
+            let c = store.conn.lock().unwrap();
+            let st = c.prepare_cached(&sql).unwrap();
+            let steps = st.get_status(StatementStatus::VmStep);
+            assert!(steps > 0, "list_runs did not run `{sql}`");
+            assert!(
+                steps < 50 * (n as i32 + 10),
+                "{filter:?}: {steps} steps for {n} rows: `{sql}` walks the history"
+            );
+            let plan: Vec<String> = c
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .unwrap()
+                .query_map(
+                    rusqlite::params_from_iter(
+                        args.iter().map(|a| a.to_string()).chain(["10".to_string()]),
+                    ),
+                    |r| r.get::<_, String>(3),
+                )
+                .unwrap()
+                .collect::<std::result::Result<_, _>>()
+                .unwrap();
+            assert!(
+                !plan.iter().any(|p| p.contains("TEMP B-TREE")),
+                "{filter:?} sorts: {plan:?}"
+            );
+        }
+        // Paging on: the page after the first one of `nightly`.
+        let page = s
+            .transact(|tx| {
+                tx.list_runs(&RunFilter {
+                    schedule_id: Some("nightly".into()),
+                    limit: 2,
+                    before: Some("r009996".into()),
+                    ..Default::default()
+                })
+            })
+            .unwrap();
+        let ids: Vec<&str> = page.iter().map(|r| r.run_id.as_str()).collect();
+        assert_eq!(ids, ["r009992", "r009988"]);
     }
 }

@@ -112,6 +112,9 @@ CREATE TABLE IF NOT EXISTS maintenance_windows (
 CREATE TABLE IF NOT EXISTS audit_log (
   id TEXT COLLATE "C" PRIMARY KEY, at_ms BIGINT NOT NULL, data TEXT NOT NULL);
 "#,
+    // A page of runs by schedule, state or benchmark, newest first, from an
+    // index (`RunFilter::sql`).
+    crate::store::RUN_PAGE_INDEXES,
 ];
 
 /// Key of the advisory lock that serialises schema upgrades of coordinators
@@ -887,24 +890,11 @@ impl Tx for PgTx<'_> {
         self.one("SELECT data FROM runs WHERE idem_key=$1", &[&key])
     }
     fn list_runs(&mut self, f: &RunFilter) -> Result<Vec<RunRow>> {
-        let limit: i64 = if f.limit == 0 {
-            100
-        } else {
-            i64::from(f.limit.min(10_000))
-        };
-        self.many(
-            "SELECT data FROM runs WHERE ($1::TEXT IS NULL OR schedule_id=$1)
-             AND ($2::TEXT IS NULL OR state=$2) AND ($3::TEXT IS NULL OR benchmark=$3)
-             AND ($5::TEXT IS NULL OR run_id < $5)
-             ORDER BY run_id DESC LIMIT $4",
-            &[
-                &f.schedule_id,
-                &f.state.map(|s| s.as_str()),
-                &f.benchmark,
-                &limit,
-                &f.before,
-            ],
-        )
+        let (sql, args) = f.sql(|n| format!("${n}"));
+        let limit = i64::from(f.page());
+        let mut p: Vec<P<'_>> = args.iter().map(|a| a as P<'_>).collect();
+        p.push(&limit);
+        self.many(&sql, &p)
     }
     fn active_runs_of_schedule(&mut self, schedule_id: &str) -> Result<Vec<RunRow>> {
         self.many(
@@ -1162,6 +1152,19 @@ impl Tx for PgTx<'_> {
                 rows: r.get::<_, i64>(5).max(0) as u64,
                 bytes: r.get::<_, i64>(6).max(0) as u64,
                 committed_ms: r.get(7),
+            })
+            .collect())
+    }
+
+    fn table_totals(&mut self) -> Result<Vec<TableTotals>> {
+        Ok(self
+            .rows(crate::store::TABLE_TOTALS, &[])?
+            .into_iter()
+            .map(|r| TableTotals {
+                table: r.get(0),
+                files: r.get::<_, i64>(1).max(0) as u64,
+                rows: r.get::<_, i64>(2).max(0) as u64,
+                bytes: r.get::<_, i64>(3).max(0) as u64,
             })
             .collect())
     }

@@ -598,8 +598,20 @@ fn committed_and_meta(s: &dyn StateStore) {
             ids(&tx.committed_files_of_run("r2")?, |c| &c.key),
             ["tables/a/y.parquet", "tables/b/x.parquet"]
         );
+        // Counted per table by the database (ListTables, ListFlights).
+        let t = |table: &str, files, rows, bytes| TableTotals {
+            table: table.into(),
+            files,
+            rows,
+            bytes,
+        };
+        assert_eq!(
+            tx.table_totals()?,
+            [t("a", 2, 7, 70), t("b", 1, 6_000_000_000, 60_000_000_000)]
+        );
         tx.delete_committed("tables/a/x.parquet")?;
         assert_eq!(tx.committed_files(Some("a"))?.len(), 1);
+        assert_eq!(tx.table_totals()?[0], t("a", 1, 3, 30));
         assert_eq!(tx.get_meta("reconcile_ms")?.as_deref(), Some("2"));
         assert!(tx.get_meta("nothing")?.is_none());
         Ok(())

@@ -165,44 +165,40 @@ impl AgentService for Svc {
         if r.free_slots == 0 {
             return Ok(Response::new(pb::PollTaskResponse { task: None }));
         }
-        if self
-            .0
-            .draining
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&r.name)
-        {
-            return Ok(Response::new(pb::PollTaskResponse { task: None }));
+        // A long poll (`wait_ms`) waits on the agent's bell, rung when a
+        // commit queues a task for it (`placement::TaskBells`); only for a
+        // registered agent, so the bells stay as many as the agents.
+        let bell = (r.wait_ms > 0)
+            .then(|| self.0.store.placement())
+            .flatten()
+            .and_then(|p| {
+                let g = p.read().unwrap_or_else(|e| e.into_inner());
+                g.agent(&r.name).is_some().then(|| g.bells().of(&r.name))
+            });
+        let deadline = tokio::time::Instant::now()
+            + std::time::Duration::from_millis(u64::from(r.wait_ms.min(MAX_POLL_WAIT_MS)));
+        let stopped = self.0.stopped();
+        tokio::pin!(stopped);
+        loop {
+            // Listen before looking, so a task queued in between wakes us.
+            let mut rung = bell.as_ref().map(|b| Box::pin(b.notified()));
+            if let Some(n) = rung.as_mut() {
+                n.as_mut().enable();
+            }
+            if let Some(task) = self.try_poll_task(&r).await? {
+                return Ok(Response::new(pb::PollTaskResponse { task: Some(task) }));
+            }
+            let Some(rung) = rung else {
+                return Ok(Response::new(pb::PollTaskResponse { task: None }));
+            };
+            if self.0.is_stopping() || tokio::time::Instant::now() >= deadline {
+                return Ok(Response::new(pb::PollTaskResponse { task: None }));
+            }
+            tokio::select! {
+                _ = tokio::time::timeout_at(deadline, rung) => {}
+                _ = &mut stopped => {}
+            }
         }
-        let now = self.0.now();
-        let cfg = self.0.cfg.clone();
-        let got = self
-            .tx(|tx| {
-                let Some(a) = tx.get_agent(&r.name)? else {
-                    return Err(CoordError::NotFound(format!(
-                        "name: agent '{}' is not registered",
-                        r.name
-                    )));
-                };
-                if a.drain {
-                    return Ok(None);
-                }
-                let (Some((t, run)), fx) = task::lease(tx, &cfg, &r.name, now)? else {
-                    return Ok(None);
-                };
-                let peers = convert::peers(tx, &t.peers)?;
-                let raw_prefix = layout::raw_prefix(&t.run_id, &t.task_id)?;
-                Ok(Some((t, run, peers, raw_prefix, fx)))
-            })
-            .await?;
-        let Some((t, run, peers, raw_prefix, fx)) = got else {
-            return Ok(Response::new(pb::PollTaskResponse { task: None }));
-        };
-        self.0.apply(fx);
-        tracing::info!(task = %t.task_id, run = %t.run_id, agent = %r.name, attempt = t.attempt, "task leased");
-        Ok(Response::new(pb::PollTaskResponse {
-            task: Some(convert::task_assignment(&t, &run, peers, raw_prefix)),
-        }))
     }
 
     async fn report_progress(
@@ -447,6 +443,54 @@ fn check_slurm_job(
         ));
     }
     Ok(())
+}
+
+/// The longest a `PollTask` waits for a task (`wait_ms` is capped to it).
+pub const MAX_POLL_WAIT_MS: u32 = 5_000;
+
+impl Svc {
+    /// One look for a task of agent `r.name` (PollTask): leases it, or None.
+    async fn try_poll_task(
+        &self,
+        r: &pb::PollTaskRequest,
+    ) -> std::result::Result<Option<pb::TaskAssignment>, Status> {
+        if self
+            .0
+            .draining
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&r.name)
+        {
+            return Ok(None);
+        }
+        let now = self.0.now();
+        let cfg = self.0.cfg.clone();
+        let got = self
+            .tx(|tx| {
+                let Some(a) = tx.get_agent(&r.name)? else {
+                    return Err(CoordError::NotFound(format!(
+                        "name: agent '{}' is not registered",
+                        r.name
+                    )));
+                };
+                if a.drain {
+                    return Ok(None);
+                }
+                let (Some((t, run)), fx) = task::lease(tx, &cfg, &r.name, now)? else {
+                    return Ok(None);
+                };
+                let peers = convert::peers(tx, &t.peers)?;
+                let raw_prefix = layout::raw_prefix(&t.run_id, &t.task_id)?;
+                Ok(Some((t, run, peers, raw_prefix, fx)))
+            })
+            .await?;
+        let Some((t, run, peers, raw_prefix, fx)) = got else {
+            return Ok(None);
+        };
+        self.0.apply(fx);
+        tracing::info!(task = %t.task_id, run = %t.run_id, agent = %r.name, attempt = t.attempt, "task leased");
+        Ok(Some(convert::task_assignment(&t, &run, peers, raw_prefix)))
+    }
 }
 
 #[cfg(test)]

@@ -103,19 +103,20 @@ impl ClusterService for Svc {
         &self,
         _req: Request<pb::ListTablesRequest>,
     ) -> std::result::Result<Response<pb::ListTablesResponse>, Status> {
-        let files = self.read(|tx| tx.committed_files(None)).await?;
+        let totals = self.read(|tx| tx.table_totals()).await?;
         let tables = benchlake_core::catalog::all()
             .iter()
             .map(|t| {
-                let mine = files.iter().filter(|f| f.table == t.name);
-                let (n, rows, bytes) = mine.fold((0u64, 0u64, 0u64), |a, f| {
-                    (a.0 + 1, a.1 + f.rows, a.2 + f.bytes)
-                });
+                let mine = totals
+                    .iter()
+                    .find(|x| x.table == t.name)
+                    .cloned()
+                    .unwrap_or_default();
                 pb::TableInfo {
                     name: t.name.to_string(),
-                    files: n,
-                    rows,
-                    bytes,
+                    files: mine.files,
+                    rows: mine.rows,
+                    bytes: mine.bytes,
                     columns: t
                         .schema
                         .fields()

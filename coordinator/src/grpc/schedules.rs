@@ -294,13 +294,11 @@ impl ScheduleService for Svc {
                         ),
                     ));
                 }
-                let mut out = Vec::new();
-                let mut fx = Effects::default();
-                for t in instants {
-                    let (run, f) = scheduler::backfill_one(tx, &cfg, &s, t, now)?;
-                    out.push(convert::run_tx(tx, &run)?);
-                    fx.merge(f);
-                }
+                let (runs, fx) = scheduler::backfill(tx, &cfg, &s, &instants, now)?;
+                let out = runs
+                    .iter()
+                    .map(|r| convert::run_tx(tx, r))
+                    .collect::<crate::error::Result<Vec<_>>>()?;
                 Ok((out, fx))
             })
             .await?;

@@ -1400,3 +1400,57 @@ fn a_benchmark_only_refused_is_not_placed_and_the_error_says_who_refuses_it() {
         .unwrap_err();
     assert!(matches!(e, CoordError::Invalid(_)), "{e:?}");
 }
+
+/// A backfill of a year of nights of a schedule without overlap: the first
+/// night is placed, the other 364 queue in order behind it, and the
+/// schedule's active runs are read once for the whole year (it was once per
+/// night, each read decoding every run queued so far: 66,000 decodes).
+#[test]
+fn a_year_of_backfill_reads_the_schedules_active_runs_once() {
+    let store = Arc::new(SqliteStore::in_memory().unwrap());
+    let s: &dyn StateStore = store.as_ref();
+    s.transact(|tx| tx.upsert_agent(&agent("a1"))).unwrap();
+    let sched = ScheduleRow {
+        schedule_id: "s1".into(),
+        name: "nightly".into(),
+        cron: "0 2 * * *".into(),
+        time_zone: "UTC".into(),
+        catch_up: CatchUp::Latest,
+        max_catch_up: 0,
+        allow_overlap: false,
+        paused: false,
+        spec: spec(),
+        next_fire_ms: None,
+        last_fire_ms: None,
+        node_action: Default::default(),
+        created_ms: T0,
+        notify: Vec::new(),
+        owner: None,
+    };
+    s.transact(|tx| tx.insert_schedule(&sched)).unwrap();
+    let day = 86_400_000;
+    let instants: Vec<i64> = (0..365).map(|d| T0 - (365 - d) * day).collect();
+    let (runs, _) = s
+        .transact(|tx| crate::scheduler::backfill(tx, &cfg(), &sched, &instants, T0))
+        .unwrap();
+    assert_eq!(runs.len(), 365);
+    assert!(!runs[0].queued, "the first night is placed");
+    assert_eq!(
+        s.transact(|tx| tx.tasks_of_run(&runs[0].run_id))
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        runs[1..]
+            .iter()
+            .all(|r| r.queued && r.state == RunState::Pending && r.kind == "noop")
+    );
+    let at: Vec<i64> = runs.iter().filter_map(|r| r.scheduled_for_ms).collect();
+    assert_eq!(at, instants);
+    assert_eq!(
+        store.statement_runs(crate::store::ACTIVE_RUNS_OF_SCHEDULE),
+        1,
+        "the schedule's active runs are read once per backfill"
+    );
+}
