@@ -176,10 +176,12 @@ def test_admin_triggers_and_cancels_user_is_refused(up):
         rows = page.locator("#audit tbody tr")
         got = [[rows.nth(i).locator("td").nth(j).inner_text() for j in (2, 3, 4, 5, 6)]
                for i in range(rows.count())]
+        # The schedule's creation through the API is in the trail too.
         assert got == [
             ["user", "api", "run.cancel", other, "ok"],
             ["admin", "dashboard", "run.cancel", long_run, "ok"],
             ["admin", "dashboard", "schedule.trigger", "actions-nightly", "ok"],
+            ["user", "api", "schedule.create", "actions-nightly", "ok"],
         ], got
         assert triggered in rows.nth(2).inner_text()
         assert errors == [], errors
