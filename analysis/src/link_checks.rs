@@ -86,9 +86,9 @@ impl LinkConfig {
         let mut c = LinkConfig::default();
         if let Some(v) = p.get("check_link") {
             c.enabled = match v.trim() {
-                "on" => true,
-                "off" => false,
-                _ => return Err(format!("params.check_link: '{v}' is not on or off")),
+                "on" | "1" => true,
+                "off" | "0" => false,
+                _ => return Err(format!("params.check_link: '{v}' is not on (1) or off (0)")),
             };
         }
         let int = |k: &str, lo: usize, hi: usize| -> Result<Option<usize>, String> {
@@ -410,10 +410,21 @@ pub fn judge(
             reference: Some(expected),
             unit: "s".into(),
             message: if k == 1 {
+                // Judged beyond the night's median link; said apart when
+                // that median itself moved (a night when most links did).
+                let beyond = if center.abs() >= 0.005 {
+                    format!(
+                        ", {:+.0} % beyond tonight's median link ({:+.0} %)",
+                        (dev - center) * 100.0,
+                        center * 100.0
+                    )
+                } else {
+                    String::new()
+                };
                 format!(
-                    "{} {:+.0} % against its usual {} (its hosts' speed tonight taken out; bound {:+.0} %)",
+                    "{} {:+.0} % against its usual {} (its hosts' speed tonight taken out){beyond}; bound {:+.0} %",
                     us(t),
-                    (dev - center) * 100.0,
+                    dev * 100.0,
                     us(expected),
                     limit * 100.0
                 )
@@ -495,6 +506,13 @@ pub fn to_batch(run_id: &str, source: &str, rows: &[LinkRow]) -> Result<RecordBa
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_link_parameter_is_a_known_check_a_catalog_entry_may_declare() {
+        for p in PARAMS {
+            assert!(benchlake_core::bench::is_known_check(p), "{p}");
+        }
+    }
 
     /// A run of `n` hosts where link (a, b) has time `f(a, b)`.
     fn run(n: u32, hosts: &mut Hosts, f: impl Fn(u32, u32) -> f64) -> RunLinks {

@@ -607,6 +607,73 @@ def test_linktest_page(demo, browser, tmp_path):
     assert browser.page.request.get(f"{demo['base']}/runs/{rid}/linktest/matrix.png").status == 401
 
 
+def test_failing_links_on_the_run_and_node_pages(demo, browser, tmp_path):
+    """A netprobe schedule of three agents whose link check is set to fail at
+    the smallest deviation (issue 37 item 8): the run page lists the run's
+    `link_health` rows as the lake has them, slowest first, each host linked
+    to its node page, and the node page lists the failing links naming it."""
+    browser.ctx.clear_cookies()
+    browser.login(USER)
+    conn = ["--coordinator", demo["addr"], "--token", USER]
+    names = [f"fl-node{i}" for i in range(3)]
+    agents = []
+    try:
+        for i, name in enumerate(names):
+            agents.append(subprocess.Popen(
+                [BIN, "agent", "--coordinator", demo["addr"], "--token", ADMIN, "--name", name,
+                 "--address", "127.0.0.1", "--work-dir", str(tmp_path / f"w{i}"), "--poll-ms", "100",
+                 "--run-as", getpass.getuser()],
+                stdout=open(tmp_path / f"agent{i}.log", "w"), stderr=subprocess.STDOUT, start_new_session=True))
+        deadline = time.time() + 60
+        while True:
+            r = subprocess.run([BIN, "schedule", "create", "links", "netprobe", "--cron", "0 4 * * *",
+                                "--agents", ",".join(names), "-p", "num_messages=40", "-p", "port_base=47400",
+                                "-p", "check_link_min_history=1", "-p", "check_link_mads=0.001",
+                                "-p", "check_link_floor=0.001", "-p", "check_link_persist=1"] + conn,
+                               capture_output=True, text=True, timeout=60)
+            if r.returncode == 0 or time.time() > deadline:
+                break
+            time.sleep(0.5)  # the agents have not registered yet
+        assert r.returncode == 0, r.stderr
+        fired = []
+        for _ in range(3):
+            r = subprocess.run([BIN, "schedule", "trigger", "links"] + conn, capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            rid = ULID.findall(r.stdout + r.stderr)[-1]
+            j = _wait_final(demo, browser, rid)
+            assert j["state"] == "SUCCEEDED", j
+            fired.append(rid)
+    finally:
+        for a in agents:
+            os.killpg(a.pid, signal.SIGTERM)
+            a.wait(timeout=20)
+    ids = ",".join(f"'{x}'" for x in fired)
+    links = lake_rows(demo, "SELECT run_id, node_a, node_b, value FROM "
+                            "read_parquet('LAKE/link_health/**/*.parquet', hive_partitioning=true) "
+                            f"WHERE run_id IN ({ids}) ORDER BY run_id")
+    # The first run has no history; with bounds this small a later one fails
+    # at least one of the three links (equal deviations to the last bit are
+    # what it would take not to).
+    assert links and {r[0] for r in links} <= set(fired[1:]), links
+    rid = links[-1][0]
+    mine = [r for r in links if r[0] == rid]
+    browser.go(f"/runs/{rid}", shot="run-links")
+    rows = browser.page.locator("#link-verdicts tbody tr")
+    assert rows.count() == len(mine), browser.page.inner_text("#link-verdicts")
+    assert f"Failing links ({len(mine)})" in browser.page.inner_text("main")
+    text = browser.page.inner_text("#link-verdicts")
+    for _, a, b, _ in mine:
+        assert a in text and b in text, text
+    a = mine[0][1]
+    browser.page.locator(f"#link-verdicts a[href='/nodes/{a}']").first.click()
+    browser.page.wait_for_load_state("load")
+    assert browser.page.url == f"{demo['base']}/nodes/{a}"
+    browser.go(f"/nodes/{a}", shot="node-links")
+    listed = browser.page.inner_text("#node-links")
+    assert rid in listed and a in listed, listed
+    assert browser.page.locator(f"#node-links a[href='/runs/{rid}']").count() >= 1
+
+
 def test_io_trends(demo, browser):
     """Five runs of a pio schedule: /io lists the series; its charts show each
     run's mean bandwidth as the lake's io_results give it, the rolling median

@@ -26,6 +26,7 @@ pub mod audit;
 pub mod cache;
 pub mod html;
 pub mod io;
+pub mod links;
 pub mod linktest;
 pub mod linktest_hosts;
 pub mod node;

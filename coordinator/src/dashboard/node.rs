@@ -271,6 +271,27 @@ pub async fn page(
     }
     b.push_str("</section>");
 
+    // Failing links naming the node (LinkTest and netprobe runs).
+    match super::links::of_node(&c, &node).await {
+        Ok(rows) if rows.is_empty() => {}
+        Ok(rows) => {
+            let _ = write!(
+                b,
+                "<section><h2>Failing links ({})</h2><p class=\"muted\">Links of this node that failed in the newest {} runs with failing links, newest first (docs/verdicts.md, \"Links\").</p>{}</section>",
+                rows.len(),
+                super::links::NODE_LINK_FILES,
+                super::links::table(&rows, "node-links", true)
+            );
+        }
+        Err(e) => {
+            let _ = write!(
+                b,
+                "<section><h2>Failing links</h2><p class=\"err\">cannot read link_health: {}</p></section>",
+                esc(&e)
+            );
+        }
+    }
+
     // What benchlake did to the node.
     b.push_str("<section><h2>Drains and resumes</h2>");
     if events.is_empty() {

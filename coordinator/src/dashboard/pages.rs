@@ -1136,6 +1136,26 @@ pub async fn run(
         }
         b.push_str("</tbody></table>");
     }
+    // Failing links (LinkTest and netprobe runs): the run's `link_health` rows.
+    if d.files.iter().any(|f| f.table == "link_health") {
+        match super::links::of_run(&c.lake, &id, &d.files).await {
+            Ok(rows) => {
+                let _ = write!(
+                    b,
+                    "<h3>Failing links ({})</h3><p class=\"muted\">Each link's time against its own usual at its hosts' speed tonight (docs/verdicts.md, \"Links\"); a link drains no node.</p>{}",
+                    rows.len(),
+                    super::links::table(&rows, "link-verdicts", false)
+                );
+            }
+            Err(e) => {
+                let _ = write!(
+                    b,
+                    "<h3>Failing links</h3><p class=\"err\">cannot read the run's link_health rows: {}</p>",
+                    esc(&e)
+                );
+            }
+        }
+    }
     // What the run's verdicts did to Slurm nodes.
     let events = c.node_actions.events_of_run(&id);
     if !events.is_empty() {

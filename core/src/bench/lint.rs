@@ -29,6 +29,15 @@ pub const CHECK_PARAMS: &[&str] = &[
     "check_changepoint_min_nights",
     "check_changepoint_score",
     "check_changepoint_min_step",
+    // The link check (`link_health`, docs/verdicts.md "Links");
+    // benchlake_analysis::link_checks::PARAMS.
+    "check_link",
+    "check_link_window",
+    "check_link_min_history",
+    "check_link_mads",
+    "check_link_floor",
+    "check_link_persist",
+    "check_link_persist_floor",
 ];
 
 /// Figures of the I/O and LinkTest checks: `check_<figure>` bounds one,
