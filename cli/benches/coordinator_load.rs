@@ -20,8 +20,10 @@
 //! answers "cancel it"). With BENCH_READERS=N (0), N user clients meanwhile
 //! do what people at a terminal or a dashboard do, each once every
 //! BENCH_READ_MS (100): `run list` (ListRuns, 100 newest), `run show` of one
-//! of them (GetRun) and `schedule list` (ListSchedules), round robin. Prints
-//! submits per second and submit, heartbeat and read latency percentiles.
+//! of them (GetRun) and `schedule list` (ListSchedules), round robin; with
+//! BENCH_POLLERS=N (0), N agent clients each call PollTask (`wait_ms` 0) every
+//! BENCH_POLL_MS (100) as the registered agents in turn. Prints submits per
+//! second and submit, heartbeat, poll and read latency percentiles.
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -327,6 +329,57 @@ async fn submit_scenario(registered: u64) {
             read_lat.lock().expect("lock").extend(lat);
         }));
     }
+    // BENCH_POLLERS=N (0): N agent clients each ask for a task every
+    // BENCH_POLL_MS (100) as one of the registered agents in turn, with
+    // `wait_ms` 0 (the cost of an answer, not the long poll's hold); a task
+    // they get is left running (its run stays RUNNING).
+    let pollers = env("BENCH_POLLERS", 0);
+    let poll_gap = Duration::from_millis(env("BENCH_POLL_MS", 100).max(1));
+    let poll_lat = Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
+    let poll_err = Arc::new(AtomicU64::new(0));
+    let leased = Arc::new(AtomicU64::new(0));
+    for g in 0..pollers {
+        let (stop, poll_lat, poll_err, leased) = (
+            stop.clone(),
+            poll_lat.clone(),
+            poll_err.clone(),
+            leased.clone(),
+        );
+        let mut ac = pb::agent_service_client::AgentServiceClient::with_interceptor(
+            channel(&addr).expect("ch"),
+            Auth::default(),
+        );
+        subs.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut iv = tokio::time::interval(poll_gap);
+            let mut k = g;
+            while !stop.load(Ordering::Relaxed) {
+                iv.tick().await;
+                let name = format!("sim-{:05}", k % registered);
+                k += pollers;
+                let t = Instant::now();
+                match ac
+                    .poll_task(pb::PollTaskRequest {
+                        name,
+                        free_slots: 1,
+                        wait_ms: 0,
+                    })
+                    .await
+                {
+                    Ok(r) => {
+                        lat.push(t.elapsed().as_micros() as u64);
+                        if r.into_inner().task.is_some() {
+                            leased.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Err(_) => {
+                        poll_err.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            poll_lat.lock().expect("lock").extend(lat);
+        }));
+    }
     tokio::time::sleep(Duration::from_secs(secs)).await;
     stop.store(true, Ordering::Relaxed);
     let elapsed = start.elapsed().as_secs_f64();
@@ -366,6 +419,19 @@ async fn submit_scenario(registered: u64) {
         pct(&mut hd, 0.99),
         pct(&mut hd, 1.0)
     );
+    if pollers > 0 {
+        let mut v = poll_lat.lock().expect("lock").clone();
+        println!(
+            "  PollTask: {} answered ({} failed, {} with a task); latency ms p50 {:.2} p99 {:.2} max {:.2} ({pollers} pollers, one call each every {} ms)",
+            v.len(),
+            poll_err.load(Ordering::Relaxed),
+            leased.load(Ordering::Relaxed),
+            pct(&mut v, 0.50),
+            pct(&mut v, 0.99),
+            pct(&mut v, 1.0),
+            poll_gap.as_millis()
+        );
+    }
     if readers > 0 {
         let all = read_lat.lock().expect("lock").clone();
         for (i, name) in ["ListRuns (100 newest)", "GetRun", "ListSchedules"]
