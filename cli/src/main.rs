@@ -10,6 +10,7 @@ mod config;
 mod netprobe;
 mod nodecheck;
 mod opts;
+mod probe_load;
 mod replay;
 mod run_checks;
 mod schedule_show;
@@ -373,6 +374,7 @@ fn main() -> std::process::ExitCode {
             Cmd::Probe(user::ProbeCmd::Year(a)) => std::thread::spawn(move || year::run(a))
                 .join()
                 .unwrap_or_else(|_| Err(anyhow::anyhow!("probe year: the replay thread panicked"))),
+            Cmd::Probe(user::ProbeCmd::Load(a)) => probe_load::run(a).await,
             Cmd::Probe(c) => user::probe(c),
             Cmd::Replay(c) => replay::replay_cmd(c).await,
             Cmd::Analyze(c) => user::analyze(c).await,

@@ -15,18 +15,37 @@ state, one leading and one standing by; every process and the client get
 both addresses; a coordinator kill hits whichever leads, the standby takes
 over, and the killed one comes back as the new standby.
 
+Two probes follow the kills (issue 39 item 9):
+- **A full disk.** The lake is a tmpfs of its own (root mounts it; under
+  CI=true a test that cannot fails); once the kills are over it is filled to
+  the last byte, hostinfo runs are submitted and the disk stays full longer
+  than the agents' `--retry-for` (restarted with 2 s for this): an attempt
+  whose output could not land is retried as a new attempt, the coordinator
+  logs the refused writes, and once space is back every run SUCCEEDS with one
+  `runs` row.
+- **Load.** `benchlake probe load` registers 1,000 simulated agents that
+  heartbeat once a second, with 200 submitters, 4 pollers and 4 readers,
+  against the same coordinator(s) (BENCHLAKE_CAMPAIGN_LOAD_SECS, default 15):
+  no call may fail, and a real run submitted during the load SUCCEEDS. Its
+  latency figures are printed (docs/testing.md gives a release build's).
+
 Short form in the suite (BENCHLAKE_CAMPAIGN_RUNS, default 40); the long form is
 `bash scripts/fault-campaign.sh [RUNS] [SEED]`. Figures go to stdout (and
 docs/testing.md)."""
+import errno
+import json
 import os
 import random
+import subprocess
+import threading
 import time
 
 import socket
 
-from conftest import ROOT, Api, HaApi, free_port
+from conftest import BIN, ROOT, Api, HaApi, free_port, require_under_ci
 
 RUNS = int(os.environ.get("BENCHLAKE_CAMPAIGN_RUNS", "40"))
+LOAD_SECS = int(os.environ.get("BENCHLAKE_CAMPAIGN_LOAD_SECS", "15"))
 SEED = int(os.environ.get("BENCHLAKE_CAMPAIGN_SEED", "13"))
 
 KINDS = [
@@ -72,9 +91,24 @@ def test_fault_campaign(cluster, pb):
         "BENCHLAKE_AGENT_TOKENS": ",".join(f"{a}:{secret(a)}" for a in agents),
         "BENCHLAKE_WORKER_TOKENS": ",".join(f"{w}:{secret(w)}" for w in workers),
     })
-    start_agent = lambda a: cluster.agent(a, {"BENCHLAKE_TOKEN": secret(a)})  # noqa: E731
+    start_agent = lambda a, extra=None: cluster.agent(a, {"BENCHLAKE_TOKEN": secret(a), **(extra or {})})  # noqa: E731
     start_worker = lambda w: cluster.worker(w, {"BENCHLAKE_TOKEN": secret(w)}, concurrency=None)  # noqa: E731
     standby = cluster.state.startswith("postgres://")
+    cluster.env["BENCHLAKE_ADMIN_TOKENS"] = secret("admin")
+    # The lake on a small filesystem of its own, for the full-disk probe.
+    os.makedirs(cluster.lake, exist_ok=True)
+    mounted = os.geteuid() == 0 and subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", cluster.lake]).returncode == 0
+    require_under_ci(mounted, "the full-disk probe mounts a tmpfs for the lake, which needs root")
+    try:
+        _campaign(cluster, pb, rng, agents, workers, start_agent, start_worker, standby, mounted)
+    finally:
+        cluster.stop()
+        if mounted:
+            subprocess.run(["umount", "-l", cluster.lake])
+
+
+def _campaign(cluster, pb, rng, agents, workers, start_agent, start_worker, standby, mounted):
     ports = {"coordinator": cluster.port, "coordinator-b": free_port()} if standby else {}
 
     def listening(name):
@@ -201,3 +235,77 @@ def test_fault_campaign(cluster, pb):
         for n in ports:
             assert cluster.procs[n].poll() is None, cluster.log(n)[-3000:]
         assert sum(listening(n) for n in ports) == 1, [cluster.log(n)[-2000:] for n in ports]
+
+    if mounted:
+        _full_disk(cluster, api, pb, agents, start_agent)
+    _load(cluster, api, pb)
+
+
+def _full_disk(cluster, api, pb, agents, start_agent):
+    """The lake's filesystem full for longer than the agents' --retry-for."""
+    for a in agents:  # a short --retry-for, so the probe stays short
+        cluster.kill9(a)
+        start_agent(a, {"BENCHLAKE_RETRY_FOR": "2"})
+    api.wait_agents(len(agents))
+    filler = os.path.join(cluster.lake, "filler")
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for size in (1 << 20, 4096, 1):  # to the last byte
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError as e:
+                assert e.errno == errno.ENOSPC, e
+    finally:
+        os.close(fd)
+    full_at = time.time()
+    ids = [api.submit("hostinfo", {}, count=1, key=f"disk-{i}-{full_at}").run_id for i in range(4)]
+    time.sleep(5.0)
+    full_s = time.time() - full_at
+    os.remove(filler)
+    final = [api.wait(r, timeout=240) for r in ids]
+    states = [d.run.state for d in final]
+    assert states == [pb["common"].RUN_STATE_SUCCEEDED] * len(ids), [(d.run.state, d.run.error) for d in final]
+    retried = sum(t.attempt > 1 for d in final for t in d.tasks)
+    logs = "".join(cluster.log(n) for n in ("coordinator", "coordinator-b") if (cluster.tmp / f"{n}.log").exists())
+    assert "cannot write a raw output to the lake" in logs
+    id_list = ",".join(f"'{r}'" for r in ids)
+    rows = dict(duck(f"SELECT run_id, count(*) FROM {table(cluster.lake, 'runs')} WHERE run_id IN ({id_list}) GROUP BY 1"))
+    assert rows == {r: 1 for r in ids}, rows
+    facts = duck(f"SELECT count(*) FROM {table(cluster.lake, 'node_facts')} WHERE run_id IN ({id_list})")[0][0]
+    assert facts == len(ids), facts
+    assert retried >= 1, "no attempt was retried: the disk was not full when the outputs were uploaded"
+    print(f"full disk: lake full for {full_s:.1f} s (agents' --retry-for 2 s); {len(ids)} hostinfo runs, "
+          f"{retried} retried as a new attempt, all SUCCEEDED with one runs row each")
+
+
+def _load(cluster, api, pb):
+    """`benchlake probe load` against the campaign's coordinator(s)."""
+    env = dict(cluster.env)
+    cmd = [BIN, "probe", "load", "--coordinator", cluster.addr, "--token", secret("user"),
+           "--admin-token", secret("admin"), "--agents", "1000", "--submitters", "200",
+           "--pollers", "4", "--readers", "4", "--secs", str(LOAD_SECS), "--json"]
+    out = {}
+
+    def probe():
+        out["p"] = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=LOAD_SECS + 300)
+
+    t = threading.Thread(target=probe)
+    t.start()
+    time.sleep(min(5, LOAD_SECS / 2))
+    real = api.submit("sleep", {"seconds": "0.5"}, count=1, key=f"under-load-{time.time()}").run_id
+    t.join()
+    p = out["p"]
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    j = json.loads(p.stdout)
+    calls = {c["call"]: c for c in j["calls"]}
+    assert all(c["failed"] == 0 for c in calls.values()), calls
+    # The simulated agents were heard from throughout (a client that waits for
+    # slow answers sends fewer: half the due heartbeats at least, so no agent
+    # went unheard for anywhere near the 30 s after which it is LOST).
+    assert calls["Heartbeat"]["answered"] >= 0.5 * 1000 * LOAD_SECS, calls["Heartbeat"]
+    d = api.wait(real, timeout=240)
+    assert d.run.state == pb["common"].RUN_STATE_SUCCEEDED, d
+    print(f"load: 1000 agents, 200 submitters, {LOAD_SECS} s: {j['submits_per_s']:.0f} submits/s, "
+          + "; ".join(f"{k} p50/p99 {c['p50_ms']:.0f}/{c['p99_ms']:.0f} ms" for k, c in calls.items())
+          + "; a real run submitted meanwhile SUCCEEDED")

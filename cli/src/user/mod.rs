@@ -66,7 +66,7 @@ pub fn unreachable(status: &tonic::Status) -> Option<String> {
 }
 
 impl Conn {
-    fn ch(&self) -> anyhow::Result<(Channel, Auth)> {
+    pub(crate) fn ch(&self) -> anyhow::Result<(Channel, Auth)> {
         let _ = CONTACTED.set(self.coordinator.clone());
         Ok((
             channel_with(

@@ -174,6 +174,12 @@ pub enum ProbeCmd {
     /// through the ingest, checks and record jobs, and score the verdicts:
     /// recall, attribution, detection delay, false alarms (docs/verdicts.md).
     Year(crate::year::YearArgs),
+    /// Load a running coordinator as a large site does — simulated agents
+    /// heartbeating, submitters, pollers and readers — and print each call's
+    /// latency percentiles (docs/testing.md, "Coordinator"); exit 1 when a
+    /// call failed. For a test deployment: the simulated agents stay
+    /// registered.
+    Load(crate::probe_load::LoadArgs),
     /// Write a synthetic LinkTest 2.1.17 result file (SION) of N ranks, to test
     /// a pipeline at scale: pair times of 2–12 µs, one host 4× slower, and the
     /// pair 1 → N−1 the slowest (317 µs, retested at 4.2 µs). Deterministic per
@@ -445,6 +451,7 @@ pub fn probe(c: ProbeCmd) -> anyhow::Result<()> {
         }
         ProbeCmd::Counts { out } => write_demo_counts(&out)?,
         ProbeCmd::Year(a) => crate::year::run(a)?,
+        ProbeCmd::Load(_) => bail!("probe load runs on the async runtime (main)"),
     }
     Ok(())
 }
