@@ -137,10 +137,13 @@ pub async fn run(a: LoadArgs) -> anyhow::Result<()> {
             a.prefix
         );
     }
-    let (ch, user) = a.conn.ch()?;
+    // A connection per client, as every agent and person has their own.
+    let (_, user) = a.conn.ch()?;
+    let conn = a.conn.clone();
+    let ch = move || conn.ch().map(|(c, _)| c);
     let admin = Auth::new(a.admin_token.as_deref()).map_err(anyhow::Error::msg)?;
-    let agent = |c: &tonic::transport::Channel| {
-        pb::agent_service_client::AgentServiceClient::with_interceptor(c.clone(), admin.clone())
+    let agent = |c: tonic::transport::Channel| {
+        pb::agent_service_client::AgentServiceClient::with_interceptor(c, admin.clone())
     };
     let name = |i: u64| format!("{}{i:05}", a.prefix);
     let bench = format!("{}noop", a.prefix);
@@ -149,7 +152,7 @@ pub async fn run(a: LoadArgs) -> anyhow::Result<()> {
     let t = Instant::now();
     let mut regs = Vec::new();
     for g in 0..8u64 {
-        let mut ac = agent(&ch);
+        let mut ac = agent(ch()?);
         let (n, prefix) = (a.agents, a.prefix.clone());
         regs.push(tokio::spawn(async move {
             for i in (0..n).filter(|i| i % 8 == g) {
@@ -188,7 +191,7 @@ pub async fn run(a: LoadArgs) -> anyhow::Result<()> {
     // Heartbeats: 20 clients, each agent once a second.
     let hb_clients = 20u64.min(a.agents);
     for g in 0..hb_clients {
-        let (stop, hb, mut ac) = (stop.clone(), hb.clone(), agent(&ch));
+        let (stop, hb, mut ac) = (stop.clone(), hb.clone(), agent(ch()?));
         let mine: Vec<String> = (0..a.agents)
             .filter(|i| i % hb_clients == g)
             .map(name)
@@ -217,7 +220,7 @@ pub async fn run(a: LoadArgs) -> anyhow::Result<()> {
     for _ in 0..a.submitters {
         let (stop, sub, bench) = (stop.clone(), sub.clone(), bench.clone());
         let mut rc =
-            pb::run_service_client::RunServiceClient::with_interceptor(ch.clone(), user.clone());
+            pb::run_service_client::RunServiceClient::with_interceptor(ch()?, user.clone());
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
@@ -244,7 +247,8 @@ pub async fn run(a: LoadArgs) -> anyhow::Result<()> {
         }));
     }
     for g in 0..a.pollers {
-        let (stop, poll, leased, mut ac) = (stop.clone(), poll.clone(), leased.clone(), agent(&ch));
+        let (stop, poll, leased, mut ac) =
+            (stop.clone(), poll.clone(), leased.clone(), agent(ch()?));
         let (n, pollers, prefix) = (a.agents, a.pollers, a.prefix.clone());
         tasks.push(tokio::spawn(async move {
             let mut iv = tokio::time::interval(Duration::from_millis(100));
@@ -272,9 +276,9 @@ pub async fn run(a: LoadArgs) -> anyhow::Result<()> {
     for g in 0..a.readers {
         let (stop, reads) = (stop.clone(), reads.clone());
         let mut rc =
-            pb::run_service_client::RunServiceClient::with_interceptor(ch.clone(), user.clone());
+            pb::run_service_client::RunServiceClient::with_interceptor(ch()?, user.clone());
         let mut sc = pb::schedule_service_client::ScheduleServiceClient::with_interceptor(
-            ch.clone(),
+            ch()?,
             user.clone(),
         );
         tasks.push(tokio::spawn(async move {
@@ -306,9 +310,7 @@ pub async fn run(a: LoadArgs) -> anyhow::Result<()> {
                     }
                     1 => {}
                     _ => {
-                        let r = sc
-                            .list_schedules(pb::ListSchedulesRequest::default())
-                            .await;
+                        let r = sc.list_schedules(pb::ListSchedulesRequest::default()).await;
                         reads[2].record(t, &r);
                     }
                 }

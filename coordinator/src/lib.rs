@@ -313,7 +313,24 @@ impl Coordinator {
         &self,
         f: impl FnOnce(&mut dyn store::Tx) -> Result<T> + Send,
     ) -> Result<T> {
-        let _turn = match &self.db_gate {
+        self.db_at(turns::Priority::Normal, f).await
+    }
+
+    /// [`Self::db`] in the queue `p` ([`turns`]): an agent's lease of a task
+    /// queued for it goes before new submits (work in flight first), so an
+    /// idle agent gets its task while a flood of submits waits.
+    pub async fn db_at<T: Send>(
+        &self,
+        p: turns::Priority,
+        f: impl FnOnce(&mut dyn store::Tx) -> Result<T> + Send,
+    ) -> Result<T> {
+        // An interactive turn does not queue behind the normal ones for a
+        // permit either: it waits at the readers' gate (one at a time).
+        let gate = match p {
+            turns::Priority::Interactive => Some(&self.read_gate),
+            turns::Priority::Normal => self.db_gate.as_ref(),
+        };
+        let _turn = match gate {
             Some(g) => Some(
                 g.acquire()
                     .await
@@ -321,7 +338,7 @@ impl Coordinator {
             ),
             None => None,
         };
-        self.store.transact(f)
+        self.store.transact_at(p, f)
     }
 
     /// A read-only transaction someone is waiting for (a CLI listing, a

@@ -7,7 +7,8 @@
 //! 936 ms with 200 submitters, issue 39). Here every transaction takes a
 //! turn of [`Turns`]; the read-only requests people wait for at a terminal
 //! or a page ([`Priority::Interactive`]: ListRuns, GetRun, ListSchedules,
-//! ListAgents, the dashboard's pages) go before the waiting background ones
+//! ListAgents, the dashboard's pages), and an agent's lease of a task queued
+//! for it (work in flight before new work), go before the waiting background ones
 //! ([`Priority::Normal`]: submits, leases, commits, the scheduler), so a read
 //! waits for at most the one transaction in progress. A run of
 //! [`MAX_INTERACTIVE_RUN`] interactive turns in a row lets one waiting
@@ -23,7 +24,8 @@ use crate::store::{StateStore, Tx};
 pub enum Priority {
     /// Everything that is not a person waiting for a read.
     Normal,
-    /// A read-only request someone is waiting for.
+    /// A read-only request someone is waiting for, or an agent's lease of
+    /// a task already queued for it.
     Interactive,
 }
 

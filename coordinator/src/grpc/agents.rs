@@ -463,10 +463,20 @@ impl Svc {
         {
             return Ok(None);
         }
+        // Nothing that has not ended is placed on this agent: nothing to
+        // lease, and no transaction (a commit that queues a task for it
+        // updates the placement before it rings the agent's bell).
+        if let Some(p) = self.0.store.placement() {
+            let g = p.read().unwrap_or_else(|e| e.into_inner());
+            if g.agent(&r.name).is_some() && g.load(&r.name) == 0 {
+                return Ok(None);
+            }
+        }
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
         let got = self
-            .tx(|tx| {
+            .0
+            .db_at(crate::turns::Priority::Interactive, |tx| {
                 let Some(a) = tx.get_agent(&r.name)? else {
                     return Err(CoordError::NotFound(format!(
                         "name: agent '{}' is not registered",
@@ -483,7 +493,8 @@ impl Svc {
                 let raw_prefix = layout::raw_prefix(&t.run_id, &t.task_id)?;
                 Ok(Some((t, run, peers, raw_prefix, fx)))
             })
-            .await?;
+            .await
+            .map_err(Status::from)?;
         let Some((t, run, peers, raw_prefix, fx)) = got else {
             return Ok(None);
         };
