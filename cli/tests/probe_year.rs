@@ -150,6 +150,56 @@ fn a_small_year_is_replayed_and_scored() {
     assert!(!ok && stderr.contains("not empty"), "{stderr}");
 }
 
+/// The hostinfo chain one night ahead (`--jobs 2`) judges exactly as night
+/// by night (`--jobs 1`): the same outcome per fault, the same alarms, the
+/// same verdict rows per status (run ids differ: they are new each time).
+#[test]
+fn one_job_and_two_give_the_same_verdicts() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("s.toml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let ids = without_run_ids();
+    let mut scores = Vec::new();
+    for jobs in ["1", "2"] {
+        let out = dir.path().join(format!("out{jobs}"));
+        let (ok, stdout, stderr) = run(&[
+            "probe",
+            "year",
+            "--scenario",
+            scenario.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--jobs",
+            jobs,
+        ]);
+        assert!(ok, "{stdout}\n{stderr}");
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("score.json")).unwrap()).unwrap();
+        scores.push(ids(&v["score"].to_string()));
+    }
+    assert_eq!(scores[0], scores[1]);
+}
+
+/// Replaces every run id (26 characters of Crockford base32) with `RUN`.
+fn without_run_ids() -> impl Fn(&str) -> String {
+    |s: &str| {
+        let b = s.as_bytes();
+        let mut out = String::with_capacity(s.len());
+        let mut i = 0;
+        let id = |c: u8| c.is_ascii_digit() || (c.is_ascii_uppercase() && !b"ILOU".contains(&c));
+        while i < b.len() {
+            if i + 26 <= b.len() && b[i..i + 26].iter().all(|&c| id(c)) {
+                out.push_str("RUN");
+                i += 26;
+            } else {
+                out.push(b[i] as char);
+                i += 1;
+            }
+        }
+        out
+    }
+}
+
 #[test]
 fn a_bad_scenario_names_its_field() {
     let dir = tempfile::tempdir().unwrap();
