@@ -595,6 +595,13 @@ async fn demo(
         "  duckdb -c \"SELECT run_id, class, round(latency_s * 1e6, 2) AS latency_us, round(bandwidth_mb_s) AS mb_s, round(r2, 3) AS r2, sizes FROM read_parquet('{}', hive_partitioning=true)\"",
         glob("replay_calibrations")?
     );
+    // Last night without reading a pair: the per-host summary, its last
+    // date from the summary itself (docs/linktest.md, "Last night and one
+    // node's history").
+    let hs = glob("linktest_host_summary")?;
+    outln!(
+        "  duckdb -c \"SELECT date, host, pair_class, pairs, slow_pairs, median_time_s, max_time_s FROM read_parquet('{hs}', hive_partitioning=true) WHERE date = (SELECT max(date) FROM read_parquet('{hs}', hive_partitioning=true)) ORDER BY slow_pairs DESC, max_time_s DESC LIMIT 10\""
+    );
     if traced.is_some() {
         outln!(
             "  duckdb -c \"SELECT rank, function, calls, round(measured_comm_s * 1e6, 1) AS measured_us, round(modelled_comm_s * 1e6, 1) AS modelled_us, round(ratio, 2) AS ratio FROM read_parquet('{}', hive_partitioning=true) ORDER BY rank, function\"",
