@@ -45,6 +45,9 @@ pub enum CheckFamily {
     /// A traced run's computation per rank against other nodes' ranks
     /// (`node_checks::rank_time_checks`).
     TraceRankTime,
+    /// The OSU micro-benchmarks' small-message latency and large-message
+    /// bandwidth (`osu_checks`).
+    Osu,
 }
 
 /// The checks of a kind.
@@ -381,6 +384,22 @@ pub const KINDS: &[KindDescriptor] = &[
                 }],
             },
         ],
+    },
+    KindDescriptor {
+        name: "osu",
+        reads: "OSU micro-benchmarks text output (osu_latency, osu_bw, osu_bibw) -> osu_results",
+        reader: crate::osu::ingest,
+        encoded_reader: None,
+        named_file: None,
+        tables: &[crate::osu::TABLE],
+        summary: None,
+        extra: None,
+        checks: Some(Checks {
+            family: CheckFamily::Osu,
+            figure_tables: &[crate::osu::TABLE],
+            node_tables: &[],
+        }),
+        follow_ups: &[CHECKS],
     },
 ];
 

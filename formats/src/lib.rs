@@ -15,6 +15,7 @@ pub mod ingest;
 pub mod io;
 pub mod kinds;
 pub mod linktest;
+pub mod osu;
 pub mod sion;
 
 pub use error::{FormatError, Result};

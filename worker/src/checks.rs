@@ -32,6 +32,7 @@ use benchlake_analysis::io_checks::{self, CheckRow, IoCheckConfig};
 use benchlake_analysis::link_checks;
 use benchlake_analysis::linktest_checks::{self, SlowPair};
 use benchlake_analysis::node_checks::{self, NodeRow};
+use benchlake_analysis::osu_checks;
 use benchlake_analysis::regressions;
 use benchlake_core::jobs::{CHECKS_JOB, ChecksSpec, FollowUp, IngestRunInfo, IngestSpec};
 use benchlake_core::lake::{RunRows, TableOutput};
@@ -93,6 +94,7 @@ fn figures(
         CheckFamily::Linktest => {
             linktest_checks::figures(get("linktest_runs"), get("linktest_timings"), slow)
         }
+        CheckFamily::Osu => osu_checks::figures(get(benchlake_formats::osu::TABLE)),
         CheckFamily::Io | CheckFamily::NodeFacts | CheckFamily::TraceRankTime => {
             io_checks::figures_with_ranks(get("io_results"), get("io_task_times"))
         }
@@ -478,6 +480,7 @@ pub fn check_rows(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<CheckRow>, Exe
     let mut cfg = match checks.family {
         CheckFamily::Mdtest => io_checks::mdtest_config(&figs),
         CheckFamily::Linktest => linktest_checks::default_config(),
+        CheckFamily::Osu => osu_checks::default_config(),
         CheckFamily::Io | CheckFamily::NodeFacts | CheckFamily::TraceRankTime => {
             IoCheckConfig::default()
         }
@@ -666,6 +669,8 @@ fn node_rows_of_run(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<NodeRow>, Ex
                 (Err(e), _) | (_, Err(e)) => Ok(vec![node_checks::config_error(e)]),
             }
         }
+        // The OSU tests name no node (a pair of ranks): run-level checks only.
+        CheckFamily::Osu => Ok(Vec::new()),
         CheckFamily::Io | CheckFamily::Mdtest => {
             match node_checks::IoNodeConfig::from_params(&s.params) {
                 Ok(cfg) => Ok(node_checks::io_node_checks(get("io_task_times"), &cfg)),

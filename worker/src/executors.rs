@@ -638,6 +638,37 @@ mod rank_map_tests {
         }
     }
 
+    /// An OSU output through the ingest executor: its rows in `osu_results`
+    /// (the one table its descriptor declares) and one checks follow-up.
+    #[test]
+    fn osu_ingest_writes_its_table_and_queues_its_checks() {
+        let text = "# OSU MPI Latency Test v7.3\n# Size       Avg Latency(us)\n0 1.41\n1 1.43\n";
+        let ran = execute("osu", "osu", vec![("osu_latency.txt".into(), text.into())]);
+        let out = ran.out.unwrap();
+        let allowed = benchlake_formats::ingest::tables("osu").unwrap();
+        assert_eq!(allowed, ["osu_results"]);
+        assert_eq!(out.tables.len(), 1);
+        assert_eq!(table(&out, "osu_results").map(|t| t.rows()), Some(2));
+        let kinds: Vec<&str> = out.follow_ups.iter().map(|f| f.kind.as_str()).collect();
+        assert_eq!(kinds, ["checks"]);
+        assert_eq!(out.follow_ups[0].spec["format"], "osu");
+        // A bad row names the raw object and the byte offset.
+        let ran = execute(
+            "osu",
+            "osu",
+            vec![(
+                "osu_bw.txt".into(),
+                b"# OSU MPI Bandwidth Test v7.3\n# Size  Bandwidth (MB/s)\n1 -3\n".to_vec(),
+            )],
+        );
+        let e = ran.out.unwrap_err().to_string();
+        assert!(e.contains(&format!("raw/{}/", ran.run_id)), "{e}");
+        assert!(
+            e.contains("osu_bw.txt: value at line 3, column 3 (byte offset 57)"),
+            "{e}"
+        );
+    }
+
     fn table<'a>(o: &'a ExecOutput, name: &str) -> Option<&'a TableOutput> {
         o.tables.iter().find(|t| t.table == name)
     }
