@@ -410,6 +410,33 @@ mod tests {
         assert!(err("").contains("title"));
     }
 
+    proptest::proptest! {
+        /// Garbage and damaged outputs never panic; what is accepted holds
+        /// finite, non-negative values at increasing sizes.
+        #[test]
+        fn never_panics_and_accepts_only_sound_rows(
+            garbage in "[ -~\n]{0,300}",
+            pos in 0usize..200,
+            byte in proptest::prelude::any::<u8>(),
+            cut in 0usize..200,
+        ) {
+            let _ = parse(p(), &garbage);
+            let mut b = BIBW_FULL.as_bytes().to_vec();
+            let at = pos % b.len();
+            b[at] = byte;
+            b.truncate(cut.max(1).min(b.len()));
+            let s = String::from_utf8_lossy(&b);
+            if let Ok(o) = parse(p(), &s) {
+                for w in o.points.windows(2) {
+                    proptest::prop_assert!(w[0].0 < w[1].0);
+                }
+                for (size, v) in &o.points {
+                    proptest::prop_assert!(*size >= 0 && v.is_finite() && *v >= 0.0);
+                }
+            }
+        }
+    }
+
     #[test]
     fn ingest_writes_one_row_per_size_of_every_file() {
         let dir = tempfile::tempdir().unwrap();
