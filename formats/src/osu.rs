@@ -251,6 +251,9 @@ fn number(path: &Path, f: &Field<'_>, name: &str) -> Result<f64> {
     Ok(v)
 }
 
+/// One row of `osu_results`: source, output, size, value.
+type Row<'a> = (&'a str, &'a OsuOutput, i64, f64);
+
 /// The `osu` ingest kind: every input is one test's output.
 pub fn ingest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutput>> {
     let mut runs = Vec::with_capacity(inputs.len());
@@ -260,14 +263,14 @@ pub fn ingest(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOutp
         let run = parse(&input.path, s).map_err(|e| e.with_offset(&bytes))?;
         runs.push((input.source.as_str(), run));
     }
-    let rows: Vec<(&str, &OsuOutput, i64, f64)> = runs
+    let rows: Vec<Row<'_>> = runs
         .iter()
         .flat_map(|(src, r)| r.points.iter().map(move |&(s, v)| (*src, r, s, v)))
         .collect();
     if rows.is_empty() {
         return Ok(Vec::new());
     }
-    let text_col = |f: &dyn Fn(&(&str, &OsuOutput, i64, f64)) -> String| -> ArrayRef {
+    let text_col = |f: &dyn Fn(&Row<'_>) -> String| -> ArrayRef {
         Arc::new(StringArray::from(rows.iter().map(f).collect::<Vec<_>>()))
     };
     let cols: Vec<ArrayRef> = vec![
