@@ -1,15 +1,16 @@
 //! The `checks` executor: a run's health verdicts. Queued by the `ingest`
 //! executor as a follow-up of every ingest job whose kind declares checks
 //! (`benchlake_formats::kinds`: `ior`, `pio`, `mdtest`, `linktest`,
-//! `hostinfo`, and `bandela` of traced runs), it reads the rows that ingest
-//! job committed (the tables the kind's [`Checks`] names), computes the
-//! figures and the verdicts with `benchlake_analysis` (`io_checks`,
-//! `linktest_checks`; the kind's [`CheckFamily`]) and writes `checks` rows,
-//! and the per-node verdicts (`node_checks`: node facts against expected
-//! values, each node's I/O bandwidth) as `node_health` rows. The `bandela`
-//! ingest of a traced run gets node checks only: each rank's computation
-//! against the ranks of other nodes (`traced.rank_time`, from
-//! `mpi_trace_ranks` and the tracer's `bandela_stats`).
+//! `hostinfo`, `osu`, and `bandela` of traced runs), it reads the rows that
+//! ingest job committed (the tables the kind's checks declaration names),
+//! computes the figures and the verdicts with `benchlake_analysis`
+//! (`io_checks`, `linktest_checks`, `osu_checks`; the kind's
+//! [`CheckFamily`]) and writes `checks` rows, and the per-node verdicts
+//! (`node_checks`: node facts against expected values, each node's I/O
+//! bandwidth) as `node_health` rows. The `bandela` ingest of a traced run
+//! gets node checks only: each rank's computation against the ranks of
+//! other nodes (`traced.rank_time`, from `mpi_trace_ranks` and the tracer's
+//! `bandela_stats`).
 //!
 //! The relative references come from the lake: `runs` maps earlier runs to
 //! their schedule; the same figures are recomputed from the tables of the
