@@ -14,7 +14,8 @@
 //! the test's (`Latency … (us)`, `Bandwidth (MB/s)`); then one row per
 //! message size, sizes strictly increasing. Every row has the first row's
 //! number of columns (full statistics, `-f`, add min, max and iterations);
-//! the second is the value. Refused, naming the file, the field and the
+//! the second is the value; a last `Validation` column (OMB 7's `-c`) must
+//! say `Pass`. Refused, naming the file, the field and the
 //! byte offset: a missing title or column header, a number that does not
 //! parse, a negative, infinite or NaN value, a size not above the previous
 //! one, text after the rows, a file without rows or cut mid-line.
@@ -143,6 +144,8 @@ pub fn parse(path: &Path, text: &str) -> Result<OsuOutput> {
         points: Vec::new(),
     };
     let mut header = false;
+    // OMB 7's `-c` adds a last column `Validation` (Pass or Fail).
+    let mut validation = false;
     let mut columns = 0usize;
     for (n, line) in lines {
         if let Some(comment) = line.trim_start().strip_prefix('#') {
@@ -170,6 +173,7 @@ pub fn parse(path: &Path, text: &str) -> Result<OsuOutput> {
                     ));
                 }
                 header = true;
+                validation = words.last() == Some(&"Validation");
             }
             continue;
         }
@@ -219,7 +223,21 @@ pub fn parse(path: &Path, text: &str) -> Result<OsuOutput> {
             ));
         }
         let value = number(path, &fields[1], "value")?;
-        for f in &fields[2..] {
+        let mut stats = &fields[2..];
+        if validation && let Some((last, rest)) = stats.split_last() {
+            if last.text != "Pass" {
+                return Err(last.err(
+                    path,
+                    "validation",
+                    format!(
+                        "'{}': OMB's validation of the data received failed",
+                        last.text
+                    ),
+                ));
+            }
+            stats = rest;
+        }
+        for f in stats {
             number(path, f, "statistic")?;
         }
         out.points.push((size, value));
@@ -313,6 +331,13 @@ mod tests {
         8                      10.25          10.00          10.50\n\
         65536               20000.00       19000.00       21000.00\n";
 
+    /// OMB 7.5's osu_bibw with validation (`-c`); the datatype after the header (7.1).
+    const BIBW_VALIDATED: &str = "# OSU MPI Bi-Directional Bandwidth Test v7.5\n\
+        # Size      Bandwidth (MB/s)        Validation\n\
+        # Datatype: MPI_CHAR.\n\
+        1                       0.93              Pass\n\
+        2                       1.94              Pass\n";
+
     fn p() -> &'static Path {
         Path::new("osu.txt")
     }
@@ -339,6 +364,14 @@ mod tests {
         let bi = parse(p(), BIBW_FULL).unwrap();
         assert_eq!(bi.test.benchmark(), "osu_bibw");
         assert_eq!(bi.points, vec![(8, 10.25), (65536, 20000.0)]);
+        let v = parse(p(), BIBW_VALIDATED).unwrap();
+        assert_eq!(v.points, vec![(1, 0.93), (2, 1.94)]);
+        let failed = BIBW_VALIDATED.replace("1.94              Pass", "1.94              Fail");
+        let e = err(&failed);
+        assert!(
+            e.contains("validation at line 5, column 43") && e.contains("'Fail'"),
+            "{e}"
+        );
     }
 
     #[test]
