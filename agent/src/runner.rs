@@ -1229,6 +1229,45 @@ launchers = ["mpirun", "local"]
     }
 
     #[test]
+    fn the_shipped_osu_entries_run_two_ranks_over_mpirun() {
+        let mut cfg = AgentConfig::new("127.0.0.1:1", "/tmp/x").unwrap();
+        cfg.catalog =
+            benchlake_core::bench::Catalog::from_toml(include_str!("../catalogs/osu.toml"))
+                .unwrap();
+        for (name, sizes, iters) in [
+            ("osu_latency", "0:4194304", "10000"),
+            ("osu_bw", "1:4194304", "100"),
+            ("osu_bibw", "1:4194304", "100"),
+        ] {
+            let b = cfg.catalog.get(name).unwrap();
+            assert_eq!(b.kind, "osu");
+            assert_eq!(b.stdout.as_deref(), Some(format!("{name}.txt").as_str()));
+            // Uploaded as the `osu` ingest kind, which has checks.
+            assert_eq!(b.outputs[0].format, "osu");
+            let mut t = task(pb::Launcher::Mpirun, &[("np", "2")]);
+            t.benchmark = name.into();
+            let (argv, _) = build_argv(&cfg, &t, Path::new("/o")).unwrap();
+            assert_eq!(&argv[..5], ["mpirun", "-np", "2", "--host", "n1:1,n2:1"]);
+            assert_eq!(
+                &argv[5..],
+                [
+                    name,
+                    "-m",
+                    sizes,
+                    "-i",
+                    iters,
+                    "-x",
+                    if name == "osu_latency" { "1000" } else { "10" }
+                ]
+            );
+        }
+        // Three ranks are refused: the point-to-point tests take two.
+        let mut t = task(pb::Launcher::Mpirun, &[("np", "3")]);
+        t.benchmark = "osu_bw".into();
+        assert!(build_argv(&cfg, &t, Path::new("/o")).is_err());
+    }
+
+    #[test]
     fn entries_whose_program_is_missing_are_not_offered() {
         let cat = benchlake_core::bench::Catalog::from_toml(
             r#"

@@ -8,6 +8,7 @@ pub mod linktest_checks;
 pub mod linktest_lake;
 pub mod linktest_report;
 pub mod node_checks;
+pub mod osu_checks;
 pub mod reference;
 pub mod regressions;
 pub mod summaries;

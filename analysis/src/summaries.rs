@@ -21,6 +21,7 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
 use benchlake_core::catalog;
 use benchlake_core::lake::{EncodedTable, TableOutput};
+use benchlake_formats::kinds::Summary;
 
 use crate::linktest_checks::SlowPair;
 use crate::node_checks::{f64_col, process_bw_mib_s, text_col};
@@ -43,7 +44,8 @@ pub enum SummaryError {
     },
 }
 
-/// The summary tables of one ingest of format `format` (`linktest`, `pio`,
+/// The summary tables of one ingest of format `format` (the summary its
+/// descriptor declares, `benchlake_formats::kinds`: `linktest`, `pio`,
 /// `ior`; none for others), from the tables it produced (encoded or as
 /// batches). `params` are the run's (`check_slow_pair_*`); bad values
 /// fall back to the defaults with a warning (the checks job reports them).
@@ -55,8 +57,9 @@ pub fn derive(
     params: &BTreeMap<String, String>,
 ) -> Result<Vec<TableOutput>, SummaryError> {
     let source = Rows { encoded, tables };
-    match format {
-        "linktest" => {
+    let summary = benchlake_formats::kinds::get(format).and_then(|k| k.summary);
+    match summary {
+        Some(Summary::LinktestHosts) => {
             let slow = SlowPair::from_params(params).unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "linktest_host_summary: default slow-pair rule");
                 SlowPair::default()
@@ -80,7 +83,7 @@ pub fn derive(
             )?;
             Ok(b.finish(run_id, &slow)?.into_iter().collect())
         }
-        "pio" | "ior" => {
+        Some(Summary::IoNodes) => {
             let mut b = IoNodeSummary::default();
             source.each(
                 "io_task_times",
@@ -99,7 +102,7 @@ pub fn derive(
             )?;
             Ok(b.finish(run_id)?.into_iter().collect())
         }
-        _ => Ok(Vec::new()),
+        None => Ok(Vec::new()),
     }
 }
 

@@ -378,14 +378,27 @@ fn finish(c: &Coordinator, job_id: &str, done: Done, keys: &[String]) {
 
 /// Refuses a table job `j`'s kind does not write ([`jobs::job_tables`]).
 fn may_write(j: &JobRow, table: &str) -> std::result::Result<(), String> {
-    let allowed: &[&str] = match jobs::job_tables(&j.kind) {
-        Some(jobs::JobTables::Fixed(t)) => t,
+    let allowed: Vec<&str> = match jobs::job_tables(&j.kind) {
+        Some(jobs::JobTables::Fixed(t)) => t.to_vec(),
         Some(jobs::JobTables::OfIngestFormat) => {
             let spec: jobs::IngestSpec = serde_json::from_str(&j.spec_json)
                 .map_err(|e| format!("job {}: its ingest spec does not decode: {e}", j.job_id))?;
-            benchlake_formats::ingest::tables(&spec.format).unwrap_or(&[])
+            benchlake_formats::ingest::tables(&spec.format)
+                .unwrap_or(&[])
+                .to_vec()
         }
-        None => &[],
+        Some(jobs::JobTables::OfFollowUp) => {
+            // A checks job names the format it judges: that kind's tables.
+            #[derive(serde::Deserialize)]
+            struct Of {
+                format: Option<String>,
+            }
+            let of: Of = serde_json::from_str(&j.spec_json)
+                .map_err(|e| format!("job {}: its spec does not decode: {e}", j.job_id))?;
+            benchlake_formats::kinds::follow_up_tables(&j.kind, of.format.as_deref())
+                .unwrap_or_default()
+        }
+        None => Vec::new(),
     };
     if allowed.contains(&table) {
         Ok(())
@@ -462,6 +475,19 @@ mod tests {
         assert!(may_write(&ingest("nosuch"), "node_facts").is_err());
         assert!(may_write(&job("checks", "{}"), "node_health").is_ok());
         assert!(may_write(&job("checks", "{}"), "runs").is_err());
+        // A checks job writes the tables its format's descriptor declares.
+        let checks = |format: &str| job("checks", &format!(r#"{{"format":"{format}"}}"#));
+        assert!(may_write(&checks("linktest"), "link_health").is_ok());
+        let e = may_write(&checks("pio"), "link_health").unwrap_err();
+        assert_eq!(
+            e,
+            "job kind 'checks' writes only checks, node_health, not 'link_health'"
+        );
+        assert!(may_write(&checks("pio"), "node_health").is_ok());
+        assert!(may_write(&checks("counts"), "checks").is_err());
+        assert!(may_write(&job("calibrate", "{}"), "replay_calibrations").is_ok());
+        assert!(may_write(&job("analyze_merge", "{}"), "alltoallv_stats").is_ok());
+        assert!(may_write(&job("analyze_part", "{}"), "alltoallv_stats").is_err());
         let e = may_write(&job("analyze_plan", "{}"), "alltoallv_stats").unwrap_err();
         assert!(e.contains("writes no table"), "{e}");
         assert!(may_write(&job("evil", "{}"), "runs").is_err());

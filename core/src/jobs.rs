@@ -230,6 +230,10 @@ pub enum JobTables {
     Fixed(&'static [&'static str]),
     /// Those its ingest format declares (`benchlake_formats::ingest::tables`).
     OfIngestFormat,
+    /// Those the ingest kinds that queue it as a follow-up declare for it
+    /// (`benchlake_formats::kinds::follow_up_tables`): the kind its spec's
+    /// `format` names, else any kind's.
+    OfFollowUp,
 }
 
 /// Every job kind with the tables it may write; `None` for an unknown kind.
@@ -245,15 +249,10 @@ pub fn job_tables(kind: &str) -> Option<JobTables> {
             "replay_adapters",
             "replay_transfers",
         ]),
-        CALIBRATE_JOB => Fixed(&["replay_calibrations"]),
-        ANALYZE_PLAN_JOB | ANALYZE_PART_JOB => Fixed(&[]),
-        ANALYZE_MERGE_JOB => Fixed(&[
-            "alltoallv_patterns",
-            "alltoallv_stats",
-            "alltoallv_heatmap",
-            "alltoallv_host_heatmap",
-        ]),
-        CHECKS_JOB => Fixed(&["checks", "node_health", "link_health"]),
+        // The follow-ups of an ingest kind (`benchlake_formats::kinds`).
+        CALIBRATE_JOB | ANALYZE_PLAN_JOB | ANALYZE_PART_JOB | ANALYZE_MERGE_JOB | CHECKS_JOB => {
+            OfFollowUp
+        }
         TRACE_COMPARE_JOB => Fixed(&["trace_comparison"]),
         // The worker's no-op job (tests and the demo's smoke run).
         "noop" => Fixed(&[]),

@@ -4,7 +4,8 @@
 //! line and column for text formats).
 //!
 //! [`ingest`] is the one entry point used by the CLI (`benchlake ingest KIND`) and
-//! by the worker's ingest executor; each format registers its kind there.
+//! by the worker's ingest executor; each format declares its kind in [`kinds`]
+//! (reader, tables, checks, follow-up jobs).
 pub mod bandela;
 pub mod counts;
 pub mod dimemas;
@@ -12,7 +13,9 @@ pub mod error;
 pub mod hostinfo;
 pub mod ingest;
 pub mod io;
+pub mod kinds;
 pub mod linktest;
+pub mod osu;
 pub mod sion;
 
 pub use error::{FormatError, Result};

@@ -15,6 +15,7 @@ const KINDS: &[(&str, &str)] = &[
     ("dimemas", "trace.dim"),
     ("bandela", "bandela.0.txt"),
     ("linktest", "pingpong_results_bin.sion"),
+    ("osu", "osu_latency.txt"),
 ];
 
 fuzz_target!(|data: &[u8]| {

@@ -71,10 +71,10 @@ pub fn part_key(run_id: &str, analysis: &str, index: usize) -> Result<String, Ex
     Ok(layout::counts_part_key(run_id, analysis, index)?)
 }
 
-/// The follow-up of a `counts` ingest job: the analysis of the same files with
-/// the default options.
+/// The follow-up of an ingest job whose kind declares the analysis
+/// (`counts`): the analysis of the same files with the default options.
 pub fn follow_up_of_ingest(s: &IngestSpec) -> Vec<FollowUp> {
-    if s.format != "counts" || s.keys.is_empty() {
+    if s.keys.is_empty() {
         return Vec::new();
     }
     let spec = PlanSpec {

@@ -20,12 +20,10 @@ use benchlake_replay::calibrations::{self, CalibrationDoc, Gathered};
 
 use crate::{ExecError, ExecOutput, Executor, JobContext};
 
-/// The ingest kind whose files are LinkTest or netprobe results.
-pub const LINKTEST_FORMAT: &str = "linktest";
-
-/// The `calibrate` follow-up of a `linktest` ingest.
+/// The `calibrate` follow-up of an ingest whose kind declares it (`linktest`:
+/// its files are LinkTest or netprobe results).
 pub fn follow_up_of_ingest(s: &IngestSpec) -> Option<FollowUp> {
-    if s.format != LINKTEST_FORMAT || s.keys.is_empty() {
+    if s.keys.is_empty() {
         return None;
     }
     let spec = CalibrateSpec {

@@ -1,13 +1,16 @@
 //! The `checks` executor: a run's health verdicts. Queued by the `ingest`
-//! executor as a follow-up of every `ior`, `pio`, `mdtest`, `linktest` and
-//! `hostinfo` ingest job, it reads the rows that ingest job committed,
+//! executor as a follow-up of every ingest job whose kind declares checks
+//! (`benchlake_formats::kinds`: `ior`, `pio`, `mdtest`, `linktest`,
+//! `hostinfo`, `osu`, and `bandela` of traced runs), it reads the rows that
+//! ingest job committed (the tables the kind's checks declaration names),
 //! computes the figures and the verdicts with `benchlake_analysis`
-//! (`io_checks`, `linktest_checks`) and writes `checks` rows, and the
-//! per-node verdicts (`node_checks`: node facts against expected values,
-//! each node's I/O bandwidth) as `node_health` rows. The `bandela` ingest of
-//! a traced run gets node checks only: each rank's computation against the
-//! ranks of other nodes (`traced.rank_time`, from `mpi_trace_ranks` and the
-//! tracer's `bandela_stats`).
+//! (`io_checks`, `linktest_checks`, `osu_checks`; the kind's
+//! [`CheckFamily`]) and writes `checks` rows, and the per-node verdicts
+//! (`node_checks`: node facts against expected values, each node's I/O
+//! bandwidth) as `node_health` rows. The `bandela` ingest of a traced run
+//! gets node checks only: each rank's computation against the ranks of
+//! other nodes (`traced.rank_time`, from `mpi_trace_ranks` and the tracer's
+//! `bandela_stats`).
 //!
 //! The relative references come from the lake: `runs` maps earlier runs to
 //! their schedule; the same figures are recomputed from the tables of the
@@ -30,26 +33,32 @@ use benchlake_analysis::io_checks::{self, CheckRow, IoCheckConfig};
 use benchlake_analysis::link_checks;
 use benchlake_analysis::linktest_checks::{self, SlowPair};
 use benchlake_analysis::node_checks::{self, NodeRow};
+use benchlake_analysis::osu_checks;
 use benchlake_analysis::regressions;
 use benchlake_core::jobs::{CHECKS_JOB, ChecksSpec, FollowUp, IngestRunInfo, IngestSpec};
 use benchlake_core::lake::{RunRows, TableOutput};
 use benchlake_core::layout;
 use benchlake_core::verdict;
+use benchlake_formats::kinds::{CheckFamily, Checks as KindChecks, FollowUpJob};
 
 use crate::{ExecError, ExecOutput, Executor, JobContext, memo};
-
-/// Ingest kinds whose runs get checks.
-pub const CHECKED_FORMATS: &[&str] = &["ior", "pio", "mdtest", "linktest", "hostinfo"];
 
 /// At most this many earlier `runs` rows are read looking for the schedule's
 /// history (bounds the work of a checks job in a lake with many schedules).
 pub const MAX_HISTORY_SCAN: usize = 5000;
 
-/// The `checks` follow-up of an ingest job (none for formats without checks).
+/// The checks an ingest kind declares (`benchlake_formats::kinds`).
+fn checks_of(format: &str) -> Option<KindChecks> {
+    benchlake_formats::kinds::get(format).and_then(|k| k.checks)
+}
+
+/// The `checks` follow-up of an ingest job (none for formats without checks,
+/// or whose checks are not for the run's benchmark kind).
 pub fn follow_up(spec: &IngestSpec, info: &IngestRunInfo, ingest_job_id: &str) -> Vec<FollowUp> {
-    let traced =
-        spec.format == "bandela" && info.kind.as_deref() == Some(crate::traced::TRACED_KIND);
-    if !CHECKED_FORMATS.contains(&spec.format.as_str()) && !traced {
+    let declared = benchlake_formats::kinds::get(&spec.format)
+        .and_then(|k| k.follow_up(FollowUpJob::Checks))
+        .is_some_and(|f| f.applies_to(info.kind.as_deref()));
+    if !declared {
         return Vec::new();
     }
     let c = ChecksSpec {
@@ -72,41 +81,24 @@ pub fn follow_up(spec: &IngestSpec, info: &IngestRunInfo, ingest_job_id: &str) -
     }
 }
 
-/// The tables a format's figures are computed from.
-fn tables_of(format: &str) -> Option<&'static [&'static str]> {
-    match format {
-        // io_task_times: the processes' spread (io.<op>_bw_cv).
-        "ior" | "pio" => Some(&["io_results", "io_task_times"]),
-        "mdtest" => Some(&["mdtest_summary"]),
-        "linktest" => Some(&["linktest_runs", "linktest_timings"]),
-        "hostinfo" | "bandela" => Some(&[]),
-        _ => None,
-    }
-}
-
-/// The tables a format's node-level checks read (of the current run only).
-fn node_tables_of(format: &str) -> &'static [&'static str] {
-    match format {
-        "pio" => &["io_task_times"],
-        "hostinfo" => &["node_facts"],
-        "linktest" => &["linktest_ranks", "linktest_timings"],
-        "bandela" => &["mpi_trace_ranks"],
-        _ => &[],
-    }
-}
-
 type Tables = BTreeMap<&'static str, Vec<RecordBatch>>;
 
+/// The run-level figures of a family's checks from the tables its kind names.
 fn figures(
-    format: &str,
+    family: CheckFamily,
     t: &Tables,
     slow: &SlowPair,
 ) -> Result<BTreeMap<String, f64>, io_checks::IoCheckError> {
     let get = |n: &str| t.get(n).map(Vec::as_slice).unwrap_or(&[]);
-    match format {
-        "mdtest" => io_checks::mdtest_figures(get("mdtest_summary")),
-        "linktest" => linktest_checks::figures(get("linktest_runs"), get("linktest_timings"), slow),
-        _ => io_checks::figures_with_ranks(get("io_results"), get("io_task_times")),
+    match family {
+        CheckFamily::Mdtest => io_checks::mdtest_figures(get("mdtest_summary")),
+        CheckFamily::Linktest => {
+            linktest_checks::figures(get("linktest_runs"), get("linktest_timings"), slow)
+        }
+        CheckFamily::Osu => osu_checks::figures(get(benchlake_formats::osu::TABLE)),
+        CheckFamily::Io | CheckFamily::NodeFacts | CheckFamily::TraceRankTime => {
+            io_checks::figures_with_ranks(get("io_results"), get("io_task_times"))
+        }
     }
 }
 
@@ -289,7 +281,9 @@ fn run_figures(
     format: &str,
     slow: &SlowPair,
 ) -> Result<std::sync::Arc<BTreeMap<String, f64>>, ExecError> {
-    let tables = tables_of(format).unwrap_or(&[]);
+    let Some(checks) = checks_of(format) else {
+        return Ok(Default::default());
+    };
     let key = (
         run.run_id.clone(),
         format.to_string(),
@@ -297,7 +291,7 @@ fn run_figures(
     );
     memo::figures().get_or(key, || {
         let mut t: Tables = BTreeMap::new();
-        for table in tables {
+        for table in checks.figure_tables {
             match read_run_table(ctx, table, &run.date, &run.run_id, None) {
                 Ok(b) => {
                     t.insert(table, b);
@@ -308,7 +302,7 @@ fn run_figures(
                 Err(e) => return Err(e),
             }
         }
-        Ok(match figures(format, &t, slow) {
+        Ok(match figures(checks.family, &t, slow) {
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!(error = %e, run = %run.run_id, "no figures for an earlier run");
@@ -454,12 +448,13 @@ fn error_row(check: &str, message: String) -> CheckRow {
 
 /// The verdict rows of one checks job.
 pub fn check_rows(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<CheckRow>, ExecError> {
-    let Some(tables) = tables_of(&s.format) else {
+    let Some(checks) = checks_of(&s.format) else {
         return Err(ExecError::Permanent(format!(
             "checks: no checks for format '{}'",
             s.format
         )));
     };
+    let tables = checks.figure_tables;
     if tables.is_empty() {
         // Node-level checks only (hostinfo).
         return Ok(Vec::new());
@@ -479,14 +474,17 @@ pub fn check_rows(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<CheckRow>, Exe
         )?;
         current.insert(table, b);
     }
-    let figs = match figures(&s.format, &current, &slow) {
+    let figs = match figures(checks.family, &current, &slow) {
         Ok(f) => f,
         Err(e) => return Ok(vec![error_row("checks.input", e.to_string())]),
     };
-    let mut cfg = match s.format.as_str() {
-        "mdtest" => io_checks::mdtest_config(&figs),
-        "linktest" => linktest_checks::default_config(),
-        _ => IoCheckConfig::default(),
+    let mut cfg = match checks.family {
+        CheckFamily::Mdtest => io_checks::mdtest_config(&figs),
+        CheckFamily::Linktest => linktest_checks::default_config(),
+        CheckFamily::Osu => osu_checks::default_config(),
+        CheckFamily::Io | CheckFamily::NodeFacts | CheckFamily::TraceRankTime => {
+            IoCheckConfig::default()
+        }
     };
     let skip: Vec<&str> = linktest_checks::SLOW_PAIR_PARAMS
         .iter()
@@ -613,7 +611,10 @@ pub fn node_rows(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<NodeRow>, ExecE
 
 /// The node-level checks of the rows a checks job's ingest job committed.
 fn node_rows_of_run(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<NodeRow>, ExecError> {
-    let tables = node_tables_of(&s.format);
+    let Some(checks) = checks_of(&s.format) else {
+        return Ok(Vec::new());
+    };
+    let tables = checks.node_tables;
     if tables.is_empty() {
         return Ok(Vec::new());
     }
@@ -629,9 +630,9 @@ fn node_rows_of_run(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<NodeRow>, Ex
         current.insert(table, b);
     }
     let get = |n: &str| current.get(n).map(Vec::as_slice).unwrap_or(&[]);
-    match s.format.as_str() {
-        "bandela" => rank_time_rows(ctx, s, get("mpi_trace_ranks")),
-        "hostinfo" => {
+    match checks.family {
+        CheckFamily::TraceRankTime => rank_time_rows(ctx, s, get("mpi_trace_ranks")),
+        CheckFamily::NodeFacts => {
             let expect = match node_checks::FactsExpect::from_params(&s.params) {
                 Ok(e) => e,
                 Err(e) => return Ok(vec![node_checks::config_error(e)]),
@@ -656,7 +657,7 @@ fn node_rows_of_run(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<NodeRow>, Ex
             }
             Ok(rows)
         }
-        "linktest" => {
+        CheckFamily::Linktest => {
             let slow = SlowPair::from_params(&s.params);
             let fraction = node_checks::slow_pair_fraction(&s.params);
             match (slow, fraction) {
@@ -669,10 +670,14 @@ fn node_rows_of_run(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<NodeRow>, Ex
                 (Err(e), _) | (_, Err(e)) => Ok(vec![node_checks::config_error(e)]),
             }
         }
-        _ => match node_checks::IoNodeConfig::from_params(&s.params) {
-            Ok(cfg) => Ok(node_checks::io_node_checks(get("io_task_times"), &cfg)),
-            Err(e) => Ok(vec![node_checks::config_error(e)]),
-        },
+        // The OSU tests name no node (a pair of ranks): run-level checks only.
+        CheckFamily::Osu => Ok(Vec::new()),
+        CheckFamily::Io | CheckFamily::Mdtest => {
+            match node_checks::IoNodeConfig::from_params(&s.params) {
+                Ok(cfg) => Ok(node_checks::io_node_checks(get("io_task_times"), &cfg)),
+                Err(e) => Ok(vec![node_checks::config_error(e)]),
+            }
+        }
     }
 }
 
@@ -741,7 +746,7 @@ fn link_verdicts(
     ctx: &JobContext,
     s: &ChecksSpec,
 ) -> Result<Option<(Vec<link_checks::LinkRow>, CheckRow)>, ExecError> {
-    if s.format != "linktest" {
+    if checks_of(&s.format).map(|c| c.family) != Some(CheckFamily::Linktest) {
         return Ok(None);
     }
     let cfg = match link_checks::LinkConfig::from_params(&s.params) {

@@ -8,8 +8,11 @@ use arrow::array::{
     UInt64Array,
 };
 use benchlake_core::catalog;
-use benchlake_core::jobs::{INGEST_JOB, IngestSpec, RECORD_JOB, RecordSpec};
+use benchlake_core::jobs::{
+    FollowUp, INGEST_JOB, IngestRunInfo, IngestSpec, RECORD_JOB, RecordSpec,
+};
 use benchlake_core::lake::TableOutput;
+use benchlake_formats::kinds::{FollowUpJob, IngestExtra, KindDescriptor};
 use benchlake_formats::{IngestContext, InputFile};
 
 use crate::{ExecError, ExecOutput, Executor, JobContext};
@@ -49,10 +52,12 @@ impl Executor for Ingest {
             }
             err
         };
-        // LinkTest's pair times go straight into Parquet a row group at a
-        // time (a 4,096-rank file's 16.8 M rows are never held as batches);
-        // the other formats give batches that the commit encodes.
-        let (mut tables, encoded) = if s.format == "linktest" {
+        let kind = benchlake_formats::ingest::descriptor(&s.format).map_err(named)?;
+        // A kind with an encoding reader goes straight into Parquet a row
+        // group at a time (LinkTest: a 4,096-rank file's 16.8 M pair times
+        // are never held as batches); the others give batches that the
+        // commit encodes.
+        let (mut tables, encoded) = if kind.encoded_reader.is_some() {
             let e = benchlake_formats::ingest_encoded(&s.format, &inputs, &ictx).map_err(named)?;
             (Vec::new(), e)
         } else {
@@ -61,7 +66,7 @@ impl Executor for Ingest {
         };
         // A traced run's rank map (where each rank ran) rides with its Bandela
         // rank files: `mpi_trace_ranks` (docs/tracer.md).
-        if s.format == "bandela" {
+        if kind.extra == Some(IngestExtra::TraceRankMap) {
             match crate::traced::rank_map(ctx, &s)? {
                 Some((key, rows)) => tables.push(
                     benchlake_formats::bandela::ranks::table(&ctx.run_id, &key, &rows)
@@ -74,8 +79,7 @@ impl Executor for Ingest {
             }
         }
         // The run's health verdicts follow the I/O and LinkTest ingests.
-        let info: benchlake_core::jobs::IngestRunInfo =
-            serde_json::from_str(&ctx.spec_json).unwrap_or_default();
+        let info: IngestRunInfo = serde_json::from_str(&ctx.spec_json).unwrap_or_default();
         // The summaries beside the rows (`linktest_host_summary`,
         // `io_node_summary`): read back from what was just encoded.
         let summaries = benchlake_analysis::summaries::derive(
@@ -90,19 +94,41 @@ impl Executor for Ingest {
         Ok(ExecOutput {
             encoded,
             tables,
-            follow_ups: {
-                let mut f = crate::analyze::follow_up_of_ingest(&s);
-                f.extend(crate::checks::follow_up(&s, &info, &ctx.job_id));
-                // A LinkTest or netprobe run's calibration (docs/replay.md).
-                f.extend(crate::calibrate::follow_up_of_ingest(&s));
-                // A traced run's default replay and comparison (docs/tracer.md).
-                f.extend(crate::traced::follow_up_of_ingest(ctx, &s, &info)?);
-                // ... and its default Dimemas replay (docs/replay.md).
-                f.extend(crate::traced_dimemas::follow_up_of_ingest(ctx, &s, &info)?);
-                f
-            },
+            follow_ups: follow_ups(ctx, kind, &s, &info)?,
         })
     }
+}
+
+/// The follow-up jobs of an ingest of `kind`: those its descriptor declares
+/// for the run's benchmark kind, in its order.
+fn follow_ups(
+    ctx: &JobContext,
+    kind: &KindDescriptor,
+    s: &IngestSpec,
+    info: &IngestRunInfo,
+) -> Result<Vec<FollowUp>, ExecError> {
+    let mut out = Vec::new();
+    for f in kind
+        .follow_ups
+        .iter()
+        .filter(|f| f.applies_to(info.kind.as_deref()))
+    {
+        match f.job {
+            // The run's health verdicts.
+            FollowUpJob::Checks => out.extend(crate::checks::follow_up(s, info, &ctx.job_id)),
+            // The counts analysis of the same files (docs/counts.md).
+            FollowUpJob::Analyze => out.extend(crate::analyze::follow_up_of_ingest(s)),
+            // A LinkTest or netprobe run's calibration (docs/replay.md).
+            FollowUpJob::Calibrate => out.extend(crate::calibrate::follow_up_of_ingest(s)),
+            FollowUpJob::DefaultReplay => {
+                // A traced run's default replay and comparison (docs/tracer.md)...
+                out.extend(crate::traced::follow_up_of_ingest(ctx, s, info)?);
+                // ... and its default Dimemas replay (docs/replay.md).
+                out.extend(crate::traced_dimemas::follow_up_of_ingest(ctx, s, info)?);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// `msg` with every local scratch path of `inputs` replaced by the object key
@@ -610,6 +636,37 @@ mod rank_map_tests {
             );
             assert!(n.value(i) >= 2);
         }
+    }
+
+    /// An OSU output through the ingest executor: its rows in `osu_results`
+    /// (the one table its descriptor declares) and one checks follow-up.
+    #[test]
+    fn osu_ingest_writes_its_table_and_queues_its_checks() {
+        let text = "# OSU MPI Latency Test v7.3\n# Size       Avg Latency(us)\n0 1.41\n1 1.43\n";
+        let ran = execute("osu", "osu", vec![("osu_latency.txt".into(), text.into())]);
+        let out = ran.out.unwrap();
+        let allowed = benchlake_formats::ingest::tables("osu").unwrap();
+        assert_eq!(allowed, ["osu_results"]);
+        assert_eq!(out.tables.len(), 1);
+        assert_eq!(table(&out, "osu_results").map(|t| t.rows()), Some(2));
+        let kinds: Vec<&str> = out.follow_ups.iter().map(|f| f.kind.as_str()).collect();
+        assert_eq!(kinds, ["checks"]);
+        assert_eq!(out.follow_ups[0].spec["format"], "osu");
+        // A bad row names the raw object and the byte offset.
+        let ran = execute(
+            "osu",
+            "osu",
+            vec![(
+                "osu_bw.txt".into(),
+                b"# OSU MPI Bandwidth Test v7.3\n# Size  Bandwidth (MB/s)\n1 -3\n".to_vec(),
+            )],
+        );
+        let e = ran.out.unwrap_err().to_string();
+        assert!(e.contains(&format!("raw/{}/", ran.run_id)), "{e}");
+        assert!(
+            e.contains("osu_bw.txt: value at line 3, column 3 (byte offset 57)"),
+            "{e}"
+        );
     }
 
     fn table<'a>(o: &'a ExecOutput, name: &str) -> Option<&'a TableOutput> {

@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use crate::{ExecError, ExecOutput, Executor, JobContext};
 
 /// The benchmark kind whose runs get a default replay and a comparison.
-pub const TRACED_KIND: &str = "traced";
+pub const TRACED_KIND: &str = benchlake_formats::kinds::TRACED_RUN_KIND;
 
 /// The model of the default replay (the registry's default: the tracer
 /// writes Bandela traces, which is what [`default_input`] is written for).

@@ -80,17 +80,12 @@ pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {
     if a.paths.is_empty() {
         bail!("no input paths");
     }
-    // The counts ingest skips unrelated files (logs, COMMANDS.txt) found inside
-    // the directories it is given, but a file named on the command line is meant
-    // to be read: one that is not a profiler file is an error (docs/counts.md).
-    if kind == "counts" {
+    // A kind that skips unrelated files (logs, COMMANDS.txt) found inside the
+    // directories it is given (counts) still reads a file named on the command
+    // line: one it would skip is an error (docs/counts.md).
+    if let Some(check) = benchlake_formats::kinds::get(&kind).and_then(|k| k.named_file) {
         for p in a.paths.iter().filter(|p| p.is_file()) {
-            if benchlake_formats::counts::classify(p).is_none() {
-                return Err(benchlake_formats::counts::tables::not_a_profiler_file(
-                    &benchlake_formats::InputFile::from_path(p),
-                )
-                .into());
-            }
+            check(&benchlake_formats::InputFile::from_path(p))?;
         }
     }
     let files = expand(&a.paths)?;

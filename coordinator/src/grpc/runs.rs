@@ -323,17 +323,24 @@ impl Svc {
         r: pb::AnalyzeRunRequest,
     ) -> std::result::Result<Response<pb::AnalyzeRunResponse>, Status> {
         check_id("run_id", &r.run_id)?;
-        let analysis = if r.analysis.is_empty() {
-            "counts"
+        // The kinds whose ingest is followed by an analysis (their
+        // descriptors, benchlake_formats::kinds); the first is the default.
+        let mut analyses = benchlake_formats::kinds::analyses();
+        let kind = if r.analysis.is_empty() {
+            analyses.next()
         } else {
-            r.analysis.as_str()
+            analyses.find(|k| k.name == r.analysis)
         };
-        if analysis != "counts" {
+        let Some(kind) = kind else {
+            let known: Vec<&str> = benchlake_formats::kinds::analyses()
+                .map(|k| k.name)
+                .collect();
             return Err(invalid(
                 "analysis",
-                format!("'{analysis}' is not an analysis (counts)"),
+                format!("'{}' is not an analysis ({})", r.analysis, known.join(", ")),
             ));
-        }
+        };
+        let analysis = kind.name;
         let options = analysis_options(&r.options)?;
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
@@ -350,12 +357,12 @@ impl Svc {
             let keys: Vec<String> = tasks
                 .iter()
                 .flat_map(|t| t.outputs.iter())
-                .filter(|o| o.format == "counts")
+                .filter(|o| o.format == analysis)
                 .map(|o| o.key.clone())
                 .collect();
             if keys.is_empty() {
                 return Err(CoordError::FailedPrecondition(format!(
-                    "run {src} has no outputs of format 'counts' to analyse"
+                    "run {src} has no outputs of format '{analysis}' to analyse"
                 )));
             }
             let run_id = ids::new_id_at(now);

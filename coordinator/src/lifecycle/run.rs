@@ -529,7 +529,7 @@ fn ingest_jobs(
                 benchmark: Some(run.benchmark.clone()),
                 params: run.spec.params.clone(),
                 kind: Some(run.kind.clone()),
-                cores: (run.kind == "traced")
+                cores: benchlake_formats::kinds::run_kind_wants_cores(&run.kind)
                     .then(|| agents.get(&t.agent).map(|a| a.0))
                     .flatten()
                     .filter(|c| *c > 0),

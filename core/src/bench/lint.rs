@@ -40,10 +40,12 @@ pub const CHECK_PARAMS: &[&str] = &[
     "check_link_persist_floor",
 ];
 
-/// Figures of the I/O and LinkTest checks: `check_<figure>` bounds one,
+/// Figures of the I/O, LinkTest and OSU checks: `check_<figure>` bounds one,
 /// `check_<figure>_floor` (older name `_max_regression`) and
 /// `check_<figure>_abs_floor` set the floors of its learned allowance.
-/// (`check_mdtest_<operation>` names any mdtest operation.)
+/// (`check_mdtest_<operation>` names any mdtest operation.) The worker's
+/// tests keep it equal to the rules of every check family
+/// (`benchlake_worker::checks`).
 pub const CHECK_FIGURES: &[&str] = &[
     "io_write_bw_mib_s",
     "io_read_bw_mib_s",
@@ -57,6 +59,9 @@ pub const CHECK_FIGURES: &[&str] = &[
     "linktest_avg_time_s",
     "linktest_slow_pairs",
     "linktest_pair_spread",
+    "osu_latency_us",
+    "osu_bw_mb_s",
+    "osu_bibw_mb_s",
 ];
 
 /// Whether `name` is a `check_*` parameter some verdict reads.

@@ -10,6 +10,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 pub mod counts;
 pub mod io;
 pub mod linktest;
+pub mod osu;
 pub mod replay;
 pub mod system;
 pub mod tracer;
@@ -78,6 +79,7 @@ pub fn all() -> &'static [TableDef] {
         let mut v = Vec::new();
         v.extend(system::tables());
         v.extend(linktest::tables());
+        v.extend(osu::tables());
         v.extend(io::tables());
         v.extend(counts::tables());
         v.extend(replay::tables());

@@ -504,6 +504,17 @@ fn ingest_files(inputs: &[InputFile], ctx: &IngestContext) -> Result<Vec<TableOu
     Ok(out)
 }
 
+/// Refuses a file named on the command line that is not a profiler file:
+/// the reader skips unrelated files (logs, COMMANDS.txt) found inside the
+/// directories it is given, but a file named is meant to be read
+/// (docs/counts.md).
+pub fn check_named_file(f: &InputFile) -> Result<()> {
+    match classify(&f.path) {
+        Some(_) => Ok(()),
+        None => Err(not_a_profiler_file(f)),
+    }
+}
+
 /// The error of an input that is not a profiler output file.
 pub fn not_a_profiler_file(f: &InputFile) -> FormatError {
     FormatError::malformed(
