@@ -88,8 +88,7 @@ async fn a_schedule_that_steps_down_regresses_since_its_first_slow_run() {
     let mut c = Cluster::start(Default::default()).await;
     // The site's catalog declares the floors it loosens (the shipped pio
     // entry has the bounds, the history and the change-point settings).
-    let anchor =
-        "description = \"check: previous runs needed before relative verdicts (default 3)\"\n";
+    let anchor = "description = \"check: previous runs needed before relative verdicts; fewer is NO_REFERENCE (default 5)\"\n";
     let floors = [
         "check_io_write_bw_mib_s_floor",
         "check_io_write_bw_min_mib_s_floor",
@@ -98,7 +97,8 @@ async fn a_schedule_that_steps_down_regresses_since_its_first_slow_run() {
     .concat();
     let builtin = include_str!("../../agent/src/builtin.toml")
         .replace("{self_exe}", &bin())
-        .replace(anchor, &format!("{anchor}{floors}"));
+        // The first is pio's (the netprobe entry has the same line).
+        .replacen(anchor, &format!("{anchor}{floors}"), 1);
     assert!(builtin.contains("check_io_write_bw_min_mib_s_floor"));
     c.add_agent_with("io1", |cfg| {
         cfg.catalog = benchlake_core::bench::Catalog::from_toml(&builtin).unwrap();
