@@ -187,30 +187,7 @@ impl Replay {
                     .map_err(|_| anyhow::anyhow!("the hostinfo replay thread stopped"))?;
                 anyhow::ensure!(n == night, "hostinfo of night {n} came for night {night}");
                 node_nights += me.world.present_nodes(night).len() as u64;
-                let rest = &rest;
-                outs.extend(std::thread::scope(|sc2| {
-                    let handles: Vec<_> = (0..jobs)
-                        .map(|lane| {
-                            sc2.spawn(move || {
-                                rest.iter()
-                                    .enumerate()
-                                    .filter(|(i, _)| i % jobs == lane)
-                                    .map(|(_, &(slot, (subject, schedule)))| {
-                                        (slot, me.subject_run(night, slot, subject, schedule))
-                                    })
-                                    .collect::<Vec<_>>()
-                            })
-                        })
-                        .collect();
-                    handles
-                        .into_iter()
-                        .flat_map(|h| {
-                            h.join().unwrap_or_else(|_| {
-                                vec![(usize::MAX, Err(anyhow::anyhow!("a replay thread panicked")))]
-                            })
-                        })
-                        .collect::<Vec<_>>()
-                }));
+                outs.extend(me.on_lanes(night, &rest, jobs));
                 outs.sort_by_key(|(slot, _)| *slot);
                 for (_, o) in outs {
                     let o = o?;
@@ -253,16 +230,36 @@ impl Replay {
                 (slot, me.subject_run(night, slot, subject, schedule))
             })
             .collect();
-        outs.extend(std::thread::scope(|sc| {
+        outs.extend(me.on_lanes(night, &rest, jobs));
+        outs.sort_by_key(|(slot, _)| *slot);
+        for (_, o) in outs {
+            let o = o?;
+            self.verdicts.extend(o.verdicts);
+            for (k, v) in o.statuses {
+                *self.statuses.entry(k).or_default() += v;
+            }
+            self.timings.add(&o.timings);
+        }
+        Ok(())
+    }
+
+    /// The night's runs `rest` on `jobs` threads (a worker's job slots),
+    /// each with its slot.
+    fn on_lanes(
+        &self,
+        night: usize,
+        rest: &[(usize, &(Subject, String))],
+        jobs: usize,
+    ) -> Vec<(usize, anyhow::Result<RunOut>)> {
+        std::thread::scope(|sc| {
             let handles: Vec<_> = (0..jobs)
                 .map(|lane| {
-                    let rest = &rest;
                     sc.spawn(move || {
                         rest.iter()
                             .enumerate()
                             .filter(|(i, _)| i % jobs == lane)
                             .map(|(_, &(slot, (subject, schedule)))| {
-                                (slot, me.subject_run(night, slot, subject, schedule))
+                                (slot, self.subject_run(night, slot, subject, schedule))
                             })
                             .collect::<Vec<_>>()
                     })
@@ -275,18 +272,8 @@ impl Replay {
                         vec![(usize::MAX, Err(anyhow::anyhow!("a replay thread panicked")))]
                     })
                 })
-                .collect::<Vec<_>>()
-        }));
-        outs.sort_by_key(|(slot, _)| *slot);
-        for (_, o) in outs {
-            let o = o?;
-            self.verdicts.extend(o.verdicts);
-            for (k, v) in o.statuses {
-                *self.statuses.entry(k).or_default() += v;
-            }
-            self.timings.add(&o.timings);
-        }
-        Ok(())
+                .collect()
+        })
     }
 
     /// One run of the night, generated and replayed.
