@@ -142,6 +142,13 @@ def pio_entry():
     sys.exit("agent/src/builtin.toml has no pio entry")
 
 
+def scheds_of(a):
+    """The year's three nightly schedules: (name, benchmark, cron, params)."""
+    return [("hosts", "synth-hosts", "0 1 * * *", [f"nodes={a.nodes}"]),
+            ("linktest", "synth-linktest", "0 2 * * *", [f"ranks={a.ranks}", f"ranks_per_host={RANKS_PER_HOST}"]),
+            ("pio", "pio", "0 3 * * *", ["block_size=4MiB", "fsync=false"])]
+
+
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))] if xs else float("nan")
@@ -162,6 +169,7 @@ QUERY_RUNNER = r"""
 import duckdb, json, sys, time
 qs = json.loads(sys.argv[1])
 con = duckdb.connect()
+con.execute("SET enable_progress_bar = false")
 out = {}
 for name, sql in qs:
     t = time.monotonic(); rows = con.execute(sql).fetchall(); cold = time.monotonic() - t
@@ -185,6 +193,8 @@ def main():
     ap.add_argument("--worker-concurrency", type=int, default=2)
     ap.add_argument("--timeout-s", type=float, default=6 * 3600)
     ap.add_argument("--keep", action="store_true", help="keep the data directory (printed)")
+    ap.add_argument("--measure", metavar="DIR",
+                    help="measure the year a run with --keep built in DIR again (no build; kept)")
     a = ap.parse_args()
     if a.write_hosts:
         n, seed, out = a.write_hosts
@@ -194,7 +204,13 @@ def main():
         sys.exit(f"{a.bin} not found: build it (cargo build --release -p benchlake) or pass --bin")
     import pyarrow.flight as flight
 
-    work = Path(tempfile.mkdtemp(prefix="bl-year-"))
+    if a.measure:
+        work = Path(a.measure)
+        a.keep = True
+        if not (work / "state.db").is_file():
+            sys.exit(f"{work} holds no year (state.db) to measure")
+    else:
+        work = Path(tempfile.mkdtemp(prefix="bl-year-"))
     (work / "cat.toml").write_text(CATALOG.format(python=sys.executable, script=Path(__file__).resolve(),
                                                   pio=pio_entry()))
     port, hport = free_port(), free_port()
@@ -253,18 +269,19 @@ def main():
         # The year: three nightly schedules, backfilled.
         t0 = time.monotonic()
         to = time.strftime("%Y-%m-%d", time.gmtime(time.time() - 86400 * 2))
+        if a.measure:
+            a.nights = len([r for r in runs_of("synth-linktest") if r.get("schedule_id")])
+        scheds = [] if a.measure else scheds_of(a)
         frm = time.strftime("%Y-%m-%d", time.gmtime(time.time() - 86400 * (2 + a.nights)))
-        scheds = [("hosts", "synth-hosts", "0 1 * * *", [f"nodes={a.nodes}"]),
-                  ("linktest", "synth-linktest", "0 2 * * *", [f"ranks={a.ranks}", f"ranks_per_host={RANKS_PER_HOST}"]),
-                  ("pio", "pio", "0 3 * * *", ["block_size=4MiB", "fsync=false"])]
         last = []
         for name, bench, cron, params in scheds:
             cli("schedule", "create", name, bench, "--cron", cron, *[x for p in params for x in ("-p", p)])
             out = json.loads(cli("schedule", "backfill", name, "--from", frm, "--to", to,
                                  "--max-runs", str(a.nights), "--json"))
             last.append(out[-1]["run_id"])
-        print(f"backfill: 3 schedules x {a.nights} nights ({frm} .. {to}) created in "
-              f"{time.monotonic() - t0:.1f} s", flush=True)
+        if scheds:
+            print(f"backfill: 3 schedules x {a.nights} nights ({frm} .. {to}) created in "
+                  f"{time.monotonic() - t0:.1f} s", flush=True)
         deadline = time.monotonic() + a.timeout_s
         while last:
             if time.monotonic() > deadline:
@@ -274,11 +291,14 @@ def main():
             time.sleep(2)
         t_year = time.monotonic() - t0
         states = {}
-        for _, bench, _, _ in scheds:
+        for bench in ("synth-hosts", "synth-linktest", "pio"):
             for r in runs_of(bench):
                 states[r["state"]] = states.get(r["state"], 0) + 1
-        print(f"the year landed in {t_year:.0f} s ({3 * a.nights / t_year:.2f} runs/s); runs by state: {states}",
-              flush=True)
+        if scheds:
+            print(f"the year landed in {t_year:.0f} s ({3 * a.nights / t_year:.2f} runs/s); runs by state: {states}",
+                  flush=True)
+        else:
+            print(f"measuring the year in {work}: {a.nights} nights; runs by state: {states}", flush=True)
         if set(states) - {"SUCCEEDED"}:
             missed.append(f"runs that did not succeed: {states}")
 
@@ -322,7 +342,7 @@ def main():
             if p.returncode != 0:
                 missed.append(f"query '{name}' failed: {p.stderr.strip()[-300:]}")
                 continue
-            res.update(json.loads(p.stdout))
+            res.update(json.loads(p.stdout.strip().splitlines()[-1]))
         print("\n| DuckDB query | rows | cold s | warm s |\n|---|---:|---:|---:|")
         for name, _ in queries:
             if name in res:
@@ -348,7 +368,7 @@ def main():
             if p.returncode != 0:
                 missed.append(f"the {a.big_ranks}-rank night's query failed: {p.stderr.strip()[-300:]}")
             else:
-                r = json.loads(p.stdout)["big"]
+                r = json.loads(p.stdout.strip().splitlines()[-1])["big"]
                 print(f"slowest 10 pairs of the {a.big_ranks}-rank night: {r['cold']:.2f} s cold, "
                       f"{r['warm']:.3f} s warm")
                 if r["cold"] > 1.0:

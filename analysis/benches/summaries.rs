@@ -22,7 +22,7 @@ fn main() {
             .expect("tables");
         let encoded: Vec<EncodedTable> = tables
             .iter()
-            .map(|t| EncodedTable::encode(t).expect("encode"))
+            .map(|t| EncodedTable::encode(t, "2026-11-22").expect("encode"))
             .collect();
         let params = Default::default();
         let (mut from_files, mut from_batches, mut rows) = (f64::INFINITY, f64::INFINITY, 0);

@@ -1436,6 +1436,7 @@ mod tests {
                 &[InputFile::from_path(p)],
                 &IngestContext {
                     run_id: "r1".into(),
+                    date: "2026-11-22".into(),
                 },
             )
             .unwrap();

@@ -476,6 +476,7 @@ mod tests {
             &[benchlake_formats::InputFile::from_path(file)],
             &benchlake_formats::IngestContext {
                 run_id: "r1".into(),
+                date: "2026-11-22".into(),
             },
         )
         .unwrap();

@@ -262,7 +262,7 @@ fn analysis_tables() {
     .unwrap();
     let out = counts::tables::tables(&a, "run1").unwrap();
     for t in &out {
-        benchlake_core::lake::encode_parquet(&t.table, &t.batches).unwrap();
+        benchlake_core::lake::encode_parquet(&t.table, "2026-11-22", &t.batches).unwrap();
     }
     let get = |n: &str| {
         out.iter()

@@ -159,7 +159,7 @@ fn report_from_a_run_id_in_the_lake_with_checks_and_threshold() {
         ],
     )
     .unwrap();
-    let data = benchlake_core::lake::encode_parquet("checks", &[batch]).unwrap();
+    let data = benchlake_core::lake::encode_parquet("checks", "2026-11-22", &[batch]).unwrap();
     let key = benchlake_core::layout::table_key(
         "checks",
         "2026-11-23",

@@ -542,6 +542,7 @@ async fn a_worker_cannot_commit_objects_that_are_not_the_tables_parquet() {
     let junk = put("junk.parquet", b"not parquet".to_vec()).await;
     let empty = encode_parquet(
         "node_facts",
+        "2026-11-22",
         &[arrow::array::RecordBatch::new_empty(
             benchlake_core::catalog::schema("node_facts").unwrap(),
         )],
@@ -550,6 +551,7 @@ async fn a_worker_cannot_commit_objects_that_are_not_the_tables_parquet() {
     let empty = put("empty.parquet", empty.to_vec()).await;
     let other = encode_parquet(
         "linktest_ranks",
+        "2026-11-22",
         &[arrow::array::RecordBatch::new_empty(
             benchlake_core::catalog::schema("linktest_ranks").unwrap(),
         )],
@@ -575,10 +577,11 @@ async fn a_worker_cannot_commit_objects_that_are_not_the_tables_parquet() {
         &[benchlake_formats::InputFile::from_path(&host)],
         &benchlake_formats::IngestContext {
             run_id: other_run.into(),
+            date: "2026-11-22".into(),
         },
     )
     .unwrap();
-    let forged = encode_parquet("node_facts", &forged[0].batches).unwrap();
+    let forged = encode_parquet("node_facts", "2026-11-22", &forged[0].batches).unwrap();
     let forged = put("forged.parquet", forged.to_vec()).await;
     for (key, table, rows, want) in [
         (

@@ -324,7 +324,7 @@ impl Lake {
             parquet::arrow::parquet_to_arrow_schema(fm.schema_descr(), fm.key_value_metadata())
                 .map_err(|e| bad(format!("schema: {e}")))?,
         );
-        check_schema(table, &schema).map_err(|e| bad(e.to_string()))?;
+        check_file_schema(table, &schema).map_err(|e| bad(e.to_string()))?;
         let n = fm.num_rows();
         let in_groups: i64 = md.row_groups().iter().map(|g| g.num_rows()).sum();
         if n < 0 || n as u64 != rows || in_groups != n {
@@ -473,7 +473,7 @@ impl Lake {
         // Encode everything first, so a bad batch writes nothing.
         let encoded = outputs
             .iter()
-            .map(EncodedTable::encode)
+            .map(|o| EncodedTable::encode(o, date))
             .collect::<Result<Vec<_>>>()?;
         self.write_final_encoded(&encoded, date, run_id, job_id)
             .await

@@ -64,6 +64,15 @@ pub fn validate_date(date: &str) -> Result<()> {
         .map_err(|_| Error::invalid("date", format!("'{date}' is not YYYY-MM-DD")))
 }
 
+/// The date partition `YYYY-MM-DD` as days since 1970-01-01 (the value of a
+/// Parquet/Arrow `Date32`, which every table file's `date` column holds).
+pub fn date_days(date: &str) -> Result<i32> {
+    let d = chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d")
+        .map_err(|_| Error::invalid("date", format!("'{date}' is not YYYY-MM-DD")))?;
+    i32::try_from((d - chrono::NaiveDate::default()).num_days())
+        .map_err(|_| Error::invalid("date", format!("'{date}' is out of range")))
+}
+
 /// `raw/{run_id}/{task_id}/` (with the trailing slash).
 pub fn raw_prefix(run_id: &str, task_id: &str) -> Result<String> {
     validate_id("run_id", run_id)?;

@@ -100,6 +100,7 @@ fn streamed(n: usize) {
         };
         let ctx = benchlake_formats::IngestContext {
             run_id: "01JBENCH000000000000000000".into(),
+            date: "2026-11-22".into(),
         };
         let (mut wall, mut cpu, mut bytes) = (f64::INFINITY, f64::INFINITY, 0);
         for _ in 0..7 {
@@ -161,7 +162,9 @@ fn main() {
         let (t2, c2) = (Instant::now(), cpu_s());
         let mut parquet_bytes = 0;
         for t in &tables {
-            parquet_bytes += encode_parquet(&t.table, &t.batches).expect("parquet").len();
+            parquet_bytes += encode_parquet(&t.table, "2026-11-22", &t.batches)
+                .expect("parquet")
+                .len();
         }
         let (t3, c3) = (Instant::now(), cpu_s());
         let times = [t1 - t0, t2 - t1, t3 - t2, t3 - t0].map(secs);
@@ -200,7 +203,7 @@ fn main() {
         let keep = std::env::var_os("LINKTEST_BENCH_OUT").map(std::path::PathBuf::from);
         for t in &tables {
             let c0 = cpu_s();
-            let data = encode_parquet(&t.table, &t.batches).expect("parquet");
+            let data = encode_parquet(&t.table, "2026-11-22", &t.batches).expect("parquet");
             let bytes = data.len();
             if let Some(dir) = &keep {
                 std::fs::write(dir.join(format!("{}.parquet", t.table)), &data).expect("keep");

@@ -297,7 +297,10 @@ mod tests {
         std::fs::write(&p, serde_json::to_string(&f).unwrap()).unwrap();
         let out = ingest(
             &[InputFile::from_path(&p)],
-            &IngestContext { run_id: "R".into() },
+            &IngestContext {
+                run_id: "R".into(),
+                date: "2026-11-22".into(),
+            },
         )
         .unwrap();
         assert_eq!(out[0].table, "node_facts");

@@ -30,6 +30,8 @@ impl InputFile {
 pub struct IngestContext {
     /// The run the rows belong to (`run_id` column).
     pub run_id: String,
+    /// The run's date partition, `YYYY-MM-DD` (the files' `date` column).
+    pub date: String,
 }
 
 /// The tables ingest kind `kind` writes; `None` for an unknown kind.
@@ -70,7 +72,7 @@ pub fn ingest_encoded_in(
     }
     ingest(kind, inputs, ctx)?
         .iter()
-        .map(|t| benchlake_core::lake::EncodedTable::encode(t).map_err(Into::into))
+        .map(|t| benchlake_core::lake::EncodedTable::encode(t, &ctx.date).map_err(Into::into))
         .collect()
 }
 

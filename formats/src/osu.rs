@@ -480,7 +480,15 @@ mod tests {
         std::fs::write(&a, LATENCY).unwrap();
         std::fs::write(&b, BW_V5).unwrap();
         let inputs = [InputFile::from_path(&a), InputFile::from_path(&b)];
-        let out = crate::ingest("osu", &inputs, &IngestContext { run_id: "R".into() }).unwrap();
+        let out = crate::ingest(
+            "osu",
+            &inputs,
+            &IngestContext {
+                run_id: "R".into(),
+                date: "2026-11-22".into(),
+            },
+        )
+        .unwrap();
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].table, TABLE);
         let batch = &out[0].batches[0];
@@ -502,9 +510,16 @@ mod tests {
         assert_eq!(v.value(5), 11784.52);
         // A bad file names the file and the byte offset through ingest too.
         std::fs::write(&b, format!("{BW_V5}8 1\n")).unwrap();
-        let e = crate::ingest("osu", &inputs, &IngestContext { run_id: "R".into() })
-            .unwrap_err()
-            .to_string();
+        let e = crate::ingest(
+            "osu",
+            &inputs,
+            &IngestContext {
+                run_id: "R".into(),
+                date: "2026-11-22".into(),
+            },
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             e.contains("bw.txt: size at line 5, column 1 (byte offset 119)"),
             "{e}"

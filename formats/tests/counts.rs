@@ -31,6 +31,7 @@ fn run(dir: &Path) -> Vec<benchlake_core::lake::TableOutput> {
         &inputs(dir),
         &IngestContext {
             run_id: "r1".into(),
+            date: "2026-11-22".into(),
         },
     )
     .unwrap()
@@ -65,7 +66,7 @@ fn every_case_ingests() {
         let out = run(&data().join(case));
         assert!(out.iter().any(|t| t.table == "alltoallv_calls"), "{case}");
         for t in &out {
-            benchlake_core::lake::encode_parquet(&t.table, &t.batches).unwrap();
+            benchlake_core::lake::encode_parquet(&t.table, "2026-11-22", &t.batches).unwrap();
         }
     }
 }

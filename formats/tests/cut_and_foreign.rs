@@ -22,6 +22,7 @@ const TIMINGS_NAME: &str = "alltoallv_execution_times.rank0_comm0_job0.md";
 fn ctx() -> IngestContext {
     IngestContext {
         run_id: "r1".into(),
+        date: "2026-11-22".into(),
     }
 }
 

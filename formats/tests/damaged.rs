@@ -518,7 +518,10 @@ fn campaign(s: &Sample, rng: &mut Rng, corpus: Option<&Path>) -> (Tally, Vec<Str
             source: n.clone(),
         })
         .collect();
-    let ctx = IngestContext { run_id: "r".into() };
+    let ctx = IngestContext {
+        run_id: "r".into(),
+        date: "2026-11-22".into(),
+    };
     let intact =
         tables(ingest(s.kind, &inputs, &ctx).unwrap_or_else(|e| panic!("{}: {e}", s.kind)));
     let mut t = Tally::default();
@@ -640,7 +643,10 @@ fn damaged_inputs_are_refused_or_read_unchanged() {
 /// and mdtest run, every Dimemas trace of the shared data.
 #[test]
 fn every_intact_real_input_is_still_accepted() {
-    let ctx = IngestContext { run_id: "r".into() };
+    let ctx = IngestContext {
+        run_id: "r".into(),
+        date: "2026-11-22".into(),
+    };
     let one = |kind: &str, p: PathBuf| {
         ingest(kind, &[InputFile::from_path(&p)], &ctx)
             .unwrap_or_else(|e| panic!("{kind} {}: {e}", p.display()));

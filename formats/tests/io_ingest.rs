@@ -15,6 +15,7 @@ fn data(case: &str, file: &str) -> PathBuf {
 fn ctx() -> IngestContext {
     IngestContext {
         run_id: "run1".into(),
+        date: "2026-11-22".into(),
     }
 }
 

@@ -239,7 +239,7 @@ fn tables_hold_every_pair_once() {
         let names: Vec<_> = tables.iter().map(|t| t.table.as_str()).collect();
         assert_eq!(names, linktest::tables::TABLES);
         for t in &tables {
-            benchlake_core::lake::encode_parquet(&t.table, &t.batches).unwrap();
+            benchlake_core::lake::encode_parquet(&t.table, "2026-11-22", &t.batches).unwrap();
         }
         let runs = &tables[0].batches[0];
         assert_eq!(runs.num_rows(), 1);
@@ -342,7 +342,15 @@ fn ingest_kind_linktest_reads_all_cases() {
         .iter()
         .map(|c| InputFile::from_path(case_path(c)))
         .collect();
-    let out = ingest("linktest", &inputs, &IngestContext { run_id: "R".into() }).unwrap();
+    let out = ingest(
+        "linktest",
+        &inputs,
+        &IngestContext {
+            run_id: "R".into(),
+            date: "2026-11-22".into(),
+        },
+    )
+    .unwrap();
     assert_eq!(out.len(), 5);
     assert_eq!(out[0].rows(), 4);
     assert_eq!(out[1].rows(), 4 + 4 + 8 + 16);

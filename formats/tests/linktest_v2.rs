@@ -242,7 +242,7 @@ fn hand_made_file_decodes_to_its_values() {
         .unwrap();
     assert_eq!(rt.value(0), 1.5e-6);
     for out in &t {
-        benchlake_core::lake::encode_parquet(&out.table, &out.batches).unwrap();
+        benchlake_core::lake::encode_parquet(&out.table, "2026-11-22", &out.batches).unwrap();
     }
     let text = inspect_set(&set).to_text();
     assert!(
@@ -377,6 +377,7 @@ fn a_step_beyond_i32_is_an_error_at_its_offset_in_both_readers() {
     let path = file_of(dir.path(), &s);
     let ctx = benchlake_formats::IngestContext {
         run_id: "01JBENCH000000000000000001".into(),
+        date: "2026-11-22".into(),
     };
     let input = benchlake_formats::InputFile::from_path(&path);
     let e = benchlake_formats::ingest_encoded("linktest", &[input], &ctx).unwrap_err();
@@ -587,13 +588,16 @@ proptest! {
         s[rank].truncate(cut.max(k + 1));
         let dir = tempfile::tempdir().unwrap();
         let path = file_of(dir.path(), &s);
-        let ctx = benchlake_formats::IngestContext { run_id: "01JBENCH000000000000000001".into() };
+        let ctx = benchlake_formats::IngestContext {
+ run_id: "01JBENCH000000000000000001".into(),
+ date: "2026-11-22".into(),
+ };
         let input = benchlake_formats::InputFile::from_path(&path);
         let streamed = benchlake_formats::ingest_encoded("linktest", std::slice::from_ref(&input), &ctx);
         let in_memory = benchlake_formats::ingest("linktest", std::slice::from_ref(&input), &ctx);
         match (streamed, in_memory) {
             (Ok(g), Ok(w)) => {
-                let w = benchlake_core::lake::EncodedTable::encode(&w[2]).unwrap();
+                let w = benchlake_core::lake::EncodedTable::encode(&w[2], "2026-11-22").unwrap();
                 prop_assert!(g[2].data == w.data, "the timings files differ");
             }
             (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
@@ -651,8 +655,15 @@ fn ingest_of_many_files_has_the_rows_of_each_file_in_order() {
         }
     }
     let inputs: Vec<InputFile> = paths.iter().map(InputFile::from_path).collect();
-    let got = benchlake_formats::ingest("linktest", &inputs, &IngestContext { run_id: "R".into() })
-        .unwrap();
+    let got = benchlake_formats::ingest(
+        "linktest",
+        &inputs,
+        &IngestContext {
+            run_id: "R".into(),
+            date: "2026-11-22".into(),
+        },
+    )
+    .unwrap();
     let mut want: Vec<Vec<arrow::record_batch::RecordBatch>> = vec![Vec::new(); 5];
     for i in &inputs {
         let run = benchlake_formats::linktest::read_file(&i.path).unwrap();
@@ -711,6 +722,7 @@ fn encoded_ingest_equals_the_batches_encoded() {
     };
     let ctx = IngestContext {
         run_id: "01JBENCH000000000000000001".into(),
+        date: "2026-11-22".into(),
     };
     // 1,025 ranks: 1,049,600 pair times, one more row group than 2^20.
     let big = write("big.sion", &synthetic_run(1025, 48, 7));
@@ -719,7 +731,7 @@ fn encoded_ingest_equals_the_batches_encoded() {
     let want = benchlake_formats::ingest("linktest", std::slice::from_ref(&big), &ctx).unwrap();
     assert_eq!(got.len(), 5);
     for (g, w) in got.iter().zip(&want) {
-        let w = EncodedTable::encode(w).unwrap();
+        let w = EncodedTable::encode(w, "2026-11-22").unwrap();
         assert_eq!((&g.table, g.rows), (&w.table, w.rows));
         assert!(g.data == w.data, "{}: the encoded bytes differ", g.table);
     }
@@ -752,7 +764,7 @@ fn encoded_ingest_equals_the_batches_encoded() {
     let got = benchlake_formats::ingest_encoded("linktest", &inputs, &ctx).unwrap();
     let want = benchlake_formats::ingest("linktest", &inputs, &ctx).unwrap();
     for (g, w) in got.iter().zip(&want) {
-        let w = EncodedTable::encode(w).unwrap();
+        let w = EncodedTable::encode(w, "2026-11-22").unwrap();
         assert_eq!((&g.table, g.rows), (&w.table, w.rows));
         assert_eq!(
             parquet_rows(g.data.clone(), &g.table),
@@ -784,7 +796,7 @@ fn encoded_ingest_equals_the_batches_encoded() {
     let got = benchlake_formats::ingest_encoded("linktest", &inputs, &ctx).unwrap();
     let want = benchlake_formats::ingest("linktest", &inputs, &ctx).unwrap();
     for (g, w) in got.iter().zip(&want) {
-        let w = EncodedTable::encode(w).unwrap();
+        let w = EncodedTable::encode(w, "2026-11-22").unwrap();
         assert_eq!((&g.table, g.rows), (&w.table, w.rows));
         assert!(g.data == w.data, "{}: the encoded bytes differ", g.table);
     }
@@ -815,6 +827,7 @@ fn streamed_ingest_reads_both_byte_orders() {
     let dir = tempfile::tempdir().unwrap();
     let ctx = IngestContext {
         run_id: "01JBENCH000000000000000001".into(),
+        date: "2026-11-22".into(),
     };
     let n = 300;
     let mut run = synthetic_run(n, 4, 11);
@@ -841,13 +854,13 @@ fn streamed_ingest_reads_both_byte_orders() {
             benchlake_formats::ingest("linktest", std::slice::from_ref(&input), &ctx).unwrap();
         let g = parquet_rows(got[2].data.clone(), &got[2].table);
         let w = parquet_rows(
-            benchlake_core::lake::EncodedTable::encode(&want[2])
+            benchlake_core::lake::EncodedTable::encode(&want[2], "2026-11-22")
                 .unwrap()
                 .data,
             &want[2].table,
         );
         assert_eq!(g, w, "{order:?}");
-        let w = benchlake_core::lake::EncodedTable::encode(&want[2]).unwrap();
+        let w = benchlake_core::lake::EncodedTable::encode(&want[2], "2026-11-22").unwrap();
         assert!(got[2].data == w.data, "{order:?}: the encoded bytes differ");
         assert_eq!(got[2].rows, n * (n - 1) - 5, "{order:?}");
         rows.push(g);
@@ -870,6 +883,7 @@ fn spilled_timings_are_the_same_bytes_and_never_left_behind() {
     std::fs::create_dir_all(&lake).unwrap();
     let ctx = IngestContext {
         run_id: "01JBENCH000000000000000001".into(),
+        date: "2026-11-22".into(),
     };
     let path = dir.path().join("big.sion");
     v2::write_file(
@@ -964,6 +978,7 @@ fn host_columns_of_one_rank_per_host_stream_as_the_batches_encode() {
     let dir = tempfile::tempdir().unwrap();
     let ctx = IngestContext {
         run_id: "01JBENCH000000000000000001".into(),
+        date: "2026-11-22".into(),
     };
     for (ranks, rph) in [(300, 1), (270, 3)] {
         let path = dir.path().join(format!("r{rph}.sion"));
@@ -979,7 +994,7 @@ fn host_columns_of_one_rank_per_host_stream_as_the_batches_encode() {
         let want =
             benchlake_formats::ingest("linktest", std::slice::from_ref(&input), &ctx).unwrap();
         for (g, w) in got.iter().zip(&want) {
-            let w = EncodedTable::encode(w).unwrap();
+            let w = EncodedTable::encode(w, "2026-11-22").unwrap();
             assert!(
                 g.data == w.data,
                 "{} ({rph} per host): the encoded bytes differ",

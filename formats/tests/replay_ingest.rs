@@ -11,7 +11,10 @@ fn dimemas_ring_trace_rows() {
     let out = ingest(
         "dimemas",
         &[InputFile::from_path(p)],
-        &IngestContext { run_id: "r".into() },
+        &IngestContext {
+            run_id: "r".into(),
+            date: "2026-11-22".into(),
+        },
     )
     .expect("ingest");
     assert_eq!(out.len(), 1);
@@ -66,7 +69,10 @@ fn bandela_rank_trace_rows() {
     let out = ingest(
         "bandela",
         &[InputFile::from_path(&p)],
-        &IngestContext { run_id: "r".into() },
+        &IngestContext {
+            run_id: "r".into(),
+            date: "2026-11-22".into(),
+        },
     )
     .expect("ingest");
     assert_eq!(out[0].rows(), 3);
@@ -88,7 +94,10 @@ fn bandela_rank_trace_rows() {
     let e = ingest(
         "bandela",
         &[InputFile::from_path(&bad)],
-        &IngestContext { run_id: "r".into() },
+        &IngestContext {
+            run_id: "r".into(),
+            date: "2026-11-22".into(),
+        },
     )
     .expect_err("bad")
     .to_string();

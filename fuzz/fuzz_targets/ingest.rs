@@ -19,13 +19,18 @@ const KINDS: &[(&str, &str)] = &[
 ];
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&k, body)) = data.split_first() else { return };
+    let Some((&k, body)) = data.split_first() else {
+        return;
+    };
     let (kind, name) = KINDS[k as usize % KINDS.len()];
     let Ok(dir) = tempfile::tempdir() else { return };
     let p = dir.path().join(name);
     if std::fs::write(&p, body).is_err() {
         return;
     }
-    let ctx = benchlake_formats::IngestContext { run_id: "fuzz".into() };
+    let ctx = benchlake_formats::IngestContext {
+        run_id: "fuzz".into(),
+        date: "2026-11-22".into(),
+    };
     let _ = benchlake_formats::ingest(kind, &[benchlake_formats::InputFile::from_path(&p)], &ctx);
 });

@@ -307,7 +307,10 @@ fn injected_corruption_is_a_failed_check() {
     let tables = ingest(
         "pio",
         &[InputFile::from_path(&out)],
-        &IngestContext { run_id: "r".into() },
+        &IngestContext {
+            run_id: "r".into(),
+            date: "2026-11-22".into(),
+        },
     )
     .unwrap();
     assert_eq!(tables[0].table, "io_results");

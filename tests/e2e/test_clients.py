@@ -193,7 +193,8 @@ def test_up_demo(demo):
     assert len(cal) == 1, cal
     run_id, cls, lat, bw, r2, sizes, rejected = cal[0]
     assert (run_id, cls, sizes) == (np_run, "intra", 5), cal
-    assert 0 < lat < 1e-3 and bw > 0 and r2 <= 1, cal
+    # A fit of a busy machine (rejected below) may come out at latency 0.
+    assert (0 < lat if rejected is None else 0 <= lat) and lat < 1e-3 and bw > 0 and r2 <= 1, cal
     assert re.search(rf"^calibration {np_run} of node \S+ \(intra\): latency [0-9.]+ us, bandwidth [0-9]+ MB/s "
                      r"\(2\^20 B\), r2 -?[0-9.]+ over 5 sizes", r.stdout, re.M), r.stdout
     # The quality gate (r2 >= 0.9, >= 3 sizes, not disturbed): the demo prints

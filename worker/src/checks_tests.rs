@@ -420,7 +420,10 @@ fn put_osu_bw(w: &World, date: &str, run: &str, bw: f64) -> String {
         ),
     )
     .unwrap();
-    let ctx = benchlake_formats::IngestContext { run_id: run.into() };
+    let ctx = benchlake_formats::IngestContext {
+        run_id: run.into(),
+        date: "2026-11-22".into(),
+    };
     let out =
         benchlake_formats::ingest("osu", &[benchlake_formats::InputFile::from_path(&p)], &ctx)
             .unwrap();

@@ -43,6 +43,7 @@ impl Executor for Ingest {
         }
         let ictx = IngestContext {
             run_id: ctx.run_id.clone(),
+            date: ctx.run_date.clone(),
         };
         // Users know the raw object, not this worker's scratch copy of it.
         let named = |e: benchlake_formats::FormatError| {
@@ -497,12 +498,13 @@ mod rank_map_tests {
             &inputs,
             &IngestContext {
                 run_id: ran.run_id.clone(),
+                date: "2026-11-22".into(),
             },
         )
         .unwrap();
         let want: Vec<_> = batches
             .iter()
-            .map(|t| benchlake_core::lake::EncodedTable::encode(t).unwrap())
+            .map(|t| benchlake_core::lake::EncodedTable::encode(t, "2026-11-22").unwrap())
             .collect();
         let key =
             |e: &benchlake_core::lake::EncodedTable| (e.table.clone(), e.part.clone(), e.rows);

@@ -534,7 +534,8 @@ async fn stage_and_commit(
     // Batches are encoded one table at a time, so only one table's Parquet
     // bytes are held at once.
     for t in &out.tables {
-        let e = EncodedTable::encode(t).map_err(|e| ExecError::Permanent(e.to_string()))?;
+        let e = EncodedTable::encode(t, &job.run_date)
+            .map_err(|e| ExecError::Permanent(e.to_string()))?;
         files.push(stage(lake, job, &e, policy).await?);
     }
     for e in &out.encoded {

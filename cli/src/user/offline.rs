@@ -119,12 +119,14 @@ pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {
     // (default slow-pair rule: offline ingests have no run parameters).
     let tables = tokio::task::spawn_blocking({
         let run_id = run_id.clone();
+        let date = date.clone();
         move || -> anyhow::Result<Vec<benchlake_core::lake::EncodedTable>> {
             let mut tables = benchlake_formats::ingest_encoded_in(
                 &kind,
                 &inputs,
                 &benchlake_formats::IngestContext {
                     run_id: run_id.clone(),
+                    date: date.clone(),
                 },
                 spill.as_deref(),
             )?;
@@ -136,7 +138,7 @@ pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {
                 &Default::default(),
             )?;
             for t in &summaries {
-                tables.push(benchlake_core::lake::EncodedTable::encode(t)?);
+                tables.push(benchlake_core::lake::EncodedTable::encode(t, &date)?);
             }
             Ok(tables)
         }

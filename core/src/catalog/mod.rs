@@ -22,7 +22,8 @@ pub struct TableDef {
     pub name: &'static str,
     /// One line saying what a row is.
     pub doc: &'static str,
-    /// The Arrow schema (without the `date` partition column).
+    /// The Arrow schema of the rows a job makes (without the `date` column
+    /// every file of the table adds: [`file_schema`]).
     pub schema: SchemaRef,
     /// Per-column descriptions, same order as the schema.
     pub column_docs: Vec<&'static str>,
@@ -100,6 +101,43 @@ pub fn schema(name: &str) -> crate::Result<SchemaRef> {
         .ok_or_else(|| crate::Error::UnknownTable(name.to_string()))
 }
 
+/// The column every table file carries last, after the catalog's columns: the
+/// run's date partition (its UTC day, `Date32`, never null). It is what a
+/// path's `date=` gives with `hive_partitioning=true`, kept in the file so that
+/// rows keep their day wherever the file lives (docs/architecture.md,
+/// "Compaction").
+pub const DATE_COLUMN: &str = "date";
+
+/// The `date` field of [`DATE_COLUMN`].
+pub fn date_field() -> Field {
+    Field::new(DATE_COLUMN, DataType::Date32, false)
+}
+
+/// The schema of a table's files: the catalog's columns, then `date`.
+pub fn file_schema(name: &str) -> crate::Result<SchemaRef> {
+    static FILES: OnceLock<Vec<SchemaRef>> = OnceLock::new();
+    let files = FILES.get_or_init(|| {
+        all()
+            .iter()
+            .map(|t| {
+                let mut fields: Vec<Field> = t
+                    .schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.as_ref().clone())
+                    .collect();
+                fields.push(date_field());
+                Arc::new(Schema::new(fields))
+            })
+            .collect()
+    });
+    all()
+        .iter()
+        .position(|t| t.name == name)
+        .and_then(|i| files.get(i).cloned())
+        .ok_or_else(|| crate::Error::UnknownTable(name.to_string()))
+}
+
 /// Renders docs/tables.md from the catalog.
 pub fn markdown() -> String {
     let mut s = String::from(
@@ -107,7 +145,10 @@ pub fn markdown() -> String {
          column names are a public contract.\n\nEvery table is stored as Parquet under \
          `tables/{table}/date=YYYY-MM-DD/run_id={run_id}/part-{job_id}.parquet`; `date` \
          (the run's UTC day) and `run_id` also come from the partition path when read with \
-         `hive_partitioning=true`. Times are seconds (`f64`) unless a name says otherwise; \
+         `hive_partitioning=true`. Every file also ends with a `date` column (`date32`, not \
+         null: the same day; files written before 2026-12-07 lack it, and the path gives it to \
+         them), so rows keep their day in files that hold several days \
+         (docs/architecture.md, \"Compaction\"). Times are seconds (`f64`) unless a name says otherwise; \
          sizes are bytes.\n\n## Node identity\n\nEvery column that names a node (`node_facts.node`, \
          `node_health.node`, `io_task_times.host`, `linktest_ranks.hostname` of netprobe files, \
          `mpi_trace_ranks.node`) holds one name per machine: the Slurm node name where Slurm ran \

@@ -32,15 +32,42 @@ pub struct EncodedTable {
 }
 
 impl EncodedTable {
-    /// Encodes `o` with [`encode_parquet`].
-    pub fn encode(o: &TableOutput) -> Result<Self> {
+    /// Encodes `o` with [`encode_parquet`], its rows of the date partition
+    /// `date` (`YYYY-MM-DD`).
+    pub fn encode(o: &TableOutput, date: &str) -> Result<Self> {
         Ok(Self {
             table: o.table.clone(),
             part: o.part.clone(),
             rows: o.rows(),
-            data: encode_parquet(&o.table, &o.batches)?,
+            data: encode_parquet(&o.table, date, &o.batches)?,
             spilled: None,
         })
+    }
+}
+
+/// Checks the schema of a table file: the catalog's columns then `date`
+/// ([`catalog::file_schema`]), or the catalog's columns alone (files written
+/// before files carried `date`).
+pub fn check_file_schema(table: &str, schema: &SchemaRef) -> Result<()> {
+    let n = schema.fields().len();
+    match schema.fields().last() {
+        Some(last) if last.name() == catalog::DATE_COLUMN => {
+            if last.data_type() != &arrow::datatypes::DataType::Date32 || last.is_nullable() {
+                return Err(Error::SchemaMismatch {
+                    table: table.into(),
+                    message: format!(
+                        "column 'date: {}{}' where files have 'date: Date32' (not null)",
+                        last.data_type(),
+                        if last.is_nullable() { ", nullable" } else { "" }
+                    ),
+                });
+            }
+            let rows = Arc::new(arrow::datatypes::Schema::new(
+                schema.fields()[..n - 1].to_vec(),
+            ));
+            check_schema(table, &rows)
+        }
+        _ => check_schema(table, schema),
     }
 }
 
@@ -145,7 +172,10 @@ pub fn bulk_writer_properties(schema: &arrow::datatypes::Schema) -> WriterProper
 /// [`BULK_ROWS`] rows or more use [`bulk_writer_properties`], smaller ones
 /// [`writer_properties`]. The files carry the Arrow schema, so arrow-rs reads
 /// back the catalog types.
-pub fn encode_parquet(table: &str, batches: &[RecordBatch]) -> Result<Bytes> {
+///
+/// The file's last column is `date` ([`catalog::DATE_COLUMN`]): `date` on
+/// every row.
+pub fn encode_parquet(table: &str, date: &str, batches: &[RecordBatch]) -> Result<Bytes> {
     let schema = catalog::schema(table)?;
     for b in batches {
         check_schema(table, &b.schema())?;
@@ -154,6 +184,7 @@ pub fn encode_parquet(table: &str, batches: &[RecordBatch]) -> Result<Bytes> {
     encode_with_schema(
         table,
         schema,
+        layout::date_days(date)?,
         batches,
         rows >= BULK_ROWS,
         chunks::PAGE_VALUES,
@@ -166,12 +197,13 @@ pub fn encode_parquet(table: &str, batches: &[RecordBatch]) -> Result<Bytes> {
 pub(super) fn encode_with_schema(
     table: &str,
     schema: SchemaRef,
+    date_days: i32,
     batches: &[RecordBatch],
     bulk: bool,
     page_values: usize,
 ) -> Result<Bytes> {
     let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-    let mut enc = ParquetEncoder::with_schema(table, schema, bulk, page_values, rows)?;
+    let mut enc = ParquetEncoder::with_schema(table, schema, date_days, bulk, page_values, rows)?;
 
     // Cut the batches into row groups of ROW_GROUP_ROWS rows.
     let mut pending: Vec<RecordBatch> = Vec::new();
@@ -271,7 +303,10 @@ pub enum GroupColumn<'a> {
 /// the last has [`ROW_GROUP_ROWS`] rows.
 pub struct ParquetEncoder {
     table: String,
+    /// The catalog's columns (what callers hand over); the file adds `date`.
     schema: SchemaRef,
+    /// The `date` of every row, days since the epoch.
+    date_days: i32,
     parquet_schema: parquet::schema::types::SchemaDescPtr,
     file: parquet::file::writer::SerializedFileWriter<Sink>,
     factory: parquet::arrow::arrow_writer::ArrowRowGroupWriterFactory,
@@ -298,8 +333,10 @@ impl ParquetEncoder {
     /// caller that does not know the count yet passes any number from
     /// [`ROW_GROUP_ROWS`] once it has a full group). `expected` rows size the
     /// file buffer (address space reserved, touched only as it fills).
-    pub fn new(table: &str, rows: usize, expected: usize) -> Result<Self> {
-        Self::new_in(table, rows, expected, None)
+    /// Every row is of the date partition `date` (`YYYY-MM-DD`), the file's
+    /// last column.
+    pub fn new(table: &str, date: &str, rows: usize, expected: usize) -> Result<Self> {
+        Self::new_in(table, date, rows, expected, None)
     }
 
     /// [`Self::new`], writing a large table (from [`BULK_ROWS`] rows) to a
@@ -308,10 +345,12 @@ impl ParquetEncoder {
     /// place); [`Self::finish_table`] then returns it as a [`SpilledFile`].
     pub fn new_in(
         table: &str,
+        date: &str,
         rows: usize,
         expected: usize,
         spill_dir: Option<&Path>,
     ) -> Result<Self> {
+        let date_days = layout::date_days(date)?;
         let bulk = rows >= BULK_ROWS;
         let spill = match spill_dir.filter(|_| bulk) {
             Some(dir) => Some(
@@ -329,6 +368,7 @@ impl ParquetEncoder {
         Self::with_sink(
             table,
             catalog::schema(table)?,
+            date_days,
             bulk,
             chunks::PAGE_VALUES,
             expected.max(rows),
@@ -339,16 +379,19 @@ impl ParquetEncoder {
     pub(super) fn with_schema(
         table: &str,
         schema: SchemaRef,
+        date_days: i32,
         bulk: bool,
         page_values: usize,
         rows: usize,
     ) -> Result<Self> {
-        Self::with_sink(table, schema, bulk, page_values, rows, None)
+        Self::with_sink(table, schema, date_days, bulk, page_values, rows, None)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn with_sink(
         table: &str,
         schema: SchemaRef,
+        date_days: i32,
         bulk: bool,
         page_values: usize,
         rows: usize,
@@ -358,15 +401,22 @@ impl ParquetEncoder {
         use parquet::arrow::{ArrowSchemaConverter, add_encoded_arrow_schema_to_metadata};
         use parquet::file::writer::SerializedFileWriter;
 
+        // The file's schema: the catalog's columns, then `date`.
+        let file_schema = {
+            let mut fields: Vec<arrow::datatypes::Field> =
+                schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields.push(catalog::date_field());
+            Arc::new(arrow::datatypes::Schema::new(fields))
+        };
         let mut props = if bulk {
-            bulk_writer_properties(&schema)
+            bulk_writer_properties(&file_schema)
         } else {
             writer_properties()
         };
-        add_encoded_arrow_schema_to_metadata(&schema, &mut props);
+        add_encoded_arrow_schema_to_metadata(&file_schema, &mut props);
         let parquet_schema = ArrowSchemaConverter::new()
             .with_coerce_types(props.coerce_types())
-            .convert(&schema)?;
+            .convert(&file_schema)?;
         // Reserve what the file is likely to need up front: growing the buffer by
         // doubling copied it and faulted in fresh pages several times for large
         // tables. Untouched capacity is only address space.
@@ -391,10 +441,11 @@ impl ParquetEncoder {
         };
         let file =
             SerializedFileWriter::new(sink, parquet_schema.root_schema_ptr(), Arc::new(props))?;
-        let factory = ArrowRowGroupWriterFactory::new(&file, schema.clone());
+        let factory = ArrowRowGroupWriterFactory::new(&file, file_schema);
         Ok(Self {
             table: table.to_string(),
             schema,
+            date_days,
             parquet_schema: Arc::new(parquet_schema),
             file,
             factory,
@@ -675,6 +726,22 @@ impl ParquetEncoder {
                 }
             }
             w.close()?.append_to_row_group(&mut rg)?;
+        }
+        // The `date` column: one value, a constant chunk (with its statistics,
+        // which readers prune row groups by).
+        let i = schema.fields().len();
+        match constant_chunk(
+            parquet_schema.column(i),
+            &chunks::ConstValue::Int32(self.date_days),
+            group_rows,
+        )? {
+            Some((data, close)) => rg.append_column(&data, close)?,
+            None => {
+                return Err(Error::Config(format!(
+                    "{}: the date column cannot be written as a constant chunk",
+                    self.table
+                )));
+            }
         }
         rg.close()?;
         self.groups += 1;

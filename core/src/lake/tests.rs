@@ -36,10 +36,16 @@ async fn spilled_tables_land_at_their_final_keys() {
     let dir = tempfile::tempdir().unwrap();
     let rows = BULK_ROWS as i32 + 5;
     let b = timings(rows);
-    let want = encode_parquet("linktest_timings", std::slice::from_ref(&b)).unwrap();
+    let want = encode_parquet("linktest_timings", "2026-11-22", std::slice::from_ref(&b)).unwrap();
     let spill = |lake_dir: &Path| {
-        let mut enc =
-            ParquetEncoder::new_in("linktest_timings", rows as usize, 0, Some(lake_dir)).unwrap();
+        let mut enc = ParquetEncoder::new_in(
+            "linktest_timings",
+            "2026-11-22",
+            rows as usize,
+            0,
+            Some(lake_dir),
+        )
+        .unwrap();
         enc.write_row_group(std::slice::from_ref(&b)).unwrap();
         enc.finish_table("").unwrap()
     };
@@ -66,7 +72,8 @@ async fn spilled_tables_land_at_their_final_keys() {
     drop(t);
     assert!(!tmp.exists());
     // Small tables are never spilled.
-    let mut enc = ParquetEncoder::new_in("linktest_timings", 10, 0, Some(dir.path())).unwrap();
+    let mut enc =
+        ParquetEncoder::new_in("linktest_timings", "2026-11-22", 10, 0, Some(dir.path())).unwrap();
     enc.write_row_group(&[timings(10)]).unwrap();
     assert!(enc.finish_table("").unwrap().spilled.is_none());
 }
@@ -111,13 +118,75 @@ fn strings_of(batches: &[RecordBatch], col: usize) -> Vec<String> {
         .collect()
 }
 
+/// The batches of a file, without the `date` column every file ends with
+/// (checked to be there: the date of the file, or day 0 of the tests that
+/// pass days directly).
 fn read_back(data: Bytes) -> Vec<RecordBatch> {
     parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(data)
         .unwrap()
         .build()
         .unwrap()
-        .map(|b| b.unwrap())
+        .map(|b| without_date(b.unwrap()))
         .collect()
+}
+
+/// `b` without its last column, which must be the file's `date`.
+fn without_date(b: RecordBatch) -> RecordBatch {
+    use arrow::array::AsArray;
+    let n = b.num_columns();
+    let f = b.schema().field(n - 1).clone();
+    assert_eq!(f.name(), catalog::DATE_COLUMN);
+    let days = b.column(n - 1).as_primitive::<arrow::datatypes::Date32Type>();
+    assert_eq!(arrow::array::Array::null_count(days), 0);
+    let want = [0, crate::layout::date_days("2026-11-22").unwrap()];
+    assert!(days.values().iter().all(|d| want.contains(d)), "{days:?}");
+    b.project(&(0..n - 1).collect::<Vec<_>>()).unwrap()
+}
+
+/// Every file ends with the `date` column: one value, as a constant chunk
+/// whose statistics let readers skip row groups of other days.
+#[test]
+fn files_end_with_their_date() {
+    use arrow::array::AsArray;
+    let b = RecordBatch::try_new(
+        catalog::schema("linktest_ranks").unwrap(),
+        vec![
+            Arc::new(StringArray::from(vec!["r"; 3])),
+            Arc::new(StringArray::from(vec!["s"; 3])),
+            Arc::new(Int32Array::from(vec![0, 1, 2])),
+            Arc::new(StringArray::from(vec!["h0", "h0", "h1"])),
+            Arc::new(Int32Array::from(vec![Some(7); 3])),
+        ],
+    )
+    .unwrap();
+    let data = encode_parquet("linktest_ranks", "2026-12-07", &[b]).unwrap();
+    let all = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(data.clone())
+        .unwrap()
+        .build()
+        .unwrap()
+        .map(|b| b.unwrap())
+        .collect::<Vec<_>>();
+    let schema = all[0].schema();
+    assert_eq!(schema.as_ref(), catalog::file_schema("linktest_ranks").unwrap().as_ref());
+    let days = all[0]
+        .column_by_name("date")
+        .unwrap()
+        .as_primitive::<arrow::datatypes::Date32Type>();
+    assert_eq!(days.values().to_vec(), vec![20794; 3], "2026-12-07 is day 20794");
+    let reader = parquet::file::serialized_reader::SerializedFileReader::new(data).unwrap();
+    let meta = parquet::file::reader::FileReader::metadata(&reader).clone();
+    let last = meta.row_group(0).columns().last().unwrap();
+    assert_eq!(
+        last.statistics(),
+        Some(&parquet::file::statistics::Statistics::int32(
+            Some(20794),
+            Some(20794),
+            None,
+            Some(0),
+            false
+        ))
+    );
+    assert!(encode_parquet("linktest_ranks", "2026-13-07", &[]).is_err());
 }
 
 /// Host columns of one rank per host in a large table: values change
@@ -148,7 +217,8 @@ fn short_runs_of_large_tables_are_bit_packed_and_read_back() {
             ],
         )
         .unwrap();
-        let arrays = encode_parquet("linktest_timings", std::slice::from_ref(&b)).unwrap();
+        let arrays =
+            encode_parquet("linktest_timings", "2026-11-22", std::slice::from_ref(&b)).unwrap();
         let back = read_back(arrays.clone());
         assert_eq!(strings_of(&back, 7), from, "{hosts} hosts, runs of {run}");
         // The same column given as keys into the host names.
@@ -159,7 +229,7 @@ fn short_runs_of_large_tables_are_bit_packed_and_read_back() {
                 _ => keys.push((key(i) as u32, 1)),
             }
         }
-        let mut enc = ParquetEncoder::new("linktest_timings", n, n).unwrap();
+        let mut enc = ParquetEncoder::new("linktest_timings", "2026-11-22", n, n).unwrap();
         let cut = |i: usize| -> Vec<arrow::array::ArrayRef> {
             let c = b.column(i);
             (0..n)
@@ -226,7 +296,7 @@ fn string_columns_in_runs_read_back_identically() {
             batch(runs(&[(0, 40), (1, 25)]), hosts_like),
             batch(runs(&[(1, 15), (2, 30), (0, 10)]), hosts_like),
         ];
-        let data = encode_parquet("linktest_timings", &batches).unwrap();
+        let data = encode_parquet("linktest_timings", "2026-11-22", &batches).unwrap();
         let back = read_back(data.clone());
         let got = strings_of(&back, 1);
         let want = strings_of(&batches, 1);
@@ -272,7 +342,7 @@ fn string_columns_in_runs_read_back_identically() {
         ],
     )
     .unwrap();
-    let back = read_back(encode_parquet("linktest_timings", &[b]).unwrap());
+    let back = read_back(encode_parquet("linktest_timings", "2026-11-22", &[b]).unwrap());
     assert_eq!(strings_of(&back, 7), many);
     let got = strings_of(&back, 1);
     assert_eq!(got, many);
@@ -320,7 +390,7 @@ fn bulk_tables_with_constant_columns_read_back_identically() {
         );
         at += len;
     }
-    let data = encode_parquet("linktest_timings", &batches).unwrap();
+    let data = encode_parquet("linktest_timings", "2026-11-22", &batches).unwrap();
     let meta = parquet::file::reader::FileReader::metadata(
         &parquet::file::serialized_reader::SerializedFileReader::new(data.clone()).unwrap(),
     )
@@ -352,9 +422,11 @@ fn nullable_constant_and_small_tables_read_back_identically() {
         ],
     )
     .unwrap();
-    let back = read_back(encode_parquet("linktest_ranks", std::slice::from_ref(&b)).unwrap());
+    let back = read_back(
+        encode_parquet("linktest_ranks", "2026-11-22", std::slice::from_ref(&b)).unwrap(),
+    );
     assert_eq!(back, vec![b]);
-    let empty = encode_parquet("linktest_ranks", &[]).unwrap();
+    let empty = encode_parquet("linktest_ranks", "2026-11-22", &[]).unwrap();
     assert!(read_back(empty).is_empty());
 }
 
@@ -400,7 +472,8 @@ fn numeric_round_trip(b: &RecordBatch, cuts: &[usize], page_values: usize) {
         batches.push(b.slice(at, c - at));
         at = c;
     }
-    let data = encode_with_schema("numeric_test", b.schema(), &batches, true, page_values).unwrap();
+    let data =
+        encode_with_schema("numeric_test", b.schema(), 0, &batches, true, page_values).unwrap();
     let reader = parquet::file::serialized_reader::SerializedFileReader::new(data.clone()).unwrap();
     let meta = parquet::file::reader::FileReader::metadata(&reader).clone();
     let back = read_back(data);
@@ -433,7 +506,7 @@ fn numeric_round_trip(b: &RecordBatch, cuts: &[usize], page_values: usize) {
     let rg = meta.row_group(0);
     // Every non-constant column chunk is the hand-written numeric one (no
     // dictionary page; constant integer chunks are a one-entry dictionary).
-    for (i, c) in rg.columns().iter().enumerate() {
+    for (i, c) in rg.columns().iter().take(b.num_columns()).enumerate() {
         let col = b.column(i);
         let constant = col.data_type().is_integer()
             && (1..col.len()).all(|r| {
@@ -588,7 +661,7 @@ proptest::proptest! {
         .unwrap();
         let cut = cut.min(b.num_rows());
         let batches = [b.slice(0, cut), b.slice(cut, b.num_rows() - cut)];
-        let data = encode_with_schema("strings_test", schema.clone(), &batches, false, 1 << 17).unwrap();
+        let data = encode_with_schema("strings_test", schema.clone(), 0, &batches, false, 1 << 17).unwrap();
         let meta = parquet::file::reader::FileReader::metadata(
             &parquet::file::serialized_reader::SerializedFileReader::new(data.clone()).unwrap(),
         )
@@ -643,7 +716,7 @@ fn float_pages_columns_are_the_bytes_of_their_values() {
     let rev: Vec<f64> = f.iter().rev().copied().collect();
     for page in [256, 1 << 17] {
         let mut enc =
-            ParquetEncoder::with_schema("numeric_test", b.schema(), true, page, n).unwrap();
+            ParquetEncoder::with_schema("numeric_test", b.schema(), 0, true, page, n).unwrap();
         enc.write_row_group(std::slice::from_ref(&b)).unwrap();
         let want = enc.finish().unwrap();
         let pieces = |values: &[f64], optional: bool| {
@@ -674,7 +747,7 @@ fn float_pages_columns_are_the_bytes_of_their_values() {
         };
         let (mut c, mut d) = (pieces(&f, false), pieces(&rev, true));
         let mut enc =
-            ParquetEncoder::with_schema("numeric_test", b.schema(), true, page, n).unwrap();
+            ParquetEncoder::with_schema("numeric_test", b.schema(), 0, true, page, n).unwrap();
         enc.write_row_group_columns(&mut [
             GroupColumn::Arrays(vec![b.column(0).clone()]),
             GroupColumn::Arrays(vec![b.column(1).clone()]),
@@ -716,7 +789,7 @@ fn float_pages_columns_are_the_bytes_of_their_values() {
         ),
     ] {
         let mut enc =
-            ParquetEncoder::with_schema("numeric_test", small.schema(), bulk, 256, 2).unwrap();
+            ParquetEncoder::with_schema("numeric_test", small.schema(), 0, bulk, 256, 2).unwrap();
         let mut p = FloatPages::new(256, false);
         p.push(&[1.0, 2.0]).unwrap();
         let mut cols: Vec<GroupColumn<'_>> = (0..5)
@@ -731,7 +804,7 @@ fn float_pages_columns_are_the_bytes_of_their_values() {
 #[test]
 fn wrong_schema_is_refused() {
     let b = timings(2);
-    let e = encode_parquet("linktest_ranks", &[b]).unwrap_err();
+    let e = encode_parquet("linktest_ranks", "2026-11-22", &[b]).unwrap_err();
     assert!(e.to_string().contains("linktest_ranks"), "{e}");
 }
 
@@ -756,11 +829,11 @@ fn int_runs_columns_are_the_bytes_of_their_values() {
         })
         .unwrap();
         let mut enc =
-            ParquetEncoder::with_schema("numeric_test", b.schema(), bulk, page, n).unwrap();
+            ParquetEncoder::with_schema("numeric_test", b.schema(), 0, bulk, page, n).unwrap();
         enc.write_row_group(std::slice::from_ref(&b)).unwrap();
         let want = enc.finish().unwrap();
         let mut enc =
-            ParquetEncoder::with_schema("numeric_test", b.schema(), bulk, page, n).unwrap();
+            ParquetEncoder::with_schema("numeric_test", b.schema(), 0, bulk, page, n).unwrap();
         enc.write_row_group_columns(&mut [
             GroupColumn::Int32Runs(a),
             GroupColumn::Arrays(vec![b.column(1).clone()]),
@@ -815,7 +888,7 @@ fn int_runs_columns_are_the_bytes_of_their_values() {
     }
     // A column of the wrong type or length is refused.
     let b = numeric_batch(vec![1, 2], vec![1, 2], vec![1.0, 2.0]);
-    let mut enc = ParquetEncoder::with_schema("numeric_test", b.schema(), true, 256, 2).unwrap();
+    let mut enc = ParquetEncoder::with_schema("numeric_test", b.schema(), 0, true, 256, 2).unwrap();
     let mut one = IntRuns::new();
     one.push(1);
     let e = enc
@@ -892,11 +965,11 @@ fn utf8_runs_columns_are_the_bytes_of_their_values() {
             })
             .collect();
         let mut enc =
-            ParquetEncoder::with_schema("runs_test", schema.clone(), bulk, 256, n).unwrap();
+            ParquetEncoder::with_schema("runs_test", schema.clone(), 0, bulk, 256, n).unwrap();
         enc.write_row_group(&batches).unwrap();
         let want = enc.finish().unwrap();
         let mut enc =
-            ParquetEncoder::with_schema("runs_test", schema.clone(), bulk, 256, n).unwrap();
+            ParquetEncoder::with_schema("runs_test", schema.clone(), 0, bulk, 256, n).unwrap();
         enc.write_row_group_columns(&mut [
             GroupColumn::Utf8Runs(runs.to_vec()),
             GroupColumn::Utf8Runs(runs.to_vec()),
@@ -941,7 +1014,8 @@ fn utf8_runs_columns_are_the_bytes_of_their_values() {
     let many: Vec<(&str, usize)> = names[..4097].iter().map(|n| (n.as_str(), 8)).collect();
     both(&many, true, &[32776]);
     // A runs column of the wrong type or length is refused.
-    let mut enc = ParquetEncoder::with_schema("runs_test", schema.clone(), true, 256, 2).unwrap();
+    let mut enc =
+        ParquetEncoder::with_schema("runs_test", schema.clone(), 0, true, 256, 2).unwrap();
     let v: ArrayRef = Arc::new(Int32Array::from(vec![1, 2]));
     let e = enc
         .write_row_group_columns(&mut [

@@ -48,7 +48,7 @@ pub fn ingest_linktest_encoded_in(
 ) -> Result<Vec<EncodedTable>> {
     let given: HashSet<&Path> = inputs.iter().map(|i| i.path.as_path()).collect();
     let mut g = Gather::for_files(inputs.len());
-    let mut timings = TimingGroups::new(&ctx.run_id);
+    let mut timings = TimingGroups::new(&ctx.run_id, &ctx.date);
     timings.spill_dir = spill_dir.map(Path::to_path_buf);
     for (i, input) in inputs.iter().enumerate() {
         if is_continuation_of_given(&input.path, &given) {
@@ -87,7 +87,7 @@ pub fn ingest_linktest_encoded_in(
     }
     let timings = timings.finish()?;
     // In TABLES order: timings third.
-    let mut out = g.finish_encoded(&ctx.run_id)?;
+    let mut out = g.finish_encoded(&ctx.run_id, &ctx.date)?;
     out.insert(2.min(out.len()), timings);
     debug_assert!(
         out.iter()
@@ -100,6 +100,8 @@ pub fn ingest_linktest_encoded_in(
 /// The `linktest_timings` row group being filled, and the file it goes to.
 struct TimingGroups {
     run_id: String,
+    /// The date partition, the file's `date` column.
+    date: String,
     /// Rows per batch of the run_id column (see [`per_value`]).
     run_id_per: usize,
     sources: Vec<String>,
@@ -242,9 +244,10 @@ impl HostRuns {
 }
 
 impl TimingGroups {
-    fn new(run_id: &str) -> Self {
+    fn new(run_id: &str, date: &str) -> Self {
         Self {
             run_id: run_id.to_string(),
+            date: date.to_string(),
             run_id_per: per_value(run_id),
             sources: Vec::new(),
             perm: IntRuns::new(),
@@ -437,6 +440,7 @@ impl TimingGroups {
             };
             self.enc = Some(ParquetEncoder::new_in(
                 TABLE,
+                &self.date,
                 total,
                 self.expected,
                 self.spill_dir.as_deref(),
@@ -513,7 +517,7 @@ impl TimingGroups {
         self.flush()?;
         let enc = match self.enc {
             Some(e) => e,
-            None => ParquetEncoder::new(TABLE, 0, 0)?,
+            None => ParquetEncoder::new(TABLE, &self.date, 0, 0)?,
         };
         Ok(enc.finish_table("")?)
     }

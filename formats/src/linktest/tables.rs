@@ -995,7 +995,7 @@ impl Gather {
     /// slow links), encoded: the bytes [`Self::finish`]'s batches encode to.
     /// For gathers without timing rows (the streamed ingest writes those
     /// itself).
-    pub(super) fn finish_encoded(self, run_id: &str) -> Result<Vec<EncodedTable>> {
+    pub(super) fn finish_encoded(self, run_id: &str, date: &str) -> Result<Vec<EncodedTable>> {
         debug_assert!(self.timings.0.0.is_empty() && self.timing_batches.is_empty());
         // The length of `finish`'s run_id column: its batches' most rows.
         let per = self.longest().min(run_id_per(run_id));
@@ -1004,6 +1004,7 @@ impl Gather {
             encode_gathered(
                 "linktest_runs",
                 run_id,
+                date,
                 per,
                 s,
                 &self.runs.0,
@@ -1012,6 +1013,7 @@ impl Gather {
             encode_gathered(
                 "linktest_ranks",
                 run_id,
+                date,
                 per,
                 s,
                 &self.ranks.0,
@@ -1020,6 +1022,7 @@ impl Gather {
             encode_gathered(
                 "linktest_alltoall",
                 run_id,
+                date,
                 per,
                 s,
                 &self.alltoall.0,
@@ -1028,6 +1031,7 @@ impl Gather {
             encode_gathered(
                 "linktest_slow_links",
                 run_id,
+                date,
                 per,
                 s,
                 &self.slow.0,
@@ -1086,16 +1090,18 @@ fn gathered(
 /// encoder as runs; 1,000 files of 240 rows each made 17 MB of file names per
 /// table, only for the encoder to find their runs again). `per` is the
 /// length of [`gathered`]'s `rid`.
+#[allow(clippy::too_many_arguments)]
 fn encode_gathered(
     table: &str,
     run_id: &str,
+    date: &str,
     per: usize,
     sources: &[String],
     spans: &Spans,
     cols: Vec<ArrayRef>,
 ) -> Result<EncodedTable> {
     let total = spans.rows();
-    let mut enc = ParquetEncoder::new(table, total, total)?;
+    let mut enc = ParquetEncoder::new(table, date, total, total)?;
     // The batches' pieces in each row group, as `encode_parquet` cuts them.
     let mut group: Vec<(usize, usize)> = Vec::new();
     let mut group_rows = 0;
