@@ -136,7 +136,9 @@ fn without_date(b: RecordBatch) -> RecordBatch {
     let n = b.num_columns();
     let f = b.schema().field(n - 1).clone();
     assert_eq!(f.name(), catalog::DATE_COLUMN);
-    let days = b.column(n - 1).as_primitive::<arrow::datatypes::Date32Type>();
+    let days = b
+        .column(n - 1)
+        .as_primitive::<arrow::datatypes::Date32Type>();
     assert_eq!(arrow::array::Array::null_count(days), 0);
     let want = [0, crate::layout::date_days("2026-11-22").unwrap()];
     assert!(days.values().iter().all(|d| want.contains(d)), "{days:?}");
@@ -167,12 +169,19 @@ fn files_end_with_their_date() {
         .map(|b| b.unwrap())
         .collect::<Vec<_>>();
     let schema = all[0].schema();
-    assert_eq!(schema.as_ref(), catalog::file_schema("linktest_ranks").unwrap().as_ref());
+    assert_eq!(
+        schema.as_ref(),
+        catalog::file_schema("linktest_ranks").unwrap().as_ref()
+    );
     let days = all[0]
         .column_by_name("date")
         .unwrap()
         .as_primitive::<arrow::datatypes::Date32Type>();
-    assert_eq!(days.values().to_vec(), vec![20794; 3], "2026-12-07 is day 20794");
+    assert_eq!(
+        days.values().to_vec(),
+        vec![20794; 3],
+        "2026-12-07 is day 20794"
+    );
     let reader = parquet::file::serialized_reader::SerializedFileReader::new(data).unwrap();
     let meta = parquet::file::reader::FileReader::metadata(&reader).clone();
     let last = meta.row_group(0).columns().last().unwrap();
