@@ -595,6 +595,19 @@ async fn verdicts_are_read_back_at_start() {
         "{report:?}"
     );
     assert!(c.verdicts().run(&id).is_none());
+    // The node page meanwhile: a node only verdicts name is not "unknown"
+    // while they are being read (it was a 404 for seconds after a restart).
+    let http = Http::new(&cfg);
+    http.set_serving(c.clone(), false);
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let serve_cfg = cfg.clone();
+    tokio::spawn(async move {
+        let _ = http.serve(&serve_cfg, l, std::future::pending()).await;
+    });
+    let r = req(&addr, "GET", "/nodes/n7", None, "").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("id=\"verdicts-loading\""), "{}", r.body);
     std::fs::rename(&aside, &file).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !c.verdicts().loaded() {
@@ -612,4 +625,12 @@ async fn verdicts_are_read_back_at_start() {
     assert_eq!(node["io.write_bw_mib_s"].value, Some(12.5));
     assert_eq!(node["io.read_bw_mib_s"].status, "PASS");
     assert_eq!(c.verdicts().runs_with("FAIL", None, 10), [id]);
+    // Loaded: the page shows the node's history, and a node nothing names
+    // is not found.
+    let r = req(&addr, "GET", "/nodes/n7", None, "").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!r.body.contains("verdicts-loading"), "{}", r.body);
+    assert!(r.body.contains("io.write_bw_mib_s"), "{}", r.body);
+    let r = req(&addr, "GET", "/nodes/n8", None, "").await;
+    assert_eq!(r.status, 404, "{}", r.body);
 }

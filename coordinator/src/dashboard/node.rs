@@ -107,9 +107,13 @@ pub async fn page(
         Ok(x) => x,
         Err(e) => return store_error(&h, &headers, e),
     };
+    // Asked before the history is read (see `VerdictIndex::loaded`): until the
+    // index has read the lake (seconds after a restart, more for years of
+    // history), a node that only verdicts name is not "unknown".
+    let loaded = c.verdicts().loaded();
     let history = c.verdicts().node_history(&node, HISTORY_RUNS);
     let events = c.node_actions.events_of(&node);
-    if agent.is_none() && drain.is_none() && history.is_empty() && events.is_empty() {
+    if loaded && agent.is_none() && drain.is_none() && history.is_empty() && events.is_empty() {
         return error_page(
             &h,
             &headers,
@@ -132,6 +136,9 @@ pub async fn page(
         "<h1>Node <span class=\"mono\">{}</span></h1>",
         esc(&node)
     );
+    if !loaded {
+        b.push_str("<p class=\"note\" id=\"verdicts-loading\">Verdicts are still being read from the lake (the coordinator started moments ago); this node's history may be missing or incomplete: reload in a few seconds.</p>");
+    }
     b.push_str("<section><h2>Identity</h2><table id=\"identity\"><tbody>");
     let row = |b: &mut String, k: &str, v: String| {
         let _ = write!(b, "<tr><th>{}</th><td>{v}</td></tr>", esc(k));
