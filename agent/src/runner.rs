@@ -527,7 +527,7 @@ async fn execute_batch(
     };
     let stdout_name = stdout_file(def);
     let env: Vec<(String, String)> = built.env.clone().into_iter().collect();
-    let tools = batch::SlurmTools::new(&cfg.sbatch);
+    let sched = batch::scheduler(cfg);
     let queue_timeout = Duration::from_secs(built.slurm.queue_timeout());
     let (job, deadline_ms, queue_deadline_ms) = match resume {
         Some(e) => {
@@ -536,7 +536,7 @@ async fn execute_batch(
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let job = match e.job_id {
                 Some(j) => Some(j),
-                None => batch::find_job(&tools, &env, &t.task_id).await.unwrap_or_else(|err| {
+                None => sched.find_job(&env, &t.task_id).await.unwrap_or_else(|err| {
                     tracing::warn!(task = %t.task_id, error = %err, "cannot look the job up by its name");
                     None
                 }),
@@ -562,7 +562,7 @@ async fn execute_batch(
                 timeout,
                 queue_timeout,
             };
-            match batch::submit(cfg, &sub).await {
+            match batch::submit(cfg, sched.as_ref(), &sub).await {
                 Ok(j) => {
                     let now = batch::now_ms();
                     let queue_end = now + queue_timeout.as_millis() as i64;

@@ -1,4 +1,4 @@
-//! Slurm batch mode (the `sbatch` launcher, docs/slurm.md): for sites where
+//! Batch mode (the `sbatch` launcher, docs/slurm.md): for sites where
 //! no benchlake daemon may run on compute nodes, the agent on a login node
 //! submits each task as a batch job and follows it to its end.
 //!
@@ -19,11 +19,20 @@
 //!   to `slurm-jobs.json` in the work directory with its task, lease and
 //!   directory; a restarted agent offers those tasks back at registration and
 //!   follows the jobs the coordinator lets it keep (the others it scancels).
+//!
+//! The scheduler itself is a [`BatchScheduler`]: how a job is submitted,
+//! found by its name, looked at and cancelled. Slurm ([`slurm::SlurmTools`])
+//! is the one there is; the script, the book, the follow loop, timeouts,
+//! progress and re-attaching are the scheduler's users and are written once
+//! (docs/slurm.md, "Other batch schedulers": what PBS or Flux would take).
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use benchlake_core::slurm::{BatchJob, JobPhase, JobStatus, SlurmOptions};
+use std::future::Future;
+use std::pin::Pin;
+
+use benchlake_core::slurm::{JobPhase, JobStatus, SlurmOptions};
 use benchlake_proto::prost::Message;
 use benchlake_proto::v1 as pb;
 use serde::{Deserialize, Serialize};
@@ -32,6 +41,57 @@ use tokio::sync::watch;
 use crate::contain::RunAs;
 use crate::runner::Stop;
 use crate::{AgentConfig, Client};
+
+pub mod slurm;
+
+pub use slurm::SlurmTools;
+
+/// A boxed future of a [`BatchScheduler`] call.
+pub type Fut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A batch scheduler the agent submits tasks to. Implementations own the
+/// scheduler's commands and their output formats; everything else of batch
+/// mode (the fixed script, the job book, following the job with backoff,
+/// queue and run timeouts, progress reports, cancelling, re-attaching after
+/// a restart) is written once in this module over this trait.
+pub trait BatchScheduler: Send + Sync {
+    /// The scheduler's name in messages (`Slurm`).
+    fn name(&self) -> &'static str;
+    /// The submit command's argument vector for `s`: the command, its
+    /// options (job name [`job_name`], the task directory, stdout/stderr,
+    /// the task count), then the batch script [`SCRIPT_NAME`] in the task
+    /// directory and the benchmark's argument vector as the script's
+    /// arguments.
+    fn submit_argv(&self, s: &Submission<'_>) -> Result<Vec<String>, String>;
+    /// The job id the submit command printed when it accepted the job.
+    fn job_id(&self, stdout: &str) -> Option<u64>;
+    /// The job named [`job_name`] of `task_id`, if the scheduler has one (a
+    /// submission the agent was killed in the middle of).
+    fn find_job<'a>(
+        &'a self,
+        env: &'a [(String, String)],
+        task_id: &'a str,
+    ) -> Fut<'a, Result<Option<u64>, String>>;
+    /// The job's status now. Err when the scheduler cannot be asked; an
+    /// error starting with "Slurm no longer knows" (the scheduler has
+    /// forgotten the job and nothing tells how it ended) ends the task.
+    /// `dir` is the task directory, where the script leaves [`EXIT_FILE`].
+    fn status<'a>(
+        &'a self,
+        env: &'a [(String, String)],
+        job: u64,
+        dir: Option<&'a Path>,
+    ) -> Fut<'a, Result<JobStatus, String>>;
+    /// Asks the scheduler to cancel `job` (without waiting for it to end).
+    fn cancel<'a>(&'a self, env: &'a [(String, String)], job: u64) -> Fut<'a, Result<(), String>>;
+}
+
+/// The scheduler of an agent's batch launcher: Slurm, with the agent's
+/// `--sbatch` command. (The one place a second scheduler would be chosen,
+/// by the task's launcher.)
+pub fn scheduler(cfg: &AgentConfig) -> Box<dyn BatchScheduler> {
+    Box::new(SlurmTools::new(&cfg.sbatch))
+}
 
 /// The batch script every task is submitted with: it runs its arguments
 /// (the argument vector the agent built and checked) as they are, and
@@ -62,38 +122,7 @@ const POLL_MIN: Duration = Duration::from_millis(500);
 const POLL_MAX: Duration = Duration::from_secs(5);
 
 /// How long a Slurm command may take (slurmctld retries its own connection).
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The Slurm commands of an agent: `sbatch` and its fixed arguments
-/// (`--sbatch`), and `squeue`, `scontrol`, `scancel`, `sacct` from the same
-/// directory when sbatch is given as a path, else from `PATH`.
-#[derive(Debug, Clone)]
-pub struct SlurmTools {
-    pub sbatch: Vec<String>,
-    pub squeue: String,
-    pub scontrol: String,
-    pub scancel: String,
-    pub sacct: String,
-}
-
-impl SlurmTools {
-    /// The tools next to `sbatch[0]`.
-    pub fn new(sbatch: &[String]) -> Self {
-        let dir = sbatch
-            .first()
-            .and_then(|p| p.rsplit_once('/'))
-            .map(|(d, _)| format!("{d}/"))
-            .unwrap_or_default();
-        let t = |n: &str| format!("{dir}{n}");
-        SlurmTools {
-            sbatch: sbatch.to_vec(),
-            squeue: t("squeue"),
-            scontrol: t("scontrol"),
-            scancel: t("scancel"),
-            sacct: t("sacct"),
-        }
-    }
-}
+pub(crate) const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One submitted job, as the book keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -213,44 +242,6 @@ pub struct Ended {
     pub nodes: String,
 }
 
-/// Runs a Slurm command (argv, never a shell) with a time limit; stdout or
-/// a message with its stderr.
-async fn slurm_cmd(argv: &[String], env: &[(String, String)]) -> Result<String, String> {
-    let Some((prog, args)) = argv.split_first() else {
-        return Err("empty Slurm command".into());
-    };
-    let mut cmd = tokio::process::Command::new(prog);
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env_remove(crate::contain::MARK_VAR)
-        .kill_on_drop(true);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = tokio::time::timeout(COMMAND_TIMEOUT, cmd.output())
-        .await
-        .map_err(|_| format!("'{prog}' did not answer in {} s", COMMAND_TIMEOUT.as_secs()))?
-        .map_err(|e| format!("cannot start '{prog}': {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let said: Vec<&str> = err
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect();
-        let from = said.len().saturating_sub(3);
-        Err(format!(
-            "'{prog}' exited with {}: {}",
-            out.status,
-            said[from..].join("; ")
-        ))
-    }
-}
-
 /// What [`submit`] needs.
 pub struct Submission<'a> {
     pub t: &'a pb::TaskAssignment,
@@ -268,35 +259,19 @@ pub struct Submission<'a> {
     pub queue_timeout: Duration,
 }
 
-/// The sbatch argument vector of a submission (script and arguments last).
-pub fn sbatch_argv(tools: &SlurmTools, s: &Submission<'_>) -> Result<Vec<String>, String> {
-    s.slurm
-        .validate("slurm.")
-        .map_err(|e| format!("task {}: {e}", s.t.task_id))?;
-    let name = job_name(&s.t.task_id);
-    let mut argv = tools.sbatch.clone();
-    argv.extend(s.slurm.batch_args(&BatchJob {
-        name: &name,
-        dir: s.dir,
-        stdout: s.stdout,
-        stderr: "stderr.txt",
-        ntasks: s.np,
-    }));
-    argv.push(s.dir.join(SCRIPT_NAME).display().to_string());
-    argv.extend(s.argv.iter().cloned());
-    Ok(argv)
-}
-
-/// The Slurm job name of a task.
+/// The batch job name of a task (how a job is found again by its task).
 pub fn job_name(task_id: &str) -> String {
     format!("benchlake-{task_id}")
 }
 
 /// Writes the batch script, records the submission in the book and submits
 /// the job; returns its id.
-pub async fn submit(cfg: &AgentConfig, s: &Submission<'_>) -> Result<u64, String> {
-    let tools = SlurmTools::new(&cfg.sbatch);
-    let argv = sbatch_argv(&tools, s)?;
+pub async fn submit(
+    cfg: &AgentConfig,
+    sched: &dyn BatchScheduler,
+    s: &Submission<'_>,
+) -> Result<u64, String> {
+    let argv = sched.submit_argv(s)?;
     let script = s.dir.join(SCRIPT_NAME);
     {
         // The task directory may already belong to the run-as user: the
@@ -381,7 +356,7 @@ pub async fn submit(cfg: &AgentConfig, s: &Submission<'_>) -> Result<u64, String
     let id = out
         .status
         .success()
-        .then(|| benchlake_core::slurm::parse_job_id(&stdout))
+        .then(|| sched.job_id(&stdout))
         .flatten();
     let Some(id) = id else {
         let _ = book.remove(&s.t.task_id);
@@ -394,7 +369,7 @@ pub async fn submit(cfg: &AgentConfig, s: &Submission<'_>) -> Result<u64, String
             .collect();
         let from = said.len().saturating_sub(3);
         return Err(format!(
-            "sbatch refused the job ({}): {}",
+            "{prog} refused the job ({}): {}",
             out.status,
             if said.is_empty() {
                 format!("it printed '{}'", stdout.trim())
@@ -405,107 +380,12 @@ pub async fn submit(cfg: &AgentConfig, s: &Submission<'_>) -> Result<u64, String
     };
     entry.job_id = Some(id);
     book.put(entry)?;
-    tracing::info!(task = %s.t.task_id, job = id, "submitted to Slurm");
+    tracing::info!(task = %s.t.task_id, job = id, scheduler = sched.name(), "submitted");
     Ok(id)
 }
 
-/// The job of a task whose submission the book recorded without an id: the
-/// one job named after the task (`squeue --name`), if Slurm has it.
-pub async fn find_job(
-    tools: &SlurmTools,
-    env: &[(String, String)],
-    task_id: &str,
-) -> Result<Option<u64>, String> {
-    let out = slurm_cmd(
-        &[
-            tools.squeue.clone(),
-            "-h".into(),
-            format!("--name={}", job_name(task_id)),
-            "-o".into(),
-            "%i".into(),
-        ],
-        env,
-    )
-    .await?;
-    Ok(out.lines().find_map(|l| l.trim().parse().ok()))
-}
-
-/// The job's status now: `scontrol show job`, or `sacct` once slurmctld no
-/// longer keeps it (MinJobAge), or, where neither knows it (no
-/// accounting), the exit status the batch script left in `dir`
-/// ([`EXIT_FILE`]). Err when none of them tells or Slurm cannot be asked;
-/// the message says which.
-pub async fn status(
-    tools: &SlurmTools,
-    env: &[(String, String)],
-    job: u64,
-    dir: Option<&Path>,
-) -> Result<JobStatus, String> {
-    let sc = slurm_cmd(
-        &[
-            tools.scontrol.clone(),
-            "show".into(),
-            "job".into(),
-            job.to_string(),
-            "-o".into(),
-        ],
-        env,
-    )
-    .await;
-    let forgotten = match &sc {
-        Ok(out) => {
-            if let Some(line) = out.lines().find(|l| l.contains("JobState=")) {
-                return JobStatus::parse_scontrol(line).map_err(|e| e.to_string());
-            }
-            true
-        }
-        Err(e) => e.contains("Invalid job id"),
-    };
-    if !forgotten {
-        return Err(sc.err().unwrap_or_default());
-    }
-    let sacct = |fields: &str| -> Vec<String> {
-        [
-            &tools.sacct,
-            "-j",
-            &job.to_string(),
-            "-X",
-            "-n",
-            "-P",
-            "-o",
-            fields,
-        ]
-        .iter()
-        .map(|a| a.to_string())
-        .collect()
-    };
-    let mut acct = slurm_cmd(&sacct("State,ExitCode,NodeList,Reason"), env).await;
-    // A sacct without the Reason field still tells the state.
-    if acct.as_ref().is_err_and(|e| e.contains("Invalid field")) {
-        acct = slurm_cmd(&sacct("State,ExitCode,NodeList"), env).await;
-    }
-    let why = match acct {
-        Ok(out) => match out.lines().find(|l| !l.trim().is_empty()) {
-            Some(line) => return JobStatus::parse_sacct(line).map_err(|e| e.to_string()),
-            None => format!("Slurm no longer knows job {job} (not in slurmctld, not in sacct)"),
-        },
-        Err(e) => {
-            format!("Slurm no longer knows job {job} and its accounting cannot be asked: {e}")
-        }
-    };
-    match dir.and_then(exit_status_in) {
-        Some(rc) => Ok(JobStatus {
-            state: if rc == 0 { "COMPLETED" } else { "FAILED" }.into(),
-            reason: format!("Slurm forgot the job; exit status from {EXIT_FILE}"),
-            exit_code: Some(rc),
-            ..Default::default()
-        }),
-        None => Err(why),
-    }
-}
-
 /// The exit status the batch script left in `dir`, if it finished.
-fn exit_status_in(dir: &Path) -> Option<i32> {
+pub(crate) fn exit_status_in(dir: &Path) -> Option<i32> {
     std::fs::read_to_string(dir.join(EXIT_FILE))
         .ok()?
         .trim()
@@ -513,15 +393,19 @@ fn exit_status_in(dir: &Path) -> Option<i32> {
         .ok()
 }
 
-/// `scancel ID`, then waits (up to 10 s) until Slurm names a final state.
-pub async fn cancel(tools: &SlurmTools, env: &[(String, String)], job: u64) -> Option<JobStatus> {
-    if let Err(e) = slurm_cmd(&[tools.scancel.clone(), job.to_string()], env).await {
-        tracing::warn!(job, error = %e, "scancel failed");
+/// Asks the scheduler to cancel `job`, then waits (up to 10 s) until it names a final state.
+pub async fn cancel(
+    sched: &dyn BatchScheduler,
+    env: &[(String, String)],
+    job: u64,
+) -> Option<JobStatus> {
+    if let Err(e) = sched.cancel(env, job).await {
+        tracing::warn!(job, error = %e, scheduler = sched.name(), "cancel failed");
     }
     let until = tokio::time::Instant::now() + Duration::from_secs(10);
     let mut last = None;
     while tokio::time::Instant::now() < until {
-        match status(tools, env, job, None).await {
+        match sched.status(env, job, None).await {
             Ok(s) if matches!(s.phase(), JobPhase::Ended | JobPhase::Completed) => return Some(s),
             Ok(s) => last = Some(s),
             Err(_) => {}
@@ -535,7 +419,7 @@ pub async fn cancel(tools: &SlurmTools, env: &[(String, String)], job: u64) -> O
 /// (the coordinator ended its attempt while the agent was away): nobody
 /// would collect its outputs.
 pub async fn abandon(cfg: &AgentConfig, e: &Entry) {
-    let tools = SlurmTools::new(&cfg.sbatch);
+    let sched = scheduler(cfg);
     let env: Vec<(String, String)> = e
         .task()
         .ok()
@@ -544,13 +428,13 @@ pub async fn abandon(cfg: &AgentConfig, e: &Entry) {
         .unwrap_or_default();
     let job = match e.job_id {
         Some(j) => Some(j),
-        None => find_job(&tools, &env, &e.task_id).await.ok().flatten(),
+        None => sched.find_job(&env, &e.task_id).await.ok().flatten(),
     };
     if job.is_some() {
         crate::health::metrics().slurm_jobs.inc(&["SCANCELLED"]);
     }
     if let Some(job) = job
-        && let Some(s) = cancel(&tools, &env, job).await
+        && let Some(s) = cancel(sched.as_ref(), &env, job).await
     {
         tracing::info!(task = %e.task_id, job, state = %s.describe(job), "abandoned Slurm job");
     }
@@ -590,7 +474,8 @@ pub async fn follow(
     f: &Follow<'_>,
     mut stop: watch::Receiver<Stop>,
 ) -> Option<Ended> {
-    let tools = SlurmTools::new(&cfg.sbatch);
+    let sched = scheduler(cfg);
+    let tools = sched.as_ref();
     let env = f.env;
     let job = f.job;
     let mut pause = POLL_MIN;
@@ -623,7 +508,7 @@ pub async fn follow(
     };
     loop {
         // First look at once, then with backoff.
-        let st = status(&tools, env, job, Some(f.dir)).await;
+        let st = tools.status(env, job, Some(f.dir)).await;
         match st {
             Ok(s) => {
                 last_error.clear();
@@ -662,7 +547,7 @@ pub async fn follow(
                     let cancel = report(c, f, &s).await;
                     last = Some(s);
                     if cancel {
-                        let s = cancel_job(&tools, env, job, last.as_ref()).await;
+                        let s = cancel_job(tools, env, job, last.as_ref()).await;
                         return Some(ended(&s, format!("cancelled: {}", s.describe(job)), true));
                     }
                 }
@@ -697,7 +582,7 @@ pub async fn follow(
                     tracing::warn!(task = %f.t.task_id, job, "timeout; cancelling the Slurm job");
                     format!("timed out after {} s: {before}; scancelled", f.timeout.as_secs())
                 };
-                let s = cancel_job(&tools, env, job, last.as_ref()).await;
+                let s = cancel_job(tools, env, job, last.as_ref()).await;
                 return Some(ended(&s, why, false));
             }
             r = stop.changed() => {
@@ -707,7 +592,7 @@ pub async fn follow(
                     // The job runs on without the agent; the book keeps it.
                     Stop::Shutdown => return None,
                     Stop::Cancel => {
-                        let s = cancel_job(&tools, env, job, last.as_ref()).await;
+                        let s = cancel_job(tools, env, job, last.as_ref()).await;
                         return Some(ended(&s, format!("cancelled: {}", s.describe(job)), true));
                     }
                 }
@@ -719,7 +604,7 @@ pub async fn follow(
 
 /// scancels `job`; the state Slurm then names (or the last one seen).
 async fn cancel_job(
-    tools: &SlurmTools,
+    tools: &dyn BatchScheduler,
     env: &[(String, String)],
     job: u64,
     last: Option<&JobStatus>,
@@ -760,6 +645,7 @@ async fn report(c: &mut Client, f: &Follow<'_>, s: &JobStatus) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::slurm::sbatch_argv;
     use super::*;
 
     fn s(v: &[&str]) -> Vec<String> {
