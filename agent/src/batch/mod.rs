@@ -361,20 +361,17 @@ pub async fn submit(
     let Some(id) = id else {
         let _ = book.remove(&s.t.task_id);
         crate::health::metrics().slurm_jobs.inc(&["REFUSED"]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        let said: Vec<&str> = err
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect();
-        let from = said.len().saturating_sub(3);
+        let said = last_said(&out.stderr);
         return Err(format!(
-            "{prog} refused the job ({}): {}",
+            "{} refused the job ({}): {}",
+            Path::new(prog)
+                .file_name()
+                .map_or(prog.as_str().into(), |n| n.to_string_lossy()),
             out.status,
             if said.is_empty() {
                 format!("it printed '{}'", stdout.trim())
             } else {
-                said[from..].join("; ")
+                said
             }
         ));
     };
@@ -438,6 +435,18 @@ pub async fn abandon(cfg: &AgentConfig, e: &Entry) {
     {
         tracing::info!(task = %e.task_id, job, state = %s.describe(job), "abandoned Slurm job");
     }
+}
+
+/// The last three non-empty lines a scheduler command wrote to stderr,
+/// joined with "; " (what its error messages quote).
+pub(crate) fn last_said(stderr: &[u8]) -> String {
+    let err = String::from_utf8_lossy(stderr);
+    let said: Vec<&str> = err
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    said[said.len().saturating_sub(3)..].join("; ")
 }
 
 /// Wall-clock time in Unix milliseconds (the book's times).

@@ -9,7 +9,7 @@ use benchlake_core::slurm::{BatchJob, JobStatus};
 
 use super::{
     BatchScheduler, COMMAND_TIMEOUT, EXIT_FILE, Fut, SCRIPT_NAME, Submission, exit_status_in,
-    job_name,
+    job_name, last_said,
 };
 
 /// The Slurm commands of an agent: `sbatch` and its fixed arguments
@@ -66,17 +66,10 @@ async fn slurm_cmd(argv: &[String], env: &[(String, String)]) -> Result<String, 
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let said: Vec<&str> = err
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect();
-        let from = said.len().saturating_sub(3);
         Err(format!(
             "'{prog}' exited with {}: {}",
             out.status,
-            said[from..].join("; ")
+            last_said(&out.stderr)
         ))
     }
 }
