@@ -1045,8 +1045,9 @@ const SLOW_NODE_PROGRAM: &str = r#"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-static volatile double sink;
-static void work(int n) { double x = 0; for (int i = 0; i < n; i++) x += i * 0.5; sink = x; }
+/* Computation as a sleep, not a busy loop: three ranks share this host's
+   cores with the rest of the suite, and a descheduled busy rank looked slow. */
+static void work(long ms) { struct timespec ts = {0, ms * 1000000L}; nanosleep(&ts, NULL); }
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int r, n;
@@ -1057,8 +1058,8 @@ int main(int argc, char **argv) {
     char s[4096] = {0}, q[4096];
     double v = r, sum;
     for (int it = 0; it < 4; it++) {
-        work(20000000);
-        if (slow) { struct timespec ts = {0, 250000000}; nanosleep(&ts, NULL); }
+        work(50);
+        if (slow) work(250);
         MPI_Sendrecv(s, sizeof s, MPI_CHAR, (r + 1) % n, 1, q, sizeof q, MPI_CHAR,
                      (r + n - 1) % n, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         MPI_Allreduce(&v, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
@@ -1113,7 +1114,7 @@ async fn a_slow_node_of_a_traced_run_fails_the_rank_time_check() {
         [("n1", "PASS"), ("n2", "FAIL"), ("n3", "PASS")],
         "{rows:#?}"
     );
-    // n2's rank slept 4 × 250 ms: its computation is at least 1 s, over the
+    // n2's rank slept 4 × (50 + 250) ms: its computation is at least 1 s, over the
     // bound built from n1's and n3's ranks; the others stay within theirs.
     let (v, reference) = (rows[1].3.unwrap(), rows[1].4.unwrap());
     assert!(v >= 1.0 && v > reference, "{:?}", rows[1]);
