@@ -5,6 +5,7 @@
 //!
 //! [`Platform`] gathers the parameters (from a `.cfg` file, a collectives definition
 //! file and sweep-point overrides); [`simulate`] replays a `.dim` trace on it.
+mod collective;
 mod sim;
 mod source;
 
