@@ -498,13 +498,13 @@ mod rank_map_tests {
             &inputs,
             &IngestContext {
                 run_id: ran.run_id.clone(),
-                date: "2026-11-22".into(),
+                date: "2026-11-24".into(),
             },
         )
         .unwrap();
         let want: Vec<_> = batches
             .iter()
-            .map(|t| benchlake_core::lake::EncodedTable::encode(t, "2026-11-22").unwrap())
+            .map(|t| benchlake_core::lake::EncodedTable::encode(t, "2026-11-24").unwrap())
             .collect();
         let key =
             |e: &benchlake_core::lake::EncodedTable| (e.table.clone(), e.part.clone(), e.rows);

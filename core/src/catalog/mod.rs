@@ -145,10 +145,7 @@ pub fn markdown() -> String {
          column names are a public contract.\n\nEvery table is stored as Parquet under \
          `tables/{table}/date=YYYY-MM-DD/run_id={run_id}/part-{job_id}.parquet`; `date` \
          (the run's UTC day) and `run_id` also come from the partition path when read with \
-         `hive_partitioning=true`. Every file also ends with a `date` column (`date32`, not \
-         null: the same day; files written before 2026-12-07 lack it, and the path gives it to \
-         them), so rows keep their day in files that hold several days \
-         (docs/architecture.md, \"Compaction\"). Times are seconds (`f64`) unless a name says otherwise; \
+         `hive_partitioning=true`. Times are seconds (`f64`) unless a name says otherwise; \
          sizes are bytes.\n\n## Node identity\n\nEvery column that names a node (`node_facts.node`, \
          `node_health.node`, `io_task_times.host`, `linktest_ranks.hostname` of netprobe files, \
          `mpi_trace_ranks.node`) holds one name per machine: the Slurm node name where Slurm ran \
