@@ -204,6 +204,7 @@ pub fn encode_parquet(table: &str, date: &str, batches: &[RecordBatch]) -> Resul
 /// [`encode_parquet`] for a schema already checked; `bulk` selects the large
 /// table path (bulk properties, hand-written numeric chunks of `page_values`
 /// values per page).
+#[cfg(test)]
 pub(super) fn encode_with_schema(
     table: &str,
     schema: SchemaRef,
@@ -401,6 +402,7 @@ impl ParquetEncoder {
         )
     }
 
+    #[cfg(test)]
     pub(super) fn with_schema(
         table: &str,
         schema: SchemaRef,
