@@ -552,6 +552,9 @@ pub struct Cells {
     pub side: usize,
 }
 
+/// A window's cells and the pair of each cell.
+pub type WindowOut = (Vec<f64>, Vec<(u32, u32)>);
+
 /// The window's cells (`side`², row-major; the slowest pair of each
 /// `bin`×`bin` block, NaN where nothing was measured) and each cell's
 /// slowest pair, from one pass: memory `side`² × 16 bytes.
@@ -559,7 +562,7 @@ pub fn window_streamed(
     n: usize,
     w: Cells,
     mut pass: impl FnMut(&mut Sink<'_>) -> Result<(), String>,
-) -> Result<(Vec<f64>, Vec<(u32, u32)>), StreamError> {
+) -> Result<WindowOut, StreamError> {
     let mut m = vec![f64::NAN; w.side * w.side];
     let mut arg = vec![(u32::MAX, u32::MAX); w.side * w.side];
     let bin = w.bin.max(1);
