@@ -176,6 +176,29 @@ pub async fn load_run(
     run_id: &str,
     source: Option<&str>,
 ) -> Result<(LinkTestRun, String), LakeRunError> {
+    load(lake, run_id, source, None).await
+}
+
+/// The run `run_id` (file `source`, or the first source) without its pairs:
+/// every table but `linktest_timings`, one permutation per value of `perms`
+/// (ascending; the values the pair table holds, permutation 0 when empty)
+/// with empty `times` and `steps`. For readers that stream the pairs
+/// (the dashboard's pair view).
+pub async fn load_run_meta(
+    lake: &Lake,
+    run_id: &str,
+    source: Option<&str>,
+    perms: &[i32],
+) -> Result<(LinkTestRun, String), LakeRunError> {
+    load(lake, run_id, source, Some(perms)).await
+}
+
+async fn load(
+    lake: &Lake,
+    run_id: &str,
+    source: Option<&str>,
+    only_perms: Option<&[i32]>,
+) -> Result<(LinkTestRun, String), LakeRunError> {
     const RUNS: &str = "linktest_runs";
     let runs = read_run_table(lake, RUNS, run_id).await?;
     let mut sources = Vec::new();
@@ -274,7 +297,16 @@ pub async fn load_run(
                 message: format!("rank {v} outside 0..{num_tasks}"),
             })
     };
-    for b in read_run_table(lake, TIMINGS, run_id).await? {
+    let dense = only_perms.is_none();
+    for v in only_perms.unwrap_or_default() {
+        perms.entry(*v).or_insert_with(|| empty(0));
+    }
+    let timings = if dense {
+        read_run_table(lake, TIMINGS, run_id).await?
+    } else {
+        Vec::new()
+    };
+    for b in timings {
         let src = col(&b, "source", TIMINGS, r)?.as_string::<i32>();
         let perm = col(&b, "permutation", TIMINGS, r)?.as_primitive::<Int32Type>();
         let from = col(&b, "from_rank", TIMINGS, r)?.as_primitive::<Int32Type>();
@@ -301,7 +333,7 @@ pub async fn load_run(
         }
     }
     if perms.is_empty() {
-        perms.insert(0, empty(num_tasks));
+        perms.insert(0, empty(if dense { num_tasks } else { 0 }));
     }
 
     const A2A: &str = "linktest_alltoall";

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 
 pub mod fmt;
 pub mod fonts;
+pub mod stream;
 mod svg;
 
 pub use svg::{PAGE_W, Scale, ramp_rgb, render_svg};

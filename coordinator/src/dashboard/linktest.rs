@@ -6,14 +6,18 @@
 //! host×host matrix; the run's checks.
 //!
 //! The numbers are those of the LinkTest report ([`benchlake_analysis::
-//! linktest_report::summarize`] over the run rebuilt from the lake by
-//! [`benchlake_analysis::linktest_lake::load_run`]), so the page and
-//! `benchlake report linktest` never disagree. What the page needs is derived
-//! once per (run, file, permutation, committed files) on a blocking thread and
-//! kept in the [`super::cache::ViewCache`]: the summary, the matrix image
-//! (one pixel per pair up to [`MATRIX_PX`] ranks, else the slowest pair of
-//! each block, so a slow link never disappears) and every pair time as f32
-//! for the hover (64 MiB at 4,096 ranks).
+//! linktest_report::summarize`]), so the page and `benchlake report
+//! linktest` never disagree, but computed from the pairs streamed from the
+//! lake in passes ([`benchlake_analysis::linktest_report::stream`],
+//! [`super::linktest_pairs`]): memory is bounded by the picture, not by the
+//! pair count (docs/architecture.md, "The LinkTest pair view"). What the page
+//! needs is derived once per (run, file, permutation, committed files) on a
+//! blocking thread and kept in the [`super::cache::ViewCache`]: the summary,
+//! the matrix image (one pixel per pair up to [`MATRIX_PX`] ranks, else the
+//! slowest pair of each block, so a slow link never disappears) and which
+//! pair coloured each pixel (the hover). A zoomed window is one more pass
+//! over the pairs of its rows, cached the same way: at most [`MATRIX_PX`]²
+//! cells, whatever its span.
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::Arc;
@@ -22,11 +26,16 @@ use std::time::Instant;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{Html, IntoResponse, Response};
+use benchlake_analysis::linktest_report::stream::{
+    Cells, StreamError, summarize_streamed, window_streamed,
+};
 use benchlake_analysis::linktest_report::{
     self as report, ReportOptions, Scale, Summary, fmt as rfmt,
 };
 
 use super::html::{self, Chrome, esc};
+use super::linktest_pairs::Pairs;
+use super::linktest_svg::{histogram_svg, host_svg, matrix_svg};
 use super::pages::{self, RunData};
 use super::{access, cache};
 use crate::http::Http;
@@ -36,8 +45,6 @@ use crate::http::Http;
 /// browser only ever enlarges the image (nearest neighbour): shrinking it
 /// would drop pixels, and with them slow links.
 pub const MATRIX_PX: usize = 640;
-/// Side of the drawn matrix (CSS px).
-const MS: f64 = MATRIX_PX as f64;
 /// Tables LinkTest views read.
 const TABLES: &[&str] = &[
     "linktest_runs",
@@ -48,8 +55,6 @@ const TABLES: &[&str] = &[
 ];
 /// Slowest pairs listed.
 const TOP_PAIRS: usize = 20;
-/// Host×host matrices are drawn up to this many hosts.
-const MAX_HOSTS: usize = 160;
 
 /// What the page shows of one file and permutation of a run.
 #[derive(Debug)]
@@ -66,8 +71,10 @@ pub struct LinkTestView {
     pub summary: Summary,
     /// Ranks.
     pub n: usize,
-    /// Every pair's time, row-major by initiating rank (NaN: not measured).
-    pub times: Vec<f32>,
+    /// `(from, to)` of the pair that coloured each cell of `summary.matrix`.
+    pub slowest_of_cell: Vec<(u32, u32)>,
+    /// Host pairs above the threshold (`summary.hot_host_pairs` may list fewer).
+    pub hot_total: usize,
     /// Host index (into `summary.hosts`) of each rank.
     pub host_of: Vec<u32>,
     /// Serial retest times by (from, to).
@@ -76,23 +83,58 @@ pub struct LinkTestView {
     pub png: bytes::Bytes,
     /// Time the derivation took (ms).
     pub load_ms: f64,
+    /// Passes over the pairs it took.
+    pub passes: usize,
+    /// The pairs (for zoomed windows) and the permutation's value in them.
+    pub pairs: Option<(Arc<Pairs>, i32)>,
+}
+
+/// The cells of a window of the matrix (the whole matrix: the view's own).
+#[derive(Debug, Clone, Copy)]
+pub struct CellsRef<'a> {
+    pub w: Window,
+    /// `side`², the slowest pair of each block (NaN: nothing measured).
+    pub cells: &'a [f64],
+    /// The pair of each cell.
+    pub arg: &'a [(u32, u32)],
+}
+
+/// A zoomed window's cells, derived from one pass over its rows' pairs.
+#[derive(Debug)]
+pub struct WindowCells {
+    pub w: Window,
+    pub cells: Vec<f64>,
+    pub arg: Vec<(u32, u32)>,
+}
+
+impl WindowCells {
+    fn cells(&self) -> CellsRef<'_> {
+        CellsRef {
+            w: self.w,
+            cells: &self.cells,
+            arg: &self.arg,
+        }
+    }
 }
 
 impl LinkTestView {
     /// Approximate bytes held.
     fn bytes(&self) -> usize {
-        self.times.len() * 4
-            + self.summary.matrix.2.len() * 8
+        self.summary.matrix.2.len() * 16
             + self.summary.host_matrix_max.len() * 16
+            + self.summary.hot_host_pairs.len() * 64
             + self.host_of.len() * 4
             + self.png.len()
             + 4096
     }
 
-    /// The time of pair (from, to), when measured.
-    pub fn time(&self, from: usize, to: usize) -> Option<f64> {
-        let t = *self.times.get(from.checked_mul(self.n)?.checked_add(to)?)?;
-        (!t.is_nan() && from < self.n && to < self.n).then_some(f64::from(t))
+    /// The whole matrix's cells.
+    pub fn whole(&self) -> CellsRef<'_> {
+        CellsRef {
+            w: Window::of(&Query::default(), self.n),
+            cells: &self.summary.matrix.2,
+            arg: &self.slowest_of_cell,
+        }
     }
 
     fn host(&self, rank: usize) -> &str {
@@ -105,10 +147,12 @@ impl LinkTestView {
 }
 
 /// Derives the view of `run_id` (file `source` or the first, permutation
-/// `perm`) from the lake: runs on a blocking thread.
+/// `perm`) from the lake, streaming the pairs of `files` (the run's
+/// committed `linktest_timings` objects): runs on a blocking thread.
 fn load(
     rt: tokio::runtime::Handle,
     lake: benchlake_core::lake::Lake,
+    files: Vec<crate::model::CommittedFile>,
     run_id: String,
     source: Option<String>,
     perm: usize,
@@ -133,18 +177,29 @@ fn load(
     }
     sources.sort();
     sources.dedup();
-    if let Some(s) = &source
-        && !sources.contains(s)
-    {
-        return Err(format!(
-            "not found: run {run_id} has no LinkTest file '{s}'"
-        ));
+    let chosen = match &source {
+        Some(s) if !sources.contains(s) => {
+            return Err(format!(
+                "not found: run {run_id} has no LinkTest file '{s}'"
+            ));
+        }
+        Some(s) => s.clone(),
+        None => sources
+            .first()
+            .cloned()
+            .ok_or_else(|| format!("not found: run {run_id}: no linktest_runs rows"))?,
+    };
+    let pairs = Arc::new(rt.block_on(Pairs::open(&lake, &files, &chosen))?);
+    let mut values = rt.block_on(pairs.permutations())?;
+    if values.is_empty() {
+        values.push(0);
     }
     let (run, chosen) = rt
-        .block_on(benchlake_analysis::linktest_lake::load_run(
+        .block_on(benchlake_analysis::linktest_lake::load_run_meta(
             &lake,
             &run_id,
-            source.as_deref(),
+            Some(&chosen),
+            &values,
         ))
         .map_err(|e| match e {
             benchlake_analysis::linktest_lake::LakeRunError::NotFound { .. } => {
@@ -160,31 +215,27 @@ fn load(
         title: format!("LinkTest run {run_id}"),
         ..Default::default()
     };
-    let summary = report::summarize(&run, &opts).map_err(|e| format!("not found: {e}"))?;
+    let value = *values.get(perm).ok_or_else(|| {
+        format!(
+            "not found: {}",
+            report::ReportError::NoPermutation(perm, permutations)
+        )
+    })?;
+    let streamed = summarize_streamed(&run, &opts, |sink| {
+        rt.block_on(pairs.stream(value, None, sink)).map(|_| ())
+    })
+    .map_err(|e| match e {
+        StreamError::Report(e) => format!("not found: {e}"),
+        e => e.to_string(),
+    })?;
     let n = run.num_tasks;
-    let p = run
-        .permutations
-        .get(perm)
-        .ok_or_else(|| format!("not found: permutation {perm}"))?;
-    let times: Vec<f32> = p
-        .times
-        .iter()
-        .zip(&p.steps)
-        .enumerate()
-        .map(|(k, (t, s))| {
-            if k / n.max(1) == k % n.max(1) || (*t == 0.0 && *s == 0) {
-                f32::NAN
-            } else {
-                *t as f32
-            }
-        })
-        .collect();
-    let retests = p
+    let retests = run.permutations[perm]
         .slow_links
         .iter()
         .filter_map(|s| s.retest_time_s.map(|r| ((s.from_rank, s.to_rank), r)))
         .collect();
     drop(run);
+    let summary = streamed.summary;
     let index: HashMap<&str, u32> = summary
         .hosts
         .iter()
@@ -209,15 +260,18 @@ fn load(
         permutation: perm,
         permutations,
         n,
-        times,
+        slowest_of_cell: streamed.slowest_of_cell,
+        hot_total: streamed.hot_total,
         host_of,
         retests,
         png: bytes::Bytes::from(png),
         summary,
         load_ms: t0.elapsed().as_secs_f64() * 1e3,
+        passes: streamed.passes,
+        pairs: Some((pairs, value)),
     };
     let size = view.bytes();
-    tracing::info!(run = %run_id, ranks = n, ms = view.load_ms as u64, "dashboard: LinkTest view derived");
+    tracing::info!(run = %run_id, ranks = n, passes = view.passes, ms = view.load_ms as u64, "dashboard: LinkTest view derived");
     Ok((view, size))
 }
 
@@ -278,6 +332,11 @@ impl Window {
         }
     }
 
+    /// Whether pair (from, to) is inside the window.
+    fn contains(&self, from: usize, to: usize) -> bool {
+        from >= self.r0 && to >= self.c0 && from < self.r0 + self.span && to < self.c0 + self.span
+    }
+
     /// Whether this is the whole matrix of `n` ranks.
     fn whole(&self, n: usize) -> bool {
         self.r0 == 0 && self.c0 == 0 && self.span >= n
@@ -293,19 +352,50 @@ impl Window {
     }
 }
 
-/// The window's cells (`side`², row-major): the slowest pair of each
-/// `bin`×`bin` block, NaN where nothing was measured.
-pub fn window_cells(v: &LinkTestView, w: &Window) -> Vec<f64> {
-    let mut m = vec![f64::NAN; w.side * w.side];
-    for i in 0..w.span {
-        for j in 0..w.span {
-            if let Some(t) = v.time(w.r0 + i, w.c0 + j) {
-                let c = &mut m[(i / w.bin) * w.side + j / w.bin];
-                *c = if c.is_nan() { t } else { c.max(t) };
-            }
-        }
-    }
-    m
+/// The cells of the zoomed window `w` of view `v` (cache key `key`): one
+/// pass over the pairs of the window's rows, kept in the view cache. At
+/// most [`MATRIX_PX`]² cells whatever the window's span.
+async fn zoomed(
+    h: &Http,
+    v: &Arc<LinkTestView>,
+    key: &str,
+    w: Window,
+) -> Result<Arc<WindowCells>, String> {
+    let (pairs, value) = v
+        .pairs
+        .clone()
+        .ok_or("this view has no pairs to zoom into")?;
+    let n = v.n;
+    let rt = tokio::runtime::Handle::current();
+    h.views()
+        .get(
+            format!("{key}|window|{}|{}|{}", w.r0, w.c0, w.span),
+            move || {
+                let t0 = Instant::now();
+                let c = Cells {
+                    r0: w.r0,
+                    c0: w.c0,
+                    span: w.span,
+                    bin: w.bin,
+                    side: w.side,
+                };
+                let (cells, arg) = window_streamed(n, c, |sink| {
+                    rt.block_on(pairs.stream(value, Some(w.r0..w.r0 + w.span), sink))
+                        .map(|_| ())
+                })
+                .map_err(|e| e.to_string())?;
+                tracing::debug!(
+                    r0 = w.r0,
+                    c0 = w.c0,
+                    span = w.span,
+                    ms = t0.elapsed().as_millis() as u64,
+                    "dashboard: LinkTest window derived"
+                );
+                let bytes = cells.len() * 16 + 256;
+                Ok((WindowCells { w, cells, arg }, bytes))
+            },
+        )
+        .await
 }
 
 impl Query {
@@ -385,7 +475,7 @@ async fn view(
     uri: &Uri,
     id: &str,
     api: bool,
-) -> Result<(Arc<LinkTestView>, RunData, Query), Response> {
+) -> Result<(Arc<LinkTestView>, RunData, Query, String), Response> {
     access(h, headers, &pages::path_and_query(uri), api)?;
     if let Some(r) = pages::validate_id(h, headers, id) {
         return Err(r);
@@ -401,6 +491,12 @@ async fn view(
         cache::fingerprint(&d.files, TABLES)
     );
     let (lake, run_id, source, perm) = (c.lake.clone(), id.to_string(), q.source.clone(), q.perm);
+    let files: Vec<crate::model::CommittedFile> = d
+        .files
+        .iter()
+        .filter(|f| f.table == super::linktest_pairs::TABLE)
+        .cloned()
+        .collect();
     let rt = tokio::runtime::Handle::current();
     // A file or permutation the run does not have is remembered, so asking
     // again does not read the run's tables again.
@@ -410,10 +506,12 @@ async fn view(
     }
     match h
         .views()
-        .get(key, move || load(rt, lake, run_id, source, perm))
+        .get(key.clone(), move || {
+            load(rt, lake, files, run_id, source, perm)
+        })
         .await
     {
-        Ok(v) => Ok((v, d, q)),
+        Ok(v) => Ok((v, d, q, key)),
         Err(e) => {
             if let Some(m) = e.strip_prefix("not found: ") {
                 h.views().put(missing, m.to_string(), 256 + m.len());
@@ -440,7 +538,7 @@ pub async fn matrix_png(
     uri: Uri,
     Path(id): Path<String>,
 ) -> Response {
-    let (v, _, q) = match view(&h, &headers, &uri, &id, true).await {
+    let (v, _, q, key) = match view(&h, &headers, &uri, &id, true).await {
         Ok(x) => x,
         Err(r) => return r,
     };
@@ -448,15 +546,19 @@ pub async fn matrix_png(
     let png = if w.whole(v.n) {
         Ok(v.png.clone())
     } else {
-        // A zoomed window (at most 640² pixels): drawn per request, off the runtime.
-        tokio::task::spawn_blocking(move || {
-            report::matrix_png(w.side, &window_cells(&v, &w), Scale::of(&v.summary))
-                .map(bytes::Bytes::from)
-                .map_err(|e| e.to_string())
-        })
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|r| r)
+        // A zoomed window (at most 640² pixels): its cells from one pass,
+        // drawn off the runtime.
+        match zoomed(&h, &v, &key, w).await {
+            Ok(c) => tokio::task::spawn_blocking(move || {
+                report::matrix_png(w.side, &c.cells, Scale::of(&v.summary))
+                    .map(bytes::Bytes::from)
+                    .map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r),
+            Err(e) => Err(e),
+        }
     };
     super::html::png_response(png)
 }
@@ -477,7 +579,7 @@ pub async fn pair_json(
         )
             .into_response()
     };
-    let (v, _, q) = match view(&h, &headers, &uri, &id, true).await {
+    let (v, _, q, key) = match view(&h, &headers, &uri, &id, true).await {
         Ok(x) => x,
         Err(r) => {
             let code = r.status();
@@ -496,42 +598,56 @@ pub async fn pair_json(
             serde_json::json!({"error": format!("from, to: ranks are 0..{}", v.n)}),
         );
     }
-    json(
-        StatusCode::OK,
-        pair_value(&v, from, to, &Window::of(&q, v.n)),
-    )
+    let w = Window::of(&q, v.n);
+    if !w.contains(from, to) {
+        return json(
+            StatusCode::BAD_REQUEST,
+            serde_json::json!({"error": format!(
+                "from, to: ranks are {}..{} and {}..{} in this window",
+                w.r0, w.r0 + w.span, w.c0, w.c0 + w.span
+            )}),
+        );
+    }
+    if w.whole(v.n) {
+        return json(StatusCode::OK, pair_value(&v, from, to, v.whole()));
+    }
+    match zoomed(&h, &v, &key, w).await {
+        Ok(c) => json(StatusCode::OK, pair_value(&v, from, to, c.cells())),
+        Err(e) => {
+            tracing::warn!(run = %id, error = %e, "dashboard: cannot derive the LinkTest window");
+            json(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                serde_json::json!({"error": format!("cannot read the run's pairs: {e}")}),
+            )
+        }
+    }
 }
 
-/// The JSON of pair (from, to): its time, bandwidth, hosts, retest, and
-/// the line the page shows. When the image bins ranks (more than
-/// [`MATRIX_PX`]), the pair is the slowest of the block (the pixel) holding
-/// (from, to), which is what coloured that pixel, and `block` gives the
-/// block's rank ranges.
-pub fn pair_value(v: &LinkTestView, from: usize, to: usize, w: &Window) -> serde_json::Value {
-    let bin = w.bin;
+/// The JSON of pair (from, to) of the window `c` (which holds it): its
+/// time, bandwidth, hosts, retest, and the line the page shows. When the
+/// image bins ranks (more than [`MATRIX_PX`] in the window), the pair is the
+/// slowest of the block (the pixel) holding (from, to), which is what
+/// coloured that pixel, and `block` gives the block's rank ranges.
+pub fn pair_value(v: &LinkTestView, from: usize, to: usize, c: CellsRef<'_>) -> serde_json::Value {
+    let w = c.w;
+    let bin = w.bin.max(1);
+    let k = (from.saturating_sub(w.r0) / bin) * w.side + to.saturating_sub(w.c0) / bin;
+    let t = c.cells.get(k).copied().filter(|t| !t.is_nan());
     let mut block = serde_json::Value::Null;
     let mut prefix = String::new();
     let (from, to) = if bin > 1 {
         let bi = w.r0 + from.saturating_sub(w.r0) / bin * bin;
         let bj = w.c0 + to.saturating_sub(w.c0) / bin * bin;
         let (ei, ej) = ((bi + bin).min(v.n), (bj + bin).min(v.n));
-        let mut best: Option<(f64, usize, usize)> = None;
-        for i in bi..ei {
-            for j in bj..ej {
-                if let Some(t) = v.time(i, j)
-                    && best.is_none_or(|b| t > b.0)
-                {
-                    best = Some((t, i, j));
-                }
-            }
-        }
         block = serde_json::json!({"from": [bi, ei - 1], "to": [bj, ej - 1]});
         prefix = format!("ranks {bi}–{} → {bj}–{}, slowest: ", ei - 1, ej - 1);
-        best.map(|(_, i, j)| (i, j)).unwrap_or((from, to))
+        match (t, c.arg.get(k)) {
+            (Some(_), Some((i, j))) => (*i as usize, *j as usize),
+            _ => (from, to),
+        }
     } else {
         (from, to)
     };
-    let t = v.time(from, to);
     let retest = v.retests.get(&(from, to)).copied();
     let size = v.summary.message_size;
     let mut text = format!(
@@ -571,7 +687,7 @@ pub async fn page(
     if let Some(r) = super::linktest_hosts::page(&h, &headers, &uri, &id, t0).await {
         return r;
     }
-    let (v, d, q) = match view(&h, &headers, &uri, &id, false).await {
+    let (v, d, q, _) = match view(&h, &headers, &uri, &id, false).await {
         Ok(x) => x,
         Err(r) => return r,
     };
@@ -587,7 +703,13 @@ pub async fn page(
         &Chrome::of(&h, &headers).at("/runs"),
         &format!(
             "{body}{}",
-            pages::footer(t0, &format!(" · view derived in {:.0} ms", v.load_ms))
+            pages::footer(
+                t0,
+                &format!(
+                    " · view derived in {:.0} ms ({} passes over the pairs)",
+                    v.load_ms, v.passes
+                )
+            )
         ),
     ))
     .into_response()
@@ -780,11 +902,11 @@ fn render(v: &LinkTestView, id: &str, q: &Query, checks: &[crate::verdicts::Chec
             );
         }
         b.push_str("</tbody></table>");
-        if s.hot_host_pairs.len() > 50 {
+        if v.hot_total > 50 {
             let _ = write!(
                 b,
                 "<p class=\"muted\">and {} more host pairs.</p>",
-                s.hot_host_pairs.len() - 50
+                v.hot_total - 50
             );
         }
     }
@@ -827,398 +949,66 @@ pub(super) fn checks_section(checks: &[crate::verdicts::CheckRow], id: &str) -> 
     b
 }
 
-/// A tick step of 1, 2 or 5 × 10^k giving at most `max` ticks over `n`.
-fn nice_step(n: usize, max: usize) -> usize {
-    let mut step = 1;
-    loop {
-        for m in [1, 2, 5] {
-            if n.div_ceil(step * m) <= max {
-                return step * m;
-            }
-        }
-        step *= 10;
-    }
-}
-
-/// `s` shortened to `max` characters with an ellipsis.
-fn short(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_string()
-    } else {
-        let mut o: String = s.chars().take(max.saturating_sub(1)).collect();
-        o.push('…');
-        o
-    }
-}
-
-/// The matrix figure: the image, rank ticks on top and left, host labels at
-/// the left, host boundaries, the colour legend.
-fn matrix_svg(v: &LinkTestView, img: &str, api: &str, win: &Window, zoom: &str) -> String {
-    let s = &v.summary;
-    let n = win.span.max(1);
-    let (r0, c0) = (win.r0, win.c0);
-    // Zooming in: a window of an eighth of this one, at least 32 ranks.
-    let zspan = (n / 8).max(32).min(v.n);
-    let (l, t) = (170.0, 34.0);
-    // Below the matrix: the column hosts, rotated.
-    let (w, hgt) = (l + MS + 110.0, t + MS + 96.0);
-    // Position of a row (rank r, absolute) and of a column along the axes.
-    let pos = |r: f64| (r - r0 as f64) / n as f64 * MS;
-    let cpos = |c: f64| (c - c0 as f64) / n as f64 * MS;
-    let inside = |r: usize, c: usize| r >= r0 && r < r0 + n && c >= c0 && c < c0 + n;
-    let mut o = String::with_capacity(16 * 1024);
-    let _ = write!(
-        o,
-        "<svg class=\"lt-matrix\" id=\"lt-matrix-svg\" width=\"{w}\" height=\"{hgt}\" viewBox=\"0 0 {w} {hgt}\" role=\"img\" aria-label=\"pair matrix of {n} ranks\">\
-         <text x=\"{}\" y=\"11\" class=\"ax\" text-anchor=\"middle\">to rank</text>\
-         <text x=\"12\" y=\"{}\" class=\"ax\" text-anchor=\"middle\" transform=\"rotate(-90 12 {})\">from rank (host)</text>\
-         <rect x=\"{l}\" y=\"{t}\" width=\"{MS}\" height=\"{MS}\" fill=\"#eeeeee\"/>\
-         <image id=\"lt-matrix\" href=\"{}\" x=\"{l}\" y=\"{t}\" width=\"{MS}\" height=\"{MS}\" preserveAspectRatio=\"none\" data-n=\"{n}\" data-r0=\"{r0}\" data-c0=\"{c0}\" data-total=\"{}\" data-bin=\"{}\" data-side=\"{}\" data-api=\"{}\"{}/>",
-        l + MS / 2.0,
-        t + MS / 2.0,
-        t + MS / 2.0,
-        esc(img),
-        v.n,
-        win.bin,
-        win.side,
-        esc(api),
-        if win.bin > 1 {
-            format!(" data-zoom=\"{}\" data-zspan=\"{zspan}\"", esc(zoom))
-        } else {
-            String::new()
-        }
-    );
-    // Host boundaries (when they stay apart).
-    let bounds = &s.host_boundaries;
-    let shown = bounds
-        .iter()
-        .skip(1)
-        .filter(|(r, _)| (*r > r0 && *r < r0 + n) || (*r > c0 && *r < c0 + n))
-        .count();
-    if shown > 0 && MS / shown as f64 >= 3.0 {
-        let class = if shown > 32 { "hb many" } else { "hb" };
-        for (r, _) in bounds.iter().skip(1) {
-            if *r > c0 && *r < c0 + n {
-                let x = l + cpos(*r as f64);
-                let _ = write!(
-                    o,
-                    "<line x1=\"{x:.1}\" y1=\"{t}\" x2=\"{x:.1}\" y2=\"{}\" class=\"{class}\"/>",
-                    t + MS
-                );
-            }
-            if *r > r0 && *r < r0 + n {
-                let y = t + pos(*r as f64);
-                let _ = write!(
-                    o,
-                    "<line x1=\"{l}\" y1=\"{y:.1}\" x2=\"{}\" y2=\"{y:.1}\" class=\"{class}\"/>",
-                    l + MS
-                );
-            }
-        }
-    }
-    // Rings around the five slowest pairs (a single slow pixel is easy to miss).
-    for p in s
-        .slowest
-        .iter()
-        .take(5)
-        .filter(|p| inside(p.from_rank, p.to_rank))
-    {
-        let _ = write!(
-            o,
-            "<circle class=\"slowmark\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"6\"/>",
-            l + cpos(p.to_rank as f64 + 0.5),
-            t + pos(p.from_rank as f64 + 0.5)
-        );
-    }
-    // The hovered cell (placed by the script).
-    o.push_str(
-        "<rect id=\"lt-cursor\" class=\"cursor\" x=\"0\" y=\"0\" width=\"0\" height=\"0\"/>",
-    );
-    // Rank ticks.
-    let step = nice_step(n, 10);
-    for k in 0..=n / step {
-        // Columns from c0, rows from r0, each at the multiples of the step.
-        let c = c0.div_ceil(step) * step + k * step;
-        if c < c0 + n {
-            let x = l + cpos(c as f64 + 0.5);
-            let _ = write!(
-                o,
-                "<line x1=\"{x:.1}\" y1=\"{}\" x2=\"{x:.1}\" y2=\"{t}\" class=\"tick\"/><text x=\"{x:.1}\" y=\"{}\" class=\"tk\" text-anchor=\"middle\">{c}</text>",
-                t - 4.0,
-                t - 7.0,
-            );
-        }
-        let r = r0.div_ceil(step) * step + k * step;
-        if r < r0 + n {
-            let y = t + pos(r as f64 + 0.5);
-            let _ = write!(
-                o,
-                "<line x1=\"{}\" y1=\"{y:.1}\" x2=\"{l}\" y2=\"{y:.1}\" class=\"tick\"/><text x=\"{}\" y=\"{:.1}\" class=\"tk\" text-anchor=\"end\">{r}</text>",
-                l - 4.0,
-                l - 6.0,
-                y + 3.5,
-            );
-        }
-    }
-    // Host labels, thinned so that they never overlap (12 px apart).
-    let mut last = f64::NEG_INFINITY;
-    for (k, (start, host)) in bounds.iter().enumerate() {
-        let end = bounds.get(k + 1).map(|x| x.0).unwrap_or(v.n);
-        // The part of the host's block inside the window's rows.
-        let (a, z) = ((*start).max(r0), end.min(r0 + n));
-        if a >= z {
-            continue;
-        }
-        let y = t + pos((a + z) as f64 / 2.0);
-        if y - last < 12.0 {
-            continue;
-        }
-        last = y;
-        let _ = write!(
-            o,
-            "<text x=\"{}\" y=\"{:.1}\" class=\"host\" text-anchor=\"end\"><title>{} (ranks {}–{})</title>{}</text>",
-            l - 36.0,
-            y + 3.5,
-            esc(host),
-            start,
-            end - 1,
-            esc(&short(host, 16))
-        );
-    }
-    // The columns' hosts below the matrix, the same way.
-    let mut last = f64::NEG_INFINITY;
-    for (k, (start, host)) in bounds.iter().enumerate() {
-        let end = bounds.get(k + 1).map(|x| x.0).unwrap_or(v.n);
-        let (a, z) = ((*start).max(c0), end.min(c0 + n));
-        if a >= z {
-            continue;
-        }
-        let x = l + cpos((a + z) as f64 / 2.0);
-        if x - last < 12.0 {
-            continue;
-        }
-        last = x;
-        let y = t + MS + 8.0;
-        let _ = write!(
-            o,
-            "<text x=\"{:.1}\" y=\"{y:.1}\" class=\"host\" text-anchor=\"end\" transform=\"rotate(-60 {:.1} {y:.1})\"><title>{} (ranks {}–{})</title>{}</text>",
-            x + 3.0,
-            x + 3.0,
-            esc(host),
-            start,
-            end - 1,
-            esc(&short(host, 16))
-        );
-    }
-    // Legend.
-    let scale = Scale::of(s);
-    let (lx, ly, lh) = (l + MS + 18.0, t, MS * 0.6);
-    const LEVELS: usize = 48;
-    for k in 0..LEVELS {
-        let f = 1.0 - (k as f64 + 0.5) / LEVELS as f64;
-        let [rr, gg, bb] = report::ramp_rgb(f);
-        let _ = write!(
-            o,
-            "<rect x=\"{lx}\" y=\"{:.2}\" width=\"14\" height=\"{:.2}\" fill=\"#{rr:02x}{gg:02x}{bb:02x}\"/>",
-            ly + lh * k as f64 / LEVELS as f64,
-            lh / LEVELS as f64 + 0.3
-        );
-    }
-    for f in [1.0, 0.75, 0.5, 0.25, 0.0] {
-        let _ = write!(
-            o,
-            "<text x=\"{}\" y=\"{:.1}\" class=\"tk\">{}</text>",
-            lx + 18.0,
-            ly + lh * (1.0 - f) + 3.5,
-            esc(&rfmt::time(scale.value(f)))
-        );
-    }
-    let _ = write!(
-        o,
-        "<rect x=\"{lx}\" y=\"{}\" width=\"14\" height=\"10\" fill=\"#eeeeee\" stroke=\"#999\" stroke-width=\"0.5\"/><text x=\"{}\" y=\"{}\" class=\"tk\">not measured</text></svg>",
-        ly + lh + 14.0,
-        lx + 18.0,
-        ly + lh + 23.0
-    );
-    o
-}
-
-/// The histogram: one bar per bin with its range and count as tooltip, the
-/// time axis, the threshold.
-fn histogram_svg(s: &Summary) -> String {
-    let h = &s.histogram;
-    let bins = h.counts.len().max(1);
-    let (l, t, w, hh) = (56.0, 12.0, 760.0, 180.0);
-    let maxc = h.counts.iter().copied().max().unwrap_or(0).max(1);
-    let mut o = String::with_capacity(8 * 1024);
-    let _ = write!(
-        o,
-        "<svg class=\"chart\" id=\"lt-hist\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" role=\"img\" aria-label=\"histogram of pair times\">",
-        l + w + 20.0,
-        t + hh + 44.0,
-        l + w + 20.0,
-        t + hh + 44.0
-    );
-    let bw = w / bins as f64;
-    for (k, c) in h.counts.iter().enumerate() {
-        let bh = *c as f64 / maxc as f64 * hh;
-        let (a, z) = (
-            h.edges.get(k).copied().unwrap_or(0.0),
-            h.edges.get(k + 1).copied().unwrap_or(0.0),
-        );
-        let _ = write!(
-            o,
-            "<rect class=\"bar\" x=\"{:.2}\" y=\"{:.2}\" width=\"{:.2}\" height=\"{:.2}\"><title>{} – {}: {} pairs</title></rect>",
-            l + k as f64 * bw + 0.5,
-            t + hh - bh,
-            (bw - 1.0).max(0.5),
-            bh.max(if *c > 0 { 1.0 } else { 0.0 }),
-            esc(&rfmt::time(a)),
-            esc(&rfmt::time(z)),
-            rfmt::int(*c as u64)
-        );
-    }
-    // Axes: counts at the left, times below.
-    let _ = write!(
-        o,
-        "<line x1=\"{l}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"axis\"/><line x1=\"{l}\" y1=\"{t}\" x2=\"{l}\" y2=\"{}\" class=\"axis\"/>\
-         <text x=\"{}\" y=\"{}\" class=\"tk\" text-anchor=\"end\">{}</text><text x=\"{}\" y=\"{}\" class=\"tk\" text-anchor=\"end\">0</text>\
-         <text x=\"14\" y=\"{}\" class=\"ax\" text-anchor=\"middle\" transform=\"rotate(-90 14 {})\">pairs</text>",
-        t + hh,
-        l + w,
-        t + hh,
-        t + hh,
-        l - 4.0,
-        t + 8.0,
-        rfmt::int(maxc as u64),
-        l - 4.0,
-        t + hh,
-        t + hh / 2.0,
-        t + hh / 2.0
-    );
-    for k in (0..=bins).step_by((bins / 5).max(1)) {
-        let x = l + k as f64 * bw;
-        let _ = write!(
-            o,
-            "<line x1=\"{x:.1}\" y1=\"{}\" x2=\"{x:.1}\" y2=\"{}\" class=\"tick\"/><text x=\"{x:.1}\" y=\"{}\" class=\"tk\" text-anchor=\"middle\">{}</text>",
-            t + hh,
-            t + hh + 4.0,
-            t + hh + 16.0,
-            esc(&rfmt::time(h.edges.get(k).copied().unwrap_or(0.0)))
-        );
-    }
-    let _ = write!(
-        o,
-        "<text x=\"{}\" y=\"{}\" class=\"ax\" text-anchor=\"middle\">pair time ({} bins)</text>",
-        l + w / 2.0,
-        t + hh + 36.0,
-        if h.log { "logarithmic" } else { "linear" }
-    );
-    // The threshold of the host-pair list.
-    let first = h.edges.first().copied().unwrap_or(0.0);
-    let lastv = h.edges.last().copied().unwrap_or(0.0);
-    let f = if h.log && first > 0.0 && s.threshold_s > 0.0 && lastv > first {
-        (s.threshold_s / first).ln() / (lastv / first).ln()
-    } else if lastv > first {
-        (s.threshold_s - first) / (lastv - first)
-    } else {
-        -1.0
-    };
-    if (0.0..=1.0).contains(&f) {
-        let x = l + f * w;
-        let _ = write!(
-            o,
-            "<line x1=\"{x:.1}\" y1=\"{t}\" x2=\"{x:.1}\" y2=\"{}\" class=\"thr\"/><text x=\"{:.1}\" y=\"{}\" class=\"tk thr-l\">2× median {}</text>",
-            t + hh,
-            x + 4.0,
-            t + 10.0,
-            esc(&rfmt::time(s.threshold_s))
-        );
-    }
-    o.push_str("</svg>");
-    o
-}
-
-/// The host×host matrix of the slowest pair (a tooltip per cell with the
-/// slowest and mean time), up to [`MAX_HOSTS`] hosts.
-fn host_svg(s: &Summary) -> String {
-    let nh = s.hosts.len();
-    if nh == 0 {
-        return String::new();
-    }
-    if nh > MAX_HOSTS {
-        return format!(
-            "<p class=\"muted\">{} hosts: the host matrix is drawn up to {MAX_HOSTS} hosts; the list below names the slow host pairs.</p>",
-            rfmt::int(nh as u64)
-        );
-    }
-    let cell = (480.0 / nh as f64).clamp(4.0, 28.0);
-    let labels = cell >= 10.0;
-    let l = if labels { 130.0 } else { 10.0 };
-    let t = if labels { 110.0 } else { 10.0 };
-    let side = cell * nh as f64;
-    let scale = Scale::of(s);
-    let mut o = String::with_capacity(nh * nh * 160 + 1024);
-    let _ = write!(
-        o,
-        "<svg class=\"chart\" id=\"lt-hosts\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" role=\"img\" aria-label=\"host by host matrix\">",
-        l + side + 10.0,
-        t + side + 10.0
-    );
-    for a in 0..nh {
-        for z in 0..nh {
-            let k = a * nh + z;
-            let max = s.host_matrix_max.get(k).copied().unwrap_or(f64::NAN);
-            let mean = s.host_matrix_mean.get(k).copied().unwrap_or(f64::NAN);
-            let fill = if max.is_nan() {
-                "#eeeeee".to_string()
-            } else {
-                let [r, g, b] = report::ramp_rgb(scale.norm(max));
-                format!("#{r:02x}{g:02x}{b:02x}")
-            };
-            let tip = if max.is_nan() {
-                "no pair measured".to_string()
-            } else {
-                format!("slowest {}, mean {}", rfmt::time(max), rfmt::time(mean))
-            };
-            let _ = write!(
-                o,
-                "<rect x=\"{:.2}\" y=\"{:.2}\" width=\"{:.2}\" height=\"{:.2}\" fill=\"{fill}\"><title>{} → {}: {}</title></rect>",
-                l + z as f64 * cell,
-                t + a as f64 * cell,
-                cell - 0.5,
-                cell - 0.5,
-                esc(&s.hosts[a]),
-                esc(&s.hosts[z]),
-                esc(&tip)
-            );
-        }
-    }
-    if labels {
-        for (k, host) in s.hosts.iter().enumerate() {
-            let c = k as f64 * cell + cell / 2.0;
-            let _ = write!(
-                o,
-                "<text x=\"{}\" y=\"{:.1}\" class=\"host\" text-anchor=\"end\">{}</text><text x=\"{:.1}\" y=\"{}\" class=\"host\" transform=\"rotate(-60 {:.1} {})\">{}</text>",
-                l - 4.0,
-                t + c + 3.5,
-                esc(&short(host, 18)),
-                l + c + 3.0,
-                t - 4.0,
-                l + c + 3.0,
-                t - 4.0,
-                esc(&short(host, 18))
-            );
-        }
-    }
-    o.push_str("</svg>");
-    o
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dashboard::linktest_svg::{nice_step, short};
     use std::path::Path as FsPath;
+
+    /// The dense pairs of `run`'s first permutation, streamed row-major.
+    fn pass_of(
+        run: &benchlake_formats::linktest::LinkTestRun,
+    ) -> impl FnMut(&mut benchlake_analysis::linktest_report::stream::Sink<'_>) -> Result<(), String>
+    {
+        let p = run.permutations[0].clone();
+        let n = run.num_tasks;
+        move |f| {
+            for i in 0..n {
+                for j in (0..n).filter(|j| *j != i) {
+                    f(i, j, p.times[i * n + j], p.steps[i * n + j]);
+                }
+            }
+            Ok(())
+        }
+    }
+
+    fn view_of(run: &benchlake_formats::linktest::LinkTestRun, per_host: usize) -> LinkTestView {
+        let s = summarize_streamed(
+            run,
+            &ReportOptions {
+                max_matrix_cells: MATRIX_PX,
+                top_pairs: TOP_PAIRS,
+                ..Default::default()
+            },
+            pass_of(run),
+        )
+        .unwrap();
+        let summary = s.summary;
+        let p = &run.permutations[0];
+        let n = run.num_tasks;
+        let png =
+            report::matrix_png(summary.matrix.0, &summary.matrix.2, Scale::of(&summary)).unwrap();
+        LinkTestView {
+            source: "raw/X/T/pingpong_results_bin.sion".into(),
+            sources: vec!["raw/X/T/pingpong_results_bin.sion".into()],
+            permutation: 0,
+            permutations: 1,
+            n,
+            host_of: (0..n).map(|r| (r / per_host) as u32).collect(),
+            slowest_of_cell: s.slowest_of_cell,
+            hot_total: s.hot_total,
+            retests: p
+                .slow_links
+                .iter()
+                .filter_map(|s| s.retest_time_s.map(|r| ((s.from_rank, s.to_rank), r)))
+                .collect(),
+            png: png.into(),
+            summary,
+            load_ms: 1.0,
+            passes: s.passes,
+            pairs: None,
+        }
+    }
 
     fn view_of_np16(hosts_of: impl Fn(usize) -> String) -> LinkTestView {
         let p = FsPath::new(concat!(
@@ -1229,42 +1019,7 @@ mod tests {
         for (r, info) in run.ranks.iter_mut().enumerate() {
             info.hostname = hosts_of(r);
         }
-        let summary = report::summarize(
-            &run,
-            &ReportOptions {
-                max_matrix_cells: MATRIX_PX,
-                top_pairs: TOP_PAIRS,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        let p = &run.permutations[0];
-        let n = run.num_tasks;
-        let times = p
-            .times
-            .iter()
-            .enumerate()
-            .map(|(k, t)| if k / n == k % n { f32::NAN } else { *t as f32 })
-            .collect();
-        let png =
-            report::matrix_png(summary.matrix.0, &summary.matrix.2, Scale::of(&summary)).unwrap();
-        LinkTestView {
-            source: "raw/X/T/pingpong_results_bin.sion".into(),
-            sources: vec!["raw/X/T/pingpong_results_bin.sion".into()],
-            permutation: 0,
-            permutations: 1,
-            n,
-            host_of: (0..n).map(|r| (r / 8) as u32).collect(),
-            times,
-            retests: p
-                .slow_links
-                .iter()
-                .filter_map(|s| s.retest_time_s.map(|r| ((s.from_rank, s.to_rank), r)))
-                .collect(),
-            png: png.into(),
-            summary,
-            load_ms: 1.0,
-        }
+        view_of(&run, 8)
     }
 
     #[test]
@@ -1272,8 +1027,8 @@ mod tests {
         let v = view_of_np16(|r| format!("n{}<x>", r / 8));
         assert_eq!(report::png_size(&v.png).unwrap(), (16, 16));
         // The slowest pair of the real file: 9 → 12, 5.01 ms, retested at 32.2 µs.
-        let whole = Window::of(&Query::default(), v.n);
-        let j = pair_value(&v, 9, 12, &whole);
+        let whole = v.whole();
+        let j = pair_value(&v, 9, 12, whole);
         assert_eq!(
             j["time_s"].as_f64().unwrap(),
             "0.0050112479366362095".parse::<f64>().unwrap()
@@ -1284,10 +1039,10 @@ mod tests {
             "from rank 9 (n1<x>) → to rank 12 (n1<x>): 5.01 ms (817 kB/s); serial retest 32.2 µs"
         );
         assert_eq!(
-            pair_value(&v, 3, 3, &whole)["time_s"],
+            pair_value(&v, 3, 3, whole)["time_s"],
             serde_json::Value::Null
         );
-        assert!(v.time(16, 0).is_none() && v.time(0, 16).is_none());
+        assert!(!whole.w.contains(16, 0) && !whole.w.contains(0, 16));
 
         let page = render(&v, "01JD3Q6Z5YV9C2M4T8N0R7K1PX", &Query::default(), &[]);
         // Host names are escaped everywhere; the slowest pair and its retest are listed.
@@ -1315,63 +1070,72 @@ mod tests {
 
     #[test]
     fn binned_matrices_hover_the_slowest_pair_of_the_block() {
-        // 1,300 ranks: the image bins 3×3 ranks per pixel.
+        // 1,300 ranks on one host: the image bins 3×3 ranks per pixel; the
+        // planted slowest pair is 1 → 1299, retested.
         let n = 1300;
-        let mut times = vec![1e-6f32; n * n];
-        for k in 0..n {
-            times[k * n + k] = f32::NAN;
-        }
-        times[n + 1299] = 3e-4;
-        let mut v = view_of_np16(|_| "h".into());
-        v.n = n;
-        v.times = times;
-        v.host_of = vec![0; n];
-        v.summary.hosts = vec!["h".into()];
-        v.summary.matrix = (434, 3, Vec::new());
-        v.retests = [((1, 1299), 4.2e-6)].into_iter().collect();
+        let run = benchlake_formats::linktest::synth::synthetic_run(n, n, 1);
+        let times = run.permutations[0].times.clone();
+        let slowest = f64::from(benchlake_formats::linktest::synth::SLOWEST_PAIR_S as f32);
+        let mut v = view_of(&run, n);
+        assert_eq!(v.passes, 2);
         // Anywhere in the pixel of ranks 0–2 × 1299: the slow pair 1 → 1299.
-        let whole = Window::of(&Query::default(), n);
-        assert_eq!((whole.bin, whole.side), (3, 434));
-        let j = pair_value(&v, 0, 1299, &whole);
+        let whole = v.whole();
+        assert_eq!((whole.w.bin, whole.w.side), (3, 434));
+        let j = pair_value(&v, 0, 1299, whole);
         assert_eq!(
             (j["from"].as_u64(), j["to"].as_u64()),
             (Some(1), Some(1299))
         );
+        assert_eq!(j["time_s"].as_f64(), Some(slowest));
         assert_eq!(j["block"]["from"], serde_json::json!([0, 2]));
         assert_eq!(j["block"]["to"], serde_json::json!([1299, 1299]));
         assert_eq!(
             j["text"],
-            "ranks 0–2 → 1299–1299, slowest: from rank 1 (h) → to rank 1299 (h): 300 µs (13.7 MB/s); serial retest 4.20 µs"
+            "ranks 0–2 → 1299–1299, slowest: from rank 1 (node0000) → to rank 1299 (node0000): 317 µs (3.30 GB/s); serial retest 4.20 µs"
         );
-        let j = pair_value(&v, 4, 7, &whole);
+        // Another pixel: the slowest pair of its 3×3 block, which it names.
+        let j = pair_value(&v, 4, 7, whole);
         assert_eq!(j["block"]["from"], serde_json::json!([3, 5]));
-        assert_eq!(j["time_s"].as_f64(), Some(f64::from(1e-6f32)));
+        let best = (3..6)
+            .flat_map(|i| (6..9).map(move |j| (i, j)))
+            .map(|(i, j)| times[i * n + j])
+            .fold(f64::NAN, f64::max);
+        assert_eq!(j["time_s"].as_f64(), Some(best));
+        let (bi, bj) = (
+            j["from"].as_u64().unwrap() as usize,
+            j["to"].as_u64().unwrap() as usize,
+        );
+        assert_eq!(times[bi * n + bj], best);
         // Zoomed to 20 ranks at the top right: one pixel per pair, the slow pair at (1, 19).
         let q = Query::parse("r0=0&c0=1290&span=20").unwrap();
         let w = Window::of(&q, n);
         assert_eq!((w.r0, w.c0, w.span, w.bin, w.side), (0, 1280, 20, 1, 20));
-        let cells = window_cells(&v, &w);
-        assert_eq!(cells[20 + 19], f64::from(3e-4f32));
-        assert_eq!(cells[0], f64::from(1e-6f32));
-        assert_eq!(
-            pair_value(&v, 1, 1299, &w)["block"],
-            serde_json::Value::Null
-        );
+        let c = Cells {
+            r0: w.r0,
+            c0: w.c0,
+            span: w.span,
+            bin: w.bin,
+            side: w.side,
+        };
+        let (cells, arg) = window_streamed(n, c, pass_of(&run)).unwrap();
+        let zoom = WindowCells { w, cells, arg };
+        assert_eq!(zoom.cells[20 + 19], slowest);
+        assert_eq!(zoom.cells[0], times[1280]);
+        let j = pair_value(&v, 1, 1299, zoom.cells());
+        assert_eq!(j["block"], serde_json::Value::Null);
+        assert_eq!(j["time_s"].as_f64(), Some(slowest));
         assert_eq!(w.query(n), "&r0=0&c0=1280&span=20");
-        assert_eq!(whole.query(n), "");
+        assert_eq!(whole.w.query(n), "");
         let svg = matrix_svg(&v, "/m.png", "/api", &w, "/z");
         assert!(svg.contains(
             "data-r0=\"0\" data-c0=\"1280\" data-total=\"1300\" data-bin=\"1\" data-side=\"20\""
         ));
         // The ring of the slow pair (the first of the list) sits in its cell.
-        v.summary.slowest = vec![report::SlowPair {
-            from_rank: 1,
-            to_rank: 1299,
-            from_host: "h".into(),
-            to_host: "h".into(),
-            time_s: 3e-4,
-            retest_time_s: Some(4.2e-6),
-        }];
+        assert_eq!(
+            (v.summary.slowest[0].from_rank, v.summary.slowest[0].to_rank),
+            (1, 1299)
+        );
+        v.summary.slowest.truncate(1);
         let svg = matrix_svg(&v, "/m.png", "/api", &w, "/z");
         assert!(
             svg.contains("<circle class=\"slowmark\" cx=\"794.0\" cy=\"82.0\""),

@@ -284,7 +284,7 @@ pub fn render(v: &HostsView, id: &str, checks: &[crate::verdicts::CheckRow]) -> 
     let matrix = format!("/runs/{}/linktest?matrix=1", esc(id));
     let _ = write!(
         b,
-        "<h1>LinkTest · run {}</h1><p class=\"muted\">{} file(s) · <a href=\"/runs/{}\">run page</a> · from the per-host summary (<code>linktest_host_summary</code>) · <a id=\"lt-matrix-link\" href=\"{matrix}\">pair matrix, histogram and host × host</a> (reads every pair)</p>",
+        "<h1>LinkTest · run {}</h1><p class=\"muted\">{} file(s) · <a href=\"/runs/{}\">run page</a> · from the per-host summary (<code>linktest_host_summary</code>) · <a id=\"lt-matrix-link\" href=\"{matrix}\">pair matrix, histogram and host × host</a> (streams every pair)</p>",
         pages::run_link(id),
         v.sources.len(),
         esc(id),
@@ -342,7 +342,7 @@ pub fn render(v: &HostsView, id: &str, checks: &[crate::verdicts::CheckRow]) -> 
             rfmt::time(r.median_s),
             rfmt::time(r.max_s),
             if r.median_bw.is_finite() {
-                format!("{:.2} GB/s", r.median_bw / 1e9)
+                rfmt::rate(r.median_bw)
             } else {
                 "—".into()
             },

@@ -29,6 +29,8 @@ pub mod io;
 pub mod links;
 pub mod linktest;
 pub mod linktest_hosts;
+pub mod linktest_pairs;
+pub mod linktest_svg;
 pub mod node;
 pub mod oidc;
 pub mod origin;
