@@ -1052,8 +1052,19 @@ fn rows_as_text(lake: &std::path::Path, table: &str, run_id: &str) -> Vec<String
     let mut rows = Vec::new();
     for b in table_batches(lake, table, Some(run_id)) {
         let opts = FormatOptions::default();
-        let cols: Vec<ArrayFormatter> = b
+        // Timestamps without their zone (the formatter knows offsets only).
+        let plain: Vec<arrow::array::ArrayRef> = b
             .columns()
+            .iter()
+            .map(|c| match c.data_type() {
+                arrow::datatypes::DataType::Timestamp(u, Some(_)) => {
+                    arrow::compute::cast(c, &arrow::datatypes::DataType::Timestamp(*u, None))
+                        .unwrap()
+                }
+                _ => c.clone(),
+            })
+            .collect();
+        let cols: Vec<ArrayFormatter> = plain
             .iter()
             .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).unwrap())
             .collect();

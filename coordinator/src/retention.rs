@@ -402,6 +402,7 @@ mod tests {
                     key,
                     bytes: body.len() as u64,
                     sha256: benchlake_core::lake::sha256_hex(&body),
+                    format: "hostinfo".into(),
                 });
             }
             let rep = c.lake.bundle_raw(&run, &members).await.unwrap();

@@ -298,6 +298,7 @@ fn bundle_raw_files(ctx: &JobContext, s: &RecordSpec) -> Result<Vec<String>, Exe
             key: f.key.clone(),
             bytes: f.bytes,
             sha256: f.sha256.clone(),
+            format: f.format.clone(),
         })
         .collect();
     if members.len() < 2 {

@@ -167,7 +167,7 @@ fn a_hostinfo_night_ends_as_one_raw_object_and_the_figures() {
         .sum();
     eprintln!(
         "raw bundles: {nodes} nodes x {nights} nights: raw/ before {before_n} objects, {before_b} bytes \
-         (facts documents: median ~{} bytes); after {after_n} objects, {after_b} bytes \
+         (facts documents: mean {} bytes); after {after_n} objects, {after_b} bytes \
          ({:.1} KB per night); {:.2} s for {nights} record jobs ({:.0} ms per night)",
         facts / (nodes * nights) as u64,
         after_b as f64 / nights as f64 / 1e3,

@@ -10,7 +10,7 @@ pub struct IngestArgs {
     pub kind: Option<String>,
     /// Input files or directories (directories are read recursively). A
     /// run's raw bundle (`raw/RUN_ID/bundle.tar.zst`) is read as its
-    /// members, each with its raw key as `source`.
+    /// members of KIND, each with its raw key as `source`.
     pub paths: Vec<PathBuf>,
     /// Where the lake layout is written: a directory, file:///dir or
     /// s3://bucket[/prefix] (with the --s3-* settings).
@@ -105,8 +105,13 @@ pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {
         let data = std::fs::read(f).with_context(|| format!("{}", f.display()))?;
         let dir = unpacked.path().join(format!("{:05}", inputs.len()));
         let label = f.display().to_string();
-        for (path, key) in benchlake_core::lake::bundle::extract_copy(&label, &data, &dir)? {
-            inputs.push(benchlake_formats::InputFile { path, source: key });
+        let (files, members) = benchlake_core::lake::bundle::extract_copy(&label, &data, &dir)?;
+        // Only the members of this kind (a member of no recorded format is
+        // read too): the nodes' logs ride in the same bundle.
+        for ((path, key), m) in files.into_iter().zip(members) {
+            if m.format.is_empty() || m.format == kind {
+                inputs.push(benchlake_formats::InputFile { path, source: key });
+            }
         }
     }
     let run_id = a.run_id.unwrap_or_else(benchlake_core::ids::new_id);

@@ -64,7 +64,15 @@ pub struct BundleMember {
     pub bytes: u64,
     /// SHA-256, lower-case hex (empty: not known, not checked).
     pub sha256: String,
+    /// Its declared output format (`hostinfo`, `log`; empty: not known),
+    /// kept in the member's PAX header `BENCHLAKE.format`, so that an
+    /// ingest of the bundle reads only its kind's files.
+    pub format: String,
 }
+
+/// The PAX header (a vendor keyword: other tar readers skip it) holding a
+/// member's output format.
+pub const FORMAT_PAX_KEY: &str = "BENCHLAKE.format";
 
 /// What [`Lake::bundle_raw`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,6 +103,16 @@ fn bad(key: &str, offset: u64, message: impl Into<String>) -> Error {
 /// Packs `members` (raw key, content) into the bytes of bundle `bundle_key`.
 /// Every member must be a raw output of the bundle's run, named once.
 pub fn pack(bundle_key: &str, members: &[(String, Bytes)]) -> Result<Vec<u8>> {
+    let m: Vec<(String, String, Bytes)> = members
+        .iter()
+        .map(|(k, d)| (k.clone(), String::new(), d.clone()))
+        .collect();
+    pack_with_formats(bundle_key, &m)
+}
+
+/// [`pack`] of (raw key, output format, content): a non-empty format is
+/// kept in the member's [`FORMAT_PAX_KEY`] header.
+pub fn pack_with_formats(bundle_key: &str, members: &[(String, String, Bytes)]) -> Result<Vec<u8>> {
     let run = layout::parse_raw_bundle_key(bundle_key)
         .ok_or_else(|| Error::invalid("bundle", format!("'{bundle_key}' is not a bundle key")))?;
     let mut seen = std::collections::BTreeSet::new();
@@ -106,7 +124,7 @@ pub fn pack(bundle_key: &str, members: &[(String, Bytes)]) -> Result<Vec<u8>> {
     z.include_checksum(true).map_err(io)?;
     let mut tar = tar::Builder::new(z);
     tar.mode(tar::HeaderMode::Deterministic);
-    for (key, data) in members {
+    for (key, format, data) in members {
         match layout::parse_raw_key(key) {
             Some((r, _, _)) if r == run => {}
             _ => {
@@ -130,6 +148,11 @@ pub fn pack(bundle_key: &str, members: &[(String, Bytes)]) -> Result<Vec<u8>> {
                     data.len()
                 ),
             ));
+        }
+        if !format.is_empty() {
+            layout::validate_name("format", format)?;
+            tar.append_pax_extensions([(FORMAT_PAX_KEY, format.as_bytes())])
+                .map_err(io)?;
         }
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(tar::EntryType::Regular);
@@ -228,14 +251,15 @@ pub fn read_copy(
 
 /// Writes the members of the bundle copy `label` (bytes `data`) as files
 /// under `dir` (`dir/{index:05}/{file}`, so two tasks' files of one name
-/// do not meet); returns each file's path and raw key.
+/// do not meet); returns each file's path and raw key, and the members
+/// (with their formats) in the same order.
 pub fn extract_copy(
     label: &str,
     data: &[u8],
     dir: &Path,
-) -> Result<Vec<(std::path::PathBuf, String)>> {
+) -> Result<(Vec<(std::path::PathBuf, String)>, Vec<BundleMember>)> {
     let mut out = Vec::new();
-    read_copy(label, data, |key, content| {
+    let members = read_copy(label, data, |key, content| {
         let file = layout::parse_raw_key(key)
             .map(|(_, _, f)| f)
             .ok_or_else(|| Error::invalid("bundle member", key.to_string()))?;
@@ -250,7 +274,7 @@ pub fn extract_copy(
         out.push((path, key.to_string()));
         Ok(())
     })?;
-    Ok(out)
+    Ok((out, members))
 }
 
 fn read_as(
@@ -320,6 +344,29 @@ fn read_as(
                     "member '{name}' claims {size} bytes, more than {MAX_MEMBER_BYTES}"
                 )));
             }
+            let format = match entry
+                .pax_extensions()
+                .map_err(|e| here(format!("member '{name}': PAX header: {e}")))?
+            {
+                Some(exts) => {
+                    let mut format = String::new();
+                    for x in exts {
+                        let x = x.map_err(|e| here(format!("member '{name}': PAX header: {e}")))?;
+                        if x.key_bytes() == FORMAT_PAX_KEY.as_bytes() {
+                            let v = String::from_utf8_lossy(x.value_bytes()).into_owned();
+                            if layout::validate_name("format", &v).is_err() {
+                                return Err(here(format!(
+                                    "member '{name}': format '{}' is not a name",
+                                    v.escape_debug().take(80).collect::<String>()
+                                )));
+                            }
+                            format = v;
+                        }
+                    }
+                    format
+                }
+                None => String::new(),
+            };
             let data_at = entry.raw_file_position();
             let mut buf = Vec::with_capacity(size as usize);
             entry
@@ -341,6 +388,7 @@ fn read_as(
                 key: name,
                 bytes: size,
                 sha256: sha256_hex(&buf),
+                format,
             });
         }
     }
@@ -411,6 +459,12 @@ pub fn check_members(
             return Err(wrong(format!(
                 "{k} has {} bytes, {} expected",
                 h.bytes, w.bytes
+            )));
+        }
+        if !w.format.is_empty() && h.format != w.format {
+            return Err(wrong(format!(
+                "{k} is of format '{}', '{}' expected",
+                h.format, w.format
             )));
         }
         if !w.sha256.is_empty() && !h.sha256.eq_ignore_ascii_case(&w.sha256) {
@@ -585,7 +639,7 @@ impl Lake {
         // put, read back and checked.
         if !found {
             let key = key.as_str();
-            let fetched: Vec<Result<(String, Bytes)>> = futures::stream::iter(files)
+            let fetched: Vec<Result<(String, String, Bytes)>> = futures::stream::iter(files)
                 .map(|f| async move {
                     let data = self.get(&f.key).await.map_err(|e| {
                         if not_found(&e) {
@@ -615,14 +669,14 @@ impl Lake {
                             ),
                         ));
                     }
-                    Ok((f.key.clone(), data))
+                    Ok((f.key.clone(), f.format.clone(), data))
                 })
                 .buffered(CONCURRENCY)
                 .collect()
                 .await;
             let members = fetched.into_iter().collect::<Result<Vec<_>>>()?;
             let k = key.to_string();
-            let packed = tokio::task::spawn_blocking(move || pack(&k, &members))
+            let packed = tokio::task::spawn_blocking(move || pack_with_formats(&k, &members))
                 .await
                 .map_err(|e| bad(key, 0, format!("packing: {e}")))??;
             self.put(key, Bytes::from(packed)).await?;

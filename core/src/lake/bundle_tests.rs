@@ -19,6 +19,7 @@ fn expected(files: &[(String, Bytes)]) -> Vec<BundleMember> {
             key: k.clone(),
             bytes: d.len() as u64,
             sha256: sha256_hex(d),
+            format: String::new(),
         })
         .collect()
 }
@@ -69,6 +70,33 @@ fn a_bundle_reads_back_what_was_packed() {
     other[3].sha256 = "00".repeat(32);
     let e = check_members(&key, &got, &other).unwrap_err();
     assert!(e.to_string().contains("SHA-256"), "{e}");
+}
+
+#[test]
+fn formats_ride_in_pax_headers() {
+    let run = new_id();
+    let key = layout::raw_bundle_key(&run).unwrap();
+    let files = outputs(&run, 2);
+    let m = vec![
+        (
+            files[0].0.clone(),
+            "hostinfo".to_string(),
+            files[0].1.clone(),
+        ),
+        (files[1].0.clone(), String::new(), files[1].1.clone()),
+    ];
+    let data = pack_with_formats(&key, &m).unwrap();
+    let got = read(&key, &data, |_, _| Ok(())).unwrap();
+    let formats: Vec<&str> = got.iter().map(|g| g.format.as_str()).collect();
+    assert_eq!(formats, ["hostinfo", ""]);
+    let mut want = expected(&files);
+    want[0].format = "hostinfo".into();
+    check_members(&key, &got, &want).unwrap();
+    want[0].format = "log".into();
+    let e = check_members(&key, &got, &want).unwrap_err().to_string();
+    assert!(e.contains("format 'hostinfo', 'log' expected"), "{e}");
+    let bad = vec![(files[0].0.clone(), "../x".to_string(), files[0].1.clone())];
+    assert!(pack_with_formats(&key, &bad).is_err());
 }
 
 #[test]
@@ -178,7 +206,7 @@ fn a_copy_of_a_bundle_extracts_under_its_raw_keys() {
     let files = outputs(&run, 3);
     let data = pack(&key, &files).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let got = extract_copy("/tmp/copy.tar.zst", &data, dir.path()).unwrap();
+    let (got, _) = extract_copy("/tmp/copy.tar.zst", &data, dir.path()).unwrap();
     assert_eq!(got.len(), 3);
     for ((path, k), (key, body)) in got.iter().zip(&files) {
         assert_eq!(k, key);
