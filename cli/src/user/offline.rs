@@ -105,12 +105,14 @@ pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {
         let data = std::fs::read(f).with_context(|| format!("{}", f.display()))?;
         let dir = unpacked.path().join(format!("{:05}", inputs.len()));
         let label = f.display().to_string();
-        let (files, members) = benchlake_core::lake::bundle::extract_copy(&label, &data, &dir)?;
         // Only the members of this kind (a member of no recorded format is
         // read too): the nodes' logs ride in the same bundle.
-        for ((path, key), m) in files.into_iter().zip(members) {
+        for (path, m) in benchlake_core::lake::bundle::extract_copy(&label, &data, &dir)? {
             if m.format.is_empty() || m.format == kind {
-                inputs.push(benchlake_formats::InputFile { path, source: key });
+                inputs.push(benchlake_formats::InputFile {
+                    path,
+                    source: m.key,
+                });
             }
         }
     }

@@ -251,13 +251,13 @@ pub fn read_copy(
 
 /// Writes the members of the bundle copy `label` (bytes `data`) as files
 /// under `dir` (`dir/{index:05}/{file}`, so two tasks' files of one name
-/// do not meet); returns each file's path and raw key, and the members
-/// (with their formats) in the same order.
+/// do not meet); returns each file's path with its member (raw key,
+/// size, digest, format), in the bundle's order.
 pub fn extract_copy(
     label: &str,
     data: &[u8],
     dir: &Path,
-) -> Result<(Vec<(std::path::PathBuf, String)>, Vec<BundleMember>)> {
+) -> Result<Vec<(std::path::PathBuf, BundleMember)>> {
     let mut out = Vec::new();
     let members = read_copy(label, data, |key, content| {
         let file = layout::parse_raw_key(key)
@@ -271,10 +271,10 @@ pub fn extract_copy(
         std::fs::create_dir_all(&sub).map_err(io)?;
         let path = sub.join(file);
         std::fs::write(&path, content).map_err(io)?;
-        out.push((path, key.to_string()));
+        out.push(path);
         Ok(())
     })?;
-    Ok((out, members))
+    Ok(out.into_iter().zip(members).collect())
 }
 
 fn read_as(

@@ -206,10 +206,10 @@ fn a_copy_of_a_bundle_extracts_under_its_raw_keys() {
     let files = outputs(&run, 3);
     let data = pack(&key, &files).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let (got, _) = extract_copy("/tmp/copy.tar.zst", &data, dir.path()).unwrap();
+    let got = extract_copy("/tmp/copy.tar.zst", &data, dir.path()).unwrap();
     assert_eq!(got.len(), 3);
-    for ((path, k), (key, body)) in got.iter().zip(&files) {
-        assert_eq!(k, key);
+    for ((path, m), (key, body)) in got.iter().zip(&files) {
+        assert_eq!(&m.key, key);
         assert!(path.ends_with("host.json"), "{}", path.display());
         assert_eq!(std::fs::read(path).unwrap(), body.to_vec());
     }
