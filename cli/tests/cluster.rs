@@ -1044,3 +1044,157 @@ async fn a_schedule_is_edited_in_place_and_keeps_its_runs() {
     );
     assert_eq!(again.cron, "30 3 * * *");
 }
+
+/// Every row of `table` of `run_id` under a local lake, each as its columns'
+/// values joined by `|`, sorted.
+fn rows_as_text(lake: &std::path::Path, table: &str, run_id: &str) -> Vec<String> {
+    use arrow::util::display::{ArrayFormatter, FormatOptions};
+    let mut rows = Vec::new();
+    for b in table_batches(lake, table, Some(run_id)) {
+        let opts = FormatOptions::default();
+        // Timestamps without their zone (the formatter knows offsets only).
+        let plain: Vec<arrow::array::ArrayRef> = b
+            .columns()
+            .iter()
+            .map(|c| match c.data_type() {
+                arrow::datatypes::DataType::Timestamp(u, Some(_)) => {
+                    arrow::compute::cast(c, &arrow::datatypes::DataType::Timestamp(*u, None))
+                        .unwrap()
+                }
+                _ => c.clone(),
+            })
+            .collect();
+        let cols: Vec<ArrayFormatter> = plain
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).unwrap())
+            .collect();
+        for i in 0..b.num_rows() {
+            let r: Vec<String> = cols.iter().map(|c| c.value(i).to_string()).collect();
+            rows.push(r.join("|"));
+        }
+    }
+    rows.sort();
+    rows
+}
+
+/// Every file under `dir`, recursively, relative to it, with its size.
+fn files_under(dir: &std::path::Path) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().to_string_lossy().to_string();
+                out.push((rel, e.metadata().unwrap().len()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Issue 40, item 4: a hostinfo run of three nodes ends with one raw object
+/// (`raw/RUN/bundle.tar.zst`) instead of nine (host.json, stdout, stderr
+/// per node); the state store, `run show`'s outputs and `raw_files` name
+/// the bundle; the offline `benchlake ingest` of the bundle and the worker's
+/// ingest job run again over a lake holding only the bundle give the same
+/// `node_facts` rows as the run's own ingest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hostinfo_run_keeps_one_raw_object_and_reingests_from_it() {
+    let c = cluster3().await;
+    let run = c.submit("hostinfo", &[], 3).await.unwrap();
+    let d = c.wait_settled(&run.run_id, 60).await;
+    assert_eq!(state(&d), pb::RunState::Succeeded, "{d:#?}");
+    let lake = c.lake_dir();
+    let bundle = format!("raw/{}/bundle.tar.zst", run.run_id);
+    // One raw object for the run, and nothing else under raw/.
+    let raw = files_under(&lake.join("raw"));
+    assert_eq!(raw.len(), 1, "{raw:?}");
+    assert_eq!(raw[0].0, format!("{}/bundle.tar.zst", run.run_id));
+    let bundle_bytes = raw[0].1;
+    // The state store records it on every output (GetRun reads the store).
+    let outputs: Vec<&pb::RawFile> = d.tasks.iter().flat_map(|t| &t.outputs).collect();
+    assert_eq!(outputs.len(), 9);
+    assert!(outputs.iter().all(|o| o.bundle == bundle), "{outputs:#?}");
+    let member_bytes: u64 = outputs.iter().map(|o| o.bytes).sum();
+    eprintln!("3 nodes: 9 raw objects of {member_bytes} bytes -> 1 bundle of {bundle_bytes} bytes");
+    // raw_files keeps a row per file, each naming the bundle.
+    let rf = rows_as_text(&lake, "raw_files", &run.run_id);
+    assert_eq!(rf.len(), 9);
+    assert!(
+        rf.iter().all(|r| r.ends_with(&format!("|{bundle}"))),
+        "{rf:#?}"
+    );
+    // The bundle holds the nine files as they were uploaded.
+    let data = std::fs::read(lake.join(&bundle)).unwrap();
+    let members = benchlake_core::lake::bundle::read(&bundle, &data, |_, _| Ok(())).unwrap();
+    let mut got: Vec<(String, u64, String)> = members
+        .into_iter()
+        .map(|m| (m.key, m.bytes, m.sha256))
+        .collect();
+    let mut want: Vec<(String, u64, String)> = outputs
+        .iter()
+        .map(|o| (o.key.clone(), o.bytes, o.sha256.clone()))
+        .collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+
+    let facts = rows_as_text(&lake, "node_facts", &run.run_id);
+    assert_eq!(facts.len(), 3, "{facts:#?}");
+    let date = table_files(&lake, "node_facts", Some(&run.run_id))[0]
+        .to_string_lossy()
+        .split("date=")
+        .nth(1)
+        .unwrap()[..10]
+        .to_string();
+
+    // Offline re-ingest of the bundle: the same rows.
+    let out = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(bin())
+        .args(["ingest", "hostinfo"])
+        .arg(lake.join(&bundle))
+        .arg("--out")
+        .arg(out.path())
+        .args(["--run-id", &run.run_id, "--date", &date])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(rows_as_text(out.path(), "node_facts", &run.run_id), facts);
+
+    // The worker's ingest jobs, run again over a lake holding only the
+    // bundle (their raw objects are gone): the same rows.
+    let again = tempfile::tempdir().unwrap();
+    let copy = again.path().join(&bundle);
+    std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+    std::fs::copy(lake.join(&bundle), &copy).unwrap();
+    let lake2 = benchlake_core::lake::Lake::local(again.path()).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Handle::current();
+    let ingests: Vec<&pb::Job> = d.jobs.iter().filter(|j| j.kind == "ingest").collect();
+    assert_eq!(ingests.len(), 3);
+    tokio::task::block_in_place(|| {
+        for j in &ingests {
+            benchlake_worker::local::run(
+                &lake2,
+                &rt,
+                scratch.path(),
+                benchlake_worker::local::LocalJob {
+                    job_id: j.job_id.clone(),
+                    run_id: run.run_id.clone(),
+                    run_date: date.clone(),
+                    spec_json: j.spec_json.clone(),
+                    executor: &benchlake_worker::executors::Ingest,
+                },
+            )
+            .unwrap();
+        }
+    });
+    assert_eq!(rows_as_text(again.path(), "node_facts", &run.run_id), facts);
+}

@@ -352,6 +352,9 @@ fn record(
             committed_ms: now,
         })?;
     }
+    if j.kind == RECORD_JOB && !result.bundled.is_empty() {
+        record_bundle(tx, &j.run_id, &result.bundled)?;
+    }
     let run_id = j.run_id.clone();
     let keys = pairs.iter().map(|p| p.1.clone()).collect();
     let effects = job::complete(tx, cfg, j, keys, &result.follow_ups, now)?;
@@ -360,6 +363,38 @@ fn record(
         run_id,
         effects,
     })
+}
+
+/// Records on the run's tasks that their raw outputs `bundled` (a record
+/// job's `JobResult::bundled`) are now members of the run's bundle. The key
+/// is the layout's, never the worker's; a key that is not an output of the
+/// run changes nothing.
+fn record_bundle(tx: &mut dyn crate::store::Tx, run_id: &str, bundled: &[String]) -> Result<()> {
+    let bundle = layout::raw_bundle_key(run_id)?;
+    let wanted: BTreeSet<&str> = bundled.iter().map(String::as_str).collect();
+    let mut found = 0usize;
+    for mut t in tx.tasks_of_run(run_id)? {
+        let mut changed = false;
+        for o in t.outputs.iter_mut() {
+            if wanted.contains(o.key.as_str()) {
+                found += 1;
+                if o.bundle.as_deref() != Some(bundle.as_str()) {
+                    o.bundle = Some(bundle.clone());
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            tx.update_task(&t)?;
+        }
+    }
+    if found != wanted.len() {
+        // Nothing to record for a key that is no output of the run (the
+        // worker's list is only ever matched against the run's own).
+        tracing::warn!(run = %run_id, found, reported = wanted.len(), "a record job reported bundled files that are not raw outputs of its run");
+    }
+    tracing::info!(run = %run_id, %bundle, files = found, "the run's raw outputs are bundled");
+    Ok(())
 }
 
 /// What step 4 did.

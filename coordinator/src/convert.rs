@@ -111,17 +111,20 @@ impl RawFileRow {
             bytes: self.bytes,
             sha256: self.sha256.clone(),
             format: self.format.clone(),
+            bundle: self.bundle.clone().unwrap_or_default(),
         }
     }
 
     /// The record of an output an agent reported (checked by the caller
-    /// against the lake).
+    /// against the lake). An agent's `bundle` is ignored: only the
+    /// coordinator records one (a record job's result).
     pub fn from_pb(o: &pb::RawFile) -> Self {
         Self {
             key: o.key.clone(),
             bytes: o.bytes,
             sha256: o.sha256.clone(),
             format: o.format.clone(),
+            bundle: None,
         }
     }
 }

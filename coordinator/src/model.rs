@@ -203,6 +203,11 @@ pub struct RawFileRow {
     pub bytes: u64,
     pub sha256: String,
     pub format: String,
+    /// The run's bundle (`raw/{run_id}/bundle.tar.zst`) holding the file
+    /// once its own object is gone; set when the run's record job reports
+    /// it bundled the file (`JobResult::bundled`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bundle: Option<String>,
 }
 
 /// A task: one agent's share of a run.

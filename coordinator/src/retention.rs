@@ -204,7 +204,8 @@ impl Coordinator {
         if let Some(days) = cfg.raw_days() {
             let cutoff = now - i64::from(days) * DAY_MS;
             for (key, bytes) in self.lake.list(layout::RAW).await? {
-                let Some((run, _, _)) = layout::parse_raw_key(&key) else {
+                // A raw output or a run's bundle: both age with their run.
+                let Some(run) = layout::parse_raw_run(&key) else {
                     continue;
                 };
                 let Ok(id) = ulid::Ulid::from_string(run) else {
@@ -372,6 +373,58 @@ mod tests {
         assert_eq!(
             c.apply_retention(&off, NOW + 1000 * DAY_MS).await.unwrap(),
             RetentionReport::default()
+        );
+    }
+
+    /// A run's bundle ages with its run like the raw outputs it replaced:
+    /// the old run's bundle expires, the recent one's stays readable.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bundles_expire_with_their_run() {
+        use benchlake_core::lake::bundle::BundleMember;
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn StateStore> = Arc::new(SqliteStore::in_memory().unwrap());
+        let lake = Lake::local(&dir.path().join("lake")).unwrap();
+        let cfg = CoordinatorConfig {
+            background: false,
+            ..Default::default()
+        };
+        let c = Coordinator::new(store, lake, Arc::new(ManualClock::new(NOW)), cfg).unwrap();
+        let mut runs = Vec::new();
+        for age in [100, 10] {
+            let at = NOW - age * DAY_MS;
+            let run = new_id_at(at);
+            let mut members = Vec::new();
+            for i in 0..3 {
+                let key = layout::raw_key(&run, &new_id_at(at + 1 + i), "host.json").unwrap();
+                let body = Bytes::from(format!("{{\"node\":{i}}}"));
+                c.lake.put(&key, body.clone()).await.unwrap();
+                members.push(BundleMember {
+                    key,
+                    bytes: body.len() as u64,
+                    sha256: benchlake_core::lake::sha256_hex(&body),
+                    format: "hostinfo".into(),
+                });
+            }
+            let rep = c.lake.bundle_raw(&run, &members).await.unwrap();
+            runs.push((rep, members));
+        }
+        let rules = vec!["raw=90d".to_string()];
+        let dry = c
+            .apply_retention(&RetentionConfig::parse("dry-run", &rules).unwrap(), NOW)
+            .await
+            .unwrap();
+        assert_eq!(dry.raw, (1, runs[0].0.bundle_bytes));
+        let del = c
+            .apply_retention(&RetentionConfig::parse("delete", &rules).unwrap(), NOW)
+            .await
+            .unwrap();
+        assert_eq!(del.raw, (1, runs[0].0.bundle_bytes));
+        assert!(!exists(&c, &runs[0].0.key).await);
+        assert!(c.lake.get_raw(&runs[0].1[0].key).await.is_err());
+        assert!(exists(&c, &runs[1].0.key).await);
+        assert_eq!(
+            &c.lake.get_raw(&runs[1].1[2].key).await.unwrap()[..],
+            b"{\"node\":2}"
         );
     }
 

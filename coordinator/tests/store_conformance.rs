@@ -387,12 +387,33 @@ fn tasks(s: &dyn StateStore) {
         t1.agent = "a2".into();
         t1.lease_id = Some("L1".into());
         t1.lease_expires_ms = Some(9_000);
+        // Outputs, one of them recorded as a member of its run's bundle
+        // (issue 40 item 4: JSON in the row, no column).
+        t1.outputs = vec![
+            RawFileRow {
+                key: "raw/r1/t1/host.json".into(),
+                bytes: 267,
+                sha256: "ab".repeat(32),
+                format: "hostinfo".into(),
+                bundle: Some("raw/r1/bundle.tar.zst".into()),
+            },
+            RawFileRow {
+                key: "raw/r1/t1/big.sion".into(),
+                bytes: 1 << 30,
+                sha256: "cd".repeat(32),
+                format: "linktest".into(),
+                bundle: None,
+            },
+        ];
         tx.update_task(&t1)?;
         Ok(())
     })
     .unwrap();
     s.transact(|tx| {
         let t1 = tx.get_task("t1")?.unwrap();
+        let bundles: Vec<Option<&str>> = t1.outputs.iter().map(|o| o.bundle.as_deref()).collect();
+        assert_eq!(bundles, [Some("raw/r1/bundle.tar.zst"), None]);
+        assert_eq!(t1.outputs[1].bytes, 1 << 30);
         assert_eq!((t1.state, t1.agent.as_str()), (TaskState::Leased, "a2"));
         assert_eq!(t1.lease_id.as_deref(), Some("L1"));
         assert_eq!(tx.next_task_for_agent("a1", 1_000)?.unwrap().task_id, "t2");

@@ -33,6 +33,14 @@ pub enum Error {
     /// An object of the lake that should be Parquet does not decode.
     #[error("{key}: {message}")]
     Decode { key: String, message: String },
+    /// A raw bundle (`raw/{run_id}/bundle.tar.zst`) that does not decode or
+    /// does not hold what it should, at byte `offset` of its tar stream.
+    #[error("{key}: byte offset {offset}: {message}")]
+    Bundle {
+        key: String,
+        offset: u64,
+        message: String,
+    },
 }
 
 impl Error {

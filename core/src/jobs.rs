@@ -92,6 +92,11 @@ pub struct FollowUp {
 pub struct JobResult {
     #[serde(default)]
     pub follow_ups: Vec<FollowUp>,
+    /// The raw outputs a `record` job packed into its run's bundle
+    /// (`raw/{run_id}/bundle.tar.zst`) and deleted: the coordinator records
+    /// it on the run's tasks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bundled: Vec<String>,
 }
 
 /// Job kind that replays a trace at one sweep point.

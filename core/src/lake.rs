@@ -23,6 +23,7 @@ use crate::catalog;
 use crate::error::{Error, Result};
 use crate::layout;
 
+pub mod bundle;
 mod chunks;
 mod encode;
 mod int_runs;

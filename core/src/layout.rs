@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! raw/{run_id}/{task_id}/{file}                                            immutable raw outputs
+//! raw/{run_id}/bundle.tar.zst                                              a run's per-node raw outputs in one object
 //! tables/{table}/date={YYYY-MM-DD}/run_id={run_id}/part-{job_id}.parquet   committed results
 //! reports/{run_id}/counts/{analysis}/{file}                                text reports of a counts analysis
 //! _staging/{job_id}/{attempt}/...                                          in-flight, never read by users
@@ -11,6 +12,18 @@
 //! calibrations/{run_id}/calibration.json                                   a LinkTest/netprobe run's calibration (fit or why not)
 //! calibrations/{run_id}/calibration.cfg | calibration.bandela              its model inputs (Dimemas, replaympi)
 //! ```
+//!
+//! A run of a per-node kind (one small raw output per node, `hostinfo`; the
+//! kind's descriptor says so) keeps its raw outputs as one object,
+//! [`raw_bundle_key`]: once the run's jobs have ended its record job packs
+//! them (a zstd-compressed tar whose member names are the raw keys, so
+//! `tar --zstd -xf bundle.tar.zst` in the lake root restores the per-node
+//! objects), reads the bundle back, and only then deletes the per-node
+//! objects (`benchlake_core::lake::bundle`). A raw key stays the name of a
+//! raw output after that: readers go through `Lake::get_raw` /
+//! `Lake::download_raw`, which look in the run's bundle when the object is
+//! gone. [`parse_raw_run`] gives the run of either kind of raw object
+//! (retention ages both by it).
 //!
 //! `_staging/` and `_work/` are garbage once their job attempt or run has ended;
 //! the coordinator's reconciler removes them (it parses keys with
@@ -84,6 +97,38 @@ pub fn raw_prefix(run_id: &str, task_id: &str) -> Result<String> {
 pub fn raw_key(run_id: &str, task_id: &str, file: &str) -> Result<String> {
     validate_name("file_name", file)?;
     Ok(format!("{}{file}", raw_prefix(run_id, task_id)?))
+}
+
+/// File name of a run's raw bundle under `raw/{run_id}/` (not a task id, so
+/// it never meets a task's prefix).
+pub const RAW_BUNDLE_FILE: &str = "bundle.tar.zst";
+
+/// `raw/{run_id}/` (with the trailing slash): every raw object of a run, its
+/// bundle included.
+pub fn raw_run_prefix(run_id: &str) -> Result<String> {
+    validate_id("run_id", run_id)?;
+    Ok(format!("{RAW}/{run_id}/"))
+}
+
+/// `raw/{run_id}/bundle.tar.zst`: the run's bundled raw outputs.
+pub fn raw_bundle_key(run_id: &str) -> Result<String> {
+    Ok(format!("{}{RAW_BUNDLE_FILE}", raw_run_prefix(run_id)?))
+}
+
+/// The run id of a bundle key `raw/{run_id}/bundle.tar.zst`, or None.
+pub fn parse_raw_bundle_key(key: &str) -> Option<&str> {
+    let rest = key.strip_prefix(RAW)?.strip_prefix('/')?;
+    let (run, file) = rest.split_once('/')?;
+    (file == RAW_BUNDLE_FILE && validate_id("run_id", run).is_ok()).then_some(run)
+}
+
+/// The run id of any raw object of the layout: a raw output
+/// ([`parse_raw_key`]) or a run's bundle ([`parse_raw_bundle_key`]); None for
+/// a key of another shape.
+pub fn parse_raw_run(key: &str) -> Option<&str> {
+    parse_raw_key(key)
+        .map(|(run, _, _)| run)
+        .or_else(|| parse_raw_bundle_key(key))
 }
 
 /// Whether `key` is a key (or a prefix ending in `/`) under `raw/` that a
@@ -548,6 +593,38 @@ mod tests {
         ] {
             assert!(!is_raw_key(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn bundle_keys_follow_the_layout() {
+        let (r, t) = (new_id(), new_id());
+        let b = raw_bundle_key(&r).unwrap();
+        assert_eq!(b, format!("raw/{r}/bundle.tar.zst"));
+        assert!(b.starts_with(&raw_run_prefix(&r).unwrap()));
+        assert!(
+            raw_key(&r, &t, "x")
+                .unwrap()
+                .starts_with(&raw_run_prefix(&r).unwrap())
+        );
+        assert_eq!(parse_raw_bundle_key(&b), Some(r.as_str()));
+        assert_eq!(parse_raw_run(&b), Some(r.as_str()));
+        assert_eq!(parse_raw_key(&b), None);
+        let k = raw_key(&r, &t, "host.json").unwrap();
+        assert_eq!(parse_raw_run(&k), Some(r.as_str()));
+        assert_eq!(parse_raw_bundle_key(&k), None);
+        // The bundle's name is no task id: a task prefix never holds it.
+        assert!(validate_id("task_id", RAW_BUNDLE_FILE).is_err());
+        for bad in [
+            format!("raw/{r}/bundle.tar"),
+            format!("raw/{r}/x/bundle.tar.zst"),
+            "raw/nope/bundle.tar.zst".to_string(),
+            format!("tables/{r}/bundle.tar.zst"),
+            format!("raw/{r}/"),
+        ] {
+            assert_eq!(parse_raw_bundle_key(&bad), None, "{bad}");
+            assert_eq!(parse_raw_run(&bad), None, "{bad}");
+        }
+        assert!(raw_bundle_key("../x").is_err());
     }
 
     #[test]

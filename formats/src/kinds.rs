@@ -146,6 +146,14 @@ pub struct KindDescriptor {
     pub checks: Option<Checks>,
     /// The follow-up jobs of its ingest, in the order they are queued.
     pub follow_ups: &'static [FollowUp],
+    /// Whether the raw outputs of a run with outputs of this kind are
+    /// bundled: one small file per node (`hostinfo`), packed with the
+    /// nodes' logs by the run's record job into one object,
+    /// `raw/{run_id}/bundle.tar.zst`, once every other job of the run has
+    /// ended (`benchlake_core::lake::bundle`). Readers keep naming the raw
+    /// keys (`Lake::get_raw`); a kind whose jobs list a task's raw prefix
+    /// (Bandela rank files) must not set it.
+    pub bundle_raw: bool,
 }
 
 impl KindDescriptor {
@@ -239,6 +247,7 @@ pub const KINDS: &[KindDescriptor] = &[
                 },
             ],
         }],
+        bundle_raw: false,
     },
     KindDescriptor {
         name: "hostinfo",
@@ -255,6 +264,8 @@ pub const KINDS: &[KindDescriptor] = &[
             node_tables: &["node_facts"],
         }),
         follow_ups: &[CHECKS],
+        // One small facts file per node per night: bundled.
+        bundle_raw: true,
     },
     KindDescriptor {
         name: "ior",
@@ -272,6 +283,7 @@ pub const KINDS: &[KindDescriptor] = &[
             node_tables: &[],
         }),
         follow_ups: &[CHECKS],
+        bundle_raw: false,
     },
     KindDescriptor {
         name: "mdtest",
@@ -288,6 +300,7 @@ pub const KINDS: &[KindDescriptor] = &[
             node_tables: &[],
         }),
         follow_ups: &[CHECKS],
+        bundle_raw: false,
     },
     KindDescriptor {
         name: "pio",
@@ -304,6 +317,7 @@ pub const KINDS: &[KindDescriptor] = &[
             node_tables: &["io_task_times"],
         }),
         follow_ups: &[CHECKS],
+        bundle_raw: false,
     },
     KindDescriptor {
         name: "dimemas",
@@ -316,6 +330,7 @@ pub const KINDS: &[KindDescriptor] = &[
         extra: None,
         checks: None,
         follow_ups: &[TRACED_REPLAY],
+        bundle_raw: false,
     },
     KindDescriptor {
         name: "bandela",
@@ -340,6 +355,7 @@ pub const KINDS: &[KindDescriptor] = &[
             },
             TRACED_REPLAY,
         ],
+        bundle_raw: false,
     },
     KindDescriptor {
         name: "linktest",
@@ -384,6 +400,7 @@ pub const KINDS: &[KindDescriptor] = &[
                 }],
             },
         ],
+        bundle_raw: false,
     },
     KindDescriptor {
         name: "osu",
@@ -400,6 +417,7 @@ pub const KINDS: &[KindDescriptor] = &[
             node_tables: &[],
         }),
         follow_ups: &[CHECKS],
+        bundle_raw: false,
     },
 ];
 
@@ -520,6 +538,16 @@ mod tests {
         assert_eq!(follow_up_tables(ANALYZE_PLAN_JOB, None), Some(vec![]));
         assert_eq!(follow_up_tables("record", None), None);
         assert_eq!(follow_up_tables("evil", Some("pio")), None);
+    }
+
+    #[test]
+    fn only_per_node_kinds_bundle_their_raw_outputs() {
+        let bundled: Vec<&str> = KINDS
+            .iter()
+            .filter(|k| k.bundle_raw)
+            .map(|k| k.name)
+            .collect();
+        assert_eq!(bundled, vec!["hostinfo"]);
     }
 
     #[test]

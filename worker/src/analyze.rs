@@ -243,6 +243,7 @@ impl Executor for AnalyzePlan {
             encoded: Vec::new(),
             tables: Vec::new(),
             follow_ups,
+            bundled: Vec::new(),
         })
     }
 }
@@ -343,6 +344,7 @@ impl Executor for AnalyzeMerge {
             encoded: Vec::new(),
             tables,
             follow_ups: Vec::new(),
+            bundled: Vec::new(),
         })
     }
 }

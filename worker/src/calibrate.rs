@@ -134,6 +134,7 @@ impl Executor for Calibrate {
             encoded: Vec::new(),
             tables,
             follow_ups: Vec::new(),
+            bundled: Vec::new(),
         })
     }
 }

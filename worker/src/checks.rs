@@ -897,6 +897,7 @@ impl Executor for Checks {
             encoded: Vec::new(),
             tables,
             follow_ups: Vec::new(),
+            bundled: Vec::new(),
         })
     }
 }

@@ -12,6 +12,8 @@ use benchlake_core::jobs::{
     FollowUp, INGEST_JOB, IngestRunInfo, IngestSpec, RECORD_JOB, RecordSpec,
 };
 use benchlake_core::lake::TableOutput;
+use benchlake_core::lake::bundle::BundleMember;
+use benchlake_core::layout;
 use benchlake_formats::kinds::{FollowUpJob, IngestExtra, KindDescriptor};
 use benchlake_formats::{IngestContext, InputFile};
 
@@ -96,6 +98,7 @@ impl Executor for Ingest {
             encoded,
             tables,
             follow_ups: follow_ups(ctx, kind, &s, &info)?,
+            bundled: Vec::new(),
         })
     }
 }
@@ -158,6 +161,16 @@ fn ts(ms: Option<i64>) -> TimestampMicrosecondArray {
 /// The `runs` and `raw_files` tables of a record spec; `verdict` is the
 /// run's overall verdict ([`benchlake_core::verdict::worst`] of its checks).
 pub fn record_tables(s: &RecordSpec, verdict: Option<&str>) -> Result<Vec<TableOutput>, ExecError> {
+    record_tables_bundled(s, verdict, &[])
+}
+
+/// [`record_tables`] where the raw outputs `bundled` are in the run's bundle
+/// (their `raw_files` rows name it).
+pub fn record_tables_bundled(
+    s: &RecordSpec,
+    verdict: Option<&str>,
+    bundled: &[String],
+) -> Result<Vec<TableOutput>, ExecError> {
     let err = |e: arrow::error::ArrowError| ExecError::Permanent(format!("record: {e}"));
     let mut agents = ListBuilder::new(StringBuilder::new());
     for a in &s.agents {
@@ -185,6 +198,11 @@ pub fn record_tables(s: &RecordSpec, verdict: Option<&str>) -> Result<Vec<TableO
     ];
     let runs = RecordBatch::try_new(catalog::schema("runs")?, cols).map_err(err)?;
     let f = &s.raw_files;
+    let bundle = if bundled.is_empty() {
+        String::new()
+    } else {
+        layout::raw_bundle_key(&s.run_id).map_err(ExecError::from)?
+    };
     let run: Vec<&str> = f.iter().map(|_| s.run_id.as_str()).collect();
     let keys: Vec<&str> = f.iter().map(|x| x.key.as_str()).collect();
     let cols: Vec<ArrayRef> = vec![
@@ -216,6 +234,11 @@ pub fn record_tables(s: &RecordSpec, verdict: Option<&str>) -> Result<Vec<TableO
                 .map(|x| x.slurm_nodes.as_deref())
                 .collect::<Vec<_>>(),
         )),
+        Arc::new(StringArray::from(
+            f.iter()
+                .map(|x| bundled.contains(&x.key).then_some(bundle.as_str()))
+                .collect::<Vec<_>>(),
+        )),
     ];
     let raw = RecordBatch::try_new(catalog::schema("raw_files")?, cols).map_err(err)?;
     let mut out = vec![TableOutput::new("runs", vec![runs])];
@@ -235,11 +258,72 @@ impl Executor for Record {
         // included: their rows decide the verdict.
         let statuses = crate::checks::run_statuses(ctx, &s.run_id)?;
         let verdict = benchlake_core::verdict::worst(statuses.iter().map(String::as_str));
+        // Every other job of the run has ended: the per-node raw outputs
+        // can go into the run's bundle.
+        let bundled = bundle_raw_files(ctx, &s)?;
         Ok(ExecOutput {
             encoded: Vec::new(),
-            tables: record_tables(&s, verdict)?,
+            tables: record_tables_bundled(&s, verdict, &bundled)?,
             follow_ups: Vec::new(),
+            bundled,
         })
+    }
+}
+
+/// Packs the raw outputs of run `s`, when one of them is of a kind that
+/// declares `bundle_raw` (`hostinfo`: one small file per node, beside each
+/// node's stdout and stderr), into the run's bundle and deletes
+/// their objects ([`benchlake_core::lake::Lake::bundle_raw`]: written and
+/// read back first; a retry finishes what a killed attempt began). Returns
+/// the keys bundled: none when the run has fewer than two files (one
+/// object is already one object). A store failure is retried with the
+/// record job; a bundle that cannot be made (an object that differs from
+/// its record, a damaged earlier bundle with objects already gone) is
+/// logged and the run is recorded without it: its files stay where they are.
+fn bundle_raw_files(ctx: &JobContext, s: &RecordSpec) -> Result<Vec<String>, ExecError> {
+    let per_node = s
+        .raw_files
+        .iter()
+        .any(|f| benchlake_formats::kinds::get(&f.format).is_some_and(|k| k.bundle_raw));
+    if !per_node {
+        return Ok(Vec::new());
+    }
+    // Every raw output of the run: its nodes' logs too (one small object
+    // each), but a file too large for a bundle stays its own object.
+    let members: Vec<BundleMember> = s
+        .raw_files
+        .iter()
+        .filter(|f| f.bytes <= benchlake_core::lake::bundle::MAX_MEMBER_BYTES)
+        .filter(|f| layout::parse_raw_key(&f.key).is_some_and(|(r, _, _)| r == s.run_id))
+        .map(|f| BundleMember {
+            key: f.key.clone(),
+            bytes: f.bytes,
+            sha256: f.sha256.clone(),
+            format: f.format.clone(),
+        })
+        .collect();
+    if members.len() < 2 {
+        return Ok(Vec::new());
+    }
+    match ctx.block_on(ctx.lake.bundle_raw(&s.run_id, &members)) {
+        Ok(rep) => {
+            tracing::info!(
+                job = %ctx.job_id,
+                run = %s.run_id,
+                bundle = %rep.key,
+                members = rep.members,
+                member_bytes = rep.member_bytes,
+                bundle_bytes = rep.bundle_bytes,
+                deleted = rep.deleted,
+                "the run's per-node raw outputs are one object"
+            );
+            Ok(members.into_iter().map(|m| m.key).collect())
+        }
+        Err(e) if e.is_retryable() => Err(ExecError::from(e)),
+        Err(e) => {
+            tracing::error!(job = %ctx.job_id, run = %s.run_id, error = %e, "raw outputs not bundled; they stay one object per file");
+            Ok(Vec::new())
+        }
     }
 }
 
@@ -328,6 +412,7 @@ impl Executor for Replay {
             encoded: Vec::new(),
             tables,
             follow_ups: Vec::new(),
+            bundled: Vec::new(),
         })
     }
 }
@@ -733,3 +818,7 @@ mod rank_map_tests {
         );
     }
 }
+
+#[cfg(test)]
+#[path = "record_bundle_tests.rs"]
+mod record_bundle_tests;

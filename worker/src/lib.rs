@@ -98,6 +98,8 @@ impl JobContext {
     }
 
     /// Downloads a raw object into the scratch directory; returns its path.
+    /// A raw output whose run's outputs were bundled comes from the bundle
+    /// (`Lake::download_raw`).
     pub fn fetch(&self, key: &str) -> Result<PathBuf, ExecError> {
         let name = key.rsplit('/').next().unwrap_or("object");
         let dir = self.scratch.join(format!(
@@ -109,7 +111,7 @@ impl JobContext {
         std::fs::create_dir_all(&dir)
             .map_err(|e| ExecError::Retryable(format!("{}: {e}", dir.display())))?;
         let dest = dir.join(name);
-        self.rt.block_on(self.lake.download(key, &dest))?;
+        self.rt.block_on(self.lake.download_raw(key, &dest))?;
         Ok(dest)
     }
 
@@ -130,6 +132,9 @@ pub struct ExecOutput {
     pub encoded: Vec<EncodedTable>,
     /// Jobs to queue after this one commits.
     pub follow_ups: Vec<FollowUp>,
+    /// Raw outputs packed into the run's bundle (`record` jobs; the
+    /// coordinator records it on the run's tasks).
+    pub bundled: Vec<String>,
 }
 
 /// Turns a job into tables.
@@ -543,6 +548,7 @@ async fn stage_and_commit(
     }
     let result_json = serde_json::to_string(&benchlake_core::jobs::JobResult {
         follow_ups: out.follow_ups,
+        bundled: out.bundled,
     })
     .map_err(|e| ExecError::Permanent(e.to_string()))?;
     if !delay.is_zero() {

@@ -55,6 +55,7 @@ pub fn run(
         tables,
         encoded,
         follow_ups,
+        bundled: _,
     } = job.executor.execute(&ctx)?;
     let mut keys =
         rt.block_on(lake.write_final(&tables, &job.run_date, &job.run_id, &job.job_id))?;

@@ -638,6 +638,7 @@ impl Executor for TraceCompare {
             encoded: Vec::new(),
             tables: vec![TableOutput::new("trace_comparison", vec![batch])],
             follow_ups: Vec::new(),
+            bundled: Vec::new(),
         })
     }
 }

@@ -8,7 +8,9 @@ pub struct IngestArgs {
     /// Ingest kind (see --list).
     #[arg(required_unless_present = "list")]
     pub kind: Option<String>,
-    /// Input files or directories (directories are read recursively).
+    /// Input files or directories (directories are read recursively). A
+    /// run's raw bundle (`raw/RUN_ID/bundle.tar.zst`) is read as its
+    /// members of KIND, each with its raw key as `source`.
     pub paths: Vec<PathBuf>,
     /// Where the lake layout is written: a directory, file:///dir or
     /// s3://bucket[/prefix] (with the --s3-* settings).
@@ -90,10 +92,30 @@ pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {
     }
     let files = expand(&a.paths)?;
     benchlake_core::mem::keep_heap_headroom_for_many_files(files.len());
-    let inputs: Vec<benchlake_formats::InputFile> = files
-        .iter()
-        .map(benchlake_formats::InputFile::from_path)
-        .collect();
+    // A run's raw bundle (`raw/RUN/bundle.tar.zst`, a copy of one, or a
+    // lake's raw/ directory holding some) is read as its members, each
+    // under its raw key: the rows are those the run's ingest jobs wrote.
+    let unpacked = tempfile::tempdir().context("temporary directory for raw bundles")?;
+    let mut inputs: Vec<benchlake_formats::InputFile> = Vec::with_capacity(files.len());
+    for f in &files {
+        if f.file_name().and_then(|n| n.to_str()) != Some(benchlake_core::layout::RAW_BUNDLE_FILE) {
+            inputs.push(benchlake_formats::InputFile::from_path(f));
+            continue;
+        }
+        let data = std::fs::read(f).with_context(|| format!("{}", f.display()))?;
+        let dir = unpacked.path().join(format!("{:05}", inputs.len()));
+        let label = f.display().to_string();
+        // Only the members of this kind (a member of no recorded format is
+        // read too): the nodes' logs ride in the same bundle.
+        for (path, m) in benchlake_core::lake::bundle::extract_copy(&label, &data, &dir)? {
+            if m.format.is_empty() || m.format == kind {
+                inputs.push(benchlake_formats::InputFile {
+                    path,
+                    source: m.key,
+                });
+            }
+        }
+    }
     let run_id = a.run_id.unwrap_or_else(benchlake_core::ids::new_id);
     benchlake_core::ids::validate_id("run_id", &run_id)?;
     let date = a
@@ -152,6 +174,7 @@ pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {
     for (t, k) in tables.iter().zip(&keys) {
         outln!("{:<22} {:>10} rows  {root}/{k}", t.table, t.rows);
     }
+    drop(unpacked);
     eprintln!(
         "{} file(s) in {:.3} s; read them with: duckdb -c \"SELECT * FROM read_parquet('{}/{}', hive_partitioning=true) LIMIT 10\"",
         files.len(),

@@ -164,7 +164,7 @@ fn detail_json(d: &pb::RunDetail) -> serde_json::Value {
             "task_id": t.task_id, "agent": t.agent, "rank": t.rank, "state": task_state(t.state),
             "attempt": t.attempt, "max_attempts": t.max_attempts, "exit_code": t.exit_code, "error": t.error,
             "progress": t.progress, "slurm_job_id": t.slurm_job_id, "slurm_nodes": t.slurm_nodes,
-            "outputs": t.outputs.iter().map(|o| serde_json::json!({"key": o.key, "bytes": o.bytes, "sha256": o.sha256, "format": o.format})).collect::<Vec<_>>(),
+            "outputs": t.outputs.iter().map(|o| serde_json::json!({"key": o.key, "bytes": o.bytes, "sha256": o.sha256, "format": o.format, "bundle": (!o.bundle.is_empty()).then_some(&o.bundle)})).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "jobs": d.jobs.iter().map(|j| serde_json::json!({
             "job_id": j.job_id, "kind": j.kind, "state": job_state(j.state), "attempt": j.attempt,
@@ -280,11 +280,16 @@ pub fn print_detail(d: &pb::RunDetail) {
         }
         for o in &t.outputs {
             outln!(
-                "      {} ({} bytes, {}, sha256 {})",
+                "      {} ({} bytes, {}, sha256 {}{})",
                 o.key,
                 o.bytes,
                 o.format,
-                o.sha256.get(..12).unwrap_or("")
+                o.sha256.get(..12).unwrap_or(""),
+                if o.bundle.is_empty() {
+                    String::new()
+                } else {
+                    format!(", in {}", o.bundle)
+                }
             );
         }
     }

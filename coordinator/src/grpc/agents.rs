@@ -308,6 +308,7 @@ impl AgentService for Svc {
             bytes: size,
             sha256: digest,
             format: String::new(),
+            bundle: String::new(),
         }))
     }
 

@@ -130,7 +130,8 @@ impl ReplayService for Svc {
                     }
                     !lake.list(&k).await.map_err(CoordError::from)?.is_empty()
                 } else {
-                    lake.size(&k).await.map_err(CoordError::from)?.is_some()
+                    // The object, or a member of its run's bundle.
+                    lake.raw_exists(&k).await.map_err(CoordError::from)?
                 };
                 if !found {
                     return Err(Status::not_found(format!(

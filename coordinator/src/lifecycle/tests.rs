@@ -212,6 +212,7 @@ fn counts_output(t: &TaskRow) -> RawFileRow {
         bytes: 10,
         sha256: "00".into(),
         format: "counts".into(),
+        bundle: None,
     }
 }
 

@@ -101,6 +101,12 @@ pub fn tables() -> Vec<TableDef> {
                     true,
                     "that job's nodes in Slurm's compact form, e.g. `n[1-3]` (null otherwise)",
                 ),
+                (
+                    "bundle",
+                    utf8(),
+                    true,
+                    "the run's bundle `raw/{run_id}/bundle.tar.zst` that holds the file (as member `key`) once its own object is gone: per-node kinds such as hostinfo; null: the file is its own object. `raw_files` files written before 2026-12-07 lack this column: read with `union_by_name=true`",
+                ),
             ],
         ),
         table(
