@@ -87,7 +87,15 @@ def test_runs_land_in_s3(tmp_path, pb, seaweed):
         assert d.run.state == pb["common"].RUN_STATE_SUCCEEDED, (d, c.log("coordinator"), c.log("w1"))
         # Raw outputs and tables are in the bucket, under the prefix.
         raw = seaweed.fs.get_file_info(pafs.FileSelector(f"lake/bench/raw/{run.run_id}", recursive=True))
-        assert sum(1 for f in raw if f.type == pafs.FileType.File) == 3
+        # hostinfo bundles its per-node outputs (stdout, stderr, facts) into
+        # one object; raw_files still names each output and its bundle.
+        files = sorted(f.path for f in raw if f.type == pafs.FileType.File)
+        assert files == [f"lake/bench/raw/{run.run_id}/bundle.tar.zst"], files
+        rf = ds.dataset("lake/bench/tables/raw_files", filesystem=seaweed.fs, format="parquet",
+                        partitioning="hive").to_table().to_pylist()
+        mine = [r for r in rf if r["run_id"] == run.run_id]
+        assert len(mine) == 3, mine
+        assert {r["bundle"] for r in mine} == {f"raw/{run.run_id}/bundle.tar.zst"}, mine
         t = ds.dataset("lake/bench/tables/node_facts", filesystem=seaweed.fs, format="parquet", partitioning="hive").to_table()
         assert t.num_rows == 1 and t.column("run_id")[0].as_py() == run.run_id
         staging = seaweed.fs.get_file_info(pafs.FileSelector("lake/bench/_staging", recursive=True, allow_not_found=True))
