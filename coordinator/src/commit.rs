@@ -200,7 +200,7 @@ async fn commit_job_inner(
         }
         may_write(j, &f.table).map_err(|m| CoordError::invalid(&format!("files[{i}].table"), m))?;
         c.lake
-            .verify_parquet(&f.staged_key, &f.table, f.rows, &j.run_id)
+            .verify_parquet(&f.staged_key, &f.table, f.rows, &j.run_id, &j.date)
             .await
             .map_err(|e| match e {
                 benchlake_core::Error::Invalid { message, .. } => {

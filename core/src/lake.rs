@@ -27,6 +27,7 @@ pub mod bundle;
 mod chunks;
 mod encode;
 mod int_runs;
+pub mod migrate;
 mod read;
 #[cfg(test)]
 mod tests;
@@ -285,8 +286,10 @@ impl Lake {
         table: &str,
         rows: u64,
         run_id: &str,
+        date: &str,
     ) -> Result<()> {
         let bad = |m: String| Error::invalid("staged object", format!("{key}: {m}"));
+        let days = layout::date_days(date)?;
         let size = self
             .size(key)
             .await?
@@ -333,6 +336,7 @@ impl Lake {
                 "holds {n} rows ({in_groups} in its row groups), the worker claimed {rows}"
             )));
         }
+        check_date_statistics(&md, days).map_err(|m| bad(format!("column 'date': {m} (the run's day is {date})")))?;
         self.verify_run_column(key, size, &schema, run_id).await
     }
 
@@ -506,4 +510,41 @@ impl Lake {
 /// SHA-256 of bytes, lower-case hex.
 pub fn sha256_hex(data: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(data))
+}
+
+/// Checks by the footer's statistics alone that every row of a file holds
+/// `days` in its last column (`date`): each row group's chunk has min = max =
+/// `days` and no nulls (the encoders write these statistics; a chunk without
+/// them is refused, since its values could not be checked without reading).
+fn check_date_statistics(
+    md: &parquet::file::metadata::ParquetMetaData,
+    days: i32,
+) -> std::result::Result<(), String> {
+    use parquet::file::statistics::Statistics;
+    for (g, rg) in md.row_groups().iter().enumerate() {
+        let Some(col) = rg.columns().last() else {
+            return Err(format!("row group {g} has no columns"));
+        };
+        if rg.num_rows() == 0 {
+            continue;
+        }
+        match col.statistics() {
+            Some(Statistics::Int32(st)) => {
+                let (min, max) = (st.min_opt(), st.max_opt());
+                if min != Some(&days) || max != Some(&days) || st.null_count_opt().unwrap_or(0) != 0 {
+                    return Err(format!(
+                        "row group {g} (chunk at byte offset {}) holds days {min:?}..{max:?}, not only {days}",
+                        col.byte_range().0
+                    ));
+                }
+            }
+            _ => {
+                return Err(format!(
+                    "row group {g} (chunk at byte offset {}) has no Int32 statistics",
+                    col.byte_range().0
+                ));
+            }
+        }
+    }
+    Ok(())
 }

@@ -4,7 +4,7 @@
 //! ```text
 //! raw/{run_id}/{task_id}/{file}                                            immutable raw outputs
 //! raw/{run_id}/bundle.tar.zst                                              a run's per-node raw outputs in one object
-//! tables/{table}/date={YYYY-MM-DD}/run_id={run_id}/part-{job_id}.parquet   committed results
+//! tables/{table}/year={YYYY}/month={MM}/part-{date}-{run_id}-{job_id}.parquet  committed results
 //! reports/{run_id}/counts/{analysis}/{file}                                text reports of a counts analysis
 //! _staging/{job_id}/{attempt}/...                                          in-flight, never read by users
 //! _work/{run_id}/counts/{analysis}/part-{index}.json                       a counts analysis' part results
@@ -72,9 +72,17 @@ pub fn validate_name(field: &'static str, name: &str) -> Result<()> {
 
 /// Checks a date partition value `YYYY-MM-DD`.
 pub fn validate_date(date: &str) -> Result<()> {
-    chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d")
+    // chrono alone takes `2026-1-2`; keys need the fixed-width form.
+    let b = date.as_bytes();
+    let shape = b.len() == 10
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| if i == 4 || i == 7 { *c == b'-' } else { c.is_ascii_digit() });
+    shape
+        .then(|| chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d").ok())
+        .flatten()
         .map(|_| ())
-        .map_err(|_| Error::invalid("date", format!("'{date}' is not YYYY-MM-DD")))
+        .ok_or_else(|| Error::invalid("date", format!("'{date}' is not YYYY-MM-DD")))
 }
 
 /// The date partition `YYYY-MM-DD` as days since 1970-01-01 (the value of a
@@ -237,8 +245,14 @@ pub fn parse_work_key(key: &str) -> Option<&str> {
 }
 
 /// The final, deterministic key of a job's output for one table:
-/// `tables/{table}/date={date}/run_id={run_id}/part-{job_id}[-{part}].parquet`.
+/// `tables/{table}/year={YYYY}/month={MM}/part-{date}-{run_id}-{job_id}[-{part}].parquet`.
 /// A retried job writes the same key, so it overwrites instead of duplicating.
+///
+/// The path names the run's month (hive partitions `year` and `month`) and
+/// the file name its day, run and job; the file itself carries `date` and
+/// `run_id` as columns ([`crate::catalog::file_schema`]). No path segment
+/// names a run, so a compacted file holding many runs' rows can sit beside
+/// fresh ones under the same glob (docs/architecture.md, "Compaction").
 pub fn table_key(
     table: &str,
     date: &str,
@@ -246,8 +260,6 @@ pub fn table_key(
     job_id: &str,
     part: &str,
 ) -> Result<String> {
-    validate_name("table", table)?;
-    validate_date(date)?;
     validate_id("run_id", run_id)?;
     validate_id("job_id", job_id)?;
     let suffix = if part.is_empty() {
@@ -257,7 +269,8 @@ pub fn table_key(
         format!("-{part}")
     };
     Ok(format!(
-        "{TABLES}/{table}/date={date}/run_id={run_id}/part-{job_id}{suffix}.parquet"
+        "{}part-{date}-{run_id}-{job_id}{suffix}.parquet",
+        month_table_prefix(table, date)?
     ))
 }
 
@@ -267,26 +280,18 @@ pub fn table_prefix(table: &str) -> Result<String> {
     Ok(format!("{TABLES}/{table}/"))
 }
 
-/// `tables/{table}/date={date}/`: every object of a table's date partition.
-pub fn date_table_prefix(table: &str, date: &str) -> Result<String> {
+/// `tables/{table}/year={YYYY}/month={MM}/`: the month partition that holds
+/// the table's objects of `date` (filter the listing by [`parse_table_key`]'s
+/// `date` or `run_id`).
+pub fn month_table_prefix(table: &str, date: &str) -> Result<String> {
     validate_date(date)?;
-    Ok(format!("{}date={date}/", table_prefix(table)?))
-}
-
-/// `tables/{table}/date={date}/run_id={run_id}/`: every object of one run's
-/// rows of a table.
-pub fn run_table_prefix(table: &str, date: &str, run_id: &str) -> Result<String> {
-    validate_date(date)?;
-    validate_id("run_id", run_id)?;
-    Ok(format!(
-        "{}run_id={run_id}/",
-        date_table_prefix(table, date)?
-    ))
+    let (year, month) = (&date[..4], &date[5..7]);
+    Ok(format!("{}year={year}/month={month}/", table_prefix(table)?))
 }
 
 /// `tables/{table}/**/*.parquet`: the glob DuckDB and Spark read a table
-/// with (relative to the lake root; `hive_partitioning` adds `date` and
-/// `run_id`).
+/// with (relative to the lake root; `hive_partitioning` adds `year` and
+/// `month`; `date` and `run_id` are columns of every file).
 pub fn table_glob(table: &str) -> Result<String> {
     Ok(format!("{}**/*.parquet", table_prefix(table)?))
 }
@@ -296,7 +301,7 @@ pub fn table_glob(table: &str) -> Result<String> {
 pub struct TableKey<'a> {
     /// Catalog table.
     pub table: &'a str,
-    /// Date partition, `YYYY-MM-DD`.
+    /// The run's day, `YYYY-MM-DD`.
     pub date: &'a str,
     /// The run the rows belong to.
     pub run_id: &'a str,
@@ -306,11 +311,56 @@ pub struct TableKey<'a> {
     pub part: &'a str,
 }
 
+/// Length of a ULID (run and job ids).
+const ID_LEN: usize = 26;
+
 /// The parts of a key
-/// `tables/{table}/date={date}/run_id={run_id}/part-{job_id}[-{part}].parquet`,
-/// or None when the key does not have that shape (an object someone else
-/// put in the lake is no part of a table).
+/// `tables/{table}/year={YYYY}/month={MM}/part-{date}-{run_id}-{job_id}[-{part}].parquet`
+/// (whose year and month agree with its date), or None when the key does not
+/// have that shape (an object someone else put in the lake is no part of a
+/// table; a key of the layout before 2026-12 is [`parse_legacy_table_key`]'s).
 pub fn parse_table_key(key: &str) -> Option<TableKey<'_>> {
+    let rest = key.strip_prefix(TABLES)?.strip_prefix('/')?;
+    let mut it = rest.split('/');
+    let (table, year, month, file) = (it.next()?, it.next()?, it.next()?, it.next()?);
+    if it.next().is_some() {
+        return None;
+    }
+    let year = year.strip_prefix("year=")?;
+    let month = month.strip_prefix("month=")?;
+    let stem = file.strip_prefix("part-")?.strip_suffix(".parquet")?;
+    let date = stem.get(..10)?;
+    let run_id = stem.get(11..11 + ID_LEN)?;
+    let job_id = stem.get(12 + ID_LEN..12 + 2 * ID_LEN)?;
+    let tail = stem.get(12 + 2 * ID_LEN..)?;
+    let part = match tail.strip_prefix('-') {
+        Some(p) if !p.is_empty() => p,
+        None if tail.is_empty() => "",
+        _ => return None,
+    };
+    let ok = stem.as_bytes().get(10) == Some(&b'-')
+        && stem.as_bytes().get(11 + ID_LEN) == Some(&b'-')
+        && validate_name("table", table).is_ok()
+        && validate_date(date).is_ok()
+        && date.get(..4) == Some(year)
+        && date.get(5..7) == Some(month)
+        && validate_id("run_id", run_id).is_ok()
+        && validate_id("job_id", job_id).is_ok()
+        && (part.is_empty() || validate_name("part", part).is_ok());
+    ok.then_some(TableKey {
+        table,
+        date,
+        run_id,
+        job_id,
+        part,
+    })
+}
+
+/// The parts of a key of the layout before 2026-12,
+/// `tables/{table}/date={date}/run_id={run_id}/part-{job_id}[-{part}].parquet`,
+/// which `benchlake tables migrate` (and the coordinator at start) move to
+/// [`table_key`]: the file gains its `date` column and its new key.
+pub fn parse_legacy_table_key(key: &str) -> Option<TableKey<'_>> {
     let rest = key.strip_prefix(TABLES)?.strip_prefix('/')?;
     let mut it = rest.split('/');
     let (table, date, run, file) = (it.next()?, it.next()?, it.next()?, it.next()?);
@@ -434,11 +484,11 @@ mod tests {
         );
         assert_eq!(
             table_key("linktest_timings", "2026-11-22", &r, &j, "").unwrap(),
-            format!("tables/linktest_timings/date=2026-11-22/run_id={r}/part-{j}.parquet")
+            format!("tables/linktest_timings/year=2026/month=11/part-2026-11-22-{r}-{j}.parquet")
         );
         assert_eq!(
             table_key("replays", "2026-11-22", &r, &j, "p3").unwrap(),
-            format!("tables/replays/date=2026-11-22/run_id={r}/part-{j}-p3.parquet")
+            format!("tables/replays/year=2026/month=11/part-2026-11-22-{r}-{j}-p3.parquet")
         );
         assert_eq!(staging_prefix(&j, 2).unwrap(), format!("_staging/{j}/2/"));
         assert_eq!(date_of_ms(0), "1970-01-01");
@@ -475,11 +525,8 @@ mod tests {
     #[test]
     fn run_table_keys_parse_back() {
         let (r, j) = (new_id(), new_id());
-        let prefix = run_table_prefix("io_results", "2026-11-22", &r).unwrap();
-        assert_eq!(
-            prefix,
-            format!("tables/io_results/date=2026-11-22/run_id={r}/")
-        );
+        let prefix = month_table_prefix("io_results", "2026-11-22").unwrap();
+        assert_eq!(prefix, "tables/io_results/year=2026/month=11/");
         for part in ["", "p3", "a-b"] {
             let key = table_key("io_results", "2026-11-22", &r, &j, part).unwrap();
             assert!(key.starts_with(&prefix), "{key}");
@@ -493,22 +540,49 @@ mod tests {
                     part,
                 })
             );
+            assert_eq!(parse_legacy_table_key(&key), None, "{key}");
         }
+        let m = "tables/t/year=2026/month=11";
         for bad in [
-            format!("tables/t/date=2026-11-22/run_id={r}/part-{j}.json"),
-            format!("tables/t/date=2026-11-22/run_id={r}/x-{j}.parquet"),
-            format!("tables/t/date=2026-11-22/run_id={r}/sub/part-{j}.parquet"),
-            format!("tables/t/date=2026-13-22/run_id={r}/part-{j}.parquet"),
-            format!("tables/t/date=2026-11-22/run={r}/part-{j}.parquet"),
-            format!("tables/t/date=2026-11-22/run_id=nope/part-{j}.parquet"),
-            format!("tables/t/run_id={r}/part-{j}.parquet"),
-            format!("raw/t/date=2026-11-22/run_id={r}/part-{j}.parquet"),
+            format!("{m}/part-2026-11-22-{r}-{j}.json"),
+            format!("{m}/x-2026-11-22-{r}-{j}.parquet"),
+            format!("{m}/sub/part-2026-11-22-{r}-{j}.parquet"),
+            format!("{m}/part-2026-11-31-{r}-{j}.parquet"),
+            format!("{m}/part-2026-12-01-{r}-{j}.parquet"),
+            format!("tables/t/year=2025/month=11/part-2026-11-22-{r}-{j}.parquet"),
+            format!("{m}/part-2026-11-22-{r}{j}.parquet"),
+            format!("{m}/part-2026-11-22-{r}-{j}x.parquet"),
+            format!("{m}/part-2026-11-22-{r}-{j}-.parquet"),
+            format!("{m}/part-2026-11-22-nope-{j}.parquet"),
+            format!("{m}/part-2026-11-22-{r}.parquet"),
+            format!("tables/t/month=11/part-2026-11-22-{r}-{j}.parquet"),
+            format!("raw/t/year=2026/month=11/part-2026-11-22-{r}-{j}.parquet"),
+            format!("tables/t/date=2026-11-22/run_id={r}/part-{j}.parquet"),
+            format!("{m}/part-2026-11-22-{r}-{j}-é.parquet"),
         ] {
             assert_eq!(parse_table_key(&bad), None, "{bad}");
         }
-        assert!(run_table_prefix("t", "2026-11-22", "../x").is_err());
-        assert!(run_table_prefix("t/u", "2026-11-22", &r).is_err());
+        assert!(table_key("t", "2026-11-22", "../x", &j, "").is_err());
+        assert!(table_key("t/u", "2026-11-22", &r, &j, "").is_err());
+        assert!(month_table_prefix("t", "2026-1-22").is_err());
         assert_eq!(table_glob("checks").unwrap(), "tables/checks/**/*.parquet");
+    }
+
+    #[test]
+    fn legacy_table_keys_parse_back() {
+        let (r, j) = (new_id(), new_id());
+        let old = format!("tables/io_results/date=2026-11-22/run_id={r}/part-{j}-p3.parquet");
+        let k = parse_legacy_table_key(&old).unwrap();
+        assert_eq!((k.table, k.date, k.run_id, k.job_id, k.part), ("io_results", "2026-11-22", r.as_str(), j.as_str(), "p3"));
+        assert_eq!(parse_table_key(&old), None);
+        for bad in [
+            format!("tables/t/date=2026-11-22/run_id={r}/part-{j}.json"),
+            format!("tables/t/date=2026-13-22/run_id={r}/part-{j}.parquet"),
+            format!("tables/t/date=2026-11-22/run={r}/part-{j}.parquet"),
+            format!("tables/t/run_id={r}/part-{j}.parquet"),
+        ] {
+            assert_eq!(parse_legacy_table_key(&bad), None, "{bad}");
+        }
     }
 
     #[test]

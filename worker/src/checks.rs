@@ -537,13 +537,13 @@ pub fn check_rows(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<CheckRow>, Exe
 /// own nodes; rows without a load or core count are left out.
 fn busy_night(ctx: &JobContext) -> Result<Option<String>, ExecError> {
     use arrow::array::{Float64Array, Int64Array};
-    let prefix = layout::date_table_prefix("node_facts", &ctx.run_date)?;
+    let prefix = layout::month_table_prefix("node_facts", &ctx.run_date)?;
     let mut by_run: BTreeMap<String, Vec<(f64, i64)>> = BTreeMap::new();
     for (key, _) in ctx.block_on(ctx.lake.list(&prefix))? {
         let Some(k) = layout::parse_table_key(&key) else {
             continue;
         };
-        if k.run_id == ctx.run_id {
+        if k.run_id == ctx.run_id || k.date != ctx.run_date {
             continue;
         }
         let facts = by_run.entry(k.run_id.to_string()).or_default();

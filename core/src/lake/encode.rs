@@ -45,18 +45,16 @@ impl EncodedTable {
     }
 }
 
-/// Whether the encoders end every file with the `date` column. Not yet: under
-/// today's `tables/{table}/date=…/run_id=…/` paths a file column named `date`
-/// breaks pyarrow's hive datasets (the path's `date` is inferred as a string,
-/// the file's is `date32`: "Unable to merge: Field date has incompatible
-/// types"), so files carry it from the `year=/month=` layout on, where no
-/// path names the date (docs/architecture.md, "Compaction"). The encoders
-/// take the date already, and [`encode_with_schema`]'s tests write it.
-pub const FILES_CARRY_DATE: bool = false;
+/// Whether the encoders end every file with the `date` column: yes since the
+/// `year=/month=` layout, where no path names the date (docs/architecture.md,
+/// "Compaction"). (Under the old `date=…/run_id=…/` paths a file column named
+/// `date` broke pyarrow's hive datasets, which inferred the path's `date` as
+/// a string.)
+pub const FILES_CARRY_DATE: bool = true;
 
 /// Checks the schema of a table file: the catalog's columns then `date`
-/// ([`catalog::file_schema`]), or the catalog's columns alone (files written
-/// before files carried `date`).
+/// ([`catalog::file_schema`]), as every file under the `year=/month=` layout
+/// has.
 pub fn check_file_schema(table: &str, schema: &SchemaRef) -> Result<()> {
     let n = schema.fields().len();
     match schema.fields().last() {
@@ -76,7 +74,12 @@ pub fn check_file_schema(table: &str, schema: &SchemaRef) -> Result<()> {
             ));
             check_schema(table, &rows)
         }
-        _ => check_schema(table, schema),
+        _ => Err(Error::SchemaMismatch {
+            table: table.into(),
+            message: "no last column 'date: Date32': every table file carries the run's day \
+                      (a file of the layout before 2026-12 is moved by `benchlake tables migrate`)"
+                .into(),
+        }),
     }
 }
 

@@ -100,24 +100,25 @@ impl Lake {
     }
 
     /// A run's rows of a table: the batches of every committed object
-    /// `tables/{table}/date=…/run_id={run}/part-….parquet` that `q` selects,
+    /// `tables/{table}/year=…/month=…/part-{date}-{run}-….parquet` that `q` selects,
     /// objects in key order. Objects under the table that are no table part
     /// (see [`layout::parse_table_key`]) are skipped; none at all is an empty
     /// result, not an error.
     pub async fn read_run_rows(&self, q: RunRows<'_>) -> Result<Vec<RecordBatch>> {
+        crate::ids::validate_id("run_id", q.run_id)?;
         let prefix = match q.date {
-            Some(date) => layout::run_table_prefix(q.table, date, q.run_id)?,
-            None => {
-                crate::ids::validate_id("run_id", q.run_id)?;
-                layout::table_prefix(q.table)?
-            }
+            Some(date) => layout::month_table_prefix(q.table, date)?,
+            None => layout::table_prefix(q.table)?,
         };
         let mut out = Vec::new();
         for (key, _) in self.list(&prefix).await? {
             let Some(k) = layout::parse_table_key(&key) else {
                 continue;
             };
-            if k.table != q.table || k.run_id != q.run_id || q.job_id.is_some_and(|j| j != k.job_id)
+            if k.table != q.table
+                || k.run_id != q.run_id
+                || q.date.is_some_and(|d| d != k.date)
+                || q.job_id.is_some_and(|j| j != k.job_id)
             {
                 continue;
             }
@@ -292,7 +293,7 @@ mod tests {
         .unwrap();
         // Something that is no table part is skipped.
         lake.put(
-            &format!("tables/{t}/date=2026-11-22/run_id={run}/notes.txt"),
+            &format!("tables/{t}/year=2026/month=11/notes.txt"),
             bytes::Bytes::from_static(b"x"),
         )
         .await
