@@ -159,7 +159,7 @@ def main():
             procs = [up]
         lake = data / "lake" / "tables"
         for t in ("linktest_timings", "linktest_host_summary"):
-            files = list((lake / t).rglob(f"run_id={run_id}/*.parquet"))
+            files = list((lake / t).rglob(f"part-*-{run_id}-*.parquet"))
             print(f"{t}: {len(files)} file(s), {sum(f.stat().st_size for f in files) / 1e6:.1f} MB")
 
         page = f"{http}/runs/{run_id}/linktest"

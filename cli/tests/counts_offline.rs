@@ -99,7 +99,7 @@ fn collect(root: &Path, dir: &Path, files: &mut BTreeMap<String, Vec<u8>>) {
             continue;
         }
         let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
-        // tables/<table>/date=…/run_id=…/part-<job id>.parquet: by table.
+        // tables/<table>/year=…/month=…/part-<date>-<run>-<job>.parquet: by table.
         let key = if rel.starts_with("tables/") {
             rel.split('/').take(2).collect::<Vec<_>>().join("/")
         } else {

@@ -19,6 +19,7 @@ pub mod error;
 pub mod flight;
 pub mod grpc;
 pub mod http;
+pub mod layout_migration;
 pub mod leader;
 pub mod lifecycle;
 pub mod listen;
@@ -118,6 +119,9 @@ pub struct Coordinator {
     pub(crate) metrics: Arc<metrics::Metrics>,
     /// The `checks` verdicts in memory, for the dashboard ([`verdicts`]).
     pub(crate) verdicts: Arc<verdicts::VerdictIndex>,
+    /// Whether the lake's layout is up to date ([`layout_migration`]):
+    /// `serve` starts once it is.
+    layout_ready: tokio::sync::watch::Sender<bool>,
     /// Drains and resumes of Slurm nodes after node-level checks
     /// ([`node_actions`]).
     pub(crate) node_actions: Arc<node_actions::NodeActions>,
@@ -217,6 +221,7 @@ impl Coordinator {
         let c = Arc::new(Self {
             metrics: Arc::new(metrics::Metrics::default()),
             verdicts: Arc::new(verdicts::VerdictIndex::default()),
+            layout_ready: tokio::sync::watch::channel(false).0,
             node_actions: Arc::new(node_actions::NodeActions::new(cfg.scontrol.clone())),
             outbox_wake: Notify::new(),
             lead: Mutex::new(None),
@@ -246,10 +251,20 @@ impl Coordinator {
                 .transact(|tx| lifecycle::run::advance(tx, &c.cfg, &id, now))?;
             c.apply(fx);
         }
-        // The dashboard's verdicts, read off the lake in the background.
+        // The lake's layout brought up to date (once, from a lake written
+        // before 2026-12), then the dashboard's verdicts read off the lake,
+        // in the background; `serve` waits for the first.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(verdicts::load(c.clone()));
+            let c2 = c.clone();
+            rt.spawn(async move {
+                if let Err(e) = layout_migration::migrate(&c2).await {
+                    tracing::error!(error = %e, "lake layout: the move stopped; files of the old layout are left (fix the file named and restart)");
+                }
+                c2.layout_ready.send_replace(true);
+                verdicts::load(c2).await
+            });
         } else {
+            c.layout_ready.send_replace(true);
             c.verdicts.set_loaded();
         }
         Ok(c)
@@ -598,6 +613,8 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let acceptor = tls::acceptor(&coord.cfg).map_err(CoordError::Setup)?;
+    // A lake of the layout before 2026-12 is moved first (layout_migration).
+    let _ = coord.layout_ready.subscribe().wait_for(|ready| *ready).await;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let bg = if coord.cfg.background {
         Some(tokio::spawn(coord.clone().background(stop_rx.clone())))

@@ -536,7 +536,14 @@ async fn verdicts_are_read_back_at_start() {
             "started_at_ms": null, "finished_at_ms": null, "peers": [],
         }))
         .unwrap();
-        let key = format!("tables/checks/date={}/run_id={id}/part-J.parquet", run.date);
+        let key = benchlake_core::layout::table_key(
+            "checks",
+            &run.date,
+            &id,
+            &benchlake_core::ids::new_id(),
+            "",
+        )
+        .unwrap();
         committed_key = key.clone();
         let data = checks_parquet(
             &id,

@@ -165,8 +165,8 @@ def test_documented_queries_run_on_the_demos_lake(demo, tmp_path):
             return None
         if table not in empty:
             cols = documented[table]
-            schema = pa.schema([(c, _pa_type(t)) for c, t in cols if c not in ("date",)])
-            d = empty_lake / "tables" / table / "date=1970-01-01" / "run_id=none"
+            schema = pa.schema([(c, _pa_type(t)) for c, t in cols if c != "date"] + [("date", pa.date32())])
+            d = empty_lake / "tables" / table / "year=1970" / "month=01"
             d.mkdir(parents=True)
             pq.write_table(schema.empty_table(), d / "part-none.parquet")
             empty.add(table)

@@ -83,11 +83,57 @@ pub enum TablesCmd {
     },
     /// Print docs/tables.md (generated from the catalog).
     Docs,
+    /// Move a lake written before 2026-12 (`tables/T/date=D/run_id=R/part-J.parquet`)
+    /// to the `year=/month=` layout, each file gaining its `date` column
+    /// (docs/architecture.md, "Compaction"). For lakes of offline ingests: a
+    /// coordinator moves its own lake when it starts (stop it before running
+    /// this on its lake; it records the new keys when it starts again).
+    /// Safe to stop anywhere and run again.
+    Migrate {
+        #[command(flatten)]
+        lake: crate::opts::LakeArgs,
+        /// Count what would move; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 pub async fn tables_cmd(c: TablesCmd) -> anyhow::Result<()> {
     match c {
         TablesCmd::Docs => out!("{}", benchlake_core::catalog::markdown()),
+        TablesCmd::Migrate { lake, dry_run } => {
+            let Some(root) = lake.lake.clone() else {
+                anyhow::bail!("give the lake: --lake DIR|s3://bucket (or BENCHLAKE_LAKE)");
+            };
+            let l = benchlake_core::lake::Lake::open(&lake.store(""))?;
+            let r = l
+                .migrate_layout(
+                    dry_run,
+                    |_| Ok(()),
+                    |i, n, m| {
+                        if i % 100 == 0 || i == n {
+                            eprintln!("moved {i}/{n}: {}", m.new_key);
+                        }
+                    },
+                )
+                .await
+                .with_context(|| format!("migrating {root}"))?;
+            if dry_run {
+                outln!(
+                    "{root}: {} files of the layout before 2026-12 ({} bytes) would move; nothing written",
+                    r.legacy_files,
+                    r.old_bytes
+                );
+            } else {
+                outln!(
+                    "{root}: moved {} files ({} rows; {} bytes before, {} after) to tables/T/year=Y/month=M/",
+                    r.moved,
+                    r.rows,
+                    r.old_bytes,
+                    r.new_bytes
+                );
+            }
+        }
         TablesCmd::List { conn } => {
             let r = conn
                 .cluster()?

@@ -123,6 +123,13 @@ pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| chrono::Utc::now().format("%Y-%m-%d").to_string());
     let started = std::time::Instant::now();
     let lake = benchlake_core::lake::Lake::open(&a.s3.store_at(&out))?;
+    // One glob cannot read two layouts: an old lake moves first.
+    if let Some((k, _)) = lake.legacy_table_files().await?.first() {
+        bail!(
+            "{out}: the lake holds table files of the layout before 2026-12 (such as {k}); \
+             move it first with `benchlake tables migrate --lake {out}`"
+        );
+    }
     // A large table of a local lake is written to a temporary file in the
     // lake's directory and renamed into place (no buffer the size of the
     // file); one left by a killed ingest is named `.benchlake-*.parquet.tmp`.

@@ -578,7 +578,10 @@ pub fn table_files(lake: &Path, table: &str, run_id: Option<&str>) -> Vec<PathBu
             if p.is_dir() {
                 stack.push(p);
             } else if p.extension().is_some_and(|x| x == "parquet")
-                && run_id.is_none_or(|r| p.to_string_lossy().contains(&format!("run_id={r}")))
+                && run_id.is_none_or(|r| {
+                    let key = p.strip_prefix(lake).unwrap().to_string_lossy().to_string();
+                    benchlake_core::layout::parse_table_key(&key).is_some_and(|k| k.run_id == r)
+                })
             {
                 files.push(p);
             }

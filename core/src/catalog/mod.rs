@@ -143,10 +143,13 @@ pub fn markdown() -> String {
     let mut s = String::from(
         "# Tables\n\nGenerated from the catalog (`core/src/catalog`) by `benchlake tables docs`; \
          column names are a public contract.\n\nEvery table is stored as Parquet under \
-         `tables/{table}/date=YYYY-MM-DD/run_id={run_id}/part-{job_id}.parquet`; `date` \
-         (the run's UTC day) and `run_id` also come from the partition path when read with \
-         `hive_partitioning=true`. Times are seconds (`f64`) unless a name says otherwise; \
-         sizes are bytes.\n\n## Node identity\n\nEvery column that names a node (`node_facts.node`, \
+         `tables/{table}/year=YYYY/month=MM/part-{date}-{run_id}-{job_id}.parquet`. Every \
+         file ends with a `date` column (`date32`, the run's UTC day) after the columns below, \
+         and `run_id` is the first column; read with `hive_partitioning=true`, `year` and \
+         `month` are added from the path. (Lakes written before 2026-12 had \
+         `date=…/run_id=…/` directories; the coordinator moves its lake at start, \
+         `benchlake tables migrate` an offline one.) Times are seconds (`f64`) unless a name \
+         says otherwise; sizes are bytes.\n\n## Node identity\n\nEvery column that names a node (`node_facts.node`, \
          `node_health.node`, `io_task_times.host`, `linktest_ranks.hostname` of netprobe files, \
          `mpi_trace_ranks.node`) holds one name per machine: the Slurm node name where Slurm ran \
          the task, else the agent's node name (its `--name`), else the host name \
