@@ -614,7 +614,11 @@ pub async fn serve(
 ) -> Result<()> {
     let acceptor = tls::acceptor(&coord.cfg).map_err(CoordError::Setup)?;
     // A lake of the layout before 2026-12 is moved first (layout_migration).
-    let _ = coord.layout_ready.subscribe().wait_for(|ready| *ready).await;
+    let _ = coord
+        .layout_ready
+        .subscribe()
+        .wait_for(|ready| *ready)
+        .await;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let bg = if coord.cfg.background {
         Some(tokio::spawn(coord.clone().background(stop_rx.clone())))

@@ -336,7 +336,8 @@ impl Lake {
                 "holds {n} rows ({in_groups} in its row groups), the worker claimed {rows}"
             )));
         }
-        check_date_statistics(&md, days).map_err(|m| bad(format!("column 'date': {m} (the run's day is {date})")))?;
+        check_date_statistics(&md, days)
+            .map_err(|m| bad(format!("column 'date': {m} (the run's day is {date})")))?;
         self.verify_run_column(key, size, &schema, run_id).await
     }
 
@@ -531,7 +532,8 @@ fn check_date_statistics(
         match col.statistics() {
             Some(Statistics::Int32(st)) => {
                 let (min, max) = (st.min_opt(), st.max_opt());
-                if min != Some(&days) || max != Some(&days) || st.null_count_opt().unwrap_or(0) != 0 {
+                if min != Some(&days) || max != Some(&days) || st.null_count_opt().unwrap_or(0) != 0
+                {
                     return Err(format!(
                         "row group {g} (chunk at byte offset {}) holds days {min:?}..{max:?}, not only {days}",
                         col.byte_range().0

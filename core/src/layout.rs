@@ -75,9 +75,13 @@ pub fn validate_date(date: &str) -> Result<()> {
     // chrono alone takes `2026-1-2`; keys need the fixed-width form.
     let b = date.as_bytes();
     let shape = b.len() == 10
-        && b.iter()
-            .enumerate()
-            .all(|(i, c)| if i == 4 || i == 7 { *c == b'-' } else { c.is_ascii_digit() });
+        && b.iter().enumerate().all(|(i, c)| {
+            if i == 4 || i == 7 {
+                *c == b'-'
+            } else {
+                c.is_ascii_digit()
+            }
+        });
     shape
         .then(|| chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d").ok())
         .flatten()
@@ -286,7 +290,10 @@ pub fn table_prefix(table: &str) -> Result<String> {
 pub fn month_table_prefix(table: &str, date: &str) -> Result<String> {
     validate_date(date)?;
     let (year, month) = (&date[..4], &date[5..7]);
-    Ok(format!("{}year={year}/month={month}/", table_prefix(table)?))
+    Ok(format!(
+        "{}year={year}/month={month}/",
+        table_prefix(table)?
+    ))
 }
 
 /// `tables/{table}/**/*.parquet`: the glob DuckDB and Spark read a table
@@ -573,7 +580,10 @@ mod tests {
         let (r, j) = (new_id(), new_id());
         let old = format!("tables/io_results/date=2026-11-22/run_id={r}/part-{j}-p3.parquet");
         let k = parse_legacy_table_key(&old).unwrap();
-        assert_eq!((k.table, k.date, k.run_id, k.job_id, k.part), ("io_results", "2026-11-22", r.as_str(), j.as_str(), "p3"));
+        assert_eq!(
+            (k.table, k.date, k.run_id, k.job_id, k.part),
+            ("io_results", "2026-11-22", r.as_str(), j.as_str(), "p3")
+        );
         assert_eq!(parse_table_key(&old), None);
         for bad in [
             format!("tables/t/date=2026-11-22/run_id={r}/part-{j}.json"),

@@ -296,7 +296,10 @@ mod tests {
             .filter(|f| !f.is_nullable())
             .map(|f| f.name().as_str())
             .collect();
-        assert!(required.len() < all.len(), "the test needs a nullable column");
+        assert!(
+            required.len() < all.len(),
+            "the test needs a nullable column"
+        );
         let old = format!("tables/linktest_ranks/date=2026-11-22/run_id={run}/part-{job}.parquet");
         lake.put(&old, old_file("linktest_ranks", &run, &all, 5))
             .await
@@ -308,32 +311,60 @@ mod tests {
             .await
             .unwrap();
 
-        let dry = lake.migrate_layout(true, |_| Ok(()), |_, _, _| {}).await.unwrap();
+        let dry = lake
+            .migrate_layout(true, |_| Ok(()), |_, _, _| {})
+            .await
+            .unwrap();
         assert_eq!((dry.legacy_files, dry.moved), (2, 0));
         assert!(lake.size(&old).await.unwrap().is_some());
 
         let mut took = Vec::new();
         let r = lake
-            .migrate_layout(false, |m| {
-                took.push(m.clone());
-                Ok(())
-            }, |_, _, _| {})
+            .migrate_layout(
+                false,
+                |m| {
+                    took.push(m.clone());
+                    Ok(())
+                },
+                |_, _, _| {},
+            )
             .await
             .unwrap();
         assert_eq!((r.legacy_files, r.moved, r.rows), (2, 2, 8));
-        assert_eq!(took[0].new_key, format!("tables/linktest_ranks/year=2026/month=11/part-2026-11-22-{run}-{job}.parquet"));
-        assert_eq!(took[1].new_key, format!("tables/linktest_ranks/year=2026/month=12/part-2026-12-01-{run}-{job}-b.parquet"));
+        assert_eq!(
+            took[0].new_key,
+            format!("tables/linktest_ranks/year=2026/month=11/part-2026-11-22-{run}-{job}.parquet")
+        );
+        assert_eq!(
+            took[1].new_key,
+            format!(
+                "tables/linktest_ranks/year=2026/month=12/part-2026-12-01-{run}-{job}-b.parquet"
+            )
+        );
         assert!(lake.size(&old).await.unwrap().is_none());
-        assert!(!dir.path().join("tables/linktest_ranks/date=2026-11-22").exists());
+        assert!(
+            !dir.path()
+                .join("tables/linktest_ranks/date=2026-11-22")
+                .exists()
+        );
         // The rows read the same, with the day as their last column.
         let b = lake.read_parquet(&took[0].new_key).await.unwrap();
         assert_eq!(b[0].num_rows(), 5);
-        let days = b[0].column_by_name("date").unwrap().as_primitive::<arrow::datatypes::Date32Type>();
+        let days = b[0]
+            .column_by_name("date")
+            .unwrap()
+            .as_primitive::<arrow::datatypes::Date32Type>();
         assert_eq!(days.value(0), layout::date_days("2026-11-22").unwrap());
         let b2 = lake.read_parquet(&took[1].new_key).await.unwrap();
-        assert_eq!(b2[0].schema().as_ref(), catalog::file_schema("linktest_ranks").unwrap().as_ref());
+        assert_eq!(
+            b2[0].schema().as_ref(),
+            catalog::file_schema("linktest_ranks").unwrap().as_ref()
+        );
         // Again: nothing left to move.
-        let again = lake.migrate_layout(false, |_| Ok(()), |_, _, _| {}).await.unwrap();
+        let again = lake
+            .migrate_layout(false, |_| Ok(()), |_, _, _| {})
+            .await
+            .unwrap();
         assert_eq!(again.legacy_files, 0);
     }
 
@@ -345,16 +376,25 @@ mod tests {
         let schema = catalog::schema("linktest_ranks").unwrap();
         let all: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         let old = format!("tables/linktest_ranks/date=2026-11-22/run_id={run}/part-{job}.parquet");
-        lake.put(&old, old_file("linktest_ranks", &run, &all, 4)).await.unwrap();
+        lake.put(&old, old_file("linktest_ranks", &run, &all, 4))
+            .await
+            .unwrap();
         // The caller could not record the move: the old object stays.
         let e = lake
-            .migrate_layout(false, |_| Err(Error::Config("store down".into())), |_, _, _| {})
+            .migrate_layout(
+                false,
+                |_| Err(Error::Config("store down".into())),
+                |_, _, _| {},
+            )
             .await
             .unwrap_err();
         assert!(e.to_string().contains("store down"), "{e}");
         assert!(lake.size(&old).await.unwrap().is_some());
         // The rerun writes the same new key and finishes.
-        let r = lake.migrate_layout(false, |_| Ok(()), |_, _, _| {}).await.unwrap();
+        let r = lake
+            .migrate_layout(false, |_| Ok(()), |_, _, _| {})
+            .await
+            .unwrap();
         assert_eq!((r.moved, r.rows), (1, 4));
         // A file with a column the catalog does not know is refused, whole.
         let bad = format!("tables/linktest_ranks/date=2026-11-23/run_id={run}/part-{job}.parquet");
@@ -364,7 +404,10 @@ mod tests {
         ]));
         let b = RecordBatch::try_new(
             schema.clone(),
-            vec![Arc::new(StringArray::from(vec![run.as_str()])), Arc::new(StringArray::from(vec!["?"]))],
+            vec![
+                Arc::new(StringArray::from(vec![run.as_str()])),
+                Arc::new(StringArray::from(vec!["?"])),
+            ],
         )
         .unwrap();
         let mut buf = Vec::new();

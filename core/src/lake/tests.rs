@@ -144,7 +144,10 @@ fn without_date(b: RecordBatch) -> RecordBatch {
         .as_primitive::<arrow::datatypes::Date32Type>();
     assert_eq!(arrow::array::Array::null_count(days), 0);
     // One day per file.
-    assert!(days.values().iter().all(|d| *d == days.value(0)), "{days:?}");
+    assert!(
+        days.values().iter().all(|d| *d == days.value(0)),
+        "{days:?}"
+    );
     b.project(&(0..n - 1).collect::<Vec<_>>()).unwrap()
 }
 
