@@ -25,6 +25,7 @@ use crate::layout;
 
 pub mod bundle;
 mod chunks;
+pub mod compact;
 mod encode;
 mod int_runs;
 pub mod migrate;

@@ -363,6 +363,61 @@ pub fn parse_table_key(key: &str) -> Option<TableKey<'_>> {
     })
 }
 
+/// `tables/{table}/year={YYYY}/month={MM}/compacted-{first_date}-{id}.parquet`:
+/// a merged file of the month of `first_date` (its earliest day), named by a
+/// ULID `id` (the merge's; a retried merge writes the same key).
+pub fn compacted_key(table: &str, first_date: &str, id: &str) -> Result<String> {
+    validate_id("id", id)?;
+    Ok(format!(
+        "{}compacted-{first_date}-{id}.parquet",
+        month_table_prefix(table, first_date)?
+    ))
+}
+
+/// A table object: a committed part or a merged file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableFile<'a> {
+    /// One job's rows of one run ([`table_key`]).
+    Part(TableKey<'a>),
+    /// Several runs' rows ([`compacted_key`]); its footer says which.
+    Compacted {
+        /// Catalog table.
+        table: &'a str,
+        /// Its earliest day.
+        first_date: &'a str,
+        /// The merge's id.
+        id: &'a str,
+    },
+}
+
+/// A part ([`parse_table_key`]) or a merged file ([`compacted_key`]) of the
+/// `year=/month=` layout, or None.
+pub fn parse_table_file(key: &str) -> Option<TableFile<'_>> {
+    if let Some(k) = parse_table_key(key) {
+        return Some(TableFile::Part(k));
+    }
+    let rest = key.strip_prefix(TABLES)?.strip_prefix('/')?;
+    let mut it = rest.split('/');
+    let (table, year, month, file) = (it.next()?, it.next()?, it.next()?, it.next()?);
+    if it.next().is_some() {
+        return None;
+    }
+    let stem = file.strip_prefix("compacted-")?.strip_suffix(".parquet")?;
+    let first_date = stem.get(..10)?;
+    let id = stem.get(11..)?;
+    let ok = stem.as_bytes().get(10) == Some(&b'-')
+        && validate_name("table", table).is_ok()
+        && validate_date(first_date).is_ok()
+        && year.strip_prefix("year=") == first_date.get(..4)
+        && month.strip_prefix("month=") == first_date.get(5..7)
+        && validate_id("id", id).is_ok();
+    ok.then_some(TableFile::Compacted {
+        table,
+        first_date,
+        id,
+    })
+}
+
 /// The parts of a key of the layout before 2026-12,
 /// `tables/{table}/date={date}/run_id={run_id}/part-{job_id}[-{part}].parquet`,
 /// which `benchlake tables migrate` (and the coordinator at start) move to

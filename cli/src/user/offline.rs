@@ -124,7 +124,12 @@ pub async fn ingest(a: IngestArgs) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let lake = benchlake_core::lake::Lake::open(&a.s3.store_at(&out))?;
     // One glob cannot read two layouts: an old lake moves first.
-    if let Some((k, _)) = lake.legacy_table_files().await?.first() {
+    // (A bucket that does not exist yet holds nothing: the first put creates it.)
+    let legacy = match lake.legacy_table_files().await {
+        Err(e) if e.to_string().contains("NoSuchBucket") => Vec::new(),
+        r => r?,
+    };
+    if let Some((k, _)) = legacy.first() {
         bail!(
             "{out}: the lake holds table files of the layout before 2026-12 (such as {k}); \
              move it first with `benchlake tables migrate --lake {out}`"

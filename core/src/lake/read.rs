@@ -100,29 +100,30 @@ impl Lake {
     }
 
     /// A run's rows of a table: the batches of every committed object
-    /// `tables/{table}/year=…/month=…/part-{date}-{run}-….parquet` that `q` selects,
+    /// `tables/{table}/year=…/month=…/part-{date}-{run}-….parquet` that `q` selects
+    /// (and its row groups in merged files, [`super::compact`]),
     /// objects in key order. Objects under the table that are no table part
     /// (see [`layout::parse_table_key`]) are skipped; none at all is an empty
     /// result, not an error.
     pub async fn read_run_rows(&self, q: RunRows<'_>) -> Result<Vec<RecordBatch>> {
         crate::ids::validate_id("run_id", q.run_id)?;
-        let prefix = match q.date {
-            Some(date) => layout::month_table_prefix(q.table, date)?,
-            None => layout::table_prefix(q.table)?,
-        };
         let mut out = Vec::new();
-        for (key, _) in self.list(&prefix).await? {
-            let Some(k) = layout::parse_table_key(&key) else {
+        for f in self.table_files(q.table, q.date).await? {
+            let mine = f
+                .runs
+                .iter()
+                .any(|(r, d)| r == q.run_id && q.date.is_none_or(|want| want == d));
+            if !mine {
                 continue;
-            };
-            if k.table != q.table
-                || k.run_id != q.run_id
-                || q.date.is_some_and(|d| d != k.date)
-                || q.job_id.is_some_and(|j| j != k.job_id)
+            }
+            if f.merged.is_none()
+                && q.job_id.is_some_and(|j| {
+                    layout::parse_table_key(&f.key).is_none_or(|k| k.job_id != j)
+                })
             {
                 continue;
             }
-            out.extend(self.read_parquet(&key).await?);
+            out.extend(self.read_run_file(&f, q.run_id, q.job_id).await?);
         }
         Ok(out)
     }
