@@ -263,11 +263,8 @@ pub async fn validate_cmd(a: ValidateArgs) -> anyhow::Result<()> {
     let lake = Lake::open(&a.lake.store(""))?;
     let mut runs: BTreeSet<String> = BTreeSet::new();
     if a.runs.is_empty() {
-        let prefix = benchlake_core::layout::table_prefix("trace_comparison")?;
-        for (key, _) in lake.list(&prefix).await? {
-            if let Some(k) = benchlake_core::layout::parse_table_key(&key) {
-                runs.insert(k.run_id.to_string());
-            }
+        for f in lake.table_files("trace_comparison", None).await? {
+            runs.extend(f.runs.into_iter().map(|(r, _)| r));
         }
         if runs.is_empty() {
             bail!("the lake holds no trace_comparison rows (no traced run has been replayed)");

@@ -147,15 +147,16 @@ pub fn run_statuses(ctx: &JobContext, run_id: &str) -> Result<Vec<String>, ExecE
     Ok(out)
 }
 
-/// `(run_id, date, key)` of every `runs` object, newest run first; listed
-/// once per job (its references read the history several times).
+/// `(run_id, date, object)` of every run in the `runs` objects (parts and
+/// merged files), newest run first; listed once per job (its references
+/// read the history several times).
 fn runs_objects(ctx: &JobContext) -> Result<std::sync::Arc<memo::RunsObjects>, ExecError> {
     memo::listings().get_or(ctx.job_id.clone(), || {
-        let prefix = layout::table_prefix("runs")?;
         let mut out = Vec::new();
-        for (key, _) in ctx.block_on(ctx.lake.list(&prefix))? {
-            if let Some(k) = layout::parse_table_key(&key) {
-                out.push((k.run_id.to_string(), k.date.to_string(), key.clone()));
+        for f in ctx.block_on(ctx.lake.table_files("runs", None))? {
+            let f = std::sync::Arc::new(f);
+            for (run, date) in &f.runs {
+                out.push((run.clone(), date.clone(), f.clone()));
             }
         }
         out.sort_by(|a, b| b.0.cmp(&a.0));
@@ -241,15 +242,15 @@ fn previous_runs(
     mut visit: impl FnMut(&PrevRun) -> Result<bool, ExecError>,
 ) -> Result<(), ExecError> {
     let mut seen = std::collections::BTreeSet::new();
-    for (run_id, date, key) in runs_objects(ctx)?.iter().take(MAX_HISTORY_SCAN).cloned() {
+    for (run_id, date, file) in runs_objects(ctx)?.iter().take(MAX_HISTORY_SCAN).cloned() {
         if run_id == ctx.run_id || !seen.insert(run_id.clone()) {
             continue;
         }
         if ctx.cancelled() {
             return Err(ExecError::Cancelled);
         }
-        let rows = memo::runs().get_or(key.clone(), || {
-            match ctx.block_on(ctx.lake.read_parquet(&key)) {
+        let rows = memo::runs().get_or(format!("{}#{run_id}", file.key), || {
+            match ctx.block_on(ctx.lake.read_run_file(&file, &run_id, None)) {
                 Ok(b) => Ok(runs_rows(&b)),
                 Err(e @ benchlake_core::Error::Decode { .. }) => {
                     // One unreadable old object must not block every later verdict.
@@ -537,31 +538,29 @@ pub fn check_rows(ctx: &JobContext, s: &ChecksSpec) -> Result<Vec<CheckRow>, Exe
 /// own nodes; rows without a load or core count are left out.
 fn busy_night(ctx: &JobContext) -> Result<Option<String>, ExecError> {
     use arrow::array::{Float64Array, Int64Array};
-    let prefix = layout::month_table_prefix("node_facts", &ctx.run_date)?;
     let mut by_run: BTreeMap<String, Vec<(f64, i64)>> = BTreeMap::new();
-    for (key, _) in ctx.block_on(ctx.lake.list(&prefix))? {
-        let Some(k) = layout::parse_table_key(&key) else {
-            continue;
-        };
-        if k.run_id == ctx.run_id || k.date != ctx.run_date {
-            continue;
-        }
-        let facts = by_run.entry(k.run_id.to_string()).or_default();
-        for b in ctx.block_on(ctx.lake.read_parquet(&key))? {
-            let load = b
-                .column_by_name("load_1m")
-                .and_then(|c| c.as_any().downcast_ref::<Float64Array>());
-            let cores = b
-                .column_by_name("cores")
-                .and_then(|c| c.as_any().downcast_ref::<Int64Array>());
-            let (Some(load), Some(cores)) = (load, cores) else {
+    for f in ctx.block_on(ctx.lake.table_files("node_facts", Some(&ctx.run_date)))? {
+        for (run, date) in &f.runs {
+            if *run == ctx.run_id || *date != ctx.run_date {
                 continue;
-            };
-            facts.extend(
-                (0..b.num_rows())
-                    .filter(|&i| load.is_valid(i) && cores.is_valid(i))
-                    .map(|i| (load.value(i), cores.value(i))),
-            );
+            }
+            let facts = by_run.entry(run.clone()).or_default();
+            for b in ctx.block_on(ctx.lake.read_run_file(&f, run, None))? {
+                let load = b
+                    .column_by_name("load_1m")
+                    .and_then(|c| c.as_any().downcast_ref::<Float64Array>());
+                let cores = b
+                    .column_by_name("cores")
+                    .and_then(|c| c.as_any().downcast_ref::<Int64Array>());
+                let (Some(load), Some(cores)) = (load, cores) else {
+                    continue;
+                };
+                facts.extend(
+                    (0..b.num_rows())
+                        .filter(|&i| load.is_valid(i) && cores.is_valid(i))
+                        .map(|i| (load.value(i), cores.value(i))),
+                );
+            }
         }
     }
     // The newest hostinfo run of the night that shows it (ids sort by time).

@@ -66,8 +66,13 @@ impl<K: Hash + Eq, V> Memo<K, V> {
     }
 }
 
-/// `(run_id, date, key)` of the `runs` objects, newest first.
-pub type RunsObjects = Vec<(String, String, String)>;
+/// `(run_id, date, object)` of the runs in the `runs` objects, newest run
+/// first (a merged object holds several).
+pub type RunsObjects = Vec<(
+    String,
+    String,
+    std::sync::Arc<benchlake_core::lake::compact::ListedFile>,
+)>;
 
 /// The listing of `runs` objects of a job (by job id): listed once per job,
 /// however many references read the history; a later job lists again.

@@ -36,6 +36,9 @@ pub const COMPACTED_META: &str = "benchlake.compacted";
 pub struct CompactedMeta {
     /// The merged files, in the order of their rows.
     pub parts: Vec<MergedPart>,
+    /// Earlier merged files whose parts this one took over.
+    #[serde(default)]
+    pub merged_from: Vec<String>,
 }
 
 /// One file merged into a merged file.
@@ -88,13 +91,13 @@ pub struct ListedFile {
 pub struct Merged {
     /// The merged file (empty when nothing was merged).
     pub key: String,
-    /// Inputs merged and then deleted.
+    /// Inputs (parts and earlier merged files) merged and then deleted.
     pub inputs: usize,
     /// Inputs found already merged by an earlier, stopped merge and deleted.
     pub leftovers: usize,
     /// Rows of the merged file.
     pub rows: u64,
-    /// Bytes of the inputs and of the merged file.
+    /// Bytes of the inputs.
     pub in_bytes: u64,
     /// Bytes of the merged file.
     pub out_bytes: u64,
@@ -214,7 +217,10 @@ impl Lake {
         if size < 12 {
             return Err(bad(format!("{size} bytes is too small for a Parquet file")));
         }
-        let tail = self.store.get_range(&self.path(key), size - 8..size).await?;
+        let tail = self
+            .store
+            .get_range(&self.path(key), size - 8..size)
+            .await?;
         if &tail[4..] != b"PAR1" {
             return Err(bad(format!("no footer magic at byte offset {}", size - 4)));
         }
@@ -225,19 +231,25 @@ impl Lake {
                 size - 8
             )));
         }
-        let meta = self.store.get_range(&self.path(key), size - 8 - len..size - 8).await?;
+        let meta = self
+            .store
+            .get_range(&self.path(key), size - 8 - len..size - 8)
+            .await?;
         parquet::file::metadata::ParquetMetaDataReader::decode_metadata(&meta)
             .map_err(|e| bad(format!("footer at byte offset {}: {e}", size - 8 - len)))
     }
 
-    /// Merges the committed parts of `table` in `date`'s month that are
-    /// smaller than `small_bytes` into one file, when there are at least
-    /// `min_files` of them; earlier merged files of the month are left as
-    /// they are. The merged file is uploaded and read back (rows and runs
-    /// checked against its inputs) before any input is deleted; inputs that
-    /// an existing merged file already replaces (a merge stopped before its
-    /// deletes) are deleted first. `id` names the merged file (a ULID; a
-    /// retried merge passes the same id and writes the same key).
+    /// Merges the files of `table` in `date`'s month that are smaller than
+    /// `small_bytes` into one, when at least `min_files` of them are
+    /// committed parts (or two are merged files): the parts and the month's
+    /// earlier merged files, so a month compacted every night keeps one
+    /// merged file and fewer than `min_files` parts. The merged file is
+    /// uploaded and read back (rows and parts checked against its inputs)
+    /// before any input is deleted; files that a merged file already
+    /// replaces (a merge stopped before its deletes) are deleted first. `id`
+    /// names the merged file (a ULID; a retried merge passes the same id:
+    /// finding its file, it only finishes the deletes). With `dry_run`
+    /// nothing is written or deleted; the result counts what would merge.
     pub async fn compact_month(
         &self,
         table: &str,
@@ -245,79 +257,118 @@ impl Lake {
         id: &str,
         small_bytes: u64,
         min_files: usize,
+        dry_run: bool,
     ) -> Result<Merged> {
         let mut done = Merged::default();
+        crate::ids::validate_id("id", id)?;
         let prefix = layout::month_table_prefix(table, date)?;
         let listed = self.list(&prefix).await?;
-        // Leftovers of a stopped merge: inputs a merged file already holds.
-        let mut replaced = BTreeSet::new();
-        for (key, _) in &listed {
-            if let Some(TableFile::Compacted { table: t, .. }) = layout::parse_table_file(key)
+        let mut merged = Vec::new();
+        for (k, bytes) in &listed {
+            if let Some(TableFile::Compacted { table: t, .. }) = layout::parse_table_file(k)
                 && t == table
             {
-                replaced.extend(self.compacted_meta(key).await?.parts.into_iter().map(|p| p.key));
+                merged.push((k.clone(), *bytes, self.compacted_meta(k).await?));
             }
         }
+        // Leftovers of a stopped merge: files a merged file already holds.
+        let replaced: BTreeSet<String> = merged
+            .iter()
+            .flat_map(|(_, _, m)| {
+                m.parts
+                    .iter()
+                    .map(|p| p.key.clone())
+                    .chain(m.merged_from.iter().cloned())
+            })
+            .collect();
         let mut inputs = Vec::new();
-        for (key, bytes) in listed {
-            let Some(TableFile::Part(k)) = layout::parse_table_file(&key) else {
-                continue;
-            };
-            if k.table != table {
+        let mut parts = 0usize;
+        for (k, bytes) in &listed {
+            if replaced.contains(k) {
+                if !dry_run {
+                    self.delete(k).await?;
+                }
+                done.leftovers += 1;
                 continue;
             }
-            if replaced.contains(&key) {
-                self.delete(&key).await?;
-                done.leftovers += 1;
-            } else if bytes < small_bytes {
-                inputs.push(Input {
-                    key: key.clone(),
-                    bytes,
-                    run_id: k.run_id.to_string(),
-                    job_id: k.job_id.to_string(),
-                    date: k.date.to_string(),
-                });
+            if *bytes >= small_bytes {
+                continue;
+            }
+            match layout::parse_table_file(k) {
+                Some(TableFile::Part(p)) if p.table == table => {
+                    parts += 1;
+                    inputs.push(Input {
+                        key: k.clone(),
+                        bytes: *bytes,
+                        date: p.date.to_string(),
+                        what: What::Part {
+                            run_id: p.run_id.to_string(),
+                            job_id: p.job_id.to_string(),
+                        },
+                    });
+                }
+                Some(TableFile::Compacted {
+                    table: t,
+                    first_date,
+                    ..
+                }) if t == table => {
+                    let meta = merged
+                        .iter()
+                        .find(|m| m.0 == *k)
+                        .map(|m| m.2.clone())
+                        .unwrap_or_default();
+                    inputs.push(Input {
+                        key: k.clone(),
+                        bytes: *bytes,
+                        date: first_date.to_string(),
+                        what: What::Merged(meta),
+                    });
+                }
+                _ => {}
             }
         }
-        if inputs.len() < min_files.max(2) {
+        let merged_inputs = inputs.len() - parts;
+        let enough = parts >= min_files.max(1) || merged_inputs >= 2;
+        let retried = merged.iter().any(|(k, _, _)| {
+            matches!(layout::parse_table_file(k), Some(TableFile::Compacted { id: i, .. }) if i == id)
+        });
+        if !enough || inputs.len() < 2 || retried {
             return Ok(done);
         }
-        let first_date = inputs.iter().map(|i| i.date.clone()).min().unwrap_or_default();
+        inputs.sort_by(|a, b| (&a.date, &a.key).cmp(&(&b.date, &b.key)));
+        let first_date = inputs[0].date.clone();
         let key = layout::compacted_key(table, &first_date, id)?;
+        done.inputs = inputs.len();
+        done.in_bytes = inputs.iter().map(|i| i.bytes).sum();
+        if dry_run {
+            return Ok(done);
+        }
         let (data, meta) = self.merge(table, &inputs).await?;
         let rows: u64 = meta.parts.iter().map(|p| p.rows).sum();
         done.out_bytes = data.len() as u64;
         self.put(&key, data).await?;
-        // Read back: the rows of every run, as many as its inputs held.
-        let check = self.table_files(table, Some(date)).await?;
-        let Some(f) = check.iter().find(|f| f.key == key) else {
-            return Err(Error::Decode {
-                key,
-                message: "the merged file is not listed after its upload".into(),
-            });
-        };
+        // Read back: the footer as written, every row there.
+        let back_meta = self.compacted_meta(&key).await?;
         let back: u64 = self
-            .read_parquet(&f.key)
+            .read_parquet(&key)
             .await?
             .iter()
             .map(|b| b.num_rows() as u64)
             .sum();
-        if back != rows || f.merged.as_ref() != Some(&meta) {
+        if back != rows || back_meta != meta {
             return Err(Error::Decode {
                 key,
                 message: format!(
-                    "read back {back} rows of {} runs, merged {rows} rows of {}",
-                    f.runs.len(),
-                    meta.runs().len()
+                    "read back {back} rows of {} parts, merged {rows} rows of {}",
+                    back_meta.parts.len(),
+                    meta.parts.len()
                 ),
             });
         }
         for i in &inputs {
             self.delete(&i.key).await?;
-            done.in_bytes += i.bytes;
         }
         done.key = key;
-        done.inputs = inputs.len();
         done.rows = rows;
         Ok(done)
     }
@@ -337,42 +388,65 @@ impl Lake {
         .map_err(werr)?;
         let mut meta = CompactedMeta::default();
         for i in inputs {
-            let first_group = w.flushed_row_groups().len();
-            let mut rows = 0u64;
-            let mut s = self
-                .parquet_stream(&i.key, super::encode::ROW_GROUP_ROWS)
-                .await?;
-            while let Some(b) = s.next().await {
-                let b = b?;
-                if b.schema().fields() != schema.fields() {
-                    return Err(Error::Decode {
+            match &i.what {
+                What::Part { run_id, job_id } => {
+                    let first_group = w.flushed_row_groups().len();
+                    let s = self
+                        .parquet_stream(&i.key, super::encode::ROW_GROUP_ROWS)
+                        .await?;
+                    let rows = copy(&mut w, &schema, &i.key, run_id, s).await?;
+                    meta.parts.push(MergedPart {
                         key: i.key.clone(),
-                        message: format!(
-                            "its columns are not the table's today ({}): move it with `benchlake tables migrate` first",
-                            b.schema()
-                        ),
+                        run_id: run_id.clone(),
+                        job_id: job_id.clone(),
+                        date: i.date.clone(),
+                        rows,
+                        first_group,
+                        groups: w.flushed_row_groups().len() - first_group,
                     });
                 }
-                check_run(&i.key, &b, &i.run_id)?;
-                rows += b.num_rows() as u64;
-                let b = RecordBatch::try_new(schema.clone(), b.columns().to_vec()).map_err(|e| {
-                    Error::Decode {
-                        key: i.key.clone(),
-                        message: e.to_string(),
+                What::Merged(old) => {
+                    let data = self.get(&i.key).await?;
+                    for p in &old.parts {
+                        let first_group = w.flushed_row_groups().len();
+                        let groups: Vec<usize> =
+                            (p.first_group..p.first_group + p.groups).collect();
+                        let reader =
+                            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+                                data.clone(),
+                            )
+                            .and_then(|b| b.with_row_groups(groups).build())
+                            .map_err(|e| Error::Decode {
+                                key: i.key.clone(),
+                                message: e.to_string(),
+                            })?;
+                        let key = i.key.clone();
+                        let s = futures::stream::iter(reader.map(move |b| {
+                            b.map_err(|e| Error::Decode {
+                                key: key.clone(),
+                                message: e.to_string(),
+                            })
+                        }));
+                        let rows = copy(&mut w, &schema, &i.key, &p.run_id, s).await?;
+                        if rows != p.rows {
+                            return Err(Error::Decode {
+                                key: i.key.clone(),
+                                message: format!(
+                                    "part {} holds {rows} rows, its footer says {}",
+                                    p.key, p.rows
+                                ),
+                            });
+                        }
+                        meta.parts.push(MergedPart {
+                            first_group,
+                            groups: w.flushed_row_groups().len() - first_group,
+                            ..p.clone()
+                        });
                     }
-                })?;
-                w.write(&b).map_err(werr)?;
+                    meta.merged_from.push(i.key.clone());
+                    meta.merged_from.extend(old.merged_from.iter().cloned());
+                }
             }
-            w.flush().map_err(werr)?;
-            meta.parts.push(MergedPart {
-                key: i.key.clone(),
-                run_id: i.run_id.clone(),
-                job_id: i.job_id.clone(),
-                date: i.date.clone(),
-                rows,
-                first_group,
-                groups: w.flushed_row_groups().len() - first_group,
-            });
         }
         w.append_key_value_metadata(parquet::file::metadata::KeyValue::new(
             COMPACTED_META.to_string(),
@@ -383,13 +457,54 @@ impl Lake {
     }
 }
 
-/// A committed part to merge.
+/// A file to merge: a committed part or an earlier merged file.
 struct Input {
     key: String,
     bytes: u64,
-    run_id: String,
-    job_id: String,
+    /// The part's day, or the merged file's first.
     date: String,
+    what: What,
+}
+
+enum What {
+    Part { run_id: String, job_id: String },
+    Merged(CompactedMeta),
+}
+
+/// Writes the batches of `s` (rows of run `run_id`, the table's file
+/// columns) to `w` and ends the row group; the rows copied.
+async fn copy(
+    w: &mut parquet::arrow::ArrowWriter<Vec<u8>>,
+    schema: &arrow::datatypes::SchemaRef,
+    key: &str,
+    run_id: &str,
+    mut s: impl futures::Stream<Item = Result<RecordBatch>> + Unpin,
+) -> Result<u64> {
+    let werr = |e: parquet::errors::ParquetError| Error::Config(format!("{key}: {e}"));
+    let mut rows = 0u64;
+    while let Some(b) = s.next().await {
+        let b = b?;
+        if b.schema().fields() != schema.fields() {
+            return Err(Error::Decode {
+                key: key.into(),
+                message: format!(
+                    "its columns are not the table's today ({}): move it with `benchlake tables migrate` first",
+                    b.schema()
+                ),
+            });
+        }
+        check_run(key, &b, run_id)?;
+        rows += b.num_rows() as u64;
+        let b = RecordBatch::try_new(schema.clone(), b.columns().to_vec()).map_err(|e| {
+            Error::Decode {
+                key: key.into(),
+                message: e.to_string(),
+            }
+        })?;
+        w.write(&b).map_err(werr)?;
+    }
+    w.flush().map_err(werr)?;
+    Ok(rows)
 }
 
 fn run_column<'a>(key: &str, b: &'a RecordBatch) -> Result<&'a arrow::array::StringArray> {
@@ -414,3 +529,230 @@ fn check_run(key: &str, b: &RecordBatch, run: &str) -> Result<()> {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::new_id;
+    use crate::lake::{RunRows, TableOutput};
+    use arrow::array::{ArrayRef, Int32Array, StringArray};
+    use std::sync::Arc;
+
+    const T: &str = "linktest_ranks";
+
+    fn ranks(run: &str, first: i32, n: i32) -> RecordBatch {
+        RecordBatch::try_new(
+            catalog::schema(T).unwrap(),
+            vec![
+                Arc::new(StringArray::from(vec![run; n as usize])) as ArrayRef,
+                Arc::new(StringArray::from(vec!["raw/x.sion"; n as usize])),
+                Arc::new(Int32Array::from_iter_values(first..first + n)),
+                Arc::new(StringArray::from(vec!["n1"; n as usize])),
+                Arc::new(Int32Array::from(vec![None; n as usize])),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// Writes one part of `run` on `date`; the run's id.
+    async fn part(lake: &Lake, date: &str, run: &str, job: &str, first: i32, n: i32) {
+        lake.write_final(
+            &[TableOutput::new(T, vec![ranks(run, first, n)])],
+            date,
+            run,
+            job,
+        )
+        .await
+        .unwrap();
+    }
+
+    fn rank_list(b: &[RecordBatch]) -> Vec<i32> {
+        let mut v: Vec<i32> = b
+            .iter()
+            .flat_map(|b| {
+                b.column_by_name("rank")
+                    .unwrap()
+                    .as_primitive::<arrow::datatypes::Int32Type>()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    async fn snapshot(
+        lake: &Lake,
+        runs: &[(String, String, String)],
+    ) -> Vec<(Vec<i32>, Vec<i32>, Vec<i32>)> {
+        let mut out = Vec::new();
+        for (run, date, job) in runs {
+            let all = lake.read_run_rows(RunRows::new(T, run)).await.unwrap();
+            let day = lake
+                .read_run_rows(RunRows::new(T, run).on(date))
+                .await
+                .unwrap();
+            let job = lake
+                .read_run_rows(RunRows::new(T, run).on(date).of_job(job))
+                .await
+                .unwrap();
+            out.push((rank_list(&all), rank_list(&day), rank_list(&job)));
+        }
+        out
+    }
+
+    fn files(dir: &std::path::Path, month: &str) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir.join(format!("tables/{T}/{month}")))
+            .map(|d| {
+                d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    /// A month of small parts becomes one merged file; every run reads the
+    /// same rows before and after (by run, day and job); the next merge
+    /// takes the merged file and the new parts into one; another month is
+    /// not touched; row groups keep one day each.
+    #[tokio::test]
+    async fn a_month_merges_into_one_file_and_every_run_reads_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let lake = Lake::local(dir.path()).unwrap();
+        let mut runs = Vec::new();
+        for (i, date) in [
+            "2026-11-01",
+            "2026-11-01",
+            "2026-11-02",
+            "2026-11-03",
+            "2026-11-03",
+            "2026-12-01",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let (run, job, job2) = (new_id(), new_id(), new_id());
+            part(&lake, date, &run, &job, i as i32 * 100, 3).await;
+            // A second job of the run writes the table too.
+            part(&lake, date, &run, &job2, i as i32 * 100 + 50, 2).await;
+            runs.push((run, date.to_string(), job));
+        }
+        let before = snapshot(&lake, &runs).await;
+        assert_eq!(before[0].0, vec![0, 1, 2, 50, 51]);
+        assert_eq!(before[1].2, vec![100, 101, 102]);
+
+        let dry = lake
+            .compact_month(T, "2026-11-15", &new_id(), 1 << 20, 4, true)
+            .await
+            .unwrap();
+        assert_eq!((dry.inputs, dry.key.as_str()), (10, ""));
+        assert_eq!(files(dir.path(), "year=2026/month=11").len(), 10);
+
+        let id = new_id();
+        let m = lake
+            .compact_month(T, "2026-11-15", &id, 1 << 20, 4, false)
+            .await
+            .unwrap();
+        assert_eq!((m.inputs, m.rows), (10, 25));
+        assert_eq!(
+            files(dir.path(), "year=2026/month=11"),
+            vec![format!("compacted-2026-11-01-{id}.parquet")]
+        );
+        assert_eq!(files(dir.path(), "year=2026/month=12").len(), 2);
+        assert_eq!(snapshot(&lake, &runs).await, before);
+        // The listing knows the runs of the merged file from its footer.
+        let listed = lake.table_files(T, Some("2026-11-02")).await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert!(
+            listed[0]
+                .runs
+                .contains(&(runs[2].0.clone(), "2026-11-02".to_string()))
+        );
+        assert_eq!(listed[0].merged.as_ref().unwrap().runs().len(), 5);
+        // One day per row group.
+        let md = lake.footer(&m.key).await.unwrap();
+        assert_eq!(md.num_row_groups(), 10);
+        for g in md.row_groups() {
+            let st = g.columns().last().unwrap().statistics().unwrap();
+            assert_eq!(st.min_bytes_opt(), st.max_bytes_opt());
+        }
+
+        // Too few new parts: nothing; enough: one file again.
+        let (run, job) = (new_id(), new_id());
+        part(&lake, "2026-11-20", &run, &job, 900, 4).await;
+        runs.push((run, "2026-11-20".into(), job));
+        let before = snapshot(&lake, &runs).await;
+        let none = lake
+            .compact_month(T, "2026-11-01", &new_id(), 1 << 20, 4, false)
+            .await
+            .unwrap();
+        assert_eq!(none.inputs, 0);
+        let id2 = new_id();
+        let m2 = lake
+            .compact_month(T, "2026-11-01", &id2, 1 << 20, 1, false)
+            .await
+            .unwrap();
+        assert_eq!((m2.inputs, m2.rows), (2, 29));
+        assert_eq!(
+            files(dir.path(), "year=2026/month=11"),
+            vec![format!("compacted-2026-11-01-{id2}.parquet")]
+        );
+        assert_eq!(
+            lake.compacted_meta(&m2.key).await.unwrap().merged_from,
+            vec![m.key.clone()]
+        );
+        assert_eq!(snapshot(&lake, &runs).await, before);
+    }
+
+    /// A merge stopped after its upload (inputs still there) is finished by
+    /// the next one, which deletes the leftovers and merges nothing twice;
+    /// a retry with the same id only finishes the deletes.
+    #[tokio::test]
+    async fn a_stopped_merge_is_finished_and_rows_are_never_doubled() {
+        let dir = tempfile::tempdir().unwrap();
+        let lake = Lake::local(dir.path()).unwrap();
+        let mut runs = Vec::new();
+        for i in 0..4 {
+            let (run, job) = (new_id(), new_id());
+            part(&lake, "2026-11-05", &run, &job, i * 10, 2).await;
+            runs.push((run, "2026-11-05".to_string(), job));
+        }
+        let before = snapshot(&lake, &runs).await;
+        // Keep a copy of the parts, merge, then put them back: the state of a
+        // merge killed between its upload and its deletes.
+        let keep: Vec<(String, Bytes)> = {
+            let mut v = Vec::new();
+            for (k, _) in lake.list(&format!("tables/{T}/")).await.unwrap() {
+                v.push((k.clone(), lake.get(&k).await.unwrap()));
+            }
+            v
+        };
+        let id = new_id();
+        lake.compact_month(T, "2026-11-05", &id, 1 << 20, 2, false)
+            .await
+            .unwrap();
+        for (k, b) in &keep {
+            lake.put(k, b.clone()).await.unwrap();
+        }
+        // The retry (same id) finds its file and deletes the leftovers.
+        let again = lake
+            .compact_month(T, "2026-11-05", &id, 1 << 20, 2, false)
+            .await
+            .unwrap();
+        assert_eq!((again.leftovers, again.inputs), (4, 0));
+        assert_eq!(files(dir.path(), "year=2026/month=11").len(), 1);
+        assert_eq!(snapshot(&lake, &runs).await, before);
+        // A merged file whose footer lies about a part's run is refused.
+        let bad = lake.table_files(T, None).await.unwrap();
+        let mut f = bad[0].clone();
+        if let Some(m) = f.merged.as_mut() {
+            m.parts[0].run_id = runs[1].0.clone();
+        }
+        let e = lake
+            .read_run_file(&f, &runs[1].0, None)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&f.key) && e.contains("row 0 is of run"), "{e}");
+    }
+}

@@ -117,9 +117,8 @@ impl Lake {
                 continue;
             }
             if f.merged.is_none()
-                && q.job_id.is_some_and(|j| {
-                    layout::parse_table_key(&f.key).is_none_or(|k| k.job_id != j)
-                })
+                && q.job_id
+                    .is_some_and(|j| layout::parse_table_key(&f.key).is_none_or(|k| k.job_id != j))
             {
                 continue;
             }
