@@ -16,6 +16,23 @@ use crate::Coordinator;
 use crate::error::Result;
 use crate::model::CommittedFile;
 
+/// Puts [`layout::COORDINATOR_MARKER`] in the lake (tools that rewrite
+/// table files without the state store then refuse it). A failure is
+/// logged: the lake may be read-only to this coordinator for a while.
+pub async fn mark(c: &Arc<Coordinator>) {
+    let body = serde_json::json!({
+        "what": "the lake of a benchlake coordinator: its state store lists the table files",
+        "started_ms": c.now(),
+    });
+    if let Err(e) = c
+        .lake
+        .put(layout::COORDINATOR_MARKER, body.to_string().into())
+        .await
+    {
+        tracing::warn!(error = %e, "could not put {} in the lake", layout::COORDINATOR_MARKER);
+    }
+}
+
 /// Moves the lake and the store's keys; returns what moved.
 pub async fn migrate(c: &Arc<Coordinator>) -> Result<MigrateReport> {
     let legacy: HashMap<String, CommittedFile> = c

@@ -257,6 +257,7 @@ impl Coordinator {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let c2 = c.clone();
             rt.spawn(async move {
+                layout_migration::mark(&c2).await;
                 if let Err(e) = layout_migration::migrate(&c2).await {
                     tracing::error!(error = %e, "lake layout: the move stopped; files of the old layout are left (fix the file named and restart)");
                 }

@@ -36,6 +36,10 @@ use crate::ids::validate_id;
 pub const RAW: &str = "raw";
 /// Top-level prefix of committed tables.
 pub const TABLES: &str = "tables";
+/// The object a coordinator puts at the top of its lake when it starts: its
+/// readers list table files from its state store, so tools that rewrite
+/// table files without it (`benchlake tables compact`) refuse such a lake.
+pub const COORDINATOR_MARKER: &str = "_coordinator.json";
 /// Top-level prefix of in-flight job outputs.
 pub const STAGING: &str = "_staging";
 /// Top-level prefix of jobs' scratch objects, per run.
