@@ -262,7 +262,12 @@ async fn compact_cmd(
                 before += r.in_bytes;
                 after += r.out_bytes;
                 if dry_run {
-                    outln!("{t} {}: {} files ({} bytes) would merge", &m[..7], r.inputs, r.in_bytes);
+                    outln!(
+                        "{t} {}: {} files ({} bytes) would merge",
+                        &m[..7],
+                        r.inputs,
+                        r.in_bytes
+                    );
                 } else {
                     outln!(
                         "{t} {}: {} files ({} bytes) -> {} ({} rows, {} bytes)",
@@ -278,9 +283,13 @@ async fn compact_cmd(
         }
     }
     if dry_run {
-        outln!("{root}: {merged} months would merge {inputs} files ({before} bytes); nothing written");
+        outln!(
+            "{root}: {merged} months would merge {inputs} files ({before} bytes); nothing written"
+        );
     } else {
-        outln!("{root}: {merged} months merged {inputs} files ({before} bytes) into {merged} ({after} bytes)");
+        outln!(
+            "{root}: {merged} months merged {inputs} files ({before} bytes) into {merged} ({after} bytes)"
+        );
     }
     Ok(())
 }
