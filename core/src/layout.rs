@@ -322,6 +322,14 @@ pub struct TableKey<'a> {
     pub part: &'a str,
 }
 
+/// The four segments of a key `tables/{a}/{b}/{c}/{d}`, or None.
+fn table_segments(key: &str) -> Option<(&str, &str, &str, &str)> {
+    let rest = key.strip_prefix(TABLES)?.strip_prefix('/')?;
+    let mut it = rest.split('/');
+    let four = (it.next()?, it.next()?, it.next()?, it.next()?);
+    it.next().is_none().then_some(four)
+}
+
 /// Length of a ULID (run and job ids).
 const ID_LEN: usize = 26;
 
@@ -331,12 +339,7 @@ const ID_LEN: usize = 26;
 /// have that shape (an object someone else put in the lake is no part of a
 /// table; a key of the layout before 2026-12 is [`parse_legacy_table_key`]'s).
 pub fn parse_table_key(key: &str) -> Option<TableKey<'_>> {
-    let rest = key.strip_prefix(TABLES)?.strip_prefix('/')?;
-    let mut it = rest.split('/');
-    let (table, year, month, file) = (it.next()?, it.next()?, it.next()?, it.next()?);
-    if it.next().is_some() {
-        return None;
-    }
+    let (table, year, month, file) = table_segments(key)?;
     let year = year.strip_prefix("year=")?;
     let month = month.strip_prefix("month=")?;
     let stem = file.strip_prefix("part-")?.strip_suffix(".parquet")?;
@@ -400,12 +403,7 @@ pub fn parse_table_file(key: &str) -> Option<TableFile<'_>> {
     if let Some(k) = parse_table_key(key) {
         return Some(TableFile::Part(k));
     }
-    let rest = key.strip_prefix(TABLES)?.strip_prefix('/')?;
-    let mut it = rest.split('/');
-    let (table, year, month, file) = (it.next()?, it.next()?, it.next()?, it.next()?);
-    if it.next().is_some() {
-        return None;
-    }
+    let (table, year, month, file) = table_segments(key)?;
     let stem = file.strip_prefix("compacted-")?.strip_suffix(".parquet")?;
     let first_date = stem.get(..10)?;
     let id = stem.get(11..)?;
@@ -427,12 +425,7 @@ pub fn parse_table_file(key: &str) -> Option<TableFile<'_>> {
 /// which `benchlake tables migrate` (and the coordinator at start) move to
 /// [`table_key`]: the file gains its `date` column and its new key.
 pub fn parse_legacy_table_key(key: &str) -> Option<TableKey<'_>> {
-    let rest = key.strip_prefix(TABLES)?.strip_prefix('/')?;
-    let mut it = rest.split('/');
-    let (table, date, run, file) = (it.next()?, it.next()?, it.next()?, it.next()?);
-    if it.next().is_some() {
-        return None;
-    }
+    let (table, date, run, file) = table_segments(key)?;
     let date = date.strip_prefix("date=")?;
     let run_id = run.strip_prefix("run_id=")?;
     let stem = file.strip_prefix("part-")?.strip_suffix(".parquet")?;
