@@ -184,6 +184,44 @@ pub enum ReportError {
     Png(String),
 }
 
+/// The hosts of a run's ranks: each rank's host (`?` when the run does not
+/// say), the hosts in order of first rank, their indices, and where each
+/// block of consecutive ranks of one host starts.
+pub(crate) struct HostLayout<'a> {
+    pub(crate) host_of: Vec<&'a str>,
+    pub(crate) hosts: Vec<String>,
+    pub(crate) host_idx: HashMap<&'a str, usize>,
+    pub(crate) host_boundaries: Vec<(usize, String)>,
+}
+
+impl<'a> HostLayout<'a> {
+    pub(crate) fn of(run: &'a LinkTestRun) -> Self {
+        let host_of: Vec<&str> = (0..run.num_tasks)
+            .map(|r| run.ranks.get(r).map(|x| x.hostname.as_str()).unwrap_or("?"))
+            .collect();
+        let mut hosts: Vec<String> = Vec::new();
+        let mut host_idx: HashMap<&str, usize> = HashMap::new();
+        for h in &host_of {
+            if !host_idx.contains_key(h) {
+                host_idx.insert(h, hosts.len());
+                hosts.push((*h).to_string());
+            }
+        }
+        let mut host_boundaries = Vec::new();
+        for (r, h) in host_of.iter().enumerate() {
+            if r == 0 || host_of.get(r - 1) != Some(h) {
+                host_boundaries.push((r, (*h).to_string()));
+            }
+        }
+        Self {
+            host_of,
+            hosts,
+            host_idx,
+            host_boundaries,
+        }
+    }
+}
+
 /// Computes the report's numbers.
 pub fn summarize(run: &LinkTestRun, opts: &ReportOptions) -> Result<Summary, ReportError> {
     let n = run.num_tasks;
@@ -194,23 +232,12 @@ pub fn summarize(run: &LinkTestRun, opts: &ReportOptions) -> Result<Summary, Rep
             opts.permutation,
             run.permutations.len(),
         ))?;
-    let host_of: Vec<&str> = (0..n)
-        .map(|r| run.ranks.get(r).map(|x| x.hostname.as_str()).unwrap_or("?"))
-        .collect();
-    let mut hosts: Vec<String> = Vec::new();
-    let mut host_idx: HashMap<&str, usize> = HashMap::new();
-    for h in &host_of {
-        if !host_idx.contains_key(h) {
-            host_idx.insert(h, hosts.len());
-            hosts.push((*h).to_string());
-        }
-    }
-    let mut host_boundaries = Vec::new();
-    for (r, h) in host_of.iter().enumerate() {
-        if r == 0 || host_of.get(r - 1) != Some(h) {
-            host_boundaries.push((r, (*h).to_string()));
-        }
-    }
+    let HostLayout {
+        host_of,
+        hosts,
+        host_idx,
+        host_boundaries,
+    } = HostLayout::of(run);
     // Measured pairs: off-diagonal, not (time 0 and step 0).
     let measured = |i: usize, j: usize| -> Option<f64> {
         let t = *p.times.get(i * n + j)?;

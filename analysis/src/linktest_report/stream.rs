@@ -32,7 +32,7 @@ use std::collections::HashMap;
 
 use benchlake_formats::linktest::LinkTestRun;
 
-use super::{HostPair, ReportError, ReportOptions, SlowPair, Summary};
+use super::{HostLayout, HostPair, ReportError, ReportOptions, SlowPair, Summary};
 
 /// Times collected in memory to select the median from (8 MiB).
 pub const COLLECT_MAX: u64 = 1 << 20;
@@ -200,23 +200,12 @@ pub fn summarize_streamed(
             opts.permutation,
             run.permutations.len(),
         ))?;
-    let host_of: Vec<&str> = (0..n)
-        .map(|r| run.ranks.get(r).map(|x| x.hostname.as_str()).unwrap_or("?"))
-        .collect();
-    let mut hosts: Vec<String> = Vec::new();
-    let mut host_idx: HashMap<&str, usize> = HashMap::new();
-    for h in &host_of {
-        if !host_idx.contains_key(h) {
-            host_idx.insert(h, hosts.len());
-            hosts.push((*h).to_string());
-        }
-    }
-    let mut host_boundaries = Vec::new();
-    for (r, h) in host_of.iter().enumerate() {
-        if r == 0 || host_of.get(r - 1) != Some(h) {
-            host_boundaries.push((r, (*h).to_string()));
-        }
-    }
+    let HostLayout {
+        host_of,
+        hosts,
+        host_idx,
+        host_boundaries,
+    } = HostLayout::of(run);
     let host_no: Vec<u32> = host_of
         .iter()
         .map(|h| host_idx.get(h).copied().unwrap_or(0) as u32)
