@@ -683,6 +683,11 @@ impl SqliteTx<'_> {
         let s: Option<String> = st.query_row(p, |r| r.get(0)).optional()?;
         s.map(dec).transpose()
     }
+    /// Runs one statement (prepared once per connection); the rows it changed.
+    fn exec(&self, sql: &str, p: impl rusqlite::Params) -> Result<usize> {
+        Ok(self.c.prepare_cached(sql)?.execute(p)?)
+    }
+
     fn many<T: serde::de::DeserializeOwned>(
         &self,
         sql: &str,
@@ -715,12 +720,10 @@ fn states_sql(states: &[TaskState]) -> String {
 
 impl Tx for SqliteTx<'_> {
     fn insert_run(&mut self, r: &RunRow) -> Result<()> {
-        self.c
-            .prepare_cached(
-                "INSERT INTO runs(run_id, state, schedule_id, benchmark, submitted_ms, idem_key, data)
+        self.exec(
+            "INSERT INTO runs(run_id, state, schedule_id, benchmark, submitted_ms, idem_key, data)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )?
-            .execute(params![
+            params![
                 r.run_id,
                 r.state.as_str(),
                 r.schedule_id,
@@ -728,13 +731,15 @@ impl Tx for SqliteTx<'_> {
                 r.submitted_at_ms,
                 r.idempotency_key,
                 enc(r)?
-            ])?;
+            ],
+        )?;
         Ok(())
     }
     fn update_run(&mut self, r: &RunRow) -> Result<()> {
-        self.c
-            .prepare_cached("UPDATE runs SET state=?2, data=?3 WHERE run_id=?1")?
-            .execute(params![r.run_id, r.state.as_str(), enc(r)?])?;
+        self.exec(
+            "UPDATE runs SET state=?2, data=?3 WHERE run_id=?1",
+            params![r.run_id, r.state.as_str(), enc(r)?],
+        )?;
         Ok(())
     }
     fn get_run(&mut self, id: &str) -> Result<Option<RunRow>> {
@@ -764,12 +769,8 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn insert_task(&mut self, t: &TaskRow) -> Result<()> {
-        self.c
-            .prepare_cached(
-                "INSERT INTO tasks(task_id, run_id, agent, state, not_before_ms, lease_expires_ms, data)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )?
-            .execute(params![
+        self.exec("INSERT INTO tasks(task_id, run_id, agent, state, not_before_ms, lease_expires_ms, data)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", params![
                 t.task_id,
                 t.run_id,
                 t.agent,
@@ -783,19 +784,18 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
     fn update_task(&mut self, t: &TaskRow) -> Result<()> {
-        self.c
-            .prepare_cached(
-                "UPDATE tasks SET agent=?2, state=?3, not_before_ms=?4, lease_expires_ms=?5, data=?6
+        self.exec(
+            "UPDATE tasks SET agent=?2, state=?3, not_before_ms=?4, lease_expires_ms=?5, data=?6
                  WHERE task_id=?1",
-            )?
-            .execute(params![
+            params![
                 t.task_id,
                 t.agent,
                 t.state.as_str(),
                 t.not_before_ms,
                 t.lease_expires_ms,
                 enc(t)?
-            ])?;
+            ],
+        )?;
         let base = self.placement.read().unwrap_or_else(|p| p.into_inner());
         self.pending.task_written(&base, t);
         Ok(())
@@ -837,12 +837,8 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn insert_job(&mut self, j: &JobRow) -> Result<()> {
-        self.c
-            .prepare_cached(
-                "INSERT INTO jobs(job_id, run_id, kind, state, not_before_ms, lease_expires_ms, created_ms, data)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )?
-            .execute(params![
+        self.exec("INSERT INTO jobs(job_id, run_id, kind, state, not_before_ms, lease_expires_ms, created_ms, data)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)", params![
                 j.job_id,
                 j.run_id,
                 j.kind,
@@ -855,11 +851,7 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
     fn update_job(&mut self, j: &JobRow) -> Result<()> {
-        self.c
-            .prepare_cached(
-                "UPDATE jobs SET state=?2, not_before_ms=?3, lease_expires_ms=?4, data=?5 WHERE job_id=?1",
-            )?
-            .execute(params![
+        self.exec("UPDATE jobs SET state=?2, not_before_ms=?3, lease_expires_ms=?4, data=?5 WHERE job_id=?1", params![
                 j.job_id,
                 j.state.as_str(),
                 j.not_before_ms,
@@ -942,12 +934,11 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn upsert_agent(&mut self, a: &AgentRow) -> Result<()> {
-        self.c
-            .prepare_cached(
-                "INSERT INTO agents(name, data) VALUES (?1, ?2)
+        self.exec(
+            "INSERT INTO agents(name, data) VALUES (?1, ?2)
                  ON CONFLICT(name) DO UPDATE SET data=excluded.data",
-            )?
-            .execute(params![a.name, enc(a)?])?;
+            params![a.name, enc(a)?],
+        )?;
         self.pending.agent_written(a);
         Ok(())
     }
@@ -959,26 +950,15 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn insert_schedule(&mut self, s: &ScheduleRow) -> Result<()> {
-        self.c
-            .prepare_cached(
-                "INSERT INTO schedules(schedule_id, name, paused, next_fire_ms, data)
+        self.exec(
+            "INSERT INTO schedules(schedule_id, name, paused, next_fire_ms, data)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
-            )?
-            .execute(params![
-                s.schedule_id,
-                s.name,
-                s.paused,
-                s.next_fire_ms,
-                enc(s)?
-            ])?;
+            params![s.schedule_id, s.name, s.paused, s.next_fire_ms, enc(s)?],
+        )?;
         Ok(())
     }
     fn update_schedule(&mut self, s: &ScheduleRow) -> Result<()> {
-        self.c
-            .prepare_cached(
-                "UPDATE schedules SET name=?2, paused=?3, next_fire_ms=?4, data=?5 WHERE schedule_id=?1",
-            )?
-            .execute(params![
+        self.exec("UPDATE schedules SET name=?2, paused=?3, next_fire_ms=?4, data=?5 WHERE schedule_id=?1", params![
                 s.schedule_id,
                 s.name,
                 s.paused,
@@ -997,11 +977,7 @@ impl Tx for SqliteTx<'_> {
         self.one("SELECT data FROM schedules WHERE name=?1", params![name])
     }
     fn delete_schedule(&mut self, id: &str) -> Result<bool> {
-        Ok(self
-            .c
-            .prepare_cached("DELETE FROM schedules WHERE schedule_id=?1")?
-            .execute(params![id])?
-            > 0)
+        Ok(self.exec("DELETE FROM schedules WHERE schedule_id=?1", params![id])? > 0)
     }
     fn list_schedules(&mut self) -> Result<Vec<ScheduleRow>> {
         self.many("SELECT data FROM schedules ORDER BY name", [])
@@ -1015,14 +991,10 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn upsert_committed(&mut self, f: &CommittedFile) -> Result<()> {
-        self.c
-            .prepare_cached(
-                "INSERT INTO committed_files(key, table_name, run_id, job_id, date, rows, bytes, committed_ms)
+        self.exec("INSERT INTO committed_files(key, table_name, run_id, job_id, date, rows, bytes, committed_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
                  ON CONFLICT(key) DO UPDATE SET rows=excluded.rows, bytes=excluded.bytes,
-                 committed_ms=excluded.committed_ms",
-            )?
-            .execute(params![
+                 committed_ms=excluded.committed_ms", params![
                 f.key,
                 f.table,
                 f.run_id,
@@ -1035,9 +1007,7 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
     fn delete_committed(&mut self, key: &str) -> Result<()> {
-        self.c
-            .prepare_cached("DELETE FROM committed_files WHERE key=?1")?
-            .execute(params![key])?;
+        self.exec("DELETE FROM committed_files WHERE key=?1", params![key])?;
         Ok(())
     }
     fn committed_files(&mut self, table: Option<&str>) -> Result<Vec<CommittedFile>> {
@@ -1096,9 +1066,10 @@ impl Tx for SqliteTx<'_> {
         group: Option<&str>,
         wait_for: Option<&str>,
     ) -> Result<()> {
-        self.c
-            .prepare_cached("UPDATE jobs SET grp=?2, wait_for=?3 WHERE job_id=?1")?
-            .execute(params![job_id, group, wait_for])?;
+        self.exec(
+            "UPDATE jobs SET grp=?2, wait_for=?3 WHERE job_id=?1",
+            params![job_id, group, wait_for],
+        )?;
         Ok(())
     }
     fn job_group(&mut self, job_id: &str) -> Result<(Option<String>, Option<String>)> {
@@ -1139,90 +1110,75 @@ impl Tx for SqliteTx<'_> {
             .optional()?)
     }
     fn set_meta(&mut self, key: &str, value: &str) -> Result<()> {
-        self.c
-            .prepare_cached(
-                "INSERT INTO meta(k, v) VALUES (?1, ?2) ON CONFLICT(k) DO UPDATE SET v=excluded.v",
-            )?
-            .execute(params![key, value])?;
+        self.exec(
+            "INSERT INTO meta(k, v) VALUES (?1, ?2) ON CONFLICT(k) DO UPDATE SET v=excluded.v",
+            params![key, value],
+        )?;
         Ok(())
     }
 
     fn upsert_node_drain(&mut self, d: &crate::node_actions::NodeDrain) -> Result<()> {
-        self.c
-            .prepare_cached(
-                "INSERT INTO node_drains(node, data) VALUES (?1, ?2)
+        self.exec(
+            "INSERT INTO node_drains(node, data) VALUES (?1, ?2)
                  ON CONFLICT(node) DO UPDATE SET data=excluded.data",
-            )?
-            .execute(params![d.node, enc(d)?])?;
+            params![d.node, enc(d)?],
+        )?;
         Ok(())
     }
     fn get_node_drain(&mut self, node: &str) -> Result<Option<crate::node_actions::NodeDrain>> {
         self.one("SELECT data FROM node_drains WHERE node=?1", params![node])
     }
     fn delete_node_drain(&mut self, node: &str) -> Result<bool> {
-        Ok(self
-            .c
-            .prepare_cached("DELETE FROM node_drains WHERE node=?1")?
-            .execute(params![node])?
-            > 0)
+        Ok(self.exec("DELETE FROM node_drains WHERE node=?1", params![node])? > 0)
     }
     fn list_node_drains(&mut self) -> Result<Vec<crate::node_actions::NodeDrain>> {
         self.many("SELECT data FROM node_drains ORDER BY node", [])
     }
 
     fn insert_ack(&mut self, a: &crate::silence::Ack) -> Result<()> {
-        self.c
-            .prepare_cached(
-                "INSERT INTO acknowledgements(id, expires_ms, data) VALUES (?1, ?2, ?3)",
-            )?
-            .execute(params![a.id, a.expires_ms, enc(a)?])?;
+        self.exec(
+            "INSERT INTO acknowledgements(id, expires_ms, data) VALUES (?1, ?2, ?3)",
+            params![a.id, a.expires_ms, enc(a)?],
+        )?;
         Ok(())
     }
     fn list_acks(&mut self) -> Result<Vec<crate::silence::Ack>> {
         self.many("SELECT data FROM acknowledgements ORDER BY id", [])
     }
     fn delete_ack(&mut self, id: &str) -> Result<bool> {
-        Ok(self
-            .c
-            .prepare_cached("DELETE FROM acknowledgements WHERE id=?1")?
-            .execute(params![id])?
-            > 0)
+        Ok(self.exec("DELETE FROM acknowledgements WHERE id=?1", params![id])? > 0)
     }
     fn prune_acks(&mut self, before_ms: i64) -> Result<u64> {
-        Ok(self
-            .c
-            .prepare_cached("DELETE FROM acknowledgements WHERE expires_ms < ?1")?
-            .execute(params![before_ms])? as u64)
+        Ok(self.exec(
+            "DELETE FROM acknowledgements WHERE expires_ms < ?1",
+            params![before_ms],
+        )? as u64)
     }
     fn insert_maintenance(&mut self, m: &crate::silence::Maintenance) -> Result<()> {
-        self.c
-            .prepare_cached(
-                "INSERT INTO maintenance_windows(id, end_ms, data) VALUES (?1, ?2, ?3)",
-            )?
-            .execute(params![m.id, m.end_ms, enc(m)?])?;
+        self.exec(
+            "INSERT INTO maintenance_windows(id, end_ms, data) VALUES (?1, ?2, ?3)",
+            params![m.id, m.end_ms, enc(m)?],
+        )?;
         Ok(())
     }
     fn list_maintenance(&mut self) -> Result<Vec<crate::silence::Maintenance>> {
         self.many("SELECT data FROM maintenance_windows ORDER BY id", [])
     }
     fn delete_maintenance(&mut self, id: &str) -> Result<bool> {
-        Ok(self
-            .c
-            .prepare_cached("DELETE FROM maintenance_windows WHERE id=?1")?
-            .execute(params![id])?
-            > 0)
+        Ok(self.exec("DELETE FROM maintenance_windows WHERE id=?1", params![id])? > 0)
     }
     fn prune_maintenance(&mut self, before_ms: i64) -> Result<u64> {
-        Ok(self
-            .c
-            .prepare_cached("DELETE FROM maintenance_windows WHERE end_ms < ?1")?
-            .execute(params![before_ms])? as u64)
+        Ok(self.exec(
+            "DELETE FROM maintenance_windows WHERE end_ms < ?1",
+            params![before_ms],
+        )? as u64)
     }
 
     fn insert_audit(&mut self, a: &crate::audit::AuditRow) -> Result<()> {
-        self.c
-            .prepare_cached("INSERT INTO audit_log(id, at_ms, data) VALUES (?1, ?2, ?3)")?
-            .execute(params![a.id, a.at_ms, enc(a)?])?;
+        self.exec(
+            "INSERT INTO audit_log(id, at_ms, data) VALUES (?1, ?2, ?3)",
+            params![a.id, a.at_ms, enc(a)?],
+        )?;
         Ok(())
     }
     fn list_audit(
@@ -1243,27 +1199,25 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn insert_notification(&mut self, n: &NotificationRow) -> Result<()> {
-        self.c
-            .prepare_cached(
-                "INSERT INTO notifications(delivery_id, run_id, notifier, state, next_ms, data)
+        self.exec(
+            "INSERT INTO notifications(delivery_id, run_id, notifier, state, next_ms, data)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(run_id, notifier) DO NOTHING",
-            )?
-            .execute(params![
+            params![
                 n.delivery_id,
                 n.run_id,
                 n.notifier,
                 n.state.as_str(),
                 n.next_ms,
                 enc(n)?
-            ])?;
+            ],
+        )?;
         Ok(())
     }
     fn update_notification(&mut self, n: &NotificationRow) -> Result<()> {
-        self.c
-            .prepare_cached(
-                "UPDATE notifications SET state=?2, next_ms=?3, data=?4 WHERE delivery_id=?1",
-            )?
-            .execute(params![n.delivery_id, n.state.as_str(), n.next_ms, enc(n)?])?;
+        self.exec(
+            "UPDATE notifications SET state=?2, next_ms=?3, data=?4 WHERE delivery_id=?1",
+            params![n.delivery_id, n.state.as_str(), n.next_ms, enc(n)?],
+        )?;
         Ok(())
     }
     fn due_notifications(&mut self, now: i64, limit: u32) -> Result<Vec<NotificationRow>> {
@@ -1286,10 +1240,10 @@ impl Tx for SqliteTx<'_> {
         )
     }
     fn prune_notifications(&mut self, before_ms: i64) -> Result<u64> {
-        Ok(self
-            .c
-            .prepare_cached("DELETE FROM notifications WHERE state<>'PENDING' AND next_ms<?1")?
-            .execute(params![before_ms])? as u64)
+        Ok(self.exec(
+            "DELETE FROM notifications WHERE state<>'PENDING' AND next_ms<?1",
+            params![before_ms],
+        )? as u64)
     }
 
     fn placement(&mut self) -> Option<View<'_>> {

@@ -521,6 +521,12 @@ async fn verdicts_are_read_back_at_start() {
     let committed_key;
     {
         let c = Coordinator::open(cfg.clone(), Arc::new(SystemClock)).unwrap();
+        // Its start (layout check, verdicts of an empty lake) is over before
+        // the file is committed: otherwise its own load could meet the file
+        // put aside below and hold the store while it retries.
+        while !c.verdicts().loaded() {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
         let spec: Spec = serde_json::from_value(serde_json::json!({
             "benchmark": "pio", "params": {}, "nodes": {"names": [], "labels": {}, "count": 1},
             "launcher": "local", "max_attempts": 1, "timeout_s": 60,
@@ -597,10 +603,7 @@ async fn verdicts_are_read_back_at_start() {
     );
     let report = c.verdicts().load_report();
     assert_eq!((report.listed, report.read), (1, 0), "{report:?}");
-    assert!(
-        report.unreadable[0].0.ends_with("part-J.parquet"),
-        "{report:?}"
-    );
+    assert!(report.unreadable[0].0 == committed_key, "{report:?}");
     assert!(c.verdicts().run(&id).is_none());
     // The node page meanwhile: a node only verdicts name is not "unknown"
     // while they are being read (it was a 404 for seconds after a restart).
