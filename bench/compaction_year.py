@@ -4,13 +4,16 @@
 queries cold and warm, `benchlake tables compact` itself, and the same
 answers after.
 
-    python3 bench/compaction_year.py [--nights 365] [--ranks 1024] [--bin target/release/benchlake]
+    python3 bench/compaction_year.py [--nights 365] [--ranks 1024] [--bin target/release/benchlake] [--old-layout]
 
 Each night is a synthetic LinkTest file (`probe linktest`, seed = night)
 ingested with `ingest linktest --run-id --date` into one local lake. The
 year is measured as it landed (one file per table per night), then
 compacted once (`tables compact`), then measured again; a second
-`tables compact` must find nothing to do. Exit 1 when an answer changed or
+`tables compact` must find nothing to do. With `--old-layout` the landed
+year is first rewritten to the layout before 2026-12 (pyarrow: no `date`
+column, `date=…/run_id=…/` directories) and moved back with `tables migrate`,
+timed, before anything is measured. Exit 1 when an answer changed or
 a small table keeps more than 24 files.
 """
 import argparse
@@ -89,6 +92,7 @@ def main():
     ap.add_argument("--ranks", type=int, default=1024)
     ap.add_argument("--bin", default=str(ROOT / "target/release/benchlake"))
     ap.add_argument("--keep", help="keep the lake in this directory")
+    ap.add_argument("--old-layout", action="store_true", help="time `tables migrate` of the year first")
     a = ap.parse_args()
     work = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="bl-cyear-"))
     lake = work / "lake"
@@ -106,6 +110,28 @@ def main():
         ingest.append(time.perf_counter() - t1)
     print(f"{a.nights} nights of {a.ranks} ranks ingested in {time.monotonic() - t0:.0f} s "
           f"(ingest median {statistics.median(ingest):.2f} s)")
+    if a.old_layout:
+        import pyarrow.parquet as pq
+        n = 0
+        for f in sorted((lake / "tables").rglob("part-*.parquet")):
+            table = f.relative_to(lake / "tables").parts[0]
+            name = f.stem[len("part-"):]
+            date, run, job = name[:10], name[11:37], name[38:]
+            d = lake / "tables" / table / f"date={date}" / f"run_id={run}"
+            d.mkdir(parents=True, exist_ok=True)
+            pq.write_table(pq.read_table(f).drop_columns(["date"]), d / f"part-{job}.parquet",
+                           compression="zstd")
+            f.unlink()
+            n += 1
+        for d in sorted((lake / "tables").rglob("month=*"), reverse=True):
+            d.rmdir()
+        for d in sorted((lake / "tables").rglob("year=*"), reverse=True):
+            d.rmdir()
+        t1 = time.perf_counter()
+        r = subprocess.run([a.bin, "tables", "migrate", "--lake", str(lake)], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(r.stderr)
+        print(f"tables migrate: {n} files of the old layout in {time.perf_counter() - t1:.1f} s ({r.stdout.strip()})")
     before_t = tables(lake)
     before = measure(lake, nights[-1])
 
