@@ -581,8 +581,21 @@ async fn a_worker_cannot_commit_objects_that_are_not_the_tables_parquet() {
         },
     )
     .unwrap();
-    let forged = encode_parquet("node_facts", "2026-11-22", &forged[0].batches).unwrap();
+    let forged = encode_parquet("node_facts", "2026-11-23", &forged[0].batches).unwrap();
     let forged = put("forged.parquet", forged.to_vec()).await;
+    // Rows of the run, but of another day than the run's (2026-11-23): the
+    // file's `date` column must be the run's day in every row group.
+    let shifted = benchlake_formats::ingest(
+        "hostinfo",
+        &[benchlake_formats::InputFile::from_path(&host)],
+        &benchlake_formats::IngestContext {
+            run_id: run.run_id.clone(),
+            date: "2026-11-22".into(),
+        },
+    )
+    .unwrap();
+    let shifted = encode_parquet("node_facts", "2026-11-22", &shifted[0].batches).unwrap();
+    let shifted = put("shifted.parquet", shifted.to_vec()).await;
     for (key, table, rows, want) in [
         (
             &junk,
@@ -613,6 +626,12 @@ async fn a_worker_cannot_commit_objects_that_are_not_the_tables_parquet() {
             "node_facts",
             1,
             format!("holds rows of run '{other_run}'"),
+        ),
+        (
+            &shifted,
+            "node_facts",
+            1,
+            "column 'date': row group 0".to_string(),
         ),
     ] {
         let e = w
