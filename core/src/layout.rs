@@ -627,6 +627,40 @@ mod tests {
         assert_eq!(table_glob("checks").unwrap(), "tables/checks/**/*.parquet");
     }
 
+    proptest::proptest! {
+        /// Any text parses without panicking; a key accepted as a table file
+        /// is the key its parts build again; a real key with a byte changed
+        /// is either refused or another valid key.
+        #[test]
+        fn any_key_parses_without_panicking(s in "\\PC{0,120}", i in 0usize..200, c in proptest::prelude::any::<char>()) {
+            let check = |key: &str| {
+                match parse_table_file(key) {
+                    Some(TableFile::Part(k)) => {
+                        proptest::prop_assert_eq!(table_key(k.table, k.date, k.run_id, k.job_id, k.part).unwrap(), key);
+                    }
+                    Some(TableFile::Compacted { table, first_date, id }) => {
+                        proptest::prop_assert_eq!(compacted_key(table, first_date, id).unwrap(), key);
+                    }
+                    None => {}
+                }
+                let _ = parse_legacy_table_key(key);
+                Ok(())
+            };
+            check(&s)?;
+            let real = table_key("io_results", "2026-11-22", "01JD3Q6Z5YV9C2M4T8N0R7K1PX", "01JD3Q6Z5YV9C2M4T8N0R7K1PY", "p3").unwrap();
+            let mut chars: Vec<char> = real.chars().collect();
+            let at = i % chars.len();
+            chars[at] = c;
+            let changed: String = chars.into_iter().collect();
+            check(&changed)?;
+            let merged = compacted_key("checks", "2026-02-28", "01JD3Q6Z5YV9C2M4T8N0R7K1PX").unwrap();
+            let mut chars: Vec<char> = merged.chars().collect();
+            let at = i % chars.len();
+            chars[at] = c;
+            check(&chars.into_iter().collect::<String>())?;
+        }
+    }
+
     #[test]
     fn legacy_table_keys_parse_back() {
         let (r, j) = (new_id(), new_id());
