@@ -489,9 +489,18 @@ async fn a_pio_schedule_gets_verdicts_against_its_rolling_median() {
         assert_eq!(state(&d), pb::RunState::Succeeded, "run {n}: {d:#?}");
         let ck = checks(&lake, &run.run_id);
         let value = write_mean(&lake, &run.run_id);
-        // Absolute bounds: write FAILs, read PASSes, every run.
+        // Absolute bounds: write FAILs, read PASSes, every run; a run whose
+        // own spread was far above usual (a loaded machine) makes the write
+        // FAIL INCONCLUSIVE instead, saying so (docs/io.md, "Outcomes").
         let w = &ck["io.write_bw_mib_s"];
-        assert_eq!((w.0.as_str(), w.2), ("FAIL", Some(1e9)), "{w:?}");
+        assert_eq!(w.2, Some(1e9), "{w:?}");
+        assert!(
+            w.0 == "FAIL"
+                || (w.0 == "INCONCLUSIVE"
+                    && w.3.starts_with("disturbed:")
+                    && w.3.contains("is below the bound")),
+            "{w:?}"
+        );
         assert!((w.1.unwrap() - value).abs() <= 1e-9 * value);
         assert_eq!(ck["io.read_bw_mib_s"].0, "PASS");
         // pio verified every byte: 0 errors PASS.
