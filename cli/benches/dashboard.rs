@@ -369,6 +369,7 @@ async fn linktest_run(store: &Arc<dyn StateStore>, lake: &Lake, ranks: usize, no
             rows: o.rows() as u64,
             bytes,
             committed_ms: now,
+            merged: None,
         });
     }
     store

@@ -683,6 +683,8 @@ pub struct CoordinatorArgs {
     #[arg(long, env = "BENCHLAKE_RETENTION_MODE", default_value = "dry-run", value_parser = ["off", "dry-run", "delete"])]
     pub retention_mode: String,
     #[command(flatten)]
+    pub compaction: CompactionArgs,
+    #[command(flatten)]
     pub tokens: TokenArgs,
     #[command(flatten)]
     pub tuning: CoordTuning,
@@ -694,6 +696,58 @@ pub struct CoordinatorArgs {
     pub notify: NotifyArgs,
     #[command(flatten)]
     pub oidc: OidcArgs,
+}
+
+/// When the coordinator merges its lake's small files (docs/configuration.md,
+/// "The lake's layout and compaction").
+#[derive(clap::Args, Debug, Clone)]
+pub struct CompactionArgs {
+    /// Merge each table month's small files through compact jobs run by
+    /// workers: on or off.
+    #[arg(long, env = "BENCHLAKE_COMPACTION", default_value = "on", value_parser = ["on", "off"])]
+    pub compaction: String,
+    /// Small files a table's month needs before it is merged.
+    #[arg(long, env = "BENCHLAKE_COMPACT_MIN_FILES", default_value_t = 8)]
+    pub compact_min_files: usize,
+    /// A file under this many bytes is small.
+    #[arg(long, env = "BENCHLAKE_COMPACT_SMALL_BYTES", default_value_t = 64 << 20)]
+    pub compact_small_bytes: u64,
+    /// A merge takes inputs up to about this many bytes.
+    #[arg(long, env = "BENCHLAKE_COMPACT_TARGET_BYTES", default_value_t = 512 << 20)]
+    pub compact_target_bytes: u64,
+    /// Seconds a replaced file stays for readers that listed it before the merge.
+    #[arg(long, env = "BENCHLAKE_COMPACT_GRACE_S", default_value_t = 60)]
+    pub compact_grace_s: u64,
+    /// Seconds between two plans of merges.
+    #[arg(long, env = "BENCHLAKE_COMPACT_EVERY_S", default_value_t = 3600)]
+    pub compact_every_s: u64,
+}
+
+impl CompactionArgs {
+    /// The coordinator's setting.
+    pub fn config(&self) -> benchlake_coordinator::compaction::CompactionConfig {
+        benchlake_coordinator::compaction::CompactionConfig {
+            enabled: self.compaction == "on",
+            min_files: self.compact_min_files.max(2),
+            small_bytes: self.compact_small_bytes,
+            target_bytes: self.compact_target_bytes,
+            grace_ms: (self.compact_grace_s as i64).saturating_mul(1000),
+            every_ms: (self.compact_every_s.max(1) as i64).saturating_mul(1000),
+        }
+    }
+}
+
+impl Default for CompactionArgs {
+    fn default() -> Self {
+        Self {
+            compaction: "on".into(),
+            compact_min_files: 8,
+            compact_small_bytes: 64 << 20,
+            compact_target_bytes: 512 << 20,
+            compact_grace_s: 60,
+            compact_every_s: 3600,
+        }
+    }
 }
 
 impl CoordinatorArgs {
@@ -713,6 +767,7 @@ impl CoordinatorArgs {
                 &self.retention_mode,
                 &self.retention,
             )?,
+            compaction: self.compaction.config(),
             store: self.lake.store(default_lake),
             lease_timeout_ms: t.lease_timeout_ms,
             heartbeat_interval_ms: t.heartbeat_ms,

@@ -116,6 +116,7 @@ pub async fn up(a: UpArgs) -> anyhow::Result<()> {
         // One user's own cluster: nothing is deleted.
         retention: Vec::new(),
         retention_mode: "off".into(),
+        compaction: Default::default(),
         tokens: a.tokens.clone(),
         tuning: CoordTuning {
             // One process: agent and worker are next door, so react quickly.

@@ -146,7 +146,8 @@ async fn commit_job_inner(
             && f.kind
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-        if !ok || f.kind == RECORD_JOB {
+        // Only the coordinator schedules compaction (`crate::compaction`).
+        if !ok || f.kind == RECORD_JOB || f.kind == jobs::COMPACT_JOB {
             return Err(CoordError::invalid(
                 &format!("result_json.follow_ups[{i}].kind"),
                 format!("'{}' is not a job kind", f.kind),
@@ -177,6 +178,17 @@ async fn commit_job_inner(
             .await?,
         )
     };
+    // A merge the coordinator planned commits through its own path.
+    if let Some(j) = &leased
+        && j.kind == jobs::COMPACT_JOB
+    {
+        let (key, bytes) = crate::compaction::commit(c, &req, j, holds).await?;
+        let table = req.files[0].table.clone();
+        return Ok(Written {
+            run_id: j.run_id.clone(),
+            files: vec![(key, bytes, table)],
+        });
+    }
     // Every staged object is checked before anything is recorded: a worker
     // cannot commit bytes that readers of the table would choke on, rows of
     // another run, or a table its job kind does not write.
@@ -219,6 +231,12 @@ async fn commit_job_inner(
             .db(|tx| {
                 let j = job::leased(tx, &req.job_id, &req.lease_id)?;
                 holds(&j)?;
+                if j.kind == jobs::COMPACT_JOB {
+                    return Err(CoordError::invalid(
+                        "files",
+                        "a compact job commits its merged file",
+                    ));
+                }
                 if !j.committed_keys.is_empty() {
                     return Ok(None);
                 }
@@ -350,6 +368,7 @@ fn record(
             rows: f.rows,
             bytes: *bytes,
             committed_ms: now,
+            merged: None,
         })?;
     }
     if j.kind == RECORD_JOB && !result.bundled.is_empty() {
@@ -421,6 +440,18 @@ fn may_write(j: &JobRow, table: &str) -> std::result::Result<(), String> {
             benchlake_formats::ingest::tables(&spec.format)
                 .unwrap_or(&[])
                 .to_vec()
+        }
+        Some(jobs::JobTables::OfCompactSpec) => {
+            let spec: jobs::CompactSpec = serde_json::from_str(&j.spec_json)
+                .map_err(|e| format!("job {}: its compact spec does not decode: {e}", j.job_id))?;
+            return if spec.table == table {
+                Ok(())
+            } else {
+                Err(format!(
+                    "a compact job of '{}' writes no '{table}'",
+                    spec.table
+                ))
+            };
         }
         Some(jobs::JobTables::OfFollowUp) => {
             // A checks job names the format it judges: that kind's tables.

@@ -264,6 +264,8 @@ pub struct CoordinatorConfig {
     pub scontrol: benchlake_core::scontrol::Scontrol,
     /// How long the lake keeps raw files and tables ([`crate::retention`]).
     pub retention: crate::retention::RetentionConfig,
+    /// When the coordinator merges its lake's small files ([`crate::compaction`]).
+    pub compaction: crate::compaction::CompactionConfig,
     /// Role tokens.
     pub tokens: Tokens,
     /// Run the background scheduler/reaper loop (tests drive ticks by hand when false).
@@ -335,6 +337,7 @@ impl Default for CoordinatorConfig {
             max_message_bytes: 16 << 20,
             scontrol: Default::default(),
             retention: Default::default(),
+            compaction: Default::default(),
             tokens: Tokens::default(),
             background: true,
             tls_cert: None,

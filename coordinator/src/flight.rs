@@ -151,6 +151,34 @@ fn days_since_epoch(date: &str) -> i32 {
         .unwrap_or(0)
 }
 
+/// The rows of the committed part `f` as a stream: its own object, or its
+/// row groups in a merged file; a part merged after the listing (its old
+/// object deleted after the grace) is looked up again
+/// ([`crate::compaction`]).
+async fn part_stream(
+    c: &Coordinator,
+    f: &CommittedFile,
+) -> Result<
+    futures::stream::BoxStream<'static, benchlake_core::Result<RecordBatch>>,
+    crate::error::CoordError,
+> {
+    let open = |f: &CommittedFile| {
+        let g = f.row_groups().map(|(first, n)| first..first + n);
+        let (lake, object) = (c.lake.clone(), f.object().to_string());
+        async move {
+            lake.parquet_stream_groups(&object, g, FLIGHT_BATCH_ROWS)
+                .await
+        }
+    };
+    match open(f).await {
+        Ok(s) => Ok(s),
+        Err(e) => match crate::compaction::current(c, f).await? {
+            Some(now) if now.object() != f.object() => Ok(open(&now).await?),
+            _ => Err(e.into()),
+        },
+    }
+}
+
 /// One batch of a committed file with the `date` column (days since the
 /// epoch) added, its columns in the order of `schema`.
 fn with_date(b: &RecordBatch, day: i32, schema: &SchemaRef) -> Result<RecordBatch, FlightError> {
@@ -252,7 +280,7 @@ impl FlightService for FlightSvc {
         f.check()?;
         let schema = flight_schema(&f.table)?;
         let files = self.files(&f)?;
-        let lake = self.0.lake.clone();
+        let coord = self.0.clone();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, FlightError>>(FLIGHT_QUEUE);
         let sch = schema.clone();
         // One file at a time, read a row group at a time (byte ranges): the
@@ -262,7 +290,7 @@ impl FlightService for FlightSvc {
         tokio::spawn(async move {
             for file in files {
                 let day = days_since_epoch(&file.date);
-                let mut batches = match lake.parquet_stream(&file.key, FLIGHT_BATCH_ROWS).await {
+                let mut batches = match part_stream(&coord, &file).await {
                     Ok(s) => s,
                     Err(e) => {
                         let _ = tx.send(Err(FlightError::ExternalError(Box::new(e)))).await;

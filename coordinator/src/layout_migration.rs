@@ -191,6 +191,7 @@ mod tests {
             rows,
             bytes: 1,
             committed_ms: NOW,
+            merged: None,
         };
         store
             .transact(|tx| {

@@ -11,6 +11,7 @@ pub mod actions;
 pub mod audit;
 pub mod auth;
 pub mod commit;
+pub mod compaction;
 pub mod config;
 pub mod convert;
 pub mod cron;

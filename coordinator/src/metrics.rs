@@ -63,6 +63,10 @@ pub struct Metrics {
     pub retention_objects: CounterVec,
     /// Their bytes.
     pub retention_bytes: CounterVec,
+    /// Compaction by table and event (`scheduled`: jobs queued; `merged`:
+    /// parts committed into merged files; `retired`: replaced objects
+    /// deleted) ([`crate::compaction`]).
+    pub compaction: CounterVec,
     /// Bytes of Parquet committed to the lake's tables.
     pub lake_bytes: Counter,
     /// Files committed to the lake's tables.
@@ -83,6 +87,7 @@ impl Default for Metrics {
             node_actions: CounterVec::default(),
             retention_objects: CounterVec::default(),
             retention_bytes: CounterVec::default(),
+            compaction: CounterVec::default(),
             lake_bytes: Counter::default(),
             lake_files: Counter::default(),
             started: Instant::now(),
@@ -253,6 +258,12 @@ impl Metrics {
             "Bytes of the lake objects past their retention rule, by target and mode.",
             &["target", "mode"],
             &self.retention_bytes,
+        );
+        e.counter_vec(
+            "benchlake_compaction_total",
+            "Compaction of the lake's tables (crate::compaction), by table and event: scheduled (compact jobs queued), merged (parts committed into a merged file), retired (replaced objects deleted after the grace period).",
+            &["table", "event"],
+            &self.compaction,
         );
         e.histogram_vec(
             "benchlake_rpc_duration_seconds",

@@ -403,8 +403,12 @@ impl CatchUp {
     }
 }
 
-/// A committed Parquet object of a table.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A committed part of a table: the Parquet object a job committed, or,
+/// once a `compact` job merged it, its row groups in a merged file
+/// ([`MergedIn`]). `key` stays the part's committed key either way (the
+/// verdict index and notifications name parts by it); `bytes` is the part's
+/// size when it was committed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CommittedFile {
     pub key: String,
     pub table: String,
@@ -414,6 +418,34 @@ pub struct CommittedFile {
     pub rows: u64,
     pub bytes: u64,
     pub committed_ms: i64,
+    /// Where the rows are since a merge (None: at `key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged: Option<MergedIn>,
+}
+
+/// A part's place in a merged file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MergedIn {
+    /// The merged file's key.
+    pub object: String,
+    /// Its first row group there.
+    pub first_group: u64,
+    /// Its row groups there.
+    pub groups: u64,
+}
+
+impl CommittedFile {
+    /// The object that holds the part's rows.
+    pub fn object(&self) -> &str {
+        self.merged.as_ref().map_or(&self.key, |m| &m.object)
+    }
+
+    /// Its row groups in [`Self::object`] (first, count); None: all of it.
+    pub fn row_groups(&self) -> Option<(usize, usize)> {
+        self.merged
+            .as_ref()
+            .map(|m| (m.first_group as usize, m.groups as usize))
+    }
 }
 
 /// The committed files of one table, counted ([`crate::store::Tx::table_totals`]).

@@ -270,6 +270,7 @@ impl Coordinator {
                 Err(e) => tracing::warn!(error = %e, "retention: cannot read its last pass"),
             }
         }
+        block_on(self.compaction_pass(now));
         out
     }
 }

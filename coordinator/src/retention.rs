@@ -174,6 +174,9 @@ impl Coordinator {
         // Tables: by partition date (a file of day D expires when D is more
         // than N days before today).
         let files = self.store.transact(|tx| tx.committed_files(None))?;
+        // Merged files whose parts expired: deleted once no part of theirs
+        // is left (a month merged by compaction goes when its last day does).
+        let mut merged_touched = std::collections::BTreeSet::new();
         for f in files {
             let Some(days) = cfg.table_days(&f.table) else {
                 continue;
@@ -183,7 +186,9 @@ impl Coordinator {
                 continue;
             }
             if delete {
-                if let Err(e) = self.lake.delete(&f.key).await {
+                if let Some(m) = &f.merged {
+                    merged_touched.insert((f.table.clone(), m.object.clone()));
+                } else if let Err(e) = self.lake.delete(&f.key).await {
                     tracing::warn!(key = %f.key, error = %e, "retention could not delete a table file");
                     rep.failed += 1;
                     continue;
@@ -199,6 +204,19 @@ impl Coordinator {
             e.1 += f.bytes;
             self.metrics.retention_objects.inc(&[&f.table, mode]);
             self.metrics.retention_bytes.add(&[&f.table, mode], f.bytes);
+        }
+        for (table, object) in merged_touched {
+            let o = object.clone();
+            let used = self.store.transact(|tx| {
+                Ok(tx
+                    .committed_files(Some(&table))?
+                    .iter()
+                    .any(|f| f.object() == o))
+            })?;
+            if !used && let Err(e) = self.lake.delete(&object).await {
+                tracing::warn!(key = %object, error = %e, "retention could not delete a merged file");
+                rep.failed += 1;
+            }
         }
         // Raw files: by their run's creation (the run id's ULID time).
         if let Some(days) = cfg.raw_days() {
@@ -303,6 +321,7 @@ mod tests {
             rows: 1,
             bytes: 7,
             committed_ms: at,
+            merged: None,
         };
         c.store.transact(|tx| tx.upsert_committed(&f)).unwrap();
         (key, raw)

@@ -370,6 +370,8 @@ const MIGRATIONS: &[fn(&Connection) -> Result<()>] = &[
     // A page of runs by schedule, state or benchmark, newest first, read from
     // an index (`RunFilter::sql`), not by walking the whole history.
     |c| Ok(c.execute_batch(RUN_PAGE_INDEXES)?),
+    // Where a part's rows are once a `compact` job merged it (`crate::compaction`).
+    migrate_merged_parts,
 ];
 
 /// [`Tx::active_runs_of_schedule`] on SQLite.
@@ -378,7 +380,7 @@ pub(crate) const ACTIVE_RUNS_OF_SCHEDULE: &str = "SELECT data FROM runs WHERE sc
 
 /// [`Tx::table_totals`] on both backends.
 pub const TABLE_TOTALS: &str =
-    "SELECT table_name, COUNT(*), CAST(COALESCE(SUM(rows), 0) AS BIGINT),
+    "SELECT table_name, COUNT(DISTINCT COALESCE(object, key)), CAST(COALESCE(SUM(rows), 0) AS BIGINT),
  CAST(COALESCE(SUM(bytes), 0) AS BIGINT)
  FROM committed_files GROUP BY table_name ORDER BY table_name";
 
@@ -599,6 +601,61 @@ fn migrate_job_groups(conn: &Connection) -> Result<()> {
          CREATE INDEX IF NOT EXISTS jobs_wait ON jobs(run_id, wait_for) WHERE wait_for IS NOT NULL;",
     )?;
     Ok(())
+}
+
+/// Migration: `committed_files.object`, `first_group`, `n_groups` (a merged
+/// part's place; NULL while the part is its own object).
+fn migrate_merged_parts(conn: &Connection) -> Result<()> {
+    let mut have = std::collections::BTreeSet::new();
+    {
+        let mut st = conn.prepare("PRAGMA table_info(committed_files)")?;
+        let rows = st.query_map([], |r| r.get::<_, String>(1))?;
+        for r in rows {
+            have.insert(r?);
+        }
+    }
+    for (col, ty) in [
+        ("object", "TEXT"),
+        ("first_group", "INTEGER"),
+        ("n_groups", "INTEGER"),
+    ] {
+        if !have.contains(col) {
+            conn.execute_batch(&format!(
+                "ALTER TABLE committed_files ADD COLUMN {col} {ty}"
+            ))?;
+        }
+    }
+    conn.execute_batch(MERGED_INDEX)?;
+    Ok(())
+}
+
+/// The index of merged files' parts (both backends).
+pub const MERGED_INDEX: &str = "CREATE INDEX IF NOT EXISTS committed_object ON committed_files(object) WHERE object IS NOT NULL;";
+
+/// The columns of a [`CommittedFile`] in `committed_files` (both backends).
+pub const COMMITTED_COLUMNS: &str = "key, table_name, run_id, job_id, date, rows, bytes, committed_ms, object, first_group, n_groups";
+
+/// A `committed_files` row of [`COMMITTED_COLUMNS`].
+fn committed_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CommittedFile> {
+    let object: Option<String> = r.get(8)?;
+    Ok(CommittedFile {
+        key: r.get(0)?,
+        table: r.get(1)?,
+        run_id: r.get(2)?,
+        job_id: r.get(3)?,
+        date: r.get(4)?,
+        rows: r.get::<_, i64>(5)? as u64,
+        bytes: r.get::<_, i64>(6)? as u64,
+        committed_ms: r.get(7)?,
+        merged: match object {
+            Some(object) => Some(MergedIn {
+                object,
+                first_group: r.get::<_, Option<i64>>(9)?.unwrap_or(0).max(0) as u64,
+                groups: r.get::<_, Option<i64>>(10)?.unwrap_or(0).max(0) as u64,
+            }),
+            None => None,
+        },
+    })
 }
 
 /// `not_before_ms` of a job that waits for a group: never due, so the lease
@@ -991,10 +1048,13 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn upsert_committed(&mut self, f: &CommittedFile) -> Result<()> {
-        self.exec("INSERT INTO committed_files(key, table_name, run_id, job_id, date, rows, bytes, committed_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+        let m = f.merged.as_ref();
+        self.exec("INSERT INTO committed_files(key, table_name, run_id, job_id, date, rows, bytes, committed_ms,
+                 object, first_group, n_groups)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
                  ON CONFLICT(key) DO UPDATE SET rows=excluded.rows, bytes=excluded.bytes,
-                 committed_ms=excluded.committed_ms", params![
+                 committed_ms=excluded.committed_ms, object=excluded.object,
+                 first_group=excluded.first_group, n_groups=excluded.n_groups", params![
                 f.key,
                 f.table,
                 f.run_id,
@@ -1002,7 +1062,10 @@ impl Tx for SqliteTx<'_> {
                 f.date,
                 f.rows as i64,
                 f.bytes as i64,
-                f.committed_ms
+                f.committed_ms,
+                m.map(|m| m.object.as_str()),
+                m.map(|m| m.first_group as i64),
+                m.map(|m| m.groups as i64),
             ])?;
         Ok(())
     }
@@ -1011,22 +1074,11 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
     fn committed_files(&mut self, table: Option<&str>) -> Result<Vec<CommittedFile>> {
-        let mut st = self.c.prepare_cached(
-            "SELECT key, table_name, run_id, job_id, date, rows, bytes, committed_ms
+        let mut st = self.c.prepare_cached(&format!(
+            "SELECT {COMMITTED_COLUMNS}
              FROM committed_files WHERE (?1 IS NULL OR table_name=?1) ORDER BY table_name, date, run_id, key",
-        )?;
-        let rows = st.query_map(params![table], |r| {
-            Ok(CommittedFile {
-                key: r.get(0)?,
-                table: r.get(1)?,
-                run_id: r.get(2)?,
-                job_id: r.get(3)?,
-                date: r.get(4)?,
-                rows: r.get::<_, i64>(5)? as u64,
-                bytes: r.get::<_, i64>(6)? as u64,
-                committed_ms: r.get(7)?,
-            })
-        })?;
+        ))?;
+        let rows = st.query_map(params![table], committed_row)?;
         Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
     fn table_totals(&mut self) -> Result<Vec<TableTotals>> {
@@ -1042,22 +1094,11 @@ impl Tx for SqliteTx<'_> {
         Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
     fn committed_files_of_run(&mut self, run_id: &str) -> Result<Vec<CommittedFile>> {
-        let mut st = self.c.prepare_cached(
-            "SELECT key, table_name, run_id, job_id, date, rows, bytes, committed_ms
+        let mut st = self.c.prepare_cached(&format!(
+            "SELECT {COMMITTED_COLUMNS}
              FROM committed_files WHERE run_id=?1 ORDER BY table_name, key",
-        )?;
-        let rows = st.query_map(params![run_id], |r| {
-            Ok(CommittedFile {
-                key: r.get(0)?,
-                table: r.get(1)?,
-                run_id: r.get(2)?,
-                job_id: r.get(3)?,
-                date: r.get(4)?,
-                rows: r.get::<_, i64>(5)? as u64,
-                bytes: r.get::<_, i64>(6)? as u64,
-                committed_ms: r.get(7)?,
-            })
-        })?;
+        ))?;
+        let rows = st.query_map(params![run_id], committed_row)?;
         Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
     fn set_job_group(

@@ -115,7 +115,34 @@ CREATE TABLE IF NOT EXISTS audit_log (
     // A page of runs by schedule, state or benchmark, newest first, from an
     // index (`RunFilter::sql`).
     crate::store::RUN_PAGE_INDEXES,
+    // Where a part's rows are once a `compact` job merged it (`crate::compaction`).
+    r#"
+ALTER TABLE committed_files ADD COLUMN IF NOT EXISTS object TEXT COLLATE "C";
+ALTER TABLE committed_files ADD COLUMN IF NOT EXISTS first_group BIGINT;
+ALTER TABLE committed_files ADD COLUMN IF NOT EXISTS n_groups BIGINT;
+CREATE INDEX IF NOT EXISTS committed_object ON committed_files(object) WHERE object IS NOT NULL;
+"#,
 ];
+
+/// A `committed_files` row of [`crate::store::COMMITTED_COLUMNS`].
+fn committed_row(r: &Row) -> CommittedFile {
+    let object: Option<String> = r.get(8);
+    CommittedFile {
+        key: r.get(0),
+        table: r.get(1),
+        run_id: r.get(2),
+        job_id: r.get(3),
+        date: r.get(4),
+        rows: r.get::<_, i64>(5).max(0) as u64,
+        bytes: r.get::<_, i64>(6).max(0) as u64,
+        committed_ms: r.get(7),
+        merged: object.map(|object| MergedIn {
+            object,
+            first_group: r.get::<_, Option<i64>>(9).unwrap_or(0).max(0) as u64,
+            groups: r.get::<_, Option<i64>>(10).unwrap_or(0).max(0) as u64,
+        }),
+    }
+}
 
 /// Key of the advisory lock that serialises schema upgrades of coordinators
 /// starting together ("bench" in ASCII).
@@ -1118,12 +1145,16 @@ impl Tx for PgTx<'_> {
     }
 
     fn upsert_committed(&mut self, f: &CommittedFile) -> Result<()> {
+        let m = f.merged.as_ref();
         self.defer(
-            "INSERT INTO committed_files(key, table_name, run_id, job_id, date, rows, bytes, committed_ms)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+            "INSERT INTO committed_files(key, table_name, run_id, job_id, date, rows, bytes, committed_ms,
+             object, first_group, n_groups)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
              ON CONFLICT (key) DO UPDATE SET rows=excluded.rows, bytes=excluded.bytes,
-             committed_ms=excluded.committed_ms",
-            params![f.key.clone(), f.table.clone(), f.run_id.clone(), f.job_id.clone(), f.date.clone(), f.rows as i64, f.bytes as i64, f.committed_ms],
+             committed_ms=excluded.committed_ms, object=excluded.object,
+             first_group=excluded.first_group, n_groups=excluded.n_groups",
+            params![f.key.clone(), f.table.clone(), f.run_id.clone(), f.job_id.clone(), f.date.clone(), f.rows as i64, f.bytes as i64, f.committed_ms,
+                m.map(|m| m.object.clone()), m.map(|m| m.first_group as i64), m.map(|m| m.groups as i64)],
         )?;
         Ok(())
     }
@@ -1137,22 +1168,15 @@ impl Tx for PgTx<'_> {
     fn committed_files(&mut self, table: Option<&str>) -> Result<Vec<CommittedFile>> {
         Ok(self
             .rows(
-                "SELECT key, table_name, run_id, job_id, date, rows, bytes, committed_ms
-                 FROM committed_files WHERE ($1::TEXT IS NULL OR table_name=$1)
-                 ORDER BY table_name, date, run_id, key",
+                &format!(
+                    "SELECT {} FROM committed_files WHERE ($1::TEXT IS NULL OR table_name=$1)
+                     ORDER BY table_name, date, run_id, key",
+                    crate::store::COMMITTED_COLUMNS
+                ),
                 &[&table],
             )?
-            .into_iter()
-            .map(|r| CommittedFile {
-                key: r.get(0),
-                table: r.get(1),
-                run_id: r.get(2),
-                job_id: r.get(3),
-                date: r.get(4),
-                rows: r.get::<_, i64>(5).max(0) as u64,
-                bytes: r.get::<_, i64>(6).max(0) as u64,
-                committed_ms: r.get(7),
-            })
+            .iter()
+            .map(committed_row)
             .collect())
     }
 
@@ -1172,21 +1196,14 @@ impl Tx for PgTx<'_> {
     fn committed_files_of_run(&mut self, run_id: &str) -> Result<Vec<CommittedFile>> {
         Ok(self
             .rows(
-                "SELECT key, table_name, run_id, job_id, date, rows, bytes, committed_ms
-                 FROM committed_files WHERE run_id=$1 ORDER BY table_name, key",
+                &format!(
+                    "SELECT {} FROM committed_files WHERE run_id=$1 ORDER BY table_name, key",
+                    crate::store::COMMITTED_COLUMNS
+                ),
                 &[&run_id],
             )?
-            .into_iter()
-            .map(|r| CommittedFile {
-                key: r.get(0),
-                table: r.get(1),
-                run_id: r.get(2),
-                job_id: r.get(3),
-                date: r.get(4),
-                rows: r.get::<_, i64>(5).max(0) as u64,
-                bytes: r.get::<_, i64>(6).max(0) as u64,
-                committed_ms: r.get(7),
-            })
+            .iter()
+            .map(committed_row)
             .collect())
     }
 

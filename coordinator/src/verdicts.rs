@@ -452,36 +452,35 @@ pub const READ_CONCURRENCY: usize = 8;
 /// three times first).
 pub async fn read_into(
     c: &crate::Coordinator,
-    keys: Vec<(String, String)>,
-) -> Vec<(String, String, String)> {
+    files: Vec<crate::model::CommittedFile>,
+) -> Vec<(crate::model::CommittedFile, String)> {
     use futures::StreamExt;
     let mut agents_of: HashMap<String, Vec<String>> = HashMap::new();
     let mut failed = Vec::new();
     // Object reads overlap (an S3 lake answers each in tens of ms).
-    let mut reads = futures::stream::iter(keys)
-        .map(|(run_id, key)| {
-            let lake = c.lake.clone();
-            async move {
-                // A read that fails is tried twice more before it is reported
-                // (a transient lake error must not hide a node's FAIL).
-                let mut r = lake.read_parquet(&key).await;
-                for pause in [200u64, 1000] {
-                    if r.is_ok() {
-                        break;
-                    }
-                    tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
-                    r = lake.read_parquet(&key).await;
+    let mut reads = futures::stream::iter(files)
+        .map(|f| async move {
+            // A read that fails is tried twice more before it is reported
+            // (a transient lake error must not hide a node's FAIL). The part
+            // may sit in a merged file (`crate::compaction`).
+            let mut r = crate::compaction::read_committed(c, &f).await;
+            for pause in [200u64, 1000] {
+                if r.is_ok() {
+                    break;
                 }
-                (run_id, key, r)
+                tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
+                r = crate::compaction::read_committed(c, &f).await;
             }
+            (f, r)
         })
         .buffer_unordered(READ_CONCURRENCY);
-    while let Some((run_id, key, read)) = reads.next().await {
+    while let Some((f, read)) = reads.next().await {
+        let (run_id, key) = (f.run_id.clone(), f.key.clone());
         let batches = match read {
             Ok(b) => b,
             Err(e) => {
                 tracing::warn!(key = %key, error = %e, "cannot read committed checks for the verdict index");
-                failed.push((run_id, key, e.to_string()));
+                failed.push((f, e.to_string()));
                 continue;
             }
         };
@@ -526,7 +525,7 @@ pub fn is_checks(key: &str) -> bool {
 pub const LOAD_GIVE_UP: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// The committed `checks` and `node_health` files of the state store.
-async fn list_verdict_files(c: &crate::Coordinator) -> Vec<(String, String)> {
+async fn list_verdict_files(c: &crate::Coordinator) -> Vec<crate::model::CommittedFile> {
     // The listing is retried until it succeeds (a store busy with a
     // starting coordinator's other work, or not reachable yet): marking the
     // index loaded without it would let `node-check` and the dashboard
@@ -541,7 +540,7 @@ async fn list_verdict_files(c: &crate::Coordinator) -> Vec<(String, String)> {
             })
             .await
         {
-            Ok(f) => return f.into_iter().map(|f| (f.run_id, f.key)).collect(),
+            Ok(f) => return f,
             Err(e) => {
                 tracing::warn!(error = %e, retry_ms = wait.as_millis() as u64, "verdicts: cannot list the committed checks files yet");
                 tokio::time::sleep(wait).await;
@@ -566,7 +565,10 @@ pub async fn load(c: std::sync::Arc<crate::Coordinator>) {
         c.verdicts.set_report(LoadReport {
             listed,
             read: listed.saturating_sub(failed.len()),
-            unreadable: failed.iter().map(|f| (f.1.clone(), f.2.clone())).collect(),
+            unreadable: failed
+                .iter()
+                .map(|f| (f.0.key.clone(), f.1.clone()))
+                .collect(),
         });
         if failed.is_empty() {
             break;
@@ -574,21 +576,25 @@ pub async fn load(c: std::sync::Arc<crate::Coordinator>) {
         if t0.elapsed() >= LOAD_GIVE_UP {
             tracing::error!(
                 unreadable = failed.len(),
-                first = %failed[0].1,
-                error = %failed[0].2,
+                first = %failed[0].0.key,
+                error = %failed[0].1,
                 "verdicts: committed checks files stay unreadable; their verdicts are left out"
             );
             break;
         }
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(std::time::Duration::from_secs(10));
-        let committed: std::collections::HashSet<String> = list_verdict_files(&c)
+        // Read again as the store has them now (a part merged since is
+        // read from its merged file; one no longer committed is dropped).
+        let mut committed: HashMap<String, crate::model::CommittedFile> = list_verdict_files(&c)
             .await
             .into_iter()
-            .map(|f| f.1)
+            .map(|f| (f.key.clone(), f))
             .collect();
-        failed.retain(|f| committed.contains(&f.1));
-        let again = failed.drain(..).map(|f| (f.0, f.1)).collect();
+        let again = failed
+            .drain(..)
+            .filter_map(|f| committed.remove(&f.0.key))
+            .collect();
         failed = read_into(&c, again).await;
     }
     c.verdicts.set_loaded();

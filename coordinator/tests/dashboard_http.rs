@@ -569,6 +569,7 @@ async fn verdicts_are_read_back_at_start() {
             rows: 2,
             bytes,
             committed_ms: c.now(),
+            merged: None,
         };
         c.db(move |tx| {
             tx.insert_run(&run)?;

@@ -591,6 +591,7 @@ fn committed_and_meta(s: &dyn StateStore) {
         rows,
         bytes: 10 * rows,
         committed_ms: 7,
+        merged: None,
     };
     s.transact(|tx| {
         tx.upsert_committed(&f("tables/b/x.parquet", "b", "r2", 5))?;

@@ -239,6 +239,10 @@ pub enum JobTables {
     /// (`benchlake_formats::kinds::follow_up_tables`): the kind its spec's
     /// `format` names, else any kind's.
     OfFollowUp,
+    /// The one table its [`CompactSpec`] names (a `compact` job rewrites a
+    /// table's committed rows into a merged file; the coordinator checks the
+    /// file holds exactly the parts it scheduled).
+    OfCompactSpec,
 }
 
 /// Every job kind with the tables it may write; `None` for an unknown kind.
@@ -259,6 +263,7 @@ pub fn job_tables(kind: &str) -> Option<JobTables> {
             OfFollowUp
         }
         TRACE_COMPARE_JOB => Fixed(&["trace_comparison"]),
+        COMPACT_JOB => OfCompactSpec,
         // The worker's no-op job (tests and the demo's smoke run).
         "noop" => Fixed(&[]),
         _ => return None,
@@ -318,4 +323,24 @@ mod tests {
         }
         assert_eq!(job_tables("evil"), None);
     }
+}
+
+/// Job kind that merges a table month's small committed parts into one file
+/// (docs/architecture.md, "Compaction"). Scheduled by the coordinator, not
+/// by a run: its job's run id names no run.
+pub const COMPACT_JOB: &str = "compact";
+
+/// The spec of a `compact` job: the parts to merge, in the order the merged
+/// file holds them, as the coordinator's state store records them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompactSpec {
+    /// The table.
+    pub table: String,
+    /// Its month, `YYYY-MM`.
+    pub month: String,
+    /// Where each part's rows are now.
+    pub parts: Vec<crate::lake::compact::PartSource>,
+    /// Earlier merged files whose parts are all in `parts`.
+    #[serde(default)]
+    pub merged_from: Vec<String>,
 }

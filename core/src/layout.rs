@@ -42,6 +42,8 @@ pub const TABLES: &str = "tables";
 pub const COORDINATOR_MARKER: &str = "_coordinator.json";
 /// Top-level prefix of in-flight job outputs.
 pub const STAGING: &str = "_staging";
+/// The staged part name of a `compact` job's merged file.
+pub const COMPACTED_PART: &str = "compacted";
 /// Top-level prefix of jobs' scratch objects, per run.
 pub const WORK: &str = "_work";
 /// Top-level prefix of text reports (per run).

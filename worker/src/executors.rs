@@ -822,3 +822,50 @@ mod rank_map_tests {
 #[cfg(test)]
 #[path = "record_bundle_tests.rs"]
 mod record_bundle_tests;
+
+/// Merges a table month's small parts into one file (`compact` jobs, which
+/// the coordinator schedules): the merged file goes to staging like any
+/// table and the coordinator checks and commits it (docs/architecture.md,
+/// "Compaction").
+pub struct Compact;
+
+impl Executor for Compact {
+    fn kind(&self) -> &'static str {
+        benchlake_core::jobs::COMPACT_JOB
+    }
+    fn execute(&self, ctx: &JobContext) -> Result<ExecOutput, ExecError> {
+        let s: benchlake_core::jobs::CompactSpec = spec(ctx)?;
+        if catalog::get(&s.table).is_none() {
+            return Err(ExecError::Permanent(format!(
+                "compact job spec: unknown table '{}'",
+                s.table
+            )));
+        }
+        if s.parts.len() < 2 {
+            return Err(ExecError::Permanent(format!(
+                "compact job spec: {} part(s) of {} {}; nothing to merge",
+                s.parts.len(),
+                s.table,
+                s.month
+            )));
+        }
+        let (data, meta) = ctx.block_on(ctx.lake.merge_parts(
+            &s.table,
+            &s.parts,
+            s.merged_from.clone(),
+        ))?;
+        let rows: u64 = meta.parts.iter().map(|p| p.rows).sum();
+        tracing::info!(table = %s.table, month = %s.month, parts = meta.parts.len(),
+            rows, bytes = data.len(), "merged a month's parts");
+        Ok(ExecOutput {
+            encoded: vec![benchlake_core::lake::EncodedTable {
+                table: s.table,
+                part: layout::COMPACTED_PART.to_string(),
+                rows: rows as usize,
+                data,
+                spilled: None,
+            }],
+            ..ExecOutput::default()
+        })
+    }
+}

@@ -163,6 +163,7 @@ impl Executors {
         e.add(checks::Checks);
         e.add(traced::TraceCompare);
         e.add(calibrate::Calibrate);
+        e.add(executors::Compact);
         e
     }
     /// Adds (or replaces) an executor.

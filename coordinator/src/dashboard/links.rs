@@ -87,7 +87,10 @@ pub async fn of_run(
 ) -> Result<Vec<LinkRow>, String> {
     let mut out = Vec::new();
     for f in files.iter().filter(|f| f.table == "link_health") {
-        let batches = lake.read_parquet(&f.key).await.map_err(|e| e.to_string())?;
+        let batches = lake
+            .read_part(f.object(), f.row_groups(), &f.run_id)
+            .await
+            .map_err(|e| e.to_string())?;
         out.extend(rows_of(&batches, run_id).map_err(|e| format!("{}: {e}", f.key))?);
     }
     sort(&mut out);
@@ -108,9 +111,7 @@ pub async fn of_node(c: &crate::Coordinator, node: &str) -> Result<Vec<LinkRow>,
     });
     let mut out = Vec::new();
     for f in files.iter().take(NODE_LINK_FILES) {
-        let batches = c
-            .lake
-            .read_parquet(&f.key)
+        let batches = crate::compaction::read_committed(c, f)
             .await
             .map_err(|e| e.to_string())?;
         let mut rows = rows_of(&batches, &f.run_id).map_err(|e| format!("{}: {e}", f.key))?;

@@ -34,6 +34,8 @@ pub const TABLE: &str = "linktest_timings";
 /// One object of the pair table with its footer.
 struct Object {
     key: String,
+    /// The part's row groups in a merged file (None: all of the object).
+    within: Option<Range<usize>>,
     path: object_store::path::Path,
     size: u64,
     meta: ArrowReaderMetadata,
@@ -142,14 +144,17 @@ impl Pairs {
     /// read once.
     pub async fn open(lake: &Lake, files: &[CommittedFile], source: &str) -> Result<Self, String> {
         let mut objects = Vec::new();
-        let mut keys: Vec<&str> = files
+        // A part merged by compaction is its row groups of a merged file.
+        let mut parts: Vec<(&str, Option<Range<usize>>)> = files
             .iter()
             .filter(|f| f.table == TABLE)
-            .map(|f| f.key.as_str())
+            .map(|f| (f.object(), f.row_groups().map(|(a, n)| a..a + n)))
             .collect();
-        keys.sort();
-        keys.dedup();
-        for key in keys {
+        parts.sort_by(|a, b| {
+            (a.0, a.1.as_ref().map(|r| r.start)).cmp(&(b.0, b.1.as_ref().map(|r| r.start)))
+        });
+        parts.dedup();
+        for (key, within) in parts {
             let (path, size) = locate(lake, key).await?;
             let mut r = reader(lake, &path, size);
             let meta = ArrowReaderMetadata::load_async(&mut r, ArrowReaderOptions::new())
@@ -157,6 +162,7 @@ impl Pairs {
                 .map_err(|e| format!("{key}: {e}"))?;
             objects.push(Object {
                 key: key.to_string(),
+                within,
                 path,
                 size,
                 meta,
@@ -189,6 +195,9 @@ impl Pairs {
             need_perm: false,
         };
         for (g, rg) in o.meta.metadata().row_groups().iter().enumerate() {
+            if o.within.as_ref().is_some_and(|w| !w.contains(&g)) {
+                continue;
+            }
             match text_stats(rg, cs) {
                 Known::One(v) if v != src => continue,
                 Known::One(_) => {}
@@ -409,6 +418,7 @@ mod tests {
                 rows: 0,
                 bytes: 0,
                 committed_ms: 0,
+                merged: None,
             })
             .collect()
     }

@@ -209,7 +209,7 @@ pub async fn run_facts(c: &Coordinator, run_id: &str) -> Result<RunFacts> {
     let mut checks = Vec::new();
     let mut nodes = Vec::new();
     for f in files {
-        let batches = c.lake.read_parquet(&f.key).await?;
+        let batches = crate::compaction::read_committed(c, &f).await?;
         if f.table == "checks" {
             checks.extend(crate::verdicts::check_rows(&batches));
         } else {

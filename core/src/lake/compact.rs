@@ -137,6 +137,21 @@ impl Lake {
                 out.push(f);
             }
         }
+        // A part (or an earlier merged file) that a listed merged file holds
+        // is left out: between a merge and the delete of its inputs (a
+        // coordinator's grace period, a stopped offline merge) its rows
+        // would otherwise be read twice.
+        let replaced: BTreeSet<String> = out
+            .iter()
+            .filter_map(|f| f.merged.as_ref())
+            .flat_map(|m| {
+                m.parts
+                    .iter()
+                    .map(|p| p.key.clone())
+                    .chain(m.merged_from.iter().cloned())
+            })
+            .collect();
+        out.retain(|f| !replaced.contains(&f.key));
         Ok(out)
     }
 
@@ -373,11 +388,45 @@ impl Lake {
         Ok(done)
     }
 
-    /// The merged file of `inputs`, in key order, with the catalog's
-    /// columns then `date`; each input's rows in row groups of their own.
-    /// The footer's [`CompactedMeta`] is written at the end, once the row
-    /// groups are known.
+    /// The merged file of `inputs`, in key order (see [`Self::merge_parts`]);
+    /// the footer also names the earlier merged files it replaces.
     async fn merge(&self, table: &str, inputs: &[Input]) -> Result<(Bytes, CompactedMeta)> {
+        let mut sources = Vec::new();
+        let mut merged_from = Vec::new();
+        for i in inputs {
+            match &i.what {
+                What::Part { run_id, job_id } => sources.push(PartSource {
+                    key: i.key.clone(),
+                    run_id: run_id.clone(),
+                    job_id: job_id.clone(),
+                    date: i.date.clone(),
+                    object: i.key.clone(),
+                    groups: None,
+                    rows: None,
+                }),
+                What::Merged(old) => {
+                    sources.extend(old.parts.iter().map(|p| PartSource::in_merged(&i.key, p)));
+                    merged_from.push(i.key.clone());
+                    merged_from.extend(old.merged_from.iter().cloned());
+                }
+            }
+        }
+        self.merge_parts(table, &sources, merged_from).await
+    }
+
+    /// One merged file of `sources`, in their order: the table's file
+    /// columns, each part's rows in row groups of their own, and the footer's
+    /// [`CompactedMeta`] (written last, once the row groups are known; it
+    /// lists `merged_from` as the earlier merged files replaced). Every row
+    /// copied is checked to be of its part's run, and a part with
+    /// [`PartSource::rows`] must hold that many. Consecutive parts of one
+    /// merged object fetch it once.
+    pub async fn merge_parts(
+        &self,
+        table: &str,
+        sources: &[PartSource],
+        merged_from: Vec<String>,
+    ) -> Result<(Bytes, CompactedMeta)> {
         let schema = catalog::file_schema(table)?;
         let werr = |e: parquet::errors::ParquetError| Error::Config(format!("{table}: {e}"));
         let mut w = parquet::arrow::ArrowWriter::try_new(
@@ -386,67 +435,77 @@ impl Lake {
             Some(writer_properties()),
         )
         .map_err(werr)?;
-        let mut meta = CompactedMeta::default();
-        for i in inputs {
-            match &i.what {
-                What::Part { run_id, job_id } => {
-                    let first_group = w.flushed_row_groups().len();
+        let mut meta = CompactedMeta {
+            merged_from,
+            ..CompactedMeta::default()
+        };
+        let mut fetched: Option<(String, Bytes)> = None;
+        for p in sources {
+            let first_group = w.flushed_row_groups().len();
+            let rows = match p.groups {
+                None => {
                     let s = self
-                        .parquet_stream(&i.key, super::encode::ROW_GROUP_ROWS)
+                        .parquet_stream(&p.object, super::encode::ROW_GROUP_ROWS)
                         .await?;
-                    let rows = copy(&mut w, &schema, &i.key, run_id, s).await?;
-                    meta.parts.push(MergedPart {
-                        key: i.key.clone(),
-                        run_id: run_id.clone(),
-                        job_id: job_id.clone(),
-                        date: i.date.clone(),
-                        rows,
-                        first_group,
-                        groups: w.flushed_row_groups().len() - first_group,
-                    });
+                    copy(&mut w, &schema, &p.object, &p.run_id, s).await?
                 }
-                What::Merged(old) => {
-                    let data = self.get(&i.key).await?;
-                    for p in &old.parts {
-                        let first_group = w.flushed_row_groups().len();
-                        let groups: Vec<usize> =
-                            (p.first_group..p.first_group + p.groups).collect();
-                        let reader =
-                            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
-                                data.clone(),
-                            )
-                            .and_then(|b| b.with_row_groups(groups).build())
-                            .map_err(|e| Error::Decode {
-                                key: i.key.clone(),
-                                message: e.to_string(),
-                            })?;
-                        let key = i.key.clone();
-                        let s = futures::stream::iter(reader.map(move |b| {
-                            b.map_err(|e| Error::Decode {
-                                key: key.clone(),
-                                message: e.to_string(),
-                            })
-                        }));
-                        let rows = copy(&mut w, &schema, &i.key, &p.run_id, s).await?;
-                        if rows != p.rows {
-                            return Err(Error::Decode {
-                                key: i.key.clone(),
-                                message: format!(
-                                    "part {} holds {rows} rows, its footer says {}",
-                                    p.key, p.rows
-                                ),
-                            });
+                Some((first, n)) => {
+                    let data = match &fetched {
+                        Some((k, d)) if *k == p.object => d.clone(),
+                        _ => {
+                            let d = self.get(&p.object).await?;
+                            fetched = Some((p.object.clone(), d.clone()));
+                            d
                         }
-                        meta.parts.push(MergedPart {
-                            first_group,
-                            groups: w.flushed_row_groups().len() - first_group,
-                            ..p.clone()
-                        });
+                    };
+                    let bad = |e: &dyn std::fmt::Display| Error::Decode {
+                        key: p.object.clone(),
+                        message: e.to_string(),
+                    };
+                    let builder =
+                        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+                            data,
+                        )
+                        .map_err(|e| bad(&e))?;
+                    let total = builder.metadata().num_row_groups();
+                    if first + n > total {
+                        return Err(bad(&format!(
+                            "part {} is said to be row groups {first}..{} of {total}",
+                            p.key,
+                            first + n
+                        )));
                     }
-                    meta.merged_from.push(i.key.clone());
-                    meta.merged_from.extend(old.merged_from.iter().cloned());
+                    let reader = builder
+                        .with_row_groups((first..first + n).collect())
+                        .build()
+                        .map_err(|e| bad(&e))?;
+                    let key = p.object.clone();
+                    let s = futures::stream::iter(reader.map(move |b| {
+                        b.map_err(|e| Error::Decode {
+                            key: key.clone(),
+                            message: e.to_string(),
+                        })
+                    }));
+                    copy(&mut w, &schema, &p.object, &p.run_id, s).await?
                 }
+            };
+            if let Some(want) = p.rows
+                && rows != want
+            {
+                return Err(Error::Decode {
+                    key: p.object.clone(),
+                    message: format!("part {} holds {rows} rows, {want} were recorded", p.key),
+                });
             }
+            meta.parts.push(MergedPart {
+                key: p.key.clone(),
+                run_id: p.run_id.clone(),
+                job_id: p.job_id.clone(),
+                date: p.date.clone(),
+                rows,
+                first_group,
+                groups: w.flushed_row_groups().len() - first_group,
+            });
         }
         w.append_key_value_metadata(parquet::file::metadata::KeyValue::new(
             COMPACTED_META.to_string(),
@@ -454,6 +513,165 @@ impl Lake {
         ));
         let buf = w.into_inner().map_err(werr)?;
         Ok((Bytes::from(buf), meta))
+    }
+
+    /// The rows of one committed part: all of `object` (the part itself),
+    /// or its row groups `groups` (first, count) of a merged file. Every row
+    /// is checked to be of `run_id`.
+    pub async fn read_part(
+        &self,
+        object: &str,
+        groups: Option<(usize, usize)>,
+        run_id: &str,
+    ) -> Result<Vec<RecordBatch>> {
+        let Some((first, n)) = groups else {
+            return self.read_parquet(object).await;
+        };
+        let mut s = self
+            .parquet_stream_groups(
+                object,
+                Some(first..first + n),
+                super::encode::ROW_GROUP_ROWS,
+            )
+            .await?;
+        let mut out = Vec::new();
+        while let Some(b) = s.next().await {
+            let b = b?;
+            check_run(object, &b, run_id)?;
+            out.push(b);
+        }
+        Ok(out)
+    }
+
+    /// Checks a merged file a worker staged for `table` before the
+    /// coordinator commits it: the table's file columns, a footer whose
+    /// [`CompactedMeta`] lists exactly the parts of `expected` in order with
+    /// their recorded rows, row groups that follow each other and cover the
+    /// file, and for every part its row groups' `date` statistics of its day
+    /// and `run_id` values of its run. Errors are [`Error::Invalid`] naming
+    /// the object (a store failure stays retryable).
+    pub async fn verify_compacted(
+        &self,
+        key: &str,
+        table: &str,
+        expected: &[PartSource],
+    ) -> Result<CompactedMeta> {
+        let bad = |m: String| Error::invalid("staged merged file", format!("{key}: {m}"));
+        let md = self.footer(key).await.map_err(|e| match e {
+            Error::Decode { message, .. } => bad(message),
+            e => e,
+        })?;
+        let fm = md.file_metadata();
+        let schema = std::sync::Arc::new(
+            parquet::arrow::parquet_to_arrow_schema(fm.schema_descr(), fm.key_value_metadata())
+                .map_err(|e| bad(format!("schema: {e}")))?,
+        );
+        super::check_file_schema(table, &schema).map_err(|e| bad(e.to_string()))?;
+        let meta = self.compacted_meta(key).await.map_err(|e| match e {
+            Error::Decode { message, .. } => bad(message),
+            e => e,
+        })?;
+        if meta.parts.len() != expected.len() {
+            return Err(bad(format!(
+                "its footer lists {} parts, the job merged {}",
+                meta.parts.len(),
+                expected.len()
+            )));
+        }
+        let mut next = 0usize;
+        for (i, (p, e)) in meta.parts.iter().zip(expected).enumerate() {
+            let same =
+                p.key == e.key && p.run_id == e.run_id && p.job_id == e.job_id && p.date == e.date;
+            if !same || e.rows.is_some_and(|r| r != p.rows) {
+                return Err(bad(format!(
+                    "part {i} of its footer is {} of run {} ({} rows), the job merged {} of run {} ({:?} rows)",
+                    p.key, p.run_id, p.rows, e.key, e.run_id, e.rows
+                )));
+            }
+            if p.first_group != next {
+                return Err(bad(format!(
+                    "part {i} starts at row group {}, not {next}",
+                    p.first_group
+                )));
+            }
+            next += p.groups;
+            let in_groups: i64 = md
+                .row_groups()
+                .get(p.first_group..next)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "part {i} names row groups past the file's {}",
+                        md.num_row_groups()
+                    ))
+                })?
+                .iter()
+                .map(|g| g.num_rows())
+                .sum();
+            if in_groups as u64 != p.rows {
+                return Err(bad(format!(
+                    "part {i} ({}) holds {in_groups} rows in its row groups, its footer says {}",
+                    p.key, p.rows
+                )));
+            }
+            let days = layout::date_days(&p.date)?;
+            super::check_date_statistics(&md, days, p.first_group..next).map_err(|m| {
+                bad(format!(
+                    "part {i}, column 'date': {m} (its day is {})",
+                    p.date
+                ))
+            })?;
+            // The run of every row: its row groups read back (run_id only
+            // would do; merged files are small by construction).
+            self.read_part(key, Some((p.first_group, p.groups)), &p.run_id)
+                .await
+                .map_err(|e| match e {
+                    Error::Decode { message, .. } => bad(format!("part {i}: {message}")),
+                    e => e,
+                })?;
+        }
+        if next != md.num_row_groups() {
+            return Err(bad(format!(
+                "its parts cover {next} row groups of {}",
+                md.num_row_groups()
+            )));
+        }
+        Ok(meta)
+    }
+}
+
+/// Where one committed part's rows are, for [`Lake::merge_parts`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartSource {
+    /// The part's committed key.
+    pub key: String,
+    /// Its run.
+    pub run_id: String,
+    /// Its job.
+    pub job_id: String,
+    /// The run's day.
+    pub date: String,
+    /// The object that holds its rows: the part itself or a merged file.
+    pub object: String,
+    /// Its row groups in a merged `object` (first, count); None: all of it.
+    #[serde(default)]
+    pub groups: Option<(usize, usize)>,
+    /// The rows recorded for it, checked when given.
+    #[serde(default)]
+    pub rows: Option<u64>,
+}
+
+impl PartSource {
+    /// The part `p` of the merged file `object`.
+    pub fn in_merged(object: &str, p: &MergedPart) -> Self {
+        Self {
+            key: p.key.clone(),
+            run_id: p.run_id.clone(),
+            job_id: p.job_id.clone(),
+            date: p.date.clone(),
+            object: object.to_string(),
+            groups: Some((p.first_group, p.groups)),
+            rows: Some(p.rows),
+        }
     }
 }
 

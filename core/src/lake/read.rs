@@ -79,6 +79,19 @@ impl Lake {
         key: &str,
         batch_rows: usize,
     ) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
+        self.parquet_stream_groups(key, None, batch_rows).await
+    }
+
+    /// [`Self::parquet_stream`] of the row groups `groups` only (all when
+    /// None): a part's rows in a merged file ([`super::compact`]). A range
+    /// past the object's row groups is [`Error::Decode`].
+    #[allow(deprecated)]
+    pub async fn parquet_stream_groups(
+        &self,
+        key: &str,
+        groups: Option<std::ops::Range<usize>>,
+        batch_rows: usize,
+    ) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
         use futures::StreamExt;
         use parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
         let size = self
@@ -92,9 +105,22 @@ impl Lake {
         };
         let reader =
             ParquetObjectReader::new(self.store.clone(), self.path(key)).with_file_size(size);
-        let stream = ParquetRecordBatchStreamBuilder::new(reader)
+        let mut builder = ParquetRecordBatchStreamBuilder::new(reader)
             .await
-            .and_then(|b| b.with_batch_size(batch_rows.max(1)).build())
+            .map_err(|e| bad(&e))?;
+        if let Some(g) = groups {
+            let n = builder.metadata().num_row_groups();
+            if g.end > n {
+                return Err(bad(&format!(
+                    "row groups {}..{} asked, the file has {n}",
+                    g.start, g.end
+                )));
+            }
+            builder = builder.with_row_groups(g.collect());
+        }
+        let stream = builder
+            .with_batch_size(batch_rows.max(1))
+            .build()
             .map_err(|e| bad(&e))?;
         Ok(stream.map(move |b| b.map_err(|e| bad(&e))).boxed())
     }
