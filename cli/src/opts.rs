@@ -715,8 +715,10 @@ pub struct CompactionArgs {
     /// A merge takes inputs up to about this many bytes.
     #[arg(long, env = "BENCHLAKE_COMPACT_TARGET_BYTES", default_value_t = 512 << 20)]
     pub compact_target_bytes: u64,
-    /// Seconds a replaced file stays for readers that listed it before the merge.
-    #[arg(long, env = "BENCHLAKE_COMPACT_GRACE_S", default_value_t = 60)]
+    /// Seconds a replaced file stays for readers that listed it before the
+    /// merge (0: deleted within a second; readers that glob the lake may see
+    /// a merged month's rows twice while it stays).
+    #[arg(long, env = "BENCHLAKE_COMPACT_GRACE_S", default_value_t = 0)]
     pub compact_grace_s: u64,
     /// Seconds between two plans of merges.
     #[arg(long, env = "BENCHLAKE_COMPACT_EVERY_S", default_value_t = 3600)]
@@ -744,7 +746,7 @@ impl Default for CompactionArgs {
             compact_min_files: 8,
             compact_small_bytes: 64 << 20,
             compact_target_bytes: 512 << 20,
-            compact_grace_s: 60,
+            compact_grace_s: 0,
             compact_every_s: 3600,
         }
     }

@@ -13,9 +13,9 @@
 //! and, in **one transaction**, points every part's row at its row groups
 //! there ([`MergedIn`]) and retires the replaced objects. Readers that list
 //! the store see each part once, before or after; the retired objects are
-//! deleted [`CompactionConfig::grace_ms`] later, so a reader that listed
-//! before the commit still finds them, and a reader that finds one gone
-//! reads the part's row again ([`read_committed`]).
+//! deleted [`CompactionConfig::grace_ms`] later (by default at the next
+//! pass), and a reader that listed before the commit and finds an object
+//! gone reads the part's row again ([`read_committed`]).
 //!
 //! A compact job belongs to no run: its run id is its own job id, which is
 //! how the commit knows the coordinator scheduled it (a worker cannot ask
@@ -58,7 +58,12 @@ pub struct CompactionConfig {
     pub small_bytes: u64,
     /// A merge takes inputs up to about this many bytes (at least two).
     pub target_bytes: u64,
-    /// How long a replaced object stays for readers that listed before.
+    /// How long a replaced object stays for readers that listed before (0:
+    /// deleted at the next pass, within a second). Readers of the store
+    /// find a part again when its object is gone ([`read_committed`]); a
+    /// reader globbing the lake (DuckDB, Spark) may see a merged month's
+    /// rows twice until the replaced objects are gone, so the default keeps
+    /// that window short.
     pub grace_ms: i64,
     /// Time between two plans.
     pub every_ms: i64,
@@ -71,7 +76,7 @@ impl Default for CompactionConfig {
             min_files: 8,
             small_bytes: 64 << 20,
             target_bytes: 512 << 20,
-            grace_ms: 60_000,
+            grace_ms: 0,
             every_ms: 3_600_000,
         }
     }
@@ -187,7 +192,25 @@ fn write_json<T: Serialize>(tx: &mut dyn crate::store::Tx, key: &str, v: &T) -> 
 }
 
 impl Coordinator {
-    /// The reconciler's part: deletes retired objects whose grace passed,
+    /// The tick's part: a [`Self::compaction_pass`] at most every
+    /// [`CompactionConfig::every_ms`] or grace period (whichever is shorter,
+    /// at most a minute apart), so retired objects go soon after their grace.
+    pub(crate) fn compaction_tick(&self, now: i64) {
+        use std::sync::atomic::Ordering;
+        let cfg = &self.cfg.compaction;
+        let next = self.compaction_next_ms.load(Ordering::Relaxed);
+        if now < next && next - now <= cfg.every_ms {
+            return;
+        }
+        let step = cfg
+            .every_ms
+            .min(cfg.grace_ms.max(1_000))
+            .clamp(1_000, 60_000);
+        self.compaction_next_ms.store(now + step, Ordering::Relaxed);
+        crate::reconcile::block_on(self.compaction_pass(now));
+    }
+
+    /// One pass: deletes retired objects whose grace passed,
     /// and plans merges when a plan is due (every
     /// [`CompactionConfig::every_ms`]). Errors are logged.
     pub(crate) async fn compaction_pass(&self, now: i64) {
@@ -483,6 +506,14 @@ pub(crate) async fn commit(
         .compaction
         .add(&[&spec.table, "merged"], spec.parts.len() as u64);
     c.apply(fx);
+    // Without a grace the replaced objects go now, so a reader globbing the
+    // lake sees the month twice for as short a time as can be; one that
+    // fails here is deleted by the next pass.
+    if grace <= 0
+        && let Err(e) = c.delete_retired(now).await
+    {
+        tracing::warn!(error = %e, "compaction: replaced objects left to the next pass");
+    }
     Ok((key, bytes))
 }
 

@@ -109,6 +109,8 @@ pub struct Coordinator {
     pub(crate) lease_ext: Mutex<HashMap<String, (String, i64)>>,
     /// Whether a flush of `lease_ext` is already on its way.
     pub(crate) lease_flush_queued: std::sync::atomic::AtomicBool,
+    /// Clock time of the next compaction pass ([`compaction`]).
+    pub(crate) compaction_next_ms: std::sync::atomic::AtomicI64,
     /// Turns of the store ([`StateStore::concurrent_transactions`]).
     pub(crate) db_gate: Option<tokio::sync::Semaphore>,
     /// Turns of the interactive reads ([`Coordinator::db_read`]).
@@ -231,6 +233,7 @@ impl Coordinator {
             placement,
             lease_ext: Mutex::new(HashMap::new()),
             lease_flush_queued: std::sync::atomic::AtomicBool::new(false),
+            compaction_next_ms: std::sync::atomic::AtomicI64::new(0),
             store,
             lake,
             clock,
@@ -556,6 +559,8 @@ impl Coordinator {
         // Lake garbage: staging of ended job attempts, scratch of ended runs
         // (a pass every `reconcile::RECONCILE_EVERY_MS` of clock time).
         self.reconcile_if_due(now);
+        // Compaction: replaced objects whose grace ended, merges to plan.
+        self.compaction_tick(now);
         // Retries whose backoff ended may be waiting.
         self.apply(lifecycle::Effects::wake_workers());
         Ok(report)

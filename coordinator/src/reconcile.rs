@@ -270,7 +270,6 @@ impl Coordinator {
                 Err(e) => tracing::warn!(error = %e, "retention: cannot read its last pass"),
             }
         }
-        block_on(self.compaction_pass(now));
         out
     }
 }
@@ -336,7 +335,7 @@ fn prune_local_dirs(root: &str, prefix: &str) {
 /// on the current multi-threaded runtime (from one of its workers or a
 /// blocking thread), else on a one-off runtime on a scoped thread (no runtime,
 /// or a current-thread runtime that must not be blocked).
-fn block_on<T: Send>(f: impl Future<Output = T> + Send) -> T {
+pub(crate) fn block_on<T: Send>(f: impl Future<Output = T> + Send) -> T {
     use tokio::runtime::{Handle, RuntimeFlavor};
     if let Ok(h) = Handle::try_current()
         && h.runtime_flavor() == RuntimeFlavor::MultiThread

@@ -636,6 +636,30 @@ fn committed_and_meta(s: &dyn StateStore) {
         assert_eq!(tx.table_totals()?[0], t("a", 1, 3, 30));
         assert_eq!(tx.get_meta("reconcile_ms")?.as_deref(), Some("2"));
         assert!(tx.get_meta("nothing")?.is_none());
+        // Merged by compaction: the part keeps its key and learns its place;
+        // the table counts one object for two parts in one merged file.
+        let merged = |first| {
+            Some(MergedIn {
+                object: "tables/a/m.parquet".into(),
+                first_group: first,
+                groups: 2,
+            })
+        };
+        tx.upsert_committed(&CommittedFile {
+            merged: merged(0),
+            ..f("tables/a/y.parquet", "a", "r2", 3)
+        })?;
+        tx.upsert_committed(&CommittedFile {
+            merged: merged(2),
+            ..f("tables/a/z.parquet", "a", "r3", 1)
+        })?;
+        let a = tx.committed_files(Some("a"))?;
+        assert_eq!(a[0].merged, merged(0));
+        assert_eq!(a[1].merged, merged(2));
+        assert_eq!(a[1].object(), "tables/a/m.parquet");
+        assert_eq!(a[1].row_groups(), Some((2, 2)));
+        assert_eq!(tx.committed_files_of_run("r3")?[0].merged, merged(2));
+        assert_eq!(tx.table_totals()?[0], t("a", 1, 4, 40));
         Ok(())
     })
     .unwrap();
