@@ -2,7 +2,12 @@
 month of nightly LinkTest ingests becomes one file per table; DuckDB (the
 documented queries) and Spark read the same rows before and after; a reader
 globbing the lake throughout never misses a row; a coordinator's lake and an
-old-layout lake are refused; `tables migrate` moves an old lake."""
+old-layout lake are refused; `tables migrate` moves an old lake.
+
+Compaction of a coordinator's lake: compact jobs the coordinator plans, run
+by a real worker (one of them killed with SIGKILL between staging and
+commit), committed through the state store; a Flight reader throughout sees
+every run's rows exactly once."""
 import json
 import os
 import subprocess
@@ -12,7 +17,9 @@ import time
 
 import duckdb
 
-from conftest import BIN
+import pyarrow.flight as flight
+
+from conftest import BIN, Api, require_under_ci
 
 NIGHTS = ["2026-11-%02d" % d for d in range(1, 13)] + ["2026-12-01", "2026-12-02"]
 
@@ -173,3 +180,122 @@ def test_a_coordinators_lake_and_an_old_lake_are_refused_and_migrate_moves_an_ol
         got = duckdb.sql(f"SELECT count(*) FROM read_parquet('{lake}/tables/{table}/**/*.parquet', "
                          "hive_partitioning=true)").fetchall()[0][0]
         assert got == n, (table, got, n)
+
+
+def flight_counts(addr, table):
+    client = flight.connect(f"grpc://{addr}")
+    info = client.get_flight_info(flight.FlightDescriptor.for_path(table))
+    t = client.do_get(info.endpoints[0].ticket).read_all()
+    counts = {}
+    for r in t.column("run_id").to_pylist():
+        counts[r] = counts.get(r, 0) + 1
+    return counts
+
+
+def compacted(lake, table):
+    files = parquet_files(lake, table)
+    return [f for f in files if "/compacted-" in f], [f for f in files if "/part-" in f]
+
+
+def test_a_coordinator_compacts_its_lake_through_workers_with_a_reader_throughout(cluster, pb, tmp_path):
+    cluster.env.update({
+        "BENCHLAKE_COMPACT_MIN_FILES": "3",
+        "BENCHLAKE_COMPACT_EVERY_S": "1",
+    })
+    cluster.coordinator()
+    cluster.agent("a1")
+    cluster.agent("a2")
+    # The first worker waits between staging and commit: it is killed there
+    # during the first merge (a watcher kills it once a merged file is staged).
+    cluster.worker("w1", extra_env={"BENCHLAKE_FAULT_COMMIT_DELAY_MS": "1500"})
+    api = Api(pb, cluster.addr)
+    api.wait_agents(2)
+    lake = tmp_path / "lake"
+    killed = []
+
+    def killer():
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            staged = list((lake / "_staging").rglob("*-compacted.parquet"))
+            if staged:
+                cluster.kill9("w1")
+                job, attempt = staged[0].relative_to(lake / "_staging").parts[:2]
+                killed.append((job, attempt, staged[0].name, compacted(lake, "node_facts")[0]))
+                cluster.worker("w2")
+                return
+            time.sleep(0.02)
+
+    kt = threading.Thread(target=killer)
+    kt.start()
+    runs = []
+    for i in range(3):
+        r = api.submit("hostinfo", count=2, key=f"c{i}")
+        runs.append(r.run_id)
+        api.wait(r.run_id, timeout=120)
+    kt.join()
+    assert killed, cluster.log("w1")[-3000:]
+    print("killed w1 with", killed)
+    job, attempt, name, merged_then = killed[0]
+    assert attempt == "1" and not merged_then, killed
+
+    # A Flight reader throughout: every finished run has its 2 rows, never 4.
+    seen, stop, errors = [], threading.Event(), []
+
+    def reader():
+        while not stop.is_set():
+            try:
+                seen.append(flight_counts(cluster.addr, "node_facts"))
+            except flight.FlightError as e:
+                errors.append(str(e))
+            time.sleep(0.02)
+
+    th = threading.Thread(target=reader)
+    th.start()
+    try:
+        for i in range(3, 6):
+            r = api.submit("hostinfo", count=2, key=f"c{i}")
+            runs.append(r.run_id)
+            api.wait(r.run_id, timeout=90)
+        # Both merges land: one merged file per table month, no part left.
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            merged, parts = compacted(lake, "node_facts")
+            if len(merged) == 1 and not parts:
+                break
+            time.sleep(0.2)
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        th.join()
+    merged, parts = compacted(lake, "node_facts")
+    assert len(merged) == 1 and not parts, (merged, parts, cluster.log("coordinator")[-3000:])
+    runs_merged, runs_parts = compacted(lake, "runs")
+    assert len(runs_merged) == 1 and not runs_parts, (runs_merged, runs_parts)
+
+    assert seen, errors[:3]
+    # A run's two nodes commit one row each (two ingest jobs): a read sees 1
+    # or 2 rows of a run, never more, and never fewer than an earlier read.
+    last = {}
+    for counts in seen:
+        assert all(n in (1, 2) for n in counts.values()), counts
+        assert set(counts) <= set(runs), counts
+        for r, n in last.items():
+            assert counts.get(r, 0) >= n, (r, n, counts)
+        last = counts
+    assert not errors, errors[:3]
+    print(f"flight reader: {len(seen)} reads, every run once in each")
+
+    # Flight, DuckDB's documented query and the coordinator's log agree.
+    assert flight_counts(cluster.addr, "node_facts") == {r: 2 for r in runs}
+    rows = duckdb.sql(f"SELECT run_id, count(*) FROM read_parquet('{lake}/tables/node_facts/*/*/*.parquet', "
+                      "hive_partitioning=true) GROUP BY ALL").fetchall()
+    assert dict(rows) == {r: 2 for r in runs}
+    log = cluster.log("coordinator")
+    assert log.count("compaction: merged file committed") >= 2, log[-3000:]
+    # The killed worker's merge was done again by the other worker once its
+    # lease expired, and committed once.
+    assert log.count(f"merged file committed job={job}") == 1, log[-3000:]
+    assert f"job done job={job} kind=compact" in cluster.log("w2"), cluster.log("w2")[-2000:]
+    # The run pages still read their checks (through the merged file).
+    show = cluster.cli("run", "show", runs[0])
+    assert "SUCCEEDED" in show.stdout, show.stdout
