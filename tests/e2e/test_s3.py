@@ -189,3 +189,82 @@ def test_compaction_on_s3(tmp_path, seaweed):
     assert per_run() == before
     counts = [s for s in seen if isinstance(s, int)]
     assert counts and min(counts) >= total, (seen[:5], total)
+
+
+def test_a_coordinator_compacts_its_s3_lake_with_a_reader_throughout(tmp_path, pb, seaweed):
+    """The coordinator's compaction on SeaweedFS: compact jobs merge each
+    table month once it has 3 small parts; a Flight reader throughout sees
+    every run's row once; the bucket keeps one merged file per table month."""
+    import threading
+
+    import pyarrow.flight as flight
+
+    env = {
+        "BENCHLAKE_S3_ENDPOINT": seaweed.endpoint,
+        "BENCHLAKE_S3_ACCESS_KEY_ID": KEY,
+        "BENCHLAKE_S3_SECRET_ACCESS_KEY": SECRET,
+        "BENCHLAKE_COMPACT_MIN_FILES": "3",
+        "BENCHLAKE_COMPACT_EVERY_S": "1",
+    }
+    c = Cluster(tmp_path, env=env, lake="s3://lake/bench")
+
+    def node_facts():
+        files = seaweed.fs.get_file_info(pafs.FileSelector("lake/bench/tables/node_facts", recursive=True,
+                                                           allow_not_found=True))
+        names = [f.path.rsplit("/", 1)[-1] for f in files if f.type == pafs.FileType.File]
+        return [n for n in names if n.startswith("compacted-")], [n for n in names if n.startswith("part-")]
+
+    def flight_counts():
+        client = flight.connect(f"grpc://{c.addr}")
+        info = client.get_flight_info(flight.FlightDescriptor.for_path("node_facts"))
+        out = {}
+        for r in client.do_get(info.endpoints[0].ticket).read_all().column("run_id").to_pylist():
+            out[r] = out.get(r, 0) + 1
+        return out
+
+    try:
+        c.coordinator()
+        c.agent("a1")
+        c.worker("w1")
+        api = Api(pb, c.addr)
+        api.wait_agents(1)
+        seen, errors, stop = [], [], threading.Event()
+
+        def reader():
+            while not stop.is_set():
+                try:
+                    seen.append(flight_counts())
+                except flight.FlightError as e:
+                    errors.append(str(e))
+                time.sleep(0.05)
+
+        th = threading.Thread(target=reader)
+        th.start()
+        runs = []
+        try:
+            for i in range(5):
+                r = api.submit("hostinfo", key=f"s3c{i}")
+                runs.append(r.run_id)
+                d = api.wait(r.run_id, timeout=90)
+                assert d.run.state == pb["common"].RUN_STATE_SUCCEEDED, c.log("coordinator")[-2000:]
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                merged, parts = node_facts()
+                if len(merged) == 1 and len(parts) < 3:
+                    break
+                time.sleep(0.3)
+        finally:
+            stop.set()
+            th.join()
+        merged, parts = node_facts()
+        assert len(merged) == 1 and len(parts) < 3, (merged, parts, c.log("coordinator")[-3000:])
+        assert seen and not errors, errors[:3]
+        for counts in seen:
+            assert set(counts) <= set(runs) and all(n == 1 for n in counts.values()), counts
+        assert flight_counts() == {r: 1 for r in runs}
+        t = ds.dataset("lake/bench/tables/node_facts", filesystem=seaweed.fs, format="parquet",
+                       partitioning="hive").to_table()
+        assert sorted(t.column("run_id").to_pylist()) == sorted(runs)
+        print(f"s3 compaction: {merged[0]} + {len(parts)} part(s); flight reader {len(seen)} reads")
+    finally:
+        c.stop()
