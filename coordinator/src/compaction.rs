@@ -91,13 +91,16 @@ struct Retired {
 
 /// The months of `files` to merge, as compact specs: per table and month,
 /// when at least `min_files` parts are small objects of their own, or two
-/// merged files are small, the small objects (parts and merged files) in
-/// order of their first day, up to `target_bytes` (at least two). Months
-/// in `open` (a compact job is on them) are left alone.
+/// merged files are small, or — in a month before `current_month`
+/// (`YYYY-MM`), which gets no new nights — any two small objects, one of
+/// them a part; the small objects (parts and merged files) in order of
+/// their first day, up to `target_bytes` (at least two). Months in `open`
+/// (a compact job is on them) are left alone.
 pub fn plan(
     files: &[CommittedFile],
     cfg: &CompactionConfig,
     open: &BTreeSet<String>,
+    current_month: &str,
 ) -> Vec<CompactSpec> {
     // table/month → object → its parts.
     let mut months: BTreeMap<(String, String), BTreeMap<String, Vec<&CommittedFile>>> =
@@ -136,7 +139,8 @@ pub fn plan(
             .iter()
             .filter(|s| s.3.len() == 1 && s.3[0].merged.is_none())
             .count();
-        if lone < cfg.min_files.max(1) && small.len() - lone < 2 {
+        let closed = month.as_str() < current_month && lone >= 1 && small.len() >= 2;
+        if !closed && lone < cfg.min_files.max(1) && small.len() - lone < 2 {
             continue;
         }
         small.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
@@ -281,7 +285,10 @@ impl Coordinator {
             }
             let files = tx.committed_files(None)?;
             let busy: BTreeSet<String> = open.keys().cloned().collect();
-            let specs = plan(&files, &cfg, &busy);
+            let month = chrono::DateTime::from_timestamp_millis(now)
+                .map(|t| t.format("%Y-%m").to_string())
+                .unwrap_or_default();
+            let specs = plan(&files, &cfg, &busy, &month);
             for s in &specs {
                 let id = ids::new_id_at(now);
                 let first = s

@@ -325,12 +325,15 @@ fn the_plan_takes_small_parts_of_full_months_only() {
         f("2026-11-03", 3, 5_000),
     ];
     assert!(
-        plan(&files, &cfg, &BTreeSet::new()).is_empty(),
+        plan(&files, &cfg, &BTreeSet::new(), "2026-11").is_empty(),
         "two small parts, one big"
     );
+    let closed = plan(&files, &cfg, &BTreeSet::new(), "2026-12");
+    assert_eq!(closed.len(), 1, "a month that is over merges what it has");
+    assert_eq!(closed[0].parts.len(), 2);
     files.push(f("2026-11-04", 4, 900));
     files.push(f("2026-11-05", 5, 900));
-    let p = plan(&files, &cfg, &BTreeSet::new());
+    let p = plan(&files, &cfg, &BTreeSet::new(), "2026-11");
     assert_eq!(p.len(), 1);
     let keys: Vec<&str> = p[0].parts.iter().map(|p| p.run_id.as_str()).collect();
     assert_eq!(
@@ -344,5 +347,8 @@ fn the_plan_takes_small_parts_of_full_months_only() {
             .all(|p| p.groups.is_none() && p.rows == Some(1))
     );
     let open: BTreeSet<String> = [format!("{T}/2026-11")].into();
-    assert!(plan(&files, &cfg, &open).is_empty(), "a month being merged");
+    assert!(
+        plan(&files, &cfg, &open, "2027-01").is_empty(),
+        "a month being merged"
+    );
 }
