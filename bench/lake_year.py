@@ -193,6 +193,8 @@ def main():
     ap.add_argument("--big-ranks", type=int, default=6000, help="one extra LinkTest night of this size (0: none)")
     ap.add_argument("--worker-concurrency", type=int, default=2)
     ap.add_argument("--timeout-s", type=float, default=6 * 3600)
+    ap.add_argument("--compact-every-s", type=int, default=5,
+                    help="the coordinator's plan of merges (a year lands in minutes here, not in a year)")
     ap.add_argument("--keep", action="store_true", help="keep the data directory (printed)")
     ap.add_argument("--measure", metavar="DIR",
                     help="measure the year a run with --keep built in DIR again (no build; kept)")
@@ -235,7 +237,8 @@ def main():
 
     def start_coordinator():
         c = start("coordinator", ["coordinator", "--listen", addr, "--state", str(work / "state.db"),
-                                  "--lake", str(lake), "--http-addr", f"127.0.0.1:{hport}"])
+                                  "--lake", str(lake), "--http-addr", f"127.0.0.1:{hport}",
+                                  "--compact-every-s", str(a.compact_every_s)])
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -302,6 +305,15 @@ def main():
             print(f"measuring the year in {work}: {a.nights} nights; runs by state: {states}", flush=True)
         if set(states) - {"SUCCEEDED"}:
             missed.append(f"runs that did not succeed: {states}")
+
+        # Compaction settles: the table files stop changing for three plans.
+        t1, stable, before = time.monotonic(), 0, None
+        while stable < 3 and time.monotonic() - t1 < a.timeout_s:
+            time.sleep(a.compact_every_s + 1)
+            now = {t: n for t, (n, _) in tree(lake / "tables").items()}
+            stable = stable + 1 if now == before else 0
+            before = now
+        print(f"compaction settled {time.monotonic() - t1:.0f} s after the year landed", flush=True)
 
         year_rss = rss_mb(coord.pid)
 

@@ -42,9 +42,11 @@ pub async fn commit_job(
             m.commit.observe(&[], t0.elapsed().as_secs_f64());
             m.lake_files.add(w.files.len() as u64);
             m.lake_bytes.add(w.files.iter().map(|f| f.1).sum());
+            // A merge rewrites rows already counted when their parts came.
             let checks: Vec<String> = w
                 .files
                 .iter()
+                .filter(|_| !w.merge)
                 .filter(|f| f.2 == "checks" || f.2 == "node_health")
                 .map(|f| f.0.clone())
                 .collect();
@@ -73,6 +75,8 @@ pub async fn commit_job(
 struct Written {
     run_id: String,
     files: Vec<(String, u64, String)>,
+    /// A compact job's merged file ([`crate::compaction`]).
+    merge: bool,
 }
 
 /// Counts the verdicts of committed `checks` and `node_health` files into
@@ -187,6 +191,7 @@ async fn commit_job_inner(
         return Ok(Written {
             run_id: j.run_id.clone(),
             files: vec![(key, bytes, table)],
+            merge: true,
         });
     }
     // Every staged object is checked before anything is recorded: a worker
@@ -248,6 +253,7 @@ async fn commit_job_inner(
             return Ok(Written {
                 run_id: String::new(),
                 files: Vec::new(),
+                merge: false,
             });
         }
     }
@@ -333,6 +339,7 @@ async fn commit_job_inner(
             .zip(&sizes)
             .map(|((f, key), bytes)| (key.clone(), *bytes, f.table.clone()))
             .collect(),
+        merge: false,
     })
 }
 
