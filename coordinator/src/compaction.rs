@@ -335,10 +335,12 @@ impl Coordinator {
     /// row still names is kept and dropped from the list); returns how many
     /// were deleted.
     pub async fn delete_retired(&self, now: i64) -> Result<usize> {
-        let due: Vec<Retired> = self.store.transact(|tx| {
-            let all: Vec<Retired> = read_json(tx, RETIRED_KEY)?;
-            Ok(all.into_iter().filter(|r| r.after_ms <= now).collect())
-        })?;
+        let due: Vec<Retired> = self
+            .db(|tx| {
+                let all: Vec<Retired> = read_json(tx, RETIRED_KEY)?;
+                Ok(all.into_iter().filter(|r| r.after_ms <= now).collect())
+            })
+            .await?;
         let mut deleted = 0;
         let mut gone = BTreeSet::new();
         for r in &due {
@@ -351,12 +353,14 @@ impl Coordinator {
                 }
             };
             let key = r.key.clone();
-            let used = self.store.transact(|tx| {
-                Ok(tx
-                    .committed_files(Some(&table))?
-                    .iter()
-                    .any(|f| f.object() == key))
-            })?;
+            let used = self
+                .db(|tx| {
+                    Ok(tx
+                        .committed_files(Some(&table))?
+                        .iter()
+                        .any(|f| f.object() == key))
+                })
+                .await?;
             if !used {
                 self.lake.delete(&r.key).await?;
                 self.metrics.compaction.inc(&[&table, "retired"]);
@@ -365,11 +369,12 @@ impl Coordinator {
             gone.insert(r.key.clone());
         }
         if !gone.is_empty() {
-            self.store.transact(|tx| {
+            self.db(|tx| {
                 let mut all: Vec<Retired> = read_json(tx, RETIRED_KEY)?;
                 all.retain(|r| !gone.contains(&r.key));
                 write_json(tx, RETIRED_KEY, &all)
-            })?;
+            })
+            .await?;
         }
         Ok(deleted)
     }
@@ -442,55 +447,57 @@ pub(crate) async fn commit(
     c.lake.copy(&staged, &key).await?;
     let bytes = c.lake.size(&key).await?.unwrap_or(req.files[0].bytes);
     let (cfg, now, grace) = (c.cfg.clone(), c.now(), c.cfg.compaction.grace_ms);
-    let done = c.store.transact(|tx| {
-        let j = job::leased(tx, &req.job_id, &req.lease_id)?;
-        holds(&j)?;
-        let mut runs: BTreeMap<String, Vec<CommittedFile>> = BTreeMap::new();
-        for (p, m) in spec.parts.iter().zip(&meta.parts) {
-            if !runs.contains_key(&p.run_id) {
-                let rows = tx.committed_files_of_run(&p.run_id)?;
-                runs.insert(p.run_id.clone(), rows);
-            }
-            let row = runs
-                .get(&p.run_id)
-                .and_then(|rows| rows.iter().find(|r| r.key == p.key))
-                .ok_or_else(|| {
-                    CoordError::invalid(
+    let done = c
+        .db(|tx| {
+            let j = job::leased(tx, &req.job_id, &req.lease_id)?;
+            holds(&j)?;
+            let mut runs: BTreeMap<String, Vec<CommittedFile>> = BTreeMap::new();
+            for (p, m) in spec.parts.iter().zip(&meta.parts) {
+                if !runs.contains_key(&p.run_id) {
+                    let rows = tx.committed_files_of_run(&p.run_id)?;
+                    runs.insert(p.run_id.clone(), rows);
+                }
+                let row = runs
+                    .get(&p.run_id)
+                    .and_then(|rows| rows.iter().find(|r| r.key == p.key))
+                    .ok_or_else(|| {
+                        CoordError::invalid(
+                            "job",
+                            format!("part {} is no longer committed (retention?)", p.key),
+                        )
+                    })?;
+                if row.object() != p.object || row.row_groups() != p.groups {
+                    return Err(CoordError::invalid(
                         "job",
-                        format!("part {} is no longer committed (retention?)", p.key),
-                    )
+                        format!(
+                            "part {} moved since the merge was planned (now in {})",
+                            p.key,
+                            row.object()
+                        ),
+                    ));
+                }
+                tx.upsert_committed(&CommittedFile {
+                    merged: Some(MergedIn {
+                        object: key.clone(),
+                        first_group: m.first_group as u64,
+                        groups: m.groups as u64,
+                    }),
+                    ..row.clone()
                 })?;
-            if row.object() != p.object || row.row_groups() != p.groups {
-                return Err(CoordError::invalid(
-                    "job",
-                    format!(
-                        "part {} moved since the merge was planned (now in {})",
-                        p.key,
-                        row.object()
-                    ),
-                ));
             }
-            tx.upsert_committed(&CommittedFile {
-                merged: Some(MergedIn {
-                    object: key.clone(),
-                    first_group: m.first_group as u64,
-                    groups: m.groups as u64,
-                }),
-                ..row.clone()
-            })?;
-        }
-        let replaced: BTreeSet<&str> = spec.parts.iter().map(|p| p.object.as_str()).collect();
-        let mut retired: Vec<Retired> = read_json(tx, RETIRED_KEY)?;
-        retired.extend(replaced.iter().map(|k| Retired {
-            key: k.to_string(),
-            after_ms: now + grace,
-        }));
-        write_json(tx, RETIRED_KEY, &retired)?;
-        let mut open: BTreeMap<String, String> = read_json(tx, OPEN_KEY)?;
-        open.remove(&open_key(&spec.table, &spec.month));
-        write_json(tx, OPEN_KEY, &open)?;
-        job::complete(tx, &cfg, j, vec![key.clone()], &[], now)
-    });
+            let replaced: BTreeSet<&str> = spec.parts.iter().map(|p| p.object.as_str()).collect();
+            let mut retired: Vec<Retired> = read_json(tx, RETIRED_KEY)?;
+            retired.extend(replaced.iter().map(|k| Retired {
+                key: k.to_string(),
+                after_ms: now + grace,
+            }));
+            write_json(tx, RETIRED_KEY, &retired)?;
+            let mut open: BTreeMap<String, String> = read_json(tx, OPEN_KEY)?;
+            open.remove(&open_key(&spec.table, &spec.month));
+            write_json(tx, OPEN_KEY, &open)?;
+            job::complete(tx, &cfg, j, vec![key.clone()], &[], now)
+        })
+        .await;
     let fx = match done {
         Ok(fx) => fx,
         Err(e) => {
