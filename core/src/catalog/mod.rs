@@ -148,9 +148,10 @@ pub fn markdown() -> String {
          and `run_id` is the first column; read with `hive_partitioning=true`, `year` and \
          `month` are added from the path. (Lakes written before 2026-12 had \
          `date=…/run_id=…/` directories; the coordinator moves its lake at start, \
-         `benchlake tables migrate` an offline one.) `benchlake tables compact` merges a \
-         month's small files into `compacted-{first date}-{id}.parquet` beside them, with \
-         the same columns. Times are seconds (`f64`) unless a name says otherwise; sizes \
+         `benchlake tables migrate` an offline one.) A month's small files are merged into \
+         `compacted-{first date}-{id}.parquet` beside them, with the same columns: by the \
+         coordinator's `compact` jobs in its lake, by `benchlake tables compact` in a lake \
+         of offline ingests (docs/configuration.md). Times are seconds (`f64`) unless a name says otherwise; sizes \
          are bytes.\n\n## Node identity\n\nEvery column that names a node (`node_facts.node`, \
          `node_health.node`, `io_task_times.host`, `linktest_ranks.hostname` of netprobe files, \
          `mpi_trace_ranks.node`) holds one name per machine: the Slurm node name where Slurm ran \
