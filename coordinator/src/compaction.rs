@@ -201,6 +201,11 @@ impl Coordinator {
     /// at most a minute apart), so retired objects go soon after their grace.
     pub(crate) fn compaction_tick(&self, now: i64) {
         use std::sync::atomic::Ordering;
+        // Not while the lake's layout is being moved (the records change
+        // under the plan).
+        if !*self.layout_ready.borrow() {
+            return;
+        }
         let cfg = &self.cfg.compaction;
         let next = self.compaction_next_ms.load(Ordering::Relaxed);
         if now < next && next - now <= cfg.every_ms {

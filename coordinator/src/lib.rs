@@ -124,7 +124,7 @@ pub struct Coordinator {
     pub(crate) verdicts: Arc<verdicts::VerdictIndex>,
     /// Whether the lake's layout is up to date ([`layout_migration`]):
     /// `serve` starts once it is.
-    layout_ready: tokio::sync::watch::Sender<bool>,
+    pub(crate) layout_ready: tokio::sync::watch::Sender<bool>,
     /// Drains and resumes of Slurm nodes after node-level checks
     /// ([`node_actions`]).
     pub(crate) node_actions: Arc<node_actions::NodeActions>,
