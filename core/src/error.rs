@@ -33,6 +33,11 @@ pub enum Error {
     /// An object of the lake that should be Parquet does not decode.
     #[error("{key}: {message}")]
     Decode { key: String, message: String },
+    /// A table object that was listed but is gone when read: a merge
+    /// replaced it since (compaction), or retention deleted it. Reading the
+    /// table again finds its rows where they are now (retryable).
+    #[error("{key}: no such object (merged or deleted since it was listed)")]
+    Gone { key: String },
     /// A raw bundle (`raw/{run_id}/bundle.tar.zst`) that does not decode or
     /// does not hold what it should, at byte `offset` of its tar stream.
     #[error("{key}: byte offset {offset}: {message}")]
@@ -55,7 +60,7 @@ impl Error {
                     | object_store::Error::PermissionDenied { .. }
                     | object_store::Error::Unauthenticated { .. }
             ),
-            Error::Io { .. } => true,
+            Error::Io { .. } | Error::Gone { .. } => true,
             _ => false,
         }
     }

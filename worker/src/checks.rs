@@ -151,7 +151,9 @@ pub fn run_statuses(ctx: &JobContext, run_id: &str) -> Result<Vec<String>, ExecE
 /// merged files), newest run first; listed once per job (its references
 /// read the history several times).
 fn runs_objects(ctx: &JobContext) -> Result<std::sync::Arc<memo::RunsObjects>, ExecError> {
-    memo::listings().get_or(ctx.job_id.clone(), || {
+    // By attempt: an attempt that failed on a file merged since its listing
+    // ([`benchlake_core::Error::Gone`], retryable) lists again.
+    memo::listings().get_or(format!("{}#{}", ctx.job_id, ctx.attempt), || {
         let mut out = Vec::new();
         for f in ctx.block_on(ctx.lake.table_files("runs", None))? {
             let f = std::sync::Arc::new(f);

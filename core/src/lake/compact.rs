@@ -26,6 +26,9 @@ use crate::catalog;
 use crate::error::{Error, Result};
 use crate::layout::{self, TableFile};
 
+/// Listings taken again when a listed file is gone before it is read.
+pub const LISTING_ATTEMPTS: usize = 5;
+
 /// The footer key of a merged file's [`CompactedMeta`] (JSON).
 pub const COMPACTED_META: &str = "benchlake.compacted";
 
@@ -109,6 +112,18 @@ impl Lake {
     /// footers (one ranged read each). Objects that are no table file are
     /// left out. With `date`, only files holding rows of that day are kept.
     pub async fn table_files(&self, table: &str, date: Option<&str>) -> Result<Vec<ListedFile>> {
+        // A merged file listed and then replaced by a newer merge before its
+        // footer was read: the listing is taken again.
+        let mut attempt = 0;
+        loop {
+            match self.table_files_once(table, date).await {
+                Err(Error::Gone { .. }) if attempt < LISTING_ATTEMPTS => attempt += 1,
+                r => return r,
+            }
+        }
+    }
+
+    async fn table_files_once(&self, table: &str, date: Option<&str>) -> Result<Vec<ListedFile>> {
         let prefix = match date {
             Some(d) => layout::month_table_prefix(table, d)?,
             None => layout::table_prefix(table)?,
@@ -164,8 +179,14 @@ impl Lake {
         run_id: &str,
         job_id: Option<&str>,
     ) -> Result<Vec<RecordBatch>> {
+        let gone = |e: Error| match e {
+            Error::ObjectStore(object_store::Error::NotFound { .. }) => {
+                Error::Gone { key: f.key.clone() }
+            }
+            e => e,
+        };
         let Some(meta) = &f.merged else {
-            return self.read_parquet(&f.key).await;
+            return self.read_parquet(&f.key).await.map_err(gone);
         };
         let groups: Vec<usize> = meta
             .parts
@@ -176,7 +197,7 @@ impl Lake {
         if groups.is_empty() {
             return Ok(Vec::new());
         }
-        let data = self.get(&f.key).await?;
+        let data = self.get(&f.key).await.map_err(gone)?;
         let bad = |e: &dyn std::fmt::Display| Error::Decode {
             key: f.key.clone(),
             message: e.to_string(),
@@ -224,7 +245,7 @@ impl Lake {
         let size = self
             .size(key)
             .await?
-            .ok_or_else(|| Error::invalid("table object", format!("{key}: no such object")))?;
+            .ok_or_else(|| Error::Gone { key: key.into() })?;
         let bad = |m: String| Error::Decode {
             key: key.into(),
             message: m,
@@ -920,6 +941,38 @@ mod tests {
             vec![m.key.clone()]
         );
         assert_eq!(snapshot(&lake, &runs).await, before);
+    }
+
+    /// A file listed and then replaced by a merge before it is read is
+    /// [`Error::Gone`] (retryable), and a listing taken after the merge reads
+    /// the same rows from the merged file.
+    #[tokio::test]
+    async fn a_file_merged_after_its_listing_is_gone_and_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let lake = Lake::local(dir.path()).unwrap();
+        let runs: Vec<String> = (0..3).map(|_| new_id()).collect();
+        for (i, r) in runs.iter().enumerate() {
+            part(
+                &lake,
+                &format!("2026-11-0{}", i + 1),
+                r,
+                &new_id(),
+                i as i32 * 10,
+                4,
+            )
+            .await;
+        }
+        let listed = lake.table_files(T, None).await.unwrap();
+        lake.compact_month(T, "2026-11-01", &new_id(), 1 << 20, 2, false)
+            .await
+            .unwrap();
+        let e = lake
+            .read_run_file(&listed[0], &runs[0], None)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::Gone { .. }) && e.is_retryable(), "{e}");
+        let again = lake.read_run_rows(RunRows::new(T, &runs[0])).await.unwrap();
+        assert_eq!(rank_list(&again), vec![0, 1, 2, 3]);
     }
 
     /// A merge stopped after its upload (inputs still there) is finished by

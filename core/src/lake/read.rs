@@ -133,6 +133,20 @@ impl Lake {
     /// result, not an error.
     pub async fn read_run_rows(&self, q: RunRows<'_>) -> Result<Vec<RecordBatch>> {
         crate::ids::validate_id("run_id", q.run_id)?;
+        // A file replaced by a merge between the listing and its read
+        // ([`Error::Gone`]): the run's rows are read again from a new listing.
+        let mut attempt = 0;
+        loop {
+            match self.read_run_rows_once(q).await {
+                Err(Error::Gone { .. }) if attempt < super::compact::LISTING_ATTEMPTS => {
+                    attempt += 1
+                }
+                r => return r,
+            }
+        }
+    }
+
+    async fn read_run_rows_once(&self, q: RunRows<'_>) -> Result<Vec<RecordBatch>> {
         let mut out = Vec::new();
         for f in self.table_files(q.table, q.date).await? {
             let mine = f
