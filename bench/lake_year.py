@@ -320,7 +320,10 @@ def main():
         # Files and bytes.
         tables, raw = tree(lake / "tables"), tree(lake / "raw")
         print(f"\n| table | files | files a year | MB | median KB per file |\n|---|---:|---:|---:|---:|")
-        small_limit = 24 * a.nights / 365  # the 24 files a year, for --nights nights
+        # The 24 files a year, for --nights nights: compaction keeps a
+        # file a month plus fewer than 8 recent ones, so a shorter history is
+        # held to its months (+ 1 for a partial one) plus 8, not to a share of 24.
+        small_limit = max(24 * a.nights / 365, a.nights / 30 + 1 + 8) if a.nights < 365 else 24
         for t, (n, b) in tables.items():
             sizes = [p.stat().st_size for p in (lake / "tables" / t).rglob("*.parquet")]
             print(f"| {t} | {n:,} | {n * 365 / a.nights:,.0f} | {b / 1e6:.1f} | {statistics.median(sizes) / 1e3 if sizes else 0:.1f} |")
