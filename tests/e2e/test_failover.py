@@ -247,8 +247,9 @@ def test_up_demo_lands_on_postgres(tmp_path, postgres):
     assert duck_count(lake, "runs") == finished - int(runs.get("PROCESSING", "0"))
     # A clean stop released the lead: its lease has already ended.
     assert postgres.sql("SELECT expires_ms < (extract(epoch from clock_timestamp()) * 1000)::bigint FROM leader") == "t"
-    # The schema is at the newest step of MIGRATIONS in coordinator/src/store_pg.rs (7: the
+    # The schema is at the newest step of MIGRATIONS in coordinator/src/store_pg.rs (8: the
     # notification outbox, the node drain records, acknowledgements and maintenance
-    # windows, the audit trail, then the run-list indexes came after the fence).
-    assert postgres.sql("SELECT v FROM meta WHERE k = 'schema_version'") == "7"
+    # windows, the audit trail, the run-list indexes, then merged parts' places came
+    # after the fence).
+    assert postgres.sql("SELECT v FROM meta WHERE k = 'schema_version'") == "8"
     print(f"demo on PostgreSQL took {time.time() - t0:.1f} s")
