@@ -1199,7 +1199,22 @@ pub async fn run(
         }
         b.push_str("</tbody></table><details><summary>object keys</summary><ul class=\"keys\">");
         for f in &d.files {
-            let _ = write!(b, "<li class=\"mono\">{}</li>", esc(&f.key));
+            // A part merged by compaction: where its rows are now.
+            match &f.merged {
+                None => {
+                    let _ = write!(b, "<li class=\"mono\">{}</li>", esc(&f.key));
+                }
+                Some(m) => {
+                    let _ = write!(
+                        b,
+                        "<li class=\"mono\">{} <span class=\"muted\">(merged: row groups {}–{} of {})</span></li>",
+                        esc(&f.key),
+                        m.first_group,
+                        m.first_group + m.groups.saturating_sub(1),
+                        esc(&m.object)
+                    );
+                }
+            }
         }
         b.push_str("</ul></details>");
     }
