@@ -529,7 +529,7 @@ async fn execute_batch(
     let env: Vec<(String, String)> = built.env.clone().into_iter().collect();
     let sched = batch::scheduler(cfg);
     let queue_timeout = Duration::from_secs(built.slurm.queue_timeout());
-    let (job, deadline_ms, queue_deadline_ms) = match resume {
+    let (job, deadline_ms, queue_deadline_ms, submitted_ms) = match resume {
         Some(e) => {
             crate::health::metrics()
                 .slurm_reattached
@@ -547,7 +547,7 @@ async fn execute_batch(
                     batch::job_name(&t.task_id)
                 ));
             };
-            (job, e.deadline_ms, e.queue_deadline_ms)
+            (job, e.deadline_ms, e.queue_deadline_ms, e.submitted_ms)
         }
         None => {
             let sub = batch::Submission {
@@ -566,7 +566,7 @@ async fn execute_batch(
                 Ok(j) => {
                     let now = batch::now_ms();
                     let queue_end = now + queue_timeout.as_millis() as i64;
-                    (j, queue_end + timeout.as_millis() as i64, queue_end)
+                    (j, queue_end + timeout.as_millis() as i64, queue_end, now)
                 }
                 Err(e) => return fail(e),
             }
@@ -580,6 +580,7 @@ async fn execute_batch(
         job,
         deadline_ms,
         queue_deadline_ms,
+        submitted_ms,
         timeout,
     };
     let ended = batch::follow(cfg, c, &f, stop.clone()).await?;

@@ -470,6 +470,9 @@ pub struct Follow<'a> {
     /// When the job is cancelled if Slurm has not started it (Unix ms; 0:
     /// not counted apart, `deadline_ms` covers both).
     pub queue_deadline_ms: i64,
+    /// When the job was submitted (Unix ms): the queue wait a cancelled job
+    /// reports counts from here.
+    pub submitted_ms: i64,
     /// The run's timeout, from when Slurm starts the job.
     pub timeout: Duration,
 }
@@ -503,7 +506,6 @@ pub async fn follow(
         at(f.deadline_ms)
     };
     let mut started: Option<tokio::time::Instant> = None;
-    let waited_since = tokio::time::Instant::now();
     let ended = |s: &JobStatus, error: String, cancelled: bool| Ended {
         exit_code: match (s.exit_code, s.signal) {
             (_, sig) if sig != 0 => 128 + sig,
@@ -585,7 +587,7 @@ pub async fn follow(
                     tracing::warn!(task = %f.t.task_id, job, "queue wait over; cancelling the Slurm job");
                     format!(
                         "waited {} s in Slurm's queue without starting (slurm.queue_timeout_s): {before}; scancelled",
-                        waited_since.elapsed().as_secs()
+                        (now_ms() - f.submitted_ms).max(0) / 1000
                     )
                 } else {
                     tracing::warn!(task = %f.t.task_id, job, "timeout; cancelling the Slurm job");
