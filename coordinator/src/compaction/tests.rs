@@ -352,3 +352,43 @@ fn the_plan_takes_small_parts_of_full_months_only() {
         "a month being merged"
     );
 }
+
+/// Retention over merged parts: an expired part's record goes at once and
+/// its merged file stays while another part of it is kept; once none is
+/// left, the merged file goes too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_forgets_merged_parts_and_deletes_their_file_with_the_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = coordinator(dir.path(), 3);
+    let mut parts = Vec::new();
+    for d in 1..=6 {
+        parts.push(commit_part(&c, &format!("2026-11-{d:02}"), d * 10, 2).await);
+    }
+    c.schedule_compaction(NOW).unwrap();
+    let (_, res) = run_job(&c, |_| {}).await;
+    let merged = res.unwrap().remove(0);
+    // 2026-11-23 less 19 days: the first three nights expire.
+    let some =
+        crate::retention::RetentionConfig::parse("delete", &["linktest_ranks=19d".to_string()])
+            .unwrap();
+    c.apply_retention(&some, NOW).await.unwrap();
+    let left: Vec<String> = rows(&c).into_iter().map(|r| r.date).collect();
+    assert_eq!(left, vec!["2026-11-04", "2026-11-05", "2026-11-06"]);
+    assert!(
+        c.lake.size(&merged).await.unwrap().is_some(),
+        "three parts still in it"
+    );
+    assert_eq!(
+        rank_list(&read_committed(&c, &rows(&c)[0]).await.unwrap()),
+        vec![40, 41]
+    );
+    let all =
+        crate::retention::RetentionConfig::parse("delete", &["linktest_ranks=1d".to_string()])
+            .unwrap();
+    c.apply_retention(&all, NOW).await.unwrap();
+    assert!(rows(&c).is_empty());
+    assert!(
+        c.lake.size(&merged).await.unwrap().is_none(),
+        "its last part went"
+    );
+}
