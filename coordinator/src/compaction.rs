@@ -26,7 +26,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use arrow::array::RecordBatch;
-use benchlake_core::ids;
 use benchlake_core::jobs::{COMPACT_JOB, CompactSpec};
 use benchlake_core::lake::compact::PartSource;
 use benchlake_core::layout::{self, TableFile};
@@ -257,7 +256,7 @@ impl Coordinator {
     /// the specs queued.
     pub fn schedule_compaction(&self, now: i64) -> Result<Vec<CompactSpec>> {
         let cfg = self.cfg.compaction.clone();
-        let max_attempts = self.cfg.job_max_attempts;
+        let cfg_all = self.cfg.clone();
         let (specs, fx) = self.store.transact(|tx| {
             let mut fx = Effects::default();
             let mut open: BTreeMap<String, String> = read_json(tx, OPEN_KEY)?;
@@ -295,31 +294,20 @@ impl Coordinator {
                 .unwrap_or_default();
             let specs = plan(&files, &cfg, &busy, &month);
             for s in &specs {
-                let id = ids::new_id_at(now);
                 let first = s
                     .parts
                     .iter()
                     .map(|p| p.date.clone())
                     .min()
                     .unwrap_or_default();
-                let j = JobRow {
-                    job_id: id.clone(),
-                    // No run: the job's own id says the coordinator made it.
-                    run_id: id.clone(),
-                    kind: COMPACT_JOB.to_string(),
-                    state: JobState::Queued,
-                    attempt: 1,
-                    max_attempts,
-                    spec_json: serde_json::to_string(s)?,
-                    error: None,
-                    lease_id: None,
-                    leased_by: None,
-                    lease_expires_ms: None,
-                    not_before_ms: now,
-                    created_ms: now,
-                    committed_keys: Vec::new(),
-                    date: first,
-                };
+                let j = job::new_unowned(
+                    COMPACT_JOB,
+                    serde_json::to_string(s)?,
+                    &first,
+                    &cfg_all,
+                    now,
+                );
+                let id = j.job_id.clone();
                 tx.insert_job(&j)?;
                 fx.jobs_queued();
                 open.insert(open_key(&s.table, &s.month), id);

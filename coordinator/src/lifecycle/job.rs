@@ -28,9 +28,34 @@ pub fn new(
     cfg: &CoordinatorConfig,
     now: i64,
 ) -> JobRow {
+    new_of(&run.run_id, &run.date, kind, spec_json, cfg, now)
+}
+
+/// A new QUEUED job that belongs to no run (`compact`): its run id is its
+/// own id ([`crate::compaction`]); `date` is the day it is filed under.
+pub fn new_unowned(
+    kind: &str,
+    spec_json: String,
+    date: &str,
+    cfg: &CoordinatorConfig,
+    now: i64,
+) -> JobRow {
+    let mut j = new_of("", date, kind, spec_json, cfg, now);
+    j.run_id = j.job_id.clone();
+    j
+}
+
+fn new_of(
+    run_id: &str,
+    date: &str,
+    kind: &str,
+    spec_json: String,
+    cfg: &CoordinatorConfig,
+    now: i64,
+) -> JobRow {
     JobRow {
         job_id: ids::new_id_at(now),
-        run_id: run.run_id.clone(),
+        run_id: run_id.to_string(),
         kind: kind.to_string(),
         state: JobState::Queued,
         attempt: 1,
@@ -43,7 +68,7 @@ pub fn new(
         not_before_ms: now,
         created_ms: now,
         committed_keys: Vec::new(),
-        date: run.date.clone(),
+        date: date.to_string(),
     }
 }
 
