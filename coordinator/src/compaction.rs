@@ -19,13 +19,17 @@
 //!
 //! A compact job belongs to no run: its run id is its own job id, which is
 //! how the commit knows the coordinator scheduled it (a worker cannot ask
-//! for one as a follow-up). A job killed anywhere is retried: the merged key
-//! is the job's, so a retry overwrites an unreferenced copy; a part that
-//! changed since the plan (retention deleted it) fails the job and the next
-//! plan starts over.
+//! for one as a follow-up). A job killed anywhere is retried. Each attempt's
+//! commit names its merged file anew and records the name as the job's
+//! intent before it copies: a copy that was never recorded (a coordinator
+//! killed between copy and record) is named by no row and written by no
+//! later attempt, and the next plan's pass deletes it once the job is queued
+//! again. A part that changed since the plan (retention deleted it) fails
+//! the job and the next plan starts over.
 use std::collections::{BTreeMap, BTreeSet};
 
 use arrow::array::RecordBatch;
+use benchlake_core::ids::new_id_at;
 use benchlake_core::jobs::{COMPACT_JOB, CompactSpec};
 use benchlake_core::lake::compact::PartSource;
 use benchlake_core::layout::{self, TableFile};
@@ -194,6 +198,55 @@ fn write_json<T: Serialize>(tx: &mut dyn crate::store::Tx, key: &str, v: &T) -> 
     tx.set_meta(key, &serde_json::to_string(v)?)
 }
 
+/// Reviews the open compact jobs: forgets the months whose job ended, and
+/// retires (for deletion now) the merged files of attempts that copied and
+/// never recorded (a coordinator killed between the two; nothing names such
+/// a copy and no later attempt writes its key, so it goes now rather than
+/// when the retry commits, which bounds how long a reader globbing the lake
+/// sees that month twice). Returns the months still open.
+fn review_open(tx: &mut dyn crate::store::Tx, now: i64) -> Result<BTreeMap<String, String>> {
+    let open: BTreeMap<String, String> = read_json(tx, OPEN_KEY)?;
+    let mut still = BTreeMap::new();
+    let mut abandoned = Vec::new();
+    let n = open.len();
+    for (k, id) in open {
+        match tx.get_job(&id)? {
+            Some(j) if j.state == JobState::Queued && !j.committed_keys.is_empty() => {
+                abandoned.extend(j.committed_keys.iter().map(|key| Retired {
+                    key: key.clone(),
+                    after_ms: now,
+                }));
+                job::forget_intent(tx, j)?;
+                still.insert(k, id);
+            }
+            Some(j) if !j.state.is_final() => {
+                still.insert(k, id);
+            }
+            // A merge that failed after its copy (then its attempts ran
+            // out) leaves such a file too (`delete_retired` keeps what a
+            // row names).
+            Some(j) if j.state != JobState::Done => {
+                abandoned.extend(
+                    j.committed_keys
+                        .into_iter()
+                        .map(|key| Retired { key, after_ms: now }),
+                );
+            }
+            _ => {}
+        }
+    }
+    if !abandoned.is_empty() {
+        let mut retired: Vec<Retired> = read_json(tx, RETIRED_KEY)?;
+        abandoned.retain(|a| retired.iter().all(|r| r.key != a.key));
+        retired.extend(abandoned);
+        write_json(tx, RETIRED_KEY, &retired)?;
+    }
+    if still.len() != n {
+        write_json(tx, OPEN_KEY, &still)?;
+    }
+    Ok(still)
+}
+
 impl Coordinator {
     /// The tick's part: a [`Self::compaction_pass`] at most every
     /// [`CompactionConfig::every_ms`] or grace period (whichever is shorter,
@@ -222,6 +275,9 @@ impl Coordinator {
     /// and plans merges when a plan is due (every
     /// [`CompactionConfig::every_ms`]). Errors are logged.
     pub(crate) async fn compaction_pass(&self, now: i64) {
+        if let Err(e) = self.store.transact(|tx| review_open(tx, now)) {
+            tracing::warn!(error = %e, "compaction: cannot review its open merges");
+        }
         match self.delete_retired(now).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(objects = n, "compaction: deleted replaced objects"),
@@ -259,34 +315,7 @@ impl Coordinator {
         let cfg_all = self.cfg.clone();
         let (specs, fx) = self.store.transact(|tx| {
             let mut fx = Effects::default();
-            let mut open: BTreeMap<String, String> = read_json(tx, OPEN_KEY)?;
-            let mut still = BTreeMap::new();
-            let mut abandoned = Vec::new();
-            for (k, id) in open {
-                match tx.get_job(&id)? {
-                    Some(j) if !j.state.is_final() => {
-                        still.insert(k, id);
-                    }
-                    // A merge that failed after its copy (a coordinator
-                    // stopped between copy and record, then the attempts
-                    // ran out) leaves a merged file nothing names: it goes
-                    // (`delete_retired` keeps what a row names).
-                    Some(j) if j.state != JobState::Done => {
-                        abandoned.extend(
-                            j.committed_keys
-                                .into_iter()
-                                .map(|key| Retired { key, after_ms: now }),
-                        );
-                    }
-                    _ => {}
-                }
-            }
-            open = still;
-            if !abandoned.is_empty() {
-                let mut retired: Vec<Retired> = read_json(tx, RETIRED_KEY)?;
-                retired.extend(abandoned);
-                write_json(tx, RETIRED_KEY, &retired)?;
-            }
+            let mut open = review_open(tx, now)?;
             let files = tx.committed_files(None)?;
             let busy: BTreeSet<String> = open.keys().cloned().collect();
             let month = chrono::DateTime::from_timestamp_millis(now)
@@ -354,7 +383,9 @@ impl Coordinator {
                         .any(|f| f.object() == key))
                 })
                 .await?;
-            if !used {
+            // Counted when it was there (an abandoned copy may be retired
+            // twice: by the plan's pass and by its job's next intent).
+            if !used && self.lake.size(&r.key).await?.is_some() {
                 self.lake.delete(&r.key).await?;
                 self.metrics.compaction.inc(&[&table, "retired"]);
                 deleted += 1;
@@ -430,10 +461,29 @@ pub(crate) async fn commit(
         .map(|p| p.date.clone())
         .min()
         .unwrap_or_default();
-    let key = layout::compacted_key(&spec.table, &first, &j.job_id)?;
+    // Each attempt names its copy anew: an attempt that copied and never
+    // recorded (a coordinator killed between the two) leaves a key no later
+    // attempt overwrites, which the plan's pass, or this intent, retires.
+    let key = layout::compacted_key(&spec.table, &first, &new_id_at(c.now()))?;
+    let now = c.now();
     c.db(|tx| {
         let mut j = job::leased(tx, &req.job_id, &req.lease_id)?;
         holds(&j)?;
+        let earlier: Vec<Retired> = j
+            .committed_keys
+            .iter()
+            .filter(|k| **k != key)
+            .map(|k| Retired {
+                key: k.clone(),
+                after_ms: now,
+            })
+            .collect();
+        if !earlier.is_empty() {
+            let mut retired: Vec<Retired> = read_json(tx, RETIRED_KEY)?;
+            retired.retain(|r| earlier.iter().all(|e| e.key != r.key));
+            retired.extend(earlier);
+            write_json(tx, RETIRED_KEY, &retired)?;
+        }
         job::record_intent(tx, &mut j, vec![key.clone()])
     })
     .await?;

@@ -374,7 +374,8 @@ pub fn parse_table_key(key: &str) -> Option<TableKey<'_>> {
 
 /// `tables/{table}/year={YYYY}/month={MM}/compacted-{first_date}-{id}.parquet`:
 /// a merged file of the month of `first_date` (its earliest day), named by a
-/// ULID `id` (the merge's; a retried merge writes the same key).
+/// ULID `id` (new for each attempt of a merge, so a copy an attempt never
+/// recorded is not overwritten by a later one's and can be deleted).
 pub fn compacted_key(table: &str, first_date: &str, id: &str) -> Result<String> {
     validate_id("id", id)?;
     Ok(format!(

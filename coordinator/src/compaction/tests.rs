@@ -16,7 +16,16 @@ const NOW: i64 = 1_795_392_000_000;
 const DAY_MS: i64 = 86_400_000;
 
 fn coordinator(dir: &std::path::Path, min_files: usize) -> Arc<Coordinator> {
-    let store: Arc<dyn StateStore> = Arc::new(SqliteStore::in_memory().unwrap());
+    coordinator_on(Arc::new(SqliteStore::in_memory().unwrap()), dir, min_files)
+}
+
+/// A coordinator over `store` and the local lake under `dir` (a restart
+/// when another one used them before).
+fn coordinator_on(
+    store: Arc<dyn StateStore>,
+    dir: &std::path::Path,
+    min_files: usize,
+) -> Arc<Coordinator> {
     let lake = Lake::local(&dir.join("lake")).unwrap();
     let cfg = CoordinatorConfig {
         background: false,
@@ -86,6 +95,35 @@ fn rank_list(b: &[RecordBatch]) -> Vec<i32> {
         .collect()
 }
 
+/// The merged files of `T` in the local lake under `dir`, as keys (what a
+/// reader globbing the lake finds).
+fn compacted_files(dir: &std::path::Path) -> Vec<String> {
+    fn walk(p: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(p).into_iter().flatten().flatten() {
+            if e.path().is_dir() {
+                walk(&e.path(), out);
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    let lake = dir.join("lake");
+    let mut files = Vec::new();
+    walk(&lake.join("tables").join(T), &mut files);
+    let mut keys: Vec<String> = files
+        .iter()
+        .filter(|f| f.to_string_lossy().contains("/compacted-"))
+        .map(|f| {
+            f.strip_prefix(&lake)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    keys.sort();
+    keys
+}
+
 fn rows(c: &Coordinator) -> Vec<CommittedFile> {
     c.store.transact(|tx| tx.committed_files(Some(T))).unwrap()
 }
@@ -96,10 +134,28 @@ async fn run_job(
     c: &Coordinator,
     alter: impl FnOnce(&mut CompactSpec),
 ) -> (JobRow, Result<Vec<String>>) {
+    let (j, staged) = stage_job(c, NOW + 10, alter).await;
+    let req = pb::CompleteJobRequest {
+        job_id: j.job_id.clone(),
+        lease_id: j.lease_id.clone().unwrap(),
+        files: vec![staged],
+        result_json: String::new(),
+    };
+    let res = crate::commit::commit_job(c, req, &|_| Ok(())).await;
+    (j, res)
+}
+
+/// A worker's part of [`run_job`], leasing at `at`: the leased job and the
+/// staged merged file.
+async fn stage_job(
+    c: &Coordinator,
+    at: i64,
+    alter: impl FnOnce(&mut CompactSpec),
+) -> (JobRow, pb::StagedFile) {
     let cfg = c.cfg.clone();
     let (j, _) = c
         .store
-        .transact(|tx| job::lease(tx, &cfg, "w1", &[COMPACT_JOB.to_string()], NOW + 10))
+        .transact(|tx| job::lease(tx, &cfg, "w1", &[COMPACT_JOB.to_string()], at))
         .unwrap();
     let j = j.unwrap_or_else(|| {
         let open = c.store.transact(|tx| tx.get_meta(OPEN_KEY)).unwrap();
@@ -125,20 +181,14 @@ async fn run_job(
     .unwrap();
     let bytes = data.len() as u64;
     c.lake.put(&staged, data).await.unwrap();
-    let req = pb::CompleteJobRequest {
-        job_id: j.job_id.clone(),
-        lease_id: j.lease_id.clone().unwrap(),
-        files: vec![pb::StagedFile {
-            staged_key: staged,
-            table: T.into(),
-            rows: meta.parts.iter().map(|p| p.rows).sum(),
-            bytes,
-            part: layout::COMPACTED_PART.into(),
-        }],
-        result_json: String::new(),
+    let file = pb::StagedFile {
+        staged_key: staged,
+        table: T.into(),
+        rows: meta.parts.iter().map(|p| p.rows).sum(),
+        bytes,
+        part: layout::COMPACTED_PART.into(),
     };
-    let res = crate::commit::commit_job(c, req, &|_| Ok(())).await;
-    (j, res)
+    (j, file)
 }
 
 /// A month of small parts becomes one merged file through a compact job:
@@ -172,8 +222,12 @@ async fn a_month_merges_through_a_compact_job_and_every_part_reads_the_same() {
 
     let (j, res) = run_job(&c, |_| {}).await;
     let keys = res.unwrap();
-    let merged = layout::compacted_key(T, "2026-11-01", &j.job_id).unwrap();
-    assert_eq!(keys, vec![merged.clone()]);
+    assert_eq!(keys.len(), 1);
+    let merged = keys[0].clone();
+    assert_eq!(compacted_files(dir.path()), vec![merged.clone()]);
+    assert!(merged.starts_with(&format!(
+        "tables/{T}/year=2026/month=11/compacted-2026-11-01-"
+    )));
     let now_rows = rows(&c);
     for r in now_rows.iter().filter(|r| r.date.starts_with("2026-11")) {
         assert_eq!(r.object(), merged, "{} points at the merged file", r.key);
@@ -229,12 +283,9 @@ async fn a_month_merges_through_a_compact_job_and_every_part_reads_the_same() {
     assert_eq!(specs.len(), 1);
     assert_eq!(specs[0].parts.len(), 10, "6 merged + 4 new");
     assert_eq!(specs[0].merged_from, vec![merged.clone()]);
-    let (j2, res) = run_job(&c, |_| {}).await;
+    let (_, res) = run_job(&c, |_| {}).await;
     let merged2 = res.unwrap().remove(0);
-    assert_eq!(
-        merged2,
-        layout::compacted_key(T, "2026-11-01", &j2.job_id).unwrap()
-    );
+    assert_ne!(merged2, merged);
     assert_eq!(c.delete_retired(NOW + 120_000).await.unwrap(), 5);
     assert!(c.lake.size(&merged).await.unwrap().is_none());
     let files: Vec<String> = c
@@ -273,8 +324,7 @@ async fn a_merge_that_is_not_the_plan_is_refused() {
     .await;
     let e = res.unwrap_err().to_string();
     assert!(e.contains("footer lists 3 parts, the job merged 4"), "{e}");
-    let merged = layout::compacted_key(T, "2026-11-01", &j.job_id).unwrap();
-    assert!(c.lake.size(&merged).await.unwrap().is_none());
+    assert!(compacted_files(dir.path()).is_empty());
     assert!(rows(&c).iter().all(|r| r.merged.is_none()));
 
     // A part that retention removed between the plan and the commit.
@@ -290,11 +340,10 @@ async fn a_merge_that_is_not_the_plan_is_refused() {
     assert_eq!(specs.len(), 1, "the failed job no longer holds the month");
     let gone = parts[2].key.clone();
     c.store.transact(|tx| tx.delete_committed(&gone)).unwrap();
-    let (j, res) = run_job(&c, |_| {}).await;
+    let (_, res) = run_job(&c, |_| {}).await;
     let e = res.unwrap_err().to_string();
     assert!(e.contains("is no longer committed"), "{e}");
-    let merged = layout::compacted_key(T, "2026-11-01", &j.job_id).unwrap();
-    assert!(c.lake.size(&merged).await.unwrap().is_none());
+    assert!(compacted_files(dir.path()).is_empty());
     assert!(rows(&c).iter().all(|r| r.merged.is_none()));
 }
 
@@ -391,4 +440,93 @@ async fn retention_forgets_merged_parts_and_deletes_their_file_with_the_last() {
         c.lake.size(&merged).await.unwrap().is_none(),
         "its last part went"
     );
+}
+
+/// A coordinator killed between the commit's copy of the merged file and
+/// its record (`kill -9`): the copy is named by no row. After the restart
+/// the job's lease expires and it is queued again; the next plan's pass
+/// deletes the copy (a reader globbing the lake sees each row once again),
+/// the retry merges under a new name and commits, and every part reads the
+/// same rows throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_killed_between_copy_and_record_leaves_no_double_and_the_retry_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn StateStore> = Arc::new(SqliteStore::in_memory().unwrap());
+    let c = coordinator_on(store.clone(), dir.path(), 4);
+    let mut parts = Vec::new();
+    for d in 1..=5 {
+        parts.push(commit_part(&c, &format!("2026-11-{d:02}"), d * 10, 2 + d).await);
+    }
+    let mut before = Vec::new();
+    for p in &parts {
+        before.push(rank_list(&read_committed(&c, p).await.unwrap()));
+    }
+    assert_eq!(c.schedule_compaction(NOW).unwrap().len(), 1);
+
+    // The commit's first half, as `commit` does it: the intent, then the
+    // copy; then the coordinator is gone.
+    let (j, staged) = stage_job(&c, NOW + 10, |_| {}).await;
+    let orphan = layout::compacted_key(T, "2026-11-01", &new_id_at(NOW + 20)).unwrap();
+    c.store
+        .transact(|tx| {
+            let mut j = job::leased(tx, &j.job_id, j.lease_id.as_deref().unwrap())?;
+            job::record_intent(tx, &mut j, vec![orphan.clone()])
+        })
+        .unwrap();
+    c.lake.copy(&staged.staged_key, &orphan).await.unwrap();
+    drop(c);
+    // What a reader globbing the lake meets until the pass below: the
+    // month twice (the parts and the copy).
+    assert_eq!(compacted_files(dir.path()), vec![orphan.clone()]);
+
+    let c = coordinator_on(store, dir.path(), 4);
+    let cfg = c.cfg.clone();
+    let later = NOW + DAY_MS;
+    let (n, _) = c
+        .store
+        .transact(|tx| job::expire_leases(tx, &cfg, later))
+        .unwrap();
+    assert_eq!(n, 1, "the killed commit's lease expires");
+    // The coordinator's next pass (a tick's, every second by default).
+    c.compaction_pass(later).await;
+    assert!(compacted_files(dir.path()).is_empty(), "the copy goes");
+    assert_eq!(c.metrics.compaction.get(&[T, "retired"]), 1);
+    let queued = c
+        .store
+        .transact(|tx| tx.get_job(&j.job_id))
+        .unwrap()
+        .unwrap();
+    assert_eq!(queued.state, JobState::Queued);
+    assert!(queued.committed_keys.is_empty(), "its intent is forgotten");
+    assert!(
+        c.schedule_compaction(later).unwrap().is_empty(),
+        "the queued job still holds its month"
+    );
+    assert!(rows(&c).iter().all(|r| r.merged.is_none()));
+    for (i, p) in parts.iter().enumerate() {
+        assert_eq!(rank_list(&read_committed(&c, p).await.unwrap()), before[i]);
+    }
+
+    // The retry merges again and commits under its own name.
+    let (j2, staged) = stage_job(&c, later + DAY_MS, |_| {}).await;
+    assert_eq!((j2.job_id.as_str(), j2.attempt), (j.job_id.as_str(), 2));
+    let req = pb::CompleteJobRequest {
+        job_id: j2.job_id.clone(),
+        lease_id: j2.lease_id.clone().unwrap(),
+        files: vec![staged],
+        result_json: String::new(),
+    };
+    let merged = crate::commit::commit_job(&c, req, &|_| Ok(()))
+        .await
+        .unwrap()
+        .remove(0);
+    assert_ne!(merged, orphan);
+    assert_eq!(compacted_files(dir.path()), vec![merged.clone()]);
+    assert!(rows(&c).iter().all(|r| r.object() == merged));
+    assert_eq!(c.delete_retired(later + 3 * DAY_MS).await.unwrap(), 5);
+    for (i, p) in parts.iter().enumerate() {
+        assert_eq!(rank_list(&read_committed(&c, p).await.unwrap()), before[i]);
+    }
+    let listed = c.lake.table_files(T, None).await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
 }

@@ -160,6 +160,17 @@ pub fn record_intent(tx: &mut dyn Tx, j: &mut JobRow, keys: Vec<String>) -> Resu
     Ok(())
 }
 
+/// Forgets the intent of a QUEUED job whose keys an earlier attempt copied
+/// and never recorded, once they are deleted (a compact job's merged file:
+/// [`crate::compaction`]). Any other state is left as it is.
+pub fn forget_intent(tx: &mut dyn Tx, mut j: JobRow) -> Result<()> {
+    if j.state == JobState::Queued && !j.committed_keys.is_empty() {
+        j.committed_keys.clear();
+        tx.update_job(&j)?;
+    }
+    Ok(())
+}
+
 /// LEASED → DONE, the last step of the commit protocol once `committed_keys`
 /// are in place and recorded: queues the job's follow-ups (unless its run has
 /// ended), releases the jobs waiting for its group and moves the run on.
