@@ -8,10 +8,10 @@
 //! dashboard's `/audit` page (admins) lists them, newest first. The rows stay
 //! in the state store (like the drain records, they are operational history
 //! of the deployment, not measurements): they are not exported to the lake.
-use serde::{Deserialize, Serialize};
 
 use crate::config::Identity;
 use crate::error::CoordError;
+pub use crate::model::AuditRow;
 
 /// Where an action came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,31 +82,6 @@ pub mod action {
     pub const ACK_REMOVE: &str = "ack.remove";
     pub const MAINTENANCE_CREATE: &str = "maintenance.create";
     pub const MAINTENANCE_REMOVE: &str = "maintenance.remove";
-}
-
-/// One action taken (or attempted).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AuditRow {
-    /// A ULID of `at_ms`, increasing within this process ([`next_id`]):
-    /// orders the rows.
-    pub id: String,
-    /// When (Unix ms).
-    pub at_ms: i64,
-    /// Who: [`Actor::who`].
-    pub who: String,
-    /// Their role (`admin`, `user`).
-    pub role: String,
-    /// `api` or `dashboard`.
-    pub via: String,
-    /// What: one of [`action`].
-    pub action: String,
-    /// On what: a schedule's name, a run id, an agent or node name.
-    pub target: String,
-    /// `ok`, `refused` (the caller may not) or `failed`.
-    pub outcome: String,
-    /// The result (a new run's id, the state reached) or why it was refused
-    /// or failed.
-    pub detail: String,
 }
 
 /// Longest `target` and `detail` kept (longer ones are cut).

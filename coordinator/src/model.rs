@@ -362,7 +362,7 @@ pub struct ScheduleRow {
     /// What to do with the Slurm nodes its runs find failing
     /// ([`crate::node_actions`]).
     #[serde(default)]
-    pub node_action: crate::node_actions::NodeAction,
+    pub node_action: NodeAction,
     pub created_ms: i64,
     /// Notifiers told when a run of the schedule ends badly ([`crate::notify`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -522,4 +522,97 @@ impl NotificationRow {
             delivered_ms: None,
         }
     }
+}
+
+// The rows of features the store keeps (their behaviour lives with the
+// feature: node_actions, silence, audit). Defined here so the store depends
+// on the model only.
+
+/// What a schedule does with the nodes its runs find failing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeAction {
+    /// Nothing.
+    #[default]
+    Off,
+    /// Log what `Drain` would do.
+    DryRun,
+    /// Drain failing nodes, resume the ones benchlake drained once they pass.
+    Drain,
+}
+
+/// A drain benchlake made (the state store's `node_drains`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeDrain {
+    /// Slurm node name.
+    pub node: String,
+    /// The reason given to Slurm, exactly.
+    pub reason: String,
+    /// The run whose verdict drained it.
+    pub run_id: String,
+    /// The check that failed (a passing later verdict of it resumes the node).
+    pub check: String,
+    /// The schedule of that run.
+    pub schedule_id: Option<String>,
+    /// When.
+    pub drained_ms: i64,
+}
+
+/// An acknowledgement (the state store's `acknowledgements`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ack {
+    pub id: String,
+    /// A node name, or `*`.
+    pub node: String,
+    /// A check name, a family prefix ending in `.`, or `*`.
+    pub check: String,
+    pub comment: String,
+    pub author: String,
+    pub created_ms: i64,
+    pub expires_ms: i64,
+    /// Only runs of this schedule (None: every run).
+    #[serde(default)]
+    pub schedule_id: Option<String>,
+    /// The schedule's name when the acknowledgement was made.
+    #[serde(default)]
+    pub schedule_name: Option<String>,
+}
+
+/// A maintenance window (the state store's `maintenance_windows`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Maintenance {
+    pub id: String,
+    /// As given (names or a hostlist expression).
+    pub nodes: String,
+    /// `nodes` expanded.
+    pub node_names: Vec<String>,
+    pub start_ms: i64,
+    pub end_ms: i64,
+    pub reason: String,
+    pub author: String,
+    pub created_ms: i64,
+}
+
+/// One action taken (or attempted).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditRow {
+    /// A ULID of `at_ms`, increasing within this process (`audit::next_id`):
+    /// orders the rows.
+    pub id: String,
+    /// When (Unix ms).
+    pub at_ms: i64,
+    /// Who: [`crate::audit::Actor::who`].
+    pub who: String,
+    /// Their role (`admin`, `user`).
+    pub role: String,
+    /// `api` or `dashboard`.
+    pub via: String,
+    /// What: one of [`crate::audit::action`].
+    pub action: String,
+    /// On what: a schedule's name, a run id, an agent or node name.
+    pub target: String,
+    /// `ok`, `refused` (the caller may not) or `failed`.
+    pub outcome: String,
+    /// The result (a new run's id, the state reached) or why it was refused
+    /// or failed.
+    pub detail: String,
 }

@@ -34,23 +34,12 @@ use std::sync::{Arc, Mutex};
 
 use benchlake_core::scontrol::{self, Scontrol};
 use benchlake_proto::v1 as pb;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::metrics::Metrics;
+pub use crate::model::{NodeAction, NodeDrain};
 use crate::store::StateStore;
 use crate::verdicts::{CheckRow, VerdictIndex};
-
-/// What a schedule does with the nodes its runs find failing.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum NodeAction {
-    /// Nothing.
-    #[default]
-    Off,
-    /// Log what `Drain` would do.
-    DryRun,
-    /// Drain failing nodes, resume the ones benchlake drained once they pass.
-    Drain,
-}
 
 impl NodeAction {
     /// The name users type and see (`off`, `dry-run`, `drain`).
@@ -79,23 +68,6 @@ impl NodeAction {
             pb::NodeAction::Drain => Some(Self::Drain),
         }
     }
-}
-
-/// A drain benchlake made (the state store's `node_drains`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeDrain {
-    /// Slurm node name.
-    pub node: String,
-    /// The reason given to Slurm, exactly.
-    pub reason: String,
-    /// The run whose verdict drained it.
-    pub run_id: String,
-    /// The check that failed (a passing later verdict of it resumes the node).
-    pub check: String,
-    /// The schedule of that run.
-    pub schedule_id: Option<String>,
-    /// When.
-    pub drained_ms: i64,
 }
 
 /// What benchlake did (or, in a dry run, would have done) to a node.

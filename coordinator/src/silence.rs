@@ -27,10 +27,11 @@
 //! they are listed (with `--all`) for [`KEEP_ENDED_MS`] and pruned when a new
 //! one is created after that.
 use benchlake_proto::v1 as pb;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::error::{CoordError, Result};
 use crate::model::RunRow;
+pub use crate::model::{Ack, Maintenance};
 use crate::store::Tx;
 use crate::verdicts::CheckRow;
 
@@ -47,41 +48,6 @@ pub const MAX_TEXT: usize = 1000;
 pub const KEEP_ENDED_MS: i64 = 30 * 86_400_000;
 /// Longest check pattern.
 const MAX_CHECK: usize = 128;
-
-/// An acknowledgement (the state store's `acknowledgements`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Ack {
-    pub id: String,
-    /// A node name, or `*`.
-    pub node: String,
-    /// A check name, a family prefix ending in `.`, or `*`.
-    pub check: String,
-    pub comment: String,
-    pub author: String,
-    pub created_ms: i64,
-    pub expires_ms: i64,
-    /// Only runs of this schedule (None: every run).
-    #[serde(default)]
-    pub schedule_id: Option<String>,
-    /// The schedule's name when the acknowledgement was made.
-    #[serde(default)]
-    pub schedule_name: Option<String>,
-}
-
-/// A maintenance window (the state store's `maintenance_windows`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Maintenance {
-    pub id: String,
-    /// As given (names or a hostlist expression).
-    pub nodes: String,
-    /// `nodes` expanded.
-    pub node_names: Vec<String>,
-    pub start_ms: i64,
-    pub end_ms: i64,
-    pub reason: String,
-    pub author: String,
-    pub created_ms: i64,
-}
 
 /// A time for people: `2026-12-12T08:00Z` (seconds when there are any).
 pub fn fmt_time(ms: i64) -> String {

@@ -74,6 +74,16 @@ impl RunFilter {
     }
 }
 
+/// Which queue a transaction waits in ([`crate::turns`] orders them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Priority {
+    /// Everything that is not a person waiting for a read.
+    Normal,
+    /// A read-only request someone is waiting for, or an agent's lease of
+    /// a task already queued for it.
+    Interactive,
+}
+
 /// The primitive operations available inside a transaction.
 pub trait Tx {
     fn insert_run(&mut self, r: &RunRow) -> Result<()>;
@@ -170,27 +180,27 @@ pub trait Tx {
 
     // Drains benchlake made of Slurm nodes (`crate::node_actions`).
     /// Records (or replaces) the drain of a node.
-    fn upsert_node_drain(&mut self, d: &crate::node_actions::NodeDrain) -> Result<()>;
+    fn upsert_node_drain(&mut self, d: &crate::model::NodeDrain) -> Result<()>;
     /// The drain benchlake recorded for a node.
-    fn get_node_drain(&mut self, node: &str) -> Result<Option<crate::node_actions::NodeDrain>>;
+    fn get_node_drain(&mut self, node: &str) -> Result<Option<crate::model::NodeDrain>>;
     /// Forgets the drain of a node; whether there was one.
     fn delete_node_drain(&mut self, node: &str) -> Result<bool>;
     /// Every recorded drain, by node name.
-    fn list_node_drains(&mut self) -> Result<Vec<crate::node_actions::NodeDrain>>;
+    fn list_node_drains(&mut self) -> Result<Vec<crate::model::NodeDrain>>;
 
     // Acknowledgements and maintenance windows (`crate::silence`).
     /// Records an acknowledgement.
-    fn insert_ack(&mut self, a: &crate::silence::Ack) -> Result<()>;
+    fn insert_ack(&mut self, a: &crate::model::Ack) -> Result<()>;
     /// Every acknowledgement on record, by id (oldest first).
-    fn list_acks(&mut self) -> Result<Vec<crate::silence::Ack>>;
+    fn list_acks(&mut self) -> Result<Vec<crate::model::Ack>>;
     /// Deletes an acknowledgement; whether there was one.
     fn delete_ack(&mut self, id: &str) -> Result<bool>;
     /// Deletes the acknowledgements that expired before `before_ms`.
     fn prune_acks(&mut self, before_ms: i64) -> Result<u64>;
     /// Records a maintenance window.
-    fn insert_maintenance(&mut self, m: &crate::silence::Maintenance) -> Result<()>;
+    fn insert_maintenance(&mut self, m: &crate::model::Maintenance) -> Result<()>;
     /// Every window on record, by id (oldest first).
-    fn list_maintenance(&mut self) -> Result<Vec<crate::silence::Maintenance>>;
+    fn list_maintenance(&mut self) -> Result<Vec<crate::model::Maintenance>>;
     /// Deletes a window; whether there was one.
     fn delete_maintenance(&mut self, id: &str) -> Result<bool>;
     /// Deletes the windows that ended before `before_ms`.
@@ -198,14 +208,14 @@ pub trait Tx {
 
     // The audit trail (`crate::audit`).
     /// Records an action taken.
-    fn insert_audit(&mut self, a: &crate::audit::AuditRow) -> Result<()>;
+    fn insert_audit(&mut self, a: &crate::model::AuditRow) -> Result<()>;
     /// The newest `limit` actions recorded before the row `before` (all when
     /// None), newest first.
     fn list_audit(
         &mut self,
         limit: u32,
         before: Option<&str>,
-    ) -> Result<Vec<crate::audit::AuditRow>>;
+    ) -> Result<Vec<crate::model::AuditRow>>;
 
     // The notification outbox (`crate::notify`).
     /// Adds an outbox row; nothing when the run already has one for that
@@ -239,7 +249,7 @@ pub trait StateStore: Send + Sync + 'static {
     /// ([`crate::turns`]); stores without turns ignore it.
     fn transact_dyn_at(
         &self,
-        _p: crate::turns::Priority,
+        _p: Priority,
         f: &mut (dyn FnMut(&mut dyn Tx) -> Result<()> + Send),
     ) -> Result<()> {
         self.transact_dyn(f)
@@ -263,13 +273,13 @@ pub trait StateStore: Send + Sync + 'static {
 impl dyn StateStore {
     /// Runs `f` in one transaction and returns its value.
     pub fn transact<T: Send>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send) -> Result<T> {
-        self.transact_at(crate::turns::Priority::Normal, f)
+        self.transact_at(Priority::Normal, f)
     }
 
     /// [`Self::transact`] in the queue of `p` ([`crate::turns`]).
     pub fn transact_at<T: Send>(
         &self,
-        p: crate::turns::Priority,
+        p: Priority,
         f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send,
     ) -> Result<T> {
         let mut f = Some(f);
@@ -1158,7 +1168,7 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
 
-    fn upsert_node_drain(&mut self, d: &crate::node_actions::NodeDrain) -> Result<()> {
+    fn upsert_node_drain(&mut self, d: &crate::model::NodeDrain) -> Result<()> {
         self.exec(
             "INSERT INTO node_drains(node, data) VALUES (?1, ?2)
                  ON CONFLICT(node) DO UPDATE SET data=excluded.data",
@@ -1166,24 +1176,24 @@ impl Tx for SqliteTx<'_> {
         )?;
         Ok(())
     }
-    fn get_node_drain(&mut self, node: &str) -> Result<Option<crate::node_actions::NodeDrain>> {
+    fn get_node_drain(&mut self, node: &str) -> Result<Option<crate::model::NodeDrain>> {
         self.one("SELECT data FROM node_drains WHERE node=?1", params![node])
     }
     fn delete_node_drain(&mut self, node: &str) -> Result<bool> {
         Ok(self.exec("DELETE FROM node_drains WHERE node=?1", params![node])? > 0)
     }
-    fn list_node_drains(&mut self) -> Result<Vec<crate::node_actions::NodeDrain>> {
+    fn list_node_drains(&mut self) -> Result<Vec<crate::model::NodeDrain>> {
         self.many("SELECT data FROM node_drains ORDER BY node", [])
     }
 
-    fn insert_ack(&mut self, a: &crate::silence::Ack) -> Result<()> {
+    fn insert_ack(&mut self, a: &crate::model::Ack) -> Result<()> {
         self.exec(
             "INSERT INTO acknowledgements(id, expires_ms, data) VALUES (?1, ?2, ?3)",
             params![a.id, a.expires_ms, enc(a)?],
         )?;
         Ok(())
     }
-    fn list_acks(&mut self) -> Result<Vec<crate::silence::Ack>> {
+    fn list_acks(&mut self) -> Result<Vec<crate::model::Ack>> {
         self.many("SELECT data FROM acknowledgements ORDER BY id", [])
     }
     fn delete_ack(&mut self, id: &str) -> Result<bool> {
@@ -1195,14 +1205,14 @@ impl Tx for SqliteTx<'_> {
             params![before_ms],
         )? as u64)
     }
-    fn insert_maintenance(&mut self, m: &crate::silence::Maintenance) -> Result<()> {
+    fn insert_maintenance(&mut self, m: &crate::model::Maintenance) -> Result<()> {
         self.exec(
             "INSERT INTO maintenance_windows(id, end_ms, data) VALUES (?1, ?2, ?3)",
             params![m.id, m.end_ms, enc(m)?],
         )?;
         Ok(())
     }
-    fn list_maintenance(&mut self) -> Result<Vec<crate::silence::Maintenance>> {
+    fn list_maintenance(&mut self) -> Result<Vec<crate::model::Maintenance>> {
         self.many("SELECT data FROM maintenance_windows ORDER BY id", [])
     }
     fn delete_maintenance(&mut self, id: &str) -> Result<bool> {
@@ -1215,7 +1225,7 @@ impl Tx for SqliteTx<'_> {
         )? as u64)
     }
 
-    fn insert_audit(&mut self, a: &crate::audit::AuditRow) -> Result<()> {
+    fn insert_audit(&mut self, a: &crate::model::AuditRow) -> Result<()> {
         self.exec(
             "INSERT INTO audit_log(id, at_ms, data) VALUES (?1, ?2, ?3)",
             params![a.id, a.at_ms, enc(a)?],
@@ -1226,7 +1236,7 @@ impl Tx for SqliteTx<'_> {
         &mut self,
         limit: u32,
         before: Option<&str>,
-    ) -> Result<Vec<crate::audit::AuditRow>> {
+    ) -> Result<Vec<crate::model::AuditRow>> {
         match before {
             Some(b) => self.many(
                 "SELECT data FROM audit_log WHERE id < ?1 ORDER BY id DESC LIMIT ?2",

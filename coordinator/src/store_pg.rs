@@ -1271,30 +1271,30 @@ impl Tx for PgTx<'_> {
         Ok(())
     }
 
-    fn upsert_node_drain(&mut self, d: &crate::node_actions::NodeDrain) -> Result<()> {
+    fn upsert_node_drain(&mut self, d: &crate::model::NodeDrain) -> Result<()> {
         self.defer(
             "INSERT INTO node_drains(node, data) VALUES ($1, $2)
              ON CONFLICT (node) DO UPDATE SET data=excluded.data",
             params![d.node.clone(), enc(d)?],
         )
     }
-    fn get_node_drain(&mut self, node: &str) -> Result<Option<crate::node_actions::NodeDrain>> {
+    fn get_node_drain(&mut self, node: &str) -> Result<Option<crate::model::NodeDrain>> {
         self.one("SELECT data FROM node_drains WHERE node=$1", &[&node])
     }
     fn delete_node_drain(&mut self, node: &str) -> Result<bool> {
         Ok(self.exec("DELETE FROM node_drains WHERE node=$1", &[&node])? > 0)
     }
-    fn list_node_drains(&mut self) -> Result<Vec<crate::node_actions::NodeDrain>> {
+    fn list_node_drains(&mut self) -> Result<Vec<crate::model::NodeDrain>> {
         self.many("SELECT data FROM node_drains ORDER BY node", &[])
     }
 
-    fn insert_ack(&mut self, a: &crate::silence::Ack) -> Result<()> {
+    fn insert_ack(&mut self, a: &crate::model::Ack) -> Result<()> {
         self.defer(
             "INSERT INTO acknowledgements(id, expires_ms, data) VALUES ($1, $2, $3)",
             params![a.id.clone(), a.expires_ms, enc(a)?],
         )
     }
-    fn list_acks(&mut self) -> Result<Vec<crate::silence::Ack>> {
+    fn list_acks(&mut self) -> Result<Vec<crate::model::Ack>> {
         self.many("SELECT data FROM acknowledgements ORDER BY id", &[])
     }
     fn delete_ack(&mut self, id: &str) -> Result<bool> {
@@ -1306,7 +1306,7 @@ impl Tx for PgTx<'_> {
             &[&before_ms],
         )
     }
-    fn insert_audit(&mut self, a: &crate::audit::AuditRow) -> Result<()> {
+    fn insert_audit(&mut self, a: &crate::model::AuditRow) -> Result<()> {
         self.defer(
             "INSERT INTO audit_log(id, at_ms, data) VALUES ($1, $2, $3)",
             params![a.id.clone(), a.at_ms, enc(a)?],
@@ -1316,7 +1316,7 @@ impl Tx for PgTx<'_> {
         &mut self,
         limit: u32,
         before: Option<&str>,
-    ) -> Result<Vec<crate::audit::AuditRow>> {
+    ) -> Result<Vec<crate::model::AuditRow>> {
         let limit = i64::from(limit);
         match before {
             Some(b) => self.many(
@@ -1329,13 +1329,13 @@ impl Tx for PgTx<'_> {
             ),
         }
     }
-    fn insert_maintenance(&mut self, m: &crate::silence::Maintenance) -> Result<()> {
+    fn insert_maintenance(&mut self, m: &crate::model::Maintenance) -> Result<()> {
         self.defer(
             "INSERT INTO maintenance_windows(id, end_ms, data) VALUES ($1, $2, $3)",
             params![m.id.clone(), m.end_ms, enc(m)?],
         )
     }
-    fn list_maintenance(&mut self) -> Result<Vec<crate::silence::Maintenance>> {
+    fn list_maintenance(&mut self) -> Result<Vec<crate::model::Maintenance>> {
         self.many("SELECT data FROM maintenance_windows ORDER BY id", &[])
     }
     fn delete_maintenance(&mut self, id: &str) -> Result<bool> {

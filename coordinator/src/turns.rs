@@ -17,17 +17,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::error::Result;
 use crate::placement::SharedPlacement;
+pub use crate::store::Priority;
 use crate::store::{StateStore, Tx};
-
-/// Which queue a transaction waits in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Priority {
-    /// Everything that is not a person waiting for a read.
-    Normal,
-    /// A read-only request someone is waiting for, or an agent's lease of
-    /// a task already queued for it.
-    Interactive,
-}
 
 /// Interactive turns granted in a row while normal ones wait, before one
 /// normal turn goes through.

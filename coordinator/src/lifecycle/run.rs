@@ -398,7 +398,7 @@ pub(super) fn advance_into(
         tx.update_run(&run)?;
         fx.run_changed(run_id);
         if run.state.is_final() && !before.state.is_final() {
-            fx.notifications |= crate::notify::enqueue(tx, cfg, &run, now)?;
+            fx.notifications |= crate::notify::enqueue(tx, &cfg.notify, &run, now)?;
             if let Some(s) = &run.schedule_id {
                 start_next_queued(tx, cfg, s, now, fx)?;
             }

@@ -31,7 +31,6 @@ use hmac::{KeyInit, Mac};
 use serde::Serialize;
 
 use crate::Coordinator;
-use crate::config::CoordinatorConfig;
 use crate::error::{CoordError, Result};
 use crate::model::*;
 use crate::store::Tx;
@@ -104,11 +103,11 @@ pub fn notifiers_of(cfg: &NotifyConfig, run: &RunRow) -> Vec<String> {
 /// committed `checks` or `node_health` rows (their verdict is read when the
 /// row is sent). Rows are unique per (run, notifier): a second call adds
 /// nothing. Returns whether a row was written.
-pub fn enqueue(tx: &mut dyn Tx, cfg: &CoordinatorConfig, run: &RunRow, now: i64) -> Result<bool> {
+pub fn enqueue(tx: &mut dyn Tx, cfg: &NotifyConfig, run: &RunRow, now: i64) -> Result<bool> {
     if !run.state.is_final() || run.state == RunState::Cancelled {
         return Ok(false);
     }
-    let names = notifiers_of(&cfg.notify, run);
+    let names = notifiers_of(cfg, run);
     if names.is_empty() {
         return Ok(false);
     }
