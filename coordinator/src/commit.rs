@@ -196,35 +196,50 @@ async fn commit_job_inner(
     }
     // Every staged object is checked before anything is recorded: a worker
     // cannot commit bytes that readers of the table would choke on, rows of
-    // another run, or a table its job kind does not write.
-    let own = layout::staging_job_prefix(&req.job_id)?;
-    for (i, f) in req.files.iter().enumerate() {
-        let Some(j) = &leased else { break };
-        if !f.staged_key.starts_with(&own) || f.staged_key.contains("..") {
-            return Err(CoordError::invalid(
-                &format!("files[{i}].staged_key"),
-                format!(
-                    "'{}' is not under the job's staging prefix {own}",
-                    f.staged_key
-                ),
-            ));
+    // another run, or a table its job kind does not write. The final keys
+    // follow from the job and the files alone (the lease pins the attempt),
+    // so they are computed here once.
+    let mut pairs = Vec::with_capacity(req.files.len());
+    if let Some(j) = &leased {
+        let staging = layout::staging_prefix(&j.job_id, j.attempt)?;
+        let mut finals = BTreeSet::new();
+        for (i, f) in req.files.iter().enumerate() {
+            if !f.staged_key.starts_with(&staging) || f.staged_key.contains("..") {
+                return Err(CoordError::invalid(
+                    &format!("files[{i}].staged_key"),
+                    format!(
+                        "'{}' is not under the job's staging prefix {staging}",
+                        f.staged_key
+                    ),
+                ));
+            }
+            if benchlake_core::catalog::get(&f.table).is_none() {
+                return Err(CoordError::invalid(
+                    &format!("files[{i}].table"),
+                    format!("unknown table '{}'", f.table),
+                ));
+            }
+            may_write(j, &f.table)
+                .map_err(|m| CoordError::invalid(&format!("files[{i}].table"), m))?;
+            let key = final_key(&f.table, &j.date, &j.run_id, &j.job_id, &f.part)
+                .map_err(|e| CoordError::invalid(&format!("files[{i}]"), e))?;
+            if !finals.insert(key.clone()) {
+                return Err(CoordError::invalid(
+                    &format!("files[{i}]"),
+                    format!("two files map to {key}; give them distinct parts"),
+                ));
+            }
+            c.lake
+                .verify_parquet(&f.staged_key, &f.table, f.rows, &j.run_id, &j.date)
+                .await
+                .map_err(|e| match e {
+                    benchlake_core::Error::Invalid { message, .. } => {
+                        CoordError::invalid(&format!("files[{i}] (table {})", f.table), message)
+                    }
+                    e => CoordError::from(e),
+                })?;
+            pairs.push((f.clone(), key));
         }
-        if benchlake_core::catalog::get(&f.table).is_none() {
-            return Err(CoordError::invalid(
-                &format!("files[{i}].table"),
-                format!("unknown table '{}'", f.table),
-            ));
-        }
-        may_write(j, &f.table).map_err(|m| CoordError::invalid(&format!("files[{i}].table"), m))?;
-        c.lake
-            .verify_parquet(&f.staged_key, &f.table, f.rows, &j.run_id, &j.date)
-            .await
-            .map_err(|e| match e {
-                benchlake_core::Error::Invalid { message, .. } => {
-                    CoordError::invalid(&format!("files[{i}] (table {})", f.table), message)
-                }
-                e => CoordError::from(e),
-            })?;
     }
     let now = c.now();
 
@@ -258,51 +273,24 @@ async fn commit_job_inner(
         }
     }
 
-    // 1. Intent.
-    let (job, pairs, stale) = c
+    // 1. Intent (the lease again: it may have been lost while the files
+    // were checked).
+    let (job, stale) = c
         .db(|tx| {
             let mut j = job::leased(tx, &req.job_id, &req.lease_id)?;
             holds(&j)?;
-            let staging = layout::staging_prefix(&j.job_id, j.attempt)?;
-            let mut pairs = Vec::new();
-            let mut finals = BTreeSet::new();
-            for (i, f) in req.files.iter().enumerate() {
-                if !f.staged_key.starts_with(&staging) || f.staged_key.contains("..") {
-                    return Err(CoordError::invalid(
-                        &format!("files[{i}].staged_key"),
-                        format!(
-                            "'{}' is not under the job's staging prefix {staging}",
-                            f.staged_key
-                        ),
-                    ));
-                }
-                if benchlake_core::catalog::get(&f.table).is_none() {
-                    return Err(CoordError::invalid(
-                        &format!("files[{i}].table"),
-                        format!("unknown table '{}'", f.table),
-                    ));
-                }
-                let key = final_key(&f.table, &j.date, &j.run_id, &j.job_id, &f.part)
-                    .map_err(|e| CoordError::invalid(&format!("files[{i}]"), e))?;
-                if !finals.insert(key.clone()) {
-                    return Err(CoordError::invalid(
-                        &format!("files[{i}]"),
-                        format!("two files map to {key}; give them distinct parts"),
-                    ));
-                }
-                pairs.push((f.clone(), key));
-            }
+            let finals: BTreeSet<&String> = pairs.iter().map(|(_, k)| k).collect();
             let stale: Vec<String> = j
                 .committed_keys
                 .iter()
-                .filter(|k| !finals.contains(*k))
+                .filter(|k| !finals.contains(k))
                 .cloned()
                 .collect();
             let mut intent: BTreeSet<String> = j.committed_keys.iter().cloned().collect();
-            intent.extend(finals);
+            intent.extend(finals.into_iter().cloned());
             let intent: Vec<String> = intent.into_iter().collect();
             job::record_intent(tx, &mut j, intent)?;
-            Ok((j, pairs, stale))
+            Ok((j, stale))
         })
         .await?;
 
@@ -321,8 +309,8 @@ async fn commit_job_inner(
     let keys: Vec<String> = pairs.iter().map(|p| p.1.clone()).collect();
     let cfg = c.cfg.clone();
     let done = c
-        .store
-        .transact(|tx| record(tx, &cfg, &req, &result, &pairs, &sizes, &stale, now, holds))?;
+        .db(|tx| record(tx, &cfg, &req, &result, &pairs, &sizes, &stale, now, holds))
+        .await?;
 
     // 5. Staging is only garbage now (a job that staged nothing left none).
     if !req.files.is_empty()
