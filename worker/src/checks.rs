@@ -152,7 +152,8 @@ pub fn run_statuses(ctx: &JobContext, run_id: &str) -> Result<Vec<String>, ExecE
 /// read the history several times).
 fn runs_objects(ctx: &JobContext) -> Result<std::sync::Arc<memo::RunsObjects>, ExecError> {
     // By attempt: an attempt that failed on a file merged since its listing
-    // ([`benchlake_core::Error::Gone`], retryable) lists again.
+    // ([`benchlake_core::Error::Gone`], retryable) lists again. (A run's
+    // object merged away is read again where it is now: [`previous_runs`].)
     memo::listings().get_or(format!("{}#{}", ctx.job_id, ctx.attempt), || {
         let mut out = Vec::new();
         for f in ctx.block_on(ctx.lake.table_files("runs", None))? {
@@ -252,7 +253,17 @@ fn previous_runs(
             return Err(ExecError::Cancelled);
         }
         let rows = memo::runs().get_or(format!("{}#{run_id}", file.key), || {
-            match ctx.block_on(ctx.lake.read_run_file(&file, &run_id, None)) {
+            let read = match ctx.block_on(ctx.lake.read_run_file(&file, &run_id, None)) {
+                // Merged away since this job listed: the run's rows are
+                // found again where they are now (not a failed attempt).
+                Err(benchlake_core::Error::Gone { .. }) => {
+                    ctx.block_on(ctx.lake.read_run_rows(
+                        benchlake_core::lake::RunRows::new("runs", &run_id).on(&date),
+                    ))
+                }
+                r => r,
+            };
+            match read {
                 Ok(b) => Ok(runs_rows(&b)),
                 Err(e @ benchlake_core::Error::Decode { .. }) => {
                     // One unreadable old object must not block every later verdict.

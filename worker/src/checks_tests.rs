@@ -556,3 +556,67 @@ fn the_catalog_lint_knows_every_checked_figure() {
         "check_osu_bw_mb_s_floor"
     ));
 }
+
+/// A merge between the job's listing of `runs` and its reads (a coordinator
+/// compacting the month while the checks run): the history is read in the
+/// same attempt, from where the runs are now, not failed for a retry.
+#[test]
+fn a_month_merged_after_the_listing_is_read_in_the_same_attempt() {
+    let w = world();
+    let mut runs = Vec::new();
+    for i in 0..4 {
+        let at = NIGHT0_MS + i * DAY_MS;
+        let run = new_id_at(at);
+        // As the record job writes it (the catalog's columns: a merge
+        // checks them).
+        let spec = benchlake_core::jobs::RecordSpec {
+            run_id: run.clone(),
+            schedule_id: Some(SCHEDULE.into()),
+            benchmark: "pio".into(),
+            kind: "io".into(),
+            status: "SUCCEEDED".into(),
+            params: Default::default(),
+            submitted_at_ms: at + 3_600_000,
+            started_at_ms: None,
+            finished_at_ms: None,
+            agents: vec!["a1".into()],
+            error: None,
+            raw_files: Vec::new(),
+            scheduled_for_ms: Some(at),
+        };
+        let tables = crate::executors::record_tables(&spec, None).unwrap();
+        let date = format!("2026-11-{:02}", i + 1);
+        w.rt.block_on(
+            w.lake
+                .write_final(&tables[..1], &date, &run, &new_id_at(at + 1)),
+        )
+        .unwrap();
+        runs.push(run);
+    }
+    let current = new_id_at(NIGHT0_MS + 10 * DAY_MS);
+    let spec = pio_spec(new_id_at(NIGHT0_MS));
+    let c = ctx(&w, &current, "2026-11-11", &spec);
+    // The job lists `runs` (the parts of the four nights)...
+    assert_eq!(runs_objects(&c).unwrap().len(), 4);
+    // ... the month is merged and its parts deleted ...
+    let merged =
+        w.rt.block_on(w.lake.compact_month(
+            "runs",
+            "2026-11-01",
+            &new_id_at(NIGHT0_MS + 11 * DAY_MS),
+            u64::MAX,
+            2,
+            false,
+        ))
+        .unwrap();
+    assert_eq!(merged.inputs, 4, "{merged:?}");
+    // ... and every earlier run is still found, newest first.
+    let mut seen = Vec::new();
+    previous_runs(&c, SCHEDULE, |r| {
+        seen.push(r.run_id.clone());
+        Ok(true)
+    })
+    .unwrap();
+    runs.reverse();
+    assert_eq!(seen, runs);
+}
