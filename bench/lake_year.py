@@ -424,7 +424,9 @@ def main():
         # The verdict index reads the year's checks and node_health files at
         # start; until then node pages say so. Its time is a figure of its own.
         t = time.monotonic()
+        load_peak = rss_mb(coord.pid)
         while True:
+            load_peak = max(load_peak, rss_mb(coord.pid))
             try:
                 with urllib.request.urlopen(http + "/nodes/node0001", timeout=600) as r:
                     if b"verdicts-loading" not in r.read():
@@ -435,7 +437,8 @@ def main():
                 missed.append("the verdict index did not load within 30 min of a restart")
                 break
             time.sleep(0.2)
-        print(f"\nverdict index read after a restart in {time.monotonic() - t:.1f} s", flush=True)
+        print(f"\nverdict index read after a restart in {time.monotonic() - t:.1f} s "
+              f"(coordinator RSS peak while reading: {load_peak:.0f} MB)", flush=True)
         host_run = runs_of("synth-hosts")[0]["run_id"]
         pio_run = runs_of("pio")[0]["run_id"]
         pages = ["/", "/runs", f"/runs/{newest['run_id']}", f"/api/runs/{newest['run_id']}",
@@ -460,10 +463,13 @@ def main():
             print(f"| {label} | {times[0]:.0f} | {statistics.median(times[1:]):.1f} |")
             if times[0] > 300:
                 missed.append(f"page {label}: {times[0]:.0f} ms cold (target <= 300 ms)")
+        pages_rss = rss_mb(coord.pid)
         print(f"\ncoordinator RSS after the year: {year_rss:.0f} MB; after the pages (restarted): "
-              f"{rss_mb(coord.pid):.0f} MB")
-        if year_rss > 500:
-            missed.append(f"coordinator RSS {year_rss:.0f} MB (target <= 500 MB)")
+              f"{pages_rss:.0f} MB")
+        for label, mb in (("after the year", year_rss), ("while its verdict index was read", load_peak),
+                          ("after a restart and every page", pages_rss)):
+            if mb > 500:
+                missed.append(f"coordinator RSS {label}: {mb:.0f} MB (target <= 500 MB)")
     finally:
         for p in procs.values():
             p.terminate()

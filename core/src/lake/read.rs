@@ -85,11 +85,25 @@ impl Lake {
     /// [`Self::parquet_stream`] of the row groups `groups` only (all when
     /// None): a part's rows in a merged file ([`super::compact`]). A range
     /// past the object's row groups is [`Error::Decode`].
-    #[allow(deprecated)]
     pub async fn parquet_stream_groups(
         &self,
         key: &str,
         groups: Option<std::ops::Range<usize>>,
+        batch_rows: usize,
+    ) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
+        self.parquet_stream_columns(key, groups, &[], batch_rows)
+            .await
+    }
+
+    /// [`Self::parquet_stream_groups`] of the top-level `columns` only (all
+    /// when empty): the other columns are neither fetched nor decoded.
+    // ParquetObjectReader: see verify_run_column in lake.rs.
+    #[allow(deprecated)]
+    pub async fn parquet_stream_columns(
+        &self,
+        key: &str,
+        groups: Option<std::ops::Range<usize>>,
+        columns: &[&str],
         batch_rows: usize,
     ) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
         use futures::StreamExt;
@@ -117,6 +131,13 @@ impl Lake {
                 )));
             }
             builder = builder.with_row_groups(g.collect());
+        }
+        if !columns.is_empty() {
+            let mask = parquet::arrow::ProjectionMask::columns(
+                builder.parquet_schema(),
+                columns.iter().copied(),
+            );
+            builder = builder.with_projection(mask);
         }
         let stream = builder
             .with_batch_size(batch_rows.max(1))
