@@ -63,7 +63,20 @@ pub struct RunVerdicts {
     node_files: BTreeMap<String, Vec<(String, CheckRow)>>,
     /// The agents of the run's tasks.
     pub agents: Vec<String>,
+    /// The worst status of node rows the index no longer holds
+    /// ([`MAX_NODE_ROWS`]; [`read_run`] reads them again).
+    node_verdict: Option<&'static str>,
+    /// Whether node rows were dropped ([`MAX_NODE_ROWS`]).
+    pub node_rows_dropped: bool,
 }
+
+/// Node rows (`node_health`) the index holds, newest runs first: about
+/// 90 MB (a row and its strings are ~450 bytes). Older runs keep their
+/// verdict, and their rows are read from the lake when asked for
+/// ([`read_run`]): a year of 600 nodes is 446,000 rows, 10,000 runs of
+/// 6,000 nodes 60 M, so holding them all grew the coordinator with its
+/// history (issue 40). The node page's series are of the runs held.
+pub const MAX_NODE_ROWS: usize = 200_000;
 
 impl RunVerdicts {
     /// Every row, in object key order.
@@ -81,8 +94,22 @@ impl RunVerdicts {
         worst(
             self.rows()
                 .chain(self.node_rows().map(|(_, r)| r))
-                .map(|r| r.status.as_str()),
+                .map(|r| r.status.as_str())
+                .chain(self.node_verdict),
         )
+    }
+
+    /// Drops the node rows (their worst status stays); returns how many.
+    fn drop_node_rows(&mut self) -> usize {
+        let n = self.node_files.values().map(Vec::len).sum();
+        self.node_verdict = worst(
+            self.node_rows()
+                .map(|(_, r)| r.status.as_str())
+                .chain(self.node_verdict),
+        );
+        self.node_files.clear();
+        self.node_rows_dropped = true;
+        n
     }
 }
 
@@ -111,6 +138,10 @@ pub struct NodeCheck {
 #[derive(Debug, Default)]
 struct Inner {
     runs: BTreeMap<String, RunVerdicts>,
+    /// Node rows held in `runs` ([`MAX_NODE_ROWS`]).
+    node_rows: usize,
+    /// The bound on `node_rows` when not [`MAX_NODE_ROWS`] (tests).
+    budget: Option<usize>,
     nodes: HashMap<String, BTreeMap<String, NodeCheck>>,
     node_health: HashMap<String, BTreeMap<String, NodeVerdict>>,
 }
@@ -173,10 +204,16 @@ impl VerdictIndex {
     /// check stays what it was (retention removes old runs, not the newest).
     pub fn forget(&self, run_id: &str, key: &str) {
         let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let g = &mut *g;
         if let Some(run) = g.runs.get_mut(run_id) {
             run.files.remove(key);
-            run.node_files.remove(key);
-            if run.files.is_empty() && run.node_files.is_empty() {
+            if let Some(rows) = run.node_files.remove(key) {
+                g.node_rows -= rows.len();
+            } else if is_node_health(key) {
+                // Its rows were dropped; their verdict goes with the file.
+                run.node_verdict = None;
+            }
+            if run.files.is_empty() && run.node_files.is_empty() && run.node_verdict.is_none() {
                 g.runs.remove(run_id);
             }
         }
@@ -213,8 +250,24 @@ impl VerdictIndex {
                 );
             }
         }
+        let g = &mut *g;
         let run = g.runs.entry(run_id.to_string()).or_default();
-        run.node_files.insert(key.to_string(), rows);
+        g.node_rows += rows.len();
+        if let Some(old) = run.node_files.insert(key.to_string(), rows) {
+            g.node_rows -= old.len();
+        }
+        // Over the budget, the oldest runs' rows go (their verdict stays).
+        let budget = g.budget.unwrap_or(MAX_NODE_ROWS);
+        if g.node_rows > budget {
+            for r in g.runs.values_mut() {
+                if g.node_rows <= budget {
+                    break;
+                }
+                if !r.node_files.is_empty() {
+                    g.node_rows -= r.drop_node_rows();
+                }
+            }
+        }
     }
 
     /// The newest verdict of each node-level check (`node_health`) on `node`.
@@ -259,7 +312,28 @@ impl VerdictIndex {
         self.loaded.load(Ordering::Acquire)
     }
 
-    /// The verdicts of `run_id`.
+    /// Bounds the node rows held to `n` instead of [`MAX_NODE_ROWS`].
+    pub fn set_node_row_budget(&self, n: usize) {
+        self.inner.write().unwrap_or_else(|p| p.into_inner()).budget = Some(n);
+    }
+
+    /// The node rows held now.
+    pub fn node_rows_held(&self) -> usize {
+        self.inner
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .node_rows
+    }
+
+    /// The verdict of `run_id` (None: no check ran), without copying its
+    /// rows.
+    pub fn verdict(&self, run_id: &str) -> Option<&'static str> {
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        g.runs.get(run_id).and_then(|r| r.verdict())
+    }
+
+    /// The verdicts of `run_id` as the index holds them (node rows of older
+    /// runs dropped: [`read_run`] has them all).
     pub fn run(&self, run_id: &str) -> Option<RunVerdicts> {
         let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
         g.runs.get(run_id).cloned()
@@ -509,6 +583,30 @@ pub async fn read_into(
     failed
 }
 
+/// The verdicts of `run_id` with every row: from the index, and for a run
+/// whose node rows the index dropped ([`MAX_NODE_ROWS`]), those rows read
+/// again from its committed `node_health` files (one small read each).
+pub async fn read_run(
+    c: &crate::Coordinator,
+    run_id: &str,
+) -> crate::error::Result<Option<RunVerdicts>> {
+    let Some(mut v) = c.verdicts.run(run_id) else {
+        return Ok(None);
+    };
+    if !v.node_rows_dropped {
+        return Ok(Some(v));
+    }
+    let id = run_id.to_string();
+    let files = c.db_read(move |tx| tx.committed_files_of_run(&id)).await?;
+    for f in files.iter().filter(|f| is_node_health(&f.key)) {
+        let batches = crate::compaction::read_committed(c, f).await?;
+        v.node_files.insert(f.key.clone(), node_rows(&batches));
+    }
+    v.node_verdict = None;
+    v.node_rows_dropped = false;
+    Ok(Some(v))
+}
+
 /// Whether a committed object key is one of the `node_health` table's.
 pub fn is_node_health(key: &str) -> bool {
     key.starts_with("tables/node_health/")
@@ -688,5 +786,43 @@ mod tests {
         let (h, complete) = ix.node_health_read("n2");
         assert!(complete);
         assert_eq!(h["node.cores"].run_id, "01B");
+    }
+
+    /// Over the budget the oldest runs' node rows go, newest first kept;
+    /// their verdict stays, the held count follows records, replacements
+    /// and retention, and forgetting a dropped run's node file forgets its
+    /// verdict with it.
+    #[test]
+    fn node_rows_beyond_the_budget_drop_oldest_first_and_keep_their_verdict() {
+        let ix = VerdictIndex::default();
+        ix.set_node_row_budget(10);
+        let key = |run: &str| format!("tables/node_health/x/part-{run}.parquet");
+        let rows = |status: &str| -> Vec<(String, CheckRow)> {
+            (0..4)
+                .map(|n| (format!("n{n}"), row("node.cores", status)))
+                .collect()
+        };
+        ix.record_nodes("01A", &key("01A"), rows("FAIL"));
+        ix.record_nodes("01B", &key("01B"), rows("PASS"));
+        assert_eq!(ix.node_rows_held(), 8);
+        ix.record_nodes("01C", &key("01C"), rows("PASS"));
+        // 12 > 10: 01A's rows go, its FAIL stays.
+        assert_eq!(ix.node_rows_held(), 8);
+        let a = ix.run("01A").unwrap();
+        assert!(a.node_rows_dropped && a.node_rows().count() == 0);
+        assert_eq!(a.verdict(), Some("FAIL"));
+        assert_eq!(ix.verdict("01A"), Some("FAIL"));
+        assert_eq!(ix.runs_with("FAIL", None, 10), ["01A"]);
+        assert_eq!(ix.run("01C").unwrap().node_rows().count(), 4);
+        // The newest verdict per node is not the rows': it stays.
+        assert_eq!(ix.node_health("n1")["node.cores"].run_id, "01C");
+        // A retried job's file replaces its rows, counted once.
+        ix.record_nodes("01C", &key("01C"), rows("PASS"));
+        assert_eq!(ix.node_rows_held(), 8);
+        // Retention: a held file and a dropped one.
+        ix.forget("01B", &key("01B"));
+        assert_eq!(ix.node_rows_held(), 4);
+        ix.forget("01A", &key("01A"));
+        assert!(ix.run("01A").is_none() && ix.verdict("01A").is_none());
     }
 }

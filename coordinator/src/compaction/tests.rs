@@ -530,3 +530,127 @@ async fn a_coordinator_killed_between_copy_and_record_leaves_no_double_and_the_r
     let listed = c.lake.table_files(T, None).await.unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
 }
+
+/// The node rows the verdict index dropped for its bound are read again
+/// from the lake when a run is asked for whole (`verdicts::read_run`), from
+/// a merged file too, with the run's verdict unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_rows_the_index_dropped_are_read_from_the_lake_merged_or_not() {
+    use benchlake_analysis::node_checks::{NodeRow, to_batch};
+    let dir = tempfile::tempdir().unwrap();
+    let c = coordinator(dir.path(), 2);
+    c.verdicts.set_node_row_budget(3);
+    let mut runs = Vec::new();
+    for (d, status) in [(1, "FAIL"), (2, "PASS"), (3, "PASS")] {
+        let at = NOW - 30 * DAY_MS + d;
+        let (run, job) = (new_id_at(at), new_id_at(at + 1));
+        let rows: Vec<NodeRow> = (0..2)
+            .map(|n| NodeRow {
+                node: format!("n{n}"),
+                check: "node.cores".into(),
+                status: status.into(),
+                value: Some(64.0),
+                reference: Some(64.0),
+                unit: "cores".into(),
+                message: format!("night {d}"),
+                regression: None,
+            })
+            .collect();
+        let date = format!("2026-10-0{d}");
+        let b = to_batch(&run, "raw/x", &rows).unwrap();
+        let keys = c
+            .lake
+            .write_final(
+                &[TableOutput::new("node_health", vec![b])],
+                &date,
+                &run,
+                &job,
+            )
+            .await
+            .unwrap();
+        let f = CommittedFile {
+            key: keys[0].clone(),
+            table: "node_health".into(),
+            run_id: run.clone(),
+            job_id: job,
+            date,
+            rows: 2,
+            bytes: c.lake.size(&keys[0]).await.unwrap().unwrap(),
+            committed_ms: at,
+            merged: None,
+        };
+        c.store.transact(|tx| tx.upsert_committed(&f)).unwrap();
+        let read = crate::verdicts::node_rows(&read_committed(&c, &f).await.unwrap());
+        c.verdicts.record_nodes(&run, &f.key, read);
+        runs.push(run);
+    }
+    assert_eq!(
+        c.verdicts.node_rows_held(),
+        2,
+        "the two oldest runs' rows went"
+    );
+    let first = c.verdicts.run(&runs[0]).unwrap();
+    assert!(first.node_rows_dropped);
+    assert_eq!(first.verdict(), Some("FAIL"));
+    let whole = |v: crate::verdicts::RunVerdicts| -> Vec<(String, String, String)> {
+        v.node_rows()
+            .map(|(n, r)| (n.clone(), r.status.clone(), r.message.clone()))
+            .collect()
+    };
+    let want = vec![
+        ("n0".to_string(), "FAIL".to_string(), "night 1".to_string()),
+        ("n1".to_string(), "FAIL".to_string(), "night 1".to_string()),
+    ];
+    let got = crate::verdicts::read_run(&c, &runs[0])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.verdict(), Some("FAIL"));
+    assert_eq!(whole(got), want);
+
+    // October is over: its three parts merge; the dropped rows are read
+    // from the merged file.
+    let specs = c.schedule_compaction(NOW).unwrap();
+    assert_eq!(specs.len(), 1, "{specs:?}");
+    let cfg = c.cfg.clone();
+    let (j, _) = c
+        .store
+        .transact(|tx| job::lease(tx, &cfg, "w1", &[COMPACT_JOB.to_string()], NOW + 10))
+        .unwrap();
+    let j = j.unwrap();
+    let spec: CompactSpec = serde_json::from_str(&j.spec_json).unwrap();
+    let (data, meta) = c
+        .lake
+        .merge_parts(&spec.table, &spec.parts, spec.merged_from.clone())
+        .await
+        .unwrap();
+    let staged = layout::staged_key(
+        &layout::staging_prefix(&j.job_id, j.attempt).unwrap(),
+        "node_health",
+        layout::COMPACTED_PART,
+    )
+    .unwrap();
+    let bytes = data.len() as u64;
+    c.lake.put(&staged, data).await.unwrap();
+    let req = pb::CompleteJobRequest {
+        job_id: j.job_id.clone(),
+        lease_id: j.lease_id.clone().unwrap(),
+        files: vec![pb::StagedFile {
+            staged_key: staged,
+            table: "node_health".into(),
+            rows: meta.parts.iter().map(|p| p.rows).sum(),
+            bytes,
+            part: layout::COMPACTED_PART.into(),
+        }],
+        result_json: String::new(),
+    };
+    crate::commit::commit_job(&c, req, &|_| Ok(()))
+        .await
+        .unwrap();
+    c.delete_retired(NOW + 3 * DAY_MS).await.unwrap();
+    let got = crate::verdicts::read_run(&c, &runs[0])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(whole(got), want);
+}

@@ -906,7 +906,14 @@ pub async fn run(
         Err(e) => return store_error(&h, &headers, e),
     };
     let r = &d.run;
-    let verdicts = c.verdicts().run(&id);
+    // Every row, the node rows of an older run read from the lake.
+    let verdicts = match crate::verdicts::read_run(&c, &id).await {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(run = %id, error = %e, "cannot read the run's node verdicts");
+            c.verdicts().run(&id)
+        }
+    };
     let verdict = verdicts.as_ref().and_then(|v| v.verdict());
     let mut b = String::with_capacity(32 * 1024);
     let _ = write!(
@@ -1319,7 +1326,7 @@ pub async fn run_json(
             );
         }
     };
-    let verdict = c.verdicts().run(&d.run.run_id).and_then(|v| v.verdict());
+    let verdict = c.verdicts().verdict(&d.run.run_id);
     json(
         StatusCode::OK,
         serde_json::json!({

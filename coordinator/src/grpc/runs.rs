@@ -90,7 +90,7 @@ impl RunService for Svc {
         check_id("run_id", &id)?;
         let mut d = self.read(|tx| convert::run_detail(tx, &id)).await?;
         self.with_verdict(d.run.as_mut());
-        d.checks = self.checks_of(&id);
+        d.checks = self.checks_of(&id).await?;
         Ok(Response::new(d))
     }
 
@@ -276,13 +276,12 @@ fn analysis_options(
 }
 
 impl Svc {
-    /// Fills a run's overall verdict (the worst status of its checks, from the
-    /// verdicts read off the committed `checks` files; empty while none is).
     /// The verdict rows of run `id` from the verdict index: run-level
-    /// checks, then node rows, each in object key order.
-    fn checks_of(&self, id: &str) -> Vec<pb::RunCheck> {
-        let Some(v) = self.0.verdicts.run(id) else {
-            return Vec::new();
+    /// checks, then node rows, each in object key order (the node rows of
+    /// an older run read from the lake: [`crate::verdicts::read_run`]).
+    async fn checks_of(&self, id: &str) -> crate::error::Result<Vec<pb::RunCheck>> {
+        let Some(v) = crate::verdicts::read_run(&self.0, id).await? else {
+            return Ok(Vec::new());
         };
         let row = |node: &str, r: &crate::verdicts::CheckRow| pb::RunCheck {
             check: r.check.clone(),
@@ -297,15 +296,17 @@ impl Svc {
             step: r.step,
             confidence: r.confidence,
         };
-        v.rows()
+        Ok(v.rows()
             .map(|r| row("", r))
             .chain(v.node_rows().map(|(n, r)| row(n, r)))
-            .collect()
+            .collect())
     }
 
+    /// Fills a run's overall verdict (the worst status of its checks, from the
+    /// verdicts read off the committed `checks` files; empty while none is).
     fn with_verdict(&self, run: Option<&mut pb::Run>) {
         if let Some(r) = run
-            && let Some(v) = self.0.verdicts.run(&r.run_id).and_then(|v| v.verdict())
+            && let Some(v) = self.0.verdicts.verdict(&r.run_id)
         {
             r.verdict = v.to_string();
         }
