@@ -108,7 +108,7 @@ pub struct Merged {
 
 /// Rows per batch of [`Lake::read_part`] (a nightly part is far smaller
 /// than a row group).
-pub const PART_BATCH_ROWS: usize = 64 * 1024;
+pub const PART_BATCH_ROWS: usize = 8 * 1024;
 
 impl Lake {
     /// The objects of `table` (of `date`'s month only when given) with the
