@@ -1042,31 +1042,6 @@ mod tests {
             .to_string();
         assert!(e.contains(&f.key) && e.contains("row 0 is of run"), "{e}");
     }
-}
-
-#[cfg(test)]
-mod verify_tests {
-    use super::*;
-    use crate::ids::new_id;
-    use crate::lake::TableOutput;
-    use arrow::array::{ArrayRef, Int32Array, StringArray};
-    use std::sync::Arc;
-
-    const T: &str = "linktest_ranks";
-
-    fn ranks(run: &str, first: i32, n: i32) -> RecordBatch {
-        RecordBatch::try_new(
-            catalog::schema(T).unwrap(),
-            vec![
-                Arc::new(StringArray::from(vec![run; n as usize])) as ArrayRef,
-                Arc::new(StringArray::from(vec!["raw/x.sion"; n as usize])),
-                Arc::new(Int32Array::from_iter_values(first..first + n)),
-                Arc::new(StringArray::from(vec!["n1"; n as usize])),
-                Arc::new(Int32Array::from(vec![None; n as usize])),
-            ],
-        )
-        .unwrap()
-    }
 
     /// The coordinator's check of a staged merged file reads its parts'
     /// `run_id` column only, and still finds a row of another run under a
