@@ -135,14 +135,19 @@ async fn run_job(
     alter: impl FnOnce(&mut CompactSpec),
 ) -> (JobRow, Result<Vec<String>>) {
     let (j, staged) = stage_job(c, NOW + 10, alter).await;
+    let res = commit_staged(c, &j, staged).await;
+    (j, res)
+}
+
+/// The worker's `CompleteJob` of leased job `j` with its staged file.
+async fn commit_staged(c: &Coordinator, j: &JobRow, staged: pb::StagedFile) -> Result<Vec<String>> {
     let req = pb::CompleteJobRequest {
         job_id: j.job_id.clone(),
         lease_id: j.lease_id.clone().unwrap(),
         files: vec![staged],
         result_json: String::new(),
     };
-    let res = crate::commit::commit_job(c, req, &|_| Ok(())).await;
-    (j, res)
+    crate::commit::commit_job(c, req, &|_| Ok(())).await
 }
 
 /// A worker's part of [`run_job`], leasing at `at`: the leased job and the
@@ -175,7 +180,7 @@ async fn stage_job(
         .unwrap();
     let staged = layout::staged_key(
         &layout::staging_prefix(&j.job_id, j.attempt).unwrap(),
-        T,
+        &spec.table,
         layout::COMPACTED_PART,
     )
     .unwrap();
@@ -183,7 +188,7 @@ async fn stage_job(
     c.lake.put(&staged, data).await.unwrap();
     let file = pb::StagedFile {
         staged_key: staged,
-        table: T.into(),
+        table: spec.table.clone(),
         rows: meta.parts.iter().map(|p| p.rows).sum(),
         bytes,
         part: layout::COMPACTED_PART.into(),
@@ -510,16 +515,7 @@ async fn a_coordinator_killed_between_copy_and_record_leaves_no_double_and_the_r
     // The retry merges again and commits under its own name.
     let (j2, staged) = stage_job(&c, later + DAY_MS, |_| {}).await;
     assert_eq!((j2.job_id.as_str(), j2.attempt), (j.job_id.as_str(), 2));
-    let req = pb::CompleteJobRequest {
-        job_id: j2.job_id.clone(),
-        lease_id: j2.lease_id.clone().unwrap(),
-        files: vec![staged],
-        result_json: String::new(),
-    };
-    let merged = crate::commit::commit_job(&c, req, &|_| Ok(()))
-        .await
-        .unwrap()
-        .remove(0);
+    let merged = commit_staged(&c, &j2, staged).await.unwrap().remove(0);
     assert_ne!(merged, orphan);
     assert_eq!(compacted_files(dir.path()), vec![merged.clone()]);
     assert!(rows(&c).iter().all(|r| r.object() == merged));
@@ -612,41 +608,8 @@ async fn node_rows_the_index_dropped_are_read_from_the_lake_merged_or_not() {
     // from the merged file.
     let specs = c.schedule_compaction(NOW).unwrap();
     assert_eq!(specs.len(), 1, "{specs:?}");
-    let cfg = c.cfg.clone();
-    let (j, _) = c
-        .store
-        .transact(|tx| job::lease(tx, &cfg, "w1", &[COMPACT_JOB.to_string()], NOW + 10))
-        .unwrap();
-    let j = j.unwrap();
-    let spec: CompactSpec = serde_json::from_str(&j.spec_json).unwrap();
-    let (data, meta) = c
-        .lake
-        .merge_parts(&spec.table, &spec.parts, spec.merged_from.clone())
-        .await
-        .unwrap();
-    let staged = layout::staged_key(
-        &layout::staging_prefix(&j.job_id, j.attempt).unwrap(),
-        "node_health",
-        layout::COMPACTED_PART,
-    )
-    .unwrap();
-    let bytes = data.len() as u64;
-    c.lake.put(&staged, data).await.unwrap();
-    let req = pb::CompleteJobRequest {
-        job_id: j.job_id.clone(),
-        lease_id: j.lease_id.clone().unwrap(),
-        files: vec![pb::StagedFile {
-            staged_key: staged,
-            table: "node_health".into(),
-            rows: meta.parts.iter().map(|p| p.rows).sum(),
-            bytes,
-            part: layout::COMPACTED_PART.into(),
-        }],
-        result_json: String::new(),
-    };
-    crate::commit::commit_job(&c, req, &|_| Ok(()))
-        .await
-        .unwrap();
+    let (j, staged) = stage_job(&c, NOW + 10, |_| {}).await;
+    commit_staged(&c, &j, staged).await.unwrap();
     c.delete_retired(NOW + 3 * DAY_MS).await.unwrap();
     let got = crate::verdicts::read_run(&c, &runs[0])
         .await
