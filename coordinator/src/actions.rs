@@ -52,12 +52,12 @@ pub(crate) fn owned_run(tx: &mut dyn Tx, id: &Identity, run_id: &str) -> Result<
 impl Coordinator {
     /// Runs action `f` in one transaction and records it: `f` returns its
     /// result, the audit detail and its effects.
-    pub(crate) async fn audited<T: Send>(
+    pub(crate) async fn audited<T: Send + 'static>(
         &self,
         who: &Actor,
         what: &str,
         target: &str,
-        f: impl FnOnce(&mut dyn Tx) -> Result<(T, String, Effects)> + Send,
+        f: impl FnOnce(&mut dyn Tx) -> Result<(T, String, Effects)> + Send + 'static,
     ) -> Result<T> {
         let row = AuditRow::new(who, what, target, self.now());
         let ok = row.clone();
@@ -84,7 +84,7 @@ impl Coordinator {
     /// Records a refused or failed action (a failure to record is logged).
     async fn audit_failure(&self, row: AuditRow) {
         tracing::warn!(who = %row.who, via = %row.via, action = %row.action, object = %row.target, outcome = %row.outcome, "action not taken: {}", row.detail);
-        if let Err(e) = self.db(|tx| tx.insert_audit(&row)).await {
+        if let Err(e) = self.db(move |tx| tx.insert_audit(&row)).await {
             tracing::warn!(error = %e, "cannot record the action in the audit trail");
         }
     }
@@ -92,7 +92,7 @@ impl Coordinator {
     /// Records an action taken outside a store transaction (node drains).
     async fn audit_done(&self, row: AuditRow) {
         tracing::info!(who = %row.who, via = %row.via, action = %row.action, object = %row.target, "action taken: {}", row.detail);
-        if let Err(e) = self.db(|tx| tx.insert_audit(&row)).await {
+        if let Err(e) = self.db(move |tx| tx.insert_audit(&row)).await {
             tracing::warn!(error = %e, "cannot record the action in the audit trail");
         }
     }
@@ -100,17 +100,17 @@ impl Coordinator {
     /// Starts a run of schedule `schedule` (id or name) now, unless one is
     /// active and the schedule does not allow overlap; `out` converts the
     /// new run inside the same transaction.
-    pub async fn trigger_schedule<T: Send>(
+    pub async fn trigger_schedule<T: Send + 'static>(
         &self,
         who: &Actor,
         schedule: &str,
-        out: impl FnOnce(&mut dyn Tx, &RunRow) -> Result<T> + Send,
+        out: impl FnOnce(&mut dyn Tx, &RunRow) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let now = self.now();
         let cfg = self.cfg.clone();
-        let id = who.id.clone();
+        let (id, sched) = (who.id.clone(), schedule.to_string());
         self.audited(who, action::SCHEDULE_TRIGGER, schedule, move |tx| {
-            let s = owned_schedule(tx, &id, schedule)?;
+            let s = owned_schedule(tx, &id, &sched)?;
             if !s.allow_overlap && !tx.active_runs_of_schedule(&s.schedule_id)?.is_empty() {
                 return Err(CoordError::FailedPrecondition(format!(
                     "schedule '{}' has an active run and allow_overlap is off",
@@ -133,14 +133,14 @@ impl Coordinator {
         paused: bool,
     ) -> Result<ScheduleRow> {
         let now = self.now();
-        let id = who.id.clone();
+        let (id, sched) = (who.id.clone(), schedule.to_string());
         let what = if paused {
             action::SCHEDULE_PAUSE
         } else {
             action::SCHEDULE_RESUME
         };
         self.audited(who, what, schedule, move |tx| {
-            let mut s = owned_schedule(tx, &id, schedule)?;
+            let mut s = owned_schedule(tx, &id, &sched)?;
             let was = s.paused;
             if s.paused && !paused {
                 let cron = CronSpec::parse(&s.cron, &s.time_zone)?;
@@ -166,19 +166,20 @@ impl Coordinator {
 
     /// Cancels run `run_id` with `reason`; `out` converts the run inside the
     /// same transaction.
-    pub async fn cancel_run<T: Send>(
+    pub async fn cancel_run<T: Send + 'static>(
         &self,
         who: &Actor,
         run_id: &str,
         reason: &str,
-        out: impl FnOnce(&mut dyn Tx, &RunRow) -> Result<T> + Send,
+        out: impl FnOnce(&mut dyn Tx, &RunRow) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let now = self.now();
         let cfg = self.cfg.clone();
-        let id = who.id.clone();
+        let (id, run_id2, reason) = (who.id.clone(), run_id.to_string(), reason.to_string());
         self.audited(who, action::RUN_CANCEL, run_id, move |tx| {
+            let run_id = run_id2.as_str();
             owned_run(tx, &id, run_id)?;
-            let (run, fx) = lifecycle::run::cancel(tx, &cfg, run_id, reason, now)?;
+            let (run, fx) = lifecycle::run::cancel(tx, &cfg, run_id, &reason, now)?;
             let detail = if reason.is_empty() {
                 run.state.as_str().to_string()
             } else {
@@ -192,16 +193,17 @@ impl Coordinator {
     /// Re-runs the failed tasks of finished run `run_id` as a new run (same
     /// benchmark, parameters and agents, owned by the same owner); `out`
     /// converts the new run inside the same transaction.
-    pub async fn rerun_failed<T: Send>(
+    pub async fn rerun_failed<T: Send + 'static>(
         &self,
         who: &Actor,
         run_id: &str,
-        out: impl FnOnce(&mut dyn Tx, &RunRow) -> Result<T> + Send,
+        out: impl FnOnce(&mut dyn Tx, &RunRow) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let now = self.now();
         let cfg = self.cfg.clone();
-        let id = who.id.clone();
+        let (id, run_id2) = (who.id.clone(), run_id.to_string());
         self.audited(who, action::RUN_RERUN, run_id, move |tx| {
+            let run_id = run_id2.as_str();
             owned_run(tx, &id, run_id)?;
             let (run, fx) = lifecycle::run::rerun_failed(tx, &cfg, run_id, now)?;
             let detail = format!("run {}", run.run_id);
@@ -218,7 +220,7 @@ impl Coordinator {
         } else {
             action::AGENT_RESUME
         };
-        let id = who.id.clone();
+        let (id, agent) = (who.id.clone(), name.to_string());
         let a = self
             .audited(who, what, name, move |tx| {
                 access::require_admin(
@@ -229,7 +231,7 @@ impl Coordinator {
                         "resuming an agent"
                     },
                 )?;
-                let a = lifecycle::agent::set_drain(tx, name, drain)?;
+                let a = lifecycle::agent::set_drain(tx, &agent, drain)?;
                 let detail = if drain { "drained" } else { "resumed" };
                 Ok((a, detail.to_string(), Effects::default()))
             })

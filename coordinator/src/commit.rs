@@ -17,6 +17,8 @@ use std::collections::BTreeSet;
 use benchlake_core::layout;
 use benchlake_proto::v1 as pb;
 
+use std::sync::Arc;
+
 use crate::Coordinator;
 use crate::error::{CoordError, Result};
 use benchlake_core::jobs::{self, JobResult, RECORD_JOB};
@@ -32,7 +34,7 @@ use crate::model::*;
 pub async fn commit_job(
     c: &Coordinator,
     req: pb::CompleteJobRequest,
-    holds: &(dyn Fn(&JobRow) -> Result<()> + Sync),
+    holds: Holds,
 ) -> Result<Vec<String>> {
     let t0 = std::time::Instant::now();
     let res = commit_job_inner(c, req, holds).await;
@@ -70,6 +72,10 @@ pub async fn commit_job(
     }
     res.map(|w| w.files.into_iter().map(|f| f.0).collect())
 }
+
+/// Refuses a caller that may not act on a job (another worker's lease).
+/// Shared, as the transactions that check it run on the store's thread.
+pub type Holds = std::sync::Arc<dyn Fn(&JobRow) -> Result<()> + Send + Sync>;
 
 /// What a commit wrote: (final key, bytes, table) per file, of `run_id`.
 struct Written {
@@ -134,7 +140,7 @@ async fn count_verdicts(c: &Coordinator, run_id: String, keys: Vec<String>) {
 async fn commit_job_inner(
     c: &Coordinator,
     req: pb::CompleteJobRequest,
-    holds: &(dyn Fn(&JobRow) -> Result<()> + Sync),
+    holds: Holds,
 ) -> Result<Written> {
     if req.files.len() > 10_000 {
         return Err(CoordError::invalid("files", "more than 10000 staged files"));
@@ -170,13 +176,16 @@ async fn commit_job_inner(
             "more than 10000",
         ));
     }
+    let req = Arc::new(req);
+    let result = Arc::new(result);
     let leased = if req.files.is_empty() {
         None
     } else {
+        let (r, h) = (req.clone(), holds.clone());
         Some(
-            c.db(|tx| {
-                let j = job::leased(tx, &req.job_id, &req.lease_id)?;
-                holds(&j)?;
+            c.db(move |tx| {
+                let j = job::leased(tx, &r.job_id, &r.lease_id)?;
+                h(&j)?;
                 Ok(j)
             })
             .await?,
@@ -186,7 +195,7 @@ async fn commit_job_inner(
     if let Some(j) = &leased
         && j.kind == jobs::COMPACT_JOB
     {
-        let (key, bytes) = crate::compaction::commit(c, &req, j, holds).await?;
+        let (key, bytes) = crate::compaction::commit(c, &req, j, holds.clone()).await?;
         let table = req.files[0].table.clone();
         return Ok(Written {
             run_id: j.run_id.clone(),
@@ -246,11 +255,11 @@ async fn commit_job_inner(
     // A job that staged nothing and never committed anything (no-op, record-less
     // work) has nothing to copy or delete: intent and record are one transaction.
     if req.files.is_empty() {
-        let cfg = c.cfg.clone();
+        let (cfg, r, res, h) = (c.cfg.clone(), req.clone(), result.clone(), holds.clone());
         let done = c
-            .db(|tx| {
-                let j = job::leased(tx, &req.job_id, &req.lease_id)?;
-                holds(&j)?;
+            .db(move |tx| {
+                let j = job::leased(tx, &r.job_id, &r.lease_id)?;
+                h(&j)?;
                 if j.kind == jobs::COMPACT_JOB {
                     return Err(CoordError::invalid(
                         "files",
@@ -260,7 +269,7 @@ async fn commit_job_inner(
                 if !j.committed_keys.is_empty() {
                     return Ok(None);
                 }
-                record(tx, &cfg, &req, &result, &[], &[], &[], now, holds).map(Some)
+                record(tx, &cfg, &r, &res, &[], &[], &[], now, &*h).map(Some)
             })
             .await?;
         if let Some(done) = done {
@@ -275,11 +284,13 @@ async fn commit_job_inner(
 
     // 1. Intent (the lease again: it may have been lost while the files
     // were checked).
+    let pairs = Arc::new(pairs);
+    let (r, h, p) = (req.clone(), holds.clone(), pairs.clone());
     let (job, stale) = c
-        .db(|tx| {
-            let mut j = job::leased(tx, &req.job_id, &req.lease_id)?;
-            holds(&j)?;
-            let finals: BTreeSet<&String> = pairs.iter().map(|(_, k)| k).collect();
+        .db(move |tx| {
+            let mut j = job::leased(tx, &r.job_id, &r.lease_id)?;
+            h(&j)?;
+            let finals: BTreeSet<&String> = p.iter().map(|(_, k)| k).collect();
             let stale: Vec<String> = j
                 .committed_keys
                 .iter()
@@ -296,7 +307,7 @@ async fn commit_job_inner(
 
     // 2. Copy.
     let mut sizes = Vec::with_capacity(pairs.len());
-    for (f, key) in &pairs {
+    for (f, key) in pairs.iter() {
         c.lake.copy(&f.staged_key, key).await?;
         sizes.push(c.lake.size(key).await?.unwrap_or(f.bytes));
     }
@@ -307,13 +318,14 @@ async fn commit_job_inner(
 
     // 4. Record.
     let keys: Vec<String> = pairs.iter().map(|p| p.1.clone()).collect();
-    let cfg = c.cfg.clone();
+    let staged_any = !req.files.is_empty();
+    let (cfg, p, sz) = (c.cfg.clone(), pairs.clone(), sizes.clone());
     let done = c
-        .db(|tx| record(tx, &cfg, &req, &result, &pairs, &sizes, &stale, now, holds))
+        .db(move |tx| record(tx, &cfg, &req, &result, &p, &sz, &stale, now, &*holds))
         .await?;
 
     // 5. Staging is only garbage now (a job that staged nothing left none).
-    if !req.files.is_empty()
+    if staged_any
         && let Ok(prefix) = layout::staging_prefix(&job.job_id, job.attempt)
         && let Err(e) = c.lake.delete_prefix(&prefix).await
     {

@@ -275,7 +275,7 @@ impl Coordinator {
     /// and plans merges when a plan is due (every
     /// [`CompactionConfig::every_ms`]). Errors are logged.
     pub(crate) async fn compaction_pass(&self, now: i64) {
-        if let Err(e) = self.store.transact(|tx| review_open(tx, now)) {
+        if let Err(e) = self.db(move |tx| review_open(tx, now)).await {
             tracing::warn!(error = %e, "compaction: cannot review its open merges");
         }
         match self.delete_retired(now).await {
@@ -287,16 +287,19 @@ impl Coordinator {
         if !cfg.enabled {
             return;
         }
-        let due = self.store.transact(|tx| {
-            let last = tx
-                .get_meta(LAST_PLAN_KEY)?
-                .and_then(|v| v.parse::<i64>().ok());
-            let due = last.is_none_or(|t| now >= t.saturating_add(cfg.every_ms) || now < t);
-            if due {
-                tx.set_meta(LAST_PLAN_KEY, &now.to_string())?;
-            }
-            Ok(due)
-        });
+        let every = cfg.every_ms;
+        let due = self
+            .db(move |tx| {
+                let last = tx
+                    .get_meta(LAST_PLAN_KEY)?
+                    .and_then(|v| v.parse::<i64>().ok());
+                let due = last.is_none_or(|t| now >= t.saturating_add(every) || now < t);
+                if due {
+                    tx.set_meta(LAST_PLAN_KEY, &now.to_string())?;
+                }
+                Ok(due)
+            })
+            .await;
         match due {
             Ok(true) => {
                 if let Err(e) = self.schedule_compaction(now) {
@@ -358,7 +361,7 @@ impl Coordinator {
     /// were deleted.
     pub async fn delete_retired(&self, now: i64) -> Result<usize> {
         let due: Vec<Retired> = self
-            .db(|tx| {
+            .db(move |tx| {
                 let all: Vec<Retired> = read_json(tx, RETIRED_KEY)?;
                 Ok(all.into_iter().filter(|r| r.after_ms <= now).collect())
             })
@@ -374,11 +377,11 @@ impl Coordinator {
                     continue;
                 }
             };
-            let key = r.key.clone();
+            let (key, t2) = (r.key.clone(), table.clone());
             let used = self
-                .db(|tx| {
+                .db(move |tx| {
                     Ok(tx
-                        .committed_files(Some(&table))?
+                        .committed_files(Some(&t2))?
                         .iter()
                         .any(|f| f.object() == key))
                 })
@@ -393,7 +396,7 @@ impl Coordinator {
             gone.insert(r.key.clone());
         }
         if !gone.is_empty() {
-            self.db(|tx| {
+            self.db(move |tx| {
                 let mut all: Vec<Retired> = read_json(tx, RETIRED_KEY)?;
                 all.retain(|r| !gone.contains(&r.key));
                 write_json(tx, RETIRED_KEY, &all)
@@ -412,7 +415,7 @@ pub(crate) async fn commit(
     c: &Coordinator,
     req: &pb::CompleteJobRequest,
     j: &JobRow,
-    holds: &(dyn Fn(&JobRow) -> Result<()> + Sync),
+    holds: crate::commit::Holds,
 ) -> Result<(String, u64)> {
     if j.run_id != j.job_id {
         return Err(CoordError::invalid(
@@ -466,8 +469,11 @@ pub(crate) async fn commit(
     // attempt overwrites, which the plan's pass, or this intent, retires.
     let key = layout::compacted_key(&spec.table, &first, &new_id_at(c.now()))?;
     let now = c.now();
-    c.db(|tx| {
-        let mut j = job::leased(tx, &req.job_id, &req.lease_id)?;
+    let (job_id, lease_id) = (req.job_id.clone(), req.lease_id.clone());
+    let (k2, h2) = (key.clone(), holds.clone());
+    c.db(move |tx| {
+        let (key, holds) = (k2, h2);
+        let mut j = job::leased(tx, &job_id, &lease_id)?;
         holds(&j)?;
         let earlier: Vec<Retired> = j
             .committed_keys
@@ -490,12 +496,15 @@ pub(crate) async fn commit(
     c.lake.copy(&staged, &key).await?;
     let bytes = c.lake.size(&key).await?.unwrap_or(req.files[0].bytes);
     let (cfg, now, grace) = (c.cfg.clone(), c.now(), c.cfg.compaction.grace_ms);
+    let (job_id, lease_id) = (req.job_id.clone(), req.lease_id.clone());
+    let (k2, sp, parts) = (key.clone(), spec.clone(), meta.parts);
     let done = c
-        .db(|tx| {
-            let j = job::leased(tx, &req.job_id, &req.lease_id)?;
+        .db(move |tx| {
+            let (key, spec) = (k2, sp);
+            let j = job::leased(tx, &job_id, &lease_id)?;
             holds(&j)?;
             let mut runs: BTreeMap<String, Vec<CommittedFile>> = BTreeMap::new();
-            for (p, m) in spec.parts.iter().zip(&meta.parts) {
+            for (p, m) in spec.parts.iter().zip(&parts) {
                 if !runs.contains_key(&p.run_id) {
                     let rows = tx.committed_files_of_run(&p.run_id)?;
                     runs.insert(p.run_id.clone(), rows);

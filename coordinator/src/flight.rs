@@ -109,22 +109,23 @@ pub struct FlightSvc(pub Arc<Coordinator>);
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 impl FlightSvc {
-    fn files(&self, f: &FlightFilter) -> Result<Vec<CommittedFile>, Status> {
+    async fn files(&self, f: &FlightFilter) -> Result<Vec<CommittedFile>, Status> {
         // One run's files come from the run's index, not the table's history.
+        let (run, table) = (f.run_id.clone(), f.table.clone());
         let all = self
             .0
-            .store
-            .transact(|tx| match &f.run_id {
+            .db_read(move |tx| match &run {
                 Some(r) => tx.committed_files_of_run(r),
-                None => tx.committed_files(Some(&f.table)),
+                None => tx.committed_files(Some(&table)),
             })
+            .await
             .map_err(Status::from)?;
         Ok(all.into_iter().filter(|x| f.matches(x)).collect())
     }
 
-    fn info(&self, f: &FlightFilter) -> Result<FlightInfo, Status> {
+    async fn info(&self, f: &FlightFilter) -> Result<FlightInfo, Status> {
         let schema = flight_schema(&f.table)?;
-        let files = self.files(f)?;
+        let files = self.files(f).await?;
         let rows: u64 = files.iter().map(|x| x.rows).sum();
         let bytes: u64 = files.iter().map(|x| x.bytes).sum();
         let ticket = serde_json::to_vec(f).map_err(|e| Status::internal(e.to_string()))?;
@@ -230,15 +231,17 @@ impl FlightService for FlightSvc {
     ) -> Result<Response<Self::ListFlightsStream>, Status> {
         let tables = self
             .0
-            .store
-            .transact(|tx| tx.table_totals())
+            .db_read(|tx| tx.table_totals())
+            .await
             .map_err(Status::from)?;
         let mut infos = Vec::new();
         for t in tables.into_iter().map(|t| t.table) {
-            infos.push(Ok(self.info(&FlightFilter {
-                table: t,
-                ..Default::default()
-            })?));
+            infos.push(Ok(self
+                .info(&FlightFilter {
+                    table: t,
+                    ..Default::default()
+                })
+                .await?));
         }
         Ok(Response::new(Box::pin(futures::stream::iter(infos))))
     }
@@ -248,7 +251,7 @@ impl FlightService for FlightSvc {
         r: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let f = FlightFilter::from_descriptor(r.get_ref())?;
-        Ok(Response::new(self.info(&f)?))
+        Ok(Response::new(self.info(&f).await?))
     }
 
     async fn poll_flight_info(
@@ -279,7 +282,7 @@ impl FlightService for FlightSvc {
         })?;
         f.check()?;
         let schema = flight_schema(&f.table)?;
-        let files = self.files(&f)?;
+        let files = self.files(&f).await?;
         let coord = self.0.clone();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, FlightError>>(FLIGHT_QUEUE);
         let sch = schema.clone();

@@ -284,20 +284,16 @@ impl Http {
                 coord
             }
         };
-        let c = coord.clone();
         let state = tokio::time::timeout(
             CHECK_TIMEOUT,
-            tokio::task::spawn_blocking(move || {
-                c.store.transact(|tx| tx.get_meta("schema_version"))
-            }),
+            coord.db_read(|tx| tx.get_meta("schema_version")),
         )
         .await;
         r.check(
             "state",
             match state {
-                Ok(Ok(Ok(_))) => Ok("ok".into()),
-                Ok(Ok(Err(e))) => Err(e.to_string()),
-                Ok(Err(e)) => Err(format!("check failed: {e}")),
+                Ok(Ok(_)) => Ok("ok".into()),
+                Ok(Err(e)) => Err(e.to_string()),
                 Err(_) => Err(format!("no answer within {} s", CHECK_TIMEOUT.as_secs())),
             },
         );
@@ -323,23 +319,20 @@ impl Http {
         let mut e = Exposition::new();
         match self.node() {
             Node::Serving { coord, role } => {
-                let c = coord.clone();
-                let now = c.now();
+                let now = coord.now();
                 let read = tokio::time::timeout(
                     CHECK_TIMEOUT,
-                    tokio::task::spawn_blocking(move || {
-                        c.store.transact(|tx| {
-                            Ok(StoreCounts {
-                                counts: tx.state_counts(now)?,
-                                agents: tx.list_agents()?,
-                            })
+                    coord.db(move |tx| {
+                        Ok(StoreCounts {
+                            counts: tx.state_counts(now)?,
+                            agents: tx.list_agents()?,
                         })
                     }),
                 )
                 .await;
                 let counts = match read {
-                    Ok(Ok(Ok(s))) => Some(s),
-                    Ok(Ok(Err(e))) => {
+                    Ok(Ok(s)) => Some(s),
+                    Ok(Err(e)) => {
                         tracing::warn!(error = %e, "metrics: cannot read the state store");
                         None
                     }

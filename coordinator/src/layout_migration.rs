@@ -36,8 +36,8 @@ pub async fn mark(c: &Arc<Coordinator>) {
 /// Moves the lake and the store's keys; returns what moved.
 pub async fn migrate(c: &Arc<Coordinator>) -> Result<MigrateReport> {
     let legacy: HashMap<String, CommittedFile> = c
-        .store
-        .transact(|tx| tx.committed_files(None))?
+        .db(|tx| tx.committed_files(None))
+        .await?
         .into_iter()
         .filter(|f| layout::parse_legacy_table_key(&f.key).is_some())
         .map(|f| (f.key.clone(), f))
@@ -95,10 +95,11 @@ pub async fn migrate(c: &Arc<Coordinator>) -> Result<MigrateReport> {
                     bytes,
                     ..f
                 };
-                c.store.transact(|tx| {
+                c.db(move |tx| {
                     tx.upsert_committed(&new)?;
                     tx.delete_committed(&old_key)
-                })?;
+                })
+                .await?;
                 fixed += 1;
             }
             None => tracing::error!(

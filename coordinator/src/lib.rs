@@ -80,7 +80,8 @@ pub struct Coordinator {
     pub(crate) store: Arc<dyn StateStore>,
     pub(crate) lake: Lake,
     pub(crate) clock: SharedClock,
-    pub(crate) cfg: CoordinatorConfig,
+    /// Shared, so a transaction on the store's thread can hold it.
+    pub(crate) cfg: Arc<CoordinatorConfig>,
     /// Wakes long-polling workers when jobs are queued.
     pub(crate) job_notify: Notify,
     /// Run ids whose state changed (WatchRun).
@@ -111,10 +112,9 @@ pub struct Coordinator {
     pub(crate) lease_flush_queued: std::sync::atomic::AtomicBool,
     /// Clock time of the next compaction pass ([`compaction`]).
     pub(crate) compaction_next_ms: std::sync::atomic::AtomicI64,
-    /// Turns of the store ([`StateStore::concurrent_transactions`]).
-    pub(crate) db_gate: Option<tokio::sync::Semaphore>,
-    /// Turns of the interactive reads ([`Coordinator::db_read`]).
-    pub(crate) read_gate: tokio::sync::Semaphore,
+    /// The store's thread: every transaction of async code runs there
+    /// ([`Coordinator::db`], [`turns::Executor`]).
+    pub(crate) exec: turns::Executor,
     /// The lead [`Coordinator::open`] took on PostgreSQL, handed on when the
     /// coordinator is dropped.
     lead: Mutex<Option<leader::Elector>>,
@@ -218,9 +218,7 @@ impl Coordinator {
             .map(|a| (a.name.clone(), a.credential.clone()))
             .collect();
         let placement = store.placement();
-        let db_gate = store
-            .concurrent_transactions()
-            .map(|n| tokio::sync::Semaphore::new(n.max(1)));
+        let exec = turns::Executor::new(store.clone())?;
         let c = Arc::new(Self {
             metrics: Arc::new(metrics::Metrics::default()),
             verdicts: Arc::new(verdicts::VerdictIndex::default()),
@@ -228,8 +226,7 @@ impl Coordinator {
             node_actions: Arc::new(node_actions::NodeActions::new(cfg.scontrol.clone())),
             outbox_wake: Notify::new(),
             lead: Mutex::new(None),
-            db_gate,
-            read_gate: tokio::sync::Semaphore::new(1),
+            exec,
             placement,
             lease_ext: Mutex::new(HashMap::new()),
             lease_flush_queued: std::sync::atomic::AtomicBool::new(false),
@@ -237,7 +234,7 @@ impl Coordinator {
             store,
             lake,
             clock,
-            cfg,
+            cfg: Arc::new(cfg),
             job_notify: Notify::new(),
             stopping: tokio::sync::watch::channel(false).0,
             events,
@@ -325,58 +322,37 @@ impl Coordinator {
         }
     }
 
-    /// Runs `f` in one store transaction from async code. The caller first
-    /// waits for a turn without holding its async thread
-    /// ([`StateStore::concurrent_transactions`]), so while one handler's
-    /// transaction runs the others (heartbeats above all) go on being served.
-    pub async fn db<T: Send>(
+    /// Runs `f` in one store transaction from async code: on the store's
+    /// thread ([`turns::Executor`]), so the async threads go on serving
+    /// (heartbeats above all) while transactions queue; the future only
+    /// waits for the answer.
+    pub async fn db<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut dyn store::Tx) -> Result<T> + Send,
+        f: impl FnOnce(&mut dyn store::Tx) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        self.db_at(turns::Priority::Normal, f).await
+        self.exec.run(turns::Priority::Normal, f).await
     }
 
     /// [`Self::db`] in the queue `p` ([`turns`]): an agent's lease of a task
     /// queued for it goes before new submits (work in flight first), so an
     /// idle agent gets its task while a flood of submits waits.
-    pub async fn db_at<T: Send>(
+    pub async fn db_at<T: Send + 'static>(
         &self,
         p: turns::Priority,
-        f: impl FnOnce(&mut dyn store::Tx) -> Result<T> + Send,
+        f: impl FnOnce(&mut dyn store::Tx) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        // An interactive turn does not queue behind the normal ones for a
-        // permit either: it waits at the readers' gate (one at a time).
-        let gate = match p {
-            turns::Priority::Interactive => Some(&self.read_gate),
-            turns::Priority::Normal => self.db_gate.as_ref(),
-        };
-        let _turn = match gate {
-            Some(g) => Some(
-                g.acquire()
-                    .await
-                    .map_err(|e| CoordError::Setup(format!("store gate: {e}")))?,
-            ),
-            None => None,
-        };
-        self.store.transact_at(p, f)
+        self.exec.run(p, f).await
     }
 
     /// A read-only transaction someone is waiting for (a CLI listing, a
     /// page): it waits only for reads before it and the one transaction in
     /// progress, not for the queue of submits, leases and commits
     /// ([`turns`]). `f` must not write.
-    pub async fn db_read<T: Send>(
+    pub async fn db_read<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut dyn store::Tx) -> Result<T> + Send,
+        f: impl FnOnce(&mut dyn store::Tx) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        // One read waits on the store at a time, so waiting readers never
-        // hold more than one async thread.
-        let _turn = self
-            .read_gate
-            .acquire()
-            .await
-            .map_err(|e| CoordError::Setup(format!("store read gate: {e}")))?;
-        self.store.transact_at(turns::Priority::Interactive, f)
+        self.exec.run(turns::Priority::Interactive, f).await
     }
 
     /// The lake.

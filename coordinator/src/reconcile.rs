@@ -113,14 +113,15 @@ impl Coordinator {
         let jobs: BTreeMap<String, Option<JobRow>> = {
             let ids: std::collections::BTreeSet<String> =
                 staged.keys().map(|(j, _)| j.clone()).collect();
-            self.store.transact(|tx| {
+            self.db(move |tx| {
                 let mut out = BTreeMap::new();
                 for id in ids {
                     let j = tx.get_job(&id)?;
                     out.insert(id, j);
                 }
                 Ok(out)
-            })?
+            })
+            .await?
         };
         for ((job, attempt), g) in &staged {
             match jobs.get(job).and_then(|j| j.as_ref()) {
@@ -166,7 +167,7 @@ impl Coordinator {
         }
         let runs: BTreeMap<String, Option<bool>> = {
             let ids: Vec<String> = work.keys().cloned().collect();
-            self.store.transact(|tx| {
+            self.db(move |tx| {
                 let mut out = BTreeMap::new();
                 for id in ids {
                     let garbage = match tx.get_run(&id)? {
@@ -176,7 +177,8 @@ impl Coordinator {
                     out.insert(id, garbage);
                 }
                 Ok(out)
-            })?
+            })
+            .await?
         };
         for (run, g) in &work {
             match runs.get(run).copied().flatten() {

@@ -173,7 +173,7 @@ impl Coordinator {
         let mode = cfg.mode.as_str();
         // Tables: by partition date (a file of day D expires when D is more
         // than N days before today).
-        let files = self.store.transact(|tx| tx.committed_files(None))?;
+        let files = self.db(|tx| tx.committed_files(None)).await?;
         // Merged files whose parts expired: deleted once no part of theirs
         // is left (a month merged by compaction goes when its last day does).
         let mut merged_touched = std::collections::BTreeSet::new();
@@ -194,7 +194,7 @@ impl Coordinator {
                     continue;
                 }
                 let key = f.key.clone();
-                self.store.transact(|tx| tx.delete_committed(&key))?;
+                self.db(move |tx| tx.delete_committed(&key)).await?;
                 if crate::verdicts::is_checks(&f.key) || crate::verdicts::is_node_health(&f.key) {
                     self.verdicts.forget(&f.run_id, &f.key);
                 }
@@ -206,13 +206,15 @@ impl Coordinator {
             self.metrics.retention_bytes.add(&[&f.table, mode], f.bytes);
         }
         for (table, object) in merged_touched {
-            let o = object.clone();
-            let used = self.store.transact(|tx| {
-                Ok(tx
-                    .committed_files(Some(&table))?
-                    .iter()
-                    .any(|f| f.object() == o))
-            })?;
+            let (o, t) = (object.clone(), table.clone());
+            let used = self
+                .db(move |tx| {
+                    Ok(tx
+                        .committed_files(Some(&t))?
+                        .iter()
+                        .any(|f| f.object() == o))
+                })
+                .await?;
             if !used && let Err(e) = self.lake.delete(&object).await {
                 tracing::warn!(key = %object, error = %e, "retention could not delete a merged file");
                 rep.failed += 1;

@@ -260,14 +260,6 @@ pub trait StateStore: Send + Sync + 'static {
     fn placement(&self) -> Option<SharedPlacement> {
         None
     }
-
-    /// How many transactions may run at once: request handlers wait for a
-    /// turn without holding an async thread ([`crate::Coordinator::db`]), so
-    /// handlers that need no store (heartbeats) are never stuck behind a
-    /// queue of transactions. `None`: no limit.
-    fn concurrent_transactions(&self) -> Option<usize> {
-        None
-    }
 }
 
 impl dyn StateStore {
@@ -675,14 +667,6 @@ pub const PARKED: i64 = i64::MAX;
 impl StateStore for SqliteStore {
     fn placement(&self) -> Option<SharedPlacement> {
         Some(self.placement.clone())
-    }
-
-    fn concurrent_transactions(&self) -> Option<usize> {
-        // One writer: a handler waiting for the connection's lock would hold
-        // an async thread that heartbeats need (coordinator_load with 10,000
-        // agents: heartbeats 8,200-8,600/s of 10,000 without the turn, all of
-        // them with it, and more lease round trips).
-        Some(1)
     }
 
     fn transact_dyn(&self, f: &mut (dyn FnMut(&mut dyn Tx) -> Result<()> + Send)) -> Result<()> {

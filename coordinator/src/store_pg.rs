@@ -504,11 +504,6 @@ impl StateStore for PgStore {
         Some(self.placement.clone())
     }
 
-    fn concurrent_transactions(&self) -> Option<usize> {
-        // One connection carries every transaction.
-        Some(1)
-    }
-
     fn transact_dyn(&self, f: &mut (dyn FnMut(&mut dyn Tx) -> Result<()> + Send)) -> Result<()> {
         use tokio::runtime::Handle;
         match Handle::try_current() {

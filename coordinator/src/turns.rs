@@ -13,6 +13,13 @@
 //! waits for at most the one transaction in progress. A run of
 //! [`MAX_INTERACTIVE_RUN`] interactive turns in a row lets one waiting
 //! normal turn through, so a storm of reads cannot stop the machine's work.
+//!
+//! Async code never runs a transaction itself: [`crate::Coordinator::db`]
+//! queues it for the store's own thread ([`Executor`]), which takes the
+//! turns above in the same order, so no async thread waits on the store's
+//! lock or a statement (issue 38: one way to run a transaction). Code that
+//! is on a blocking thread already (the tick, the node actions, start-up)
+//! takes its turn of [`Prioritized`] directly.
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::error::Result;
@@ -130,9 +137,141 @@ impl StateStore for Prioritized {
     fn placement(&self) -> Option<SharedPlacement> {
         self.inner.placement()
     }
+}
 
-    fn concurrent_transactions(&self) -> Option<usize> {
-        self.inner.concurrent_transactions()
+/// A transaction handed to the [`Executor`]'s thread.
+type Job = Box<dyn FnOnce() + Send>;
+
+#[derive(Default)]
+struct Queue {
+    interactive: std::collections::VecDeque<Job>,
+    normal: std::collections::VecDeque<Job>,
+    /// Interactive jobs run since the last normal one.
+    interactive_run: u32,
+    closed: bool,
+}
+
+impl Queue {
+    /// The next job by the rule of [`Turns`]: interactive first, but after
+    /// [`MAX_INTERACTIVE_RUN`] of them in a row a waiting normal one.
+    fn next(&mut self) -> Option<Job> {
+        let normal_due = self.interactive_run >= MAX_INTERACTIVE_RUN && !self.normal.is_empty();
+        if !normal_due && let Some(j) = self.interactive.pop_front() {
+            self.interactive_run = self.interactive_run.saturating_add(1);
+            return Some(j);
+        }
+        let j = self.normal.pop_front()?;
+        self.interactive_run = 0;
+        Some(j)
+    }
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    ready: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // The queue is consistent after every statement.
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The store's own thread: the transactions of async code
+/// ([`crate::Coordinator::db`]) are queued here and run one at a time in
+/// the order of [`Turns`]' rule, so no async thread ever waits for the
+/// store or runs a statement, and a handler's future only waits for its
+/// answer. Code already on a blocking thread (the tick, the node actions)
+/// takes its turn of [`Prioritized`] directly; the executor takes its turns
+/// there too, so both kinds are one queue at the store.
+pub struct Executor {
+    shared: Arc<Shared>,
+    store: Arc<dyn StateStore>,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("turns::Executor")
+    }
+}
+
+impl Executor {
+    /// Starts the thread `benchlake-store` over `store`; it ends when the
+    /// executor is dropped, after the jobs already queued.
+    pub fn new(store: Arc<dyn StateStore>) -> Result<Self> {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            ready: Condvar::new(),
+        });
+        let s2 = shared.clone();
+        std::thread::Builder::new()
+            .name("benchlake-store".into())
+            .spawn(move || serve(&s2))
+            .map_err(|e| crate::error::CoordError::Setup(format!("store thread: {e}")))?;
+        Ok(Self { shared, store })
+    }
+
+    /// Runs `f` in one transaction on the store's thread, in the queue of
+    /// `p`, and waits for its value. A caller that stops waiting before its
+    /// turn came (a request cancelled) leaves a job that is skipped.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        p: Priority,
+        f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let store = self.store.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel::<Result<T>>();
+        let job: Job = Box::new(move || {
+            if tx.is_closed() {
+                return;
+            }
+            let out = store.transact_at(p, f);
+            let _ = tx.send(out);
+        });
+        {
+            let mut q = self.shared.lock();
+            match p {
+                Priority::Interactive => q.interactive.push_back(job),
+                Priority::Normal => q.normal.push_back(job),
+            }
+        }
+        self.shared.ready.notify_one();
+        rx.await.map_err(|_| {
+            crate::error::CoordError::Setup(
+                "the store's thread dropped the transaction (it panicked)".into(),
+            )
+        })?
+    }
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        self.shared.lock().closed = true;
+        self.shared.ready.notify_one();
+    }
+}
+
+/// The store thread's loop: the next job by priority until closed and empty.
+fn serve(shared: &Shared) {
+    loop {
+        let job = {
+            let mut q = shared.lock();
+            loop {
+                if let Some(j) = q.next() {
+                    break j;
+                }
+                if q.closed {
+                    return;
+                }
+                q = shared.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        // A panicking transaction is rolled back by its store and its caller
+        // told (its answer channel dropped); the thread goes on.
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+            tracing::error!("a store transaction panicked; its caller gets an error");
+        }
     }
 }
 
@@ -209,5 +348,93 @@ mod tests {
         }
         // 20 normal turns, each after at most 8 reads of ~0.2 ms.
         assert!(took < Duration::from_secs(5), "{took:?}");
+    }
+
+    fn executor() -> Executor {
+        let store = crate::store::SqliteStore::in_memory().unwrap();
+        Executor::new(Arc::new(Prioritized::new(Arc::new(store)))).unwrap()
+    }
+
+    /// A transaction that panics is an error for its caller; the store's
+    /// thread goes on with the next one.
+    #[tokio::test]
+    async fn a_panicking_transaction_is_an_error_and_the_thread_goes_on() {
+        let ex = executor();
+        let r: Result<()> = ex
+            .run(Priority::Normal, |_tx| -> Result<()> { panic!("boom") })
+            .await;
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("panicked"), "{e}");
+        let v = ex
+            .run(Priority::Normal, |tx| tx.get_meta("nothing"))
+            .await
+            .unwrap();
+        assert_eq!(v, None);
+    }
+
+    /// While the thread is busy, a queued read goes before queued writes,
+    /// writes keep their order, and a caller that gave up is skipped.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn queued_reads_go_first_and_abandoned_jobs_are_skipped() {
+        let ex = Arc::new(executor());
+        let (hold_tx, hold_rx) = std::sync::mpsc::channel::<()>();
+        let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s2 = started.clone();
+        let ex2 = ex.clone();
+        let first = tokio::spawn(async move {
+            ex2.run(Priority::Normal, move |_tx| {
+                s2.store(true, Ordering::SeqCst);
+                let _ = hold_rx.recv();
+                Ok(())
+            })
+            .await
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !started.load(Ordering::SeqCst) {
+            assert!(Instant::now() < deadline, "the first job never ran");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        let push = |name: String, p: Priority| {
+            let (ex, order) = (ex.clone(), order.clone());
+            tokio::spawn(async move {
+                ex.run(p, move |_tx| {
+                    order.lock().unwrap().push(name);
+                    Ok(())
+                })
+                .await
+            })
+        };
+        for i in 0..3 {
+            tasks.push(push(format!("w{i}"), Priority::Normal));
+            while ex.shared.lock().normal.len() < i + 1 {
+                assert!(Instant::now() < deadline, "a write never queued");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        // A caller that stops waiting: its job is skipped.
+        let gone = push("gone".into(), Priority::Normal);
+        while ex.shared.lock().normal.len() < 4 {
+            assert!(
+                Instant::now() < deadline,
+                "the abandoned write never queued"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        gone.abort();
+        let _ = gone.await;
+        let read = push("read".into(), Priority::Interactive);
+        while ex.shared.lock().interactive.is_empty() {
+            assert!(Instant::now() < deadline, "the read never queued");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        hold_tx.send(()).unwrap();
+        first.await.unwrap().unwrap();
+        read.await.unwrap().unwrap();
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), ["read", "w0", "w1", "w2"]);
     }
 }

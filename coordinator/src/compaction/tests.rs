@@ -147,7 +147,7 @@ async fn commit_staged(c: &Coordinator, j: &JobRow, staged: pb::StagedFile) -> R
         files: vec![staged],
         result_json: String::new(),
     };
-    crate::commit::commit_job(c, req, &|_| Ok(())).await
+    crate::commit::commit_job(c, req, std::sync::Arc::new(|_: &JobRow| Ok(()))).await
 }
 
 /// A worker's part of [`run_job`], leasing at `at`: the leased job and the

@@ -52,13 +52,16 @@ impl AgentService for Svc {
         let last_seen = self.0.last_heartbeat(&r.name);
         // Drain, state, times and credential are the lifecycle's to set.
         let row = convert::agent_row(&r, catalog.clone(), false, String::new(), now);
-        let who = agent::Registrant {
-            credential: &id.credential,
-            admin: id.role == Role::Admin,
-            last_seen_ms: last_seen,
-        };
+        let (credential, admin) = (id.credential.clone(), id.role == Role::Admin);
         let (fx, drain, kept) = self
-            .tx(|tx| agent::register_keeping(tx, &cfg, row, &who, &held, now))
+            .tx(move |tx| {
+                let who = agent::Registrant {
+                    credential: &credential,
+                    admin,
+                    last_seen_ms: last_seen,
+                };
+                agent::register_keeping(tx, &cfg, row, &who, &held, now)
+            })
             .await?;
         if !kept.is_empty() {
             tracing::info!(agent = %r.name, tasks = ?kept, "agent re-attached to the tasks it still runs");
@@ -136,12 +139,13 @@ impl AgentService for Svc {
                 }));
             }
             // A store without a placement index: the rows decide.
-            let cfg = &self.0.cfg;
+            let cfg = self.0.cfg.clone();
+            let (name, ids) = (r.name.clone(), r.running_task_ids.clone());
             cancel = self
-                .tx(|tx| {
+                .tx(move |tx| {
                     let mut cancel = Vec::new();
-                    for id in &r.running_task_ids {
-                        if !task::heartbeat(tx, cfg, &r.name, id, now)? {
+                    for id in &ids {
+                        if !task::heartbeat(tx, &cfg, &name, id, now)? {
                             cancel.push(id.clone());
                         }
                     }
@@ -215,25 +219,26 @@ impl AgentService for Svc {
         )?;
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
-        let p = task::Progress {
-            stdout_tail: &r.stdout_tail,
-            stderr_tail: &r.stderr_tail,
-            pending: r.phase == "pending",
-            report: TaskReport {
-                message: r.message.clone(),
-                slurm_job_id: r.slurm_job_id.clone(),
-                slurm_nodes: r.slurm_nodes.clone(),
-            },
-        };
+        let svc = self.clone();
         let fx = self
-            .tx(|tx| {
+            .tx(move |tx| {
                 let t = match task::leased(tx, &r.task_id, &r.lease_id) {
                     Ok(t) => t,
                     // The attempt is over (cancelled, expired): the agent stops it.
                     Err(CoordError::LeaseLost(_)) => return Ok(None),
                     Err(e) => return Err(e),
                 };
-                self.check_agent(&id, &t.agent)?;
+                svc.check_agent(&id, &t.agent)?;
+                let p = task::Progress {
+                    stdout_tail: &r.stdout_tail,
+                    stderr_tail: &r.stderr_tail,
+                    pending: r.phase == "pending",
+                    report: TaskReport {
+                        message: r.message.clone(),
+                        slurm_job_id: r.slurm_job_id.clone(),
+                        slurm_nodes: r.slurm_nodes.clone(),
+                    },
+                };
                 task::progress_with(tx, &cfg, t, &p, now).map(Some)
             })
             .await?;
@@ -257,8 +262,9 @@ impl AgentService for Svc {
         layout::validate_name("file_name", &first.file_name)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         check_name("format", &first.format, 64)?;
+        let (task_id, lease_id) = (first.task_id.clone(), first.lease_id.clone());
         let t = self
-            .tx(|tx| task::leased(tx, &first.task_id, &first.lease_id))
+            .tx(move |tx| task::leased(tx, &task_id, &lease_id))
             .await?;
         self.check_agent(&id, &t.agent).map_err(Status::from)?;
         let key = layout::raw_key(&t.run_id, &t.task_id, &first.file_name)
@@ -327,9 +333,9 @@ impl AgentService for Svc {
             "slurm_nodes",
             &r.slurm_nodes,
         )?;
-        let t = self
-            .tx(|tx| task::leased(tx, &r.task_id, &r.lease_id))
-            .await?;
+        let (task_id, lease_id) = (r.task_id.clone(), r.lease_id.clone());
+        let (tid, lid) = (task_id.clone(), lease_id.clone());
+        let t = self.tx(move |tx| task::leased(tx, &tid, &lid)).await?;
         self.check_agent(&id, &t.agent).map_err(Status::from)?;
         let prefix = layout::raw_prefix(&t.run_id, &t.task_id)
             .map_err(|e| Status::internal(e.to_string()))?;
@@ -373,10 +379,11 @@ impl AgentService for Svc {
             } else {
                 r.error.clone()
             };
+            let (tid, lid, why) = (task_id.clone(), lease_id.clone(), reason.clone());
             let fx = self
-                .tx(|tx| {
-                    let t = task::leased(tx, &r.task_id, &r.lease_id)?;
-                    task::retry_or_fail(tx, &cfg, t, &reason, false, now)
+                .tx(move |tx| {
+                    let t = task::leased(tx, &tid, &lid)?;
+                    task::retry_or_fail(tx, &cfg, t, &why, false, now)
                 })
                 .await?;
             tracing::warn!(task = %r.task_id, run = %run_id, error = %reason, "task attempt ended without a result; retried while attempts remain");
@@ -393,14 +400,15 @@ impl AgentService for Svc {
             slurm_job_id: r.slurm_job_id,
             slurm_nodes: r.slurm_nodes,
         };
+        let success = r.success;
         let fx = self
-            .tx(|tx| {
+            .tx(move |tx| {
                 // Read again: the lease may have ended while outputs were checked.
-                let t = task::leased(tx, &r.task_id, &r.lease_id)?;
+                let t = task::leased(tx, &task_id, &lease_id)?;
                 task::complete(tx, &cfg, t, done, now)
             })
             .await?;
-        tracing::info!(task = %r.task_id, run = %run_id, success = r.success, "task completed");
+        tracing::info!(task = %r.task_id, run = %run_id, success, "task completed");
         self.0.apply(fx);
         Ok(Response::new(pb::CompleteTaskResponse {}))
     }
@@ -474,20 +482,19 @@ impl Svc {
             }
         }
         let now = self.0.now();
-        let cfg = self.0.cfg.clone();
+        let (cfg, name) = (self.0.cfg.clone(), r.name.clone());
         let got = self
             .0
-            .db_at(crate::turns::Priority::Interactive, |tx| {
-                let Some(a) = tx.get_agent(&r.name)? else {
+            .db_at(crate::turns::Priority::Interactive, move |tx| {
+                let Some(a) = tx.get_agent(&name)? else {
                     return Err(CoordError::NotFound(format!(
-                        "name: agent '{}' is not registered",
-                        r.name
+                        "name: agent '{name}' is not registered"
                     )));
                 };
                 if a.drain {
                     return Ok(None);
                 }
-                let (Some((t, run)), fx) = task::lease(tx, &cfg, &r.name, now)? else {
+                let (Some((t, run)), fx) = task::lease(tx, &cfg, &name, now)? else {
                     return Ok(None);
                 };
                 let peers = convert::peers(tx, &t.peers)?;

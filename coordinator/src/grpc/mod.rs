@@ -208,18 +208,18 @@ impl Svc {
     }
 
     /// Runs `f` in one store transaction ([`Coordinator::db`]).
-    async fn tx<T: Send>(
+    async fn tx<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send,
+        f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send + 'static,
     ) -> std::result::Result<T, Status> {
         self.0.db(f).await.map_err(Status::from)
     }
 
     /// A read-only transaction a person waits for
     /// ([`crate::Coordinator::db_read`]: ahead of submits and leases).
-    async fn read<T: Send>(
+    async fn read<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send,
+        f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send + 'static,
     ) -> std::result::Result<T, Status> {
         self.0.db_read(f).await.map_err(Status::from)
     }

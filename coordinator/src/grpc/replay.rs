@@ -190,8 +190,10 @@ impl ReplayService for Svc {
             .await?;
         let cfg = self.0.cfg.clone();
         let n = points.len();
+        let (model_s, rid) = (model.to_string(), run_id.clone());
         let fx = self
-            .tx(|tx| {
+            .tx(move |tx| {
+                let model = model_s.as_str();
                 let mut params = base.clone();
                 params.insert("model".into(), model.to_string());
                 params.insert("trace".into(), trace_key.clone());
@@ -226,7 +228,7 @@ impl ReplayService for Svc {
                 let (_, _, fx) = lifecycle::run::create_processing(
                     tx,
                     &cfg,
-                    run_id.clone(),
+                    rid,
                     format!("replay-{model}"),
                     "replay",
                     params,

@@ -51,11 +51,8 @@ impl RunService for Svc {
         let notify = r.notify;
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
-        // The transaction runs on a blocking thread: waiting for the store's
-        // lock must not hold an async worker that heartbeats need.
-        let coord = self.0.clone();
-        let (run, fx) = tokio::task::spawn_blocking(move || {
-            coord.store.transact(|tx| {
+        let (run, fx) = self
+            .tx(move |tx| {
                 if let Some(k) = &key
                     && let Some(run) = tx.run_by_idempotency_key(k)?
                 {
@@ -74,9 +71,7 @@ impl RunService for Svc {
                 let (run, fx) = lifecycle::run::create(tx, &cfg, spec, kind, origin, chosen, now)?;
                 Ok((convert::run_tx(tx, &run)?, fx))
             })
-        })
-        .await
-        .map_err(|e| Status::internal(format!("submit: {e}")))??;
+            .await?;
         tracing::info!(run = %run.run_id, benchmark = %run.benchmark, "run submitted");
         self.0.apply(fx);
         Ok(Response::new(run))
@@ -88,7 +83,8 @@ impl RunService for Svc {
     ) -> std::result::Result<Response<pb::RunDetail>, Status> {
         let id = req.into_inner().run_id;
         check_id("run_id", &id)?;
-        let mut d = self.read(|tx| convert::run_detail(tx, &id)).await?;
+        let id2 = id.clone();
+        let mut d = self.read(move |tx| convert::run_detail(tx, &id2)).await?;
         self.with_verdict(d.run.as_mut());
         d.checks = self.checks_of(&id).await?;
         Ok(Response::new(d))
@@ -101,7 +97,7 @@ impl RunService for Svc {
         let r = req.into_inner();
         let f = convert::run_filter(r);
         let runs = self
-            .read(|tx| {
+            .read(move |tx| {
                 let runs = tx.list_runs(&f)?;
                 runs.iter()
                     .map(|r| convert::run_tx(tx, r))
@@ -123,7 +119,8 @@ impl RunService for Svc {
     ) -> std::result::Result<Response<Self::WatchRunStream>, Status> {
         let id = req.into_inner().run_id;
         check_id("run_id", &id)?;
-        let mut first = self.read(|tx| convert::run_detail(tx, &id)).await?;
+        let id2 = id.clone();
+        let mut first = self.read(move |tx| convert::run_detail(tx, &id2)).await?;
         self.with_verdict(first.run.as_mut());
         let mut rx = self.0.events.subscribe();
         let (out, out_rx) = tokio::sync::mpsc::channel(16);
@@ -160,7 +157,8 @@ impl RunService for Svc {
                     Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return,
                     _ => {}
                 }
-                let d = match me.tx(|tx| convert::run_detail(tx, &id)).await {
+                let id2 = id.clone();
+                let d = match me.tx(move |tx| convert::run_detail(tx, &id2)).await {
                     Ok(mut d) => {
                         me.with_verdict(d.run.as_mut());
                         d
@@ -346,7 +344,9 @@ impl Svc {
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
         let src = r.run_id.clone();
-        let (run_id, job_id, fx) = self.tx(|tx| {
+        let who = id.clone();
+        let (run_id, job_id, fx) = self.tx(move |tx| {
+            let id = &who;
             let source = owned_run(tx, id, &src)?;
             let tasks = tx.tasks_of_run(&src)?;
             if !tasks.iter().all(|t| t.state.is_final()) {

@@ -282,7 +282,7 @@ impl ScheduleService for Svc {
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
         let (runs, fx) = self
-            .tx(|tx| {
+            .tx(move |tx| {
                 let s = owned_schedule(tx, &id, &r.schedule_id)?;
                 let cron = CronSpec::parse(&s.cron, &s.time_zone)?;
                 let instants = cron.instants(r.from_ms, r.to_ms, false, max + 1);

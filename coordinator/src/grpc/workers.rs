@@ -32,10 +32,11 @@ impl Svc {
         kinds: &[String],
     ) -> std::result::Result<Option<pb::JobAssignment>, Status> {
         let now = self.0.now();
-        let cfg = &self.0.cfg;
+        let cfg = self.0.cfg.clone();
+        let (worker, kinds) = (worker.to_string(), kinds.to_vec());
         let (got, fx) = self
-            .tx(|tx| {
-                let (j, fx) = job::lease(tx, cfg, worker, kinds, now)?;
+            .tx(move |tx| {
+                let (j, fx) = job::lease(tx, &cfg, &worker, &kinds, now)?;
                 let got = match j {
                     Some(j) => Some(convert::job_assignment(&j, cfg.job_lease_timeout_ms)?),
                     None => None,
@@ -96,12 +97,12 @@ impl WorkerService for Svc {
         let id = identity_of(&req);
         let r = req.into_inner();
         let now = self.0.now();
-        let cfg = &self.0.cfg;
+        let cfg = self.0.cfg.clone();
         let cancel = self
-            .tx(|tx| match job::leased(tx, &r.job_id, &r.lease_id) {
+            .tx(move |tx| match job::leased(tx, &r.job_id, &r.lease_id) {
                 Ok(j) => {
                     worker_holds(&id, &j)?;
-                    job::renew(tx, cfg, j, now)?;
+                    job::renew(tx, &cfg, j, now)?;
                     Ok(false)
                 }
                 Err(CoordError::LeaseLost(_)) => Ok(true),
@@ -118,7 +119,12 @@ impl WorkerService for Svc {
         let id = identity_of(&req);
         let r = req.into_inner();
         // The ownership check runs inside the commit's own transactions.
-        let keys = crate::commit::commit_job(&self.0, r, &|j| worker_holds(&id, j)).await?;
+        let keys = crate::commit::commit_job(
+            &self.0,
+            r,
+            std::sync::Arc::new(move |j: &crate::model::JobRow| worker_holds(&id, j)),
+        )
+        .await?;
         Ok(Response::new(pb::CompleteJobResponse {
             committed_keys: keys,
         }))
@@ -132,14 +138,20 @@ impl WorkerService for Svc {
         let r = req.into_inner();
         let now = self.0.now();
         let cfg = self.0.cfg.clone();
+        let (job_id, lease_id, error, retryable) = (
+            r.job_id.clone(),
+            r.lease_id.clone(),
+            r.error.clone(),
+            r.retryable,
+        );
         let (run_id, fx) = self
-            .tx(|tx| {
-                let j = job::leased(tx, &r.job_id, &r.lease_id)?;
+            .tx(move |tx| {
+                let j = job::leased(tx, &job_id, &lease_id)?;
                 worker_holds(&id, &j)?;
                 let run_id = j.run_id.clone();
-                let mut msg = r.error.clone();
+                let mut msg = error;
                 msg.truncate(8 << 10);
-                let fx = job::retry_or_fail(tx, &cfg, j, &msg, r.retryable, now)?;
+                let fx = job::retry_or_fail(tx, &cfg, j, &msg, retryable, now)?;
                 Ok((run_id, fx))
             })
             .await?;
