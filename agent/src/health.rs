@@ -9,9 +9,11 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use benchlake_proto::obs::{BoxFuture, CounterVec, Exposition, Kind, Probe, Readiness};
+use benchlake_proto::obs::{
+    BoxFuture, CounterVec, Exposition, Kind, LastContact, Probe, Readiness, write_check,
+};
 
 /// An agent whose heartbeats have not been answered for this long is not ready.
 pub const CONTACT_STALE: Duration = Duration::from_secs(60);
@@ -33,9 +35,8 @@ pub struct AgentMetrics {
     pub registered: AtomicBool,
     /// The coordinator asked this agent to drain.
     pub draining: AtomicBool,
-    /// When the coordinator last answered a heartbeat or registration (ms
-    /// since the epoch; 0: never).
-    pub last_contact_ms: AtomicI64,
+    /// When the coordinator last answered a heartbeat or registration.
+    pub last_contact: LastContact,
 }
 
 /// The process's [`AgentMetrics`].
@@ -44,16 +45,9 @@ pub fn metrics() -> &'static AgentMetrics {
     M.get_or_init(AgentMetrics::default)
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 /// Records that the coordinator answered.
 pub fn contact() {
-    metrics().last_contact_ms.store(now_ms(), Ordering::Relaxed);
+    metrics().last_contact.touch();
 }
 
 /// Records a handled task.
@@ -74,46 +68,41 @@ impl Probe for AgentProbe {
         Box::pin(async move {
             let m = metrics();
             let mut r = Readiness::default();
-            let last = m.last_contact_ms.load(Ordering::Relaxed);
             r.check(
                 "coordinator",
-                if !m.registered.load(Ordering::Relaxed) || last == 0 {
+                if !m.registered.load(Ordering::Relaxed) || m.last_contact.ms() == 0 {
                     Err(format!("not registered with {} yet", self.coordinator))
                 } else {
-                    let ago = Duration::from_millis((now_ms() - last).max(0) as u64);
                     let drain = if m.draining.load(Ordering::Relaxed) {
                         " (draining: no new tasks)"
                     } else {
                         ""
                     };
-                    if ago > CONTACT_STALE {
-                        Err(format!(
-                            "{} last answered {} s ago",
-                            self.coordinator,
-                            ago.as_secs()
-                        ))
-                    } else {
-                        Ok(format!(
-                            "registered with {}, answered {} s ago{drain}",
-                            self.coordinator,
-                            ago.as_secs()
-                        ))
-                    }
+                    m.last_contact
+                        .age(&self.coordinator, CONTACT_STALE)
+                        .map(|s| {
+                            format!(
+                                "registered with {}, answered {s} s ago{drain}",
+                                self.coordinator
+                            )
+                        })
                 },
             );
             let probe = self.work_dir.join(".readyz");
-            let w = tokio::time::timeout(Duration::from_secs(5), async {
+            let write = async {
                 tokio::fs::write(&probe, b"ok\n").await?;
                 tokio::fs::remove_file(&probe).await
-            })
-            .await;
+            };
+            let dir = self.work_dir.display();
             r.check(
                 "work_dir",
-                match w {
-                    Ok(Ok(())) => Ok(format!("writable ({})", self.work_dir.display())),
-                    Ok(Err(e)) => Err(format!("{}: not writable: {e}", self.work_dir.display())),
-                    Err(_) => Err("no answer within 5 s".into()),
-                },
+                write_check(
+                    write,
+                    Duration::from_secs(5),
+                    format!("writable ({dir})"),
+                    &format!("{dir}: "),
+                )
+                .await,
             );
             r
         })
@@ -175,7 +164,7 @@ impl Probe for AgentProbe {
             "benchlake_agent_last_contact_timestamp_seconds",
             "When the coordinator last answered a heartbeat (Unix time; 0: never).",
             Kind::Gauge,
-            m.last_contact_ms.load(Ordering::Relaxed) as f64 / 1000.0,
+            m.last_contact.ms() as f64 / 1000.0,
         );
     }
 }

@@ -258,6 +258,20 @@ fn healthz_readyz_metrics_and_grpc_health_of_a_running_cluster() {
     assert!(bytes > 1000.0, "{page}");
     assert!(page.contains("# TYPE benchlake_rpc_duration_seconds histogram\n"));
     assert!(page.contains("# HELP benchlake_runs "));
+    // The handlers' transactions (the submit, the leases, the commits) went
+    // through the store thread's queue and were timed there.
+    let waits = sample(
+        &page,
+        "benchlake_store_wait_seconds_count{queue=\"normal\"}",
+    )
+    .unwrap_or(0.0);
+    let runs = sample(
+        &page,
+        "benchlake_store_transaction_seconds_count{queue=\"normal\"}",
+    )
+    .unwrap_or(0.0);
+    assert!(waits >= 5.0 && runs >= 5.0, "{page}");
+    assert!(page.contains("# TYPE benchlake_store_wait_seconds histogram\n"));
 
     // The lake gone (its directory replaced by a file): not ready, and says why.
     let lake = u.data.join("lake");

@@ -298,19 +298,9 @@ impl Http {
             },
         );
         let probe = format!("{}\n", coord.now());
-        let lake = tokio::time::timeout(
-            CHECK_TIMEOUT,
-            coord.lake.put(READYZ_KEY, bytes::Bytes::from(probe)),
-        )
-        .await;
-        r.check(
-            "lake",
-            match lake {
-                Ok(Ok(())) => Ok(format!("writable ({})", coord.lake.root())),
-                Ok(Err(e)) => Err(format!("not writable: {e}")),
-                Err(_) => Err(format!("no answer within {} s", CHECK_TIMEOUT.as_secs())),
-            },
-        );
+        let put = coord.lake.put(READYZ_KEY, bytes::Bytes::from(probe));
+        let ok = format!("writable ({})", coord.lake.root());
+        r.check("lake", obs::write_check(put, CHECK_TIMEOUT, ok, "").await);
         r
     }
 

@@ -218,9 +218,10 @@ impl Coordinator {
             .map(|a| (a.name.clone(), a.credential.clone()))
             .collect();
         let placement = store.placement();
-        let exec = turns::Executor::new(store.clone())?;
+        let metrics = Arc::new(metrics::Metrics::default());
+        let exec = turns::Executor::new(store.clone(), metrics.clone())?;
         let c = Arc::new(Self {
-            metrics: Arc::new(metrics::Metrics::default()),
+            metrics,
             verdicts: Arc::new(verdicts::VerdictIndex::default()),
             layout_ready: tokio::sync::watch::channel(false).0,
             node_actions: Arc::new(node_actions::NodeActions::new(cfg.scontrol.clone())),

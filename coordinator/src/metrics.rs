@@ -67,6 +67,11 @@ pub struct Metrics {
     /// parts committed into merged files; `retired`: replaced objects
     /// deleted) ([`crate::compaction`]).
     pub compaction: CounterVec,
+    /// Time a transaction of async code waited in the store thread's queue,
+    /// by queue (`interactive`, `normal`: [`crate::turns::Executor`]).
+    pub store_wait: HistogramVec,
+    /// Time it then ran on the store thread (its turn included), by queue.
+    pub store_run: HistogramVec,
     /// Bytes of Parquet committed to the lake's tables.
     pub lake_bytes: Counter,
     /// Files committed to the lake's tables.
@@ -88,6 +93,8 @@ impl Default for Metrics {
             retention_objects: CounterVec::default(),
             retention_bytes: CounterVec::default(),
             compaction: CounterVec::default(),
+            store_wait: HistogramVec::new(LATENCY_BUCKETS),
+            store_run: HistogramVec::new(LATENCY_BUCKETS),
             lake_bytes: Counter::default(),
             lake_files: Counter::default(),
             started: Instant::now(),
@@ -270,6 +277,18 @@ impl Metrics {
             "gRPC handling time by method, until the response headers (streams: until they start).",
             &["method"],
             &self.rpc,
+        );
+        e.histogram_vec(
+            "benchlake_store_wait_seconds",
+            "Time a transaction waited in the state store thread's queue before it ran, by queue (interactive: reads people wait for and leases of queued tasks; normal: the rest).",
+            &["queue"],
+            &self.store_wait,
+        );
+        e.histogram_vec(
+            "benchlake_store_transaction_seconds",
+            "Time a transaction then took on the state store thread, by queue.",
+            &["queue"],
+            &self.store_run,
         );
     }
 }

@@ -188,6 +188,7 @@ impl Shared {
 pub struct Executor {
     shared: Arc<Shared>,
     store: Arc<dyn StateStore>,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -198,8 +199,10 @@ impl std::fmt::Debug for Executor {
 
 impl Executor {
     /// Starts the thread `benchlake-store` over `store`; it ends when the
-    /// executor is dropped, after the jobs already queued.
-    pub fn new(store: Arc<dyn StateStore>) -> Result<Self> {
+    /// executor is dropped, after the jobs already queued. Each job's wait
+    /// and run time go to `metrics` (`benchlake_store_wait_seconds`,
+    /// `benchlake_store_transaction_seconds`).
+    pub fn new(store: Arc<dyn StateStore>, metrics: Arc<crate::metrics::Metrics>) -> Result<Self> {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             ready: Condvar::new(),
@@ -209,7 +212,11 @@ impl Executor {
             .name("benchlake-store".into())
             .spawn(move || serve(&s2))
             .map_err(|e| crate::error::CoordError::Setup(format!("store thread: {e}")))?;
-        Ok(Self { shared, store })
+        Ok(Self {
+            shared,
+            store,
+            metrics,
+        })
     }
 
     /// Runs `f` in one transaction on the store's thread, in the queue of
@@ -220,13 +227,25 @@ impl Executor {
         p: Priority,
         f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let store = self.store.clone();
+        let (store, metrics) = (self.store.clone(), self.metrics.clone());
+        let queue = match p {
+            Priority::Interactive => "interactive",
+            Priority::Normal => "normal",
+        };
+        let queued = std::time::Instant::now();
         let (tx, rx) = tokio::sync::oneshot::channel::<Result<T>>();
         let job: Job = Box::new(move || {
             if tx.is_closed() {
                 return;
             }
+            let started = std::time::Instant::now();
+            metrics
+                .store_wait
+                .observe(&[queue], (started - queued).as_secs_f64());
             let out = store.transact_at(p, f);
+            metrics
+                .store_run
+                .observe(&[queue], started.elapsed().as_secs_f64());
             let _ = tx.send(out);
         });
         {
@@ -352,7 +371,11 @@ mod tests {
 
     fn executor() -> Executor {
         let store = crate::store::SqliteStore::in_memory().unwrap();
-        Executor::new(Arc::new(Prioritized::new(Arc::new(store)))).unwrap()
+        Executor::new(
+            Arc::new(Prioritized::new(Arc::new(store))),
+            Arc::new(crate::metrics::Metrics::default()),
+        )
+        .unwrap()
     }
 
     /// A transaction that panics is an error for its caller; the store's
@@ -436,5 +459,9 @@ mod tests {
             t.await.unwrap().unwrap();
         }
         assert_eq!(*order.lock().unwrap(), ["read", "w0", "w1", "w2"]);
+        // Every job that ran is timed; the abandoned one is not.
+        assert_eq!(ex.metrics.store_wait.count(&["normal"]), 4);
+        assert_eq!(ex.metrics.store_run.count(&["normal"]), 4);
+        assert_eq!(ex.metrics.store_wait.count(&["interactive"]), 1);
     }
 }

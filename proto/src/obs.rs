@@ -395,6 +395,63 @@ impl Readiness {
     }
 }
 
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// When the coordinator last answered this process (an agent's heartbeat,
+/// a worker's lease call): ms since the epoch, 0 for never.
+#[derive(Debug, Default)]
+pub struct LastContact(std::sync::atomic::AtomicI64);
+
+impl LastContact {
+    /// Records that the coordinator answered now.
+    pub fn touch(&self) {
+        self.0.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// The last answer, ms since the epoch (0: never).
+    pub fn ms(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Seconds since `coordinator` last answered, or why that makes the
+    /// process not ready: it never answered, or not within `stale`.
+    pub fn age(&self, coordinator: &str, stale: std::time::Duration) -> Result<u64, String> {
+        let last = self.ms();
+        if last == 0 {
+            return Err(format!("{coordinator} has not answered yet"));
+        }
+        let ago = std::time::Duration::from_millis((now_ms() - last).max(0) as u64);
+        if ago > stale {
+            return Err(format!(
+                "{coordinator} last answered {} s ago",
+                ago.as_secs()
+            ));
+        }
+        Ok(ago.as_secs())
+    }
+}
+
+/// A readiness finding of a write `put`: `ok` when it succeeded within
+/// `limit`; else `{prefix}not writable: ERROR` or that it did not answer.
+pub async fn write_check<E: std::fmt::Display>(
+    put: impl Future<Output = Result<(), E>>,
+    limit: std::time::Duration,
+    ok: String,
+    prefix: &str,
+) -> Result<String, String> {
+    match tokio::time::timeout(limit, put).await {
+        Ok(Ok(())) => Ok(ok),
+        Ok(Err(e)) => Err(format!("{prefix}not writable: {e}")),
+        Err(_) => Err(format!("no answer within {} s", limit.as_secs())),
+    }
+}
+
 /// A boxed future (the probes' readiness checks).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

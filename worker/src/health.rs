@@ -8,11 +8,12 @@
 //! come from [`benchlake_proto::obs::retry_metrics`].
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use benchlake_core::lake::Lake;
 use benchlake_proto::obs::{
-    BoxFuture, CounterVec, Exposition, HistogramVec, Kind, Probe, Readiness,
+    BoxFuture, CounterVec, Exposition, HistogramVec, Kind, LastContact, Probe, Readiness, now_ms,
+    write_check,
 };
 
 /// Buckets of job durations (seconds): 10 ms to 1 h.
@@ -32,8 +33,8 @@ pub struct WorkerMetrics {
     pub job_seconds: HistogramVec,
     /// Jobs running now.
     pub running: AtomicI64,
-    /// When the coordinator last answered a lease call (ms since the epoch; 0: never).
-    pub last_contact_ms: AtomicI64,
+    /// When the coordinator last answered a lease call.
+    pub last_contact: LastContact,
 }
 
 /// The process's [`WorkerMetrics`].
@@ -43,20 +44,13 @@ pub fn metrics() -> &'static WorkerMetrics {
         jobs: CounterVec::default(),
         job_seconds: HistogramVec::new(JOB_BUCKETS),
         running: AtomicI64::new(0),
-        last_contact_ms: AtomicI64::new(0),
+        last_contact: LastContact::default(),
     })
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// Records that the coordinator answered.
 pub fn contact() {
-    metrics().last_contact_ms.store(now_ms(), Ordering::Relaxed);
+    metrics().last_contact.touch();
 }
 
 /// Records a handled job.
@@ -78,42 +72,21 @@ impl Probe for WorkerProbe {
     fn ready(&self) -> BoxFuture<'_, Readiness> {
         Box::pin(async move {
             let mut r = Readiness::default();
-            let last = metrics().last_contact_ms.load(Ordering::Relaxed);
             r.check(
                 "coordinator",
-                if last == 0 {
-                    Err(format!("{} has not answered yet", self.coordinator))
-                } else {
-                    let ago = Duration::from_millis((now_ms() - last).max(0) as u64);
-                    if ago > CONTACT_STALE {
-                        Err(format!(
-                            "{} last answered {} s ago",
-                            self.coordinator,
-                            ago.as_secs()
-                        ))
-                    } else {
-                        Ok(format!(
-                            "{} answered {} s ago",
-                            self.coordinator,
-                            ago.as_secs()
-                        ))
-                    }
-                },
+                metrics()
+                    .last_contact
+                    .age(&self.coordinator, CONTACT_STALE)
+                    .map(|s| format!("{} answered {s} s ago", self.coordinator)),
             );
             let key = format!("_health/worker-{}", self.name);
-            let put = tokio::time::timeout(
-                Duration::from_secs(5),
-                self.lake
-                    .put(&key, bytes::Bytes::from(format!("{}\n", now_ms()))),
-            )
-            .await;
+            let put = self
+                .lake
+                .put(&key, bytes::Bytes::from(format!("{}\n", now_ms())));
+            let ok = format!("writable ({})", self.lake.root());
             r.check(
                 "lake",
-                match put {
-                    Ok(Ok(())) => Ok(format!("writable ({})", self.lake.root())),
-                    Ok(Err(e)) => Err(format!("not writable: {e}")),
-                    Err(_) => Err("no answer within 5 s".into()),
-                },
+                write_check(put, Duration::from_secs(5), ok, "").await,
             );
             r
         })
@@ -145,12 +118,11 @@ impl Probe for WorkerProbe {
             &["kind"],
             &m.job_seconds,
         );
-        let last = m.last_contact_ms.load(Ordering::Relaxed);
         e.single(
             "benchlake_worker_last_contact_timestamp_seconds",
             "When the coordinator last answered (Unix time; 0: never).",
             Kind::Gauge,
-            last as f64 / 1000.0,
+            m.last_contact.ms() as f64 / 1000.0,
         );
     }
 }

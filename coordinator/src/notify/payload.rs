@@ -2,42 +2,9 @@
 //! the lake, and the JSON body built from them (docs/notifications.md).
 use super::*;
 
-/// One failing check in a payload.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FailingCheck {
-    pub check: String,
-    pub status: String,
-    pub value: Option<f64>,
-    pub reference: Option<f64>,
-    pub unit: String,
-    pub message: String,
-    /// The change point of a REGRESSION (or of a FAIL it explains).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub since_run: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub since_date: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub step: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub confidence: Option<f64>,
-}
-
-impl From<&CheckRow> for FailingCheck {
-    fn from(r: &CheckRow) -> Self {
-        Self {
-            check: r.check.clone(),
-            status: r.status.clone(),
-            value: r.value,
-            reference: r.reference,
-            unit: r.unit.clone(),
-            message: r.message.clone(),
-            since_run: r.since_run.clone(),
-            since_date: r.since_date.clone(),
-            step: r.step,
-            confidence: r.confidence,
-        }
-    }
-}
+/// One failing check in a payload: a `checks` row as the verdict index
+/// holds it (the same fields and JSON as the dashboard's API).
+pub type FailingCheck = CheckRow;
 
 /// A node with failing checks in a payload.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -101,7 +68,7 @@ impl RunFacts {
         self.checks
             .iter()
             .filter(|r| failing(&r.status))
-            .map(FailingCheck::from)
+            .cloned()
             .collect()
     }
 
@@ -112,7 +79,7 @@ impl RunFacts {
         let mut by: BTreeMap<String, Vec<FailingCheck>> = BTreeMap::new();
         if !self.nodes.is_empty() {
             for (n, r) in self.nodes.iter().filter(|(_, r)| failing(&r.status)) {
-                by.entry(n.clone()).or_default().push(r.into());
+                by.entry(n.clone()).or_default().push(r.clone());
             }
         } else {
             let checks = self.failing_checks();
