@@ -95,6 +95,37 @@ fn non_empty(tables: Vec<TableOutput>) -> Result<Vec<TableOutput>> {
     Ok(tables.into_iter().filter(|t| t.rows() > 0).collect())
 }
 
+/// The `io_summary` row of one IOR summary line: the JSON summary
+/// ([`ior::IorOpSummary`]) and the text one ([`ior_text::IorTextSummary`])
+/// name these fields alike.
+macro_rules! ior_summary_row {
+    ($source:expr, $s:expr) => {{
+        let s = $s;
+        IoSummaryRow {
+            source: $source.to_string(),
+            tool: "ior".into(),
+            test_id: s.test_id,
+            operation: s.operation.clone(),
+            api: s.api.clone(),
+            num_tasks: s.num_tasks,
+            iterations: s.repetitions,
+            bytes: s
+                .block_size
+                .saturating_mul(s.segment_count)
+                .saturating_mul(s.num_tasks),
+            bw_max_mib_s: s.bw_max_mib,
+            bw_min_mib_s: s.bw_min_mib,
+            bw_mean_mib_s: s.bw_mean_mib,
+            bw_std_mib_s: s.bw_std_mib,
+            ops_max: Some(s.ops_max),
+            ops_min: Some(s.ops_min),
+            ops_mean: Some(s.ops_mean),
+            ops_std: Some(s.ops_sd),
+            mean_time_s: s.mean_time,
+        }
+    }};
+}
+
 /// Rows of one IOR JSON summary.
 pub fn ior_rows(
     j: &ior::IorSummary,
@@ -137,30 +168,7 @@ pub fn ior_rows(
             });
         }
     }
-    for s in &j.summary {
-        summary.push(IoSummaryRow {
-            source: source.to_string(),
-            tool: "ior".into(),
-            test_id: s.test_id,
-            operation: s.operation.clone(),
-            api: s.api.clone(),
-            num_tasks: s.num_tasks,
-            iterations: s.repetitions,
-            bytes: s
-                .block_size
-                .saturating_mul(s.segment_count)
-                .saturating_mul(s.num_tasks),
-            bw_max_mib_s: s.bw_max_mib,
-            bw_min_mib_s: s.bw_min_mib,
-            bw_mean_mib_s: s.bw_mean_mib,
-            bw_std_mib_s: s.bw_std_mib,
-            ops_max: Some(s.ops_max),
-            ops_min: Some(s.ops_min),
-            ops_mean: Some(s.ops_mean),
-            ops_std: Some(s.ops_sd),
-            mean_time_s: s.mean_time,
-        });
-    }
+    summary.extend(j.summary.iter().map(|s| ior_summary_row!(source, s)));
 }
 
 /// Rows of one IOR human-readable output. The test's sizes come from its
@@ -230,30 +238,7 @@ pub fn ior_text_rows(
             });
         }
     }
-    for s in &t.summary {
-        summary.push(IoSummaryRow {
-            source: source.to_string(),
-            tool: "ior".into(),
-            test_id: s.test_id,
-            operation: s.operation.clone(),
-            api: s.api.clone(),
-            num_tasks: s.num_tasks,
-            iterations: s.repetitions,
-            bytes: s
-                .block_size
-                .saturating_mul(s.segment_count)
-                .saturating_mul(s.num_tasks),
-            bw_max_mib_s: s.bw_max_mib,
-            bw_min_mib_s: s.bw_min_mib,
-            bw_mean_mib_s: s.bw_mean_mib,
-            bw_std_mib_s: s.bw_std_mib,
-            ops_max: Some(s.ops_max),
-            ops_min: Some(s.ops_min),
-            ops_mean: Some(s.ops_mean),
-            ops_std: Some(s.ops_sd),
-            mean_time_s: s.mean_time,
-        });
-    }
+    summary.extend(t.summary.iter().map(|s| ior_summary_row!(source, s)));
 }
 
 /// The `mdtest` ingest kind.
